@@ -1,0 +1,1 @@
+"""OpsPilot: a Slack ops assistant built on a ReAct run engine."""

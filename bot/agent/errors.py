@@ -1,0 +1,47 @@
+"""Errors the engine raises to its caller (the chat, Slack). Tool failures are never among them::
+
+    EngineError                 the request could not be carried out; ``str(exc)`` is safe to show
+    ├── ThreadBusy              another turn of this thread is running
+    ├── RunNotFound             no such run (or it expired)
+    ├── InvalidDecision         the answer does not fit the question (e.g. invalid form values); nothing consumed
+    └── ResumeRefused           the question can no longer be answered by this person
+        ├── AlreadyHandled      someone else answered first (``holder``)
+        ├── InterruptExpired    it expired
+        └── NotPending          the call is not waiting for anyone
+
+Store failures surface as :class:`state.StoreError`; a corrupt record as :class:`state.CorruptRecord`.
+"""
+
+
+class EngineError(Exception):
+    pass
+
+
+class ThreadBusy(EngineError):
+    pass
+
+
+class RunNotFound(EngineError):
+    pass
+
+
+class InvalidDecision(EngineError):
+    pass
+
+
+class ResumeRefused(EngineError):
+    pass
+
+
+class AlreadyHandled(ResumeRefused):
+    def __init__(self, holder: str) -> None:
+        super().__init__(f"already handled by {holder}")
+        self.holder = holder
+
+
+class InterruptExpired(ResumeRefused):
+    pass
+
+
+class NotPending(ResumeRefused):
+    pass

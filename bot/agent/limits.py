@@ -1,0 +1,51 @@
+"""Hard limits on a run, counted across pause and resume (``shouldStop`` in the seed article)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from bot.agent.events import StopReason
+
+
+class Limits(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_steps: int = Field(8, ge=1, le=100, description="model calls per run")
+    max_wall_time_s: float = Field(180.0, gt=0, description="active time per run; waiting for a person is not counted")
+    max_tool_fails_in_row: int = Field(4, ge=1)
+    identical_call_limit: int = Field(3, ge=2, description="the same call this many times in a row stops the run")
+
+
+def call_digest(tool: str, arguments: dict[str, Any]) -> str:
+    """Tool name plus canonicalised arguments: equal for the same call however the JSON was ordered."""
+    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return f"{tool}:{hashlib.sha256(canonical.encode()).hexdigest()[:16]}"
+
+
+def identical_streak(recent: Sequence[str]) -> int:
+    if not recent:
+        return 0
+    last, streak = recent[-1], 0
+    for digest in reversed(recent):
+        if digest != last:
+            break
+        streak += 1
+    return streak
+
+
+def should_stop(*, step: int, active_s: float, fail_streak: int, recent_calls: Sequence[str],
+                limits: Limits) -> StopReason | None:
+    if step >= limits.max_steps:
+        return "max_steps"
+    if active_s >= limits.max_wall_time_s:
+        return "timeout"
+    if fail_streak >= limits.max_tool_fails_in_row:
+        return "too_many_fails"
+    if identical_streak(recent_calls) >= limits.identical_call_limit:
+        return "loop_detected"
+    return None

@@ -1,0 +1,105 @@
+"""The conversation model: exactly four message kinds, one JSON adapter.
+
+Provider wire formats (Anthropic blocks, OpenAI ``role: tool``) never appear here;
+the adapters in :mod:`bot.agent.models` translate at the edge.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+ResultStatus = Literal["ok", "error", "cancelled", "skipped", "expired"]
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ToolCall(BaseModel):
+    """One tool call proposed by the model; ``id`` pairs it with exactly one result."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    # Set only when the provider sent arguments that were not a JSON object; the
+    # runtime answers such a call with a validation_error instead of running it.
+    raw_arguments: str | None = None
+
+
+class SystemMessage(_Message):
+    role: Literal["system"] = "system"
+    content: str
+
+
+class UserMessage(_Message):
+    role: Literal["user"] = "user"
+    content: str
+    user_id: str | None = None
+
+
+class AssistantMessage(_Message):
+    role: Literal["assistant"] = "assistant"
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+
+
+class ToolResultMessage(_Message):
+    role: Literal["tool"] = "tool"
+    call_id: str
+    name: str
+    content: str
+    status: ResultStatus = "ok"
+
+    @property
+    def is_error(self) -> bool:
+        return self.status != "ok"
+
+
+Message = Annotated[
+    SystemMessage | UserMessage | AssistantMessage | ToolResultMessage,
+    Field(discriminator="role"),
+]
+MessageAdapter: TypeAdapter[Message] = TypeAdapter(Message)
+
+
+def dump_message(message: Message) -> str:
+    return message.model_dump_json(exclude_defaults=True)
+
+
+def load_message(raw: str | bytes) -> Message:
+    return MessageAdapter.validate_json(raw)
+
+
+def ok_content(data: Any) -> str:
+    """The content the model reads for a successful call."""
+    return json.dumps({"ok": True, "data": data}, ensure_ascii=False, default=str)
+
+
+def error_content(code: str, message: str, **extra: Any) -> str:
+    """The content the model reads for a call that did not succeed."""
+    body: dict[str, Any] = {"ok": False, "errorCode": code, "message": message}
+    body.update(extra)
+    return json.dumps(body, ensure_ascii=False, default=str)
+
+
+def error_result(call: ToolCall, code: str, message: str, status: ResultStatus = "error") -> ToolResultMessage:
+    return ToolResultMessage(
+        call_id=call.id, name=call.name, content=error_content(code, message), status=status
+    )
+
+
+def error_code_of(result: ToolResultMessage) -> str | None:
+    """The ``errorCode`` of a failed result, for traces and metrics."""
+    if result.status == "ok":
+        return None
+    try:
+        body = json.loads(result.content)
+    except ValueError:
+        return "unknown"
+    code = body.get("errorCode") if isinstance(body, dict) else None
+    return code if isinstance(code, str) else "unknown"

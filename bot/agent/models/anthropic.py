@@ -1,0 +1,172 @@
+"""Anthropic Messages API adapter (official ``anthropic`` SDK).
+
+Wire rules honoured here: all results of one assistant turn go into ONE following
+user message as ``tool_result`` blocks, before any text; ``is_error`` on failures;
+no empty text blocks; a truncated ``tool_use`` is never returned for execution.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import anthropic
+
+from bot.agent.messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+from bot.agent.models.base import AUTO, Completion, ModelError, ModelStop, ToolChoice, Usage
+from tools.registry import ToolDefinition
+
+log = logging.getLogger(__name__)
+
+_MAX_PAUSE_CONTINUATIONS = 3
+
+
+def to_wire(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
+    """Our transcript → (system prompt, Anthropic messages)."""
+    system: list[str] = []
+    wire: list[dict[str, Any]] = []
+
+    def user_turn() -> list[dict[str, Any]]:
+        if not wire or wire[-1]["role"] != "user":
+            wire.append({"role": "user", "content": []})
+        content: list[dict[str, Any]] = wire[-1]["content"]
+        return content
+
+    for m in messages:
+        if isinstance(m, SystemMessage):
+            system.append(m.content)
+        elif isinstance(m, UserMessage):
+            if m.content.strip():
+                user_turn().append({"type": "text", "text": m.content})
+        elif isinstance(m, ToolResultMessage):
+            blocks = user_turn()
+            first_text = next((i for i, b in enumerate(blocks) if b["type"] == "text"), len(blocks))
+            blocks.insert(first_text, {
+                "type": "tool_result", "tool_use_id": m.call_id, "content": m.content, "is_error": m.is_error,
+            })
+        elif isinstance(m, AssistantMessage):
+            blocks: list[dict[str, Any]] = []
+            if m.content.strip():
+                blocks.append({"type": "text", "text": m.content})
+            blocks.extend({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}
+                          for c in m.tool_calls)
+            if not blocks:
+                blocks.append({"type": "text", "text": "(no reply)"})
+            if wire and wire[-1]["role"] == "assistant":
+                wire[-1]["content"].extend(blocks)
+            else:
+                wire.append({"role": "assistant", "content": blocks})
+    wire = [w for w in wire if w["content"]]
+    return "\n\n".join(system), wire
+
+
+def _tool_choice(choice: ToolChoice) -> dict[str, Any]:
+    if choice.mode == "tool":
+        return {"type": "tool", "name": choice.name}
+    return {"type": choice.mode}
+
+
+def _classify(exc: anthropic.APIError) -> ModelError:
+    if isinstance(exc, anthropic.APIConnectionError):  # includes timeouts
+        return ModelError("unreachable", "the model service could not be reached")
+    if isinstance(exc, anthropic.RateLimitError):
+        return ModelError("rate_limited", "the model service is rate limiting us; try again shortly")
+    if isinstance(exc, anthropic.BadRequestError):
+        log.error("BUG or bad config: Anthropic rejected our request: %s", exc)
+        return ModelError("bad_request", "the model service rejected the request")
+    if isinstance(exc, anthropic.APIStatusError):
+        return ModelError("api_error", f"the model service answered with HTTP {exc.status_code}")
+    return ModelError("api_error", "the model service failed")
+
+
+class AnthropicModel:
+    scripted = False
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        max_tokens: int = 2048,
+        timeout_s: float = 60.0,
+        max_retries: int = 2,
+    ) -> None:
+        self.model = model
+        self.max_tokens = max_tokens
+        self.label = f"anthropic:{model}"
+        self._client = anthropic.AsyncAnthropic(
+            api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=max_retries,
+        )
+
+    async def _create(self, system: str, wire: list[dict[str, Any]], tools: Sequence[ToolDefinition],
+                      choice: ToolChoice, max_tokens: int) -> Any:
+        kwargs: dict[str, Any] = {}
+        if system:
+            kwargs["system"] = system
+        if tools:
+            kwargs["tools"] = [{"name": t.name, "description": t.description, "input_schema": t.input_schema}
+                               for t in tools]
+            kwargs["tool_choice"] = _tool_choice(choice)
+        try:
+            return await self._client.messages.create(
+                model=self.model, max_tokens=max_tokens, messages=wire, **kwargs,
+            )
+        except anthropic.APIError as exc:
+            raise _classify(exc) from exc
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition],
+        *,
+        tool_choice: ToolChoice = AUTO,
+        max_tokens: int | None = None,
+    ) -> Completion:
+        started = time.perf_counter()
+        system, wire = to_wire(messages)
+        budget = max_tokens or self.max_tokens
+        text_parts: list[str] = []
+        calls: list[ToolCall] = []
+        usage_in = usage_out = 0
+        retried_truncation = False
+        continuations = 0
+        while True:
+            response = await self._create(system, wire, tools, tool_choice, budget)
+            usage_in += response.usage.input_tokens
+            usage_out += response.usage.output_tokens
+            turn_text = [b.text for b in response.content if b.type == "text" and b.text]
+            turn_calls = [ToolCall(id=b.id, name=b.name, arguments=dict(b.input or {}))
+                          for b in response.content if b.type == "tool_use"]
+            reason = response.stop_reason
+            if reason == "max_tokens" and turn_calls:
+                # The last tool_use may be cut off: never execute it. Retry once with more room.
+                if retried_truncation:
+                    raise ModelError("truncated", "the model's reply was cut off before its tool call was complete")
+                retried_truncation, budget = True, budget * 2
+                continue
+            if reason == "pause_turn" and continuations < _MAX_PAUSE_CONTINUATIONS:
+                # Send the paused turn back as is so the model continues where it stopped.
+                continuations += 1
+                wire = [*wire, {"role": "assistant", "content": [b.model_dump() for b in response.content]}]
+                text_parts.extend(turn_text)
+                continue
+            if reason == "refusal":
+                raise ModelError("refusal", "the model declined to continue with this request")
+            if reason == "model_context_window_exceeded":
+                raise ModelError("context_window_exceeded", "the conversation no longer fits the model's context")
+            text_parts.extend(turn_text)
+            calls.extend(turn_calls)
+            break
+        stop: ModelStop = "tool_use" if calls else ("max_tokens" if reason == "max_tokens" else "end_turn")
+        message = AssistantMessage(content="\n".join(text_parts).strip(), tool_calls=tuple(calls))
+        return Completion(message, stop, Usage(usage_in, usage_out), (time.perf_counter() - started) * 1000)

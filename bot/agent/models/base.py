@@ -1,0 +1,68 @@
+"""The model seam: one protocol, a completion record, and the one error type that stops a run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from bot.agent.messages import AssistantMessage, Message
+from tools.registry import ToolDefinition
+
+ModelStop = Literal["end_turn", "tool_use", "max_tokens"]
+ModelErrorKind = Literal[
+    "unreachable", "api_error", "rate_limited", "truncated", "refusal", "context_window_exceeded",
+    "bad_response", "bad_request",
+]
+
+
+@dataclass(frozen=True)
+class ToolChoice:
+    """``auto`` (default), ``any`` (must call some tool), ``none``, or ``tool`` with a name."""
+
+    mode: Literal["auto", "any", "none", "tool"] = "auto"
+    name: str | None = None
+
+
+AUTO = ToolChoice()
+NONE = ToolChoice("none")
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Completion:
+    message: AssistantMessage
+    stop: ModelStop
+    usage: Usage
+    latency_ms: float
+
+
+class ModelError(Exception):
+    """The model could not produce a usable turn; ``public`` is safe to show a user."""
+
+    def __init__(self, kind: ModelErrorKind, public: str) -> None:
+        super().__init__(f"{kind}: {public}")
+        self.kind = kind
+        self.public = public
+
+
+class ChatModel(Protocol):
+    label: str
+    """Shown to people: says which provider and model, and says "scripted" when it is."""
+
+    scripted: bool
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition],
+        *,
+        tool_choice: ToolChoice = AUTO,
+        max_tokens: int | None = None,
+    ) -> Completion:
+        """One model turn. Cancelling the awaiting task cancels the request."""

@@ -1,0 +1,154 @@
+"""Keeping the transcript valid and inside the context budget.
+
+``repair`` enforces the providers' pairing rule before every request: each tool
+call id has exactly one result, directly after its assistant turn, and no result
+is orphaned. ``fit`` trims a long thread to a token budget, condensing old tool
+outputs first, then dropping whole old turns, so a call and its result always
+stay or go together.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bot.agent.messages import (
+    AssistantMessage,
+    Message,
+    ToolResultMessage,
+    UserMessage,
+    error_content,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Repair:
+    messages: list[Message]
+    problems: list[str]
+
+
+def violations(messages: Sequence[Message]) -> list[str]:
+    """Every way ``messages`` breaks the pairing rule; empty when the providers would accept it."""
+    problems: list[str] = []
+    issued: set[str] = set()
+    i = 0
+    while i < len(messages):
+        m = messages[i]
+        i += 1
+        if isinstance(m, ToolResultMessage):
+            problems.append(f"result {m.call_id} does not directly follow its call's turn")
+        elif isinstance(m, AssistantMessage) and m.tool_calls:
+            expected = {c.id for c in m.tool_calls}
+            if len(expected) != len(m.tool_calls) or expected & issued:
+                problems.append("a call id was issued twice")
+            issued |= expected
+            seen: set[str] = set()
+            while i < len(messages) and isinstance(messages[i], ToolResultMessage):
+                result = messages[i]
+                assert isinstance(result, ToolResultMessage)
+                if result.call_id not in expected or result.call_id in seen:
+                    problems.append(f"result {result.call_id} is orphaned or duplicated")
+                seen.add(result.call_id)
+                i += 1
+            problems.extend(f"call {cid} had no result" for cid in sorted(expected - seen))
+    return problems
+
+
+def repair(messages: Sequence[Message]) -> Repair:
+    """Re-place every result right after its call's turn; answer missing ids; drop orphans."""
+    problems = violations(messages)
+    if not problems:
+        return Repair(list(messages), [])
+    results: dict[str, ToolResultMessage] = {}
+    for m in messages:
+        if isinstance(m, ToolResultMessage):
+            results.setdefault(m.call_id, m)
+    out: list[Message] = []
+    used: set[str] = set()
+    for m in messages:
+        if isinstance(m, ToolResultMessage):
+            continue
+        if isinstance(m, AssistantMessage) and any(c.id in used for c in m.tool_calls):
+            m = m.model_copy(update={"tool_calls": tuple(c for c in m.tool_calls if c.id not in used)})
+        out.append(m)
+        if isinstance(m, AssistantMessage):
+            for call in m.tool_calls:
+                used.add(call.id)
+                out.append(results.get(call.id) or ToolResultMessage(
+                    call_id=call.id, name=call.name, status="error",
+                    content=error_content("missing_result", "this call produced no result"),
+                ))
+    return Repair(out, problems)
+
+
+def checked(messages: Sequence[Message], *, run_id: str = "?") -> list[Message]:
+    """The transcript to send; a repair is a bug in our code and is logged loudly."""
+    fixed = repair(messages)
+    if fixed.problems:
+        log.error("BUG: transcript of run %s violated tool pairing, repaired: %s", run_id, fixed.problems)
+    return fixed.messages
+
+
+def estimate_tokens(text: str) -> int:
+    """Cheap and conservative: ~4 ASCII characters per token, one per other character (CJK)."""
+    ascii_chars = sum(1 for ch in text if ord(ch) < 128)
+    return ascii_chars // 4 + (len(text) - ascii_chars) + 4
+
+
+def message_tokens(m: Message) -> int:
+    if isinstance(m, AssistantMessage):
+        calls = sum(estimate_tokens(c.name + json.dumps(c.arguments, ensure_ascii=False)) for c in m.tool_calls)
+        return estimate_tokens(m.content) + calls
+    return estimate_tokens(m.content)
+
+
+def _condensed(m: ToolResultMessage) -> ToolResultMessage:
+    preview = m.content[:160]
+    note = f"[older output condensed to save context; {len(m.content)} characters, began: {preview}]"
+    return m.model_copy(update={"content": json.dumps({"ok": not m.is_error, "condensed": note},
+                                                       ensure_ascii=False)})
+
+
+def _turn_starts(messages: Sequence[Message]) -> list[int]:
+    return [i for i, m in enumerate(messages) if isinstance(m, UserMessage)] or [0]
+
+
+def fit(messages: Sequence[Message], budget_tokens: int) -> list[Message]:
+    """The newest part of the thread that fits ``budget_tokens`` (best effort for one huge turn)."""
+    out = list(messages)
+    sizes = [message_tokens(m) for m in out]
+    total = sum(sizes)
+    if total <= budget_tokens:
+        return out
+    last_turn = _turn_starts(out)[-1]
+    # 1. Condense the oldest tool outputs, leaving the current turn's for last.
+    for protect_current in (True, False):
+        for i, m in enumerate(out):
+            if total <= budget_tokens:
+                return out
+            if isinstance(m, ToolResultMessage) and (i < last_turn or not protect_current):
+                if '"condensed"' in m.content:
+                    continue
+                small = _condensed(m)
+                total += message_tokens(small) - sizes[i]
+                out[i], sizes[i] = small, message_tokens(small)
+        if total <= budget_tokens:
+            return out
+        # 2. Drop whole old turns (a turn starts at a user message, so pairs stay together).
+        starts = _turn_starts(out)
+        dropped = 0
+        while len(starts) > 1 and total > budget_tokens:
+            cut = starts[1]
+            total -= sum(sizes[:cut])
+            dropped += cut
+            out, sizes = out[cut:], sizes[cut:]
+            starts = [s - cut for s in starts[1:]]
+        if dropped and isinstance(out[0], UserMessage):
+            note = f"[{dropped} earlier messages of this thread were left out to fit the context window]\n"
+            out[0] = out[0].model_copy(update={"content": note + out[0].content})
+        last_turn = 0
+    return out

@@ -1,0 +1,56 @@
+"""Every Redis key OpsPilot uses, built here and nowhere else, each with its TTL."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Ttls:
+    thread_s: int = 7 * 24 * 3600
+    """Transcript, the thread's current run, runs, traces and journals."""
+    interrupt_s: int = 30 * 60
+    """How long a question to a person stays answerable."""
+    claim_margin_s: int = 24 * 3600
+    """Tokens and claims outlive their interrupt, so a late click learns what happened."""
+    cancel_s: int = 3600
+    dedupe_s: int = 24 * 3600
+    stats_s: int = 8 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class Keys:
+    prefix: str = "opspilot"
+
+    def transcript(self, thread_id: str) -> str:
+        return f"{self.prefix}:thread:{thread_id}:transcript"
+
+    def thread_run(self, thread_id: str) -> str:
+        return f"{self.prefix}:thread:{thread_id}:run"
+
+    def lease(self, thread_id: str) -> str:
+        return f"{self.prefix}:thread:{thread_id}:lease"
+
+    def run(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}"
+
+    def trace(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}:trace"
+
+    def journal(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}:journal"
+
+    def cancel(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}:cancel"
+
+    def token(self, token: str) -> str:
+        return f"{self.prefix}:token:{token}"
+
+    def claim(self, token: str) -> str:
+        return f"{self.prefix}:claim:{token}"
+
+    def dedupe(self, name: str) -> str:
+        return f"{self.prefix}:dedupe:{name}"
+
+    def stats(self, hour: int) -> str:
+        return f"{self.prefix}:stats:{hour}"

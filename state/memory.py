@@ -1,0 +1,127 @@
+"""An in-process store with the same behaviour as Redis, minus durability. Announced as non-durable."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+from bot.agent.messages import Message
+from state.records import RunRecord, TraceEntry
+from state.store import Claim, Stats, Write, hour_now, merge_stats
+
+
+class MemoryStore:
+    durable = False
+
+    def __init__(self) -> None:
+        self._transcripts: dict[str, list[Message]] = defaultdict(list)
+        self._traces: dict[str, list[TraceEntry]] = defaultdict(list)
+        self._runs: dict[str, str] = {}
+        self._thread_runs: dict[str, str] = {}
+        self._tokens: dict[str, tuple[str, str]] = {}
+        self._claims: dict[str, str] = {}
+        self._journals: dict[str, dict[str, str]] = defaultdict(dict)
+        self._leases: dict[str, tuple[str, float]] = {}
+        self._cancels: set[str] = set()
+        self._seen: set[str] = set()
+        self._stats: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+
+    async def ping(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def commit(self, write: Write) -> None:
+        run = write.run
+        self._transcripts[run.thread_id].extend(write.messages)
+        self._traces[run.run_id].extend(write.trace)
+        # Stored serialised, like Redis, so callers never share a mutable record.
+        self._runs[run.run_id] = run.model_dump_json()
+        self._thread_runs[run.thread_id] = run.run_id
+        by_token = {p.token: p for p in run.pending}
+        for token in write.new_tokens:
+            self._tokens[token] = (run.run_id, by_token[token].call.id)
+        bucket = self._stats[hour_now()]
+        for name, value in write.counters.items():
+            bucket[name] += value
+
+    async def load_run(self, run_id: str) -> RunRecord | None:
+        raw = self._runs.get(run_id)
+        return RunRecord.model_validate_json(raw) if raw else None
+
+    async def load_transcript(self, thread_id: str) -> list[Message]:
+        return list(self._transcripts.get(thread_id, ()))
+
+    async def load_trace(self, run_id: str) -> list[TraceEntry]:
+        return list(self._traces.get(run_id, ()))
+
+    async def thread_run(self, thread_id: str) -> str | None:
+        return self._thread_runs.get(thread_id)
+
+    async def resolve_token(self, token: str) -> tuple[str, str] | None:
+        return self._tokens.get(token)
+
+    async def claim(self, token: str, holder: str) -> Claim:
+        if token in self._claims:
+            return Claim(False, self._claims[token])
+        self._claims[token] = holder
+        return Claim(True, holder)
+
+    async def release_claim(self, token: str) -> None:
+        self._claims.pop(token, None)
+
+    async def journal_start(self, run_id: str, call_id: str) -> bool:
+        journal = self._journals[run_id]
+        if call_id in journal:
+            return False
+        journal[call_id] = "started"
+        return True
+
+    async def journal_finish(self, run_id: str, call_id: str, status: str) -> None:
+        self._journals[run_id][call_id] = "finished"
+
+    async def journal(self, run_id: str) -> dict[str, str]:
+        return dict(self._journals.get(run_id, {}))
+
+    def _live_lease(self, thread_id: str) -> str | None:
+        held = self._leases.get(thread_id)
+        if held is None or held[1] < time.monotonic():
+            return None
+        return held[0]
+
+    async def acquire_lease(self, thread_id: str, owner: str, ttl_ms: int) -> bool:
+        if self._live_lease(thread_id) is not None:
+            return False
+        self._leases[thread_id] = (owner, time.monotonic() + ttl_ms / 1000)
+        return True
+
+    async def renew_lease(self, thread_id: str, owner: str, ttl_ms: int) -> bool:
+        if self._live_lease(thread_id) != owner:
+            return False
+        self._leases[thread_id] = (owner, time.monotonic() + ttl_ms / 1000)
+        return True
+
+    async def release_lease(self, thread_id: str, owner: str) -> None:
+        if self._live_lease(thread_id) == owner:
+            del self._leases[thread_id]
+
+    async def lease_holder(self, thread_id: str) -> str | None:
+        return self._live_lease(thread_id)
+
+    async def request_cancel(self, run_id: str) -> None:
+        self._cancels.add(run_id)
+
+    async def cancel_requested(self, run_id: str) -> bool:
+        return run_id in self._cancels
+
+    async def dedupe(self, name: str) -> bool:
+        if name in self._seen:
+            return False
+        self._seen.add(name)
+        return True
+
+    async def stats(self, window_s: int) -> Stats:
+        now = hour_now()
+        hours = range(now - max(window_s // 3600, 1) + 1, now + 1)
+        return merge_stats([self._stats.get(h, {}) for h in hours], window_s)

@@ -1,0 +1,83 @@
+"""Stored records (pydantic, versioned). The transcript itself is stored as bot.agent messages."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from bot.agent.events import StopReason
+from bot.agent.messages import ToolCall
+
+SCHEMA_VERSION = 1
+
+RunStatus = Literal["running", "paused", "finished"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PendingCall(_Record):
+    """A call waiting for a person. ``arguments`` is exactly what will run if confirmed."""
+
+    call: ToolCall
+    token: str
+    interrupt_type: Literal["params_required", "confirm_risky"]
+    reason: str
+    payload: dict[str, Any]
+    arguments: dict[str, Any]
+    step: int
+    created_at: float
+    expires_at: float
+
+
+class RunRecord(_Record):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    run_id: str
+    thread_id: str
+    user_id: str | None
+    text: str
+    status: RunStatus = "running"
+    step: int = 0
+    active_ms: float = 0.0
+    fail_streak: int = 0
+    recent_calls: list[str] = Field(default_factory=list)
+    stop_reason: StopReason | Literal["internal_error"] | None = None
+    event_seq: int = 0
+    pending: list[PendingCall] = Field(default_factory=list)
+    answer: str = ""
+    created_at: float
+    updated_at: float
+
+
+class StepTrace(_Record):
+    kind: Literal["step"] = "step"
+    step: int
+    model_latency_ms: float
+    asked_for_tools: bool
+    model_stop: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class CallTrace(_Record):
+    kind: Literal["call"] = "call"
+    step: int
+    call_id: str
+    tool: str
+    args_digest: str
+    status: str
+    error_code: str | None = None
+    latency_ms: float
+
+
+class FinishTrace(_Record):
+    kind: Literal["finish"] = "finish"
+    stop_reason: str
+    steps: int
+    active_ms: float
+
+
+TraceEntry = Annotated[StepTrace | CallTrace | FinishTrace, Field(discriminator="kind")]
+TraceAdapter: TypeAdapter[TraceEntry] = TypeAdapter(TraceEntry)

@@ -1,0 +1,217 @@
+"""The Redis store (redis.asyncio). One MULTI per write; every key gets a TTL."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import redis.asyncio as aioredis
+from pydantic import ValidationError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from bot.agent.messages import Message, dump_message, load_message
+from state.errors import CorruptRecord, StoreError, StoreUnavailable
+from state.keys import Keys, Ttls
+from state.records import SCHEMA_VERSION, RunRecord, TraceAdapter, TraceEntry
+from state.store import Claim, Stats, Write, hour_now, merge_stats
+
+# Claim-once: SET NX wins, otherwise report the holder. One round trip, atomic.
+_CLAIM = """
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return {1, ARGV[1]} end
+return {0, redis.call('get', KEYS[1])}
+"""
+_RENEW = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
+return 0
+"""
+_RELEASE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+"""
+
+
+def connect(url: str, *, timeout_s: float = 5.0) -> aioredis.Redis:
+    return aioredis.Redis.from_url(
+        url, decode_responses=True, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+    )
+
+
+@asynccontextmanager
+async def _guard(what: str) -> AsyncIterator[None]:
+    try:
+        yield
+    except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        raise StoreUnavailable(f"Redis unreachable while {what}: {exc}") from exc
+    except RedisError as exc:
+        raise StoreError(f"Redis error while {what}: {exc}") from exc
+
+
+class RedisStore:
+    durable = True
+
+    def __init__(self, client: aioredis.Redis, *, keys: Keys | None = None, ttls: Ttls | None = None) -> None:
+        self.client = client
+        self.keys = keys or Keys()
+        self.ttls = ttls or Ttls()
+        self._claim = client.register_script(_CLAIM)
+        self._renew = client.register_script(_RENEW)
+        self._release = client.register_script(_RELEASE)
+
+    async def ping(self) -> None:
+        async with _guard("pinging"):
+            await self.client.ping()
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    async def commit(self, write: Write) -> None:
+        run, k, ttl = write.run, self.keys, self.ttls.thread_s
+        async with _guard(f"saving run {run.run_id}"):
+            pipe = self.client.pipeline(transaction=True)
+            if write.messages:
+                key = k.transcript(run.thread_id)
+                pipe.rpush(key, *(dump_message(m) for m in write.messages))
+                pipe.expire(key, ttl)
+            if write.trace:
+                key = k.trace(run.run_id)
+                pipe.rpush(key, *(e.model_dump_json() for e in write.trace))
+                pipe.expire(key, ttl)
+            pipe.set(k.run(run.run_id), run.model_dump_json(), ex=ttl)
+            pipe.set(k.thread_run(run.thread_id), run.run_id, ex=ttl)
+            token_ttl = self.ttls.interrupt_s + self.ttls.claim_margin_s
+            by_token = {p.token: p for p in run.pending}
+            for token in write.new_tokens:
+                pipe.set(k.token(token), f"{run.run_id}\n{by_token[token].call.id}", ex=token_ttl)
+            if write.counters:
+                key = k.stats(hour_now())
+                for name, value in write.counters.items():
+                    pipe.hincrby(key, name, value)
+                pipe.expire(key, self.ttls.stats_s)
+            await pipe.execute()
+
+    async def load_run(self, run_id: str) -> RunRecord | None:
+        key = self.keys.run(run_id)
+        async with _guard(f"loading run {run_id}"):
+            raw = await self.client.get(key)
+        if raw is None:
+            return None
+        return _parse_run(key, raw)
+
+    async def load_transcript(self, thread_id: str) -> list[Message]:
+        key = self.keys.transcript(thread_id)
+        async with _guard(f"loading thread {thread_id}"):
+            rows = await self.client.lrange(key, 0, -1)
+        try:
+            return [load_message(r) for r in rows]
+        except ValidationError as exc:
+            raise CorruptRecord(key, str(exc.errors(include_url=False)[:1])) from exc
+
+    async def load_trace(self, run_id: str) -> list[TraceEntry]:
+        key = self.keys.trace(run_id)
+        async with _guard(f"loading trace {run_id}"):
+            rows = await self.client.lrange(key, 0, -1)
+        try:
+            return [TraceAdapter.validate_json(r) for r in rows]
+        except ValidationError as exc:
+            raise CorruptRecord(key, str(exc.errors(include_url=False)[:1])) from exc
+
+    async def thread_run(self, thread_id: str) -> str | None:
+        async with _guard("reading the thread's run"):
+            value: str | None = await self.client.get(self.keys.thread_run(thread_id))
+        return value
+
+    async def resolve_token(self, token: str) -> tuple[str, str] | None:
+        async with _guard("resolving a token"):
+            raw: str | None = await self.client.get(self.keys.token(token))
+        if raw is None or "\n" not in raw:
+            return None
+        run_id, call_id = raw.split("\n", 1)
+        return run_id, call_id
+
+    async def claim(self, token: str, holder: str) -> Claim:
+        ttl = self.ttls.interrupt_s + self.ttls.claim_margin_s
+        async with _guard("claiming an interrupt"):
+            won, who = await self._claim(keys=[self.keys.claim(token)], args=[holder, ttl])
+        return Claim(bool(won), str(who or ""))
+
+    async def release_claim(self, token: str) -> None:
+        async with _guard("releasing a claim"):
+            await self.client.delete(self.keys.claim(token))
+
+    async def journal_start(self, run_id: str, call_id: str) -> bool:
+        key = self.keys.journal(run_id)
+        async with _guard("journaling a change"):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hsetnx(key, call_id, json.dumps({"state": "started", "at": time.time()}))
+            pipe.expire(key, self.ttls.thread_s)
+            first, _ = await pipe.execute()
+        return bool(first)
+
+    async def journal_finish(self, run_id: str, call_id: str, status: str) -> None:
+        key = self.keys.journal(run_id)
+        async with _guard("journaling a change"):
+            await self.client.hset(key, call_id, json.dumps({"state": "finished", "status": status,
+                                                             "at": time.time()}))
+
+    async def journal(self, run_id: str) -> dict[str, str]:
+        async with _guard("reading the journal"):
+            raw: dict[str, str] = await self.client.hgetall(self.keys.journal(run_id))
+        return {cid: json.loads(v).get("state", "unknown") for cid, v in raw.items()}
+
+    async def acquire_lease(self, thread_id: str, owner: str, ttl_ms: int) -> bool:
+        async with _guard("taking the thread lease"):
+            return bool(await self.client.set(self.keys.lease(thread_id), owner, nx=True, px=ttl_ms))
+
+    async def renew_lease(self, thread_id: str, owner: str, ttl_ms: int) -> bool:
+        async with _guard("renewing the thread lease"):
+            return bool(await self._renew(keys=[self.keys.lease(thread_id)], args=[owner, ttl_ms]))
+
+    async def release_lease(self, thread_id: str, owner: str) -> None:
+        async with _guard("releasing the thread lease"):
+            await self._release(keys=[self.keys.lease(thread_id)], args=[owner])
+
+    async def lease_holder(self, thread_id: str) -> str | None:
+        async with _guard("reading the thread lease"):
+            value: str | None = await self.client.get(self.keys.lease(thread_id))
+        return value
+
+    async def request_cancel(self, run_id: str) -> None:
+        async with _guard("requesting a cancel"):
+            await self.client.set(self.keys.cancel(run_id), "1", ex=self.ttls.cancel_s)
+
+    async def cancel_requested(self, run_id: str) -> bool:
+        async with _guard("checking for a cancel"):
+            return bool(await self.client.exists(self.keys.cancel(run_id)))
+
+    async def dedupe(self, name: str) -> bool:
+        async with _guard("deduplicating"):
+            return bool(await self.client.set(self.keys.dedupe(name), "1", nx=True, ex=self.ttls.dedupe_s))
+
+    async def stats(self, window_s: int) -> Stats:
+        now = hour_now()
+        hours = range(now - max(window_s // 3600, 1) + 1, now + 1)
+        async with _guard("reading stats"):
+            pipe = self.client.pipeline(transaction=False)
+            for hour in hours:
+                pipe.hgetall(self.keys.stats(hour))
+            buckets: list[dict[str, Any]] = await pipe.execute()
+        return merge_stats(buckets, window_s)
+
+
+def _parse_run(key: str, raw: str) -> RunRecord:
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise CorruptRecord(key, "not JSON") from exc
+    version = body.get("schema_version") if isinstance(body, dict) else None
+    if version != SCHEMA_VERSION:
+        raise CorruptRecord(key, f"schema version {version!r}, this build reads {SCHEMA_VERSION}")
+    try:
+        return RunRecord.model_validate(body)
+    except ValidationError as exc:
+        raise CorruptRecord(key, str(exc.errors(include_url=False)[:1])) from exc

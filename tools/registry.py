@@ -1,0 +1,172 @@
+"""Tool declarations and the registry the runtime reads them from.
+
+A tool is an async function ``(args, ctx) -> data`` decorated with :func:`tool`.
+The decorator turns it into a :class:`ToolSpec`: its name, description, pydantic
+argument model (whose JSON schema the model sees), whether it changes things,
+when a person must confirm it, and its timeout.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any, get_type_hints
+
+from pydantic import BaseModel
+
+_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool knows about the call it serves. ``call_id`` doubles as an idempotency key."""
+
+    run_id: str
+    thread_id: str
+    user_id: str | None
+    call_id: str
+    confirmed_by: str | None = None
+
+
+ToolFunc = Callable[[Any, ToolContext], Awaitable[Any]]
+ConfirmPolicy = Callable[[Any], bool]
+
+
+def never(_args: Any) -> bool:
+    return False
+
+
+def always(_args: Any) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class InEnvironments:
+    """Confirmation needed when ``args.<field>`` is one of ``environments``."""
+
+    environments: frozenset[str]
+    field: str = "environment"
+
+    def __call__(self, args: Any) -> bool:
+        return str(getattr(args, self.field, "") or "").lower() in self.environments
+
+
+def confirm_in(*environments: str, field: str = "environment") -> InEnvironments:
+    return InEnvironments(frozenset(e.lower() for e in environments), field)
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    args_model: type[BaseModel]
+    func: ToolFunc
+    mutating: bool = False
+    needs_confirmation: ConfirmPolicy = never
+    timeout_s: float = 20.0
+    max_result_chars: int = 6000
+
+    def definition(self) -> ToolDefinition:
+        return ToolDefinition(self.name, self.description, self.args_model.model_json_schema())
+
+
+@dataclass(frozen=True)
+class ToolDefinition:
+    """What the model is shown: provider adapters turn this into their wire format."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    mutating: bool = False,
+    confirm: ConfirmPolicy | None = None,
+    timeout_s: float = 20.0,
+    max_result_chars: int = 6000,
+) -> Callable[[ToolFunc], ToolSpec]:
+    """Declare a tool. The first parameter's annotation is its pydantic argument model.
+
+    ``confirm`` only applies to mutating tools: the runtime asks a person before the
+    body runs whenever it returns True for the validated arguments.
+    """
+
+    def decorate(func: ToolFunc) -> ToolSpec:
+        if not inspect.iscoroutinefunction(func):
+            raise TypeError(f"tool {func.__name__!r} must be an async function")
+        params = list(inspect.signature(func).parameters)
+        if len(params) != 2:
+            raise TypeError(f"tool {func.__name__!r} must take (args, ctx)")
+        hints = get_type_hints(func)
+        args_model = hints.get(params[0])
+        if not (isinstance(args_model, type) and issubclass(args_model, BaseModel)):
+            raise TypeError(f"tool {func.__name__!r}: annotate its first parameter with a pydantic model")
+        tool_name = name or func.__name__
+        if not _NAME.match(tool_name):
+            raise ValueError(f"tool name {tool_name!r} must match {_NAME.pattern}")
+        if confirm is not None and not mutating:
+            raise ValueError(f"tool {tool_name!r}: only mutating tools take a confirmation policy")
+        doc = description or inspect.getdoc(func) or ""
+        if not doc:
+            raise ValueError(f"tool {tool_name!r} needs a description (argument or docstring)")
+        return ToolSpec(
+            name=tool_name,
+            description=doc,
+            args_model=args_model,
+            func=func,
+            mutating=mutating,
+            needs_confirmation=confirm or never,
+            timeout_s=timeout_s,
+            max_result_chars=max_result_chars,
+        )
+
+    return decorate
+
+
+@dataclass
+class Registry:
+    """The tools one engine offers, by name."""
+
+    _tools: dict[str, ToolSpec] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, specs: Iterable[ToolSpec]) -> Registry:
+        registry = cls()
+        for spec in specs:
+            registry.add(spec)
+        return registry
+
+    def add(self, spec: ToolSpec) -> None:
+        if spec.name in self._tools:
+            raise ValueError(f"tool {spec.name!r} is registered twice")
+        self._tools[spec.name] = spec
+
+    def get(self, name: str) -> ToolSpec | None:
+        return self._tools.get(name)
+
+    def require_confirmation_in(self, name: str, environments: Iterable[str]) -> None:
+        """Config override: which environments need a person's confirmation for tool ``name``."""
+        spec = self._tools.get(name)
+        if spec is None:
+            raise KeyError(name)
+        if not spec.mutating:
+            raise ValueError(f"tool {name!r} is read-only; confirmation applies to mutating tools")
+        self._tools[name] = replace(spec, needs_confirmation=confirm_in(*environments))
+
+    def definitions(self, only: Iterable[str] | None = None) -> list[ToolDefinition]:
+        names = set(only) if only is not None else None
+        return [s.definition() for s in self._tools.values() if names is None or s.name in names]
+
+    def __iter__(self) -> Iterator[ToolSpec]:
+        return iter(self._tools.values())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
