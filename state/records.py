@@ -33,7 +33,7 @@ class PendingCall(_Record):
 
 
 class RunRecord(_Record):
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[1] = 1
     run_id: str
     thread_id: str
     user_id: str | None

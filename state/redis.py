@@ -35,6 +35,10 @@ return 0
 """
 
 
+def _text(value: bytes | str | None) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def connect(url: str, *, timeout_s: float = 5.0) -> aioredis.Redis:
     return aioredis.Redis.from_url(
         url, decode_responses=True, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
@@ -97,7 +101,7 @@ class RedisStore:
     async def load_run(self, run_id: str) -> RunRecord | None:
         key = self.keys.run(run_id)
         async with _guard(f"loading run {run_id}"):
-            raw = await self.client.get(key)
+            raw = _text(await self.client.get(key))
         if raw is None:
             return None
         return _parse_run(key, raw)
@@ -109,7 +113,7 @@ class RedisStore:
         try:
             return [load_message(r) for r in rows]
         except ValidationError as exc:
-            raise CorruptRecord(key, str(exc.errors(include_url=False)[:1])) from exc
+            raise CorruptRecord(key, _first_problem(exc)) from exc
 
     async def load_trace(self, run_id: str) -> list[TraceEntry]:
         key = self.keys.trace(run_id)
@@ -118,16 +122,16 @@ class RedisStore:
         try:
             return [TraceAdapter.validate_json(r) for r in rows]
         except ValidationError as exc:
-            raise CorruptRecord(key, str(exc.errors(include_url=False)[:1])) from exc
+            raise CorruptRecord(key, _first_problem(exc)) from exc
 
     async def thread_run(self, thread_id: str) -> str | None:
         async with _guard("reading the thread's run"):
-            value: str | None = await self.client.get(self.keys.thread_run(thread_id))
+            value = _text(await self.client.get(self.keys.thread_run(thread_id)))
         return value
 
     async def resolve_token(self, token: str) -> tuple[str, str] | None:
         async with _guard("resolving a token"):
-            raw: str | None = await self.client.get(self.keys.token(token))
+            raw = _text(await self.client.get(self.keys.token(token)))
         if raw is None or "\n" not in raw:
             return None
         run_id, call_id = raw.split("\n", 1)
@@ -160,8 +164,8 @@ class RedisStore:
 
     async def journal(self, run_id: str) -> dict[str, str]:
         async with _guard("reading the journal"):
-            raw: dict[str, str] = await self.client.hgetall(self.keys.journal(run_id))
-        return {cid: json.loads(v).get("state", "unknown") for cid, v in raw.items()}
+            raw = await self.client.hgetall(self.keys.journal(run_id))
+        return {str(_text(cid)): json.loads(v).get("state", "unknown") for cid, v in raw.items()}
 
     async def acquire_lease(self, thread_id: str, owner: str, ttl_ms: int) -> bool:
         async with _guard("taking the thread lease"):
@@ -177,7 +181,7 @@ class RedisStore:
 
     async def lease_holder(self, thread_id: str) -> str | None:
         async with _guard("reading the thread lease"):
-            value: str | None = await self.client.get(self.keys.lease(thread_id))
+            value = _text(await self.client.get(self.keys.lease(thread_id)))
         return value
 
     async def request_cancel(self, run_id: str) -> None:
@@ -214,4 +218,10 @@ def _parse_run(key: str, raw: str) -> RunRecord:
     try:
         return RunRecord.model_validate(body)
     except ValidationError as exc:
-        raise CorruptRecord(key, str(exc.errors(include_url=False)[:1])) from exc
+        raise CorruptRecord(key, _first_problem(exc)) from exc
+
+
+def _first_problem(exc: ValidationError) -> str:
+    err = exc.errors(include_url=False)[0]
+    where = ".".join(str(p) for p in err["loc"])
+    return f"{where + ': ' if where else ''}{err['msg']}"

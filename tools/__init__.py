@@ -18,8 +18,8 @@ module level (or returns from ``opspilot_tools(config)``) is registered.
 
 from tools.errors import (
     ConfirmRisky,
-    InvalidArguments,
     Interrupt,
+    InvalidArguments,
     NotFound,
     ParamsRequired,
     PermissionDenied,

@@ -68,7 +68,7 @@ MessageAdapter: TypeAdapter[Message] = TypeAdapter(Message)
 
 
 def dump_message(message: Message) -> str:
-    return message.model_dump_json(exclude_defaults=True)
+    return message.model_dump_json(exclude_none=True)
 
 
 def load_message(raw: str | bytes) -> Message:

@@ -32,24 +32,9 @@ class DocIndex:
     def load(cls, root: Path) -> DocIndex:
         sections: list[Section] = []
         for path in sorted(root.glob("*.md")):
-            title, heading, lines = path.stem, "", []
-            rel = f"docs/{path.name}"
-
-            def flush() -> None:
-                body = "\n".join(lines).strip()
-                if body:
-                    text = f"{title} {heading} {body}"
-                    sections.append(Section(rel, title, heading or title, body, Counter(terms(text))))
-
-            for line in path.read_text(encoding="utf-8").splitlines():
-                if line.startswith("# "):
-                    title = line[2:].strip()
-                elif line.startswith("## "):
-                    flush()
-                    heading, lines = line[3:].strip(), []
-                else:
-                    lines.append(line)
-            flush()
+            for title, heading, body in _split(path.read_text(encoding="utf-8"), path.stem):
+                counts = Counter(terms(f"{title} {heading} {body}"))
+                sections.append(Section(f"docs/{path.name}", title, heading, body, counts))
         return cls(sections)
 
     def search(self, query: str, limit: int = 3) -> list[tuple[float, Section]]:
@@ -60,3 +45,20 @@ class DocIndex:
             if score > 0:
                 scored.append((round(score, 3), s))
         return sorted(scored, key=lambda pair: -pair[0])[:limit]
+
+
+def _split(markdown: str, default_title: str) -> list[tuple[str, str, str]]:
+    """(document title, section heading, section body) for each non-empty ``##`` section."""
+    title, heading, lines = default_title, "", list[str]()
+    out: list[tuple[str, str, str]] = []
+    for line in [*markdown.splitlines(), "## "]:
+        if line.startswith("# "):
+            title = line[2:].strip()
+        elif line.startswith("## "):
+            body = "\n".join(lines).strip()
+            if body:
+                out.append((title, heading or title, body))
+            heading, lines = line[3:].strip(), []
+        else:
+            lines.append(line)
+    return out

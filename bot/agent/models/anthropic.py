@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import anthropic
 
@@ -54,17 +54,17 @@ def to_wire(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
                 "type": "tool_result", "tool_use_id": m.call_id, "content": m.content, "is_error": m.is_error,
             })
         elif isinstance(m, AssistantMessage):
-            blocks: list[dict[str, Any]] = []
+            turn: list[dict[str, Any]] = []
             if m.content.strip():
-                blocks.append({"type": "text", "text": m.content})
-            blocks.extend({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}
-                          for c in m.tool_calls)
-            if not blocks:
-                blocks.append({"type": "text", "text": "(no reply)"})
+                turn.append({"type": "text", "text": m.content})
+            turn.extend({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}
+                        for c in m.tool_calls)
+            if not turn:
+                turn.append({"type": "text", "text": "(no reply)"})
             if wire and wire[-1]["role"] == "assistant":
-                wire[-1]["content"].extend(blocks)
+                wire[-1]["content"].extend(turn)
             else:
-                wire.append({"role": "assistant", "content": blocks})
+                wire.append({"role": "assistant", "content": turn})
     wire = [w for w in wire if w["content"]]
     return "\n\n".join(system), wire
 
@@ -119,7 +119,7 @@ class AnthropicModel:
             kwargs["tool_choice"] = _tool_choice(choice)
         try:
             return await self._client.messages.create(
-                model=self.model, max_tokens=max_tokens, messages=wire, **kwargs,
+                model=self.model, max_tokens=max_tokens, messages=cast(Any, wire), **kwargs,
             )
         except anthropic.APIError as exc:
             raise _classify(exc) from exc

@@ -11,7 +11,7 @@ import json
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import openai
 
@@ -121,7 +121,7 @@ class OpenAIModel:
         for attempt in range(2):
             try:
                 response = await self._client.chat.completions.create(
-                    model=self.model, messages=to_wire(messages), max_tokens=budget, **kwargs,
+                    model=self.model, messages=cast(Any, to_wire(messages)), max_tokens=budget, **kwargs,
                 )
             except openai.APIError as exc:
                 raise _classify(exc) from exc

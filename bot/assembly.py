@@ -1,0 +1,99 @@
+"""Putting an engine together from settings: model, tools, store."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from bot.agent.engine import Engine
+from bot.agent.events import EventBus
+from bot.agent.models.anthropic import AnthropicModel
+from bot.agent.models.base import ChatModel
+from bot.agent.models.demo import demo_model
+from bot.agent.models.openai import OpenAIModel
+from bot.agent.run import RunDeps
+from bot.config import ConfigError, Settings
+from state import Keys, MemoryStore, RedisStore, StoreError, Ttls, connect
+from state.store import Store
+from tools import demo
+from tools.plugins import PluginError, load_plugins
+from tools.registry import Registry
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODELS = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-4o-mini"}
+
+
+def build_model(settings: Settings) -> ChatModel:
+    llm = settings.llm
+    has_anthropic = bool(os.environ.get("ANTHROPIC_API_KEY"))
+    has_openai = bool(os.environ.get("OPENAI_API_KEY"))
+    provider = llm.provider
+    if provider == "auto":
+        provider = "anthropic" if has_anthropic else "openai" if has_openai else "scripted"
+    if provider == "scripted":
+        if llm.provider == "scripted" and (has_anthropic or has_openai):
+            raise ConfigError("llm.provider is 'scripted' but an API key is configured; "
+                              "unset the key or choose provider 'auto', 'anthropic' or 'openai'")
+        return demo_model()
+    name = llm.name or DEFAULT_MODELS[provider]
+    if provider == "anthropic":
+        if not has_anthropic:
+            raise ConfigError("llm.provider is 'anthropic' but ANTHROPIC_API_KEY is not set")
+        return AnthropicModel(name, max_tokens=llm.max_tokens, timeout_s=llm.timeout_s, max_retries=llm.max_retries)
+    if not has_openai:
+        raise ConfigError("llm.provider is 'openai' but OPENAI_API_KEY is not set")
+    return OpenAIModel(name, max_tokens=llm.max_tokens, timeout_s=llm.timeout_s, max_retries=llm.max_retries)
+
+
+def build_registry(settings: Settings, toolbox: demo.Toolbox) -> Registry:
+    try:
+        registry = Registry.of([*toolbox.specs, *load_plugins(settings.plugins, {})])
+    except (PluginError, ValueError) as exc:
+        raise ConfigError(str(exc)) from exc
+    for name, policy in settings.tools.items():
+        if name not in registry:
+            raise ConfigError(f"tools.{name}: there is no tool named {name!r}")
+        if policy.confirm_in is not None:
+            try:
+                registry.require_confirmation_in(name, policy.confirm_in)
+            except ValueError as exc:
+                raise ConfigError(f"tools.{name}.confirm_in: {exc}") from exc
+    return registry
+
+
+async def open_store(settings: Settings, *, fallback: bool) -> Store:
+    """Redis when it answers; otherwise (if allowed) the in-process store, which is not durable."""
+    keys, ttls = Keys(settings.key_prefix), Ttls(thread_s=settings.thread_ttl_s, interrupt_s=settings.interrupt_ttl_s)
+    store = RedisStore(connect(settings.redis_url, timeout_s=2.0), keys=keys, ttls=ttls)
+    try:
+        await store.ping()
+        return store
+    except StoreError:
+        await store.close()
+        if not fallback:
+            raise
+        log.warning("Redis at %s is not reachable: using the in-process store (NOT durable)", settings.redis_url)
+        return MemoryStore()
+
+
+@dataclass
+class Assembly:
+    engine: Engine
+    bus: EventBus
+    store: Store
+    model: ChatModel
+    toolbox: demo.Toolbox
+
+
+async def assemble(settings: Settings, *, fallback_store: bool = True) -> Assembly:
+    model = build_model(settings)
+    toolbox = demo.build(settings.data_dir) if settings.data_dir else demo.build()
+    registry = build_registry(settings, toolbox)
+    store = await open_store(settings, fallback=fallback_store)
+    bus = EventBus()
+    deps = RunDeps(model=model, registry=registry, store=store, bus=bus, limits=settings.limits,
+                   context_budget_tokens=settings.context_budget_tokens,
+                   interrupt_ttl_s=float(settings.interrupt_ttl_s))
+    return Assembly(Engine(deps), bus, store, model, toolbox)

@@ -1,0 +1,75 @@
+"""The ``opspilot`` command: ``chat`` (terminal conversation) and ``stats`` (figures from Redis)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from bot.assembly import assemble, open_store
+from bot.chat import chat
+from bot.config import ConfigError, load_settings
+from state import StoreError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="opspilot", description="OpsPilot, the ops assistant for on-call engineers")
+    parser.add_argument("--config", help="YAML config file (default: $OPSPILOT_CONFIG or ./opspilot.yml)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", required=True)
+    chat_cmd = sub.add_parser("chat", help="talk to OpsPilot in the terminal")
+    chat_cmd.add_argument("--user", default="local-user", help="who you are (for confirmations and audit)")
+    stats_cmd = sub.add_parser("stats", help="runs, steps, failure and resume rates, stop reasons")
+    stats_cmd.add_argument("--window", choices=["1h", "1d", "7d"], default="1d")
+    return parser
+
+
+async def _stats(window: str, config: str | None) -> int:
+    settings = load_settings(config)
+    store = await open_store(settings, fallback=False)
+    try:
+        seconds = {"1h": 3600, "1d": 86400, "7d": 7 * 86400}[window]
+        s = await store.stats(seconds)
+    finally:
+        await store.close()
+    print(f"OpsPilot — last {window}")
+    print(f"  runs                        {s.runs}")
+    print(f"  average steps per run       {s.avg_steps:.2f}")
+    print(f"  tool calls / failures       {s.get('tool_calls')} / {s.get('tool_failures')}"
+          f"  ({s.tool_failure_rate:.1%} failed)")
+    print(f"  interrupts → resumed        {s.get('interrupts')} → {s.get('resumed')}  ({s.resume_rate:.1%})")
+    print("  stop reasons")
+    for reason, count in s.stop_reasons.items() or {"(none yet)": 0}.items():
+        print(f"    {reason:<24}  {count}")
+    return 0
+
+
+async def _chat(user: str, config: str | None) -> int:
+    app = await assemble(load_settings(config))
+    try:
+        return await chat(app, user=user)
+    finally:
+        await app.store.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "chat":
+            return asyncio.run(_chat(args.user, args.config))
+        return asyncio.run(_stats(args.window, args.config))
+    except ConfigError as exc:
+        print(f"opspilot: {exc}", file=sys.stderr)
+        return 2
+    except StoreError as exc:
+        print(f"opspilot: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""Configuration: a YAML file (``OPSPILOT_CONFIG``, else ``./opspilot.yml`` when present) plus
+environment overrides (``OPSPILOT_<SECTION>__<KEY>``, ``REDIS_URL``, ``OPSPILOT_MODEL``).
+
+A bad config is a :class:`ConfigError` naming the offending key with a hint, never a traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+
+from bot.agent.limits import Limits
+
+
+class ConfigError(Exception):
+    pass
+
+
+class LLMConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    provider: Literal["auto", "anthropic", "openai", "scripted"] = "auto"
+    name: str | None = Field(None, description="model name; OPSPILOT_MODEL overrides")
+    max_tokens: int = Field(2048, ge=64)
+    timeout_s: float = Field(60.0, gt=0)
+    max_retries: int = Field(2, ge=0, le=10)
+
+
+class ToolPolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    confirm_in: list[str] | None = Field(None, description="environments where a person must confirm")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="OPSPILOT_", env_nested_delimiter="__", extra="forbid")
+
+    llm: LLMConfig = Field(default_factory=LLMConfig)
+    limits: Limits = Field(default_factory=Limits)
+    redis_url: str = Field("redis://localhost:6379/0",
+                           validation_alias=AliasChoices("REDIS_URL", "OPSPILOT_REDIS_URL", "redis_url"))
+    key_prefix: str = Field("opspilot", pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    thread_ttl_s: int = Field(7 * 24 * 3600, ge=60)
+    interrupt_ttl_s: int = Field(30 * 60, ge=10)
+    context_budget_tokens: int = Field(60_000, ge=1000)
+    plugins: list[str] = Field(default_factory=list, description="extra modules whose tools are registered")
+    tools: dict[str, ToolPolicy] = Field(default_factory=dict)
+    data_dir: Path | None = Field(None, description="demo data folder (catalog.yml, docs/)")
+
+
+def config_path(explicit: str | None = None) -> Path | None:
+    chosen = explicit or os.environ.get("OPSPILOT_CONFIG")
+    if chosen:
+        return Path(chosen)
+    default = Path("opspilot.yml")
+    return default if default.exists() else None
+
+
+def _read_yaml(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        raise ConfigError(f"{path} is not valid YAML{at}: {getattr(exc, 'problem', exc)}") from exc
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path} must be a mapping of settings (key: value), not {type(raw).__name__}")
+    return raw
+
+
+def _hint(loc: tuple[int | str, ...], kind: str) -> str:
+    if kind != "extra_forbidden" or not loc:
+        return ""
+    model: Any = Settings
+    for part in loc[:-1]:
+        field = getattr(model, "model_fields", {}).get(part)
+        model = field.annotation if field is not None else None
+    names = list(getattr(model, "model_fields", {}))
+    close = difflib.get_close_matches(str(loc[-1]), names, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else f" (known keys: {', '.join(names)})"
+
+
+def describe(exc: ValidationError, source: str) -> str:
+    lines = [f"invalid configuration ({source}):"]
+    for err in exc.errors(include_url=False):
+        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        lines.append(f"  {key}: {err['msg']}{_hint(err['loc'], err['type'])}")
+    lines.append("See README.md, section Configuration, for every key and its default.")
+    return "\n".join(lines)
+
+
+def load_settings(path: str | None = None) -> Settings:
+    file = config_path(path)
+    data = _read_yaml(file)
+
+    class _FromFile(Settings):
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            # Environment beats the file; the file beats the defaults.
+            return init_settings, env_settings, InitSettingsSource(settings_cls, init_kwargs=data)
+
+    source = f"{file} and environment" if file else "environment"
+    try:
+        settings: Settings = _FromFile()
+    except ValidationError as exc:
+        raise ConfigError(describe(exc, source)) from exc
+    if os.environ.get("OPSPILOT_MODEL"):
+        settings.llm.name = os.environ["OPSPILOT_MODEL"]
+    return settings
