@@ -1,0 +1,111 @@
+"""Shared fixtures. Tests talk to a real Redis: $REDIS_URL (or 127.0.0.1:6379) when it answers,
+otherwise a throwaway redis-server on a free port; with neither, the run stops with a clear message."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+
+from bot.agent.engine import Engine, EngineOptions
+from bot.agent.events import Event, EventBus
+from bot.agent.limits import Limits
+from bot.agent.models.base import ChatModel
+from bot.agent.run import RunDeps
+from state import Keys, RedisStore, Ttls, connect
+from tools import demo
+from tools.registry import Registry, ToolSpec
+
+
+def _answers_ping(url: str) -> bool:
+    parsed = urlparse(url)
+    try:
+        with socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 6379), timeout=1) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    if _answers_ping(url):
+        yield url
+        return
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.exit(f"No Redis answers at {url} and redis-server is not installed: "
+                    "install it (apt-get install redis-server) or set REDIS_URL.", returncode=3)
+    port = _free_port()
+    workdir = tempfile.mkdtemp(prefix="opspilot-redis-")
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", workdir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    deadline = time.monotonic() + 10
+    while not _answers_ping(url):
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            pytest.exit(f"started redis-server on port {port} but it never answered", returncode=3)
+        time.sleep(0.05)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"test-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+async def store(redis_url: str, prefix: str) -> AsyncIterator[RedisStore]:
+    s = RedisStore(connect(redis_url), keys=Keys(prefix), ttls=Ttls(interrupt_s=600))
+    yield s
+    keys = [k async for k in s.client.scan_iter(match=f"{prefix}:*")]
+    if keys:
+        await s.client.delete(*keys)
+    await s.close()
+
+
+@dataclass
+class Harness:
+    engine: Engine
+    store: RedisStore
+    events: list[Event] = field(default_factory=list)
+
+    def types(self) -> list[str]:
+        return [e.type for e in self.events]
+
+    def of(self, kind: str) -> list[Any]:
+        return [e for e in self.events if e.type == kind]
+
+
+def make_harness(model: ChatModel, store: RedisStore, specs: list[ToolSpec] | None = None, *,
+                 limits: Limits | None = None, options: EngineOptions | None = None,
+                 toolbox: demo.Toolbox | None = None, **deps: Any) -> Harness:
+    events: list[Event] = []
+
+    async def sink(event: Event) -> None:
+        events.append(event)
+
+    registry = Registry.of(specs if specs is not None else (toolbox or demo.build()).specs)
+    run_deps = RunDeps(model=model, registry=registry, store=store, bus=EventBus([sink]),
+                       limits=limits or Limits(), **deps)
+    return Harness(Engine(run_deps, options or EngineOptions(lease_wait_s=5, cancel_poll_s=0.05)), store, events)

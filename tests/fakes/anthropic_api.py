@@ -1,0 +1,134 @@
+"""A local stand-in for the Anthropic Messages API that enforces its tool-use rules.
+
+Every request is checked the way the real API checks it (see shared/reference/platform-facts.md):
+each ``tool_use`` answered by a ``tool_result`` in the very next user message, results first,
+no orphan ids, tools defined whenever tool blocks appear, no empty text blocks. A violation
+gets the API's 400. Replies come from a queue the test fills.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from tests.fakes.server import LocalServer
+
+Reply = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]] | tuple[int, dict[str, Any]]
+_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
+_ids = itertools.count(1)
+
+
+def text(t: str, stop: str = "end_turn") -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": t}], "stop_reason": stop}
+
+
+def tool_use(*calls: tuple[str, dict[str, Any]], say: str = "", stop: str = "tool_use") -> dict[str, Any]:
+    content: list[dict[str, Any]] = [{"type": "text", "text": say}] if say else []
+    content += [{"type": "tool_use", "id": f"toolu_{next(_ids):06d}", "name": n, "input": a} for n, a in calls]
+    return {"content": content, "stop_reason": stop}
+
+
+def error(status: int, kind: str, message: str) -> tuple[int, dict[str, Any]]:
+    return status, {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return list(content or [])
+
+
+def violations(body: dict[str, Any]) -> str | None:
+    """The 400 message the real API would give, or None."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "messages: at least one message is required"
+    if not isinstance(body.get("max_tokens"), int):
+        return "max_tokens: Field required"
+    tools = body.get("tools") or []
+    for t in tools:
+        if not _NAME.match(str(t.get("name", ""))):
+            return f"tools: name {t.get('name')!r} does not match ^[a-zA-Z0-9_-]{{1,128}}$"
+        if (t.get("input_schema") or {}).get("type") != "object":
+            return f"tools.{t.get('name')}.input_schema: type must be object"
+    uses_tools = False
+    for i, m in enumerate(messages):
+        if m.get("role") not in ("user", "assistant"):
+            return f"messages.{i}.role: Input should be 'user' or 'assistant'"
+        blocks = _blocks(m)
+        last_assistant = i == len(messages) - 1 and m["role"] == "assistant"
+        for b in blocks:
+            if b.get("type") == "text" and not str(b.get("text", "")).strip() and not last_assistant:
+                return f"messages.{i}: text content blocks must be non-empty"
+            if b.get("type") in ("tool_use", "tool_result"):
+                uses_tools = True
+        if m["role"] == "assistant":
+            ids = [b["id"] for b in blocks if b.get("type") == "tool_use"]
+            if not ids:
+                continue
+            nxt = messages[i + 1] if i + 1 < len(messages) else None
+            answered = [b.get("tool_use_id") for b in _blocks(nxt)] if nxt and nxt["role"] == "user" else []
+            missing = [x for x in ids if x not in answered]
+            if missing:
+                return (f"messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: "
+                        f"{', '.join(missing)}. Each `tool_use` block must have a corresponding `tool_result` "
+                        "block in the next message.")
+        else:
+            prev = messages[i - 1] if i > 0 else None
+            prev_ids = {b["id"] for b in _blocks(prev) if b.get("type") == "tool_use"} if prev else set()
+            seen_text = False
+            for b in blocks:
+                if b.get("type") == "text":
+                    seen_text = True
+                elif b.get("type") == "tool_result":
+                    if seen_text:
+                        return f"messages.{i}: `tool_result` blocks must come before any other content"
+                    if b.get("tool_use_id") not in prev_ids:
+                        return (f"messages.{i}.content: unexpected `tool_use_id` found in `tool_result` blocks: "
+                                f"{b.get('tool_use_id')}. Each `tool_result` block must have a corresponding "
+                                "`tool_use` block in the previous message.")
+    if uses_tools and not tools:
+        return "Requests which include `tool_use` or `tool_result` blocks must define tools."
+    return None
+
+
+class FakeAnthropic:
+    def __init__(self) -> None:
+        self.replies: list[Reply] = []
+        self.requests: list[dict[str, Any]] = []
+        self.rejections: list[str] = []
+        app = web.Application()
+        app.router.add_post("/v1/messages", self._messages)
+        self.server = LocalServer(app)
+
+    def queue(self, *replies: Reply) -> None:
+        self.replies.extend(replies)
+
+    async def _messages(self, request: web.Request) -> web.Response:
+        if not request.headers.get("x-api-key"):
+            return web.json_response(error(401, "authentication_error", "missing x-api-key")[1], status=401)
+        body = await request.json()
+        self.requests.append(body)
+        problem = violations(body)
+        if problem is not None:
+            self.rejections.append(problem)
+            return web.json_response(error(400, "invalid_request_error", problem)[1], status=400)
+        if not self.replies:
+            return web.json_response(error(500, "api_error", "fake: no reply queued")[1], status=500)
+        reply = self.replies.pop(0)
+        if isinstance(reply, tuple):
+            status, payload = reply
+            return web.json_response(payload, status=status, headers={"retry-after-ms": "5"})
+        if callable(reply):
+            reply = reply(body)
+        message = {
+            "id": f"msg_{next(_ids):06d}", "type": "message", "role": "assistant", "model": body["model"],
+            "content": reply["content"], "stop_reason": reply["stop_reason"], "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 5},
+        }
+        return web.json_response(message)

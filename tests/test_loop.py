@@ -1,0 +1,198 @@
+"""The seed article's checklist, against a real Redis."""
+
+from __future__ import annotations
+
+import json
+
+from bot.agent.limits import Limits
+from bot.agent.messages import AssistantMessage, ToolResultMessage, UserMessage
+from bot.agent.models.scripted import ScriptedModel, call, reply
+from bot.agent.transcript import violations
+from state import RedisStore
+from tests.conftest import make_harness
+from tests.toolkit import Probe, toolkit
+
+
+def body(result: ToolResultMessage) -> dict:
+    return json.loads(result.content)
+
+
+async def test_two_read_only_tools_give_two_call_and_two_result_events(store: RedisStore) -> None:
+    tools = toolkit(Probe())
+    model = ScriptedModel([reply("", call("lookup_a", q="1"), call("lookup_b", q="2")), reply("both done")])
+    h = make_harness(model, store, [tools["lookup_a"], tools["lookup_b"]])
+
+    out = await h.engine.ask("t", "look", user_id="U1")
+
+    assert out.stop_reason == "final_answer" and out.answer == "both done"
+    assert h.types() == ["run_started", "model_step", "tool_call", "tool_call", "tool_result", "tool_result",
+                         "model_step", "run_finished"]
+    assert [e.seq for e in h.events] == list(range(len(h.events)))
+    transcript = await store.load_transcript("t")
+    assert violations(transcript) == []
+    assert [body(m)["data"] for m in transcript if isinstance(m, ToolResultMessage)] == [{"a": "1"}, {"b": "2"}]
+
+
+async def test_a_raising_tool_is_an_observation_and_the_run_still_answers(store: RedisStore) -> None:
+    tools = toolkit(Probe())
+    model = ScriptedModel([reply("", call("broken"), call("lookup_a")), reply("broken failed, A worked")])
+    h = make_harness(model, store, [tools["broken"], tools["lookup_a"]])
+
+    out = await h.engine.ask("t", "go")
+
+    assert out.stop_reason == "final_answer"
+    failed = next(m for m in await store.load_transcript("t") if isinstance(m, ToolResultMessage) and m.is_error)
+    payload = body(failed)
+    assert payload["ok"] is False and payload["errorCode"] == "internal_error"
+    assert "Traceback" not in failed.content and "hunter2" not in failed.content and "line 3" not in failed.content
+    # The model saw the failure on its second step.
+    second = model.requests[1].messages
+    assert any(isinstance(m, ToolResultMessage) and m.is_error for m in second)
+
+
+async def test_parallel_batch_with_a_question_keeps_the_other_result_before_pausing(store: RedisStore) -> None:
+    probe = Probe()
+    tools = toolkit(probe, slow_s=0.05)
+    model = ScriptedModel([reply("", call("needs_env", "c1"), call("lookup_a", "c2", q="slow"))])
+    h = make_harness(model, store, [tools["needs_env"], tools["lookup_a"]])
+
+    out = await h.engine.ask("t", "logs please")
+
+    assert out.status == "paused" and [p.call_id for p in out.pending] == ["c1"]
+    assert out.pending[0].interrupt_type == "params_required"
+    assert out.pending[0].payload["fields"] == [{"name": "environment", "choices": ["prod", "staging"]}]
+    transcript = await store.load_transcript("t")
+    results = [m for m in transcript if isinstance(m, ToolResultMessage)]
+    assert [r.call_id for r in results] == ["c2"] and body(results[0])["data"] == {"a": "slow"}
+    # The slow result was written and announced before the interrupt.
+    types = h.types()
+    assert types.index("tool_result") < types.index("loop_interrupt")
+    record = await store.load_run(out.run_id)
+    assert record is not None and record.status == "paused" and record.pending[0].call.id == "c1"
+
+
+async def test_identical_calls_in_a_row_stop_as_loop_detected(store: RedisStore) -> None:
+    tools = toolkit(Probe())
+    same = [reply("", call("lookup_a", q="same")) for _ in range(3)]
+    model = ScriptedModel([*same, reply("summary: kept getting the same answer")])
+    h = make_harness(model, store, [tools["lookup_a"]], limits=Limits(identical_call_limit=3, max_steps=10))
+
+    out = await h.engine.ask("t", "loop")
+
+    assert out.stop_reason == "loop_detected"
+    assert "repeating the same call" in out.answer and "summary: kept getting" in out.answer
+    assert sum(1 for e in h.of("tool_call")) == 3
+    # The summary request offered no tool use.
+    assert model.requests[-1].tool_choice.mode == "none"
+
+
+async def test_tight_max_steps_stops_with_a_readable_answer(store: RedisStore) -> None:
+    tools = toolkit(Probe())
+    model = ScriptedModel([reply("", call("lookup_a", q=str(i))) for i in range(2)] + [reply("found 2 things")])
+    h = make_harness(model, store, [tools["lookup_a"]], limits=Limits(max_steps=2))
+
+    out = await h.engine.ask("t", "dig")
+
+    assert out.stop_reason == "max_steps"
+    assert out.answer.startswith("_Stopped early: it reached its step limit._") and "found 2 things" in out.answer
+    assert h.of("run_finished")[0].stop_reason == "max_steps"
+    assert violations(await store.load_transcript("t")) == []
+
+
+async def test_limit_stop_falls_back_to_a_plain_message_when_the_summary_fails(store: RedisStore) -> None:
+    tools = toolkit(Probe())
+    model = ScriptedModel([reply("", call("lookup_a", q="1"))])  # the summary request exhausts the script
+    h = make_harness(model, store, [tools["lookup_a"]], limits=Limits(max_steps=1))
+
+    out = await h.engine.ask("t", "dig")
+
+    assert out.stop_reason == "max_steps"
+    assert "What ran:" in out.answer and "`lookup_a`: ok" in out.answer
+
+
+async def test_failures_in_a_row_stop_the_run(store: RedisStore) -> None:
+    tools = toolkit(Probe())
+    model = ScriptedModel([reply("", call("broken", q=str(i))) for i in range(3)] + [reply("all failed")])
+    h = make_harness(model, store, [tools["broken"]], limits=Limits(max_tool_fails_in_row=3))
+
+    out = await h.engine.ask("t", "try")
+
+    assert out.stop_reason == "too_many_fails"
+
+
+async def test_wall_time_stops_a_slow_run_and_answers_every_call(store: RedisStore) -> None:
+    probe = Probe()
+    tools = toolkit(probe)
+    model = ScriptedModel([reply("", call("blocker", "b1"), call("lookup_a", "a1")), reply("partial summary")])
+    h = make_harness(model, store, [tools["blocker"], tools["lookup_a"]], limits=Limits(max_wall_time_s=0.3))
+
+    out = await h.engine.ask("t", "slow")
+
+    assert out.stop_reason == "timeout"
+    transcript = await store.load_transcript("t")
+    assert violations(transcript) == []
+    results = {m.call_id: m for m in transcript if isinstance(m, ToolResultMessage)}
+    assert results["a1"].status == "ok"  # finished before the deadline: kept, not overwritten
+    assert results["b1"].status == "cancelled" and body(results["b1"])["errorCode"] == "timeout"
+    # Exactly one tool_result event per call id.
+    assert sorted(e.call_id for e in h.of("tool_result")) == ["a1", "b1"]
+
+
+async def test_unknown_tool_and_invalid_arguments_are_observations(store: RedisStore) -> None:
+    tools = toolkit(Probe())
+    model = ScriptedModel([reply("", call("nope"), call("lookup_a", q=5), call("change", environment="x")),
+                           reply("ok")])
+    h = make_harness(model, store, [tools["lookup_a"], tools["change"]])
+
+    await h.engine.ask("t", "go")
+
+    codes = [body(m)["errorCode"] for m in await store.load_transcript("t") if isinstance(m, ToolResultMessage)]
+    assert codes == ["unknown_tool", "validation_error", "validation_error"]
+    messages = [body(m)["message"] for m in await store.load_transcript("t") if isinstance(m, ToolResultMessage)]
+    assert "q" in messages[1] and "target" in messages[2]
+
+
+async def test_only_one_change_runs_per_step(store: RedisStore) -> None:
+    probe = Probe()
+    tools = toolkit(probe)
+    model = ScriptedModel([reply("", call("change", "w1", target="a"), call("change_b", "w2", target="b"),
+                                 call("lookup_a", "r1")), reply("done")])
+    h = make_harness(model, store, [tools["change"], tools["change_b"], tools["lookup_a"]])
+
+    await h.engine.ask("t", "change both")
+
+    results = {m.call_id: body(m) for m in await store.load_transcript("t") if isinstance(m, ToolResultMessage)}
+    assert results["w1"]["ok"] and results["r1"]["ok"]
+    assert results["w2"]["errorCode"] == "deferred_one_write_per_step"
+    assert probe.count("change") == 1 and probe.count("change_b") == 0
+    # The read-only call ran before the change.
+    assert probe.log.index("lookup_a") < probe.log.index("change")
+
+
+async def test_serial_step_shows_one_tool_and_skips_others(store: RedisStore) -> None:
+    probe = Probe()
+    tools = toolkit(probe)
+    model = ScriptedModel([reply("", call("lookup_a", "s1"), call("lookup_b", "s2")), reply("ok")])
+    h = make_harness(model, store, [tools["lookup_a"], tools["lookup_b"]])
+
+    await h.engine.ask("t", "first find it", first_tool="lookup_a")
+
+    first = model.requests[0]
+    assert first.tools == ("lookup_a",) and first.tool_choice.mode == "tool"
+    results = {m.call_id: m for m in await store.load_transcript("t") if isinstance(m, ToolResultMessage)}
+    assert results["s2"].status == "skipped" and body(results["s2"])["errorCode"] == "skipped_in_serial_step"
+    assert probe.count("lookup_b") == 0
+    assert model.requests[1].tools == ("lookup_a", "lookup_b")
+
+
+async def test_a_thread_keeps_its_history_across_turns(store: RedisStore) -> None:
+    tools = toolkit(Probe())
+    model = ScriptedModel([reply("", call("lookup_a")), reply("first"), reply("second")])
+    h = make_harness(model, store, [tools["lookup_a"]])
+
+    await h.engine.ask("t", "one")
+    await h.engine.ask("t", "two")
+
+    seen = model.requests[-1].messages
+    assert [m.content for m in seen if isinstance(m, UserMessage)] == ["one", "two"]
+    assert any(isinstance(m, AssistantMessage) and m.content == "first" for m in seen)
