@@ -81,6 +81,9 @@ class MemoryStore:
     async def journal_finish(self, run_id: str, call_id: str, status: str) -> None:
         self._journals[run_id][call_id] = "finished"
 
+    async def journal_abandon(self, run_id: str, call_id: str) -> None:
+        self._journals[run_id].pop(call_id, None)
+
     async def journal(self, run_id: str) -> dict[str, str]:
         return dict(self._journals.get(run_id, {}))
 

@@ -162,6 +162,10 @@ class RedisStore:
             await self.client.hset(key, call_id, json.dumps({"state": "finished", "status": status,
                                                              "at": time.time()}))
 
+    async def journal_abandon(self, run_id: str, call_id: str) -> None:
+        async with _guard("journaling a change"):
+            await self.client.hdel(self.keys.journal(run_id), call_id)
+
     async def journal(self, run_id: str) -> dict[str, str]:
         async with _guard("reading the journal"):
             raw = await self.client.hgetall(self.keys.journal(run_id))

@@ -94,6 +94,8 @@ class Store(Protocol):
 
     async def journal_finish(self, run_id: str, call_id: str, status: str) -> None: ...
 
+    async def journal_abandon(self, run_id: str, call_id: str) -> None: ...
+
     async def journal(self, run_id: str) -> dict[str, str]: ...
 
     async def acquire_lease(self, thread_id: str, owner: str, ttl_ms: int) -> bool: ...
@@ -127,6 +129,9 @@ class JournalAdapter:
 
     async def finish(self, run_id: str, call_id: str, status: str) -> None:
         await self._store.journal_finish(run_id, call_id, status)
+
+    async def abandon(self, run_id: str, call_id: str) -> None:
+        await self._store.journal_abandon(run_id, call_id)
 
 
 def merge_stats(buckets: Sequence[Mapping[str, int]], window_s: int) -> Stats:

@@ -89,8 +89,9 @@ def tool(
     confirm: ConfirmPolicy | None = None,
     timeout_s: float = 20.0,
     max_result_chars: int = 6000,
+    args: type[BaseModel] | None = None,
 ) -> Callable[[ToolFunc], ToolSpec]:
-    """Declare a tool. The first parameter's annotation is its pydantic argument model.
+    """Declare a tool. Its pydantic argument model is ``args`` or the first parameter's annotation.
 
     ``confirm`` only applies to mutating tools: the runtime asks a person before the
     body runs whenever it returns True for the validated arguments.
@@ -102,8 +103,7 @@ def tool(
         params = list(inspect.signature(func).parameters)
         if len(params) != 2:
             raise TypeError(f"tool {func.__name__!r} must take (args, ctx)")
-        hints = get_type_hints(func)
-        args_model = hints.get(params[0])
+        args_model = args or _annotation(func, params[0])
         if not (isinstance(args_model, type) and issubclass(args_model, BaseModel)):
             raise TypeError(f"tool {func.__name__!r}: annotate its first parameter with a pydantic model")
         tool_name = name or func.__name__
@@ -126,6 +126,14 @@ def tool(
         )
 
     return decorate
+
+
+def _annotation(func: ToolFunc, param: str) -> Any:
+    try:
+        return get_type_hints(func).get(param)
+    except NameError as exc:
+        raise TypeError(f"tool {func.__name__!r}: cannot resolve the type of {param!r} ({exc}); define the "
+                        "argument model at module level, or pass it as @tool(args=Model)") from exc
 
 
 @dataclass

@@ -33,6 +33,9 @@ class MutationJournal(Protocol):
 
     async def finish(self, run_id: str, call_id: str, status: str) -> None: ...
 
+    async def abandon(self, run_id: str, call_id: str) -> None:
+        """The call stopped to ask a person before changing anything: it may start again later."""
+
 
 @dataclass(frozen=True)
 class InterruptRequest:
@@ -114,6 +117,8 @@ async def execute_one(
         return done(ToolResultMessage(call_id=call.id, name=call.name, content=content), arguments=plain_args)
     except Interrupt as intr:
         status = "interrupted"
+        if spec.mutating:
+            await journal.abandon(ctx.run_id, call.id)  # tools ask before they change anything
         request = InterruptRequest(intr.interrupt_type, scrub_text(intr.reason), intr.payload)
         return done(None, interrupt=request, arguments=plain_args)
     except ToolError as exc:
