@@ -110,8 +110,8 @@ class FakeAnthropic:
         self.replies.extend(replies)
 
     async def _messages(self, request: web.Request) -> web.Response:
-        if not request.headers.get("x-api-key"):
-            return web.json_response(error(401, "authentication_error", "missing x-api-key")[1], status=401)
+        if not (request.headers.get("x-api-key") or request.headers.get("authorization")):
+            return web.json_response(error(401, "authentication_error", "missing credentials")[1], status=401)
         body = await request.json()
         self.requests.append(body)
         problem = violations(body)

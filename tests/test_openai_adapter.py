@@ -1,0 +1,89 @@
+"""The real openai SDK against a local server that enforces the ``role: tool`` rules."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bot.agent.decisions import Confirm
+from bot.agent.messages import AssistantMessage, ToolCall, UserMessage
+from bot.agent.models.base import ModelError
+from bot.agent.models.openai import OpenAIModel
+from state import RedisStore
+from tests.conftest import make_harness
+from tests.fakes.openai_api import FakeOpenAI, text, tool_calls, violations
+from tests.toolkit import Probe, toolkit
+from tools import demo
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeOpenAI]:
+    f = FakeOpenAI()
+    await f.server.start()
+    yield f
+    await f.server.stop()
+
+
+def model_for(fake: FakeOpenAI) -> OpenAIModel:
+    return OpenAIModel("gpt-test", api_key="sk-test", base_url=f"{fake.server.url}/v1", max_retries=1)
+
+
+async def test_the_fake_rejects_missing_and_orphan_tool_messages(fake: FakeOpenAI) -> None:
+    call = {"role": "assistant", "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "t", "arguments": "{}"}}]}
+    assert "did not have response messages: c1" in (violations({"messages": [call, {"role": "user",
+                                                                                    "content": "x"}]}) or "")
+    assert "must be a response" in (violations({"messages": [{"role": "tool", "tool_call_id": "zz",
+                                                              "content": "x"}]}) or "")
+    broken = [UserMessage(content="hi"), AssistantMessage(tool_calls=(ToolCall(id="c9", name="t"),)),
+              UserMessage(content="?")]
+    with pytest.raises(ModelError) as info:
+        await model_for(fake).complete(broken, [])
+    assert info.value.kind == "bad_request"
+
+
+async def test_parallel_calls_and_invalid_json_arguments(fake: FakeOpenAI, store: RedisStore) -> None:
+    probe = Probe()
+    tools = toolkit(probe)
+    fake.queue(tool_calls(("lookup_a", {"q": "1"}), ("lookup_b", '{"q": "2"'), ("lookup_b", "[1, 2]")),
+               text("A worked; B had bad arguments."))
+    h = make_harness(model_for(fake), store, [tools["lookup_a"], tools["lookup_b"]])
+
+    out = await h.engine.ask("t", "both")
+
+    assert out.answer == "A worked; B had bad arguments." and fake.rejections == []
+    messages = fake.requests[1]["messages"]
+    tool_messages = [m for m in messages if m["role"] == "tool"]
+    assert len(tool_messages) == 3
+    codes = [json.loads(m["content"]).get("errorCode") for m in tool_messages]
+    assert codes == [None, "validation_error", "validation_error"]
+    assert probe.log == ["lookup_a"]
+    # The malformed arguments are sent back exactly as the model produced them.
+    assistant = next(m for m in messages if m["role"] == "assistant")
+    assert assistant["tool_calls"][1]["function"]["arguments"] == '{"q": "2"'
+    assert fake.requests[0]["tools"][0]["type"] == "function"
+
+
+async def test_pause_and_resume_stay_valid(fake: FakeOpenAI, store: RedisStore) -> None:
+    toolbox = demo.build()
+    fake.queue(tool_calls(("restart_service", {"service_id": "payments", "environment": "prod"}),
+                          ("search_docs", {"query": "restart"})),
+               text("Restarted."))
+    h = make_harness(model_for(fake), store, toolbox=toolbox)
+
+    paused = await h.engine.ask("t", "restart payments in prod")
+    out = await h.engine.resume_token(paused.pending[0].token, Confirm(), by="U2")
+
+    assert out.answer == "Restarted." and fake.rejections == [] and len(toolbox.restarts.done) == 1
+
+
+async def test_length_cut_tool_call_is_retried_then_reported(fake: FakeOpenAI, store: RedisStore) -> None:
+    probe = Probe()
+    tools = toolkit(probe)
+    fake.queue(tool_calls(("lookup_a", '{"q": '), finish="length"), tool_calls(("lookup_a", '{"q'), finish="length"))
+    h = make_harness(model_for(fake), store, [tools["lookup_a"]])
+    out = await h.engine.ask("t", "go")
+    assert out.stop_reason == "model_error" and "cut off" in out.answer and probe.log == []
+    assert fake.requests[1]["max_tokens"] == 2 * fake.requests[0]["max_tokens"]
