@@ -40,7 +40,8 @@ def violations(messages: Sequence[Message]) -> list[str]:
         m = messages[i]
         i += 1
         if isinstance(m, ToolResultMessage):
-            problems.append(f"result {m.call_id} does not directly follow its call's turn")
+            where = "does not directly follow its call's turn" if m.call_id in issued else "is an orphan"
+            problems.append(f"result {m.call_id} {where}")
         elif isinstance(m, AssistantMessage) and m.tool_calls:
             expected = {c.id for c in m.tool_calls}
             if len(expected) != len(m.tool_calls) or expected & issued:

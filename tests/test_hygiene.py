@@ -1,0 +1,35 @@
+"""Scrubbing secrets and personal data; bounding output with an explicit note."""
+
+from __future__ import annotations
+
+import json
+
+from tools.hygiene import bound, clean, scrub_text
+
+
+def test_secrets_and_personal_data_are_redacted() -> None:
+    raw = ("token xoxb-123456789012-abcdefABCDEF key AKIAABCDEFGHIJKLMNOP "
+           "Authorization: Bearer abc.def-ghi_jkl.mno123 "
+           "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJlLWhlcmU "
+           "dsn postgres://app:s3cretpass@db:5432/pay password=hunter22 "
+           "mail oncall@example.com phone 13812345678 or (415) 555-0134 "
+           "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----")
+    out = scrub_text(raw)
+    for secret in ("xoxb-1234", "AKIAABCDEF", "abc.def-ghi", "eyJhbGci", "s3cretpass", "hunter22",
+                   "oncall@example.com", "13812345678", "555-0134", "MIIEow"):
+        assert secret not in out, secret
+    assert "postgres://app:[REDACTED]@db:5432/pay" in out
+    assert "order 12345 took 2024 ms" == scrub_text("order 12345 took 2024 ms")
+
+
+def test_long_output_is_bounded_and_says_what_was_left_out() -> None:
+    data = {"lines": [f"line {i}" for i in range(500)], "note": "n" * 50}
+    out = bound(data, 1000)
+    assert len(json.dumps(out)) <= 1000
+    assert any("more items omitted" in str(x) for x in out["lines"])
+    text = bound("y" * 5000, 300)
+    assert isinstance(text, str) and "more characters omitted" in text and len(text) < 400
+
+
+def test_clean_scrubs_nested_values() -> None:
+    assert clean({"k": ["a@b.io"]}, 1000) == {"k": ["[REDACTED email]"]}

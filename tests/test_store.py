@@ -1,0 +1,122 @@
+"""The Redis store: claim-once, leases, TTLs on every key, append-only growth, corrupt records."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from bot.agent.decisions import Confirm
+from bot.agent.errors import ThreadBusy
+from bot.agent.models.scripted import ScriptedModel, call, reply
+from state import CorruptRecord, Keys, MemoryStore, RedisStore, Store, StoreUnavailable, connect
+from tests.conftest import make_harness
+from tools import demo
+
+
+@pytest.fixture(params=["redis", "memory"])
+def any_store(request: pytest.FixtureRequest, store: RedisStore) -> Store:
+    return store if request.param == "redis" else MemoryStore()
+
+
+async def test_claim_once_under_contention(any_store: Store) -> None:
+    claims = await asyncio.gather(*(any_store.claim("tok", f"U{i}") for i in range(25)))
+    winners = [c for c in claims if c.won]
+    assert len(winners) == 1
+    assert all(c.holder == winners[0].holder for c in claims)
+    assert not (await any_store.claim("tok", winners[0].holder)).won  # the same person twice: still once
+
+
+async def test_lease_is_exclusive_and_lapses(any_store: Store) -> None:
+    assert await any_store.acquire_lease("th", "a", 100)
+    assert not await any_store.acquire_lease("th", "b", 100)
+    assert not await any_store.renew_lease("th", "b", 100)
+    await any_store.release_lease("th", "b")  # not the owner: no effect
+    assert await any_store.lease_holder("th") == "a"
+    await asyncio.sleep(0.15)
+    assert await any_store.acquire_lease("th", "b", 100)
+
+
+async def test_dedupe_and_journal(any_store: Store) -> None:
+    assert await any_store.dedupe("event-1") and not await any_store.dedupe("event-1")
+    assert await any_store.journal_start("r", "c") and not await any_store.journal_start("r", "c")
+    await any_store.journal_finish("r", "c", "ok")
+    assert await any_store.journal("r") == {"c": "finished"}
+
+
+async def test_every_key_has_a_ttl_and_the_transcript_only_grows(store: RedisStore, prefix: str) -> None:
+    toolbox = demo.build()
+    model = ScriptedModel([reply("", call("search_resource", query="payments"), call("search_docs", query="db")),
+                           reply("answer"),
+                           reply("", call("restart_service", "r1", service_id="payments", environment="prod")),
+                           reply("restarted")])
+    h = make_harness(model, store, toolbox=toolbox)
+    await h.engine.ask("t", "payments?")
+    first = await store.client.lrange(Keys(prefix).transcript("t"), 0, -1)
+    paused = await h.engine.ask("t", "restart in prod")
+    await store.dedupe("evt")
+    await h.engine.resume_token(paused.pending[0].token, Confirm(), by="U2")
+
+    keys = [k async for k in store.client.scan_iter(match=f"{prefix}:*")]
+    kinds = {k.split(":")[1] for k in keys}
+    assert {"thread", "run", "token", "claim", "stats", "dedupe"} <= kinds
+    for key in keys:
+        assert await store.client.ttl(key) > 0, f"{key} has no TTL"
+    after = await store.client.lrange(Keys(prefix).transcript("t"), 0, -1)
+    assert after[:len(first)] == first and len(after) == len(first) + 4  # user, assistant, result, answer
+
+
+async def test_a_corrupt_run_record_is_an_error_for_that_run_only(store: RedisStore, prefix: str) -> None:
+    toolbox = demo.build()
+    h = make_harness(ScriptedModel([reply("fine"), reply("fine"), reply("still fine")]), store, toolbox=toolbox)
+    ok = await h.engine.ask("good", "hi")
+    bad = await h.engine.ask("bad", "hi")
+    await store.client.set(Keys(prefix).run(bad.run_id), '{"schema_version": 99}', ex=60)
+
+    with pytest.raises(CorruptRecord, match="schema version 99"):
+        await store.load_run(bad.run_id)
+    await store.client.set(Keys(prefix).run(bad.run_id), "not json", ex=60)
+    with pytest.raises(CorruptRecord, match="not JSON"):
+        await store.load_run(bad.run_id)
+    assert (await store.load_run(ok.run_id)) is not None
+    assert (await h.engine.ask("good", "again")).answer == "still fine"
+
+
+async def test_a_corrupt_transcript_entry_is_reported_with_its_key(store: RedisStore, prefix: str) -> None:
+    await store.client.rpush(Keys(prefix).transcript("t"), '{"role": "alien"}')
+    with pytest.raises(CorruptRecord) as info:
+        await store.load_transcript("t")
+    assert info.value.key == Keys(prefix).transcript("t")
+
+
+async def test_an_unreachable_redis_is_a_clear_error() -> None:
+    dead = RedisStore(connect("redis://127.0.0.1:9/0", timeout_s=0.5))
+    with pytest.raises(StoreUnavailable, match="Redis unreachable"):
+        await dead.ping()
+    await dead.close()
+
+
+async def test_a_busy_thread_waits_then_says_so(store: RedisStore) -> None:
+    from bot.agent.engine import EngineOptions
+
+    h = make_harness(ScriptedModel([reply("x")]), store, [], options=EngineOptions(lease_wait_s=0.2))
+    assert await store.acquire_lease("t", "someone-else", 5000)
+    with pytest.raises(ThreadBusy):
+        await h.engine.ask("t", "hello")
+
+
+async def test_stats_from_the_store(store: RedisStore) -> None:
+    toolbox = demo.build()
+    model = ScriptedModel([reply("", call("search_resource", query="nothing-like-this")), reply("not found"),
+                           reply("", call("restart_service", "r1", service_id="payments", environment="prod")),
+                           reply("restarted")])
+    h = make_harness(model, store, toolbox=toolbox)
+    await h.engine.ask("a", "find it")
+    paused = await h.engine.ask("b", "restart")
+    await h.engine.resume_token(paused.pending[0].token, Confirm(), by="U2")
+
+    s = await store.stats(3600)
+    assert s.runs == 2 and s.get("steps") == 4 and s.avg_steps == 2.0
+    assert s.get("tool_calls") == 3 and s.get("tool_failures") == 1  # not_found, interrupted, ok
+    assert s.get("interrupts") == 1 and s.resume_rate == 1.0
+    assert s.stop_reasons == {"final_answer": 2}
