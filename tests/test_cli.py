@@ -1,0 +1,83 @@
+"""The README's first command, as a newcomer runs it: `opspilot chat` plays the OpsPilot scenario."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from state import RedisStore
+
+QUESTION = "看看支付服务最近报错，顺便对照一下文档里的处理建议"
+
+
+def opspilot() -> list[str]:
+    exe = shutil.which("opspilot", path=str(Path(sys.executable).parent))
+    return [exe] if exe else [sys.executable, "-m", "bot.cli"]
+
+
+async def run_cli(args: list[str], stdin: str, env: dict[str, str], cwd: Path) -> tuple[int, str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("OPSPILOT_")}
+    proc = await asyncio.create_subprocess_exec(
+        *opspilot(), *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={**base, **env}, cwd=cwd)
+    out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), 60)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+async def test_chat_plays_the_opspilot_scenario_on_redis(redis_url: str, prefix: str, store: RedisStore,
+                                                         tmp_path: Path) -> None:
+    env = {"REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix}
+    code, out, err = await run_cli(["chat", "--user", "U_ONCALL"],
+                                   f"{QUESTION}\nrestart it in prod\ny\nquit\n", env, tmp_path)
+
+    assert code == 0, err
+    assert "scripted demo model" in out and "store: Redis (durable)" in out
+    # Parallel lookups, then an answer with its evidence.
+    assert "→ search_resource" in out and "→ search_docs" in out
+    assert "docs/payments-db-timeouts.md" in out and "142 'timeout acquiring connection'" in out
+    # The restart is gated, confirmed, executed and reported.
+    assert "a person must confirm" in out and "confirm? [y/N]" in out
+    assert "Restarted `payments` in prod" in out and "<@U_ONCALL>" in out
+    assert "Traceback" not in out + err
+    stats = await store.stats(3600)
+    assert stats.runs == 2 and stats.get("resumed") == 1
+
+    code, out, err = await run_cli(["stats", "--window", "1h"], "", env, tmp_path)
+    assert code == 0, err
+    assert "runs                        2" in out and "final_answer" in out
+
+
+async def test_chat_without_redis_says_it_is_not_durable(tmp_path: Path) -> None:
+    code, out, err = await run_cli(["chat"], "restart payments\n2\nquit\n",
+                                   {"REDIS_URL": "redis://127.0.0.1:9/0"}, tmp_path)
+    assert code == 0, err
+    assert "NOT durable" in out
+    # "restart payments" without a service looked up first: the demo model asks which service.
+    assert "Which service?" in out
+
+
+async def test_a_bad_config_is_one_readable_line(tmp_path: Path) -> None:
+    (tmp_path / "opspilot.yml").write_text("limits:\n  max_stepz: 2\n")
+    code, out, err = await run_cli(["chat"], "", {}, tmp_path)
+    assert code == 2
+    assert "limits.max_stepz" in err and "did you mean 'max_steps'" in err and "Traceback" not in err
+
+
+async def test_stats_without_redis_is_a_clear_error(tmp_path: Path) -> None:
+    code, _, err = await run_cli(["stats"], "", {"REDIS_URL": "redis://127.0.0.1:9/0"}, tmp_path)
+    assert code == 1 and "Redis unreachable" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("answer", ["n"])
+async def test_declining_at_the_prompt_runs_nothing(redis_url: str, prefix: str, store: RedisStore,
+                                                    tmp_path: Path, answer: str) -> None:
+    env = {"REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix}
+    code, out, _ = await run_cli(["chat"], f"payments errors\nrestart it\n1\n{answer}\nquit\n", env, tmp_path)
+    assert code == 0
+    assert "environment — 1) prod / 2) staging" in out
+    assert "The restart did not run" in out and "declined_by_user" in out

@@ -1,0 +1,116 @@
+"""Configuration: file + environment, readable errors; plugins as a public API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bot.agent.models.scripted import ScriptedModel, call, reply
+from bot.assembly import build_model, build_registry
+from bot.config import ConfigError, load_settings
+from state import RedisStore
+from tests.conftest import make_harness
+from tools import demo
+from tools.plugins import PluginError, load_plugin
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in ("OPSPILOT_CONFIG", "OPSPILOT_MODEL", "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "REDIS_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+def write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "opspilot.yml"
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_defaults_without_any_file() -> None:
+    s = load_settings()
+    assert s.limits.max_steps == 8 and s.redis_url == "redis://localhost:6379/0" and s.llm.provider == "auto"
+
+
+def test_file_then_environment_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(tmp_path, "limits:\n  max_steps: 5\n  identical_call_limit: 4\nkey_prefix: team-a\n")
+    monkeypatch.setenv("OPSPILOT_LIMITS__MAX_STEPS", "6")
+    monkeypatch.setenv("REDIS_URL", "redis://10.0.0.1:6380/2")
+    monkeypatch.setenv("OPSPILOT_MODEL", "claude-x")
+    s = load_settings()  # ./opspilot.yml is picked up by default
+    assert s.limits.max_steps == 6 and s.limits.identical_call_limit == 4 and s.key_prefix == "team-a"
+    assert s.redis_url == "redis://10.0.0.1:6380/2" and s.llm.name == "claude-x"
+
+
+def test_broken_yaml_names_the_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "limits:\n  max_steps: [1,\n")
+    with pytest.raises(ConfigError, match=r"not valid YAML at line \d+"):
+        load_settings(path)
+
+
+def test_a_misspelt_key_gets_a_hint(tmp_path: Path) -> None:
+    path = write(tmp_path, "limits:\n  max_stepz: 3\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    assert "limits.max_stepz" in str(info.value) and "did you mean 'max_steps'" in str(info.value)
+    assert "Traceback" not in str(info.value)
+
+
+def test_a_bad_value_names_its_key(tmp_path: Path) -> None:
+    path = write(tmp_path, "limits:\n  max_steps: 0\n")
+    with pytest.raises(ConfigError, match="limits.max_steps: Input should be greater than or equal to 1"):
+        load_settings(path)
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        load_settings(write(tmp_path, "- just\n- a list\n"))
+
+
+def test_model_choice_follows_the_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert build_model(load_settings()).scripted
+    assert "scripted" in build_model(load_settings()).label
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
+    assert build_model(load_settings()).label.startswith("anthropic:")
+    monkeypatch.setenv("OPSPILOT_LLM__PROVIDER", "scripted")
+    with pytest.raises(ConfigError, match="API key is configured"):
+        build_model(load_settings())
+
+
+def test_tool_policy_from_config_changes_where_confirmation_is_needed(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, "tools:\n  restart_service:\n    confirm_in: [prod, staging]\n"))
+    registry = build_registry(settings, demo.build())
+    spec = registry.get("restart_service")
+    assert spec is not None
+    args = spec.args_model.model_validate({"service_id": "payments", "environment": "staging"})
+    assert spec.needs_confirmation(args)
+    with pytest.raises(ConfigError, match="no tool named"):
+        build_registry(load_settings(write(tmp_path, "tools:\n  nope:\n    confirm_in: [prod]\n")), demo.build())
+    with pytest.raises(ConfigError, match="read-only"):
+        build_registry(load_settings(write(tmp_path, "tools:\n  search_docs:\n    confirm_in: [prod]\n")),
+                       demo.build())
+
+
+def test_plugin_tools_register_and_run(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, "plugins: [tests.plugins.oncall]\n"))
+    registry = build_registry(settings, demo.build())
+    assert {"who_is_on_call", "page_oncall"} <= {s.name for s in registry}
+    page = registry.get("page_oncall")
+    assert page is not None and page.mutating
+
+
+async def test_a_plugin_tool_is_used_by_the_engine(store: RedisStore) -> None:
+    specs = load_plugin("tests.plugins.oncall")
+    model = ScriptedModel([reply("", call("who_is_on_call", service_id="payments")), reply("alice is on call")])
+    h = make_harness(model, store, specs)
+    assert (await h.engine.ask("t", "who is on call for payments?")).answer == "alice is on call"
+    assert '"on_call": "alice"' in h.of("tool_result")[0].summary
+
+
+def test_plugin_errors_are_clear(tmp_path: Path) -> None:
+    with pytest.raises(PluginError, match="could not be imported: ImportError"):
+        load_plugin("tests.plugins.broken")
+    with pytest.raises(PluginError, match="could not be imported: ModuleNotFoundError"):
+        load_plugin("tests.plugins.nope")
+    with pytest.raises(PluginError, match="defines no tools"):
+        load_plugin("tests.plugins")
+    with pytest.raises(ConfigError, match="could not be imported"):
+        build_registry(load_settings(write(tmp_path, "plugins: [tests.plugins.broken]\n")), demo.build())
