@@ -63,7 +63,7 @@ async def test_chat_without_redis_says_it_is_not_durable(tmp_path: Path) -> None
 
 async def test_a_bad_config_is_one_readable_line(tmp_path: Path) -> None:
     (tmp_path / "opspilot.yml").write_text("limits:\n  max_stepz: 2\n")
-    code, out, err = await run_cli(["chat"], "", {}, tmp_path)
+    code, _, err = await run_cli(["chat"], "", {}, tmp_path)
     assert code == 2
     assert "limits.max_stepz" in err and "did you mean 'max_steps'" in err and "Traceback" not in err
 

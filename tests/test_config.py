@@ -59,7 +59,7 @@ def test_a_misspelt_key_gets_a_hint(tmp_path: Path) -> None:
 
 def test_a_bad_value_names_its_key(tmp_path: Path) -> None:
     path = write(tmp_path, "limits:\n  max_steps: 0\n")
-    with pytest.raises(ConfigError, match="limits.max_steps: Input should be greater than or equal to 1"):
+    with pytest.raises(ConfigError, match=r"limits\.max_steps: Input should be greater than or equal to 1"):
         load_settings(path)
     with pytest.raises(ConfigError, match="must be a mapping"):
         load_settings(write(tmp_path, "- just\n- a list\n"))

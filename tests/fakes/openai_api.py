@@ -46,7 +46,8 @@ def violations(body: dict[str, Any]) -> str | None:
             owner = messages[j] if j >= 0 else {}
             ids = {c["id"] for c in owner.get("tool_calls") or []}
             if m.get("tool_call_id") not in ids:
-                return "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'."
+                return ("Invalid parameter: messages with role 'tool' must be a response to a preceeding message "
+                        "with 'tool_calls'.")
     return None
 
 

@@ -70,7 +70,8 @@ def _answer_lookup(results: list[ToolResultMessage], zh: bool) -> str:
     if zh:
         lines.append("_未核实：我只看了目录中的告警摘要和文档，没有直接查询日志或指标。_")
     else:
-        lines.append("_Not checked: I only read the catalog's alert summary and the runbooks, not raw logs or metrics._")
+        lines.append("_Not checked: I only read the catalog's alert summary and the runbooks, "
+                     "not raw logs or metrics._")
     return "\n".join(lines)
 
 
@@ -80,8 +81,10 @@ def _answer_restart(result: ToolResultMessage, zh: bool) -> str:
         d = body["data"]
         who = f" (confirmed by <@{d['confirmed_by']}>)" if d.get("confirmed_by") else ""
         if zh:
-            return f"已重启 `{d['service_id']}`（{d['environment']}），rollout {d['rollout']}{who}。_来源: restart_service_"
-        return f"Restarted `{d['service_id']}` in {d['environment']}: rollout {d['rollout']}{who}. _source: restart_service_"
+            return (f"已重启 `{d['service_id']}`（{d['environment']}），rollout {d['rollout']}{who}。"
+                    "_来源: restart_service_")
+        return (f"Restarted `{d['service_id']}` in {d['environment']}: rollout {d['rollout']}{who}. "
+                "_source: restart_service_")
     return (f"未执行重启：{body.get('message')}" if zh
             else f"The restart did not run: {body.get('message')} ({body.get('errorCode')}).")
 
@@ -107,7 +110,8 @@ def demo_reply(messages: Sequence[Message], tools: Sequence[str]) -> AssistantMe
         args: dict[str, Any] = {"service_id": service, "reason": text[:200]}
         if env:
             args["environment"] = env
-        return AssistantMessage(content=f"Restarting {service} as asked.", tool_calls=(_call("restart_service", **args),))
+        restart = _call("restart_service", **args)
+        return AssistantMessage(content=f"Restarting {service} as asked.", tool_calls=(restart,))
     calls = [_call(name, query=text) for name in ("search_resource", "search_docs") if name in tools]
     if not calls:
         return AssistantMessage(content="(scripted demo model) I have no tool for that.")
