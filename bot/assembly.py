@@ -8,10 +8,8 @@ from dataclasses import dataclass
 
 from bot.agent.engine import Engine
 from bot.agent.events import EventBus
-from bot.agent.models.anthropic import AnthropicModel
 from bot.agent.models.base import ChatModel
 from bot.agent.models.demo import demo_model
-from bot.agent.models.openai import OpenAIModel
 from bot.agent.run import RunDeps
 from bot.config import ConfigError, Settings
 from state import Keys, MemoryStore, RedisStore, StoreError, Ttls, connect
@@ -38,10 +36,15 @@ def build_model(settings: Settings) -> ChatModel:
                               "unset the key or choose provider 'auto', 'anthropic' or 'openai'")
         return demo_model()
     name = llm.name or DEFAULT_MODELS[provider]
+    # The SDKs take seconds to import: load only the one in use.
     if provider == "anthropic":
+        from bot.agent.models.anthropic import AnthropicModel
+
         if not has_anthropic:
             raise ConfigError("llm.provider is 'anthropic' but ANTHROPIC_API_KEY is not set")
         return AnthropicModel(name, max_tokens=llm.max_tokens, timeout_s=llm.timeout_s, max_retries=llm.max_retries)
+    from bot.agent.models.openai import OpenAIModel
+
     if not has_openai:
         raise ConfigError("llm.provider is 'openai' but OPENAI_API_KEY is not set")
     return OpenAIModel(name, max_tokens=llm.max_tokens, timeout_s=llm.timeout_s, max_retries=llm.max_retries)

@@ -196,3 +196,26 @@ async def test_a_thread_keeps_its_history_across_turns(store: RedisStore) -> Non
     seen = model.requests[-1].messages
     assert [m.content for m in seen if isinstance(m, UserMessage)] == ["one", "two"]
     assert any(isinstance(m, AssistantMessage) and m.content == "first" for m in seen)
+
+
+async def test_the_trace_records_steps_calls_and_the_stop_reason(store: RedisStore) -> None:
+    from state.records import CallTrace, FinishTrace, StepTrace
+
+    tools = toolkit(Probe())
+    model = ScriptedModel([reply("", call("lookup_a", "t1", q="1"), call("broken", "t2")), reply("done")])
+    h = make_harness(model, store, [tools["lookup_a"], tools["broken"]])
+
+    out = await h.engine.ask("thread-9", "trace me", user_id="U7")
+
+    trace = await store.load_trace(out.run_id)
+    steps = [e for e in trace if isinstance(e, StepTrace)]
+    calls = [e for e in trace if isinstance(e, CallTrace)]
+    finish = [e for e in trace if isinstance(e, FinishTrace)]
+    assert [(s.step, s.asked_for_tools) for s in steps] == [(1, True), (2, False)]
+    assert all(s.model_latency_ms >= 0 for s in steps)
+    assert [(c.call_id, c.tool, c.status, c.error_code) for c in calls] == [
+        ("t1", "lookup_a", "ok", None), ("t2", "broken", "error", "internal_error")]
+    assert calls[0].args_digest.startswith("lookup_a:") and all(c.latency_ms >= 0 for c in calls)
+    assert [(f.stop_reason, f.steps) for f in finish] == [("final_answer", 2)]
+    record = await store.load_run(out.run_id)
+    assert record is not None and (record.thread_id, record.user_id, record.step) == ("thread-9", "U7", 2)

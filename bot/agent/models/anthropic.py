@@ -22,7 +22,7 @@ from bot.agent.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from bot.agent.models.base import AUTO, Completion, ModelError, ModelStop, ToolChoice, Usage
+from bot.agent.models.base import AUTO, Completion, ModelError, ModelStop, ToolChoice, Usage, classify_api_error
 from tools.registry import ToolDefinition
 
 log = logging.getLogger(__name__)
@@ -75,18 +75,6 @@ def _tool_choice(choice: ToolChoice) -> dict[str, Any]:
     return {"type": choice.mode}
 
 
-def _classify(exc: anthropic.APIError) -> ModelError:
-    if isinstance(exc, anthropic.APIConnectionError):  # includes timeouts
-        return ModelError("unreachable", "the model service could not be reached")
-    if isinstance(exc, anthropic.RateLimitError):
-        return ModelError("rate_limited", "the model service is rate limiting us; try again shortly")
-    if isinstance(exc, anthropic.BadRequestError):
-        log.error("BUG or bad config: Anthropic rejected our request: %s", exc)
-        return ModelError("bad_request", "the model service rejected the request")
-    if isinstance(exc, anthropic.APIStatusError):
-        return ModelError("api_error", f"the model service answered with HTTP {exc.status_code}")
-    return ModelError("api_error", "the model service failed")
-
 
 class AnthropicModel:
     scripted = False
@@ -122,7 +110,7 @@ class AnthropicModel:
                 model=self.model, max_tokens=max_tokens, messages=cast(Any, wire), **kwargs,
             )
         except anthropic.APIError as exc:
-            raise _classify(exc) from exc
+            raise classify_api_error(exc, anthropic, "Anthropic") from exc
 
     async def complete(
         self,

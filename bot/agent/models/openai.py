@@ -23,7 +23,7 @@ from bot.agent.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from bot.agent.models.base import AUTO, Completion, ModelError, ModelStop, ToolChoice, Usage
+from bot.agent.models.base import AUTO, Completion, ModelError, ModelStop, ToolChoice, Usage, classify_api_error
 from tools.registry import ToolDefinition
 
 log = logging.getLogger(__name__)
@@ -68,20 +68,6 @@ def _tool_choice(choice: ToolChoice) -> Any:
     return {"any": "required"}.get(choice.mode, choice.mode)
 
 
-def _classify(exc: openai.APIError) -> ModelError:
-    if isinstance(exc, openai.APIConnectionError):
-        return ModelError("unreachable", "the model service could not be reached")
-    if isinstance(exc, openai.RateLimitError):
-        return ModelError("rate_limited", "the model service is rate limiting us; try again shortly")
-    if isinstance(exc, openai.BadRequestError):
-        if "context" in str(exc).lower() and "length" in str(exc).lower():
-            return ModelError("context_window_exceeded", "the conversation no longer fits the model's context")
-        log.error("BUG or bad config: the OpenAI-compatible API rejected our request: %s", exc)
-        return ModelError("bad_request", "the model service rejected the request")
-    if isinstance(exc, openai.APIStatusError):
-        return ModelError("api_error", f"the model service answered with HTTP {exc.status_code}")
-    return ModelError("api_error", "the model service failed")
-
 
 class OpenAIModel:
     scripted = False
@@ -124,7 +110,7 @@ class OpenAIModel:
                     model=self.model, messages=cast(Any, to_wire(messages)), max_tokens=budget, **kwargs,
                 )
             except openai.APIError as exc:
-                raise _classify(exc) from exc
+                raise classify_api_error(exc, openai, "OpenAI-compatible") from exc
             if not response.choices:
                 raise ModelError("bad_response", "the model service returned no choices")
             choice = response.choices[0]
