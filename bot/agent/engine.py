@@ -90,7 +90,15 @@ class Engine:
             raise InterruptExpired("this request expired")
         self._check_fits(pending, decision)
         await self._claim(pending, by)
-        async with self._lease(record.thread_id):
+        try:
+            return await self._apply(record.thread_id, run_id, pending, decision, by)
+        except ThreadBusy:
+            await self.deps.store.release_claim(pending.token)  # nothing happened: the question stays open
+            raise
+
+    async def _apply(self, thread_id: str, run_id: str, pending: PendingCall, decision: Decision,
+                     by: str) -> RunOutcome:
+        async with self._lease(thread_id):
             record = await self._load(run_id)
             current = next((p for p in record.pending if p.token == pending.token), None)
             if current is None:
@@ -100,8 +108,11 @@ class Engine:
             if not isinstance(decision, Expire | CancelRun):
                 run.count("resumed")
             if run.record.pending:
-                fresh = [p for p in run.record.pending if p.call.id == call_id]
-                return await run.pause(new=fresh)
+                fresh = [p for p in run.record.pending if p.call.id == pending.call.id]
+                if fresh:  # the same call asks again (values given, now it needs a confirmation)
+                    return await run.pause(new=fresh)
+                await run.commit()  # other questions of this batch are still open
+                return run.outcome()
             if isinstance(decision, Expire):
                 answer = f"_The request to run `{pending.call.name}` expired without an answer; nothing was run._"
                 return await run.finish("interrupted", answer)
