@@ -16,6 +16,8 @@ class Ttls:
     cancel_s: int = 3600
     dedupe_s: int = 24 * 3600
     stats_s: int = 8 * 24 * 3600
+    audit_s: int = 90 * 24 * 3600
+    audit_max_entries: int = 100_000
 
 
 @dataclass(frozen=True)
@@ -54,3 +56,18 @@ class Keys:
 
     def stats(self, hour: int) -> str:
         return f"{self.prefix}:stats:{hour}"
+
+    def meta(self, kind: str, name: str) -> str:
+        """Front-end bookkeeping (e.g. where a thread's Slack progress message is)."""
+        return f"{self.prefix}:meta:{kind}:{name}"
+
+    def paused_index(self) -> str:
+        """Paused runs scored by their earliest question expiry (for expiry and reminders)."""
+        return f"{self.prefix}:index:paused"
+
+    def active_index(self) -> str:
+        """Running runs scored by their last write (for finding runs whose worker died)."""
+        return f"{self.prefix}:index:active"
+
+    def audit(self) -> str:
+        return f"{self.prefix}:audit"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 
 from bot.agent.messages import Message
 from state.records import RunRecord, TraceEntry
@@ -25,6 +26,10 @@ class MemoryStore:
         self._cancels: set[str] = set()
         self._seen: set[str] = set()
         self._stats: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self._meta: dict[tuple[str, str], dict[str, str]] = defaultdict(dict)
+        self._paused: dict[str, float] = {}
+        self._active: dict[str, float] = {}
+        self._audit: list[dict[str, str]] = []
 
     async def ping(self) -> None:
         return None
@@ -42,6 +47,13 @@ class MemoryStore:
         by_token = {p.token: p for p in run.pending}
         for token in write.new_tokens:
             self._tokens[token] = (run.run_id, by_token[token].call.id)
+        self._audit.extend(dict(e) for e in write.audit)
+        self._paused.pop(run.run_id, None)
+        self._active.pop(run.run_id, None)
+        if run.status == "paused" and run.pending:
+            self._paused[run.run_id] = min(p.expires_at for p in run.pending)
+        elif run.status == "running":
+            self._active[run.run_id] = run.updated_at
         bucket = self._stats[hour_now()]
         for name, value in write.counters.items():
             bucket[name] += value
@@ -118,7 +130,20 @@ class MemoryStore:
     async def cancel_requested(self, run_id: str) -> bool:
         return run_id in self._cancels
 
-    async def dedupe(self, name: str) -> bool:
+    async def put_meta(self, kind: str, name: str, fields: Mapping[str, str]) -> None:
+        self._meta[(kind, name)].update(fields)
+
+    async def get_meta(self, kind: str, name: str) -> dict[str, str]:
+        return dict(self._meta.get((kind, name), {}))
+
+    async def runs_due(self, index: str, before: float) -> list[str]:
+        scores = self._paused if index == "paused" else self._active
+        return [run_id for run_id, score in sorted(scores.items(), key=lambda kv: kv[1]) if score <= before]
+
+    async def read_audit(self, count: int = 100) -> list[dict[str, str]]:
+        return list(reversed(self._audit[-count:]))
+
+    async def dedupe(self, name: str, ttl_s: int | None = None) -> bool:
         if name in self._seen:
             return False
         self._seen.add(name)

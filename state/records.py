@@ -11,7 +11,8 @@ from bot.agent.messages import ToolCall
 
 SCHEMA_VERSION = 1
 
-RunStatus = Literal["running", "paused", "finished"]
+RunStatus = Literal["running", "paused", "stalled", "finished"]
+"""``stalled``: its worker died; the transcript was repaired and it waits for someone to resume it."""
 
 
 class _Record(BaseModel):

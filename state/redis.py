@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 from pydantic import ValidationError
@@ -91,12 +91,30 @@ class RedisStore:
             by_token = {p.token: p for p in run.pending}
             for token in write.new_tokens:
                 pipe.set(k.token(token), f"{run.run_id}\n{by_token[token].call.id}", ex=token_ttl)
+            self._index(pipe, write)
+            if write.audit:
+                for entry in write.audit:
+                    pipe.xadd(k.audit(), cast(Any, dict(entry)), maxlen=self.ttls.audit_max_entries, approximate=True)
+                pipe.expire(k.audit(), self.ttls.audit_s)
             if write.counters:
                 key = k.stats(hour_now())
                 for name, value in write.counters.items():
                     pipe.hincrby(key, name, value)
                 pipe.expire(key, self.ttls.stats_s)
             await pipe.execute()
+
+    def _index(self, pipe: Any, write: Write) -> None:
+        run, k, ttl = write.run, self.keys, self.ttls.thread_s
+        if run.status == "paused" and run.pending:
+            pipe.zadd(k.paused_index(), {run.run_id: min(p.expires_at for p in run.pending)})
+        else:
+            pipe.zrem(k.paused_index(), run.run_id)
+        if run.status == "running":
+            pipe.zadd(k.active_index(), {run.run_id: run.updated_at})
+        else:
+            pipe.zrem(k.active_index(), run.run_id)
+        pipe.expire(k.paused_index(), ttl)
+        pipe.expire(k.active_index(), ttl)
 
     async def load_run(self, run_id: str) -> RunRecord | None:
         key = self.keys.run(run_id)
@@ -196,9 +214,33 @@ class RedisStore:
         async with _guard("checking for a cancel"):
             return bool(await self.client.exists(self.keys.cancel(run_id)))
 
-    async def dedupe(self, name: str) -> bool:
+    async def dedupe(self, name: str, ttl_s: int | None = None) -> bool:
         async with _guard("deduplicating"):
-            return bool(await self.client.set(self.keys.dedupe(name), "1", nx=True, ex=self.ttls.dedupe_s))
+            return bool(await self.client.set(self.keys.dedupe(name), "1", nx=True, ex=ttl_s or self.ttls.dedupe_s))
+
+    async def put_meta(self, kind: str, name: str, fields: Mapping[str, str]) -> None:
+        key = self.keys.meta(kind, name)
+        async with _guard("saving metadata"):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hset(key, mapping=cast(Any, dict(fields)))
+            pipe.expire(key, self.ttls.thread_s)
+            await pipe.execute()
+
+    async def get_meta(self, kind: str, name: str) -> dict[str, str]:
+        async with _guard("reading metadata"):
+            raw = await self.client.hgetall(self.keys.meta(kind, name))
+        return {str(_text(k)): str(_text(v)) for k, v in raw.items()}
+
+    async def runs_due(self, index: str, before: float) -> list[str]:
+        key = self.keys.paused_index() if index == "paused" else self.keys.active_index()
+        async with _guard("reading the run index"):
+            members: list[Any] = await self.client.zrangebyscore(key, "-inf", before)
+        return [str(_text(m)) for m in members]
+
+    async def read_audit(self, count: int = 100) -> list[dict[str, str]]:
+        async with _guard("reading the audit stream"):
+            rows: list[Any] = await self.client.xrevrange(self.keys.audit(), count=count) or []
+        return [{str(_text(k)): str(_text(v)) for k, v in (fields or {}).items()} for _, fields in rows]
 
     async def stats(self, window_s: int) -> Stats:
         now = hour_now()

@@ -20,6 +20,7 @@ class Write:
     trace: Sequence[TraceEntry] = ()
     counters: Mapping[str, int] = field(default_factory=dict)
     new_tokens: Sequence[str] = ()
+    audit: Sequence[Mapping[str, str]] = ()
 
 
 @dataclass(frozen=True)
@@ -110,8 +111,17 @@ class Store(Protocol):
 
     async def cancel_requested(self, run_id: str) -> bool: ...
 
-    async def dedupe(self, name: str) -> bool:
+    async def dedupe(self, name: str, ttl_s: int | None = None) -> bool:
         """True the first time ``name`` is seen (within its TTL), False after."""
+
+    async def put_meta(self, kind: str, name: str, fields: Mapping[str, str]) -> None: ...
+
+    async def get_meta(self, kind: str, name: str) -> dict[str, str]: ...
+
+    async def runs_due(self, index: str, before: float) -> list[str]:
+        """Run ids in ``index`` ("paused" by earliest expiry, "active" by last write) scored at most ``before``."""
+
+    async def read_audit(self, count: int = 100) -> list[dict[str, str]]: ...
 
     async def stats(self, window_s: int) -> Stats: ...
 

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -58,9 +58,9 @@ class Engine:
         """A new message in a thread. If the thread's run is waiting for a person, the message answers it."""
         async with self._lease(thread_id):
             latest = await self._latest(thread_id)
-            if latest is not None and latest.status == "running":
+            if latest is not None and latest.status in ("running", "stalled"):
                 # We hold the lease, so the worker that ran it is gone: close it out first.
-                crashed = await self._repair_crashed(latest)
+                crashed = await self._repair_crashed(latest) if latest.status == "running" else await self._open(latest)
                 if not crashed.record.pending:
                     await crashed.fail("internal_error", "the worker running this turn stopped (restart)")
                 latest = crashed.record
@@ -82,14 +82,23 @@ class Engine:
             await run.commit()
             return await self._drive(run, first_tool)
 
-    async def resume(self, run_id: str, call_id: str, decision: Decision, *, by: str) -> RunOutcome:
-        """A person's answer to one paused call. Exactly one answer per question is ever applied."""
+    async def resume(self, run_id: str, call_id: str, decision: Decision, *, by: str,
+                     on_claimed: Callable[[], Awaitable[None]] | None = None) -> RunOutcome:
+        """A person's answer to one paused call. Exactly one answer per question is ever applied.
+
+        ``on_claimed`` runs as soon as this answer has won the claim, before the call executes
+        (a front end uses it to show "Confirmed by …" at once)."""
         record = await self._load(run_id)
         pending = _find(record, call_id)
         if not isinstance(decision, Expire | CancelRun) and time.time() > pending.expires_at:
             raise InterruptExpired("this request expired")
         self._check_fits(pending, decision)
         await self._claim(pending, by)
+        if on_claimed is not None:
+            try:
+                await on_claimed()
+            except Exception:
+                log.exception("on_claimed hook failed for run %s", run_id)
         try:
             return await self._apply(record.thread_id, run_id, pending, decision, by)
         except ThreadBusy:
@@ -119,11 +128,12 @@ class Engine:
             run.record.status = "running"
             return await self._drive(run)
 
-    async def resume_token(self, token: str, decision: Decision, *, by: str) -> RunOutcome:
+    async def resume_token(self, token: str, decision: Decision, *, by: str,
+                           on_claimed: Callable[[], Awaitable[None]] | None = None) -> RunOutcome:
         found = await self.deps.store.resolve_token(token)
         if found is None:
             raise NotPending("unknown or expired request")
-        return await self.resume(found[0], found[1], decision, by=by)
+        return await self.resume(found[0], found[1], decision, by=by, on_claimed=on_claimed)
 
     async def cancel(self, run_id: str) -> RunOutcome | None:
         """Stop a run wherever it is; every call id already issued gets a result."""
@@ -155,14 +165,28 @@ class Engine:
                     outcome = await self.resume(run_id, pending.call.id, Expire(), by="expiry")
         return outcome
 
+    async def repair(self, run_id: str) -> RunOutcome | None:
+        """A worker died mid-run: answer what it left dangling (a started change → ``outcome_unknown``)
+        and park the run as ``stalled`` until someone resumes it. None if its worker is still alive."""
+        record = await self._load(run_id)
+        try:
+            async with self._lease(record.thread_id, wait=False):
+                record = await self._load(run_id)
+                if record.status != "running":
+                    return None
+                run = await self._repair_crashed(record, park=True)
+                return run.outcome()
+        except ThreadBusy:
+            return None
+
     async def recover(self, run_id: str) -> RunOutcome:
-        """After a worker died: answer what it left dangling (never re-running a started change), go on."""
+        """Repair a run whose worker died (never re-running a started change) and carry on with it."""
         record = await self._load(run_id)
         async with self._lease(record.thread_id, wait=False):
             record = await self._load(run_id)
-            if record.status == "finished":
+            if record.status in ("finished", "paused"):
                 return Run(self.deps, record, []).outcome()
-            run = await self._repair_crashed(record)
+            run = await self._repair_crashed(record) if record.status == "running" else await self._open(record)
             if run.record.pending:
                 return await run.pause()
             run.record.status = "running"
@@ -284,7 +308,7 @@ class Engine:
                                      for e in exc.errors(include_url=False)[:5])
                 raise InvalidDecision(f"invalid values: {problems}") from exc
 
-    async def _repair_crashed(self, record: RunRecord) -> Run:
+    async def _repair_crashed(self, record: RunRecord, *, park: bool = False) -> Run:
         """Answer the calls a dead worker left behind. A started change is never re-run."""
         run = await self._open(record)
         journal = await self.deps.store.journal(record.run_id)
@@ -303,6 +327,8 @@ class Engine:
                 run.answer(call, "cancelled", "interrupted_by_restart", "the worker stopped before this call ran")
         if run.record.pending:
             run.record.status = "paused"
+        elif park:
+            run.record.status = "stalled"
         await run.commit()
         return run
 

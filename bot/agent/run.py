@@ -7,6 +7,7 @@ which is persisted as a :class:`state.RunRecord` plus append-only transcript and
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import secrets
 import time
@@ -96,6 +97,7 @@ class Run:
         self._trace: list[TraceEntry] = []
         self._counters: Counter[str] = Counter()
         self._tokens: list[str] = []
+        self._audit: list[dict[str, str]] = []
         self._outbox: list[Event] = []
         # Results announced live during a batch, kept so an interrupted batch loses none of them.
         self._finished_calls: dict[str, Observation] = {}
@@ -145,9 +147,9 @@ class Run:
         self.record.updated_at = time.time()
         await self.deps.store.commit(Write(
             run=self.record, messages=self._messages, trace=self._trace,
-            counters=dict(self._counters), new_tokens=self._tokens,
+            counters=dict(self._counters), new_tokens=self._tokens, audit=self._audit,
         ))
-        self._messages, self._trace, self._counters, self._tokens = [], [], Counter(), []
+        self._messages, self._trace, self._counters, self._tokens, self._audit = [], [], Counter(), [], []
         await self.flush_events()
 
     def outcome(self) -> RunOutcome:
@@ -219,7 +221,8 @@ class Run:
 
     # --- Observation ---------------------------------------------------------------------------
 
-    async def observe(self, observations: Sequence[Observation], step: int | None = None) -> None:
+    async def observe(self, observations: Sequence[Observation], step: int | None = None,
+                      approved_by: str | None = None) -> None:
         """Write one result per call id (or park it as pending), update the limit counters, commit."""
         step = step or self.record.step
         keep = self.deps.limits.identical_call_limit * 2
@@ -248,10 +251,25 @@ class Run:
                 elif status == "ok":
                     self.record.fail_streak = 0
                 self.record.recent_calls = [*self.record.recent_calls, digest][-keep:]
+                self._audit_change(obs, approved_by)
             self.count("tool_calls")
             self._trace.append(CallTrace(step=step, call_id=call.id, tool=call.name, args_digest=digest,
                                          status=status, error_code=code, latency_ms=round(obs.latency_ms, 2)))
         await self.commit()
+
+    def _audit_change(self, obs: Observation, approved_by: str | None) -> None:
+        """Every change that was decided (run, failed, declined, expired) goes to the audit stream."""
+        spec = self.deps.registry.get(obs.call.name)
+        if spec is None or not spec.mutating or obs.result is None or obs.result.status == "skipped":
+            return
+        self._audit.append({
+            "at": f"{time.time():.3f}", "run_id": self.id, "thread_id": self.record.thread_id,
+            "call_id": obs.call.id, "tool": obs.call.name,
+            "arguments": json.dumps(obs.arguments or obs.call.arguments, ensure_ascii=False, sort_keys=True),
+            "requested_by": self.record.user_id or "", "approved_by": approved_by or "",
+            "status": obs.result.status, "error_code": error_code_of(obs.result) or "",
+            "result": obs.result.content[:500],
+        })
 
     # --- leaving the loop ----------------------------------------------------------------------
 
@@ -362,6 +380,6 @@ class Run:
                                                  status="cancelled"))
         await self._announce(obs)
         if commit:
-            await self.observe([obs], step=pending.step)
+            await self.observe([obs], step=pending.step, approved_by=by if isinstance(decision, Confirm) else None)
         elif obs.result is not None:
             self.append(obs.result)
