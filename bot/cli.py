@@ -20,6 +20,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     chat_cmd = sub.add_parser("chat", help="talk to OpsPilot in the terminal")
     chat_cmd.add_argument("--user", default="local-user", help="who you are (for confirmations and audit)")
+    sub.add_parser("serve", help="serve Slack: Socket Mode with SLACK_APP_TOKEN, otherwise HTTP on $PORT")
     stats_cmd = sub.add_parser("stats", help="runs, steps, failure and resume rates, stop reasons")
     stats_cmd.add_argument("--window", choices=["1h", "1d", "7d"], default="1d")
     return parser
@@ -60,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "chat":
             return asyncio.run(_chat(args.user, args.config))
+        if args.command == "serve":
+            from bot.slack.service import serve
+
+            return asyncio.run(serve(load_settings(args.config)))
         return asyncio.run(_stats(args.window, args.config))
     except ConfigError as exc:
         print(f"opspilot: {exc}", file=sys.stderr)

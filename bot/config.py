@@ -38,6 +38,35 @@ class ToolPolicy(BaseModel):
     confirm_in: list[str] | None = Field(None, description="environments where a person must confirm")
 
 
+class Approvers(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    users: list[str] = Field(default_factory=list, description="Slack user ids")
+    usergroups: list[str] = Field(default_factory=list, description="Slack user group ids (S…)")
+
+
+class SlackConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    bot_token: str | None = Field(None, description="SLACK_BOT_TOKEN")
+    signing_secret: str | None = Field(None, description="SLACK_SIGNING_SECRET")
+    app_token: str | None = Field(None, description="SLACK_APP_TOKEN: Socket Mode when set")
+    api_url: str = Field("https://slack.com/api/", description="SLACK_API_URL")
+    port: int = Field(3000, ge=1, le=65535, description="PORT, HTTP mode")
+    allowed_channels: list[str] = Field(default_factory=list, description="empty: any channel")
+    allowed_users: list[str] = Field(default_factory=list, description="empty (and no groups): anyone")
+    allowed_usergroups: list[str] = Field(default_factory=list)
+    approvers: dict[str, dict[str, Approvers]] = Field(
+        default_factory=dict, description="tool -> environment ('*' for any) -> who may confirm")
+    two_person_rule: list[str] = Field(default_factory=list,
+                                       description="environments where the requester may not approve")
+    mutating_channels: list[str] = Field(default_factory=list, description="empty: any allowed channel")
+    progress_interval_s: float = Field(1.0, ge=0.0, description="at most one progress edit per this many seconds")
+    reminder_before_s: int = Field(300, ge=0, description="remind this long before a question expires; 0: off")
+    sweep_interval_s: float = Field(15.0, gt=0, description="expiry, reminder and recovery sweeps")
+    stale_after_s: float = Field(45.0, gt=0, description="a running run untouched this long is checked")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="OPSPILOT_", env_nested_delimiter="__", extra="forbid")
 
@@ -52,6 +81,7 @@ class Settings(BaseSettings):
     plugins: list[str] = Field(default_factory=list, description="extra modules whose tools are registered")
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
     data_dir: Path | None = Field(None, description="demo data folder (catalog.yml, docs/)")
+    slack: SlackConfig = Field(default_factory=SlackConfig)
 
 
 def config_path(explicit: str | None = None) -> Path | None:
@@ -125,4 +155,14 @@ def load_settings(path: str | None = None) -> Settings:
         raise ConfigError(describe(exc, source)) from exc
     if os.environ.get("OPSPILOT_MODEL"):
         settings.llm.name = os.environ["OPSPILOT_MODEL"]
+    # Slack's own variable names, as every Slack app uses them.
+    for env, attr in (("SLACK_BOT_TOKEN", "bot_token"), ("SLACK_SIGNING_SECRET", "signing_secret"),
+                      ("SLACK_APP_TOKEN", "app_token"), ("SLACK_API_URL", "api_url")):
+        if os.environ.get(env):
+            setattr(settings.slack, attr, os.environ[env])
+    if os.environ.get("PORT"):
+        try:
+            settings.slack.port = int(os.environ["PORT"])
+        except ValueError as exc:
+            raise ConfigError(f"PORT must be a number, got {os.environ['PORT']!r}") from exc
     return settings

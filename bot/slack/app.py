@@ -1,0 +1,85 @@
+"""The Bolt app and the HTTP server around it: ``POST /slack/events``, ``GET /healthz``, ``GET /metrics``.
+
+Bolt verifies every request's signature (401 otherwise), acknowledges events by itself and
+actions/commands through ``ack()`` — always before any work, which runs in the background.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.async_app import AsyncAck, AsyncApp
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack.metrics import Metrics
+from bot.slack.surface import SlackSurface
+from state import StoreError
+from state.store import Store
+
+log = logging.getLogger(__name__)
+
+
+def build_bolt_app(*, client: AsyncWebClient, signing_secret: str, surface: SlackSurface) -> AsyncApp:
+    app = AsyncApp(client=client, signing_secret=signing_secret, process_before_response=False,
+                   logger=logging.getLogger("opspilot.bolt"))
+
+    @app.event("app_mention")
+    async def on_mention(event: dict[str, Any], body: dict[str, Any], context: dict[str, Any]) -> None:
+        surface.spawn(surface.on_message(event, body.get("event_id"), mentioned=True,
+                                         bot_user_id=context.get("bot_user_id")), name="mention")
+
+    @app.event("message")
+    async def on_message(event: dict[str, Any], body: dict[str, Any], context: dict[str, Any]) -> None:
+        surface.spawn(surface.on_message(event, body.get("event_id"), mentioned=False,
+                                         bot_user_id=context.get("bot_user_id")), name="message")
+
+    @app.command("/opspilot")
+    async def on_command(ack: AsyncAck, command: dict[str, Any]) -> None:
+        await ack()
+        surface.spawn(surface.on_command(command), name="command")
+
+    @app.action(re.compile(r"^opspilot_"))
+    async def on_action(ack: AsyncAck, body: dict[str, Any], action: dict[str, Any]) -> None:
+        await ack()
+        surface.spawn(surface.on_action(body, action), name=f"action-{action.get('action_id')}")
+
+    @app.action(re.compile(r"^value$"))
+    async def on_select(ack: AsyncAck) -> None:
+        await ack()  # choosing in a form's select: the Submit button carries the values
+
+    @app.error
+    async def on_error(error: Exception, body: dict[str, Any]) -> None:
+        log.error("unhandled error in a Slack listener: %r", error)
+
+    return app
+
+
+def build_web_app(*, bolt: AsyncApp, store: Store, metrics: Metrics, path: str = "/slack/events") -> web.Application:
+    async def events(request: web.Request) -> web.Response:
+        return await to_aiohttp_response(await bolt.async_dispatch(await to_bolt_request(request)))
+
+    async def healthz(request: web.Request) -> web.Response:
+        try:
+            await store.ping()
+        except StoreError as exc:
+            return web.json_response({"ok": False, "redis": str(exc)}, status=503)
+        return web.json_response({"ok": True, "redis": "ok" if store.durable else "in-process (not durable)"})
+
+    async def prometheus(request: web.Request) -> web.Response:
+        try:
+            waiting = float(len(await store.runs_due("paused", float("inf"))))
+        except StoreError:
+            waiting = float("nan")
+        body = metrics.render([("opspilot_interrupts_pending", waiting)])
+        return web.Response(text=body, content_type="text/plain", charset="utf-8",
+                            headers={"X-Content-Type-Options": "nosniff"})
+
+    web_app = web.Application()
+    web_app.router.add_post(path, events)
+    web_app.router.add_get("/healthz", healthz)
+    web_app.router.add_get("/metrics", prometheus)
+    return web_app

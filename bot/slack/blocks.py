@@ -1,0 +1,213 @@
+"""Block Kit for OpsPilot's messages, built within Slack's limits.
+
+Action ids start with ``opspilot_``; button values carry only an opaque token (or a run id):
+what a click does is always read back from Redis, never from the payload.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+SECTION_TEXT = 3000
+MESSAGE_TEXT = 40_000
+MAX_BLOCKS = 50
+BUTTON_TEXT = 75
+OPTION_TEXT = 75
+OPTION_VALUE = 150
+MAX_OPTIONS = 100
+HEADER_TEXT = 150
+
+Block = dict[str, Any]
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def mrkdwn(text: str) -> Block:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": _cut(text, SECTION_TEXT) or " "}}
+
+
+def context(text: str) -> Block:
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": _cut(text, SECTION_TEXT) or " "}]}
+
+
+def button(text: str, action_id: str, value: str, style: str | None = None,
+           confirm: dict[str, Any] | None = None) -> dict[str, Any]:
+    element: dict[str, Any] = {"type": "button", "text": {"type": "plain_text", "text": _cut(text, BUTTON_TEXT)},
+                               "action_id": action_id, "value": value}
+    if style:
+        element["style"] = style
+    if confirm:
+        element["confirm"] = confirm
+    return element
+
+
+def hhmm(ts: float | None = None) -> str:
+    return time.strftime("%H:%M UTC", time.gmtime(ts or time.time()))
+
+
+def split_answer(text: str) -> list[list[Block]]:
+    """An answer as one or more messages: ≤3000 characters per section, ≤50 blocks per message."""
+    chunks: list[str] = []
+    current = ""
+    for paragraph in text.split("\n"):
+        while len(paragraph) > SECTION_TEXT:
+            if current:
+                chunks.append(current)
+                current = ""
+            chunks.append(paragraph[:SECTION_TEXT])
+            paragraph = paragraph[SECTION_TEXT:]
+        candidate = f"{current}\n{paragraph}" if current else paragraph
+        if len(candidate) > SECTION_TEXT:
+            chunks.append(current)
+            current = paragraph
+        else:
+            current = candidate
+    if current.strip():
+        chunks.append(current)
+    blocks = [mrkdwn(c) for c in chunks if c.strip()] or [mrkdwn("(no answer)")]
+    return [blocks[i:i + MAX_BLOCKS] for i in range(0, len(blocks), MAX_BLOCKS)]
+
+
+def fallback_text(text: str) -> str:
+    return _cut(text, 3000)
+
+
+# --- interrupts ---------------------------------------------------------------------------------------
+
+def _what_runs(payload: dict[str, Any]) -> str:
+    args = payload.get("arguments") or {}
+    shown = ", ".join(f"{k}=`{v}`" for k, v in args.items() if v not in (None, ""))
+    lines = [f"*Tool:* `{payload.get('tool')}`"]
+    if payload.get("target"):
+        lines.append(f"*Target:* `{payload['target']}`")
+    if payload.get("environment"):
+        lines.append(f"*Environment:* `{payload['environment']}`")
+    lines.append(f"*Arguments:* {shown or '(none)'}")
+    if payload.get("model_reason"):
+        lines.append(f"*The model's reason:* {payload['model_reason']}")
+    return "\n".join(lines)
+
+
+def confirm_card(token: str, reason: str, payload: dict[str, Any]) -> list[Block]:
+    env = str(payload.get("environment") or "")
+    dialog = {
+        "title": {"type": "plain_text", "text": "Run this change?"},
+        "text": {"type": "mrkdwn", "text": _cut(f"`{payload.get('tool')}` on `{payload.get('target')}` "
+                                                 f"in `{env or 'n/a'}`. This changes a live system.", 300)},
+        "confirm": {"type": "plain_text", "text": "Confirm"},
+        "deny": {"type": "plain_text", "text": "Back"},
+        "style": "danger",
+    }
+    return [
+        mrkdwn(f":warning: *Confirmation needed* — {reason}"),
+        mrkdwn(_what_runs(payload)),
+        {"type": "actions", "block_id": "opspilot_decide", "elements": [
+            button("Confirm", "opspilot_confirm", token, style="danger", confirm=dialog),
+            button("Cancel", "opspilot_decline", token),
+        ]},
+    ]
+
+
+def params_form(token: str, reason: str, payload: dict[str, Any], error: str | None = None) -> list[Block]:
+    blocks: list[Block] = [mrkdwn(f":pencil: *I need a bit more* — {reason}")]
+    for field in payload.get("fields", []):
+        name = str(field["name"])
+        choices = [str(c) for c in (field.get("choices") or [])][:MAX_OPTIONS]
+        if choices:
+            element: dict[str, Any] = {
+                "type": "static_select", "action_id": "value",
+                "placeholder": {"type": "plain_text", "text": f"Choose {name}"[:150]},
+                "options": [{"text": {"type": "plain_text", "text": _cut(c, OPTION_TEXT)},
+                             "value": c[:OPTION_VALUE]} for c in choices],
+            }
+        else:
+            element = {"type": "plain_text_input", "action_id": "value"}
+        blocks.append({"type": "input", "block_id": f"opspilot_field:{name}"[:255],
+                       "label": {"type": "plain_text", "text": name[:2000]}, "element": element})
+    if error:
+        blocks.append(context(f":x: {error}"))
+    blocks.append({"type": "actions", "block_id": "opspilot_form", "elements": [
+        button("Submit", "opspilot_submit", token, style="primary"),
+        button("Cancel", "opspilot_decline", token),
+    ]})
+    return blocks
+
+
+def form_values(state: dict[str, Any]) -> dict[str, str]:
+    """The submitted values from a block_actions payload's ``state.values``."""
+    values: dict[str, str] = {}
+    for block_id, actions in (state.get("values") or {}).items():
+        if not str(block_id).startswith("opspilot_field:"):
+            continue
+        item = (actions or {}).get("value") or {}
+        chosen = (item.get("selected_option") or {}).get("value") if item.get("type") == "static_select" \
+            else item.get("value")
+        if chosen not in (None, ""):
+            values[str(block_id).split(":", 1)[1]] = str(chosen)
+    return values
+
+
+def decided_card(summary: str, outcome: str) -> list[Block]:
+    """A card after its decision: what it was about and who decided, with no buttons left."""
+    return [mrkdwn(summary), context(outcome)]
+
+
+def card_summary(interrupt_type: str, reason: str, payload: dict[str, Any]) -> str:
+    if interrupt_type == "confirm_risky":
+        return f"*Confirmation* — {reason}\n{_what_runs(payload)}"
+    names = ", ".join(str(f["name"]) for f in payload.get("fields", []))
+    return f"*Needed:* {names} — {reason}"
+
+
+# --- the progress message ---------------------------------------------------------------------------------
+
+_ICONS = {"running": ":hourglass_flowing_sand:", "ok": ":white_check_mark:", "error": ":x:",
+          "waiting": ":raised_hand:", "cancelled": ":no_entry_sign:", "skipped": ":fast_forward:",
+          "expired": ":hourglass:"}
+
+
+def one_line_summary(content: str, limit: int = 120) -> str:
+    """A tool result as one short line: the error message, or the first bits of the data."""
+    try:
+        body = json.loads(content)
+    except ValueError:
+        return _cut(content.replace("\n", " "), limit)
+    if isinstance(body, dict) and body.get("ok") is False:
+        return _cut(f"{body.get('errorCode')}: {body.get('message', '')}", limit)
+    data = body.get("data") if isinstance(body, dict) else body
+    if isinstance(data, dict):
+        for key in ("candidates", "results", "items"):
+            if isinstance(data.get(key), list):
+                return f"{len(data[key])} {key}"
+        text = ", ".join(f"{k}={v}" for k, v in list(data.items())[:3] if not isinstance(v, dict | list))
+        return _cut(text or "done", limit)
+    return _cut(str(data), limit)
+
+
+def progress_blocks(state: dict[str, Any]) -> list[Block]:
+    lines = state.get("lines", [])
+    header = state.get("header") or ":mag: Working on it…"
+    blocks: list[Block] = [mrkdwn(f"{header}  _(step {state.get('step', 0)})_")]
+    body = []
+    for line in lines[-40:]:
+        icon = _ICONS.get(line["status"], ":grey_question:")
+        detail = f" — {line['detail']}" if line.get("detail") else ""
+        body.append(f"{icon} `{line['tool']}`{detail}")
+    if len(lines) > 40:
+        body.insert(0, f"… {len(lines) - 40} earlier calls")
+    if body:
+        blocks.append(mrkdwn("\n".join(body)))
+    if state.get("note"):
+        blocks.append(context(state["note"]))
+    actions = []
+    if state.get("stoppable"):
+        actions.append(button("Stop", "opspilot_stop", state["run_id"], style="danger"))
+    if state.get("resumable"):
+        actions.append(button("Resume", "opspilot_resume", state["run_id"], style="primary"))
+    if actions:
+        blocks.append({"type": "actions", "block_id": "opspilot_run", "elements": actions})
+    return blocks

@@ -1,0 +1,91 @@
+"""Process metrics in the Prometheus text format (``GET /metrics``)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from slack_sdk.http_retry.async_handler import AsyncRetryHandler
+from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
+from slack_sdk.http_retry.request import HttpRequest
+from slack_sdk.http_retry.response import HttpResponse
+from slack_sdk.http_retry.state import RetryState
+
+from bot.agent.events import Event
+
+_HELP = {
+    "opspilot_runs_total": "Runs started",
+    "opspilot_steps_total": "Model steps",
+    "opspilot_tool_calls_total": "Tool results by status",
+    "opspilot_runs_finished_total": "Finished runs by stop reason",
+    "opspilot_interrupts_total": "Questions asked to a person",
+    "opspilot_interrupts_resolved_total": "Questions resolved, by how",
+    "opspilot_slack_api_errors_total": "Slack Web API errors by method",
+    "opspilot_slack_rate_limited_total": "Slack Web API 429 responses",
+    "opspilot_interrupts_pending": "Runs waiting for a person now",
+}
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.counters: Counter[tuple[str, tuple[tuple[str, str], ...]]] = Counter()
+
+    def inc(self, name: str, n: int = 1, **labels: str) -> None:
+        self.counters[(name, tuple(sorted(labels.items())))] += n
+
+    def value(self, name: str, **labels: str) -> int:
+        return self.counters[(name, tuple(sorted(labels.items())))]
+
+    async def observe(self, event: Event) -> None:
+        """Subscribed to the engine's events."""
+        if event.type == "run_started":
+            self.inc("opspilot_runs_total")
+        elif event.type == "model_step":
+            self.inc("opspilot_steps_total")
+        elif event.type == "tool_result":
+            self.inc("opspilot_tool_calls_total", status=event.status)
+            if event.status == "expired":
+                self.inc("opspilot_interrupts_resolved_total", how="expired")
+        elif event.type == "loop_interrupt":
+            self.inc("opspilot_interrupts_total", len(event.pending))
+        elif event.type == "run_finished":
+            self.inc("opspilot_runs_finished_total", reason=event.stop_reason)
+
+    def render(self, gauges: Iterable[tuple[str, float]] = ()) -> str:
+        lines: list[str] = []
+        seen: set[str] = set()
+        rows: list[tuple[str, Any, float]] = [(n, labels, v) for (n, labels), v in sorted(self.counters.items())]
+        rows += [(n, (), v) for n, v in gauges]
+        for name, labels, value in rows:
+            if name not in seen:
+                seen.add(name)
+                kind = "gauge" if name.endswith("_pending") else "counter"
+                lines += [f"# HELP {name} {_HELP.get(name, name)}", f"# TYPE {name} {kind}"]
+            label_text = ",".join(f'{k}="{v}"' for k, v in labels)
+            lines.append(f"{name}{{{label_text}}} {value:g}" if label_text else f"{name} {value:g}")
+        return "\n".join(lines) + "\n"
+
+
+class CountingRateLimitHandler(AsyncRateLimitErrorRetryHandler):
+    """Honours Slack's 429 Retry-After (slack-sdk's handler) and counts each one."""
+
+    def __init__(self, metrics: Metrics, max_retry_count: int = 5) -> None:
+        super().__init__(max_retry_count=max_retry_count)
+        self.metrics = metrics
+
+    async def _can_retry_async(self, *, state: RetryState, request: HttpRequest,
+                               response: HttpResponse | None = None, error: Exception | None = None) -> bool:
+        limited = await super()._can_retry_async(state=state, request=request, response=response, error=error)
+        if limited:
+            self.metrics.inc("opspilot_slack_rate_limited_total")
+        return limited
+
+
+def retry_handlers(metrics: Metrics) -> list[AsyncRetryHandler]:
+    from slack_sdk.http_retry.builtin_async_handlers import (
+        AsyncConnectionErrorRetryHandler,
+        AsyncServerErrorRetryHandler,
+    )
+
+    return [AsyncConnectionErrorRetryHandler(), CountingRateLimitHandler(metrics), AsyncServerErrorRetryHandler()]
