@@ -155,12 +155,12 @@ class Engine:
             return None
         return None
 
-    async def expire_due(self, run_id: str) -> RunOutcome | None:
+    async def expire_due(self, run_id: str, now: float | None = None) -> RunOutcome | None:
         """Answer every pending call whose time is up with ``expired``."""
         record = await self._load(run_id)
         outcome: RunOutcome | None = None
         for pending in record.pending:
-            if pending.expires_at <= time.time():
+            if pending.expires_at <= (now or time.time()):
                 with contextlib.suppress(AlreadyHandled, NotPending):
                     outcome = await self.resume(run_id, pending.call.id, Expire(), by="expiry")
         return outcome

@@ -10,6 +10,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.config import SlackConfig
+from bot.slack.metrics import slack_error
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ class AccessPolicy:
             response = await self.client.usergroups_users_list(usergroup=usergroup)
             users = frozenset(response.get("users") or [])
         except SlackApiError as exc:
-            log.warning("could not read user group %s: %s", usergroup, exc.response.get("error"))
+            log.warning("could not read user group %s: %s", usergroup, slack_error(exc))
             users = cached[1] if cached else frozenset()
         self._groups[usergroup] = (time.monotonic() + self.cache_s, users)
         return users

@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.async_handler import AsyncRetryHandler
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.http_retry.request import HttpRequest
@@ -65,6 +66,14 @@ class Metrics:
             label_text = ",".join(f'{k}="{v}"' for k, v in labels)
             lines.append(f"{name}{{{label_text}}} {value:g}" if label_text else f"{name} {value:g}")
         return "\n".join(lines) + "\n"
+
+
+def slack_error(exc: SlackApiError) -> str:
+    """The ``error`` code of a failed Web API call (or its HTTP status when the body was not JSON)."""
+    data = exc.response.data
+    if isinstance(data, dict):
+        return str(data.get("error") or "unknown_error")
+    return f"http_{exc.response.status_code}"
 
 
 class CountingRateLimitHandler(AsyncRateLimitErrorRetryHandler):

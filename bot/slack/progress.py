@@ -12,7 +12,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.blocks import fallback_text, progress_blocks
-from bot.slack.metrics import Metrics
+from bot.slack.metrics import Metrics, slack_error
 from state.store import Store
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ class ProgressMessage:
                     break
                 except SlackApiError as exc:
                     self.metrics.inc("opspilot_slack_api_errors_total", method="chat.update")
-                    log.warning("progress edit of %s failed: %s", self.ts, exc.response.get("error"))
+                    log.warning("progress edit of %s failed: %s", self.ts, slack_error(exc))
                     if attempt + 1 < attempts:
                         await asyncio.sleep(0.5 * (attempt + 1))
             await self.store.put_meta(META, self.run_id, {"progress": json.dumps(snapshot, ensure_ascii=False)})

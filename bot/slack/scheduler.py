@@ -50,7 +50,7 @@ class Sweeper:
         now = now or time.time()
         for run_id in await self.store.runs_due("paused", now):
             try:
-                await self.engine.expire_due(run_id)
+                await self.engine.expire_due(run_id, now)
             except EngineError as exc:
                 log.warning("expiring run %s: %s", run_id, exc)
         if self.config.reminder_before_s:

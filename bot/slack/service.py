@@ -32,13 +32,15 @@ class SlackService:
     metrics: Metrics
 
 
-async def build_service(settings: Settings, *, socket_mode: bool = False, fallback_store: bool = False) -> SlackService:
+async def build_service(settings: Settings, *, socket_mode: bool = False, fallback_store: bool = False,
+                        core: Assembly | None = None) -> SlackService:
+    """Everything the Slack bot needs; ``core`` lets a caller bring its own engine (tests, the demo)."""
     slack = settings.slack
     if not slack.bot_token:
         raise ConfigError("SLACK_BOT_TOKEN is not set (the bot token, xoxb-…); see README, 'Running in Slack'")
     if not socket_mode and not slack.signing_secret:
         raise ConfigError("SLACK_SIGNING_SECRET is not set: HTTP mode verifies every request's signature")
-    core = await assemble(settings, fallback_store=fallback_store)
+    core = core or await assemble(settings, fallback_store=fallback_store)
     metrics = Metrics()
     core.bus.subscribe(metrics.observe)
     api_url = slack.api_url if slack.api_url.endswith("/") else slack.api_url + "/"

@@ -25,7 +25,7 @@ from bot.agent.events import Event, PendingView
 from bot.config import SlackConfig
 from bot.slack import blocks as kit
 from bot.slack.access import AccessPolicy, Verdict
-from bot.slack.metrics import Metrics
+from bot.slack.metrics import Metrics, slack_error
 from bot.slack.progress import META as RUN_META
 from bot.slack.progress import ProgressMessage
 from state import StoreError
@@ -92,7 +92,7 @@ class SlackSurface:
             return await call()
         except SlackApiError as exc:
             self.metrics.inc("opspilot_slack_api_errors_total", method=method)
-            log.warning("Slack %s failed: %s", method, exc.response.get("error"))
+            log.warning("Slack %s failed: %s", method, slack_error(exc))
             return None
 
     async def tell(self, channel: str, user: str, text: str, thread_ts: str | None = None) -> None:

@@ -1,0 +1,256 @@
+"""A local fake of Slack's Web API that records calls and enforces Slack's limits.
+
+It checks the bot token, rejects Block Kit beyond Slack's documented limits (blocks per message,
+text lengths, unique ids, elements per block, options, confirm dialogs) with ``invalid_blocks``,
+rejects ``msg_too_long``, and can answer 429 with ``Retry-After`` (a fixed number of times, or
+a per-minute budget per method) as Slack's rate limiter does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections import defaultdict, deque
+from typing import Any
+
+from aiohttp import web
+
+from tests.fakes.server import LocalServer
+
+BOT_USER = "UBOT"
+
+
+def _text_len(obj: dict[str, Any] | None) -> int:
+    return len(str((obj or {}).get("text", "")))
+
+
+def _check_confirm(confirm: dict[str, Any], where: str, errors: list[str]) -> None:
+    for key, limit in (("title", 100), ("text", 300), ("confirm", 30), ("deny", 30)):
+        if key in confirm and _text_len(confirm[key]) > limit:
+            errors.append(f"{where}.confirm.{key} must be at most {limit} characters")
+
+
+def _check_element(el: dict[str, Any], where: str, errors: list[str], action_ids: set[str]) -> None:
+    action_id = el.get("action_id")
+    if action_id is not None:
+        if len(action_id) > 255:
+            errors.append(f"{where}.action_id too long")
+        if action_id in action_ids:
+            errors.append(f"{where}.action_id {action_id!r} is not unique")
+        action_ids.add(action_id)
+    if el.get("type") == "button":
+        if _text_len(el.get("text")) > 75:
+            errors.append(f"{where}.text must be at most 75 characters")
+        if len(str(el.get("value", ""))) > 2000:
+            errors.append(f"{where}.value must be at most 2000 characters")
+        if el.get("style") not in (None, "primary", "danger"):
+            errors.append(f"{where}.style is invalid")
+    if el.get("type") in ("static_select", "multi_static_select"):
+        options = el.get("options") or []
+        if not options or len(options) > 100:
+            errors.append(f"{where}.options must have 1 to 100 items")
+        for i, option in enumerate(options):
+            if _text_len(option.get("text")) > 75 or len(str(option.get("value", ""))) > 150:
+                errors.append(f"{where}.options[{i}] text/value too long")
+    if "confirm" in el:
+        _check_confirm(el["confirm"], where, errors)
+
+
+def block_problems(blocks: list[dict[str, Any]]) -> list[str]:
+    errors: list[str] = []
+    if len(blocks) > 50:
+        errors.append(f"no more than 50 items allowed [json-pointer:/blocks] (got {len(blocks)})")
+    block_ids: set[str] = set()
+    action_ids: set[str] = set()
+    for i, block in enumerate(blocks):
+        where = f"/blocks/{i}"
+        kind = block.get("type")
+        block_id = block.get("block_id")
+        if block_id is not None:
+            if len(block_id) > 255 or block_id in block_ids:
+                errors.append(f"{where}.block_id is too long or not unique")
+            block_ids.add(block_id)
+        if kind == "section":
+            if block.get("text") is None and not block.get("fields"):
+                errors.append(f"{where} needs text or fields")
+            if _text_len(block.get("text")) > 3000:
+                errors.append(f"must be less than 3001 characters [json-pointer:{where}/text/text]")
+            fields = block.get("fields") or []
+            if len(fields) > 10 or any(_text_len(f) > 2000 for f in fields):
+                errors.append(f"{where}.fields: at most 10, each at most 2000 characters")
+            if block.get("accessory"):
+                _check_element(block["accessory"], f"{where}.accessory", errors, action_ids)
+        elif kind == "header":
+            if _text_len(block.get("text")) > 150:
+                errors.append(f"{where}.text must be at most 150 characters")
+        elif kind == "context":
+            elements = block.get("elements") or []
+            if not elements or len(elements) > 10:
+                errors.append(f"{where}.elements must have 1 to 10 items")
+            if any(_text_len(e) > 3000 for e in elements):
+                errors.append(f"{where}.elements text too long")
+        elif kind == "actions":
+            elements = block.get("elements") or []
+            if not elements or len(elements) > 25:
+                errors.append(f"{where}.elements must have 1 to 25 items")
+            for j, el in enumerate(elements):
+                _check_element(el, f"{where}/elements/{j}", errors, action_ids)
+        elif kind == "input":
+            if _text_len(block.get("label")) > 2000 or "element" not in block:
+                errors.append(f"{where}: an input needs a label (≤2000) and an element")
+            else:
+                _check_element(block["element"], f"{where}/element", errors, set())
+        elif kind not in ("divider", "image", "rich_text", "markdown", "file", "video"):
+            errors.append(f"{where}.type {kind!r} is not a valid block type")
+        for key in ("text",):
+            value = block.get(key)
+            if isinstance(value, dict) and value.get("type") == "mrkdwn" and not str(value.get("text", "")).strip():
+                errors.append(f"{where}.text must not be empty")
+    return errors
+
+
+class FakeSlack:
+    def __init__(self, token: str = "xoxb-test-token") -> None:
+        self.token = token
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.messages: dict[tuple[str, str], dict[str, Any]] = {}
+        self.ephemerals: list[dict[str, Any]] = []
+        self.usergroups: dict[str, list[str]] = {}
+        self.rejected: list[tuple[str, str]] = []
+        self._ts = itertools.count(1)
+        self._fail_next: dict[str, int] = defaultdict(int)
+        self._budget: dict[str, int] = {}
+        self._recent: dict[str, deque[float]] = defaultdict(deque)
+        self.rate_limited = 0
+        app = web.Application()
+        app.router.add_post("/api/{method}", self._dispatch)
+        app.router.add_get("/api/{method}", self._dispatch)
+        self.server = LocalServer(app)
+
+    @property
+    def api_url(self) -> str:
+        return f"{self.server.url}/api/"
+
+    # --- test controls -----------------------------------------------------------------------------------------
+
+    def rate_limit_next(self, method: str, times: int = 1) -> None:
+        self._fail_next[method] += times
+
+    def per_minute(self, method: str, budget: int) -> None:
+        self._budget[method] = budget
+
+    def called(self, method: str) -> list[dict[str, Any]]:
+        return [body for m, body in self.calls if m == method]
+
+    def thread(self, channel: str, thread_ts: str) -> list[dict[str, Any]]:
+        return sorted((m for (c, _), m in self.messages.items()
+                       if c == channel and (m.get("thread_ts") == thread_ts or m["ts"] == thread_ts)),
+                      key=lambda m: float(m["ts"]))
+
+    def ephemeral_texts(self, user: str | None = None) -> list[str]:
+        return [e["text"] for e in self.ephemerals if user is None or e["user"] == user]
+
+    # --- the API ---------------------------------------------------------------------------------------------
+
+    async def _dispatch(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        if request.method == "GET":
+            body: dict[str, Any] = dict(request.query)
+        elif request.content_type == "application/json":
+            body = await request.json()
+        else:
+            body = dict(await request.post())
+        for key in ("blocks", "attachments"):
+            if isinstance(body.get(key), str):
+                body[key] = json.loads(body[key])
+        self.calls.append((method, body))
+        if request.headers.get("Authorization") != f"Bearer {self.token}":
+            return web.json_response({"ok": False, "error": "invalid_auth"})
+        if self._limited(method):
+            self.rate_limited += 1
+            return web.json_response({"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"})
+        handler = getattr(self, "_" + method.replace(".", "_"), None)
+        if handler is None:
+            return web.json_response({"ok": False, "error": "unknown_method"})
+        problem = self._validate(method, body)
+        if problem is not None:
+            self.rejected.append((method, problem))
+            return web.json_response({"ok": False, "error": problem.split(":")[0], "errors": [problem]})
+        return web.json_response(handler(body))
+
+    def _limited(self, method: str) -> bool:
+        if self._fail_next[method] > 0:
+            self._fail_next[method] -= 1
+            return True
+        budget = self._budget.get(method)
+        if budget is None:
+            return False
+        now, recent = time.monotonic(), self._recent[method]
+        while recent and recent[0] < now - 60:
+            recent.popleft()
+        if len(recent) >= budget:
+            return True
+        recent.append(now)
+        return False
+
+    def _validate(self, method: str, body: dict[str, Any]) -> str | None:
+        if method not in ("chat.postMessage", "chat.update", "chat.postEphemeral"):
+            return None
+        if not body.get("channel"):
+            return "channel_not_found"
+        if len(str(body.get("text") or "")) > 40_000:
+            return "msg_too_long"
+        blocks = body.get("blocks")
+        if not blocks and not body.get("text"):
+            return "no_text"
+        if blocks:
+            problems = block_problems(blocks)
+            if problems:
+                return "invalid_blocks: " + "; ".join(problems)
+        if method == "chat.update" and (body["channel"], body.get("ts")) not in self.messages:
+            return "message_not_found"
+        return None
+
+    def _auth_test(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, "url": "https://fake.slack.test/", "team": "Fake", "user": "opspilot",
+                "team_id": "T0001", "user_id": BOT_USER, "bot_id": "B0001", "is_enterprise_install": False}
+
+    def _chat_postMessage(self, body: dict[str, Any]) -> dict[str, Any]:
+        ts = f"{1700000000 + next(self._ts)}.000100"
+        message = {"ts": ts, "channel": body["channel"], "text": body.get("text", ""),
+                   "blocks": body.get("blocks") or [], "thread_ts": body.get("thread_ts"), "edits": 0}
+        self.messages[(body["channel"], ts)] = message
+        return {"ok": True, "channel": body["channel"], "ts": ts, "message": message}
+
+    def _chat_update(self, body: dict[str, Any]) -> dict[str, Any]:
+        message = self.messages[(body["channel"], body["ts"])]
+        message.update(text=body.get("text", ""), blocks=body.get("blocks") or [], edits=message["edits"] + 1)
+        return {"ok": True, "channel": body["channel"], "ts": body["ts"], "text": message["text"]}
+
+    def _chat_postEphemeral(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.ephemerals.append({"channel": body["channel"], "user": body.get("user"), "text": body.get("text", "")})
+        return {"ok": True, "message_ts": f"{time.time():.6f}"}
+
+    def _usergroups_users_list(self, body: dict[str, Any]) -> dict[str, Any]:
+        group = str(body.get("usergroup"))
+        if group not in self.usergroups:
+            return {"ok": False, "error": "no_such_subteam"}
+        return {"ok": True, "users": self.usergroups[group]}
+
+    def _reactions_add(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True}
+
+
+def buttons(message: dict[str, Any]) -> list[dict[str, Any]]:
+    return [el for b in message.get("blocks", []) if b.get("type") == "actions" for el in b["elements"]]
+
+
+def all_text(message: dict[str, Any]) -> str:
+    parts = [message.get("text", "")]
+    for b in message.get("blocks", []):
+        if isinstance(b.get("text"), dict):
+            parts.append(b["text"].get("text", ""))
+        for el in b.get("elements", []) if b.get("type") == "context" else []:
+            parts.append(el.get("text", ""))
+    return "\n".join(parts)

@@ -1,0 +1,90 @@
+"""A Slack workspace in a box for tests: the fake Web API, the real app over HTTP, signed requests."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot.agent.engine import Engine, EngineOptions
+from bot.agent.events import EventBus
+from bot.agent.limits import Limits
+from bot.agent.models.base import ChatModel
+from bot.agent.run import RunDeps
+from bot.assembly import Assembly
+from bot.config import Settings, SlackConfig
+from bot.slack.service import SlackService, build_service
+from state import Keys, RedisStore, Ttls, connect
+from tests.fakes.server import LocalServer
+from tests.fakes.slack_api import FakeSlack
+from tests.fakes.slack_sender import SlackSender
+from tools import demo
+from tools.registry import Registry, ToolSpec
+
+SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+CHANNEL = "C0OPS"
+
+
+@dataclass
+class Workspace:
+    slack: FakeSlack
+    service: SlackService
+    server: LocalServer
+    sender: SlackSender
+    toolbox: demo.Toolbox
+    extra: list[Any] = field(default_factory=list)
+
+    @property
+    def store(self) -> RedisStore:
+        store = self.service.core.store
+        assert isinstance(store, RedisStore)
+        return store
+
+    async def settle(self, timeout_s: float = 20.0) -> None:
+        """Wait until the app has no background work left (listeners run after the ack)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        quiet = 0
+        while quiet < 3 and loop.time() < deadline:
+            await asyncio.sleep(0.03)
+            if self.service.surface._tasks:
+                quiet = 0
+                await self.service.surface.drain(max(deadline - loop.time(), 0.1))
+            else:
+                quiet += 1
+        await self.service.surface.drain(1)
+
+    async def stop(self) -> None:
+        await self.settle()
+        await self.server.stop()
+        await self.service.client.session.close() if self.service.client.session else None
+        await self.store.close()
+
+
+def slack_settings(redis_url: str, prefix: str, api_url: str, **slack: Any) -> Settings:
+    config = SlackConfig(bot_token="xoxb-test-token", signing_secret=SECRET, api_url=api_url,
+                         progress_interval_s=0.05, **slack)
+    return Settings(redis_url=redis_url, key_prefix=prefix, slack=config)
+
+
+async def open_workspace(redis_url: str, prefix: str, slack: FakeSlack, *, model: ChatModel | None = None,
+                         specs: list[ToolSpec] | None = None, toolbox: demo.Toolbox | None = None,
+                         limits: Limits | None = None, **slack_config: Any) -> Workspace:
+    settings = slack_settings(redis_url, prefix, slack.api_url, **slack_config)
+    toolbox = toolbox or demo.build()
+    core: Assembly | None = None
+    if model is not None:
+        store = RedisStore(connect(redis_url), keys=Keys(prefix), ttls=Ttls(interrupt_s=settings.interrupt_ttl_s))
+        bus = EventBus()
+        deps = RunDeps(model=model, registry=Registry.of(specs if specs is not None else toolbox.specs),
+                       store=store, bus=bus, limits=limits or Limits())
+        core = Assembly(Engine(deps, EngineOptions(lease_wait_s=5, cancel_poll_s=0.05)), bus, store, model, toolbox)
+    else:
+        from bot.assembly import assemble
+
+        core = await assemble(settings, fallback_store=False)
+        core.toolbox.restarts.done.clear()
+        toolbox = core.toolbox
+    service = await build_service(settings, core=core)
+    server = await LocalServer(service.web_app).start()
+    return Workspace(slack, service, server, SlackSender(f"{server.url}/slack/events", SECRET), toolbox)

@@ -1,0 +1,367 @@
+"""The Slack surface end to end: Bolt's real HTTP endpoint, signed requests, a fake workspace."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bot.agent.messages import ToolResultMessage
+from bot.agent.models.scripted import ScriptedModel, call, reply
+from bot.agent.transcript import violations
+from tests.fakes.slack_api import FakeSlack, all_text, buttons
+from tests.fakes.slack_sender import block_action, mention, message
+from tests.slack_harness import CHANNEL, Workspace, open_workspace
+from tests.toolkit import Probe, toolkit
+
+QUESTION = "看看支付服务最近报错，顺便对照一下文档里的处理建议"
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlack]:
+    fake = FakeSlack()
+    await fake.server.start()
+    yield fake
+    await fake.server.stop()
+
+
+@pytest.fixture
+async def ws(redis_url: str, prefix: str, slack: FakeSlack) -> AsyncIterator[Workspace]:
+    workspace = await open_workspace(redis_url, prefix, slack)
+    yield workspace
+    await workspace.stop()
+
+
+def progress_of(slack: FakeSlack, thread_ts: str) -> dict:
+    return copy.deepcopy(next(m for m in slack.thread(CHANNEL, thread_ts) if "step" in all_text(m)))
+
+
+def card_of(slack: FakeSlack, thread_ts: str) -> dict:
+    """A snapshot of the question card, as the clicking user's Slack client shows it."""
+    return copy.deepcopy(next(m for m in slack.thread(CHANNEL, thread_ts)
+                if any(b["action_id"] in ("opspilot_confirm", "opspilot_submit") for b in buttons(m))
+                or "Confirmation" in all_text(m) or "I need a bit more" in all_text(m) or "Needed" in all_text(m)))
+
+
+async def ask_restart(ws: Workspace, thread: str = "100.1", user: str = "UREQ") -> dict:
+    await ws.sender.event(mention(CHANNEL, user, QUESTION, thread))
+    await ws.settle()
+    await ws.sender.event(message(CHANNEL, user, "restart it in prod", f"{thread}9", thread_ts=thread))
+    await ws.settle()
+    return card_of(ws.slack, thread)
+
+
+def confirm(card: dict, user: str) -> dict:
+    token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
+    return block_action(user=user, channel=CHANNEL, message=card, action_id="opspilot_confirm", value=token)
+
+
+async def test_mention_shows_live_steps_and_a_final_answer(ws: Workspace) -> None:
+    status, _ = await ws.sender.event(mention(CHANNEL, "UREQ", QUESTION, "100.1"))
+    assert status == 200
+    await ws.settle()
+
+    thread = ws.slack.thread(CHANNEL, "100.1")
+    progress = progress_of(ws.slack, "100.1")
+    text = all_text(progress)
+    assert ":white_check_mark: Done" in text and "search_resource" in text and "search_docs" in text
+    assert buttons(progress) == []  # the Stop button is gone once finished
+    assert progress["edits"] >= 1 and "scripted demo model" in text
+    answer = thread[-1]
+    assert answer["thread_ts"] == "100.1" and "docs/payments-db-timeouts.md" in all_text(answer)
+    assert ws.slack.rejected == []
+
+
+async def test_confirm_by_an_authorised_user_runs_once_and_closes_the_card(ws: Workspace) -> None:
+    card = await ask_restart(ws)
+    assert "Confirmation needed" in all_text(card) and "`prod`" in all_text(card)
+    confirm_button = next(b for b in buttons(card) if b["action_id"] == "opspilot_confirm")
+    assert confirm_button["style"] == "danger" and "confirm" in confirm_button
+    assert len(confirm_button["value"]) < 64 and "prod" not in confirm_button["value"]  # an opaque token only
+
+    status, _ = await ws.sender.action(confirm(card, "UAPPROVER"))
+    assert status == 200
+    await ws.settle()
+
+    assert len(ws.toolbox.restarts.done) == 1
+    closed = ws.slack.messages[(CHANNEL, card["ts"])]
+    assert buttons(closed) == [] and "Confirmed by <@UAPPROVER>" in all_text(closed)
+    final = ws.slack.thread(CHANNEL, "100.1")[-1]
+    assert "Restarted `payments` in prod" in all_text(final)
+    assert "approved by <@UAPPROVER>" in all_text(final) and "requested by <@UREQ>" in all_text(final)
+    assert ws.slack.rejected == []
+
+
+async def test_double_click_and_simultaneous_approvers_run_once(ws: Workspace) -> None:
+    card = await ask_restart(ws)
+    await asyncio.gather(ws.sender.action(confirm(card, "UA")), ws.sender.action(confirm(card, "UA")),
+                         ws.sender.action(confirm(card, "UB")))
+    await ws.settle()
+
+    assert len(ws.toolbox.restarts.done) == 1
+    texts = ws.slack.ephemeral_texts()
+    assert len([t for t in texts if t.startswith("Already handled by <@U")]) == 2
+
+
+async def test_an_unauthorised_click_changes_nothing(redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    slack.usergroups["S0SRE"] = ["USRE"]
+    ws = await open_workspace(redis_url, prefix, slack,
+                              approvers={"restart_service": {"prod": {"users": ["UBOSS"], "usergroups": ["S0SRE"]}}},
+                              two_person_rule=["prod"])
+    try:
+        card = await ask_restart(ws, user="UREQ")
+        await ws.sender.action(confirm(card, "URANDOM"))
+        await ws.sender.action(confirm(card, "UREQ"))  # the requester, under the two-person rule
+        await ws.settle()
+        assert ws.toolbox.restarts.done == []
+        assert buttons(ws.slack.messages[(CHANNEL, card["ts"])])  # the card still asks
+        assert any("not an approver" in t for t in ws.slack.ephemeral_texts("URANDOM"))
+        assert any("Two-person rule" in t for t in ws.slack.ephemeral_texts("UREQ"))
+
+        await ws.sender.action(confirm(card, "USRE"))  # a member of the approvers' user group
+        await ws.settle()
+        assert len(ws.toolbox.restarts.done) == 1
+    finally:
+        await ws.stop()
+
+
+async def test_params_form_validates_then_resumes(ws: Workspace) -> None:
+    await ws.sender.event(mention(CHANNEL, "UREQ", "payments errors", "200.1"))
+    await ws.settle()
+    await ws.sender.event(message(CHANNEL, "UREQ", "restart it", "200.2", thread_ts="200.1"))
+    await ws.settle()
+    form = card_of(ws.slack, "200.1")
+    inputs = [b for b in form["blocks"] if b["type"] == "input"]
+    assert inputs[0]["block_id"] == "opspilot_field:environment"
+    assert [o["value"] for o in inputs[0]["element"]["options"]] == ["prod", "staging"]
+    token = next(b["value"] for b in buttons(form) if b["action_id"] == "opspilot_submit")
+
+    def submit(value: str) -> dict:
+        state = {"values": {"opspilot_field:environment": {
+            "value": {"type": "static_select", "selected_option": {"value": value}}}}}
+        return block_action(user="UREQ", channel=CHANNEL, message=form, action_id="opspilot_submit",
+                            value=token, state=state)
+
+    await ws.sender.action(submit("moon"))  # a forged value: validated against the tool's model
+    await ws.settle()
+    stays = ws.slack.messages[(CHANNEL, form["ts"])]
+    assert buttons(stays) and "invalid values" in all_text(stays) and "environment" in all_text(stays)
+
+    await ws.sender.action(submit("staging"))
+    await ws.settle()
+    assert ws.toolbox.restarts.done[0]["environment"] == "staging"
+    assert "Submitted by <@UREQ>" in all_text(ws.slack.messages[(CHANNEL, form["ts"])])
+    assert "Restarted `payments` in staging" in all_text(ws.slack.thread(CHANNEL, "200.1")[-1])
+
+
+async def test_a_retried_event_and_the_mention_message_pair_start_one_run(ws: Workspace) -> None:
+    event = mention(CHANNEL, "UREQ", QUESTION, "300.1")
+    await ws.sender.event(event, event_id="EvSAME")
+    await ws.sender.event(event, event_id="EvSAME", retry_num=1)
+    # Slack also delivers the same message as a `message` event with another id.
+    await ws.sender.event(message(CHANNEL, "UREQ", f"<@UBOT> {QUESTION}", "300.1"), event_id="EvOTHER")
+    await ws.settle()
+    assert len(ws.slack.called("chat.postMessage")) == 2  # one progress message, one answer
+    assert (await ws.store.stats(3600)).runs == 1
+
+
+async def test_bots_edits_and_unrelated_messages_never_start_a_run(ws: Workspace) -> None:
+    await ws.sender.event(message(CHANNEL, "UBOT", "my own message", "400.1", bot_id="B0001"))
+    await ws.sender.event(message(CHANNEL, "UOTHER", "another bot", "400.2", bot_id="B0009"))
+    await ws.sender.event(message(CHANNEL, "UREQ", "edited", "400.3", subtype="message_changed"))
+    await ws.sender.event(message(CHANNEL, "UREQ", "just chatting", "400.4"))
+    await ws.settle()
+    assert ws.slack.called("chat.postMessage") == []
+
+
+async def test_forged_and_stale_signatures_are_rejected(ws: Workspace) -> None:
+    forged, _ = await ws.sender.event(mention(CHANNEL, "UREQ", "hi", "500.1"), secret="wrong")
+    stale, _ = await ws.sender.event(mention(CHANNEL, "UREQ", "hi", "500.2"), timestamp=time.time() - 600)
+    await ws.settle()
+    assert (forged, stale) == (401, 401)
+    assert ws.slack.called("chat.postMessage") == []
+
+
+async def test_a_follow_up_in_the_thread_needs_no_mention_and_dms_work(ws: Workspace) -> None:
+    await ws.sender.event(mention(CHANNEL, "UREQ", "payments errors", "600.1"))
+    await ws.settle()
+    await ws.sender.event(message(CHANNEL, "UREQ", "and the runbook for rollbacks?", "600.2", thread_ts="600.1"))
+    await ws.sender.event(message("D0DM", "UREQ", "orders errors", "600.3", channel_type="im"))
+    await ws.settle()
+    assert (await ws.store.stats(3600)).runs == 3
+    assert any("Order Service" in all_text(m) for m in ws.slack.thread("D0DM", "600.3"))
+
+
+async def test_the_slash_command_answers_in_a_new_thread(ws: Workspace) -> None:
+    status, _ = await ws.sender.command({"command": "/opspilot", "text": "payments errors", "user_id": "UREQ",
+                                         "channel_id": CHANNEL, "team_id": "T0001", "trigger_id": "1.2",
+                                         "response_url": "https://hooks.slack.test/c"})
+    await ws.settle()
+    assert status == 200
+    root = ws.slack.called("chat.postMessage")[0]
+    assert "asked: payments errors" in root["text"] and root.get("thread_ts") is None
+    root_ts = next(ts for (c, ts), m in ws.slack.messages.items() if m["text"] == root["text"])
+    assert "Payment Service" in all_text(ws.slack.thread(CHANNEL, root_ts)[-1])
+
+
+async def test_users_outside_the_allowlist_are_told_and_nothing_runs(redis_url: str, prefix: str,
+                                                                     slack: FakeSlack) -> None:
+    ws = await open_workspace(redis_url, prefix, slack, allowed_channels=[CHANNEL], allowed_users=["UREQ"])
+    try:
+        await ws.sender.event(mention(CHANNEL, "USTRANGER", "payments errors", "700.1"))
+        await ws.sender.event(mention("C0OTHER", "UREQ", "payments errors", "700.2"))
+        await ws.settle()
+        assert ws.slack.called("chat.postMessage") == []
+        assert any("not on the list" in t for t in ws.slack.ephemeral_texts("USTRANGER"))
+        assert any("not enabled in this channel" in t for t in ws.slack.ephemeral_texts("UREQ"))
+    finally:
+        await ws.stop()
+
+
+async def test_stop_cancels_the_run_and_answers_every_call(redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    probe = Probe()
+    tools = toolkit(probe)
+    model = ScriptedModel([reply("", call("blocker", "b1"), call("lookup_a", "a1"))])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, specs=[tools["blocker"], tools["lookup_a"]])
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "go", "800.1"))
+        await asyncio.wait_for(probe.started.setdefault("blocker", asyncio.Event()).wait(), 10)
+        await asyncio.sleep(0.2)
+        progress = progress_of(slack, "800.1")
+        stop = next(b for b in buttons(progress) if b["action_id"] == "opspilot_stop")
+        await ws.sender.action(block_action(user="UREQ", channel=CHANNEL, message=progress,
+                                            action_id="opspilot_stop", value=stop["value"]))
+        await ws.settle()
+        final = progress_of(slack, "800.1")
+        assert ":no_entry_sign: Stopped" in all_text(final) and buttons(final) == []
+        transcript = await ws.store.load_transcript("slack:C0OPS:800.1")
+        assert violations(transcript) == []
+        statuses = {m.call_id: m.status for m in transcript if isinstance(m, ToolResultMessage)}
+        assert statuses == {"b1": "cancelled", "a1": "ok"}
+    finally:
+        await ws.stop()
+
+
+async def test_expiry_closes_the_card_and_a_late_click_is_told(ws: Workspace) -> None:
+    card = await ask_restart(ws)
+    await ws.service.sweeper.sweep(now=time.time() + 3 * 3600)
+    await ws.settle()
+
+    closed = ws.slack.messages[(CHANNEL, card["ts"])]
+    assert buttons(closed) == [] and "Expired" in all_text(closed)
+    transcript = await ws.store.load_transcript("slack:C0OPS:100.1")
+    assert any(isinstance(m, ToolResultMessage) and m.status == "expired" for m in transcript)
+
+    await ws.sender.action(confirm(card, "UAPPROVER"))
+    await ws.settle()
+    assert ws.toolbox.restarts.done == []
+    assert "This request expired." in ws.slack.ephemeral_texts("UAPPROVER")
+
+
+async def test_a_reminder_is_posted_once_before_expiry(ws: Workspace) -> None:
+    await ask_restart(ws)
+    record = await ws.store.load_run(await ws.store.thread_run("slack:C0OPS:100.1") or "")
+    assert record is not None
+    soon = record.pending[0].expires_at - 60
+    await ws.service.sweeper.sweep(now=soon)
+    await ws.service.sweeper.sweep(now=soon + 1)
+    reminders = [m for m in ws.slack.thread(CHANNEL, "100.1") if "still waiting for a decision" in all_text(m)]
+    assert len(reminders) == 1 and "<@UREQ>" in all_text(reminders[0])
+
+
+async def test_a_restart_between_pause_and_click(redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    first = await open_workspace(redis_url, prefix, slack)
+    card = await ask_restart(first)
+    await first.stop()  # this instance goes away; its paused run lives on in Redis
+
+    second = await open_workspace(redis_url, prefix, slack)
+    try:
+        await second.sender.action(confirm(card, "UAPPROVER"))
+        await second.settle()
+        assert len(second.toolbox.restarts.done) == 1
+        # The new instance kept editing the paused run's progress message, from the state it found in Redis.
+        runs = [m for m in slack.thread(CHANNEL, "100.1") if "step" in all_text(m)]
+        assert len(runs) == 2  # the lookup run and the restart run
+        restart_progress = all_text(runs[1])
+        assert ":white_check_mark: Done" in restart_progress
+        assert ":white_check_mark: `restart_service`" in restart_progress
+        assert [c for c in slack.called("chat.update") if c["ts"] == runs[1]["ts"]]
+        assert "Restarted `payments` in prod" in all_text(slack.thread(CHANNEL, "100.1")[-1])
+    finally:
+        await second.stop()
+
+
+async def test_429_on_chat_update_is_retried_and_the_final_state_arrives(ws: Workspace) -> None:
+    ws.slack.rate_limit_next("chat.update", 2)
+    await ws.sender.event(mention(CHANNEL, "UREQ", QUESTION, "900.1"))
+    await ws.settle()
+    assert ws.slack.rate_limited == 2
+    assert ":white_check_mark: Done" in all_text(progress_of(ws.slack, "900.1"))
+    assert ws.service.metrics.value("opspilot_slack_rate_limited_total") == 2
+
+
+async def test_a_dead_worker_is_found_and_offered_a_resume_button(redis_url: str, prefix: str,
+                                                                  slack: FakeSlack) -> None:
+    probe = Probe()
+    tools = toolkit(probe)
+    model = ScriptedModel([reply("", call("blocker", "b1")), reply("I finished after the restart.")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, specs=[tools["blocker"]])
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "go", "990.1"))
+        await asyncio.wait_for(probe.started.setdefault("blocker", asyncio.Event()).wait(), 10)
+        for task in list(ws.service.surface._tasks):  # the worker dies: its tasks vanish mid-run
+            task.cancel()
+        await asyncio.sleep(0.2)
+        await ws.service.sweeper.sweep(now=time.time() + 600)
+        await ws.settle()
+        progress = progress_of(slack, "990.1")
+        assert "Interrupted by a restart" in all_text(progress)
+        resume = next(b for b in buttons(progress) if b["action_id"] == "opspilot_resume")
+
+        await ws.sender.action(block_action(user="UREQ", channel=CHANNEL, message=progress,
+                                            action_id="opspilot_resume", value=resume["value"]))
+        await ws.settle()
+        assert "I finished after the restart." in all_text(slack.thread(CHANNEL, "990.1")[-1])
+        transcript = await ws.store.load_transcript("slack:C0OPS:990.1")
+        assert violations(transcript) == []
+        result = next(m for m in transcript if isinstance(m, ToolResultMessage))
+        assert json.loads(result.content)["errorCode"] == "interrupted_by_restart"
+    finally:
+        await ws.stop()
+
+
+async def test_health_and_metrics(ws: Workspace) -> None:
+    import aiohttp
+
+    await ws.sender.event(mention(CHANNEL, "UREQ", QUESTION, "1000.1"))
+    await ws.settle()
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{ws.server.url}/healthz") as r:
+            assert r.status == 200 and (await r.json())["ok"] is True
+        async with session.get(f"{ws.server.url}/metrics") as r:
+            body = await r.text()
+    assert "opspilot_runs_total 1" in body
+    assert 'opspilot_tool_calls_total{status="ok"} 2' in body
+    assert 'opspilot_runs_finished_total{reason="final_answer"} 1' in body
+    assert "# TYPE opspilot_interrupts_pending gauge" in body
+
+
+async def test_a_long_answer_is_split_within_slack_limits(redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    long_answer = "\n".join(f"line {i}: " + "x" * 200 for i in range(800))  # ~170,000 characters
+    ws = await open_workspace(redis_url, prefix, slack, model=ScriptedModel([reply(long_answer)]), specs=[])
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "tell me everything", "1100.1"))
+        await ws.settle()
+        answers = [m for m in slack.thread(CHANNEL, "1100.1") if "line 0:" in all_text(m) or "line 799" in all_text(m)
+                   or any("line " in b.get("text", {}).get("text", "") for b in m["blocks"] if b["type"] == "section")]
+        assert slack.rejected == []
+        assert len(answers) >= 2  # more than 50 sections of ≤3000 characters
+        sections = [b["text"]["text"] for m in answers for b in m["blocks"] if b["type"] == "section"]
+        assert all(len(s) <= 3000 for s in sections)
+        assert "".join(sections).replace("\n", "") == long_answer.replace("\n", "")
+    finally:
+        await ws.stop()
