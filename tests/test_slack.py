@@ -365,3 +365,43 @@ async def test_a_long_answer_is_split_within_slack_limits(redis_url: str, prefix
         assert "".join(sections).replace("\n", "") == long_answer.replace("\n", "")
     finally:
         await ws.stop()
+
+
+async def test_a_reply_in_the_thread_answers_a_pending_card(ws: Workspace) -> None:
+    card = await ask_restart(ws)
+    await ws.sender.event(message(CHANNEL, "UREQ", "wait, check the database first", "100.5", thread_ts="100.1"))
+    await ws.settle()
+    closed = ws.slack.messages[(CHANNEL, card["ts"])]
+    assert buttons(closed) == [] and "Answered in the thread instead" in all_text(closed)
+    assert ws.toolbox.restarts.done == []
+    transcript = await ws.store.load_transcript("slack:C0OPS:100.1")
+    assert violations(transcript) == []
+
+
+async def test_changes_only_in_their_channels_and_the_audit_stream(redis_url: str, prefix: str,
+                                                                   slack: FakeSlack) -> None:
+    ws = await open_workspace(redis_url, prefix, slack, mutating_channels=["C0CHANGES"])
+    try:
+        card = await ask_restart(ws)
+        await ws.sender.action(confirm(card, "UAPPROVER"))
+        await ws.settle()
+        assert ws.toolbox.restarts.done == []
+        assert any("only be confirmed in <#C0CHANGES>" in t for t in ws.slack.ephemeral_texts("UAPPROVER"))
+
+        await ws.sender.event(mention("C0CHANGES", "UREQ", QUESTION, "1200.1"))
+        await ws.settle()
+        await ws.sender.event(message("C0CHANGES", "UREQ", "restart it in prod", "1200.2", thread_ts="1200.1"))
+        await ws.settle()
+        card = copy.deepcopy(next(m for m in slack.thread("C0CHANGES", "1200.1")
+                                  if any(b["action_id"] == "opspilot_confirm" for b in buttons(m))))
+        token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
+        await ws.sender.action(block_action(user="UAPPROVER", channel="C0CHANGES", message=card,
+                                            action_id="opspilot_confirm", value=token))
+        await ws.settle()
+        assert len(ws.toolbox.restarts.done) == 1
+        audit = await ws.store.read_audit()
+        assert [(a["tool"], a["requested_by"], a["approved_by"], a["status"]) for a in audit] == [
+            ("restart_service", "UREQ", "UAPPROVER", "ok")]
+        assert json.loads(audit[0]["arguments"])["environment"] == "prod"
+    finally:
+        await ws.stop()

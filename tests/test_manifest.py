@@ -1,0 +1,21 @@
+"""manifest.yml works as is: the scopes, events, command and modes the issue asks for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+MANIFEST = yaml.safe_load((Path(__file__).parent.parent / "manifest.yml").read_text(encoding="utf-8"))
+
+
+def test_scopes_events_command_and_modes() -> None:
+    assert set(MANIFEST["oauth_config"]["scopes"]["bot"]) == {
+        "app_mentions:read", "chat:write", "channels:history", "groups:history", "im:history", "im:read",
+        "im:write", "commands", "usergroups:read", "reactions:write", "users:read"}
+    settings = MANIFEST["settings"]
+    assert set(settings["event_subscriptions"]["bot_events"]) == {
+        "app_mention", "message.im", "message.channels", "message.groups"}
+    assert settings["interactivity"]["is_enabled"] is True and settings["socket_mode_enabled"] is True
+    assert [c["command"] for c in MANIFEST["features"]["slash_commands"]] == ["/opspilot"]
+    assert MANIFEST["features"]["bot_user"]["display_name"] == "OpsPilot"
