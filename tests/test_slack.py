@@ -405,3 +405,27 @@ async def test_changes_only_in_their_channels_and_the_audit_stream(redis_url: st
         assert json.loads(audit[0]["arguments"])["environment"] == "prod"
     finally:
         await ws.stop()
+
+
+async def test_the_requester_can_cancel_their_own_request(ws: Workspace) -> None:
+    card = await ask_restart(ws)
+    assert "*The model's reason:*" in all_text(card)
+    token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_decline")
+    await ws.sender.action(block_action(user="UREQ", channel=CHANNEL, message=card, action_id="opspilot_decline",
+                                        value=token))
+    await ws.settle()
+    closed = ws.slack.messages[(CHANNEL, card["ts"])]
+    assert buttons(closed) == [] and "Declined by <@UREQ>" in all_text(closed)
+    assert ws.toolbox.restarts.done == []
+    assert "The restart did not run" in all_text(ws.slack.thread(CHANNEL, "100.1")[-1])
+
+
+async def test_each_sweep_fires_once_across_instances(redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    other = await open_workspace(redis_url, prefix, slack)
+    first = await open_workspace(redis_url, prefix, slack)
+    try:
+        swept = await asyncio.gather(first.service.sweeper.tick(), other.service.sweeper.tick())
+        assert sorted(swept) == [False, True]
+    finally:
+        await first.stop()
+        await other.stop()

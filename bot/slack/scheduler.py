@@ -36,15 +36,16 @@ class Sweeper:
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
 
-    async def tick(self) -> None:
+    async def tick(self) -> bool:
         """One sweep, claimed through Redis so only one instance performs it per interval."""
         slot = int(time.time() // self.config.sweep_interval_s)
         try:
             if not await self.store.dedupe(f"sweep:{slot}", ttl_s=int(self.config.sweep_interval_s) + 5):
-                return
+                return False
             await self.sweep()
         except StoreError as exc:
             log.warning("sweep skipped: %s", exc)
+        return True
 
     async def sweep(self, now: float | None = None) -> None:
         now = now or time.time()

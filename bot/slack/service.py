@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass
 
 from aiohttp import web
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -56,6 +57,11 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
                         build_web_app(bolt=bolt, store=core.store, metrics=metrics), metrics)
 
 
+def socket_mode_handler(service: SlackService, app_token: str) -> AsyncSocketModeHandler:
+    """Socket Mode over slack-sdk's aiohttp client; it asks ``apps.connections.open`` at the same API URL."""
+    return AsyncSocketModeHandler(service.bolt, app_token, web_client=service.client)
+
+
 async def serve(settings: Settings) -> int:
     socket_mode = bool(settings.slack.app_token)
     service = await build_service(settings, socket_mode=socket_mode)
@@ -68,12 +74,9 @@ async def serve(settings: Settings) -> int:
           f"model: {service.core.model.label}", flush=True)
     try:
         if socket_mode:
-            from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
-
-            handler = AsyncSocketModeHandler(service.bolt, settings.slack.app_token)
-            await handler.start_async()  # type: ignore[no-untyped-call]
-        else:
-            await asyncio.Event().wait()
+            handler = socket_mode_handler(service, str(settings.slack.app_token))
+            await handler.connect_async()  # type: ignore[no-untyped-call]
+        await asyncio.Event().wait()
     finally:
         service.sweeper.stop()
         await service.surface.drain(10)

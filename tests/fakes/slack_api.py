@@ -126,6 +126,10 @@ class FakeSlack:
         app = web.Application()
         app.router.add_post("/api/{method}", self._dispatch)
         app.router.add_get("/api/{method}", self._dispatch)
+        app.router.add_get("/socket-mode", self._socket)
+        self.app_token = "xapp-test-token"
+        self.sockets: list[web.WebSocketResponse] = []
+        self.acks: list[dict[str, Any]] = []
         self.server = LocalServer(app)
 
     @property
@@ -165,6 +169,11 @@ class FakeSlack:
             if isinstance(body.get(key), str):
                 body[key] = json.loads(body[key])
         self.calls.append((method, body))
+        if method == "apps.connections.open":
+            if request.headers.get("Authorization") != f"Bearer {self.app_token}":
+                return web.json_response({"ok": False, "error": "invalid_auth"})
+            ws_url = self.server.url.replace("http://", "ws://") + "/socket-mode"
+            return web.json_response({"ok": True, "url": ws_url})
         if request.headers.get("Authorization") != f"Bearer {self.token}":
             return web.json_response({"ok": False, "error": "invalid_auth"})
         if self._limited(method):
@@ -178,6 +187,24 @@ class FakeSlack:
             self.rejected.append((method, problem))
             return web.json_response({"ok": False, "error": problem.split(":")[0], "errors": [problem]})
         return web.json_response(handler(body))
+
+    async def _socket(self, request: web.Request) -> web.WebSocketResponse:
+        """Socket Mode: say hello, then forward envelopes the test pushes; collect the acks."""
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        self.sockets.append(ws)
+        await ws.send_json({"type": "hello", "num_connections": 1, "connection_info": {"app_id": "A0001"},
+                            "debug_info": {"host": "fake"}})
+        async for msg in ws:
+            if msg.type == web.WSMsgType.TEXT:
+                self.acks.append(json.loads(msg.data))
+        return ws
+
+    async def push(self, envelope_id: str, payload: dict[str, Any], kind: str = "events_api") -> None:
+        """Deliver one Socket Mode envelope to the connected app (retry_attempt 0, as redeliveries are)."""
+        await self.sockets[-1].send_json({"envelope_id": envelope_id, "type": kind, "payload": payload,
+                                          "accepts_response_payload": kind != "events_api", "retry_attempt": 0,
+                                          "retry_reason": ""})
 
     def _limited(self, method: str) -> bool:
         if self._fail_next[method] > 0:

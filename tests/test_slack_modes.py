@@ -1,0 +1,106 @@
+"""The two ways Slack reaches OpsPilot: Socket Mode (a websocket) and `opspilot serve` over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.fakes.slack_api import FakeSlack, all_text
+from tests.fakes.slack_sender import SlackSender, mention
+from tests.slack_harness import CHANNEL, SECRET, open_workspace
+
+QUESTION = "看看支付服务最近报错，顺便对照一下文档里的处理建议"
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlack]:
+    fake = FakeSlack()
+    await fake.server.start()
+    yield fake
+    await fake.server.stop()
+
+
+def envelope_body(event: dict, event_id: str) -> dict:
+    return {"token": "legacy", "team_id": "T0001", "api_app_id": "A0001", "type": "event_callback",
+            "event_id": event_id, "event_time": 1, "event": event,
+            "authorizations": [{"team_id": "T0001", "user_id": "UBOT", "is_bot": True}]}
+
+
+async def test_socket_mode_acks_envelopes_and_a_redelivery_runs_once(redis_url: str, prefix: str,
+                                                                     slack: FakeSlack) -> None:
+    from bot.slack.service import socket_mode_handler
+
+    ws = await open_workspace(redis_url, prefix, slack)
+    handler = socket_mode_handler(ws.service, slack.app_token)
+    try:
+        await handler.connect_async()
+        for _ in range(100):
+            if slack.sockets:
+                break
+            await asyncio.sleep(0.02)
+        body = envelope_body(mention(CHANNEL, "UREQ", QUESTION, "2000.1"), "EvSOCKET1")
+        await slack.push("env-1", body)
+        await slack.push("env-1-again", body)  # Socket Mode may redeliver with retry_attempt 0
+        for _ in range(200):
+            if len(slack.acks) >= 2 and len(slack.called("chat.postMessage")) >= 2:
+                break
+            await asyncio.sleep(0.05)
+        await ws.settle()
+        assert {a["envelope_id"] for a in slack.acks} >= {"env-1", "env-1-again"}
+        assert len(slack.called("chat.postMessage")) == 2  # one progress message, one answer: one run
+        assert "docs/payments-db-timeouts.md" in all_text(slack.thread(CHANNEL, "2000.1")[-1])
+    finally:
+        await handler.close_async()
+        await ws.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_opspilot_serve_in_http_mode(redis_url: str, prefix: str, slack: FakeSlack, tmp_path: Path) -> None:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith(("OPSPILOT_",
+                                                                                                    "SLACK_"))}
+    env |= {"SLACK_BOT_TOKEN": slack.token, "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_URL": slack.api_url,
+            "PORT": str(port), "REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix}
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", "serve", env=env, cwd=tmp_path,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        banner = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
+        assert "HTTP mode" in banner and "scripted demo model" in banner
+        async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/healthz") as r:
+            assert r.status == 200 and (await r.json())["ok"]
+        sender = SlackSender(f"http://127.0.0.1:{port}/slack/events", SECRET)
+        status, _ = await sender.event(mention(CHANNEL, "UREQ", QUESTION, "3000.1"))
+        assert status == 200
+        for _ in range(200):
+            thread = slack.thread(CHANNEL, "3000.1")
+            if thread and "docs/payments-db-timeouts.md" in all_text(thread[-1]):
+                break
+            await asyncio.sleep(0.05)
+        assert "docs/payments-db-timeouts.md" in all_text(slack.thread(CHANNEL, "3000.1")[-1])
+        forged, _ = await sender.event(mention(CHANNEL, "UREQ", "x", "3000.2"), secret="nope")
+        assert forged == 401
+    finally:
+        proc.terminate()
+        await asyncio.wait_for(proc.wait(), 15)
+
+
+async def test_serve_without_a_token_is_one_readable_line(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "OPSPILOT_"))}
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", "serve", env=env, cwd=tmp_path,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 2
+    assert "SLACK_BOT_TOKEN is not set" in err.decode() and "Traceback" not in err.decode()
