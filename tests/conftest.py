@@ -23,6 +23,7 @@ from bot.agent.limits import Limits
 from bot.agent.models.base import ChatModel
 from bot.agent.run import RunDeps
 from state import Keys, RedisStore, Ttls, connect
+from tests.fakes.slack_api import FakeSlack
 from tools import demo
 from tools.registry import Registry, ToolSpec
 
@@ -82,6 +83,15 @@ async def store(redis_url: str, prefix: str) -> AsyncIterator[RedisStore]:
     if keys:
         await s.client.delete(*keys)
     await s.close()
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlack]:
+    """A fake Slack Web API (and Socket Mode endpoint) on a free local port."""
+    fake = FakeSlack()
+    await fake.server.start()
+    yield fake
+    await fake.server.stop()
 
 
 @dataclass

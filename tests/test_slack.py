@@ -22,14 +22,6 @@ QUESTION = "看看支付服务最近报错，顺便对照一下文档里的处�
 
 
 @pytest.fixture
-async def slack() -> AsyncIterator[FakeSlack]:
-    fake = FakeSlack()
-    await fake.server.start()
-    yield fake
-    await fake.server.stop()
-
-
-@pytest.fixture
 async def ws(redis_url: str, prefix: str, slack: FakeSlack) -> AsyncIterator[Workspace]:
     workspace = await open_workspace(redis_url, prefix, slack)
     yield workspace

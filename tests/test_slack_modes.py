@@ -6,25 +6,15 @@ import asyncio
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
-import pytest
 
 from tests.fakes.slack_api import FakeSlack, all_text
 from tests.fakes.slack_sender import SlackSender, mention
 from tests.slack_harness import CHANNEL, SECRET, open_workspace
 
 QUESTION = "看看支付服务最近报错，顺便对照一下文档里的处理建议"
-
-
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlack]:
-    fake = FakeSlack()
-    await fake.server.start()
-    yield fake
-    await fake.server.stop()
 
 
 def envelope_body(event: dict, event_id: str) -> dict:
