@@ -14,7 +14,8 @@ from bot.agent.run import RunDeps
 from bot.config import ConfigError, Settings
 from state import Keys, MemoryStore, RedisStore, StoreError, Ttls, connect
 from state.store import Store
-from tools import demo
+from tools import ops
+from tools.errors import ToolError
 from tools.plugins import PluginError, load_plugins
 from tools.registry import Registry
 
@@ -50,7 +51,7 @@ def build_model(settings: Settings) -> ChatModel:
     return OpenAIModel(name, max_tokens=llm.max_tokens, timeout_s=llm.timeout_s, max_retries=llm.max_retries)
 
 
-def build_registry(settings: Settings, toolbox: demo.Toolbox) -> Registry:
+def build_registry(settings: Settings, toolbox: ops.Toolbox) -> Registry:
     try:
         registry = Registry.of([*toolbox.specs, *load_plugins(settings.plugins, {})])
     except (PluginError, ValueError) as exc:
@@ -87,12 +88,15 @@ class Assembly:
     bus: EventBus
     store: Store
     model: ChatModel
-    toolbox: demo.Toolbox
+    toolbox: ops.Toolbox
 
 
 async def assemble(settings: Settings, *, fallback_store: bool = True) -> Assembly:
     model = build_model(settings)
-    toolbox = demo.build(settings.data_dir) if settings.data_dir else demo.build()
+    try:
+        toolbox = ops.build(settings.toolbox)
+    except (ops.CatalogError, ValueError, ToolError) as exc:
+        raise ConfigError(f"toolbox: {exc}") from exc
     registry = build_registry(settings, toolbox)
     store = await open_store(settings, fallback=fallback_store)
     bus = EventBus()

@@ -16,6 +16,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from bot.agent.limits import Limits
+from tools.ops.config import OpsConfig
 
 
 class ConfigError(Exception):
@@ -80,7 +81,7 @@ class Settings(BaseSettings):
     context_budget_tokens: int = Field(60_000, ge=1000)
     plugins: list[str] = Field(default_factory=list, description="extra modules whose tools are registered")
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
-    data_dir: Path | None = Field(None, description="demo data folder (catalog.yml, docs/)")
+    toolbox: OpsConfig = Field(default_factory=OpsConfig)
     slack: SlackConfig = Field(default_factory=SlackConfig)
 
 

@@ -24,7 +24,7 @@ from bot.agent.models.base import ChatModel
 from bot.agent.run import RunDeps
 from state import Keys, RedisStore, Ttls, connect
 from tests.fakes.slack_api import FakeSlack
-from tools import demo
+from tools import ops
 from tools.registry import Registry, ToolSpec
 
 
@@ -109,13 +109,13 @@ class Harness:
 
 def make_harness(model: ChatModel, store: RedisStore, specs: list[ToolSpec] | None = None, *,
                  limits: Limits | None = None, options: EngineOptions | None = None,
-                 toolbox: demo.Toolbox | None = None, **deps: Any) -> Harness:
+                 toolbox: ops.Toolbox | None = None, **deps: Any) -> Harness:
     events: list[Event] = []
 
     async def sink(event: Event) -> None:
         events.append(event)
 
-    registry = Registry.of(specs if specs is not None else (toolbox or demo.build()).specs)
+    registry = Registry.of(specs if specs is not None else (toolbox or ops.build()).specs)
     run_deps = RunDeps(model=model, registry=registry, store=store, bus=EventBus([sink]),
                        limits=limits or Limits(), **deps)
     return Harness(Engine(run_deps, options or EngineOptions(lease_wait_s=5, cancel_poll_s=0.05)), store, events)

@@ -18,7 +18,7 @@ from state import Keys, RedisStore, Ttls, connect
 from tests.fakes.server import LocalServer
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_sender import SlackSender
-from tools import demo
+from tools import ops
 from tools.registry import Registry, ToolSpec
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
@@ -31,7 +31,7 @@ class Workspace:
     service: SlackService
     server: LocalServer
     sender: SlackSender
-    toolbox: demo.Toolbox
+    toolbox: ops.Toolbox
     extra: list[Any] = field(default_factory=list)
 
     @property
@@ -68,10 +68,10 @@ def slack_settings(redis_url: str, prefix: str, api_url: str, **slack: Any) -> S
 
 
 async def open_workspace(redis_url: str, prefix: str, slack: FakeSlack, *, model: ChatModel | None = None,
-                         specs: list[ToolSpec] | None = None, toolbox: demo.Toolbox | None = None,
+                         specs: list[ToolSpec] | None = None, toolbox: ops.Toolbox | None = None,
                          limits: Limits | None = None, **slack_config: Any) -> Workspace:
     settings = slack_settings(redis_url, prefix, slack.api_url, **slack_config)
-    toolbox = toolbox or demo.build()
+    toolbox = toolbox or ops.build()
     core: Assembly | None = None
     if model is not None:
         store = RedisStore(connect(redis_url), keys=Keys(prefix), ttls=Ttls(interrupt_s=settings.interrupt_ttl_s))

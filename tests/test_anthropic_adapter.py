@@ -17,7 +17,7 @@ from state import RedisStore
 from tests.conftest import make_harness
 from tests.fakes.anthropic_api import FakeAnthropic, error, text, tool_use, violations
 from tests.toolkit import Probe, toolkit
-from tools import demo
+from tools import ops
 
 
 @pytest.fixture
@@ -84,7 +84,7 @@ async def test_parallel_tools_failures_and_an_answer_through_the_sdk(fake: FakeA
 
 
 async def test_pause_resume_and_a_follow_up_stay_valid_for_the_api(fake: FakeAnthropic, store: RedisStore) -> None:
-    toolbox = demo.build()
+    toolbox = ops.build()
     fake.queue(
         tool_use(("search_resource", {"query": "支付服务"}), ("search_docs", {"query": "支付 超时"})),
         text("Payments has DB pool timeouts (search_resource); runbook says restart if DB is healthy."),
@@ -107,7 +107,7 @@ async def test_pause_resume_and_a_follow_up_stay_valid_for_the_api(fake: FakeAnt
 
 async def test_reply_instead_puts_results_before_the_text_in_one_message(
         fake: FakeAnthropic, store: RedisStore) -> None:
-    toolbox = demo.build()
+    toolbox = ops.build()
     fake.queue(tool_use(("restart_service", {"service_id": "payments", "environment": "prod"})),
                text("Understood, no restart."))
     h = make_harness(model_for(fake), store, toolbox=toolbox)

@@ -11,7 +11,7 @@ from bot.assembly import build_model, build_registry
 from bot.config import ConfigError, load_settings
 from state import RedisStore
 from tests.conftest import make_harness
-from tools import demo
+from tools import ops
 from tools.plugins import PluginError, load_plugin
 
 
@@ -77,21 +77,21 @@ def test_model_choice_follows_the_keys(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_tool_policy_from_config_changes_where_confirmation_is_needed(tmp_path: Path) -> None:
     settings = load_settings(write(tmp_path, "tools:\n  restart_service:\n    confirm_in: [prod, staging]\n"))
-    registry = build_registry(settings, demo.build())
+    registry = build_registry(settings, ops.build())
     spec = registry.get("restart_service")
     assert spec is not None
     args = spec.args_model.model_validate({"service_id": "payments", "environment": "staging"})
     assert spec.needs_confirmation(args)
     with pytest.raises(ConfigError, match="no tool named"):
-        build_registry(load_settings(write(tmp_path, "tools:\n  nope:\n    confirm_in: [prod]\n")), demo.build())
+        build_registry(load_settings(write(tmp_path, "tools:\n  nope:\n    confirm_in: [prod]\n")), ops.build())
     with pytest.raises(ConfigError, match="read-only"):
         build_registry(load_settings(write(tmp_path, "tools:\n  search_docs:\n    confirm_in: [prod]\n")),
-                       demo.build())
+                       ops.build())
 
 
 def test_plugin_tools_register_and_run(tmp_path: Path) -> None:
     settings = load_settings(write(tmp_path, "plugins: [tests.plugins.oncall]\n"))
-    registry = build_registry(settings, demo.build())
+    registry = build_registry(settings, ops.build())
     assert {"who_is_on_call", "page_oncall"} <= {s.name for s in registry}
     page = registry.get("page_oncall")
     assert page is not None and page.mutating
@@ -113,4 +113,4 @@ def test_plugin_errors_are_clear(tmp_path: Path) -> None:
     with pytest.raises(PluginError, match="defines no tools"):
         load_plugin("tests.plugins")
     with pytest.raises(ConfigError, match="could not be imported"):
-        build_registry(load_settings(write(tmp_path, "plugins: [tests.plugins.broken]\n")), demo.build())
+        build_registry(load_settings(write(tmp_path, "plugins: [tests.plugins.broken]\n")), ops.build())

@@ -15,7 +15,7 @@ from state import RedisStore
 from tests.conftest import make_harness
 from tests.fakes.openai_api import FakeOpenAI, text, tool_calls, violations
 from tests.toolkit import Probe, toolkit
-from tools import demo
+from tools import ops
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ async def test_parallel_calls_and_invalid_json_arguments(fake: FakeOpenAI, store
 
 
 async def test_pause_and_resume_stay_valid(fake: FakeOpenAI, store: RedisStore) -> None:
-    toolbox = demo.build()
+    toolbox = ops.build()
     fake.queue(tool_calls(("restart_service", {"service_id": "payments", "environment": "prod"}),
                           ("search_docs", {"query": "restart"})),
                text("Restarted."))

@@ -337,7 +337,7 @@ async def test_health_and_metrics(ws: Workspace) -> None:
         async with session.get(f"{ws.server.url}/metrics") as r:
             body = await r.text()
     assert "opspilot_runs_total 1" in body
-    assert 'opspilot_tool_calls_total{status="ok"} 2' in body
+    assert 'opspilot_tool_calls_total{status="ok"} 4' in body  # catalog + runbooks, then logs + metrics
     assert 'opspilot_runs_finished_total{reason="final_answer"} 1' in body
     assert "# TYPE opspilot_interrupts_pending gauge" in body
 

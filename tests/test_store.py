@@ -11,7 +11,7 @@ from bot.agent.errors import ThreadBusy
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from state import CorruptRecord, Keys, MemoryStore, RedisStore, Store, StoreUnavailable, connect
 from tests.conftest import make_harness
-from tools import demo
+from tools import ops
 
 
 @pytest.fixture(params=["redis", "memory"])
@@ -45,7 +45,7 @@ async def test_dedupe_and_journal(any_store: Store) -> None:
 
 
 async def test_every_key_has_a_ttl_and_the_transcript_only_grows(store: RedisStore, prefix: str) -> None:
-    toolbox = demo.build()
+    toolbox = ops.build()
     model = ScriptedModel([reply("", call("search_resource", query="payments"), call("search_docs", query="db")),
                            reply("answer"),
                            reply("", call("restart_service", "r1", service_id="payments", environment="prod")),
@@ -67,7 +67,7 @@ async def test_every_key_has_a_ttl_and_the_transcript_only_grows(store: RedisSto
 
 
 async def test_a_corrupt_run_record_is_an_error_for_that_run_only(store: RedisStore, prefix: str) -> None:
-    toolbox = demo.build()
+    toolbox = ops.build()
     h = make_harness(ScriptedModel([reply("fine"), reply("fine"), reply("still fine")]), store, toolbox=toolbox)
     ok = await h.engine.ask("good", "hi")
     bad = await h.engine.ask("bad", "hi")
@@ -106,7 +106,7 @@ async def test_a_busy_thread_waits_then_says_so(store: RedisStore) -> None:
 
 
 async def test_stats_from_the_store(store: RedisStore) -> None:
-    toolbox = demo.build()
+    toolbox = ops.build()
     model = ScriptedModel([reply("", call("search_resource", query="nothing-like-this")), reply("not found"),
                            reply("", call("restart_service", "r1", service_id="payments", environment="prod")),
                            reply("restarted")])

@@ -298,6 +298,12 @@ class Engine:
         if isinstance(decision, ProvideParams):
             if pending.interrupt_type != "params_required":
                 raise InvalidDecision("this request asks for a confirmation, not values")
+            asked = {f["name"]: f.get("choices") for f in pending.payload.get("fields", [])}
+            for name, value in decision.values.items():
+                if name not in asked:
+                    raise InvalidDecision(f"invalid values: {name} was not asked for")
+                if asked[name] and value not in asked[name]:
+                    raise InvalidDecision(f"invalid values: {name} must be one of {', '.join(map(str, asked[name]))}")
             spec = self.deps.registry.get(pending.call.name)
             if spec is None:
                 raise InvalidDecision(f"the tool {pending.call.name} is no longer available")

@@ -45,33 +45,56 @@ def _last_service(messages: Sequence[Message]) -> str | None:
     return None
 
 
+def _ok_data(results: list[ToolResultMessage], name: str) -> dict[str, Any] | None:
+    for r in reversed(results):
+        body = _data(r)
+        if r.name == name and body.get("ok"):
+            data = body.get("data")
+            return data if isinstance(data, dict) else None
+    return None
+
+
 def _answer_lookup(results: list[ToolResultMessage], zh: bool) -> str:
     lines: list[str] = []
     for r in results:
         body = _data(r)
         if not body.get("ok"):
             lines.append(f"• `{r.name}` failed: {body.get('errorCode')} — {body.get('message')}")
-            continue
-        data = body.get("data", {})
-        if r.name == "search_resource":
-            for c in data.get("candidates", [])[:1]:
-                head = "*服务*" if zh else "*Service*"
-                lines.append(f"{head}: {c['name']} (`{c['id']}`, team {c['team']}) — _source: search_resource_")
-                for alert in c.get("recent_alerts", []):
-                    lines.append(f"  • {alert['at']} [{alert['env']}] {alert['summary']}")
-                if not c.get("recent_alerts"):
-                    lines.append("  • " + ("没有近期告警" if zh else "no recent alerts"))
-        elif r.name == "search_docs":
-            head = "*文档建议*" if zh else "*Runbook advice*"
-            lines.append(f"{head}:")
-            for hit in data.get("results", [])[:2]:
-                first = next((ln.strip("-• ").strip() for ln in str(hit["text"]).splitlines() if ln.strip()), "")
-                lines.append(f"  • {hit['title']} §{hit['section']} (`{hit['path']}`): {first}")
+    found = _ok_data(results, "search_resource")
+    if found and found.get("candidates"):
+        c = found["candidates"][0]
+        lines.append(f"{'*服务*' if zh else '*Service*'}: {c['name']} (`{c['id']}`, team {c.get('team', '?')})"
+                     " — _source: search_resource_")
+    logs = _ok_data(results, "query_logs")
+    if logs:
+        head = "*近期错误日志*" if zh else "*Recent errors*"
+        lines.append(f"{head} ({logs['environment']}, {logs['window_minutes']} min, {logs['error_lines']} lines)"
+                     f" — _query: `{logs['query']}`_")
+        for p in logs.get("patterns", [])[:3]:
+            lines.append(f"  • {p['count']}× `{p['pattern']}` (first {p['first_seen'][11:16]}, "
+                         f"last {p.get('last_seen', '')[11:16]})")
+        if not logs.get("patterns"):
+            lines.append("  • " + ("这段时间没有错误日志" if zh else "no error lines in this window"))
+    metrics = _ok_data(results, "query_metrics")
+    if metrics:
+        m = metrics.get("metrics", {})
+        parts = []
+        if "error_rate" in m and "current" in m["error_rate"]:
+            parts.append(f"error rate {m['error_rate']['current']:.1%} ({m['error_rate']['trend']})")
+        if "p95_latency_ms" in m and "current" in m["p95_latency_ms"]:
+            parts.append(f"p95 {m['p95_latency_ms']['current']:.0f} ms ({m['p95_latency_ms']['trend']})")
+        if parts:
+            lines.append(f"{'*指标*' if zh else '*Metrics*'}: " + ", ".join(parts) + " — _source: query_metrics_")
+    docs = _ok_data(results, "search_docs")
+    if docs:
+        lines.append(f"{'*文档建议*' if zh else '*Runbook advice*'}:")
+        for hit in docs.get("results", [])[:2]:
+            first = next((ln.strip("-• ").strip() for ln in str(hit["text"]).splitlines() if ln.strip()), "")
+            lines.append(f"  • {hit['title']} §{hit['section']} (`{hit['path']}`): {first}")
     if zh:
-        lines.append("_未核实：我只看了目录中的告警摘要和文档，没有直接查询日志或指标。_")
+        lines.append("_以上结论来自演示数据；没有核实数据库本身的状态。_")
     else:
-        lines.append("_Not checked: I only read the catalog's alert summary and the runbooks, "
-                     "not raw logs or metrics._")
+        lines.append("_From the demo dataset; I did not check the database itself._")
     return "\n".join(lines)
 
 
@@ -80,13 +103,33 @@ def _answer_restart(result: ToolResultMessage, zh: bool) -> str:
     if body.get("ok"):
         d = body["data"]
         who = f" (confirmed by <@{d['confirmed_by']}>)" if d.get("confirmed_by") else ""
+        verdict = d.get("verdict", "")
         if zh:
-            return (f"已重启 `{d['service_id']}`（{d['environment']}），rollout {d['rollout']}{who}。"
+            return (f"已重启 `{d['service_id']}`（{d['environment']}），rollout {d['rollout']}{who}。{verdict}。"
                     "_来源: restart_service_")
-        return (f"Restarted `{d['service_id']}` in {d['environment']}: rollout {d['rollout']}{who}. "
+        return (f"Restarted `{d['service_id']}` in {d['environment']}: rollout {d['rollout']}{who}. {verdict}. "
                 "_source: restart_service_")
     return (f"未执行重启：{body.get('message')}" if zh
             else f"The restart did not run: {body.get('message')} ({body.get('errorCode')}).")
+
+
+def _follow_up(results: list[ToolResultMessage], text: str, tools: Sequence[str]) -> AssistantMessage | None:
+    """After finding the service: read its logs and metrics (a dependent second step)."""
+    if any(r.name in ("query_logs", "query_metrics") for r in results) or "query_logs" not in tools:
+        return None
+    found = _ok_data(results, "search_resource")
+    if not found or not found.get("candidates"):
+        return None
+    service = found["candidates"][0]
+    env = "prod" if _PROD.search(text) else "staging" if _STAGING.search(text) else None
+    if env is None:
+        alerts = service.get("recent_alerts") or []
+        env = alerts[0].get("env") if alerts else None
+    args: dict[str, Any] = {"service_id": service["id"]}
+    if env:
+        args["environment"] = env
+    calls = [_call(name, **args) for name in ("query_logs", "query_metrics") if name in tools]
+    return AssistantMessage(content=f"Found {service['id']}; reading its logs and metrics.", tool_calls=tuple(calls))
 
 
 def demo_reply(messages: Sequence[Message], tools: Sequence[str]) -> AssistantMessage:
@@ -101,7 +144,7 @@ def demo_reply(messages: Sequence[Message], tools: Sequence[str]) -> AssistantMe
         restarts = [r for r in results if r.name == "restart_service"]
         if restarts:
             return AssistantMessage(content=_answer_restart(restarts[-1], zh))
-        return AssistantMessage(content=_answer_lookup(results, zh))
+        return _follow_up(results, text, tools) or AssistantMessage(content=_answer_lookup(results, zh))
     if _RESTART.search(text) and "restart_service" in tools:
         service = _last_service(messages)
         if service is None:

@@ -1,0 +1,95 @@
+"""Toolbox configuration (the ``toolbox:`` section): where the catalog, runbooks, logs, metrics and
+restarts come from. Every backend has a demo/file variant so everything runs offline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DEFAULT_QUERIES = {
+    "error_rate": 'sum(rate(http_requests_total{$labels,code=~"5.."}[5m]))'
+                  " / sum(rate(http_requests_total{$labels}[5m]))",
+    "p95_latency_ms": "1000 * histogram_quantile(0.95, "
+                      "sum by (le) (rate(http_request_duration_seconds_bucket{$labels}[5m])))",
+    "restarts": 'sum(increase(kube_pod_container_status_restarts_total{namespace="$namespace"}[15m]))',
+}
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FileLogs(_Section):
+    backend: Literal["files"] = "files"
+    dir: Path | None = Field(None, description="default: <data_dir>/logs; files named <service>-<env>.jsonl or .log")
+    anchor: Literal["now", "latest"] = Field(
+        "latest", description="latest: windows end at the newest line (replayed files); now: live files")
+
+
+class LokiLogs(_Section):
+    backend: Literal["loki"]
+    url: str
+    token_env: str | None = Field(None, description="environment variable holding a bearer token")
+    tenant: str | None = Field(None, description="X-Scope-OrgID for multi-tenant Loki")
+    env_label: str = "env"
+    error_filter: str = "(?i)(error|exception|fatal|panic|timeout)"
+    timeout_s: float = Field(15.0, gt=0)
+
+
+class FixtureMetrics(_Section):
+    backend: Literal["fixtures"] = "fixtures"
+    file: Path | None = Field(None, description="default: <data_dir>/metrics.yml")
+
+
+class PrometheusMetrics(_Section):
+    backend: Literal["prometheus"]
+    url: str
+    token_env: str | None = None
+    env_label: str = "env"
+    step_s: int = Field(60, ge=1)
+    queries: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_QUERIES),
+                                    description="PromQL per metric; $labels, $namespace, $deployment, $env")
+    timeout_s: float = Field(15.0, gt=0)
+
+
+class DemoRestarts(_Section):
+    backend: Literal["demo"] = "demo"
+
+
+class KubernetesRestarts(_Section):
+    backend: Literal["kubernetes"]
+    in_cluster: bool = Field(False, description="use the pod's service account")
+    kubeconfig: Path | None = Field(None, description="a kubeconfig with a token user (current context)")
+    api_url: str | None = Field(None, description="explicit API server URL (with token_env)")
+    token_env: str | None = None
+    ca_file: Path | None = None
+    insecure_skip_tls_verify: bool = False
+    timeout_s: float = Field(15.0, gt=0)
+
+
+class WebhookRestarts(_Section):
+    backend: Literal["webhook"]
+    url: str
+    token_env: str | None = None
+    timeout_s: float = Field(15.0, gt=0)
+
+
+class Verification(_Section):
+    timeout_s: float = Field(300.0, gt=0, description="how long to wait for the rollout / job")
+    poll_s: float = Field(2.0, gt=0)
+    settle_s: float = Field(30.0, ge=0, description="pause after the rollout before re-checking the error rate")
+
+
+class OpsConfig(_Section):
+    data_dir: Path | None = Field(None, description="catalog.yml, docs/, logs/, metrics.yml (default: bundled demo)")
+    catalog: Path | None = None
+    docs_dir: Path | None = None
+    docs_link_base: str | None = Field(None, description="e.g. https://git.example.com/runbooks/blob/main")
+    logs: Annotated[FileLogs | LokiLogs, Field(discriminator="backend")] = Field(default_factory=FileLogs)
+    metrics: Annotated[FixtureMetrics | PrometheusMetrics, Field(discriminator="backend")] = Field(
+        default_factory=FixtureMetrics)
+    restart: Annotated[DemoRestarts | KubernetesRestarts | WebhookRestarts, Field(discriminator="backend")] = Field(
+        default_factory=DemoRestarts)
+    verify: Verification = Field(default_factory=Verification)

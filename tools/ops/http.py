@@ -1,0 +1,91 @@
+"""One small JSON-over-HTTP client for every backend: timeout, bounded body, classified errors.
+
+    unreachable / 5xx / 429 / not JSON  → UpstreamError   (upstream_error)
+    401, 403                            → PermissionDenied (permission_denied)
+    404                                 → NotFound         (not_found)
+    400, 422                            → InvalidArguments (validation_error: the query was bad)
+    no answer in time                   → ToolTimeout      (timeout)
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+
+from tools.errors import InvalidArguments, NotFound, PermissionDenied, ToolTimeout, UpstreamError
+
+MAX_BODY = 8 * 1024 * 1024
+
+
+class Http:
+    def __init__(self, base_url: str, *, name: str, token: str | None = None, timeout_s: float = 10.0,
+                 headers: Mapping[str, str] | None = None, ssl_context: ssl.SSLContext | bool | None = None,
+                 max_body: int = MAX_BODY) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.name = name
+        self.timeout_s = timeout_s
+        self.max_body = max_body
+        self.ssl_context = ssl_context
+        self.headers = dict(headers or {})
+        if token:
+            self.headers["Authorization"] = f"Bearer {token}"
+
+    async def request(self, method: str, path: str, *, params: Mapping[str, str] | None = None,
+                      body: Any = None, content_type: str = "application/json") -> Any:
+        url = f"{self.base_url}/{path.lstrip('/')}"
+        headers = dict(self.headers)
+        data = None
+        if body is not None:
+            headers["Content-Type"] = content_type
+            data = json.dumps(body).encode()
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+        try:
+            async with aiohttp.ClientSession(timeout=timeout) as session, session.request(
+                    method, url, params=params, data=data, headers=headers,
+                    ssl=self.ssl_context if self.ssl_context is not None else True) as response:
+                raw = await response.content.read(self.max_body + 1)
+                status = response.status
+        except TimeoutError as exc:
+            raise ToolTimeout(f"{self.name} did not answer within {self.timeout_s:g}s") from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamError(f"{self.name} is unreachable ({type(exc).__name__})") from exc
+        if len(raw) > self.max_body:
+            raise UpstreamError(f"{self.name} answered with more than {self.max_body} bytes")
+        text = raw.decode("utf-8", errors="replace")
+        if status >= 400:
+            raise _classify(self.name, status, text)
+        try:
+            return json.loads(text) if text.strip() else {}
+        except ValueError as exc:
+            raise UpstreamError(f"{self.name} answered with something that is not JSON") from exc
+
+    async def get(self, path: str, params: Mapping[str, str] | None = None) -> Any:
+        return await self.request("GET", path, params=params)
+
+
+def _detail(text: str) -> str:
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return text.strip()[:300]
+    if isinstance(body, dict):
+        for key in ("error", "message", "detail", "reason"):
+            if isinstance(body.get(key), str):
+                return str(body[key])[:300]
+    return text.strip()[:300]
+
+
+def _classify(name: str, status: int, text: str) -> Exception:
+    detail = _detail(text)
+    if status in (401, 403):
+        return PermissionDenied(f"{name} refused our credentials (HTTP {status}): {detail}")
+    if status == 404:
+        return NotFound(f"{name} has no such resource (HTTP 404): {detail}")
+    if status in (400, 422):
+        return InvalidArguments(f"{name} rejected the query (HTTP {status}): {detail}")
+    return UpstreamError(f"{name} failed (HTTP {status}): {detail}")
+

@@ -1,0 +1,221 @@
+"""restart_service backends: Kubernetes (rollout restart through the API server), a webhook (e.g. a CI/CD
+job), and an in-memory demo. Each can also wait for the result, so the tool can verify what it did."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import ssl
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urljoin
+
+import yaml
+
+from tools.errors import InvalidArguments, PermissionDenied
+from tools.ops.catalog import Service
+from tools.ops.http import Http
+
+
+@dataclass(frozen=True)
+class RestartRequest:
+    service: Service
+    environment: str
+    idempotency_key: str
+    requested_by: str | None
+    confirmed_by: str | None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Rollout:
+    status: str  # complete | timed_out | failed | unknown
+    detail: str
+    waited_s: float = 0.0
+
+
+class RestartBackend(Protocol):
+    name: str
+    settles: bool
+    """Whether re-checking the error rate should wait ``verify.settle_s`` after the rollout."""
+
+    async def restart(self, req: RestartRequest) -> dict[str, Any]: ...
+
+    async def wait(self, req: RestartRequest, action: dict[str, Any], timeout_s: float, poll_s: float) -> Rollout: ...
+
+
+@dataclass
+class DemoRestarts:
+    """In memory: remembers what it restarted (tests count executions); the rollout completes at once."""
+
+    name: str = "demo"
+    settles: bool = False
+    delay_s: float = 0.0
+    done: list[dict[str, Any]] = field(default_factory=list)
+    listeners: list[Any] = field(default_factory=list)
+
+    async def restart(self, req: RestartRequest) -> dict[str, Any]:
+        for record in self.done:
+            if record["idempotency_key"] == req.idempotency_key:
+                return record
+        await asyncio.sleep(self.delay_s)
+        record = {"service_id": req.service.id, "environment": req.environment,
+                  "restarted_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                  "idempotency_key": req.idempotency_key}
+        self.done.append(record)
+        for listener in self.listeners:
+            listener(req.service.id, req.environment)
+        return record
+
+    async def wait(self, req: RestartRequest, action: dict[str, Any], timeout_s: float, poll_s: float) -> Rollout:
+        return Rollout("complete", "demo rollout finished at once")
+
+
+class KubernetesRestarts:
+    """``kubectl rollout restart``, done directly: patch the pod template's restartedAt annotation."""
+
+    name = "kubernetes"
+    settles = True
+
+    def __init__(self, http: Http) -> None:
+        self.http = http
+
+    @staticmethod
+    def _path(service: Service) -> str:
+        if service.kubernetes is None:
+            raise InvalidArguments(f"the catalog has no kubernetes namespace/deployment for {service.id}")
+        k = service.kubernetes
+        return f"/apis/apps/v1/namespaces/{k.namespace}/deployments/{k.deployment}"
+
+    async def restart(self, req: RestartRequest) -> dict[str, Any]:
+        stamp = datetime.now(UTC).isoformat(timespec="seconds")
+        patch = {"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": stamp}}}}}
+        body = await self.http.request("PATCH", self._path(req.service), body=patch,
+                                       content_type="application/strategic-merge-patch+json")
+        k = req.service.kubernetes
+        assert k is not None
+        return {"namespace": k.namespace, "deployment": k.deployment, "restartedAt": stamp,
+                "generation": (body.get("metadata") or {}).get("generation")}
+
+    async def wait(self, req: RestartRequest, action: dict[str, Any], timeout_s: float, poll_s: float) -> Rollout:
+        started = time.monotonic()
+        detail = "no status yet"
+        while True:
+            deployment = await self.http.get(self._path(req.service))
+            done, detail = rollout_state(deployment, action.get("generation"))
+            waited = round(time.monotonic() - started, 1)
+            if done:
+                return Rollout("complete", detail, waited)
+            if waited >= timeout_s:
+                return Rollout("timed_out", f"the rollout did not finish within {timeout_s:g}s: {detail}", waited)
+            await asyncio.sleep(poll_s)
+
+
+def rollout_state(deployment: dict[str, Any], generation: Any) -> tuple[bool, str]:
+    """The same test ``kubectl rollout status`` applies."""
+    meta, spec, status = deployment.get("metadata") or {}, deployment.get("spec") or {}, deployment.get("status") or {}
+    wanted = int(spec.get("replicas", 1))
+    updated, available = int(status.get("updatedReplicas", 0)), int(status.get("availableReplicas", 0))
+    total = int(status.get("replicas", 0))
+    observed = int(status.get("observedGeneration", 0))
+    generation = int(generation or meta.get("generation", 0))
+    detail = f"{updated}/{wanted} updated, {available}/{wanted} available"
+    if observed < generation:
+        return False, f"waiting for the controller to observe generation {generation}; {detail}"
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "Progressing" and cond.get("reason") == "ProgressDeadlineExceeded":
+            return False, f"progress deadline exceeded; {detail}"
+    return updated >= wanted and available >= wanted and total <= updated, detail
+
+
+class WebhookRestarts:
+    """POST the restart to a URL (a CI/CD job); if it answers with a ``status_url``, poll it."""
+
+    name = "webhook"
+    settles = True
+
+    def __init__(self, http: Http, url: str) -> None:
+        self.http = http
+        self.url = url
+
+    async def restart(self, req: RestartRequest) -> dict[str, Any]:
+        k = req.service.kubernetes
+        body = await self.http.request("POST", self.url, body={
+            "service_id": req.service.id, "environment": req.environment,
+            "namespace": k.namespace if k else None, "deployment": k.deployment if k else None,
+            "idempotency_key": req.idempotency_key, "requested_by": req.requested_by,
+            "confirmed_by": req.confirmed_by, "reason": req.reason})
+        answer = body if isinstance(body, dict) else {}
+        return {"job": answer.get("id") or answer.get("job_id"), "status": answer.get("status"),
+                "status_url": urljoin(self.url, str(answer["status_url"])) if answer.get("status_url") else None}
+
+    async def wait(self, req: RestartRequest, action: dict[str, Any], timeout_s: float, poll_s: float) -> Rollout:
+        if not action.get("status_url"):
+            return Rollout("unknown", "the webhook gave no status_url to follow; check the job yourself")
+        started = time.monotonic()
+        while True:
+            body = await self.http.request("GET", str(action["status_url"]))
+            state = str((body or {}).get("status", "")).lower()
+            waited = round(time.monotonic() - started, 1)
+            if state in ("succeeded", "success", "complete", "completed", "done"):
+                return Rollout("complete", f"the job reports {state}", waited)
+            if state in ("failed", "failure", "error", "cancelled"):
+                return Rollout("failed", f"the job reports {state}: {(body or {}).get('message', '')}", waited)
+            if waited >= timeout_s:
+                return Rollout("timed_out", f"the job was still {state or 'running'} after {timeout_s:g}s", waited)
+            await asyncio.sleep(poll_s)
+
+
+@dataclass(frozen=True)
+class KubeCredentials:
+    api_url: str
+    token: str
+    ssl: ssl.SSLContext | bool
+
+
+def kube_credentials(*, in_cluster: bool, kubeconfig: Path | None, api_url: str | None, token: str | None,
+                     ca_file: Path | None, insecure: bool) -> KubeCredentials:
+    """From the pod's service account, a kubeconfig (token users), or an explicit URL and token."""
+    if in_cluster:
+        root = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+        host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        if not host or not (root / "token").is_file():
+            raise PermissionDenied("in_cluster is set but this process does not run in a Kubernetes pod")
+        return KubeCredentials(f"https://{host}:{port}", (root / "token").read_text().strip(),
+                               ssl.create_default_context(cafile=str(root / "ca.crt")))
+    if kubeconfig is not None:
+        return _from_kubeconfig(kubeconfig, insecure)
+    if not api_url or not token:
+        raise PermissionDenied("kubernetes restarts need in_cluster, a kubeconfig, or api_url with token_env")
+    context: ssl.SSLContext | bool = False if insecure else (
+        ssl.create_default_context(cafile=str(ca_file)) if ca_file else True)
+    return KubeCredentials(api_url, token, context)
+
+
+def _from_kubeconfig(path: Path, insecure: bool) -> KubeCredentials:
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        current = config["current-context"]
+        context = next(c["context"] for c in config["contexts"] if c["name"] == current)
+        cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
+        user = next(u["user"] for u in config["users"] if u["name"] == context["user"])
+    except (OSError, yaml.YAMLError, KeyError, StopIteration, TypeError) as exc:
+        raise PermissionDenied(f"cannot use kubeconfig {path}: {type(exc).__name__} {exc}") from exc
+    token = user.get("token") or (Path(user["tokenFile"]).read_text().strip() if user.get("tokenFile") else None)
+    if not token:
+        raise PermissionDenied(f"kubeconfig {path}: only users with a token (or tokenFile) are supported")
+    tls: ssl.SSLContext | bool = True
+    if insecure or cluster.get("insecure-skip-tls-verify"):
+        tls = False
+    elif cluster.get("certificate-authority-data"):
+        with tempfile.NamedTemporaryFile("wb", suffix=".crt", delete=False) as ca:
+            ca.write(base64.b64decode(cluster["certificate-authority-data"]))
+        tls = ssl.create_default_context(cafile=ca.name)
+    elif cluster.get("certificate-authority"):
+        tls = ssl.create_default_context(cafile=str(cluster["certificate-authority"]))
+    return KubeCredentials(str(cluster["server"]), str(token), tls)

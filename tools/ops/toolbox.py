@@ -1,0 +1,238 @@
+"""The five ops tools, bound to the backends the config chooses."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tools.errors import InvalidArguments, NotFound, ParamsRequired, ToolError
+from tools.ops import config as cfg
+from tools.ops.catalog import Catalog, Service
+from tools.ops.docs import DocIndex
+from tools.ops.http import Http
+from tools.ops.logs import FileBackend, LogBackend, LogQuery, LokiBackend, group
+from tools.ops.metrics import FixtureBackend, MetricsBackend, PrometheusBackend, summarise
+from tools.ops.restart import (
+    DemoRestarts,
+    KubernetesRestarts,
+    RestartBackend,
+    RestartRequest,
+    WebhookRestarts,
+    kube_credentials,
+)
+from tools.registry import ToolContext, ToolSpec, confirm_in, tool
+
+log = logging.getLogger(__name__)
+
+DEMO_DATA = Path(__file__).resolve().parents[2] / "examples" / "demo"
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SearchResourceArgs(_Args):
+    query: str = Field(min_length=1, max_length=200, description="service name, id or alias, in any language")
+
+
+class SearchDocsArgs(_Args):
+    query: str = Field(min_length=1, max_length=500, description="what to look for in the runbooks, any language")
+    limit: int = Field(3, ge=1, le=10)
+
+
+class ServiceArgs(_Args):
+    service_id: str | None = Field(None, description="the service id from search_resource")
+    environment: str | None = Field(None, description="e.g. prod or staging")
+
+
+class QueryLogsArgs(ServiceArgs):
+    minutes: int = Field(60, ge=1, le=24 * 60, description="how far back")
+    contains: str | None = Field(None, max_length=200, description="only lines containing this text")
+
+
+class QueryMetricsArgs(ServiceArgs):
+    metrics: list[str] | None = Field(None, description="which metrics (default: all configured)")
+    minutes: int = Field(60, ge=5, le=7 * 24 * 60)
+
+
+class RestartArgs(_Args):
+    service_id: str = Field(min_length=1, description="the service id from search_resource")
+    environment: str | None = Field(None, description="where to restart")
+    reason: str = Field("", max_length=500, description="why, in one sentence")
+
+
+@dataclass
+class Toolbox:
+    specs: list[ToolSpec]
+    catalog: Catalog
+    docs: DocIndex
+    logs: LogBackend
+    metrics: MetricsBackend
+    restarts: Any  # a RestartBackend; DemoRestarts in the demo, whose .done tests read
+
+
+def _token(env: str | None) -> str | None:
+    return os.environ.get(env) if env else None
+
+
+def _logs(conf: cfg.OpsConfig, data: Path) -> LogBackend:
+    if isinstance(conf.logs, cfg.LokiLogs):
+        headers = {"X-Scope-OrgID": conf.logs.tenant} if conf.logs.tenant else None
+        http = Http(conf.logs.url, name="Loki", token=_token(conf.logs.token_env), timeout_s=conf.logs.timeout_s,
+                    headers=headers)
+        return LokiBackend(http, env_label=conf.logs.env_label, error_filter=conf.logs.error_filter)
+    return FileBackend(conf.logs.dir or data / "logs", anchor=conf.logs.anchor)
+
+
+def _metrics(conf: cfg.OpsConfig, data: Path) -> MetricsBackend:
+    if isinstance(conf.metrics, cfg.PrometheusMetrics):
+        m = conf.metrics
+        http = Http(m.url, name="Prometheus", token=_token(m.token_env), timeout_s=m.timeout_s)
+        return PrometheusBackend(http, queries=m.queries, env_label=m.env_label, step_s=m.step_s)
+    return FixtureBackend(conf.metrics.file or data / "metrics.yml")
+
+
+def _restarts(conf: cfg.OpsConfig, metrics: MetricsBackend) -> RestartBackend:
+    r = conf.restart
+    if isinstance(r, cfg.KubernetesRestarts):
+        creds = kube_credentials(in_cluster=r.in_cluster, kubeconfig=r.kubeconfig, api_url=r.api_url,
+                                 token=_token(r.token_env), ca_file=r.ca_file, insecure=r.insecure_skip_tls_verify)
+        return KubernetesRestarts(Http(creds.api_url, name="Kubernetes API", token=creds.token,
+                                       timeout_s=r.timeout_s, ssl_context=creds.ssl))
+    if isinstance(r, cfg.WebhookRestarts):
+        return WebhookRestarts(Http(r.url, name="restart webhook", token=_token(r.token_env), timeout_s=r.timeout_s),
+                               r.url)
+    demo = DemoRestarts()
+    if isinstance(metrics, FixtureBackend):
+        demo.listeners.append(lambda service, env: metrics.restarted.add((service, env)))
+    return demo
+
+
+def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox:
+    conf = conf or cfg.OpsConfig()
+    data = conf.data_dir or DEMO_DATA
+    catalog = Catalog.load(conf.catalog or data / "catalog.yml")
+    docs = DocIndex(conf.docs_dir or data / "docs", link_base=conf.docs_link_base)
+    docs.refresh()
+    logs = _logs(conf, data)
+    metrics = _metrics(conf, data)
+    backend: RestartBackend = restarts or _restarts(conf, metrics)
+    if isinstance(backend, DemoRestarts) and isinstance(metrics, FixtureBackend) and not backend.listeners:
+        backend.listeners.append(lambda service, env: metrics.restarted.add((service, env)))
+    verify = conf.verify
+
+    def service_and_env(args: ServiceArgs, what: str) -> tuple[Service, str]:
+        missing: dict[str, list[str] | None] = {}
+        service = catalog.get(args.service_id) if args.service_id else None
+        if args.service_id and service is None:
+            raise NotFound(f"unknown service id {args.service_id!r}; known: {', '.join(catalog.ids)}")
+        if service is None:
+            missing["service_id"] = catalog.ids
+        if args.environment is None:
+            missing["environment"] = service.environments if service else catalog.environments
+        if missing:
+            raise ParamsRequired(f"choose {' and '.join(missing)} to {what}", missing)
+        assert service is not None and args.environment is not None
+        if args.environment not in service.environments:
+            raise InvalidArguments(f"{service.id} has no environment {args.environment!r}; "
+                                   f"it has {', '.join(service.environments)}")
+        return service, args.environment
+
+    @tool(timeout_s=5)
+    async def search_resource(args: SearchResourceArgs, ctx: ToolContext) -> dict[str, Any]:
+        """Find services in the service catalog by name, id or alias (any language, e.g. 支付服务 or pay-svc).
+        Returns candidates with ids, owning team, environments, runbooks and recent alerts; several candidates
+        with the same score mean the query was ambiguous."""
+        hits = catalog.search(args.query)
+        if not hits:
+            raise NotFound(f"no service matches {args.query!r}; known services: {', '.join(catalog.ids)}")
+        top = hits[0][0]
+        return {"ambiguous": sum(1 for score, _ in hits if score == top) > 1,
+                "candidates": [{"score": score, **s.card()} for score, s in hits[:5]]}
+
+    @tool(timeout_s=10)
+    async def search_docs(args: SearchDocsArgs, ctx: ToolContext) -> dict[str, Any]:
+        """Search the runbooks (Chinese and English) and return the best matching sections, ranked, with the
+        document title, the section heading and its path or link."""
+        hits = await docs.search(args.query, args.limit)
+        return {"results": [{"score": h.score, "title": h.title, "section": h.section, "path": h.path,
+                             "text": h.text} for h in hits]}
+
+    @tool(timeout_s=30)
+    async def query_logs(args: QueryLogsArgs, ctx: ToolContext) -> dict[str, Any]:
+        """Recent error logs of a service in one environment, grouped by message pattern with counts, first and
+        last seen, and a few samples. Also returns the query it ran."""
+        service, env = service_and_env(args, "read the logs")
+        q = LogQuery(service, env, args.minutes, args.contains)
+        lines = await logs.errors(q)
+        patterns = group(lines)
+        return {"service_id": service.id, "environment": env, "window_minutes": args.minutes,
+                "query": logs.describe(q), "error_lines": len(lines), "patterns": patterns[:10],
+                "more_patterns": max(len(patterns) - 10, 0)}
+
+    @tool(timeout_s=30)
+    async def query_metrics(args: QueryMetricsArgs, ctx: ToolContext) -> dict[str, Any]:
+        """Key metrics of a service in one environment over a window (error rate, p95 latency in ms, restarts):
+        current, min, max, average and trend, with the query used for each."""
+        service, env = service_and_env(args, "read the metrics")
+        names = args.metrics or metrics.names
+        unknown = [n for n in names if n not in metrics.names]
+        if unknown:
+            raise InvalidArguments(f"unknown metrics {unknown}; available: {', '.join(metrics.names)}")
+        series = await asyncio.gather(*(metrics.series(service, env, n, args.minutes) for n in names))
+        return {"service_id": service.id, "environment": env, "window_minutes": args.minutes,
+                "metrics": {n: {**summarise(s), "query": metrics.describe(service, env, n)}
+                            for n, s in zip(names, series, strict=True)}}
+
+    @tool(mutating=True, confirm=confirm_in("prod"), timeout_s=verify.timeout_s + verify.settle_s + 60)
+    async def restart_service(args: RestartArgs, ctx: ToolContext) -> dict[str, Any]:
+        """Rolling-restart a service in one environment, then verify: wait for the rollout to finish and compare
+        the error rate before and after. Changes production state: a person must confirm it in prod."""
+        service, env = service_and_env(ServiceArgs(service_id=args.service_id, environment=args.environment),
+                                       f"restart {args.service_id}")
+        before = await _error_rate(metrics, service, env)
+        req = RestartRequest(service, env, ctx.call_id, ctx.user_id, ctx.confirmed_by, args.reason)
+        action = await backend.restart(req)
+        rollout = await backend.wait(req, action, verify.timeout_s, verify.poll_s)
+        after: float | str | None = None
+        if rollout.status == "complete":
+            if backend.settles and verify.settle_s:
+                await asyncio.sleep(verify.settle_s)
+            after = await _error_rate(metrics, service, env)
+        return {"service_id": service.id, "environment": env, "backend": backend.name, "action": action,
+                "rollout": rollout.status, "rollout_detail": rollout.detail, "waited_s": rollout.waited_s,
+                "error_rate_before": before, "error_rate_after": after,
+                "verdict": _verdict(rollout.status, before, after), "confirmed_by": ctx.confirmed_by}
+
+    specs = [search_resource, search_docs, query_logs, query_metrics, restart_service]
+    return Toolbox(specs, catalog, docs, logs, metrics, backend)
+
+
+async def _error_rate(metrics: MetricsBackend, service: Service, env: str) -> float | str | None:
+    """The symptom to re-check; a failure to read it is reported, not fatal to the restart."""
+    if "error_rate" not in metrics.names:
+        return None
+    try:
+        value = await metrics.current(service, env, "error_rate")
+    except ToolError as exc:
+        return f"unavailable: {exc.message}"
+    return round(value, 4) if value is not None else None
+
+
+def _verdict(rollout: str, before: float | str | None, after: float | str | None) -> str:
+    if rollout == "timed_out":
+        return "restart issued, but the rollout did not finish: it is NOT verified"
+    if rollout == "failed":
+        return "restart issued, but the job failed"
+    if rollout == "unknown":
+        return "restart issued; its progress could not be followed"
+    if isinstance(before, float) and isinstance(after, float):
+        trend = "fell" if after < before else "rose" if after > before else "did not change"
+        return f"restarted; the error rate {trend} from {before:.2%} to {after:.2%}"
+    return "restarted; the error rate could not be compared"
