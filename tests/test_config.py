@@ -114,3 +114,13 @@ def test_plugin_errors_are_clear(tmp_path: Path) -> None:
         load_plugin("tests.plugins")
     with pytest.raises(ConfigError, match="could not be imported"):
         build_registry(load_settings(write(tmp_path, "plugins: [tests.plugins.broken]\n")), ops.build())
+
+
+async def test_toolbox_config_errors_are_readable(tmp_path: Path) -> None:
+    from bot.assembly import assemble
+
+    with pytest.raises(ConfigError, match="does not match any of the expected tags: 'files', 'loki'"):
+        load_settings(write(tmp_path, "toolbox:\n  logs: {backend: elastic}\n"))
+    settings = load_settings(write(tmp_path, f"toolbox:\n  catalog: {tmp_path / 'missing.yml'}\n"))
+    with pytest.raises(ConfigError, match="toolbox: cannot read the service catalog"):
+        await assemble(settings)

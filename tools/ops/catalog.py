@@ -52,15 +52,23 @@ class Catalog:
     def load(cls, path: Path) -> Catalog:
         try:
             raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-            return cls([Service.model_validate(s) for s in raw.get("services", [])])
         except OSError as exc:
             raise CatalogError(f"cannot read the service catalog {path}: {exc.strerror}") from exc
         except yaml.YAMLError as exc:
             raise CatalogError(f"the service catalog {path} is not valid YAML: {exc}") from exc
-        except ValidationError as exc:
-            err = exc.errors(include_url=False)[0]
-            where = ".".join(str(p) for p in err["loc"])
-            raise CatalogError(f"the service catalog {path} is invalid at {where}: {err['msg']}") from exc
+        entries = raw.get("services") if isinstance(raw, dict) else None
+        if not isinstance(entries, list):
+            raise CatalogError(f"the service catalog {path} needs a top-level 'services:' list")
+        services = []
+        for i, entry in enumerate(entries):
+            try:
+                services.append(Service.model_validate(entry))
+            except ValidationError as exc:
+                err = exc.errors(include_url=False)[0]
+                where = ".".join(str(p) for p in err["loc"])
+                raise CatalogError(f"the service catalog {path} is invalid at services[{i}].{where}: "
+                                   f"{err['msg']}") from exc
+        return cls(services)
 
     def get(self, service_id: str) -> Service | None:
         return next((s for s in self.services if s.id == service_id), None)

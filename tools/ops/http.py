@@ -36,7 +36,10 @@ class Http:
 
     async def request(self, method: str, path: str, *, params: Mapping[str, str] | None = None,
                       body: Any = None, content_type: str = "application/json") -> Any:
-        url = f"{self.base_url}/{path.lstrip('/')}"
+        if path.startswith(("http://", "https://")):
+            url = path
+        else:
+            url = f"{self.base_url}/{path.lstrip('/')}" if path else self.base_url
         headers = dict(self.headers)
         data = None
         if body is not None:

@@ -1,0 +1,165 @@
+"""Local servers speaking the real request/response formats of Loki, Prometheus, the Kubernetes API
+server and a restart webhook — enough protocol to fail a test when the client gets it wrong."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from tests.fakes.server import LocalServer
+
+
+@dataclass
+class OpsFakes:
+    token: str = "secret-token"
+    loki_lines: list[tuple[float, str]] = field(default_factory=list)
+    loki_status: int = 200
+    loki_delay_s: float = 0.0
+    prom_series: dict[str, list[float]] = field(default_factory=dict)
+    prom_after_restart: dict[str, float] = field(default_factory=dict)
+    deployment_ready_after_polls: int | None = 2  # None: the rollout never finishes
+    webhook_states: list[str] = field(default_factory=lambda: ["running", "succeeded"])
+    requests: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    restarted: bool = False
+    deployment: dict[str, Any] = field(default_factory=lambda: {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "payments-api", "namespace": "payments", "generation": 7},
+        "spec": {"replicas": 3, "template": {"metadata": {"annotations": {}}}},
+        "status": {"observedGeneration": 7, "replicas": 3, "updatedReplicas": 3, "availableReplicas": 3},
+    })
+    _polls: int = 0
+
+    def __post_init__(self) -> None:
+        app = web.Application()
+        app.router.add_get("/loki/api/v1/query_range", self.loki)
+        app.router.add_get("/api/v1/query_range", self.prom_range)
+        app.router.add_get("/api/v1/query", self.prom_instant)
+        app.router.add_route("*", "/apis/apps/v1/namespaces/{ns}/deployments/{name}", self.deployment_api)
+        app.router.add_post("/hooks/restart", self.webhook)
+        app.router.add_get("/hooks/jobs/{job}", self.job)
+        self.server = LocalServer(app)
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def _auth(self, request: web.Request) -> web.Response | None:
+        if request.headers.get("Authorization") != f"Bearer {self.token}":
+            return web.json_response({"kind": "Status", "status": "Failure", "message": "Unauthorized",
+                                      "reason": "Unauthorized", "code": 401}, status=401)
+        return None
+
+    # --- Loki -------------------------------------------------------------------------------------------
+
+    async def loki(self, request: web.Request) -> web.Response:
+        self.requests.append(("loki", request.path, dict(request.query)))
+        if (denied := self._auth(request)) is not None:
+            return denied
+        await asyncio.sleep(self.loki_delay_s)
+        q = request.query
+        if self.loki_status != 200:
+            return web.Response(status=self.loki_status, text="parse error at line 1, col 5: syntax error")
+        if not q.get("query", "").startswith("{") or "start" not in q or "end" not in q:
+            return web.Response(status=400, text="invalid query: need a stream selector, start and end")
+        start, end, limit = int(q["start"]), int(q["end"]), int(q.get("limit", 100))
+        values = [[str(int(ts * 1e9)), line] for ts, line in self.loki_lines if start <= ts * 1e9 <= end]
+        values.sort(reverse=q.get("direction") == "backward")
+        return web.json_response({"status": "success", "data": {"resultType": "streams", "result": [
+            {"stream": {"app": "payments-api", "env": "prod", "pod": "payments-api-7d9f-abcde"},
+             "values": values[:limit]}], "stats": {}}})
+
+    # --- Prometheus -------------------------------------------------------------------------------------
+
+    def _metric_for(self, query: str) -> str:
+        if "code=~" in query:
+            return "error_rate"
+        if "histogram_quantile" in query:
+            return "p95_latency_ms"
+        return "restarts"
+
+    async def prom_range(self, request: web.Request) -> web.Response:
+        self.requests.append(("prom_range", request.path, dict(request.query)))
+        q = request.query
+        if "query" not in q or "step" not in q:
+            return web.json_response({"status": "error", "errorType": "bad_data",
+                                      "error": "invalid parameter \"query\""}, status=400)
+        if "{" not in q["query"]:
+            return web.json_response({"status": "error", "errorType": "bad_data", "error": "parse error"},
+                                     status=400)
+        values = self.prom_series.get(self._metric_for(q["query"]), [])
+        end, step = float(q["end"]), 60.0
+        points = [[end - (len(values) - 1 - i) * step, str(v)] for i, v in enumerate(values)]
+        result = [{"metric": {}, "values": points}] if values else []
+        return web.json_response({"status": "success", "data": {"resultType": "matrix", "result": result}})
+
+    async def prom_instant(self, request: web.Request) -> web.Response:
+        self.requests.append(("prom_instant", request.path, dict(request.query)))
+        metric = self._metric_for(request.query.get("query", ""))
+        if self.restarted and metric in self.prom_after_restart:
+            value = self.prom_after_restart[metric]
+        else:
+            series = self.prom_series.get(metric) or []
+            if not series:
+                return web.json_response({"status": "success", "data": {"resultType": "vector", "result": []}})
+            value = series[-1]
+        return web.json_response({"status": "success", "data": {"resultType": "vector", "result": [
+            {"metric": {}, "value": [time.time(), str(value)]}]}})
+
+    # --- Kubernetes -------------------------------------------------------------------------------------
+
+    async def deployment_api(self, request: web.Request) -> web.Response:
+        body: dict[str, Any] = {}
+        if request.method == "PATCH":
+            body = await request.json()
+        self.requests.append((f"k8s_{request.method}", request.path, body))
+        if (denied := self._auth(request)) is not None:
+            return denied
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        meta = self.deployment["metadata"]
+        if (ns, name) != (meta["namespace"], meta["name"]):
+            return web.json_response({"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404,
+                                      "message": f'deployments.apps "{name}" not found'}, status=404)
+        if request.method == "PATCH":
+            if request.content_type not in ("application/strategic-merge-patch+json", "application/merge-patch+json"):
+                return web.json_response({"kind": "Status", "code": 415, "message": "unsupported patch type"},
+                                         status=415)
+            annotations = body["spec"]["template"]["metadata"]["annotations"]
+            self.deployment["spec"]["template"]["metadata"]["annotations"].update(annotations)
+            meta["generation"] += 1
+            self.deployment["status"].update(updatedReplicas=0, availableReplicas=2)
+            self.restarted, self._polls = True, 0
+            return web.json_response(self.deployment)
+        if request.method == "GET":
+            self._polls += 1
+            ready = self.deployment_ready_after_polls
+            status = self.deployment["status"]
+            if self.restarted and ready is not None and self._polls >= ready:
+                status.update(observedGeneration=meta["generation"], updatedReplicas=3, availableReplicas=3)
+            elif self.restarted:
+                status.update(observedGeneration=meta["generation"], updatedReplicas=1, availableReplicas=2)
+            return web.json_response(self.deployment)
+        return web.Response(status=405)
+
+    # --- webhook ---------------------------------------------------------------------------------------
+
+    async def webhook(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.requests.append(("webhook", request.path, body))
+        if (denied := self._auth(request)) is not None:
+            return denied
+        self.restarted = True
+        return web.json_response({"id": "job-42", "status": "queued", "status_url": "jobs/job-42"}, status=202)
+
+    async def job(self, request: web.Request) -> web.Response:
+        self.requests.append(("job", request.path, {}))
+        state = self.webhook_states.pop(0) if len(self.webhook_states) > 1 else self.webhook_states[0]
+        return web.json_response({"id": request.match_info["job"], "status": state})
+
+
+def loki_line(ts: float, level: str, msg: str) -> tuple[float, str]:
+    return ts, json.dumps({"ts": ts, "level": level, "msg": msg})

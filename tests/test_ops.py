@@ -1,0 +1,271 @@
+"""The ops toolbox: each tool against its real-protocol test server and against the demo dataset."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.agent.messages import ToolCall
+from state import MemoryStore
+from state.store import JournalAdapter
+from tests.fakes.ops_servers import OpsFakes, loki_line
+from tools import ops
+from tools.ops import config as cfg
+from tools.registry import Registry, ToolContext
+from tools.runtime import Observation, execute_one
+
+
+@pytest.fixture
+async def fakes() -> AsyncIterator[OpsFakes]:
+    f = OpsFakes()
+    await f.server.start()
+    yield f
+    await f.server.stop()
+
+
+async def run(toolbox: ops.Toolbox, name: str, confirmed_by: str | None = None, **args: Any) -> Observation:
+    ctx = ToolContext(run_id="r", thread_id="t", user_id="UREQ", call_id=f"c-{time.time_ns()}",
+                      confirmed_by=confirmed_by)
+    return await execute_one(ToolCall(id=ctx.call_id, name=name, arguments=args), registry=Registry.of(toolbox.specs),
+                             ctx=ctx, journal=JournalAdapter(MemoryStore()))
+
+
+def data(obs: Observation) -> dict[str, Any]:
+    assert obs.result is not None, obs.interrupt
+    body = json.loads(obs.result.content)
+    assert body["ok"], body
+    return dict(body["data"])
+
+
+def error_code(obs: Observation) -> str:
+    assert obs.result is not None
+    return str(json.loads(obs.result.content)["errorCode"])
+
+
+def live(fakes: OpsFakes, **overrides: Any) -> ops.Toolbox:
+    parts: dict[str, Any] = {
+        "logs": cfg.LokiLogs(backend="loki", url=fakes.url, token_env="OPS_TOKEN", timeout_s=2),
+        "metrics": cfg.PrometheusMetrics(backend="prometheus", url=fakes.url),
+        "restart": cfg.KubernetesRestarts(backend="kubernetes", api_url=fakes.url, token_env="OPS_TOKEN"),
+        "verify": cfg.Verification(timeout_s=2, poll_s=0.05, settle_s=0)}
+    return ops.build(cfg.OpsConfig(**(parts | overrides)))
+
+
+@pytest.fixture(autouse=True)
+def token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPS_TOKEN", "secret-token")
+
+
+# --- catalog and runbooks ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("query", ["支付服务", "payments", "pay-svc", "Payment Service", "看看支付服务最近报错"])
+async def test_catalog_matching_is_forgiving(query: str) -> None:
+    found = data(await run(ops.build(), "search_resource", query=query))
+    assert found["candidates"][0]["id"] == "payments"
+    assert found["candidates"][0]["kubernetes"] == {"namespace": "payments", "deployment": "payments-api"}
+
+
+async def test_an_ambiguous_name_returns_the_candidates(tmp_path: Path) -> None:
+    shutil.copytree(ops.DEMO_DATA, tmp_path / "demo")
+    catalog = tmp_path / "demo" / "catalog.yml"
+    catalog.write_text(catalog.read_text() + "  - {id: payments-batch, name: Payments Batch, aliases: [pay-svc]}\n")
+    found = data(await run(ops.build(cfg.OpsConfig(data_dir=tmp_path / "demo")), "search_resource", query="pay-svc"))
+    assert found["ambiguous"] is True
+    assert {c["id"] for c in found["candidates"]} == {"payments", "payments-batch"}
+    assert error_code(await run(ops.build(), "search_resource", query="kafka")) == "not_found"
+
+
+async def test_runbook_search_ranks_in_chinese_and_english() -> None:
+    toolbox = ops.build()
+    zh = data(await run(toolbox, "search_docs", query="数据库连接池耗尽怎么处理"))["results"]
+    assert zh[0]["path"] == "docs/payments-db-timeouts.md" and zh[0]["title"] == "支付服务数据库超时处理手册"
+    en = data(await run(toolbox, "search_docs", query="roll back a bad release after a deploy"))["results"]
+    assert en[0]["path"] == "docs/deploy-5xx-rollback.md"
+    rate = data(await run(toolbox, "search_docs", query="gateway 429 rate limit"))["results"]
+    assert rate[0]["path"] == "docs/gateway-rate-limits.md"
+    assert zh[0]["score"] > 0 and [h["score"] for h in zh] == sorted((h["score"] for h in zh), reverse=True)
+
+
+async def test_the_runbook_index_follows_file_changes(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Disk full\n\n## Fix\nDelete old journald logs.\n", encoding="utf-8")
+    index = ops.DocIndex(docs, link_base="https://git.example.com/runbooks/blob/main")
+    assert (await index.search("journald"))[0].path == "https://git.example.com/runbooks/blob/main/a.md"
+    assert await index.search("证书过期") == []
+    (docs / "b.md").write_text("# 证书过期\n\n## 处理\n更新 TLS 证书并重载网关。\n", encoding="utf-8")
+    assert (await index.search("证书过期怎么办"))[0].title == "证书过期"
+    (docs / "a.md").unlink()
+    assert await index.search("journald") == []
+
+
+# --- logs -------------------------------------------------------------------------------------------------------
+
+async def test_demo_logs_are_grouped_by_pattern() -> None:
+    found = data(await run(ops.build(), "query_logs", service_id="payments", environment="prod", minutes=30))
+    top = found["patterns"][0]
+    assert top["pattern"].startswith("timeout acquiring connection from pool <str> after <n>")
+    assert top["count"] > 50 and len(top["samples"]) == 3
+    assert found["error_lines"] == sum(p["count"] for p in found["patterns"])
+    assert "hunter2" not in json.dumps(found)  # scrubbed on the way to the model
+    staging = data(await run(ops.build(), "query_logs", service_id="orders", environment="staging"))
+    assert "NullPointerException in OrderMapper.toDto" in staging["patterns"][0]["pattern"]
+
+
+async def test_missing_service_or_environment_asks_with_choices_from_the_catalog() -> None:
+    asked = await run(ops.build(), "query_logs")
+    assert asked.interrupt is not None and asked.interrupt.interrupt_type == "params_required"
+    fields = {f["name"]: f["choices"] for f in asked.interrupt.payload["fields"]}
+    assert fields == {"service_id": ["payments", "orders", "gateway"], "environment": ["prod", "staging"]}
+    env_only = await run(ops.build(), "query_metrics", service_id="payments")
+    assert env_only.interrupt is not None
+    assert env_only.interrupt.payload["fields"] == [{"name": "environment", "choices": ["prod", "staging"]}]
+    assert error_code(await run(ops.build(), "query_logs", service_id="payments", environment="qa")) == \
+        "validation_error"
+
+
+async def test_loki_query_range(fakes: OpsFakes) -> None:
+    now = time.time()
+    fakes.loki_lines = [loki_line(now - 60 * i, "error", f"timeout acquiring connection after {3000 + i}ms")
+                        for i in range(5)] + [loki_line(now - 30, "error", "disk full on /var/lib/app")]
+    found = data(await run(live(fakes), "query_logs", service_id="payments", environment="prod", minutes=30,
+                           contains="timeout"))
+    _, _, params = next(r for r in fakes.requests if r[0] == "loki")
+    assert params["query"].startswith('{app="payments-api", env="prod"} |~ "(?i)(error|exception|fatal|panic|timeout)"')
+    assert params["query"].endswith('|= "timeout"') and params["direction"] == "backward"
+    assert int(params["end"]) - int(params["start"]) == pytest.approx(30 * 60 * 1e9, rel=0.01)
+    assert found["query"] == params["query"]
+    assert found["patterns"][0] == {**found["patterns"][0], "pattern": "timeout acquiring connection after <n>",
+                                    "count": 5}
+
+
+@pytest.mark.parametrize(("status", "code"), [(400, "validation_error"), (401, "permission_denied"),
+                                              (404, "not_found"), (502, "upstream_error")])
+async def test_loki_errors_are_classified(fakes: OpsFakes, status: int, code: str) -> None:
+    fakes.loki_status = status
+    obs = await run(live(fakes), "query_logs", service_id="payments", environment="prod")
+    assert error_code(obs) == code
+    assert obs.result is not None and f"HTTP {status}" in json.loads(obs.result.content)["message"]
+
+
+async def test_loki_timeout_wrong_token_and_unreachable(fakes: OpsFakes, monkeypatch: pytest.MonkeyPatch) -> None:
+    fakes.loki_delay_s = 3
+    assert error_code(await run(live(fakes), "query_logs", service_id="payments", environment="prod")) == "timeout"
+    fakes.loki_delay_s = 0
+    monkeypatch.setenv("OPS_TOKEN", "wrong")
+    assert error_code(await run(live(fakes), "query_logs", service_id="payments", environment="prod")) == \
+        "permission_denied"
+    dead = ops.build(cfg.OpsConfig(logs=cfg.LokiLogs(backend="loki", url="http://127.0.0.1:9", timeout_s=2)))
+    assert error_code(await run(dead, "query_logs", service_id="payments", environment="prod")) == "upstream_error"
+
+
+# --- metrics ----------------------------------------------------------------------------------------------------
+
+async def test_prometheus_range_queries_are_summarised_with_a_trend(fakes: OpsFakes) -> None:
+    fakes.prom_series = {"error_rate": [0.002, 0.003, 0.02, 0.04], "p95_latency_ms": [180, 185, 181, 183],
+                         "restarts": [0, 0, 1, 1]}
+    found = data(await run(live(fakes), "query_metrics", service_id="payments", environment="prod", minutes=15))
+    m = found["metrics"]
+    assert m["error_rate"]["current"] == 0.04 and m["error_rate"]["trend"] == "rising"
+    assert m["p95_latency_ms"]["trend"] == "flat" and m["p95_latency_ms"]["max"] == 185
+    assert 'http_requests_total{service="payments-api",env="prod",code=~"5.."}' in m["error_rate"]["query"]
+    sent = [r[2] for r in fakes.requests if r[0] == "prom_range"]
+    assert {p["step"] for p in sent} == {"60s"} and len(sent) == 3
+    assert float(sent[0]["end"]) - float(sent[0]["start"]) == pytest.approx(900, abs=1)
+
+
+async def test_prometheus_bad_query_and_demo_fixtures(fakes: OpsFakes) -> None:
+    broken = cfg.PrometheusMetrics(backend="prometheus", url=fakes.url, queries={"error_rate": "not promql"})
+    obs = await run(live(fakes, metrics=broken), "query_metrics", service_id="payments", environment="prod")
+    assert error_code(obs) == "validation_error"
+    demo = data(await run(ops.build(), "query_metrics", service_id="payments", environment="prod"))
+    assert demo["metrics"]["error_rate"]["trend"] == "rising" and demo["metrics"]["error_rate"]["current"] == 0.043
+    assert error_code(await run(ops.build(), "query_metrics", service_id="payments", environment="prod",
+                                metrics=["cpu"])) == "validation_error"
+
+
+# --- restarts ---------------------------------------------------------------------------------------------------
+
+async def test_kubernetes_restart_patches_waits_and_compares_the_error_rate(fakes: OpsFakes) -> None:
+    fakes.prom_series = {"error_rate": [0.01, 0.04]}
+    fakes.prom_after_restart = {"error_rate": 0.002}
+    result = data(await run(live(fakes), "restart_service", confirmed_by="UAPPROVER", service_id="payments",
+                            environment="prod", reason="pool exhausted"))
+    patch = next(r for r in fakes.requests if r[0] == "k8s_PATCH")
+    assert patch[1] == "/apis/apps/v1/namespaces/payments/deployments/payments-api"
+    assert "kubectl.kubernetes.io/restartedAt" in patch[2]["spec"]["template"]["metadata"]["annotations"]
+    assert result["rollout"] == "complete" and result["action"]["generation"] == 8
+    assert (result["error_rate_before"], result["error_rate_after"]) == (0.04, 0.002)
+    assert result["verdict"] == "restarted; the error rate fell from 4.00% to 0.20%"
+    assert result["confirmed_by"] == "UAPPROVER"
+    assert sum(1 for r in fakes.requests if r[0] == "k8s_GET") >= 2
+
+
+async def test_a_rollout_that_never_finishes_is_reported_unverified(fakes: OpsFakes) -> None:
+    fakes.deployment_ready_after_polls = None
+    result = data(await run(live(fakes), "restart_service", confirmed_by="U", service_id="payments",
+                            environment="prod"))
+    assert result["rollout"] == "timed_out" and "NOT verified" in result["verdict"]
+    assert "1/3 updated" in result["rollout_detail"] and result["error_rate_after"] is None
+
+
+async def test_kubernetes_errors_are_classified(fakes: OpsFakes, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPS_TOKEN", "nope")
+    obs = await run(live(fakes), "restart_service", confirmed_by="U", service_id="payments", environment="prod")
+    assert error_code(obs) == "permission_denied"
+    monkeypatch.setenv("OPS_TOKEN", "secret-token")
+    fakes.deployment["metadata"]["name"] = "something-else"
+    obs = await run(live(fakes), "restart_service", confirmed_by="U", service_id="payments", environment="prod")
+    assert error_code(obs) == "not_found"
+
+
+async def test_a_kubeconfig_with_a_token_user(fakes: OpsFakes, tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(f"""
+apiVersion: v1
+kind: Config
+current-context: ops
+contexts: [{{name: ops, context: {{cluster: c1, user: bot}}}}]
+clusters: [{{name: c1, cluster: {{server: "{fakes.url}"}}}}]
+users: [{{name: bot, user: {{token: secret-token}}}}]
+""")
+    restart = cfg.KubernetesRestarts(backend="kubernetes", kubeconfig=kubeconfig)
+    result = data(await run(live(fakes, restart=restart), "restart_service", confirmed_by="U",
+                            service_id="payments", environment="prod"))
+    assert result["rollout"] == "complete"
+
+
+async def test_webhook_restart_follows_the_job(fakes: OpsFakes) -> None:
+    hook = cfg.WebhookRestarts(backend="webhook", url=f"{fakes.url}/hooks/restart", token_env="OPS_TOKEN")
+    result = data(await run(live(fakes, restart=hook), "restart_service", confirmed_by="UAPPROVER",
+                            service_id="payments", environment="prod"))
+    posted = next(r for r in fakes.requests if r[0] == "webhook")[2]
+    assert posted["service_id"] == "payments" and posted["confirmed_by"] == "UAPPROVER"
+    assert posted["deployment"] == "payments-api" and posted["idempotency_key"].startswith("c-")
+    assert result["rollout"] == "complete" and result["action"]["status_url"].endswith("/hooks/jobs/job-42")
+    fakes.webhook_states = ["failed"]
+    failed = data(await run(live(fakes, restart=hook), "restart_service", confirmed_by="U",
+                            service_id="payments", environment="prod"))
+    assert failed["rollout"] == "failed" and "job failed" in failed["verdict"]
+
+
+async def test_restart_is_gated_in_prod_and_the_demo_verifies() -> None:
+    toolbox = ops.build()
+    gated = await run(toolbox, "restart_service", service_id="payments", environment="prod")
+    assert gated.interrupt is not None and gated.interrupt.interrupt_type == "confirm_risky"
+    done = data(await run(toolbox, "restart_service", confirmed_by="U", service_id="payments", environment="prod"))
+    assert done["verdict"] == "restarted; the error rate fell from 4.30% to 0.30%"
+    assert len(toolbox.restarts.done) == 1
+
+
+async def test_a_broken_catalog_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "catalog.yml").write_text("services:\n  - {id: Bad Id, name: x}\n")
+    with pytest.raises(ops.CatalogError, match=r"invalid at services\[0\]\.id: String should match pattern"):
+        ops.build(cfg.OpsConfig(catalog=tmp_path / "catalog.yml"))
