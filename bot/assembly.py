@@ -98,6 +98,11 @@ async def assemble(settings: Settings, *, fallback_store: bool = True) -> Assemb
     except (ops.CatalogError, ValueError, ToolError) as exc:
         raise ConfigError(f"toolbox: {exc}") from exc
     registry = build_registry(settings, toolbox)
+    verify = settings.toolbox.verify
+    if verify.timeout_s + verify.settle_s >= settings.limits.max_wall_time_s:
+        log.warning("toolbox.verify (%gs + %gs settle) does not fit limits.max_wall_time_s (%gs): a restart run "
+                    "inside the loop may be stopped before it is verified", verify.timeout_s, verify.settle_s,
+                    settings.limits.max_wall_time_s)
     store = await open_store(settings, fallback=fallback_store)
     bus = EventBus()
     deps = RunDeps(model=model, registry=registry, store=store, bus=bus, limits=settings.limits,
