@@ -22,8 +22,8 @@ from bot.agent.events import Event, EventBus
 from bot.agent.limits import Limits
 from bot.agent.models.base import ChatModel
 from bot.agent.run import RunDeps
+from bot.demo.workspace import LocalSlack as FakeSlack
 from state import Keys, RedisStore, Ttls, connect
-from tests.fakes.slack_api import FakeSlack
 from tools import ops
 from tools.registry import Registry, ToolSpec
 

@@ -13,10 +13,10 @@ from bot.agent.models.base import ChatModel
 from bot.agent.run import RunDeps
 from bot.assembly import Assembly
 from bot.config import Settings, SlackConfig
+from bot.demo.local_server import LocalServer
+from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.slack.service import SlackService, build_service
 from state import Keys, RedisStore, Ttls, connect
-from tests.fakes.server import LocalServer
-from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_sender import SlackSender
 from tools import ops
 from tools.registry import Registry, ToolSpec

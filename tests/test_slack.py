@@ -13,7 +13,8 @@ import pytest
 from bot.agent.messages import ToolResultMessage
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.agent.transcript import violations
-from tests.fakes.slack_api import FakeSlack, all_text, buttons
+from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.demo.workspace import all_text, buttons
 from tests.fakes.slack_sender import block_action, mention, message
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
 from tests.toolkit import Probe, toolkit

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import aiohttp
 
-from tests.fakes.slack_api import FakeSlack, all_text
+from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.demo.workspace import all_text
 from tests.fakes.slack_sender import SlackSender, mention
 from tests.slack_harness import CHANNEL, SECRET, open_workspace
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.server import LocalServer
+from bot.demo.local_server import LocalServer
 
 Reply = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]] | tuple[int, dict[str, Any]]
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")

@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.server import LocalServer
+from bot.demo.local_server import LocalServer
 
 _ids = itertools.count(1)
 

@@ -1,9 +1,11 @@
-"""A local fake of Slack's Web API that records calls and enforces Slack's limits.
+"""A local, Slack-compatible Web API: the workspace behind ``opspilot demo`` and the tests' fake Slack.
 
-It checks the bot token, rejects Block Kit beyond Slack's documented limits (blocks per message,
-text lengths, unique ids, elements per block, options, confirm dialogs) with ``invalid_blocks``,
-rejects ``msg_too_long``, and can answer 429 with ``Retry-After`` (a fixed number of times, or
-a per-minute budget per method) as Slack's rate limiter does.
+It keeps channels and threads in memory, checks the bot token, rejects Block Kit beyond Slack's
+documented limits (blocks per message, text lengths, unique ids, elements per block, options,
+confirm dialogs) with ``invalid_blocks``, rejects ``msg_too_long``, and can answer 429 with
+``Retry-After`` (a fixed number of times, or a per-minute budget per method) as Slack's rate
+limiter does. Socket Mode (``apps.connections.open`` + a websocket) is served too. Every change is
+announced to ``watchers`` (the demo page's live feed).
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ import itertools
 import json
 import time
 from collections import defaultdict, deque
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.server import LocalServer
+from bot.demo.local_server import LocalServer
 
 BOT_USER = "UBOT"
 
@@ -110,7 +113,10 @@ def block_problems(blocks: list[dict[str, Any]]) -> list[str]:
     return errors
 
 
-class FakeSlack:
+Watcher = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class LocalSlack:
     def __init__(self, token: str = "xoxb-test-token") -> None:
         self.token = token
         self.calls: list[tuple[str, dict[str, Any]]] = []
@@ -130,7 +136,25 @@ class FakeSlack:
         self.app_token = "xapp-test-token"
         self.sockets: list[web.WebSocketResponse] = []
         self.acks: list[dict[str, Any]] = []
+        self.watchers: list[Watcher] = []
         self.server = LocalServer(app)
+
+    def routes(self) -> list[web.RouteDef]:
+        """The Web API routes, to mount in another aiohttp app (the demo serves them next to its page)."""
+        return [web.post("/api/{method}", self._dispatch), web.get("/api/{method}", self._dispatch),
+                web.get("/socket-mode", self._socket)]
+
+    async def _announce(self, change: dict[str, Any]) -> None:
+        for watcher in list(self.watchers):
+            await watcher(change)
+
+    def post_as_user(self, channel: str, user: str, text: str, thread_ts: str | None = None) -> dict[str, Any]:
+        """A person writes in the channel (the demo page's composer)."""
+        ts = f"{1700000000 + next(self._ts)}.000100"
+        message: dict[str, Any] = {"ts": ts, "channel": channel, "user": user, "text": text, "blocks": [],
+                                   "thread_ts": thread_ts, "edits": 0}
+        self.messages[(channel, ts)] = message
+        return message
 
     @property
     def api_url(self) -> str:
@@ -186,7 +210,12 @@ class FakeSlack:
         if problem is not None:
             self.rejected.append((method, problem))
             return web.json_response({"ok": False, "error": problem.split(":")[0], "errors": [problem]})
-        return web.json_response(handler(body))
+        answer = handler(body)
+        if answer.get("ok") and method in ("chat.postMessage", "chat.update"):
+            await self._announce({"type": "message", "message": self.messages[(body["channel"], answer["ts"])]})
+        elif answer.get("ok") and method == "chat.postEphemeral":
+            await self._announce({"type": "ephemeral", "ephemeral": self.ephemerals[-1]})
+        return web.json_response(answer)
 
     async def _socket(self, request: web.Request) -> web.WebSocketResponse:
         """Socket Mode: say hello, then forward envelopes the test pushes; collect the acks."""
@@ -245,7 +274,7 @@ class FakeSlack:
 
     def _chat_postMessage(self, body: dict[str, Any]) -> dict[str, Any]:
         ts = f"{1700000000 + next(self._ts)}.000100"
-        message = {"ts": ts, "channel": body["channel"], "text": body.get("text", ""),
+        message = {"ts": ts, "channel": body["channel"], "text": body.get("text", ""), "bot": True,
                    "blocks": body.get("blocks") or [], "thread_ts": body.get("thread_ts"), "edits": 0}
         self.messages[(body["channel"], ts)] = message
         return {"ok": True, "channel": body["channel"], "ts": ts, "message": message}
@@ -256,7 +285,8 @@ class FakeSlack:
         return {"ok": True, "channel": body["channel"], "ts": body["ts"], "text": message["text"]}
 
     def _chat_postEphemeral(self, body: dict[str, Any]) -> dict[str, Any]:
-        self.ephemerals.append({"channel": body["channel"], "user": body.get("user"), "text": body.get("text", "")})
+        self.ephemerals.append({"channel": body["channel"], "user": body.get("user"), "text": body.get("text", ""),
+                                "thread_ts": body.get("thread_ts"), "ts": f"{time.time():.6f}"})
         return {"ok": True, "message_ts": f"{time.time():.6f}"}
 
     def _usergroups_users_list(self, body: dict[str, Any]) -> dict[str, Any]:

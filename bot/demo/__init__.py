@@ -1,0 +1,1 @@
+"""A local Slack-like workspace in the browser: `opspilot demo`."""
