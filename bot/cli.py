@@ -21,6 +21,8 @@ def _parser() -> argparse.ArgumentParser:
     chat_cmd = sub.add_parser("chat", help="talk to OpsPilot in the terminal")
     chat_cmd.add_argument("--user", default="local-user", help="who you are (for confirmations and audit)")
     sub.add_parser("serve", help="serve Slack: Socket Mode with SLACK_APP_TOKEN, otherwise HTTP on $PORT")
+    demo_cmd = sub.add_parser("demo", help="a Slack-like channel in your browser, no Slack workspace needed")
+    demo_cmd.add_argument("--port", type=int, default=None, help="default: $PORT or 3000")
     stats_cmd = sub.add_parser("stats", help="runs, steps, failure and resume rates, stop reasons")
     stats_cmd.add_argument("--window", choices=["1h", "1d", "7d"], default="1d")
     return parser
@@ -61,6 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "chat":
             return asyncio.run(_chat(args.user, args.config))
+        if args.command == "demo":
+            from bot.demo.server import run_demo
+
+            settings = load_settings(args.config)
+            return asyncio.run(run_demo(settings, args.port or settings.slack.port))
         if args.command == "serve":
             from bot.slack.service import serve
 

@@ -103,3 +103,25 @@ def error_code_of(result: ToolResultMessage) -> str | None:
         return "unknown"
     code = body.get("errorCode") if isinstance(body, dict) else None
     return code if isinstance(code, str) else "unknown"
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def one_line_summary(content: str, limit: int = 120) -> str:
+    """A tool result as one short line for people: the error message, or the gist of the data."""
+    try:
+        body = json.loads(content)
+    except ValueError:
+        return _clip(content.replace("\n", " "), limit)
+    if isinstance(body, dict) and body.get("ok") is False:
+        return _clip(f"{body.get('errorCode')}: {body.get('message', '')}", limit)
+    data = body.get("data") if isinstance(body, dict) else body
+    if isinstance(data, dict):
+        for key in ("candidates", "results", "items"):
+            if isinstance(data.get(key), list):
+                return f"{len(data[key])} {key}"
+        text = ", ".join(f"{k}={v}" for k, v in list(data.items())[:3] if not isinstance(v, dict | list))
+        return _clip(text or "done", limit)
+    return _clip(str(data), limit)

@@ -37,6 +37,7 @@ from bot.agent.messages import (
     UserMessage,
     error_code_of,
     error_result,
+    one_line_summary,
 )
 from bot.agent.models.base import AUTO, NONE, ChatModel, Completion, ModelError, ToolChoice
 from bot.agent.prompt import STOP_INSTRUCTION, SYSTEM_PROMPT
@@ -216,7 +217,7 @@ class Run:
         if obs.result is not None:
             self.emit(ToolResultEvent, step=self.record.step, call_id=obs.call.id, tool=obs.call.name,
                       status=obs.result.status, error_code=error_code_of(obs.result),
-                      summary=obs.result.content[:300], latency_ms=round(obs.latency_ms, 2))
+                      summary=one_line_summary(obs.result.content), latency_ms=round(obs.latency_ms, 2))
             await self.flush_events()
 
     # --- Observation ---------------------------------------------------------------------------

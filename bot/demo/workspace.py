@@ -10,7 +10,6 @@ announced to ``watchers`` (the demo page's live feed).
 
 from __future__ import annotations
 
-import itertools
 import json
 import time
 from collections import defaultdict, deque
@@ -124,7 +123,7 @@ class LocalSlack:
         self.ephemerals: list[dict[str, Any]] = []
         self.usergroups: dict[str, list[str]] = {}
         self.rejected: list[tuple[str, str]] = []
-        self._ts = itertools.count(1)
+        self._last_ts = 0.0
         self._fail_next: dict[str, int] = defaultdict(int)
         self._budget: dict[str, int] = {}
         self._recent: dict[str, deque[float]] = defaultdict(deque)
@@ -148,9 +147,14 @@ class LocalSlack:
         for watcher in list(self.watchers):
             await watcher(change)
 
+    def _next_ts(self) -> str:
+        """Slack-style message timestamps: unique, increasing, from the clock."""
+        self._last_ts = max(time.time(), self._last_ts + 0.000001)
+        return f"{self._last_ts:.6f}"
+
     def post_as_user(self, channel: str, user: str, text: str, thread_ts: str | None = None) -> dict[str, Any]:
         """A person writes in the channel (the demo page's composer)."""
-        ts = f"{1700000000 + next(self._ts)}.000100"
+        ts = self._next_ts()
         message: dict[str, Any] = {"ts": ts, "channel": channel, "user": user, "text": text, "blocks": [],
                                    "thread_ts": thread_ts, "edits": 0}
         self.messages[(channel, ts)] = message
@@ -273,7 +277,7 @@ class LocalSlack:
                 "team_id": "T0001", "user_id": BOT_USER, "bot_id": "B0001", "is_enterprise_install": False}
 
     def _chat_postMessage(self, body: dict[str, Any]) -> dict[str, Any]:
-        ts = f"{1700000000 + next(self._ts)}.000100"
+        ts = self._next_ts()
         message = {"ts": ts, "channel": body["channel"], "text": body.get("text", ""), "bot": True,
                    "blocks": body.get("blocks") or [], "thread_ts": body.get("thread_ts"), "edits": 0}
         self.messages[(body["channel"], ts)] = message

@@ -58,7 +58,7 @@ def build_bolt_app(*, client: AsyncWebClient, signing_secret: str, surface: Slac
     return app
 
 
-def build_web_app(*, bolt: AsyncApp, store: Store, metrics: Metrics, path: str = "/slack/events") -> web.Application:
+def web_routes(*, bolt: AsyncApp, store: Store, metrics: Metrics, path: str = "/slack/events") -> list[web.RouteDef]:
     async def events(request: web.Request) -> web.Response:
         return await to_aiohttp_response(await bolt.async_dispatch(await to_bolt_request(request)))
 
@@ -78,8 +78,4 @@ def build_web_app(*, bolt: AsyncApp, store: Store, metrics: Metrics, path: str =
         return web.Response(text=body, content_type="text/plain", charset="utf-8",
                             headers={"X-Content-Type-Options": "nosniff"})
 
-    web_app = web.Application()
-    web_app.router.add_post(path, events)
-    web_app.router.add_get("/healthz", healthz)
-    web_app.router.add_get("/metrics", prometheus)
-    return web_app
+    return [web.post(path, events), web.get("/healthz", healthz), web.get("/metrics", prometheus)]

@@ -6,7 +6,6 @@ what a click does is always read back from Redis, never from the payload.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -168,24 +167,6 @@ def card_summary(interrupt_type: str, reason: str, payload: dict[str, Any]) -> s
 _ICONS = {"running": ":hourglass_flowing_sand:", "ok": ":white_check_mark:", "error": ":x:",
           "waiting": ":raised_hand:", "cancelled": ":no_entry_sign:", "skipped": ":fast_forward:",
           "expired": ":hourglass:"}
-
-
-def one_line_summary(content: str, limit: int = 120) -> str:
-    """A tool result as one short line: the error message, or the first bits of the data."""
-    try:
-        body = json.loads(content)
-    except ValueError:
-        return _cut(content.replace("\n", " "), limit)
-    if isinstance(body, dict) and body.get("ok") is False:
-        return _cut(f"{body.get('errorCode')}: {body.get('message', '')}", limit)
-    data = body.get("data") if isinstance(body, dict) else body
-    if isinstance(data, dict):
-        for key in ("candidates", "results", "items"):
-            if isinstance(data.get(key), list):
-                return f"{len(data[key])} {key}"
-        text = ", ".join(f"{k}={v}" for k, v in list(data.items())[:3] if not isinstance(v, dict | list))
-        return _cut(text or "done", limit)
-    return _cut(str(data), limit)
 
 
 def progress_blocks(state: dict[str, Any]) -> list[Block]:

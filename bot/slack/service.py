@@ -14,7 +14,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.assembly import Assembly, assemble
 from bot.config import ConfigError, Settings
 from bot.slack.access import AccessPolicy
-from bot.slack.app import build_bolt_app, build_web_app
+from bot.slack.app import build_bolt_app, web_routes
 from bot.slack.metrics import Metrics, retry_handlers
 from bot.slack.scheduler import Sweeper
 from bot.slack.surface import SlackSurface
@@ -29,8 +29,14 @@ class SlackService:
     surface: SlackSurface
     sweeper: Sweeper
     bolt: AsyncApp
-    web_app: web.Application
+    routes: list[web.RouteDef]
     metrics: Metrics
+
+    @property
+    def web_app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_routes(self.routes)
+        return app
 
 
 async def build_service(settings: Settings, *, socket_mode: bool = False, fallback_store: bool = False,
@@ -54,7 +60,7 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     bolt = build_bolt_app(client=client, signing_secret=slack.signing_secret or "socket-mode", surface=surface)
     return SlackService(core, client, surface, Sweeper(engine=core.engine, store=core.store, surface=surface,
                                                        config=slack), bolt,
-                        build_web_app(bolt=bolt, store=core.store, metrics=metrics), metrics)
+                        web_routes(bolt=bolt, store=core.store, metrics=metrics), metrics)
 
 
 def socket_mode_handler(service: SlackService, app_token: str) -> AsyncSocketModeHandler:

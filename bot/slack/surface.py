@@ -197,10 +197,13 @@ class SlackSurface:
                 f"This request was already handled{f' ({decided})' if decided else ''}."
             await self.tell(channel, user, text, thread_ts)
             return
+        verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))
+        if not verdict.allowed:
+            await self.tell(channel, user, verdict.reason, thread_ts)
+            return
         env = pending.arguments.get("environment")
         decision: Decision
         if action_id == "opspilot_submit":
-            verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))
             decision = ProvideParams(kit.form_values(state))
             outcome = f":memo: Submitted by <@{user}> at {kit.hhmm()}"
         elif action_id == "opspilot_confirm":
@@ -273,7 +276,7 @@ class SlackSurface:
             line = progress.line(event.call_id)
             if line is not None:
                 line["status"] = event.status
-                line["detail"] = kit.one_line_summary(event.summary)
+                line["detail"] = event.summary
             ending = _CARD_ENDINGS.get(event.status if event.status == "expired" else event.error_code or "")
             link = await self.store.get_meta(CALL_META, f"{event.run_id}:{event.call_id}")
             if ending and link.get("token"):

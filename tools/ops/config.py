@@ -77,7 +77,7 @@ class WebhookRestarts(_Section):
 
 
 class Verification(_Section):
-    timeout_s: float = Field(300.0, gt=0, description="how long to wait for the rollout / job")
+    timeout_s: float = Field(120.0, gt=0, description="how long to wait for the rollout / job")
     poll_s: float = Field(2.0, gt=0)
     settle_s: float = Field(30.0, ge=0, description="pause after the rollout before re-checking the error rate")
 

@@ -1,0 +1,198 @@
+"""``opspilot demo``: a Slack-like channel in the browser, talking to the unchanged bot in HTTP mode.
+
+One aiohttp process serves three things on one port:
+  /            the page (a channel with threads, live edits, Block Kit, a user switcher)
+  /api/*       a Slack-compatible Web API (:class:`LocalSlack`) the bot posts to
+  /slack/events the bot's own endpoint, which the page's backend calls with properly signed
+               Events API and ``block_actions`` requests — exactly what Slack would send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import aiohttp
+from aiohttp import web
+
+from bot.config import Approvers, Settings
+from bot.demo.local_server import LocalServer
+from bot.demo.workspace import BOT_USER, LocalSlack
+from bot.slack.service import SlackService, build_service
+
+log = logging.getLogger(__name__)
+
+STATIC = Path(__file__).parent / "static"
+CHANNEL = "C0OPSDEMO"
+USERS = {
+    "U0ALICE": {"name": "Alice", "role": "on-call engineer (asks)"},
+    "U0BOB": {"name": "Bob", "role": "SRE lead (approves prod changes)"},
+    "U0MALLORY": {"name": "Mallory", "role": "not allowed to use OpsPilot"},
+}
+
+
+def demo_settings(settings: Settings, port: int) -> Settings:
+    """The demo's workspace: random tokens, the local Web API, and approval rules worth showing."""
+    slack = settings.slack.model_copy(update={
+        "bot_token": f"xoxb-demo-{secrets.token_hex(8)}", "signing_secret": secrets.token_hex(16),
+        "app_token": None, "api_url": f"http://127.0.0.1:{port}/api/", "port": port,
+        "allowed_users": ["U0ALICE", "U0BOB"], "two_person_rule": ["prod"],
+        "approvers": {"restart_service": {"prod": Approvers(users=["U0BOB"])}},
+        "progress_interval_s": min(settings.slack.progress_interval_s, 0.5),
+    })
+    # Its own key prefix: demo threads never mix with a real bot's state in the same Redis.
+    return settings.model_copy(update={"slack": slack, "key_prefix": f"{settings.key_prefix}-demo"})
+
+
+class Demo:
+    def __init__(self, settings: Settings, port: int) -> None:
+        self.settings = demo_settings(settings, port)
+        self.port = port
+        self.slack = LocalSlack(token=str(self.settings.slack.bot_token))
+        self.service: SlackService | None = None
+        self._feeds: set[asyncio.Queue[dict[str, Any]]] = set()
+        self.slack.watchers.append(self._broadcast)
+
+    async def start(self) -> LocalServer:
+        self.service = await build_service(self.settings, fallback_store=True)
+        app = web.Application()
+        app.router.add_routes(self.slack.routes())
+        app.router.add_routes(self.service.routes)  # the bot's /slack/events, /healthz, /metrics
+        app.router.add_get("/", self.page)
+        app.router.add_static("/static", STATIC)
+        app.router.add_get("/demo/state", self.state)
+        app.router.add_get("/demo/feed", self.feed)
+        app.router.add_post("/demo/say", self.say)
+        app.router.add_post("/demo/click", self.click)
+        server = await LocalServer(app, port=self.port).start()
+        self.port = server.port
+        self.service.sweeper.start()
+        return server
+
+    async def close(self) -> None:
+        if self.service is not None:
+            self.service.sweeper.stop()
+            await self.service.surface.drain(5)
+            await self.service.core.store.close()
+
+    # --- the page and its live feed ---------------------------------------------------------------------
+
+    async def page(self, request: web.Request) -> web.FileResponse:
+        return web.FileResponse(STATIC / "index.html")
+
+    async def state(self, request: web.Request) -> web.Response:
+        assert self.service is not None
+        core = self.service.core
+        return web.json_response({
+            "channel": {"id": CHANNEL, "name": "ops-oncall"}, "bot": {"id": BOT_USER, "name": "OpsPilot"},
+            "users": USERS, "model": core.model.label, "scripted": core.model.scripted,
+            "store": "Redis (durable)" if core.store.durable else "in-process store — NOT durable",
+            "messages": sorted(self.slack.messages.values(), key=lambda m: float(m["ts"])),
+            "ephemerals": self.slack.ephemerals,
+        })
+
+    async def feed(self, request: web.Request) -> web.StreamResponse:
+        """Server-sent events: every message posted or edited, every ephemeral."""
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._feeds.add(queue)
+        try:
+            await response.write(b": connected\n\n")
+            while True:
+                try:
+                    change = await asyncio.wait_for(queue.get(), 15)
+                    await response.write(f"data: {json.dumps(change, ensure_ascii=False)}\n\n".encode())
+                except TimeoutError:
+                    await response.write(b": keep-alive\n\n")
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self._feeds.discard(queue)
+        return response
+
+    async def _broadcast(self, change: dict[str, Any]) -> None:
+        for queue in list(self._feeds):
+            queue.put_nowait(change)
+
+    # --- people writing and clicking -----------------------------------------------------------------------
+
+    async def say(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        user, text = str(body.get("user", "")), str(body.get("text", "")).strip()
+        thread_ts = body.get("thread_ts") or None
+        if user not in USERS or not text:
+            return web.json_response({"ok": False, "error": "choose a user and write something"}, status=400)
+        wire = text.replace("@OpsPilot", f"<@{BOT_USER}>")
+        message = self.slack.post_as_user(CHANNEL, user, wire, thread_ts)
+        await self._broadcast({"type": "message", "message": message})
+        event: dict[str, Any] = {"type": "message", "channel": CHANNEL, "user": user, "text": wire,
+                                 "ts": message["ts"], "channel_type": "channel"}
+        if thread_ts:
+            event["thread_ts"] = thread_ts
+        deliveries = [event]
+        if f"<@{BOT_USER}>" in wire:  # Slack sends a mention twice: as app_mention and as message
+            deliveries.insert(0, {**event, "type": "app_mention"})
+        for delivered in deliveries:
+            await self._deliver_event(delivered)
+        return web.json_response({"ok": True, "ts": message["ts"]})
+
+    async def click(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        user = str(body.get("user", ""))
+        message = self.slack.messages.get((CHANNEL, str(body.get("message_ts"))))
+        if user not in USERS or message is None:
+            return web.json_response({"ok": False, "error": "unknown user or message"}, status=400)
+        payload = {
+            "type": "block_actions", "team": {"id": "T0DEMO"}, "user": {"id": user, "username": USERS[user]["name"]},
+            "api_app_id": "A0DEMO", "token": "unused", "trigger_id": f"{time.time():.3f}",
+            "container": {"type": "message", "message_ts": message["ts"], "channel_id": CHANNEL},
+            "channel": {"id": CHANNEL, "name": "ops-oncall"},
+            "message": {"ts": message["ts"], "thread_ts": message.get("thread_ts"), "blocks": message["blocks"]},
+            "state": {"values": body.get("values") or {}},
+            "response_url": f"http://127.0.0.1:{self.port}/demo/response",
+            "actions": [{"type": body.get("type", "button"), "action_id": str(body.get("action_id")),
+                         "block_id": str(body.get("block_id", "")), "value": str(body.get("value", "")),
+                         "action_ts": f"{time.time():.6f}"}],
+        }
+        status = await self._signed("application/x-www-form-urlencoded", urlencode({"payload": json.dumps(payload)}))
+        return web.json_response({"ok": status == 200})
+
+    async def _deliver_event(self, event: dict[str, Any]) -> None:
+        envelope = {"token": "unused", "team_id": "T0DEMO", "api_app_id": "A0DEMO", "type": "event_callback",
+                    "event_id": f"Ev{secrets.token_hex(6)}", "event_time": int(time.time()),
+                    "event": {**event, "event_ts": event["ts"]},
+                    "authorizations": [{"team_id": "T0DEMO", "user_id": BOT_USER, "is_bot": True}]}
+        await self._signed("application/json", json.dumps(envelope))
+
+    async def _signed(self, content_type: str, body: str) -> int:
+        """POST to the bot's own endpoint, signed with the app's signing secret, as Slack does."""
+        stamp = str(int(time.time()))
+        secret = str(self.settings.slack.signing_secret)
+        signature = "v0=" + hmac.new(secret.encode(), f"v0:{stamp}:{body}".encode(), hashlib.sha256).hexdigest()
+        headers = {"Content-Type": content_type, "X-Slack-Request-Timestamp": stamp, "X-Slack-Signature": signature}
+        async with aiohttp.ClientSession() as session, session.post(
+                f"http://127.0.0.1:{self.port}/slack/events", data=body.encode(), headers=headers) as response:
+            return response.status
+
+
+async def run_demo(settings: Settings, port: int) -> int:
+    demo = Demo(settings, port)
+    server = await demo.start()
+    assert demo.service is not None
+    print(f"OpsPilot demo: open {server.url}  (model: {demo.service.core.model.label}; "
+          f"store: {'Redis' if demo.service.core.store.durable else 'in-process, NOT durable'})", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await demo.close()
+        await server.stop()
+    return 0

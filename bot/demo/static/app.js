@@ -1,0 +1,267 @@
+// The OpsPilot demo page: a Slack-like channel that renders Block Kit and talks to the real bot through
+// the demo server (which signs every request as Slack would).
+"use strict";
+
+const state = { me: "U0ALICE", users: {}, bot: { id: "UBOT", name: "OpsPilot" }, messages: new Map(),
+                ephemerals: [], openThread: null, formValues: new Map() };
+
+const EMOJI = { white_check_mark: "✅", x: "❌", hourglass_flowing_sand: "⏳", raised_hand: "✋", no_entry_sign: "🚫",
+  fast_forward: "⏩", hourglass: "⌛", warning: "⚠️", mag: "🔍", memo: "📝", pencil: "✏️", speech_balloon: "💬",
+  alarm_clock: "⏰", grey_question: "❔" };
+
+const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+
+function nameOf(id) {
+  if (id === state.bot.id) return state.bot.name;
+  return (state.users[id] && state.users[id].name) || id;
+}
+
+// Slack mrkdwn → HTML (escaped first; only our own tags are added).
+function mrkdwn(text) {
+  let html = esc(text);
+  html = html.replace(/```([\s\S]*?)```/g, (_, code) => `<pre>${code}</pre>`);
+  html = html.replace(/`([^`\n]+)`/g, (_, code) => `<code>${code}</code>`);
+  html = html.replace(/&lt;@([A-Z0-9]+)&gt;/g, (_, id) => `<span class="mention">@${esc(nameOf(id))}</span>`);
+  html = html.replace(/&lt;#([A-Z0-9]+)(?:\|([^&]*))?&gt;/g, (_, id, label) => `<span class="mention">#${esc(label || id)}</span>`);
+  html = html.replace(/&lt;(https?:[^|&]+)\|([^&]+)&gt;/g, (_, url, label) => `<a href="${url}" target="_blank" rel="noopener">${label}</a>`);
+  // Like Slack: markers open after a boundary and close before one, so snake_case stays as it is.
+  html = html.replace(/(^|[\s(>])\*([^*\n]+?)\*(?=$|[\s.,;:!?)<&])/g, "$1<b>$2</b>");
+  html = html.replace(/(^|[\s(>])_([^\n]+?)_(?=$|[\s.,;:!?)<&])/g, "$1<i>$2</i>");
+  html = html.replace(/(^|[\s(>])~([^~\n]+?)~(?=$|[\s.,;:!?)<&])/g, "$1<s>$2</s>");
+  html = html.replace(/:([a-z_]+):/g, (m, name) => EMOJI[name] || m);
+  return html.replace(/\n/g, "<br>");
+}
+
+function textOf(obj) { return obj ? (obj.type === "plain_text" ? esc(obj.text) : mrkdwn(obj.text)) : ""; }
+
+// --- Block Kit ---------------------------------------------------------------------------------------
+
+function renderBlocks(message, container) {
+  for (const block of message.blocks || []) {
+    const el = document.createElement("div");
+    el.className = `block ${block.type}`;
+    if (block.block_id) el.dataset.blockId = block.block_id;
+    if (block.type === "section") {
+      el.innerHTML = textOf(block.text) + (block.fields || []).map((f) => `<div>${textOf(f)}</div>`).join("");
+    } else if (block.type === "context") {
+      el.innerHTML = (block.elements || []).map((e) => (e.type === "image" ? "" : textOf(e))).join(" · ");
+    } else if (block.type === "header") {
+      el.innerHTML = textOf(block.text);
+    } else if (block.type === "divider") {
+      el.innerHTML = "<hr>";
+    } else if (block.type === "actions") {
+      for (const element of block.elements || []) el.appendChild(renderElement(message, block, element));
+    } else if (block.type === "input") {
+      const label = document.createElement("label");
+      label.innerHTML = textOf(block.label);
+      el.appendChild(label);
+      el.appendChild(renderElement(message, block, block.element));
+    }
+    container.appendChild(el);
+  }
+}
+
+function formKey(message, block) { return `${message.ts}|${block.block_id}`; }
+
+function renderElement(message, block, element) {
+  if (element.type === "button") {
+    const button = document.createElement("button");
+    button.className = `btn ${element.style || ""}`;
+    button.textContent = element.text.text;
+    button.dataset.actionId = element.action_id;
+    button.addEventListener("click", () => press(message, block, element));
+    return button;
+  }
+  if (element.type === "static_select") {
+    const select = document.createElement("select");
+    select.dataset.actionId = element.action_id;
+    select.innerHTML = `<option value="">${esc(element.placeholder ? element.placeholder.text : "Choose")}</option>` +
+      element.options.map((o) => `<option value="${esc(o.value)}">${esc(o.text.text)}</option>`).join("");
+    const key = formKey(message, block);
+    const saved = state.formValues.get(key);
+    if (saved) select.value = saved;
+    select.addEventListener("change", () => state.formValues.set(key, select.value));
+    return select;
+  }
+  if (element.type === "plain_text_input") {
+    const input = document.createElement("input");
+    input.dataset.actionId = element.action_id;
+    const key = formKey(message, block);
+    input.value = state.formValues.get(key) || "";
+    input.addEventListener("input", () => state.formValues.set(key, input.value));
+    return input;
+  }
+  const span = document.createElement("span");
+  span.textContent = `[${element.type}]`;
+  return span;
+}
+
+// The values of every input block in the message, as Slack puts them in state.values.
+function formValues(message) {
+  const values = {};
+  for (const block of message.blocks || []) {
+    if (block.type !== "input") continue;
+    const chosen = state.formValues.get(formKey(message, block)) || "";
+    const element = block.element;
+    values[block.block_id] = { [element.action_id]: element.type === "static_select"
+      ? { type: "static_select", selected_option: chosen ? { value: chosen, text: { type: "plain_text", text: chosen } } : null }
+      : { type: element.type, value: chosen } };
+  }
+  return values;
+}
+
+async function press(message, block, element) {
+  if (element.confirm && !(await confirmDialog(element.confirm, element.style))) return;
+  await post("/demo/click", { user: state.me, message_ts: message.ts, block_id: block.block_id,
+    action_id: element.action_id, value: element.value, values: formValues(message) });
+}
+
+function confirmDialog(confirm, style) {
+  return new Promise((resolve) => {
+    const dialog = document.getElementById("dialog");
+    document.getElementById("dialog-title").textContent = confirm.title ? confirm.title.text : "Are you sure?";
+    document.getElementById("dialog-text").innerHTML = textOf(confirm.text);
+    const yes = document.getElementById("dialog-confirm");
+    const no = document.getElementById("dialog-deny");
+    yes.textContent = confirm.confirm ? confirm.confirm.text : "Yes";
+    yes.className = confirm.style || style || "primary";
+    no.textContent = confirm.deny ? confirm.deny.text : "Cancel";
+    dialog.hidden = false;
+    const close = (answer) => { dialog.hidden = true; yes.onclick = no.onclick = null; resolve(answer); };
+    yes.onclick = () => close(true);
+    no.onclick = () => close(false);
+  });
+}
+
+// --- messages and threads -----------------------------------------------------------------------------
+
+function messageElement(message, { inThread }) {
+  const row = document.createElement("div");
+  row.className = "msg" + (message.ephemeral ? " ephemeral" : "");
+  row.dataset.ts = message.ts;
+  const author = message.bot || message.ephemeral ? state.bot.id : message.user;
+  const avatar = document.createElement("div");
+  avatar.className = "avatar" + (author === state.bot.id ? " bot" : "");
+  avatar.textContent = nameOf(author).slice(0, 1);
+  const body = document.createElement("div");
+  body.className = "body";
+  const time = new Date(parseFloat(message.ts) * 1000);
+  body.innerHTML = `<span class="author">${esc(nameOf(author))}</span>` +
+    (author === state.bot.id ? '<span class="badge app">APP</span>' : "") +
+    `<span class="time">${esc(Number.isNaN(time.getTime()) ? "" : time.toLocaleTimeString())}</span>`;
+  if (message.ephemeral) body.innerHTML += '<div class="only-you">Only visible to you</div>';
+  const content = document.createElement("div");
+  content.className = "text";
+  if (message.blocks && message.blocks.length) renderBlocks(message, content);
+  else content.innerHTML = mrkdwn(message.text);
+  body.appendChild(content);
+  if (!inThread && !message.ephemeral) {
+    const replies = threadOf(message.ts).length;
+    if (replies) {
+      const link = document.createElement("div");
+      link.className = "replies";
+      link.dataset.testid = "replies";
+      link.textContent = `${replies} ${replies === 1 ? "reply" : "replies"}`;
+      link.addEventListener("click", () => openThread(message.ts));
+      body.appendChild(link);
+    }
+  }
+  row.appendChild(avatar);
+  row.appendChild(body);
+  return row;
+}
+
+function threadOf(ts) {
+  return [...state.messages.values()].filter((m) => m.thread_ts === ts && m.ts !== ts)
+    .concat(state.ephemerals.filter((e) => e.user === state.me && e.thread_ts === ts))
+    .sort((a, b) => parseFloat(a.ts) - parseFloat(b.ts));
+}
+
+function render() {
+  const channel = document.getElementById("messages");
+  const roots = [...state.messages.values()].filter((m) => !m.thread_ts || m.thread_ts === m.ts)
+    .concat(state.ephemerals.filter((e) => e.user === state.me && !e.thread_ts))
+    .sort((a, b) => parseFloat(a.ts) - parseFloat(b.ts));
+  channel.replaceChildren(...roots.map((m) => messageElement(m, { inThread: false })));
+  channel.scrollTop = channel.scrollHeight;
+  const pane = document.getElementById("thread");
+  if (state.openThread) {
+    const root = state.messages.get(state.openThread);
+    const list = document.getElementById("thread-messages");
+    const items = (root ? [root] : []).concat(threadOf(state.openThread));
+    list.replaceChildren(...items.map((m) => messageElement(m, { inThread: true })));
+    list.scrollTop = list.scrollHeight;
+    pane.hidden = false;
+  } else {
+    pane.hidden = true;
+  }
+}
+
+function openThread(ts) { state.openThread = ts; render(); }
+
+function renderUsers() {
+  const box = document.getElementById("users");
+  box.replaceChildren(...Object.entries(state.users).map(([id, user]) => {
+    const button = document.createElement("button");
+    button.className = "user" + (id === state.me ? " active" : "");
+    button.dataset.user = id;
+    button.innerHTML = `${esc(user.name)}<small>${esc(user.role)}</small>`;
+    button.addEventListener("click", () => { state.me = id; renderUsers(); render(); });
+    return button;
+  }));
+}
+
+async function post(path, body) {
+  const response = await fetch(path, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+  return response.json();
+}
+
+async function say(text, threadTs) {
+  if (!text.trim()) return;
+  const answer = await post("/demo/say", { user: state.me, text, thread_ts: threadTs });
+  if (answer.ok && !threadTs) openThread(answer.ts);
+}
+
+async function start() {
+  const initial = await (await fetch("/demo/state")).json();
+  state.users = initial.users;
+  state.bot = initial.bot;
+  for (const m of initial.messages) state.messages.set(m.ts, m);
+  state.ephemerals = initial.ephemerals;
+  document.getElementById("model").innerHTML = `model: ${esc(initial.model)} ` +
+    (initial.scripted ? '<span class="badge scripted" data-testid="scripted">SCRIPTED</span>' : "");
+  document.getElementById("store").innerHTML = `store: ${esc(initial.store)} ` +
+    (initial.store.includes("NOT durable") ? '<span class="badge volatile">NOT DURABLE</span>' : "");
+  renderUsers();
+  render();
+  const feed = new EventSource("/demo/feed");
+  feed.onmessage = (event) => {
+    const change = JSON.parse(event.data);
+    if (change.type === "message") state.messages.set(change.message.ts, change.message);
+    if (change.type === "ephemeral") state.ephemerals.push({ ...change.ephemeral, ephemeral: true });
+    render();
+  };
+  document.getElementById("composer-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const box = document.getElementById("composer");
+    say(box.value, null);
+    box.value = "@OpsPilot ";
+  });
+  document.getElementById("thread-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const box = document.getElementById("thread-composer");
+    say(box.value, state.openThread);
+    box.value = "";
+  });
+  for (const id of ["composer", "thread-composer"]) {
+    document.getElementById(id).addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && !event.shiftKey) { event.preventDefault(); event.target.form.requestSubmit(); }
+    });
+  }
+  document.getElementById("close-thread").addEventListener("click", () => { state.openThread = null; render(); });
+  document.getElementById("composer").value = "@OpsPilot ";
+  for (const e of state.ephemerals) e.ephemeral = true;
+  render();
+}
+
+start();

@@ -1,0 +1,17 @@
+# Sourced by scripts/test: the Debian packages the tests need (a Redis server, Chromium for the browser
+# test, fonts so its screenshots show Chinese text and emoji). Installed when missing and we are root.
+need=()
+redis_answers() {
+  timeout 2 bash -c 'exec 3<>/dev/tcp/127.0.0.1/6379 && printf "PING\r\n" >&3 && head -c 5 <&3' 2>/dev/null | grep -q PONG
+}
+if ! redis_answers && ! command -v redis-server >/dev/null; then need+=(redis-server); fi
+if [ -z "${CHROMIUM:-}" ] && ! command -v chromium >/dev/null; then need+=(chromium); fi
+if ! fc-list 2>/dev/null | grep -qi "Noto Sans CJK"; then need+=(fonts-noto-cjk fonts-noto-color-emoji); fi
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "Installing from Debian's packages: ${need[*]}" >&2
+    apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  else
+    echo "Missing system packages: ${need[*]} (install them, e.g. sudo apt-get install ${need[*]})" >&2
+  fi
+fi

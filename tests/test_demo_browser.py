@@ -1,0 +1,106 @@
+"""`opspilot demo` in a real headless browser (Debian's Chromium driven by Playwright): ask the OpsPilot
+question → watch the steps → fill the form → confirm the restart as an approver → read the answer."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Page, async_playwright, expect
+
+from bot.config import Settings
+from bot.demo.server import Demo
+
+ARTIFACTS = Path(__file__).parent.parent / "artifacts"
+expect.set_options(timeout=30_000)
+QUESTION = "看看支付服务最近报错，顺便对照一下文档里的处理建议"
+
+
+def chromium() -> str:
+    path = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not path:
+        pytest.fail("Chromium is not installed: apt-get install chromium (the .ci/run script does this)")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+async def demo_url(redis_url: str, prefix: str) -> AsyncIterator[str]:
+    demo = Demo(Settings(redis_url=redis_url, key_prefix=prefix), free_port())
+    server = await demo.start()
+    yield server.url
+    await demo.close()
+    await server.stop()
+
+
+@pytest.fixture
+async def page() -> AsyncIterator[Page]:
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=chromium(), args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        page = await browser.new_page(viewport={"width": 1500, "height": 1000})
+        page.set_default_timeout(30_000)
+        yield page
+        await browser.close()
+
+
+async def confirm_as(page: Page, user: str) -> None:
+    await page.locator(f'[data-user="{user}"]').click()
+    card = page.locator("#thread .msg", has_text="Confirmation needed").last
+    await card.get_by_role("button", name="Confirm").click()
+    await expect(page.get_by_test_id("confirm-dialog")).to_be_visible()
+    await page.get_by_test_id("dialog-confirm").click()
+
+
+async def test_the_whole_scenario_in_the_browser(demo_url: str, page: Page) -> None:
+    await page.goto(demo_url)
+    await expect(page.get_by_test_id("scripted")).to_be_visible()  # the model is labelled as scripted
+
+    # Alice asks in the channel; the thread opens and the progress message is edited live.
+    await page.get_by_test_id("composer").fill(f"@OpsPilot {QUESTION}")
+    await page.get_by_test_id("composer").press("Enter")
+    thread = page.get_by_test_id("thread")
+    await expect(thread).to_be_visible()
+    await expect(thread.locator(".msg", has_text="query_logs")).to_be_visible()
+    await expect(thread.locator(".msg", has_text="Done")).to_be_visible()
+    await expect(thread.locator(".msg", has_text="docs/payments-db-timeouts.md").last).to_be_visible()
+    await expect(thread).to_contain_text("timeout acquiring connection")
+
+    # "restart it" with no environment: a form with the catalog's environments.
+    await page.get_by_test_id("thread-composer").fill("restart it")
+    await page.get_by_test_id("thread-composer").press("Enter")
+    form = thread.locator(".msg", has_text="I need a bit more").last
+    await form.locator("select").select_option("prod")
+    await form.get_by_role("button", name="Submit").click()
+    await expect(thread.locator(".msg", has_text="Confirmation needed")).to_be_visible()
+    await expect(thread.locator(".msg", has_text="Submitted by @Alice")).to_be_visible()  # the form, closed
+
+    # The requester may not approve her own prod restart; someone not allowed is told so, privately.
+    await confirm_as(page, "U0ALICE")
+    await expect(thread).to_contain_text("Two-person rule")
+    await confirm_as(page, "U0MALLORY")
+    await expect(thread).to_contain_text("not on the list of people who may use OpsPilot")
+    await expect(thread).not_to_contain_text("Two-person rule")  # Alice's ephemeral is hers alone
+
+    # Bob, the approver, confirms: the card closes and the answer reports a verified restart.
+    await confirm_as(page, "U0BOB")
+    await expect(thread.locator(".msg", has_text="Confirmed by @Bob")).to_be_visible()
+    await expect(thread.locator(".msg", has_text="Confirmation needed")).to_have_count(0)
+    answer = thread.locator(".msg", has_text="Restarted payments in prod")  # backticks render as <code>
+    await expect(answer).to_be_visible()
+    await expect(answer).to_contain_text("the error rate fell from 4.30% to 0.30%")
+    await expect(answer).to_contain_text("approved by @Bob")
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    await page.screenshot(path=str(ARTIFACTS / "demo-scenario.png"), full_page=True)
+    assert (ARTIFACTS / "demo-scenario.png").stat().st_size > 10_000
