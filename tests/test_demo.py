@@ -1,0 +1,53 @@
+"""`opspilot demo` without a browser: the page's backend signs what people do and the bot answers."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+import aiohttp
+
+from bot.config import Settings
+from bot.demo.server import CHANNEL, Demo
+from bot.demo.workspace import all_text
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def until(predicate: Any, timeout_s: float = 20.0) -> None:
+    for _ in range(int(timeout_s / 0.05)):
+        if predicate():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+async def test_the_demo_runs_without_redis_and_says_so() -> None:
+    demo = Demo(Settings(redis_url="redis://127.0.0.1:9/0"), free_port())
+    server = await demo.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{server.url}/demo/state") as r:
+                state = await r.json()
+            assert "NOT durable" in state["store"] and state["scripted"] is True
+            async with http.get(server.url) as r:
+                assert r.status == 200 and "OpsPilot demo" in await r.text()
+            async with http.post(f"{server.url}/demo/say", json={"user": "U0ALICE",
+                                                                  "text": "@OpsPilot orders errors in staging"}) as r:
+                root = (await r.json())["ts"]
+            await until(lambda: any("NullPointerException" in all_text(m) for m in demo.slack.thread(CHANNEL, root)))
+            async with http.post(f"{server.url}/demo/say", json={"user": "U0MALLORY",
+                                                                  "text": "@OpsPilot restart everything"}) as r:
+                assert r.status == 200
+            await until(lambda: bool(demo.slack.ephemeral_texts("U0MALLORY")))
+            assert "not on the list" in demo.slack.ephemeral_texts("U0MALLORY")[0]
+            async with http.post(f"{server.url}/demo/say", json={"user": "U0NOBODY", "text": "hi"}) as r:
+                assert r.status == 400
+    finally:
+        await demo.close()
+        await server.stop()
