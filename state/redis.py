@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
@@ -62,6 +63,8 @@ class RedisStore:
         self.client = client
         self.keys = keys or Keys()
         self.ttls = ttls or Ttls()
+        self._transcripts: OrderedDict[str, list[Message]] = OrderedDict()
+        self.transcript_cache_size = 512
         self._claim = client.register_script(_CLAIM)
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
@@ -79,19 +82,20 @@ class RedisStore:
             pipe = self.client.pipeline(transaction=True)
             if write.messages:
                 key = k.transcript(run.thread_id)
-                pipe.rpush(key, *(dump_message(m) for m in write.messages))
+                pipe.rpush(key, *(dump_message(m) for m in write.messages))  # reply 0: the new length
                 pipe.expire(key, ttl)
             if write.trace:
                 key = k.trace(run.run_id)
                 pipe.rpush(key, *(e.model_dump_json() for e in write.trace))
                 pipe.expire(key, ttl)
-            pipe.set(k.run(run.run_id), run.model_dump_json(), ex=ttl)
-            pipe.set(k.thread_run(run.thread_id), run.run_id, ex=ttl)
+            pipe.set(k.run(run.run_id), _dump_run(run), ex=ttl)
+            if write.status_changed:
+                pipe.set(k.thread_run(run.thread_id), run.run_id, ex=ttl)
+                self._index(pipe, write)
             token_ttl = self.ttls.interrupt_s + self.ttls.claim_margin_s
             by_token = {p.token: p for p in run.pending}
             for token in write.new_tokens:
                 pipe.set(k.token(token), f"{run.run_id}\n{by_token[token].call.id}", ex=token_ttl)
-            self._index(pipe, write)
             if write.audit:
                 for entry in write.audit:
                     pipe.xadd(k.audit(), cast(Any, dict(entry)), maxlen=self.ttls.audit_max_entries, approximate=True)
@@ -101,7 +105,9 @@ class RedisStore:
                 for name, value in write.counters.items():
                     pipe.hincrby(key, name, value)
                 pipe.expire(key, self.ttls.stats_s)
-            await pipe.execute()
+            replies = await pipe.execute()
+        if write.messages:
+            self._cache_append(run.thread_id, write.messages, int(replies[0]))
 
     def _index(self, pipe: Any, write: Write) -> None:
         run, k, ttl = write.run, self.keys, self.ttls.thread_s
@@ -124,14 +130,36 @@ class RedisStore:
             return None
         return _parse_run(key, raw)
 
+    def _cache_append(self, thread_id: str, messages: Sequence[Message], new_length: int) -> None:
+        cached = self._transcripts.get(thread_id)
+        if cached is not None and len(cached) + len(messages) == new_length:
+            cached.extend(messages)
+        else:
+            self._transcripts.pop(thread_id, None)  # someone else wrote in between: fetch next time
+
     async def load_transcript(self, thread_id: str) -> list[Message]:
+        """The thread's messages. Transcripts are append-only, so a cached copy is a valid prefix and only
+        the entries after it are fetched (an expired and recreated thread is shorter: refetched whole)."""
         key = self.keys.transcript(thread_id)
+        cached = self._transcripts.get(thread_id)
+        start = len(cached) if cached is not None else 0
         async with _guard(f"loading thread {thread_id}"):
-            rows = await self.client.lrange(key, 0, -1)
+            pipe = self.client.pipeline(transaction=True)
+            pipe.llen(key)
+            pipe.lrange(key, start, -1)
+            length, rows = await pipe.execute()
+            if cached is not None and int(length) < start:
+                cached, start, rows = None, 0, await self.client.lrange(key, 0, -1)
         try:
-            return [load_message(r) for r in rows]
+            fresh = [load_message(r) for r in rows]
         except ValidationError as exc:
             raise CorruptRecord(key, _first_problem(exc)) from exc
+        messages = (cached or []) + fresh
+        self._transcripts[thread_id] = messages
+        self._transcripts.move_to_end(thread_id)
+        while len(self._transcripts) > self.transcript_cache_size:
+            self._transcripts.popitem(last=False)
+        return list(messages)
 
     async def load_trace(self, run_id: str) -> list[TraceEntry]:
         key = self.keys.trace(run_id)
@@ -251,6 +279,13 @@ class RedisStore:
                 pipe.hgetall(self.keys.stats(hour))
             buckets: list[dict[str, Any]] = await pipe.execute()
         return merge_stats(buckets, window_s)
+
+
+def _dump_run(run: RunRecord) -> str:
+    """Compact: defaults are left out (they are restored on load), the schema version never is."""
+    body = run.model_dump(mode="json", exclude_defaults=True)
+    body["schema_version"] = run.schema_version
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
 
 def _parse_run(key: str, raw: str) -> RunRecord:

@@ -21,6 +21,8 @@ class Write:
     counters: Mapping[str, int] = field(default_factory=dict)
     new_tokens: Sequence[str] = ()
     audit: Sequence[Mapping[str, str]] = ()
+    status_changed: bool = True
+    """False when the run's status is what the last write stored: indexes need no update."""
 
 
 @dataclass(frozen=True)

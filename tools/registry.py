@@ -141,6 +141,7 @@ class Registry:
     """The tools one engine offers, by name."""
 
     _tools: dict[str, ToolSpec] = field(default_factory=dict)
+    _definitions: dict[str, ToolDefinition] = field(default_factory=dict)  # schemas are built once
 
     @classmethod
     def of(cls, specs: Iterable[ToolSpec]) -> Registry:
@@ -153,6 +154,7 @@ class Registry:
         if spec.name in self._tools:
             raise ValueError(f"tool {spec.name!r} is registered twice")
         self._tools[spec.name] = spec
+        self._definitions[spec.name] = spec.definition()
 
     def get(self, name: str) -> ToolSpec | None:
         return self._tools.get(name)
@@ -167,8 +169,10 @@ class Registry:
         self._tools[name] = replace(spec, needs_confirmation=confirm_in(*environments))
 
     def definitions(self, only: Iterable[str] | None = None) -> list[ToolDefinition]:
-        names = set(only) if only is not None else None
-        return [s.definition() for s in self._tools.values() if names is None or s.name in names]
+        if only is None:
+            return list(self._definitions.values())
+        names = set(only)
+        return [d for name, d in self._definitions.items() if name in names]
 
     def __iter__(self) -> Iterator[ToolSpec]:
         return iter(self._tools.values())

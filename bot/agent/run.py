@@ -41,7 +41,7 @@ from bot.agent.messages import (
 )
 from bot.agent.models.base import AUTO, NONE, ChatModel, Completion, ModelError, ToolChoice
 from bot.agent.prompt import STOP_INSTRUCTION, SYSTEM_PROMPT
-from bot.agent.transcript import checked, fit
+from bot.agent.transcript import checked, fit, message_tokens
 from state.records import CallTrace, FinishTrace, PendingCall, RunRecord, StepTrace, TraceEntry
 from state.store import JournalAdapter, Store, Write
 from tools.registry import Registry, ToolContext
@@ -104,6 +104,12 @@ class Run:
         self._finished_calls: dict[str, Observation] = {}
         self._segment_start = time.monotonic()
         self._journal = JournalAdapter(deps.store)
+        # Kept as the transcript grows, so a step costs the same early and late in a long thread.
+        self._sizes: list[int] | None = None
+        self._checked_once = False
+        self._committed_status: str | None = None
+        self._turn_start = next((i for i in range(len(transcript) - 1, -1, -1)
+                                 if isinstance(transcript[i], UserMessage)), 0)
 
     # --- bookkeeping -------------------------------------------------------------------------
 
@@ -126,8 +132,25 @@ class Run:
         self._counters[name] += n
 
     def append(self, message: Message) -> None:
+        if isinstance(message, UserMessage):
+            self._turn_start = len(self.transcript)
         self.transcript.append(message)
         self._messages.append(message)
+        if self._sizes is not None:
+            self._sizes.append(message_tokens(message))
+
+    def _context(self, budget: int) -> list[Message]:
+        """The transcript to send: pairing checked (the whole thread once, then the current turn), and
+        fitted to the budget only when it does not fit as it is."""
+        valid = checked(self.transcript, run_id=self.id, start=self._turn_start if self._checked_once else 0)
+        self._checked_once = True
+        if valid is not self.transcript and len(valid) != len(self.transcript):
+            self._sizes = None
+        if self._sizes is None or len(self._sizes) != len(valid):
+            self._sizes = [message_tokens(m) for m in valid]
+        if sum(self._sizes) <= budget:
+            return valid
+        return fit(valid, budget, self._sizes)
 
     def emit(self, event_type: type[Any], **fields: Any) -> None:
         """Stage an event with the next sequence number; published after the next commit or flush."""
@@ -149,7 +172,9 @@ class Run:
         await self.deps.store.commit(Write(
             run=self.record, messages=self._messages, trace=self._trace,
             counters=dict(self._counters), new_tokens=self._tokens, audit=self._audit,
+            status_changed=self.record.status != self._committed_status,
         ))
+        self._committed_status = self.record.status
         self._messages, self._trace, self._counters, self._tokens, self._audit = [], [], Counter(), [], []
         await self.flush_events()
 
@@ -169,8 +194,7 @@ class Run:
         tools = self.deps.registry.definitions(only=[only] if only else None)
         budget = self.deps.context_budget_tokens
         for attempt in range(2):
-            messages: list[Message] = [SystemMessage(content=self.deps.system_prompt)]
-            messages += fit(checked(self.transcript, run_id=self.id), budget)
+            messages: list[Message] = [SystemMessage(content=self.deps.system_prompt), *self._context(budget)]
             if instruction:
                 messages.append(UserMessage(content=instruction))
             try:
@@ -196,7 +220,8 @@ class Run:
         self.emit(ModelStep, step=self.record.step, latency_ms=round(completion.latency_ms, 2),
                   asked_for_tools=bool(assistant.tool_calls), stop=completion.stop,
                   text=assistant.content if assistant.tool_calls else "")
-        await self.commit()
+        if assistant.tool_calls:
+            await self.commit()  # the calls are durable before any of them runs; an answer is saved by finish()
         return assistant
 
     # --- Action --------------------------------------------------------------------------------

@@ -86,8 +86,13 @@ def repair(messages: Sequence[Message]) -> Repair:
     return Repair(out, problems)
 
 
-def checked(messages: Sequence[Message], *, run_id: str = "?") -> list[Message]:
-    """The transcript to send; a repair is a bug in our code and is logged loudly."""
+def checked(messages: Sequence[Message], *, run_id: str = "?", start: int = 0) -> list[Message]:
+    """The transcript to send; a repair is a bug in our code and is logged loudly.
+
+    ``start`` (the beginning of a turn already known to be preceded by a valid transcript) limits the
+    check to the current turn, so a long thread is not walked again at every step."""
+    if start and not violations(messages[start:]):
+        return list(messages)
     fixed = repair(messages)
     if fixed.problems:
         log.error("BUG: transcript of run %s violated tool pairing, repaired: %s", run_id, fixed.problems)
@@ -96,7 +101,7 @@ def checked(messages: Sequence[Message], *, run_id: str = "?") -> list[Message]:
 
 def estimate_tokens(text: str) -> int:
     """Cheap and conservative: ~4 ASCII characters per token, one per other character (CJK)."""
-    ascii_chars = sum(1 for ch in text if ord(ch) < 128)
+    ascii_chars = len(text.encode("ascii", "ignore"))  # counted in C, not character by character
     return ascii_chars // 4 + (len(text) - ascii_chars) + 4
 
 
@@ -118,10 +123,12 @@ def _turn_starts(messages: Sequence[Message]) -> list[int]:
     return [i for i, m in enumerate(messages) if isinstance(m, UserMessage)] or [0]
 
 
-def fit(messages: Sequence[Message], budget_tokens: int) -> list[Message]:
-    """The newest part of the thread that fits ``budget_tokens`` (best effort for one huge turn)."""
+def fit(messages: Sequence[Message], budget_tokens: int, sizes: Sequence[int] | None = None) -> list[Message]:
+    """The newest part of the thread that fits ``budget_tokens`` (best effort for one huge turn).
+
+    ``sizes`` are the messages' token estimates when the caller keeps them (they never change)."""
     out = list(messages)
-    sizes = [message_tokens(m) for m in out]
+    sizes = list(sizes) if sizes is not None and len(sizes) == len(out) else [message_tokens(m) for m in out]
     total = sum(sizes)
     if total <= budget_tokens:
         return out

@@ -1,0 +1,162 @@
+"""What the benchmarks share: an isolated redis-server, a scripted OpsPilot engine, a LangGraph twin."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from bot.agent.engine import Engine, EngineOptions
+from bot.agent.events import EventBus
+from bot.agent.limits import Limits
+from bot.agent.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
+from bot.agent.models.scripted import ScriptedModel
+from bot.agent.run import RunDeps
+from state import Keys, RedisStore, connect
+from tools import ToolContext, tool
+from tools.registry import Registry, ToolSpec
+
+
+@asynccontextmanager
+async def isolated_redis() -> AsyncIterator[str]:
+    """A redis-server of our own on a free port, so its byte counters see only this benchmark."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("the benchmarks need redis-server (apt-get install redis-server)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    workdir = tempfile.mkdtemp(prefix="opspilot-bench-")
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", workdir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    client = connect(url)
+    try:
+        for _ in range(200):
+            try:
+                await client.ping()
+                break
+            except Exception:
+                await asyncio.sleep(0.05)
+        yield url
+    finally:
+        await client.aclose()
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+class Payload(BaseModel):
+    q: str = "x"
+
+
+def payload_tools(result_bytes: int, latency_s: float = 0.0) -> list[ToolSpec]:
+    """Two read-only tools whose results are ``result_bytes`` of distinct text (distinct per call)."""
+    counter = itertools.count()
+
+    def body(name: str) -> str:
+        seed = f"{name}-{next(counter)}-"
+        return (seed * (result_bytes // len(seed) + 1))[:result_bytes]
+
+    @tool(description="Look up A.", max_result_chars=result_bytes * 4)
+    async def lookup_a(args: Payload, ctx: ToolContext) -> str:
+        if latency_s:
+            await asyncio.sleep(latency_s)
+        return body("a")
+
+    @tool(description="Look up B.", max_result_chars=result_bytes * 4)
+    async def lookup_b(args: Payload, ctx: ToolContext) -> str:
+        if latency_s:
+            await asyncio.sleep(latency_s)
+        return body("b")
+
+    return [lookup_a, lookup_b]
+
+
+_ids = itertools.count()
+
+
+def two_calls_then_answer(messages: Sequence[Message], tools: Sequence[str]) -> AssistantMessage:
+    """Each user turn: one step asking for two calls, then one step answering."""
+    if isinstance(messages[-1], UserMessage):
+        calls = (ToolCall(id=f"c{next(_ids)}", name="lookup_a", arguments={"q": "1"}),
+                 ToolCall(id=f"c{next(_ids)}", name="lookup_b", arguments={"q": "2"}))
+        return AssistantMessage(content="", tool_calls=calls)
+    return AssistantMessage(content="done")
+
+
+def steps_script(tool_steps: int) -> Callable[[Sequence[Message], Sequence[str]], AssistantMessage]:
+    """``tool_steps`` steps of two calls each, then an answer."""
+    def reply(messages: Sequence[Message], tools: Sequence[str]) -> AssistantMessage:
+        since = 0
+        for m in reversed(messages):
+            if isinstance(m, UserMessage):
+                break
+            if isinstance(m, AssistantMessage):
+                since += 1
+        if since < tool_steps:
+            calls = (ToolCall(id=f"c{next(_ids)}", name="lookup_a", arguments={"q": str(since)}),
+                     ToolCall(id=f"c{next(_ids)}", name="lookup_b", arguments={"q": str(since)}))
+            return AssistantMessage(content="", tool_calls=calls)
+        return AssistantMessage(content="done")
+    return reply
+
+
+def engine(store: RedisStore, model: ScriptedModel, specs: list[ToolSpec], *, limits: Limits | None = None,
+           bus: EventBus | None = None) -> Engine:
+    deps = RunDeps(model=model, registry=Registry.of(specs), store=store, bus=bus or EventBus(),
+                   limits=limits or Limits(max_steps=50, identical_call_limit=1000, max_wall_time_s=3600),
+                   context_budget_tokens=10_000_000)
+    return Engine(deps, EngineOptions(lease_wait_s=30))
+
+
+def redis_store(url: str, prefix: str) -> RedisStore:
+    return RedisStore(connect(url), keys=Keys(prefix))
+
+
+def unique_bytes(messages: Sequence[Message]) -> int:
+    """The thread's content: each message's text, call arguments and result content, once."""
+    total = 0
+    for m in messages:
+        if isinstance(m, AssistantMessage):
+            total += len(m.content.encode()) + sum(len(c.name) + len(str(c.arguments)) for c in m.tool_calls)
+        elif isinstance(m, ToolResultMessage | UserMessage):
+            total += len(m.content.encode())
+    return total
+
+
+@dataclass
+class Table:
+    title: str
+    header: list[str]
+    rows: list[list[Any]]
+
+    def render(self) -> str:
+        cells = [self.header] + [[_fmt(c) for c in row] for row in self.rows]
+        widths = [max(len(str(r[i])) for r in cells) for i in range(len(self.header))]
+        line = "| " + " | ".join(str(h).ljust(w) for h, w in zip(self.header, widths, strict=True)) + " |"
+        sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+        body = ["| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) + " |"
+                for r in cells[1:]]
+        return "\n".join([f"### {self.title}", "", line, sep, *body, ""])
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.3f}" if abs(value) < 10 else f"{value:,.1f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def cpu() -> float:
+    return time.process_time()
