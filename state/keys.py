@@ -36,9 +36,6 @@ class Keys:
     def run(self, run_id: str) -> str:
         return f"{self.prefix}:run:{run_id}"
 
-    def trace(self, run_id: str) -> str:
-        return f"{self.prefix}:run:{run_id}:trace"
-
     def journal(self, run_id: str) -> str:
         return f"{self.prefix}:run:{run_id}:journal"
 

@@ -16,7 +16,6 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self._transcripts: dict[str, list[Message]] = defaultdict(list)
-        self._traces: dict[str, list[TraceEntry]] = defaultdict(list)
         self._runs: dict[str, str] = {}
         self._thread_runs: dict[str, str] = {}
         self._tokens: dict[str, tuple[str, str]] = {}
@@ -40,7 +39,6 @@ class MemoryStore:
     async def commit(self, write: Write) -> None:
         run = write.run
         self._transcripts[run.thread_id].extend(write.messages)
-        self._traces[run.run_id].extend(write.trace)
         # Stored serialised, like Redis, so callers never share a mutable record.
         self._runs[run.run_id] = run.model_dump_json()
         self._thread_runs[run.thread_id] = run.run_id
@@ -66,7 +64,8 @@ class MemoryStore:
         return list(self._transcripts.get(thread_id, ()))
 
     async def load_trace(self, run_id: str) -> list[TraceEntry]:
-        return list(self._traces.get(run_id, ()))
+        run = await self.load_run(run_id)
+        return list(run.trace) if run else []
 
     async def thread_run(self, thread_id: str) -> str | None:
         return self._thread_runs.get(thread_id)

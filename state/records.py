@@ -33,25 +33,6 @@ class PendingCall(_Record):
     expires_at: float
 
 
-class RunRecord(_Record):
-    schema_version: Literal[1] = 1
-    run_id: str
-    thread_id: str
-    user_id: str | None
-    text: str
-    status: RunStatus = "running"
-    step: int = 0
-    active_ms: float = 0.0
-    fail_streak: int = 0
-    recent_calls: list[str] = Field(default_factory=list)
-    stop_reason: StopReason | Literal["internal_error"] | None = None
-    event_seq: int = 0
-    pending: list[PendingCall] = Field(default_factory=list)
-    answer: str = ""
-    created_at: float
-    updated_at: float
-
-
 class StepTrace(_Record):
     kind: Literal["step"] = "step"
     step: int
@@ -82,3 +63,27 @@ class FinishTrace(_Record):
 
 TraceEntry = Annotated[StepTrace | CallTrace | FinishTrace, Field(discriminator="kind")]
 TraceAdapter: TypeAdapter[TraceEntry] = TypeAdapter(TraceEntry)
+
+
+class RunRecord(_Record):
+    schema_version: Literal[1] = 1
+    run_id: str
+    thread_id: str
+    user_id: str | None
+    text: str
+    status: RunStatus = "running"
+    step: int = 0
+    active_ms: float = 0.0
+    fail_streak: int = 0
+    recent_calls: list[str] = Field(default_factory=list)
+    stop_reason: StopReason | Literal["internal_error"] | None = None
+    event_seq: int = 0
+    pending: list[PendingCall] = Field(default_factory=list)
+    answer: str = ""
+    created_at: float
+    updated_at: float
+    trace: list[TraceEntry] = Field(default_factory=list)
+    """Per step the model latency; per call its status and latency; the stop reason. Kept in the record
+    (bounded by max_steps): one key per run instead of two."""
+
+

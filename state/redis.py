@@ -18,7 +18,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from bot.agent.messages import Message, dump_message, load_message
 from state.errors import CorruptRecord, StoreError, StoreUnavailable
 from state.keys import Keys, Ttls
-from state.records import SCHEMA_VERSION, RunRecord, TraceAdapter, TraceEntry
+from state.records import SCHEMA_VERSION, RunRecord, TraceEntry
 from state.store import Claim, Stats, Write, hour_now, merge_stats
 
 # Claim-once: SET NX wins, otherwise report the holder. One round trip, atomic.
@@ -83,10 +83,6 @@ class RedisStore:
             if write.messages:
                 key = k.transcript(run.thread_id)
                 pipe.rpush(key, *(dump_message(m) for m in write.messages))  # reply 0: the new length
-                pipe.expire(key, ttl)
-            if write.trace:
-                key = k.trace(run.run_id)
-                pipe.rpush(key, *(e.model_dump_json() for e in write.trace))
                 pipe.expire(key, ttl)
             pipe.set(k.run(run.run_id), _dump_run(run), ex=ttl)
             if write.status_changed:
@@ -162,13 +158,8 @@ class RedisStore:
         return list(messages)
 
     async def load_trace(self, run_id: str) -> list[TraceEntry]:
-        key = self.keys.trace(run_id)
-        async with _guard(f"loading trace {run_id}"):
-            rows = await self.client.lrange(key, 0, -1)
-        try:
-            return [TraceAdapter.validate_json(r) for r in rows]
-        except ValidationError as exc:
-            raise CorruptRecord(key, _first_problem(exc)) from exc
+        run = await self.load_run(run_id)
+        return list(run.trace) if run else []
 
     async def thread_run(self, thread_id: str) -> str | None:
         async with _guard("reading the thread's run"):
@@ -283,8 +274,10 @@ class RedisStore:
 
 def _dump_run(run: RunRecord) -> str:
     """Compact: defaults are left out (they are restored on load), the schema version never is."""
-    body = run.model_dump(mode="json", exclude_defaults=True)
+    body = run.model_dump(mode="json", exclude_defaults=True, exclude={"trace"})
     body["schema_version"] = run.schema_version
+    if run.trace:  # entries keep their discriminator ("kind"), which is a default
+        body["trace"] = [entry.model_dump(mode="json", exclude_none=True) for entry in run.trace]
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
 

@@ -17,7 +17,6 @@ class Write:
 
     run: RunRecord
     messages: Sequence[Message] = ()
-    trace: Sequence[TraceEntry] = ()
     counters: Mapping[str, int] = field(default_factory=dict)
     new_tokens: Sequence[str] = ()
     audit: Sequence[Mapping[str, str]] = ()

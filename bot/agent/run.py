@@ -42,7 +42,7 @@ from bot.agent.messages import (
 from bot.agent.models.base import AUTO, NONE, ChatModel, Completion, ModelError, ToolChoice
 from bot.agent.prompt import STOP_INSTRUCTION, SYSTEM_PROMPT
 from bot.agent.transcript import checked, fit, message_tokens
-from state.records import CallTrace, FinishTrace, PendingCall, RunRecord, StepTrace, TraceEntry
+from state.records import CallTrace, FinishTrace, PendingCall, RunRecord, StepTrace
 from state.store import JournalAdapter, Store, Write
 from tools.registry import Registry, ToolContext
 from tools.runtime import Observation, execute_batch, execute_one
@@ -95,7 +95,6 @@ class Run:
         self.transcript = transcript
         self.cancel_requested = False
         self._messages: list[Message] = []
-        self._trace: list[TraceEntry] = []
         self._counters: Counter[str] = Counter()
         self._tokens: list[str] = []
         self._audit: list[dict[str, str]] = []
@@ -170,12 +169,12 @@ class Run:
         self._segment_start = now
         self.record.updated_at = time.time()
         await self.deps.store.commit(Write(
-            run=self.record, messages=self._messages, trace=self._trace,
+            run=self.record, messages=self._messages,
             counters=dict(self._counters), new_tokens=self._tokens, audit=self._audit,
             status_changed=self.record.status != self._committed_status,
         ))
         self._committed_status = self.record.status
-        self._messages, self._trace, self._counters, self._tokens, self._audit = [], [], Counter(), [], []
+        self._messages, self._counters, self._tokens, self._audit = [], Counter(), [], []
         await self.flush_events()
 
     def outcome(self) -> RunOutcome:
@@ -211,7 +210,7 @@ class Run:
         completion = await self.complete(ToolChoice("tool", only) if only else AUTO, only=only)
         assistant = completion.message
         self.append(assistant)
-        self._trace.append(StepTrace(
+        self.record.trace.append(StepTrace(
             step=self.record.step, model_latency_ms=round(completion.latency_ms, 2),
             asked_for_tools=bool(assistant.tool_calls), model_stop=completion.stop,
             input_tokens=completion.usage.input_tokens, output_tokens=completion.usage.output_tokens,
@@ -279,7 +278,7 @@ class Run:
                 self.record.recent_calls = [*self.record.recent_calls, digest][-keep:]
                 self._audit_change(obs, approved_by)
             self.count("tool_calls")
-            self._trace.append(CallTrace(step=step, call_id=call.id, tool=call.name, args_digest=digest,
+            self.record.trace.append(CallTrace(step=step, call_id=call.id, tool=call.name, args_digest=digest,
                                          status=status, error_code=code, latency_ms=round(obs.latency_ms, 2)))
         await self.commit()
 
@@ -309,7 +308,8 @@ class Run:
     async def finish(self, reason: str, answer: str) -> RunOutcome:
         r = self.record
         r.status, r.stop_reason, r.answer = "finished", reason, answer  # type: ignore[assignment]
-        self._trace.append(FinishTrace(stop_reason=reason, steps=r.step, active_ms=round(self.active_s() * 1000, 1)))
+        self.record.trace.append(FinishTrace(stop_reason=reason, steps=r.step,
+                                             active_ms=round(self.active_s() * 1000, 1)))
         self.count(f"stop:{reason}")
         self.emit(RunFinished, stop_reason=reason if reason != "internal_error" else "model_error",
                   steps=r.step, answer=answer)
