@@ -120,7 +120,7 @@ def engine(store: RedisStore, model: ScriptedModel, specs: list[ToolSpec], *, li
 
 
 def redis_store(url: str, prefix: str) -> RedisStore:
-    return RedisStore(connect(url), keys=Keys(prefix))
+    return RedisStore(connect(url, timeout_s=60, max_connections=128), keys=Keys(prefix))
 
 
 def unique_bytes(messages: Sequence[Message]) -> int:

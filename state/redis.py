@@ -26,6 +26,50 @@ _CLAIM = """
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return {1, ARGV[1]} end
 return {0, redis.call('get', KEYS[1])}
 """
+# The commit (see RedisStore.commit for the argument layout). Every key written gets its TTL.
+_COMMIT = """
+local ttl = tonumber(ARGV[1])
+local n_msg, n_cnt, n_audit, n_tok = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
+local i = 15
+local length = -1
+if n_msg > 0 then
+  length = redis.call('RPUSH', KEYS[1], unpack(ARGV, i, i + n_msg - 1))
+  redis.call('EXPIRE', KEYS[1], ttl)
+  i = i + n_msg
+end
+redis.call('SET', KEYS[2], ARGV[2], 'EX', ttl)
+if ARGV[4] == '1' then
+  redis.call('SET', KEYS[3], ARGV[3], 'EX', ttl)
+  if ARGV[5] ~= '' then redis.call('ZADD', KEYS[4], ARGV[5], ARGV[3]) else redis.call('ZREM', KEYS[4], ARGV[3]) end
+  if ARGV[6] ~= '' then redis.call('ZADD', KEYS[5], ARGV[6], ARGV[3]) else redis.call('ZREM', KEYS[5], ARGV[3]) end
+  redis.call('EXPIRE', KEYS[4], ttl)
+  redis.call('EXPIRE', KEYS[5], ttl)
+end
+if n_cnt > 0 then
+  for j = 0, n_cnt - 1 do
+    redis.call('HINCRBY', KEYS[6], ARGV[i + 2 * j], ARGV[i + 2 * j + 1])
+  end
+  redis.call('EXPIRE', KEYS[6], tonumber(ARGV[7]))
+  i = i + 2 * n_cnt
+end
+if n_audit > 0 then
+  for j = 0, n_audit - 1 do
+    local entry = cjson.decode(ARGV[i + j])
+    local fields = {}
+    for name, value in pairs(entry) do
+      fields[#fields + 1] = name
+      fields[#fields + 1] = tostring(value)
+    end
+    redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[10], '*', unpack(fields))
+  end
+  redis.call('EXPIRE', KEYS[7], tonumber(ARGV[9]))
+  i = i + n_audit
+end
+for j = 0, n_tok - 1 do
+  redis.call('SET', KEYS[8 + j], ARGV[i + j], 'EX', tonumber(ARGV[8]))
+end
+return length
+"""
 _RENEW = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
 return 0
@@ -40,10 +84,14 @@ def _text(value: bytes | str | None) -> str | None:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def connect(url: str, *, timeout_s: float = 5.0) -> aioredis.Redis:
-    return aioredis.Redis.from_url(
+def connect(url: str, *, timeout_s: float = 5.0, max_connections: int = 64) -> aioredis.Redis:
+    """A client whose pool waits for a free connection (up to ``timeout_s``) rather than failing,
+    so hundreds of concurrent runs share a bounded number of connections."""
+    pool = aioredis.BlockingConnectionPool.from_url(
         url, decode_responses=True, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+        max_connections=max_connections, timeout=timeout_s,
     )
+    return aioredis.Redis(connection_pool=pool)
 
 
 @asynccontextmanager
@@ -65,6 +113,7 @@ class RedisStore:
         self.ttls = ttls or Ttls()
         self._transcripts: OrderedDict[str, list[Message]] = OrderedDict()
         self.transcript_cache_size = 512
+        self._commit = client.register_script(_COMMIT)
         self._claim = client.register_script(_CLAIM)
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
@@ -77,46 +126,28 @@ class RedisStore:
         await self.client.aclose()
 
     async def commit(self, write: Write) -> None:
-        run, k, ttl = write.run, self.keys, self.ttls.thread_s
+        """One atomic write as one script call: a single round trip and a single reply to parse."""
+        run, k = write.run, self.keys
+        by_token = {p.token: p for p in run.pending}
+        paused = run.status == "paused" and bool(run.pending)
+        keys = [k.transcript(run.thread_id), k.run(run.run_id), k.thread_run(run.thread_id), k.paused_index(),
+                k.active_index(), k.stats(hour_now()), k.audit(), *(k.token(t) for t in write.new_tokens)]
+        counters = [str(x) for name, value in write.counters.items() for x in (name, value)]
+        args: list[Any] = [
+            self.ttls.thread_s, _dump_run(run), run.run_id, int(write.status_changed),
+            min(p.expires_at for p in run.pending) if paused else "",
+            run.updated_at if run.status == "running" else "",
+            self.ttls.stats_s, self.ttls.interrupt_s + self.ttls.claim_margin_s, self.ttls.audit_s,
+            self.ttls.audit_max_entries,
+            len(write.messages), len(write.counters), len(write.audit), len(write.new_tokens),
+            *(dump_message(m) for m in write.messages), *counters,
+            *(json.dumps(dict(e), ensure_ascii=False) for e in write.audit),
+            *(f"{run.run_id}\n{by_token[t].call.id}" for t in write.new_tokens),
+        ]
         async with _guard(f"saving run {run.run_id}"):
-            pipe = self.client.pipeline(transaction=True)
-            if write.messages:
-                key = k.transcript(run.thread_id)
-                pipe.rpush(key, *(dump_message(m) for m in write.messages))  # reply 0: the new length
-                pipe.expire(key, ttl)
-            pipe.set(k.run(run.run_id), _dump_run(run), ex=ttl)
-            if write.status_changed:
-                pipe.set(k.thread_run(run.thread_id), run.run_id, ex=ttl)
-                self._index(pipe, write)
-            token_ttl = self.ttls.interrupt_s + self.ttls.claim_margin_s
-            by_token = {p.token: p for p in run.pending}
-            for token in write.new_tokens:
-                pipe.set(k.token(token), f"{run.run_id}\n{by_token[token].call.id}", ex=token_ttl)
-            if write.audit:
-                for entry in write.audit:
-                    pipe.xadd(k.audit(), cast(Any, dict(entry)), maxlen=self.ttls.audit_max_entries, approximate=True)
-                pipe.expire(k.audit(), self.ttls.audit_s)
-            if write.counters:
-                key = k.stats(hour_now())
-                for name, value in write.counters.items():
-                    pipe.hincrby(key, name, value)
-                pipe.expire(key, self.ttls.stats_s)
-            replies = await pipe.execute()
+            length = await self._commit(keys=keys, args=args)
         if write.messages:
-            self._cache_append(run.thread_id, write.messages, int(replies[0]))
-
-    def _index(self, pipe: Any, write: Write) -> None:
-        run, k, ttl = write.run, self.keys, self.ttls.thread_s
-        if run.status == "paused" and run.pending:
-            pipe.zadd(k.paused_index(), {run.run_id: min(p.expires_at for p in run.pending)})
-        else:
-            pipe.zrem(k.paused_index(), run.run_id)
-        if run.status == "running":
-            pipe.zadd(k.active_index(), {run.run_id: run.updated_at})
-        else:
-            pipe.zrem(k.active_index(), run.run_id)
-        pipe.expire(k.paused_index(), ttl)
-        pipe.expire(k.active_index(), ttl)
+            self._cache_append(run.thread_id, write.messages, int(length))
 
     async def load_run(self, run_id: str) -> RunRecord | None:
         key = self.keys.run(run_id)
