@@ -6,7 +6,6 @@ import asyncio
 import itertools
 import shutil
 import socket
-import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -37,8 +36,9 @@ async def isolated_redis() -> AsyncIterator[str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     workdir = tempfile.mkdtemp(prefix="opspilot-bench-")
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", workdir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = await asyncio.create_subprocess_exec(
+        binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
     url = f"redis://127.0.0.1:{port}/0"
     client = connect(url)
     try:
@@ -52,7 +52,7 @@ async def isolated_redis() -> AsyncIterator[str]:
     finally:
         await client.aclose()
         proc.terminate()
-        proc.wait(timeout=10)
+        await asyncio.wait_for(proc.wait(), 10)
 
 
 class Payload(BaseModel):

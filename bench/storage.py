@@ -68,7 +68,8 @@ async def run(sizes: tuple[int, ...] = (10, 20, 40), result_bytes: int = 2048) -
                          last["held"] / content, theirs[-1]["held"], theirs[-1]["held"] / content,
                          theirs[-1]["held"] / last["held"]])
             if n == max(sizes):
-                per_turn = [[r["turn"], r["written"], r["held_delta"], t["held_delta"], t["held_delta"] / r["held_delta"]]
+                per_turn = [[r["turn"], r["written"], r["held_delta"], t["held_delta"],
+                             t["held_delta"] / r["held_delta"]]
                             for r, t in zip(mine, theirs, strict=True) if r["turn"] in (1, 2, n // 2, n)]
     return [
         Table("Storage after N turns (bytes)", ["turns", "unique content", "OpsPilot written", "OpsPilot held",

@@ -63,6 +63,8 @@ class SlackConfig(BaseModel):
                                        description="environments where the requester may not approve")
     mutating_channels: list[str] = Field(default_factory=list, description="empty: any allowed channel")
     progress_interval_s: float = Field(1.0, ge=0.0, description="at most one progress edit per this many seconds")
+    posts_per_second: float = Field(0.95, ge=0.0, description="pace chat.postMessage per channel; 0: no pacing")
+    updates_per_minute: float = Field(45.0, ge=0.0, description="pace chat.update (Tier 3); 0: no pacing")
     reminder_before_s: int = Field(300, ge=0, description="remind this long before a question expires; 0: off")
     sweep_interval_s: float = Field(15.0, gt=0, description="expiry, reminder and recovery sweeps")
     stale_after_s: float = Field(45.0, gt=0, description="a running run untouched this long is checked")

@@ -14,10 +14,10 @@ from bot.agent.run import RunDeps
 from bot.assembly import Assembly
 from bot.config import Settings, SlackConfig
 from bot.demo.local_server import LocalServer
+from bot.demo.sender import SlackSender
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.slack.service import SlackService, build_service
 from state import Keys, RedisStore, Ttls, connect
-from tests.fakes.slack_sender import SlackSender
 from tools import ops
 from tools.registry import Registry, ToolSpec
 
@@ -62,6 +62,7 @@ class Workspace:
 
 
 def slack_settings(redis_url: str, prefix: str, api_url: str, **slack: Any) -> Settings:
+    slack.setdefault("posts_per_second", 0)  # pacing has its own tests; here it would only slow things down
     config = SlackConfig(bot_token="xoxb-test-token", signing_secret=SECRET, api_url=api_url,
                          progress_interval_s=0.05, **slack)
     return Settings(redis_url=redis_url, key_prefix=prefix, slack=config)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import aiohttp
 
+from bot.demo.sender import SlackSender, mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
-from tests.fakes.slack_sender import SlackSender, mention
 from tests.slack_harness import CHANNEL, SECRET, open_workspace
 
 QUESTION = "看看支付服务最近报错，顺便对照一下文档里的处理建议"

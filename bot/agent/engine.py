@@ -261,9 +261,12 @@ class Engine:
         async def renew() -> None:
             while True:
                 await asyncio.sleep(ttl / 3000)
-                if not await store.renew_lease(thread_id, owner, ttl):
-                    log.error("lost the lease on thread %s", thread_id)
-                    return
+                try:
+                    if not await store.renew_lease(thread_id, owner, ttl):
+                        log.error("lost the lease on thread %s", thread_id)
+                        return
+                except StoreError as exc:  # the run's own writes will fail loudly; keep trying meanwhile
+                    log.warning("could not renew the lease on thread %s: %s", thread_id, exc)
 
         renewer = asyncio.create_task(renew())
         try:

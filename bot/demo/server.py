@@ -10,21 +10,18 @@ One aiohttp process serves three things on one port:
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import json
 import logging
 import secrets
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
-import aiohttp
 from aiohttp import web
 
 from bot.config import Approvers, Settings
 from bot.demo.local_server import LocalServer
+from bot.demo.sender import SlackSender
 from bot.demo.workspace import BOT_USER, LocalSlack
 from bot.slack.service import SlackService, build_service
 
@@ -163,7 +160,7 @@ class Demo:
                          "block_id": str(body.get("block_id", "")), "value": str(body.get("value", "")),
                          "action_ts": f"{time.time():.6f}"}],
         }
-        status = await self._signed("application/x-www-form-urlencoded", urlencode({"payload": json.dumps(payload)}))
+        status, _ = await self._sender().action(payload)
         return web.json_response({"ok": status == 200})
 
     async def _deliver_event(self, event: dict[str, Any]) -> None:
@@ -171,17 +168,11 @@ class Demo:
                     "event_id": f"Ev{secrets.token_hex(6)}", "event_time": int(time.time()),
                     "event": {**event, "event_ts": event["ts"]},
                     "authorizations": [{"team_id": "T0DEMO", "user_id": BOT_USER, "is_bot": True}]}
-        await self._signed("application/json", json.dumps(envelope))
+        await self._sender().post(json.dumps(envelope), "application/json")
 
-    async def _signed(self, content_type: str, body: str) -> int:
-        """POST to the bot's own endpoint, signed with the app's signing secret, as Slack does."""
-        stamp = str(int(time.time()))
-        secret = str(self.settings.slack.signing_secret)
-        signature = "v0=" + hmac.new(secret.encode(), f"v0:{stamp}:{body}".encode(), hashlib.sha256).hexdigest()
-        headers = {"Content-Type": content_type, "X-Slack-Request-Timestamp": stamp, "X-Slack-Signature": signature}
-        async with aiohttp.ClientSession() as session, session.post(
-                f"http://127.0.0.1:{self.port}/slack/events", data=body.encode(), headers=headers) as response:
-            return response.status
+    def _sender(self) -> SlackSender:
+        """Signed with the app's signing secret, to the bot's own endpoint, exactly as Slack would."""
+        return SlackSender(f"http://127.0.0.1:{self.port}/slack/events", str(self.settings.slack.signing_secret))
 
 
 async def run_demo(settings: Settings, port: int) -> int:

@@ -127,6 +127,7 @@ class LocalSlack:
         self._fail_next: dict[str, int] = defaultdict(int)
         self._budget: dict[str, int] = {}
         self._recent: dict[str, deque[float]] = defaultdict(deque)
+        self._post_window: tuple[int, float] | None = None
         self.rate_limited = 0
         app = web.Application()
         app.router.add_post("/api/{method}", self._dispatch)
@@ -172,6 +173,10 @@ class LocalSlack:
     def per_minute(self, method: str, budget: int) -> None:
         self._budget[method] = budget
 
+    def posts_per_channel(self, count: int, window_s: float) -> None:
+        """chat.postMessage: at most ``count`` per ``window_s`` in any one channel (Slack: ~1 per second)."""
+        self._post_window = (count, window_s)
+
     def called(self, method: str) -> list[dict[str, Any]]:
         return [body for m, body in self.calls if m == method]
 
@@ -204,7 +209,7 @@ class LocalSlack:
             return web.json_response({"ok": True, "url": ws_url})
         if request.headers.get("Authorization") != f"Bearer {self.token}":
             return web.json_response({"ok": False, "error": "invalid_auth"})
-        if self._limited(method):
+        if self._limited(method) or self._post_limited(method, body):
             self.rate_limited += 1
             return web.json_response({"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"})
         handler = getattr(self, "_" + method.replace(".", "_"), None)
@@ -238,6 +243,18 @@ class LocalSlack:
         await self.sockets[-1].send_json({"envelope_id": envelope_id, "type": kind, "payload": payload,
                                           "accepts_response_payload": kind != "events_api", "retry_attempt": 0,
                                           "retry_reason": ""})
+
+    def _post_limited(self, method: str, body: dict[str, Any]) -> bool:
+        if method != "chat.postMessage" or self._post_window is None:
+            return False
+        count, window = self._post_window
+        now, recent = time.monotonic(), self._recent[f"post:{body.get('channel')}"]
+        while recent and recent[0] < now - window:
+            recent.popleft()
+        if len(recent) >= count:
+            return True
+        recent.append(now)
+        return False
 
     def _limited(self, method: str) -> bool:
         if self._fail_next[method] > 0:

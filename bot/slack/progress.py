@@ -13,6 +13,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.blocks import fallback_text, progress_blocks
 from bot.slack.metrics import Metrics, slack_error
+from bot.slack.pacer import Pacer
 from state.store import Store
 
 log = logging.getLogger(__name__)
@@ -24,7 +25,7 @@ class ProgressMessage:
     """One message, edited as the run advances: at most one edit per ``interval_s``."""
 
     def __init__(self, *, client: AsyncWebClient, store: Store, metrics: Metrics, channel: str, ts: str,
-                 state: dict[str, Any], interval_s: float) -> None:
+                 state: dict[str, Any], interval_s: float, pacer: Pacer | None = None) -> None:
         self.client = client
         self.store = store
         self.metrics = metrics
@@ -32,6 +33,7 @@ class ProgressMessage:
         self.ts = ts
         self.state = state
         self.interval_s = interval_s
+        self.pacer = pacer or Pacer(posts_per_second=0, updates_per_minute=0)
         self._dirty = False
         self._final = False
         self._last = 0.0
@@ -62,6 +64,7 @@ class ProgressMessage:
         async with self._lock:
             if not self._dirty:
                 return
+            await self.pacer.wait("chat.update", self.channel)  # the snapshot below is taken after the wait
             self._dirty = False
             self._last = time.monotonic()
             snapshot = json.loads(json.dumps(self.state))

@@ -26,6 +26,7 @@ from bot.config import SlackConfig
 from bot.slack import blocks as kit
 from bot.slack.access import AccessPolicy, Verdict
 from bot.slack.metrics import Metrics, slack_error
+from bot.slack.pacer import Pacer
 from bot.slack.progress import META as RUN_META
 from bot.slack.progress import ProgressMessage
 from state import StoreError
@@ -61,6 +62,7 @@ class SlackSurface:
         self.config = config
         self.metrics = metrics
         self.model_note = f"model: {model_label}" if scripted else ""
+        self.pacer = Pacer(posts_per_second=config.posts_per_second, updates_per_minute=config.updates_per_minute)
         self._progress: dict[str, ProgressMessage] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -87,7 +89,8 @@ class SlackSurface:
         for progress in pending:
             await progress.close()
 
-    async def _call(self, method: str, call: Callable[[], Awaitable[Any]]) -> Any:
+    async def _call(self, method: str, call: Callable[[], Awaitable[Any]], channel: str | None = None) -> Any:
+        await self.pacer.wait(method, channel)
         try:
             return await call()
         except SlackApiError as exc:
@@ -102,7 +105,8 @@ class SlackSurface:
 
     async def say(self, channel: str, thread_ts: str, text: str) -> None:
         await self._call("chat.postMessage", lambda: self.client.chat_postMessage(
-            channel=channel, thread_ts=thread_ts, text=kit.fallback_text(text), blocks=[kit.mrkdwn(text)]))
+            channel=channel, thread_ts=thread_ts, text=kit.fallback_text(text), blocks=[kit.mrkdwn(text)]),
+            channel=channel)
 
     # --- messages and the slash command ----------------------------------------------------------------
 
@@ -141,7 +145,7 @@ class SlackSurface:
             await self.tell(channel, user, "Usage: `/opspilot <question>`, e.g. `/opspilot payments recent errors`")
             return
         posted = await self._call("chat.postMessage", lambda: self.client.chat_postMessage(
-            channel=channel, text=f"<@{user}> asked: {text}"[:3000]))
+            channel=channel, text=f"<@{user}> asked: {text}"[:3000]), channel=channel)
         if posted is not None:
             await self.converse(channel, str(posted["ts"]), user, text)
 
@@ -243,7 +247,7 @@ class SlackSurface:
             if card.get("ts"):  # the form stays, with the error shown
                 form = kit.params_form(token, pending.reason, pending.payload, error=problem)
                 await self._call("chat.update", lambda: self.client.chat_update(
-                    channel=card["channel"], ts=card["ts"], text=problem, blocks=form))
+                    channel=card["channel"], ts=card["ts"], text=problem, blocks=form), channel=card["channel"])
         except (EngineError, StoreError) as exc:
             await self.tell(channel, user, f"Nothing changed: {exc}", thread_ts)
 
@@ -255,7 +259,7 @@ class SlackSurface:
         await self.store.put_meta(CARD_META, token, {"decided": outcome})
         await self._call("chat.update", lambda: self.client.chat_update(
             channel=card["channel"], ts=card["ts"], text=outcome,
-            blocks=kit.decided_card(card.get("summary", ""), outcome)))
+            blocks=kit.decided_card(card.get("summary", ""), outcome)), channel=card["channel"])
 
     # --- engine events → Slack ---------------------------------------------------------------------------
 
@@ -306,7 +310,7 @@ class SlackSurface:
                                  "thread_ts": where["thread_ts"]}
         posted = await self._call("chat.postMessage", lambda: self.client.chat_postMessage(
             channel=where["channel"], thread_ts=where["thread_ts"], text="Working on it…",
-            blocks=kit.progress_blocks(state)))
+            blocks=kit.progress_blocks(state)), channel=where["channel"])
         if posted is None:
             return
         await self.store.put_meta(RUN_META, run_id, {"channel": where["channel"], "ts": str(posted["ts"]),
@@ -315,7 +319,7 @@ class SlackSurface:
 
     def _make_progress(self, channel: str, ts: str, state: dict[str, Any]) -> ProgressMessage:
         return ProgressMessage(client=self.client, store=self.store, metrics=self.metrics, channel=channel, ts=ts,
-                               state=state, interval_s=self.config.progress_interval_s)
+                               state=state, interval_s=self.config.progress_interval_s, pacer=self.pacer)
 
     async def _progress_for(self, run_id: str) -> ProgressMessage | None:
         if run_id in self._progress:
@@ -333,7 +337,8 @@ class SlackSurface:
         else:
             card = kit.params_form(pending.token, pending.reason, pending.payload)
         posted = await self._call("chat.postMessage", lambda: self.client.chat_postMessage(
-            channel=progress.channel, thread_ts=progress.state["thread_ts"], text=pending.reason, blocks=card))
+            channel=progress.channel, thread_ts=progress.state["thread_ts"], text=pending.reason, blocks=card),
+            channel=progress.channel)
         if posted is None:
             return
         summary = kit.card_summary(pending.interrupt_type, pending.reason, pending.payload)
@@ -356,7 +361,7 @@ class SlackSurface:
 
     async def _post(self, channel: str, thread_ts: str, text: str, chunk: list[kit.Block]) -> None:
         await self._call("chat.postMessage", lambda: self.client.chat_postMessage(
-            channel=channel, thread_ts=thread_ts, text=text, blocks=chunk))
+            channel=channel, thread_ts=thread_ts, text=text, blocks=chunk), channel=channel)
 
     # --- sweeps (run by the scheduler) ----------------------------------------------------------------------
 

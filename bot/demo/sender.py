@@ -1,4 +1,5 @@
-"""Sends properly signed Slack requests (Events API, interactivity, slash commands) to an app."""
+"""Sends properly signed Slack requests (Events API, interactivity, slash commands) to an app: the demo page's
+backend uses it to reach the bot, the tests and benchmarks to play Slack."""
 
 from __future__ import annotations
 

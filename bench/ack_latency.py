@@ -1,0 +1,129 @@
+"""5. Ack latency: how fast the app answers Slack's HTTP requests (events and button clicks) while many runs
+are active, against a bare Bolt app that only acknowledges. Measured from the sender, one request at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import statistics
+import time
+import uuid
+from typing import Any
+
+from slack_bolt.async_app import AsyncAck, AsyncApp
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bench.common import Table, isolated_redis, payload_tools, steps_script
+from bot.agent.engine import Engine, EngineOptions
+from bot.agent.events import EventBus
+from bot.agent.limits import Limits
+from bot.agent.models.scripted import ScriptedModel
+from bot.agent.run import RunDeps
+from bot.assembly import Assembly
+from bot.config import Settings, SlackConfig
+from bot.demo.local_server import LocalServer
+from bot.demo.sender import SlackSender, block_action, mention
+from bot.demo.workspace import LocalSlack
+from bot.slack.app import web_routes
+from bot.slack.metrics import Metrics
+from bot.slack.service import build_service
+from state import Keys, RedisStore, connect
+from tools import ops
+from tools.registry import Registry
+
+SECRET = "bench-secret"
+
+
+async def _latencies(sender: SlackSender, samples: int, tag: str) -> tuple[list[float], list[float]]:
+    events, clicks = [], []
+    for i in range(samples):
+        start = time.perf_counter()
+        status, _ = await sender.event(mention(f"C{tag}{i}", "UPROBE", "payments errors", f"{9000 + i}.1"))
+        events.append((time.perf_counter() - start) * 1000)
+        assert status == 200
+        click = block_action(user="UPROBE", channel="C0X", message={"ts": "1.1"}, action_id="opspilot_confirm",
+                             value=f"no-such-token-{i}")
+        start = time.perf_counter()
+        status, _ = await sender.action(click)
+        clicks.append((time.perf_counter() - start) * 1000)
+        assert status == 200
+    return events, clicks
+
+
+def _p(values: list[float], q: int) -> float:
+    return statistics.quantiles(values, n=100)[q - 1]
+
+
+async def bare_bolt(slack: LocalSlack, samples: int) -> tuple[list[float], list[float]]:
+    app = AsyncApp(client=AsyncWebClient(token=slack.token, base_url=slack.api_url), signing_secret=SECRET)
+
+    @app.event("app_mention")
+    async def noop(event: dict[str, Any]) -> None:
+        return None
+
+    @app.action(re.compile("."))
+    async def ack_only(ack: AsyncAck) -> None:
+        await ack()
+
+    from aiohttp import web
+
+    from bot.slack.app import to_aiohttp_response, to_bolt_request
+
+    async def events(request: web.Request) -> web.Response:
+        return await to_aiohttp_response(await app.async_dispatch(await to_bolt_request(request)))
+
+    web_app = web.Application()
+    web_app.router.add_post("/slack/events", events)
+    server = await LocalServer(web_app).start()
+    try:
+        return await _latencies(SlackSender(f"{server.url}/slack/events", SECRET), samples, "B")
+    finally:
+        await server.stop()
+
+
+async def opspilot(slack: LocalSlack, url: str, active: int, samples: int) -> tuple[list[float], list[float]]:
+    prefix = f"bench-{uuid.uuid4().hex[:6]}"
+    config = SlackConfig(bot_token=slack.token, signing_secret=SECRET, api_url=slack.api_url)
+    store = RedisStore(connect(url, timeout_s=60, max_connections=128), keys=Keys(prefix))
+    model = ScriptedModel(steps_script(3), latency_s=1.0, strict=False)  # runs stay busy while we probe
+    bus = EventBus()
+    deps = RunDeps(model=model, registry=Registry.of(payload_tools(256, latency_s=0.2)), store=store, bus=bus,
+                   limits=Limits(max_wall_time_s=3600))
+    core = Assembly(Engine(deps, EngineOptions(lease_wait_s=60)), bus, store, model, ops.build())
+    service = await build_service(Settings(redis_url=url, key_prefix=prefix, slack=config), core=core)
+    server = await LocalServer(service.web_app).start()
+    sender = SlackSender(f"{server.url}/slack/events", SECRET)
+    try:
+        # Many runs at work (one channel each, so per-channel pacing does not hold them back).
+        await asyncio.gather(*(sender.event(mention(f"C{i:04d}", f"U{i}", "two lookups", f"{100 + i}.1"))
+                               for i in range(active)))
+        await asyncio.sleep(1.0)
+        busy = sum(1 for t in service.surface._tasks if not t.done())
+        result = await _latencies(sender, samples, "P")
+        assert busy >= active * 0.9, f"only {busy} runs were active while probing"
+        return result
+    finally:
+        await service.surface.drain(120)
+        await server.stop()
+        await store.close()
+
+
+async def run(active: int = 200, samples: int = 200) -> list[Table]:
+    slack = LocalSlack()
+    await slack.server.start()
+    try:
+        async with isolated_redis() as url:
+            bare = await bare_bolt(slack, samples)
+            ours = await opspilot(slack, url, active, samples)
+    finally:
+        await slack.server.stop()
+    rows = []
+    for kind, b, o in (("event", bare[0], ours[0]), ("button click", bare[1], ours[1])):
+        rows.append([kind, _p(b, 50), _p(b, 99), _p(o, 50), _p(o, 99), _p(o, 99) / _p(b, 99)])
+    return [Table(f"Ack latency (ms) with {active} runs active, {samples} requests each, one at a time",
+                  ["request", "bare Bolt p50", "bare Bolt p99", "OpsPilot p50", "OpsPilot p99", "p99 ratio"], rows)]
+
+
+if __name__ == "__main__":
+    for table in asyncio.run(run()):
+        print(table.render())

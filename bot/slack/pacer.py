@@ -1,0 +1,57 @@
+"""Client-side pacing under Slack's rate limits, so bursts queue instead of meeting 429s.
+
+``chat.postMessage``: about one message per second per channel. ``chat.update``: Tier 3, about 50 a
+minute. Each call reserves the next free slot of a token bucket (FIFO: tokens may go negative) and
+waits for it; a progress message takes its snapshot only after the wait, so edits that queue
+behind others coalesce into the latest state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+
+@dataclass
+class Bucket:
+    rate: float  # tokens per second
+    capacity: float
+    tokens: float
+    stamp: float
+
+    def reserve(self, now: float) -> float:
+        """Take one token; return how long to wait for it."""
+        self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        self.tokens -= 1
+        return 0.0 if self.tokens >= 0 else -self.tokens / self.rate
+
+
+class Pacer:
+    def __init__(self, *, posts_per_second: float = 0.95, post_burst: float = 1,
+                 updates_per_minute: float = 45, update_burst: float = 5) -> None:
+        self.enabled = posts_per_second > 0 and updates_per_minute > 0
+        self._post = (posts_per_second, post_burst)
+        self._update = (updates_per_minute / 60, update_burst)
+        self._buckets: dict[str, Bucket] = {}
+
+    def _bucket(self, key: str, rate: float, capacity: float) -> Bucket:
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = Bucket(rate, capacity, capacity, time.monotonic())
+        return bucket
+
+    def delay(self, method: str, channel: str | None) -> float:
+        if not self.enabled:
+            return 0.0
+        if method == "chat.postMessage" and channel:
+            return self._bucket(f"post:{channel}", *self._post).reserve(time.monotonic())
+        if method == "chat.update":
+            return self._bucket("update", *self._update).reserve(time.monotonic())
+        return 0.0
+
+    async def wait(self, method: str, channel: str | None = None) -> None:
+        delay = self.delay(method, channel)
+        if delay > 0:
+            await asyncio.sleep(delay)
