@@ -24,8 +24,6 @@ from bot.config import Settings, SlackConfig
 from bot.demo.local_server import LocalServer
 from bot.demo.sender import SlackSender, block_action, mention
 from bot.demo.workspace import LocalSlack
-from bot.slack.app import web_routes
-from bot.slack.metrics import Metrics
 from bot.slack.service import build_service
 from state import Keys, RedisStore, connect
 from tools import ops
