@@ -81,7 +81,10 @@ async def bare_bolt(slack: LocalSlack, samples: int) -> tuple[list[float], list[
 
 async def opspilot(slack: LocalSlack, url: str, active: int, samples: int) -> tuple[list[float], list[float]]:
     prefix = f"bench-{uuid.uuid4().hex[:6]}"
-    config = SlackConfig(bot_token=slack.token, signing_secret=SECRET, api_url=slack.api_url)
+    # No pacing here: the fake workspace enforces no limits in this benchmark, and a Tier-3 pace would
+    # keep hundreds of runs waiting long after the measurement.
+    config = SlackConfig(bot_token=slack.token, signing_secret=SECRET, api_url=slack.api_url,
+                         posts_per_second=0, updates_per_minute=0)
     store = RedisStore(connect(url, timeout_s=60, max_connections=128), keys=Keys(prefix))
     model = ScriptedModel(steps_script(3), latency_s=1.0, strict=False)  # runs stay busy while we probe
     bus = EventBus()

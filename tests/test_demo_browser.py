@@ -4,6 +4,7 @@ question → watch the steps → fill the form → confirm the restart as an app
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 from collections.abc import AsyncIterator
@@ -83,7 +84,7 @@ async def test_the_whole_scenario_in_the_browser(demo_url: str, page: Page) -> N
     await form.locator("select").select_option("prod")
     await form.get_by_role("button", name="Submit").click()
     await expect(thread.locator(".msg", has_text="Confirmation needed")).to_be_visible()
-    await expect(thread.locator(".msg", has_text="Submitted by @Alice")).to_be_visible()  # the form, closed
+    await expect(thread.locator(".msg", has_text=re.compile(r"Submitted by @Alice at \d"))).to_be_visible()
 
     # The requester may not approve her own prod restart; someone not allowed is told so, privately.
     await confirm_as(page, "U0ALICE")
@@ -94,7 +95,8 @@ async def test_the_whole_scenario_in_the_browser(demo_url: str, page: Page) -> N
 
     # Bob, the approver, confirms: the card closes and the answer reports a verified restart.
     await confirm_as(page, "U0BOB")
-    await expect(thread.locator(".msg", has_text="Confirmed by @Bob")).to_be_visible()
+    # Case-sensitive: the answer itself says "confirmed by @Bob" too.
+    await expect(thread.locator(".msg", has_text=re.compile(r"Confirmed by @Bob at \d"))).to_be_visible()
     await expect(thread.locator(".msg", has_text="Confirmation needed")).to_have_count(0)
     answer = thread.locator(".msg", has_text="Restarted payments in prod")  # backticks render as <code>
     await expect(answer).to_be_visible()
