@@ -86,7 +86,8 @@ async def opspilot(slack: LocalSlack, url: str, active: int, samples: int) -> tu
     config = SlackConfig(bot_token=slack.token, signing_secret=SECRET, api_url=slack.api_url,
                          posts_per_second=0, updates_per_minute=0)
     store = RedisStore(connect(url, timeout_s=60, max_connections=128), keys=Keys(prefix))
-    model = ScriptedModel(steps_script(3), latency_s=1.0, strict=False)  # runs stay busy while we probe
+    # The runs stay busy while we probe.
+    model = ScriptedModel(steps_script(3), latency_s=1.0, strict=False, keep_requests=False)
     bus = EventBus()
     deps = RunDeps(model=model, registry=Registry.of(payload_tools(256, latency_s=0.2)), store=store, bus=bus,
                    limits=Limits(max_wall_time_s=3600))

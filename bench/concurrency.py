@@ -24,7 +24,7 @@ async def _lag_monitor(stop: asyncio.Event, lags: list[float], period: float = 0
 
 async def _batch(url: str, runs: int) -> tuple[float, list[float]]:
     store = redis_store(url, f"bench-{uuid.uuid4().hex[:6]}")
-    model = ScriptedModel(steps_script(TOOL_STEPS), latency_s=MODEL_S, strict=False)
+    model = ScriptedModel(steps_script(TOOL_STEPS), latency_s=MODEL_S, strict=False, keep_requests=False)
     eng = engine(store, model, payload_tools(256, latency_s=TOOL_S))
     await eng.ask("warmup", "go")
     stop, lags = asyncio.Event(), []

@@ -16,7 +16,7 @@ STEPS_PER_TURN = 2  # one step asking for two calls, one step answering
 async def ours(url: str, turns: int, window: int) -> tuple[float, float]:
     """CPU ms per step over the first and the last ``window`` turns of a ``turns``-turn thread."""
     store = redis_store(url, f"bench-{uuid.uuid4().hex[:6]}")
-    eng = engine(store, ScriptedModel(two_calls_then_answer, strict=False), payload_tools(64))
+    eng = engine(store, ScriptedModel(two_calls_then_answer, strict=False, keep_requests=False), payload_tools(64))
     await eng.ask("warmup", "hi")
     marks: list[float] = []
     for i in range(turns):

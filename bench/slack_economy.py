@@ -38,7 +38,7 @@ async def run(runs: int = 50) -> list[Table]:
         config = SlackConfig(bot_token=slack.token, signing_secret=SECRET, api_url=slack.api_url)
         settings = Settings(redis_url=url, key_prefix=prefix, slack=config)
         store = RedisStore(connect(url, timeout_s=60, max_connections=128), keys=Keys(prefix))
-        model = ScriptedModel(steps_script(TOOL_STEPS), latency_s=0.2, strict=False)
+        model = ScriptedModel(steps_script(TOOL_STEPS), latency_s=0.2, strict=False, keep_requests=False)
         bus = EventBus()
         deps = RunDeps(model=model, registry=Registry.of(payload_tools(256, latency_s=0.05)), store=store,
                        bus=bus, limits=Limits(max_wall_time_s=3600))

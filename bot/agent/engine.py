@@ -12,6 +12,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
@@ -30,7 +31,7 @@ from bot.agent.events import RunStarted
 from bot.agent.loop import react_loop
 from bot.agent.messages import UserMessage
 from bot.agent.models.base import ModelError
-from bot.agent.run import Run, RunDeps, RunOutcome
+from bot.agent.run import Run, RunDeps, RunOutcome, ThreadMemo
 from state.errors import StoreError
 from state.records import PendingCall, RunRecord
 
@@ -50,6 +51,7 @@ class Engine:
         self.options = options or EngineOptions()
         self.instance = uuid.uuid4().hex[:12]
         self._running: dict[str, tuple[Run, asyncio.Task[RunOutcome]]] = {}
+        self._memos: OrderedDict[str, ThreadMemo] = OrderedDict()
 
     # --- public API ------------------------------------------------------------------------------
 
@@ -74,7 +76,7 @@ class Engine:
                 now = time.time()
                 record = RunRecord(run_id=uuid.uuid4().hex, thread_id=thread_id, user_id=user_id, text=text,
                                    created_at=now, updated_at=now)
-                run = Run(self.deps, record, await self.deps.store.load_transcript(thread_id))
+                run = Run(self.deps, record, await self.deps.store.load_transcript(thread_id), self._memo(thread_id))
                 run.count("runs")
                 run.emit(RunStarted, user_id=user_id, text=text)
             run.record.status = "running"
@@ -287,7 +289,15 @@ class Engine:
         return await self.deps.store.load_run(run_id) if run_id else None
 
     async def _open(self, record: RunRecord) -> Run:
-        return Run(self.deps, record, await self.deps.store.load_transcript(record.thread_id))
+        transcript = await self.deps.store.load_transcript(record.thread_id)
+        return Run(self.deps, record, transcript, self._memo(record.thread_id))
+
+    def _memo(self, thread_id: str) -> ThreadMemo:
+        memo = self._memos.pop(thread_id, None) or ThreadMemo([])
+        self._memos[thread_id] = memo
+        while len(self._memos) > 1024:
+            self._memos.popitem(last=False)
+        return memo
 
     async def _claim(self, pending: PendingCall, by: str) -> None:
         claim = await self.deps.store.claim(pending.token, by)

@@ -73,6 +73,15 @@ class RunDeps:
     summary_timeout_s: float = 30.0
 
 
+@dataclass
+class ThreadMemo:
+    """What an engine remembers about a thread between turns (transcripts only grow): each message's token
+    estimate, and how far the pairing check has already looked. Keeps a step's cost flat in long threads."""
+
+    sizes: list[int]
+    checked: int = 0
+
+
 @dataclass(frozen=True)
 class RunOutcome:
     run_id: str
@@ -83,13 +92,22 @@ class RunOutcome:
     pending: tuple[PendingView, ...] = ()
 
 
+def _turn_before(transcript: Sequence[Message], index: int) -> int:
+    """The start of the turn that contains ``index`` (a user message), for re-checking from a safe point."""
+    for i in range(min(index, len(transcript)) - 1, -1, -1):
+        if isinstance(transcript[i], UserMessage):
+            return i
+    return 0
+
+
 def pending_view(p: PendingCall) -> PendingView:
     return PendingView(call_id=p.call.id, tool=p.call.name, token=p.token, interrupt_type=p.interrupt_type,
                        reason=p.reason, payload=p.payload)
 
 
 class Run:
-    def __init__(self, deps: RunDeps, record: RunRecord, transcript: list[Message]) -> None:
+    def __init__(self, deps: RunDeps, record: RunRecord, transcript: list[Message],
+                 memo: ThreadMemo | None = None) -> None:
         self.deps = deps
         self.record = record
         self.transcript = transcript
@@ -104,8 +122,7 @@ class Run:
         self._segment_start = time.monotonic()
         self._journal = JournalAdapter(deps.store)
         # Kept as the transcript grows, so a step costs the same early and late in a long thread.
-        self._sizes: list[int] | None = None
-        self._checked_once = False
+        self.memo = memo if memo is not None and len(memo.sizes) <= len(transcript) else ThreadMemo([])
         self._committed_status: str | None = None
         self._turn_start = next((i for i in range(len(transcript) - 1, -1, -1)
                                  if isinstance(transcript[i], UserMessage)), 0)
@@ -135,21 +152,20 @@ class Run:
             self._turn_start = len(self.transcript)
         self.transcript.append(message)
         self._messages.append(message)
-        if self._sizes is not None:
-            self._sizes.append(message_tokens(message))
 
     def _context(self, budget: int) -> list[Message]:
-        """The transcript to send: pairing checked (the whole thread once, then the current turn), and
-        fitted to the budget only when it does not fit as it is."""
-        valid = checked(self.transcript, run_id=self.id, start=self._turn_start if self._checked_once else 0)
-        self._checked_once = True
-        if valid is not self.transcript and len(valid) != len(self.transcript):
-            self._sizes = None
-        if self._sizes is None or len(self._sizes) != len(valid):
-            self._sizes = [message_tokens(m) for m in valid]
-        if sum(self._sizes) <= budget:
+        """The transcript to send: pairing checked from the first turn not yet checked (the whole thread the
+        first time this engine sees it), and fitted to the budget only when it does not fit as it is."""
+        memo = self.memo
+        start = min(self._turn_start, _turn_before(self.transcript, memo.checked)) if memo.checked else 0
+        valid = checked(self.transcript, run_id=self.id, start=start)
+        if len(valid) != len(self.transcript) or len(memo.sizes) > len(valid):
+            memo.sizes.clear()  # repaired: recount
+        memo.sizes.extend(message_tokens(m) for m in valid[len(memo.sizes):])
+        memo.checked = len(valid)
+        if sum(memo.sizes) <= budget:
             return valid
-        return fit(valid, budget, self._sizes)
+        return fit(valid, budget, memo.sizes)
 
     def emit(self, event_type: type[Any], **fields: Any) -> None:
         """Stage an event with the next sequence number; published after the next commit or flush."""

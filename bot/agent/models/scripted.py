@@ -49,12 +49,13 @@ class ScriptedModel:
 
     def __init__(self, script: Sequence[Reply] | Callable[[Sequence[Message], Sequence[str]], AssistantMessage],
                  *, latency_s: float = 0.0, label: str = "scripted (deterministic test model)",
-                 strict: bool = True) -> None:
+                 strict: bool = True, keep_requests: bool = True) -> None:
         self._script = script
         self._position = 0
         self.latency_s = latency_s
         self.label = label
         self.strict = strict
+        self.keep_requests = keep_requests  # tests read them; a benchmark would only fill memory
         self.requests: list[Request] = []
 
     async def complete(
@@ -66,7 +67,8 @@ class ScriptedModel:
         max_tokens: int | None = None,
     ) -> Completion:
         started = time.perf_counter()
-        self.requests.append(Request(tuple(messages), tuple(t.name for t in tools), tool_choice))
+        if self.keep_requests:
+            self.requests.append(Request(tuple(messages), tuple(t.name for t in tools), tool_choice))
         problems = repair(messages).problems if self.strict else []
         if problems:
             raise ModelError("bad_request", f"scripted model rejected an invalid transcript: {problems}")
@@ -83,6 +85,6 @@ class ScriptedModel:
             message = step if isinstance(step, AssistantMessage) else step(messages)
         if tool_choice.mode == "none" and message.tool_calls:
             message = AssistantMessage(content=message.content or "(scripted summary)")
-        usage = Usage(sum(len(m.content) for m in messages) // 4, estimate_tokens(message.content))
+        usage = Usage(len(messages), estimate_tokens(message.content))  # a scripted model reads no tokens
         return Completion(message, "tool_use" if message.tool_calls else "end_turn", usage,
                           (time.perf_counter() - started) * 1000)
