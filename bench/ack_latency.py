@@ -13,7 +13,7 @@ from typing import Any
 from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bench.common import Table, isolated_redis, payload_tools, steps_script
+from bench.common import Table, isolated_redis, payload_tools, steps_script, verdict
 from bot.agent.engine import Engine, EngineOptions
 from bot.agent.events import EventBus
 from bot.agent.limits import Limits
@@ -122,8 +122,10 @@ async def run(active: int = 200, samples: int = 200) -> list[Table]:
     rows = []
     for kind, b, o in (("event", bare[0], ours[0]), ("button click", bare[1], ours[1])):
         rows.append([kind, _p(b, 50), _p(b, 99), _p(o, 50), _p(o, 99), _p(o, 99) / _p(b, 99)])
+    notes = [verdict(f"{row[0]} p99 / bare Bolt p99", row[5], 1.2) for row in rows]
     return [Table(f"Ack latency (ms) with {active} runs active, {samples} requests each, one at a time",
-                  ["request", "bare Bolt p50", "bare Bolt p99", "OpsPilot p50", "OpsPilot p99", "p99 ratio"], rows)]
+                  ["request", "bare Bolt p50", "bare Bolt p99", "OpsPilot p50", "OpsPilot p99", "p99 ratio"], rows,
+                  notes)]
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
@@ -134,11 +134,20 @@ def unique_bytes(messages: Sequence[Message]) -> int:
     return total
 
 
+def verdict(name: str, measured: float, target: float, unit: str = "×", lower_is_better: bool = True) -> str:
+    """One line under a table: the target, the measurement, and by how much it is met or missed."""
+    met = measured <= target if lower_is_better else measured >= target
+    if met:
+        return f"{name}: target {target:g}{unit}, measured {measured:.3g}{unit} — met"
+    return f"{name}: target {target:g}{unit}, measured {measured:.3g}{unit} — MISSED by {measured / target:.2g}×"
+
+
 @dataclass
 class Table:
     title: str
     header: list[str]
     rows: list[list[Any]]
+    notes: list[str] = field(default_factory=list)
 
     def render(self) -> str:
         cells = [self.header] + [[_fmt(c) for c in row] for row in self.rows]
@@ -147,7 +156,8 @@ class Table:
         sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
         body = ["| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) + " |"
                 for r in cells[1:]]
-        return "\n".join([f"### {self.title}", "", line, sep, *body, ""])
+        notes = ["", *(f"- {note}" for note in self.notes)] if self.notes else []
+        return "\n".join([f"### {self.title}", "", line, sep, *body, *notes, ""])
 
 
 def _fmt(value: Any) -> str:

@@ -9,7 +9,7 @@ import time
 import tracemalloc
 import uuid
 
-from bench.common import Table, engine, isolated_redis, payload_tools, redis_store, steps_script
+from bench.common import Table, engine, isolated_redis, payload_tools, redis_store, steps_script, verdict
 from bot.agent.models.scripted import ScriptedModel
 
 MODEL_S, TOOL_S, TOOL_STEPS = 0.050, 0.020, 2  # 3 model steps: two with tools, one answering
@@ -51,7 +51,7 @@ async def run(runs: int = 500) -> list[Table]:
     rows = [[runs, ideal * 1000, wall * 1000, wall / ideal, p99, peak / runs / 1024]]
     return [Table(f"{runs} concurrent runs in one process (3 model steps: 50 ms model, 20 ms tools, real Redis)",
                   ["runs", "ideal critical path (ms)", "wall time (ms)", "wall / ideal", "event-loop lag p99 (ms)",
-                   "peak memory per run (KiB)"], rows)]
+                   "peak memory per run (KiB)"], rows, [verdict("wall / ideal", wall / ideal, 1.2)])]
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import asyncio
 import uuid
 
 from bench import langgraph_twin as lg
-from bench.common import Table, cpu, engine, isolated_redis, payload_tools, redis_store, two_calls_then_answer
+from bench.common import Table, cpu, engine, isolated_redis, payload_tools, redis_store, two_calls_then_answer, verdict
 from bot.agent.models.scripted import ScriptedModel
 
 STEPS_PER_TURN = 2  # one step asking for two calls, one step answering
@@ -46,9 +46,11 @@ async def run(turns: int = 50, window: int = 5) -> list[Table]:
     theirs = await langgraph(turns, window)
     rows = [[f"turns 1–{window}", mine[0], theirs[0], theirs[0] / mine[0]],
             [f"turns {turns - window + 1}–{turns}", mine[1], theirs[1], theirs[1] / mine[1]]]
+    notes = [verdict("OpsPilot CPU per model step", max(mine), 0.25, " ms"),
+             verdict("OpsPilot late / early in the thread", mine[1] / mine[0], 1.1)]
     return [Table(f"CPU per model step (ms), {turns}-turn thread, Redis persistence included for OpsPilot",
                   ["where in the thread", "OpsPilot", "LangGraph (in-memory checkpointer)", "LangGraph / OpsPilot"],
-                  rows)]
+                  rows, notes)]
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import time
 import uuid
 from collections import Counter
 
-from bench.common import Table, isolated_redis, payload_tools, steps_script
+from bench.common import Table, isolated_redis, payload_tools, steps_script, verdict
 from bot.agent.engine import Engine, EngineOptions
 from bot.agent.events import EventBus
 from bot.agent.limits import Limits
@@ -70,7 +70,9 @@ async def run(runs: int = 50) -> list[Table]:
                   ["runs", "steps per run", "Web API calls per run", "target (steps + 3)", "posts", "updates",
                    "429s", "final answers", "progress messages final", "wall (s)"],
                   [[runs, steps, per_run, steps + 3, calls["chat.postMessage"], calls["chat.update"],
-                    slack.rate_limited, f"{answered}/{runs}", f"{final}/{runs}", wall]])]
+                    slack.rate_limited, f"{answered}/{runs}", f"{final}/{runs}", wall]],
+                  [verdict("Web API calls per run", per_run, steps + 3, ""),
+                   f"final answers {answered}/{runs}, progress messages final {final}/{runs}"])]
 
 
 if __name__ == "__main__":

@@ -8,7 +8,16 @@ import uuid
 from typing import Any
 
 from bench import langgraph_twin as lg
-from bench.common import Table, engine, isolated_redis, payload_tools, redis_store, two_calls_then_answer, unique_bytes
+from bench.common import (
+    Table,
+    engine,
+    isolated_redis,
+    payload_tools,
+    redis_store,
+    two_calls_then_answer,
+    unique_bytes,
+    verdict,
+)
 from bot.agent.models.scripted import ScriptedModel
 from state import RedisStore
 
@@ -71,10 +80,14 @@ async def run(sizes: tuple[int, ...] = (10, 20, 40), result_bytes: int = 2048) -
                 per_turn = [[r["turn"], r["written"], r["held_delta"], t["held_delta"],
                              t["held_delta"] / r["held_delta"]]
                             for r, t in zip(mine, theirs, strict=True) if r["turn"] in (1, 2, n // 2, n)]
+    last = rows[-1]
+    growth = per_turn[-1][2] / per_turn[0][2] if per_turn else 1.0
+    notes = [verdict(f"stored bytes / unique content at {last[0]} turns", last[4], 1.3),
+             verdict("held growth per turn, last turn / first turn", growth, 1.1)]
     return [
         Table("Storage after N turns (bytes)", ["turns", "unique content", "OpsPilot written", "OpsPilot held",
                                                 "held / content", "LangGraph held", "LangGraph / content",
-                                                "LangGraph / OpsPilot"], rows),
+                                                "LangGraph / OpsPilot"], rows, notes),
         Table(f"Growth per turn, {max(sizes)}-turn thread (bytes)", ["turn", "OpsPilot written", "OpsPilot held +",
                                                                      "LangGraph held +", "LangGraph / OpsPilot"],
               per_turn),
