@@ -219,3 +219,13 @@ async def test_the_trace_records_steps_calls_and_the_stop_reason(store: RedisSto
     assert [(f.stop_reason, f.steps) for f in finish] == [("final_answer", 2)]
     record = await store.load_run(out.run_id)
     assert record is not None and (record.thread_id, record.user_id, record.step) == ("thread-9", "U7", 2)
+
+
+async def test_the_run_record_keeps_previews_the_transcript_keeps_the_text(store: RedisStore) -> None:
+    long_answer = "finding " * 300
+    out = await make_harness(ScriptedModel([reply(long_answer)]), store, []).engine.ask("t", "q" * 1000)
+    assert out.answer == long_answer
+    record = await store.load_run(out.run_id)
+    assert record is not None and len(record.answer) <= 200 and len(record.text) <= 200
+    transcript = await store.load_transcript("t")
+    assert transcript[0].content == "q" * 1000 and transcript[-1].content == long_answer

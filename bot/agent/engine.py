@@ -31,7 +31,7 @@ from bot.agent.events import RunStarted
 from bot.agent.loop import react_loop
 from bot.agent.messages import UserMessage
 from bot.agent.models.base import ModelError
-from bot.agent.run import Run, RunDeps, RunOutcome, ThreadMemo
+from bot.agent.run import Run, RunDeps, RunOutcome, ThreadMemo, preview
 from state.errors import StoreError
 from state.records import PendingCall, RunRecord
 
@@ -74,7 +74,7 @@ class Engine:
                 run.count("resumed")
             else:
                 now = time.time()
-                record = RunRecord(run_id=uuid.uuid4().hex, thread_id=thread_id, user_id=user_id, text=text,
+                record = RunRecord(run_id=uuid.uuid4().hex, thread_id=thread_id, user_id=user_id, text=preview(text),
                                    created_at=now, updated_at=now)
                 run = Run(self.deps, record, await self.deps.store.load_transcript(thread_id), self._memo(thread_id))
                 run.count("runs")

@@ -92,6 +92,11 @@ class RunOutcome:
     pending: tuple[PendingView, ...] = ()
 
 
+def preview(text: str, limit: int = 200) -> str:
+    """What run records keep of texts that live in full in the transcript."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _turn_before(transcript: Sequence[Message], index: int) -> int:
     """The start of the turn that contains ``index`` (a user message), for re-checking from a safe point."""
     for i in range(min(index, len(transcript)) - 1, -1, -1):
@@ -119,6 +124,7 @@ class Run:
         self._outbox: list[Event] = []
         # Results announced live during a batch, kept so an interrupted batch loses none of them.
         self._finished_calls: dict[str, Observation] = {}
+        self._answer = ""
         self._segment_start = time.monotonic()
         self._journal = JournalAdapter(deps.store)
         # Kept as the transcript grows, so a step costs the same early and late in a long thread.
@@ -195,7 +201,7 @@ class Run:
 
     def outcome(self) -> RunOutcome:
         r = self.record
-        return RunOutcome(r.run_id, r.thread_id, r.status, r.stop_reason, r.answer,
+        return RunOutcome(r.run_id, r.thread_id, r.status, r.stop_reason, self._answer or r.answer,
                           tuple(pending_view(p) for p in r.pending))
 
     def _ctx(self, call: ToolCall, confirmed_by: str | None = None) -> ToolContext:
@@ -323,7 +329,9 @@ class Run:
 
     async def finish(self, reason: str, answer: str) -> RunOutcome:
         r = self.record
-        r.status, r.stop_reason, r.answer = "finished", reason, answer  # type: ignore[assignment]
+        # The record keeps a preview; the whole answer is the transcript's last message.
+        r.status, r.stop_reason, r.answer = "finished", reason, preview(answer)  # type: ignore[assignment]
+        self._answer = answer
         self.record.trace.append(FinishTrace(stop_reason=reason, steps=r.step,
                                              active_ms=round(self.active_s() * 1000, 1)))
         self.count(f"stop:{reason}")
