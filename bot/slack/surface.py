@@ -292,6 +292,10 @@ class SlackSurface:
                 if line is not None:
                     line["status"], line["detail"] = "waiting", pending.reason
                 await self._post_card(progress, event.run_id, pending)
+            # Paused: the answer may reach any instance, so the state lives in Redis from here on, not here.
+            await progress.close()
+            self._progress.pop(event.run_id, None)
+            return
         elif event.type == "run_finished":
             progress.state["header"] = _HEADERS.get(event.stop_reason, event.stop_reason)
             progress.state["stoppable"] = False
