@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from bot.agent.messages import Message
 from state.records import RunRecord, TraceEntry
@@ -126,8 +126,8 @@ class MemoryStore:
     async def request_cancel(self, run_id: str) -> None:
         self._cancels.add(run_id)
 
-    async def cancel_requested(self, run_id: str) -> bool:
-        return run_id in self._cancels
+    async def cancel_requests(self, run_ids: Sequence[str]) -> set[str]:
+        return {r for r in run_ids if r in self._cancels}
 
     async def put_meta(self, kind: str, name: str, fields: Mapping[str, str]) -> None:
         self._meta[(kind, name)].update(fields)

@@ -260,9 +260,12 @@ class RedisStore:
         async with _guard("requesting a cancel"):
             await self.client.set(self.keys.cancel(run_id), "1", ex=self.ttls.cancel_s)
 
-    async def cancel_requested(self, run_id: str) -> bool:
-        async with _guard("checking for a cancel"):
-            return bool(await self.client.exists(self.keys.cancel(run_id)))
+    async def cancel_requests(self, run_ids: Sequence[str]) -> set[str]:
+        if not run_ids:
+            return set()
+        async with _guard("checking for cancels"):
+            flags = await self.client.mget([self.keys.cancel(r) for r in run_ids])
+        return {run_id for run_id, flag in zip(run_ids, flags, strict=True) if flag}
 
     async def dedupe(self, name: str, ttl_s: int | None = None) -> bool:
         async with _guard("deduplicating"):

@@ -110,7 +110,8 @@ class Store(Protocol):
 
     async def request_cancel(self, run_id: str) -> None: ...
 
-    async def cancel_requested(self, run_id: str) -> bool: ...
+    async def cancel_requests(self, run_ids: Sequence[str]) -> set[str]:
+        """Which of these runs someone asked to cancel (one call for all of them)."""
 
     async def dedupe(self, name: str, ttl_s: int | None = None) -> bool:
         """True the first time ``name`` is seen (within its TTL), False after."""

@@ -52,6 +52,7 @@ class Engine:
         self.instance = uuid.uuid4().hex[:12]
         self._running: dict[str, tuple[Run, asyncio.Task[RunOutcome]]] = {}
         self._memos: OrderedDict[str, ThreadMemo] = OrderedDict()
+        self._watcher: asyncio.Task[None] | None = None
 
     # --- public API ------------------------------------------------------------------------------
 
@@ -202,13 +203,14 @@ class Engine:
     async def _drive(self, run: Run, first_tool: str | None = None) -> RunOutcome:
         task = asyncio.create_task(self._drive_inner(run, first_tool), name=f"run-{run.id}")
         self._running[run.id] = (run, task)
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.create_task(self._watch_cancels(), name="cancel-watcher")
         try:
             return await task
         finally:
             self._running.pop(run.id, None)
 
     async def _drive_inner(self, run: Run, first_tool: str | None) -> RunOutcome:
-        watcher = asyncio.create_task(self._watch_cancel(run))
         try:
             try:
                 async with asyncio.timeout(run.remaining_s()):
@@ -231,21 +233,25 @@ class Engine:
             ref = uuid.uuid4().hex[:8]
             log.exception("run %s failed with an internal error (ref %s)", run.id, ref)
             return await run.fail("internal_error", f"an internal error occurred (ref {ref})")
-        finally:
-            watcher.cancel()
 
-    async def _watch_cancel(self, run: Run) -> None:
-        """Another instance may ask to cancel this run through the store."""
-        task = self._running.get(run.id, (None, None))[1]
-        while task is not None and not task.done():
+    async def _watch_cancels(self) -> None:
+        """Another instance may ask, through the store, to cancel a run running here. One watcher per
+        engine asks about all of its runs in one call, however many there are."""
+        while self._running:
             await asyncio.sleep(self.options.cancel_poll_s)
+            running = dict(self._running)
+            if not running:
+                return
             try:
-                if await self.deps.store.cancel_requested(run.id):
+                requested = await self.deps.store.cancel_requests(list(running))
+            except StoreError:
+                log.warning("could not poll for cancellations")
+                continue
+            for run_id in requested:
+                run, task = running[run_id]
+                if not task.done():
                     run.cancel_requested = True
                     task.cancel()
-                    return
-            except StoreError:
-                log.warning("run %s: could not poll for cancellation", run.id)
 
     # --- helpers ---------------------------------------------------------------------------------
 
