@@ -85,15 +85,6 @@ def payload_tools(result_bytes: int, latency_s: float = 0.0) -> list[ToolSpec]:
 _ids = itertools.count()
 
 
-def two_calls_then_answer(messages: Sequence[Message], tools: Sequence[str]) -> AssistantMessage:
-    """Each user turn: one step asking for two calls, then one step answering."""
-    if isinstance(messages[-1], UserMessage):
-        calls = (ToolCall(id=f"c{next(_ids)}", name="lookup_a", arguments={"q": "1"}),
-                 ToolCall(id=f"c{next(_ids)}", name="lookup_b", arguments={"q": "2"}))
-        return AssistantMessage(content="", tool_calls=calls)
-    return AssistantMessage(content="done")
-
-
 def steps_script(tool_steps: int) -> Callable[[Sequence[Message], Sequence[str]], AssistantMessage]:
     """``tool_steps`` steps of two calls each, then an answer."""
     def reply(messages: Sequence[Message], tools: Sequence[str]) -> AssistantMessage:

@@ -7,7 +7,7 @@ import asyncio
 import uuid
 
 from bench import langgraph_twin as lg
-from bench.common import Table, cpu, engine, isolated_redis, payload_tools, redis_store, two_calls_then_answer, verdict
+from bench.common import Table, cpu, engine, isolated_redis, payload_tools, redis_store, steps_script, verdict
 from bot.agent.models.scripted import ScriptedModel
 
 STEPS_PER_TURN = 2  # one step asking for two calls, one step answering
@@ -16,7 +16,7 @@ STEPS_PER_TURN = 2  # one step asking for two calls, one step answering
 async def ours(url: str, turns: int, window: int) -> tuple[float, float]:
     """CPU ms per step over the first and the last ``window`` turns of a ``turns``-turn thread."""
     store = redis_store(url, f"bench-{uuid.uuid4().hex[:6]}")
-    eng = engine(store, ScriptedModel(two_calls_then_answer, strict=False, keep_requests=False), payload_tools(64))
+    eng = engine(store, ScriptedModel(steps_script(1), strict=False, keep_requests=False), payload_tools(64))
     await eng.ask("warmup", "hi")
     marks: list[float] = []
     for i in range(turns):

@@ -14,7 +14,7 @@ from bench.common import (
     isolated_redis,
     payload_tools,
     redis_store,
-    two_calls_then_answer,
+    steps_script,
     unique_bytes,
     verdict,
 )
@@ -37,7 +37,7 @@ async def _held(store: RedisStore, prefix: str) -> int:
 async def ours(url: str, turns: int, result_bytes: int) -> list[dict[str, Any]]:
     prefix = f"bench-{uuid.uuid4().hex[:6]}"
     store = redis_store(url, prefix)
-    eng = engine(store, ScriptedModel(two_calls_then_answer), payload_tools(result_bytes))
+    eng = engine(store, ScriptedModel(steps_script(1)), payload_tools(result_bytes))
     rows = []
     written_total, last_held = 0, 0
     for i in range(turns):

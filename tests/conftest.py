@@ -38,7 +38,8 @@ def _answers_ping(url: str) -> bool:
         return False
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port nobody listens on right now (for servers the tests start)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -54,7 +55,7 @@ def redis_url() -> Iterator[str]:
     if binary is None:
         pytest.exit(f"No Redis answers at {url} and redis-server is not installed: "
                     "install it (apt-get install redis-server) or set REDIS_URL.", returncode=3)
-    port = _free_port()
+    port = free_port()
     workdir = tempfile.mkdtemp(prefix="opspilot-redis-")
     proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                              "--dir", workdir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -57,7 +57,6 @@ class Workspace:
     async def stop(self) -> None:
         await self.settle()
         await self.server.stop()
-        await self.service.client.session.close() if self.service.client.session else None
         await self.store.close()
 
 

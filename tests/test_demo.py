@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from typing import Any
 
 import aiohttp
@@ -11,12 +10,7 @@ import aiohttp
 from bot.config import Settings
 from bot.demo.server import CHANNEL, Demo
 from bot.demo.workspace import all_text
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.conftest import free_port
 
 
 async def until(predicate: Any, timeout_s: float = 20.0) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from playwright.async_api import Page, async_playwright, expect
 
 from bot.config import Settings
 from bot.demo.server import Demo
+from tests.conftest import free_port
 
 ARTIFACTS = Path(__file__).parent.parent / "artifacts"
 expect.set_options(timeout=30_000)
@@ -26,12 +26,6 @@ def chromium() -> str:
     if not path:
         pytest.fail("Chromium is not installed: apt-get install chromium (the .ci/run script does this)")
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import aiohttp
 from bot.demo.sender import SlackSender, mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
+from tests.conftest import free_port
 from tests.slack_harness import CHANNEL, SECRET, open_workspace
 
 QUESTION = "看看支付服务最近报错，顺便对照一下文档里的处理建议"
@@ -52,14 +52,8 @@ async def test_socket_mode_acks_envelopes_and_a_redelivery_runs_once(redis_url: 
         await ws.stop()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_opspilot_serve_in_http_mode(redis_url: str, prefix: str, slack: FakeSlack, tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith(("OPSPILOT_",
                                                                                                     "SLACK_"))}
     env |= {"SLACK_BOT_TOKEN": slack.token, "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_URL": slack.api_url,

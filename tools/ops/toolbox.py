@@ -98,7 +98,7 @@ def _metrics(conf: cfg.OpsConfig, data: Path) -> MetricsBackend:
     return FixtureBackend(conf.metrics.file or data / "metrics.yml")
 
 
-def _restarts(conf: cfg.OpsConfig, metrics: MetricsBackend) -> RestartBackend:
+def _restarts(conf: cfg.OpsConfig) -> RestartBackend:
     r = conf.restart
     if isinstance(r, cfg.KubernetesRestarts):
         creds = kube_credentials(in_cluster=r.in_cluster, kubeconfig=r.kubeconfig, api_url=r.api_url,
@@ -108,10 +108,7 @@ def _restarts(conf: cfg.OpsConfig, metrics: MetricsBackend) -> RestartBackend:
     if isinstance(r, cfg.WebhookRestarts):
         return WebhookRestarts(Http(r.url, name="restart webhook", token=_token(r.token_env), timeout_s=r.timeout_s),
                                r.url)
-    demo = DemoRestarts()
-    if isinstance(metrics, FixtureBackend):
-        demo.listeners.append(lambda service, env: metrics.restarted.add((service, env)))
-    return demo
+    return DemoRestarts()
 
 
 def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox:
@@ -122,8 +119,9 @@ def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox
     docs.refresh()
     logs = _logs(conf, data)
     metrics = _metrics(conf, data)
-    backend: RestartBackend = restarts or _restarts(conf, metrics)
-    if isinstance(backend, DemoRestarts) and isinstance(metrics, FixtureBackend) and not backend.listeners:
+    backend: RestartBackend = restarts or _restarts(conf)
+    if isinstance(backend, DemoRestarts) and isinstance(metrics, FixtureBackend):
+        # Demo fixtures switch to their after-restart series once the demo backend restarted a service.
         backend.listeners.append(lambda service, env: metrics.restarted.add((service, env)))
     verify = conf.verify
 
