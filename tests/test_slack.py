@@ -96,8 +96,10 @@ async def test_double_click_and_simultaneous_approvers_run_once(ws: Workspace) -
     await ws.settle()
 
     assert len(ws.toolbox.restarts.done) == 1
+    closed = all_text(ws.slack.messages[(CHANNEL, card["ts"])])
+    winner = next(u for u in ("UA", "UB") if f"Confirmed by <@{u}>" in closed)
     texts = ws.slack.ephemeral_texts()
-    assert len([t for t in texts if t.startswith("Already handled by <@U")]) == 2
+    assert len([t for t in texts if t.startswith(f"Already handled by <@{winner}>")]) == 2
 
 
 async def test_an_unauthorised_click_changes_nothing(redis_url: str, prefix: str, slack: FakeSlack) -> None:

@@ -129,6 +129,8 @@ class LocalSlack:
         self._recent: dict[str, deque[float]] = defaultdict(deque)
         self._post_window: tuple[int, float] | None = None
         self.rate_limited = 0
+        self.bot_user: str | None = BOT_USER
+        """The bot's user id as auth.test reports it; None: auth.test leaves it out (tests of that case)."""
         app = web.Application()
         app.router.add_post("/api/{method}", self._dispatch)
         app.router.add_get("/api/{method}", self._dispatch)
@@ -290,8 +292,9 @@ class LocalSlack:
         return None
 
     def _auth_test(self, body: dict[str, Any]) -> dict[str, Any]:
-        return {"ok": True, "url": "https://fake.slack.test/", "team": "Fake", "user": "opspilot",
-                "team_id": "T0001", "user_id": BOT_USER, "bot_id": "B0001", "is_enterprise_install": False}
+        answer = {"ok": True, "url": "https://fake.slack.test/", "team": "Fake", "user": "opspilot",
+                  "team_id": "T0001", "user_id": self.bot_user, "bot_id": "B0001", "is_enterprise_install": False}
+        return {k: v for k, v in answer.items() if v is not None}
 
     def _chat_postMessage(self, body: dict[str, Any]) -> dict[str, Any]:
         ts = self._next_ts()

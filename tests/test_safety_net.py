@@ -1,0 +1,194 @@
+"""The layers under "a change runs once" and "nobody else acts", each proven on its own.
+
+Each test here was written to fail when one realistic bug is planted in one layer (a lost claim
+ignored, a journal refusal ignored, case folding dropped from the gate, a dedupe removed, the pairing
+check skipped, an authorisation verdict ignored, a key written without a TTL), while every other
+layer still holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from bot.agent.decisions import Confirm
+from bot.agent.errors import AlreadyHandled
+from bot.agent.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
+from bot.agent.models.scripted import ScriptedModel, call, reply
+from bot.demo.sender import block_action, mention, message
+from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.demo.workspace import all_text, buttons
+from state import RedisStore
+from state.records import RunRecord
+from state.store import Write
+from tests.conftest import make_harness
+from tests.slack_harness import CHANNEL, open_workspace
+from tests.test_slack import ask_restart, confirm, progress_of
+from tests.toolkit import Probe, toolkit
+from tools import ops
+from tools.registry import Registry, ToolContext
+from tools.runtime import execute_one
+
+
+def restart_script() -> list[Any]:
+    return [reply("restarting payments", call("restart_service", "r1", service_id="payments", environment="prod")),
+            reply("restarted")]
+
+
+async def test_simultaneous_clicks_one_winner_everyone_else_told_the_winner(store: RedisStore) -> None:
+    toolbox = ops.build(restarts=ops.DemoRestarts(delay_s=0.05))
+    h = make_harness(ScriptedModel(restart_script()), store, toolbox=toolbox)
+    paused = await h.engine.ask("t", "restart")
+    token = paused.pending[0].token
+    engines = [make_harness(ScriptedModel([reply("restarted")]), store, toolbox=toolbox) for _ in range(3)]
+    claimed: list[str] = []
+
+    def hook(who: str) -> Any:
+        async def on_claimed() -> None:
+            claimed.append(who)
+        return on_claimed
+
+    outcomes = await asyncio.gather(
+        *(w.engine.resume_token(token, Confirm(), by=f"U{i}", on_claimed=hook(f"U{i}")) for i, w in enumerate(engines)),
+        return_exceptions=True)
+
+    assert len(toolbox.restarts.done) == 1
+    assert len(claimed) == 1  # the "decided" notice fires for the winner only
+    losers = [o for o in outcomes if isinstance(o, AlreadyHandled)]
+    assert len(losers) == 2 and all(loser.holder == claimed[0] for loser in losers)
+
+
+async def test_a_mutating_call_id_runs_once_even_when_executed_twice(store: RedisStore) -> None:
+    probe = Probe()
+    registry = Registry.of([toolkit(probe)["change_b"]])
+    from state.store import JournalAdapter
+
+    journal = JournalAdapter(store)
+    change = ToolCall(id="c-1", name="change_b", arguments={"target": "payments"})
+    ctx = ToolContext(run_id="run-1", thread_id="t", user_id="U1", call_id=change.id)
+
+    first = await execute_one(change, registry=registry, ctx=ctx, journal=journal)
+    second = await execute_one(change, registry=registry, ctx=ctx, journal=journal)
+
+    assert first.result is not None and first.result.status == "ok"
+    assert second.result is not None and json.loads(second.result.content)["errorCode"] == "outcome_unknown"
+    assert probe.count("change_b") == 1
+
+
+async def test_the_gate_folds_case_for_a_plugin_tool(store: RedisStore) -> None:
+    probe = Probe()
+    tools = toolkit(probe)
+    for spelling in ("Prod", "PROD", " prod"[1:]):
+        model = ScriptedModel([reply("", call("change", "c1", target="db", environment=spelling))])
+        out = await make_harness(model, store, [tools["change"]]).engine.ask(f"t-{spelling}", "change it")
+        assert out.status == "paused" and out.pending[0].interrupt_type == "confirm_risky", spelling
+    assert probe.count("change") == 0
+
+
+async def test_the_pairing_check_runs_before_the_first_request(store: RedisStore) -> None:
+    lost = ToolCall(id="lost-1", name="lookup_a", arguments={})
+    now = time.time()
+    old = RunRecord(run_id="old-run", thread_id="t", user_id="U1", text="q", status="finished",
+                    stop_reason="final_answer", created_at=now, updated_at=now)
+    await store.commit(Write(run=old, messages=[UserMessage(content="q"), AssistantMessage(tool_calls=(lost,))]))
+    model = ScriptedModel([reply("answered")])
+    tools = toolkit(Probe())
+
+    out = await make_harness(model, store, [tools["lookup_a"]]).engine.ask("t", "again")
+
+    assert out.answer == "answered"
+    sent = [m for m in model.requests[0].messages if isinstance(m, ToolResultMessage) and m.call_id == "lost-1"]
+    assert len(sent) == 1 and json.loads(sent[0].content)["errorCode"] == "missing_result"
+
+
+async def test_a_mention_and_its_message_as_a_thread_reply_start_one_run(redis_url: str, prefix: str,
+                                                                         slack: FakeSlack) -> None:
+    slack.bot_user = None  # auth.test does not tell us our own user id
+    ws = await open_workspace(redis_url, prefix, slack)
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "payments errors", "1300.1"))
+        await ws.settle()
+        before = (await ws.store.stats(3600)).runs
+        text = "<@UBOT> and the runbook for rollbacks?"
+        await ws.sender.event(mention(CHANNEL, "UREQ", text, "1300.2", thread_ts="1300.1"), event_id="EvM")
+        await ws.sender.event(message(CHANNEL, "UREQ", text, "1300.2", thread_ts="1300.1"), event_id="EvN")
+        await ws.settle()
+        assert (await ws.store.stats(3600)).runs == before + 1
+    finally:
+        await ws.stop()
+
+
+async def test_an_outsider_cannot_confirm_stop_or_resume(redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    probe = Probe()
+    tools = toolkit(probe)
+    model = ScriptedModel([reply("", call("change", "c1", target="db", environment="prod")),
+                           reply("", call("blocker", "b1")), reply("resumed and finished")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, specs=[tools["change"], tools["blocker"]],
+                              allowed_users=["UREQ"])
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "change the db", "1400.1"))
+        await ws.settle()
+        card = next(m for m in slack.thread(CHANNEL, "1400.1")
+                    if any(b["action_id"] == "opspilot_confirm" for b in buttons(m)))
+        await ws.sender.action(confirm(card, "UOUT"))
+        progress = progress_of(slack, "1400.1")
+        stop = next(b for b in buttons(progress) if b["action_id"] == "opspilot_stop")
+        await ws.sender.action(block_action(user="UOUT", channel=CHANNEL, message=progress,
+                                            action_id="opspilot_stop", value=stop["value"]))
+        await ws.settle()
+        assert probe.count("change") == 0
+        run_id = await ws.store.thread_run("slack:C0OPS:1400.1")
+        record = await ws.store.load_run(run_id or "")
+        assert record is not None and record.status == "paused" and len(record.pending) == 1
+        assert buttons(slack.messages[(CHANNEL, card["ts"])])  # the card still asks
+
+        # A run whose worker died waits for Resume; an outsider's Resume does nothing.
+        await ws.sender.event(mention(CHANNEL, "UREQ", "block", "1500.1"))
+        await asyncio.wait_for(probe.started.setdefault("blocker", asyncio.Event()).wait(), 10)
+        for task in list(ws.service.surface._tasks):
+            task.cancel()
+        await asyncio.sleep(0.2)
+        await ws.service.sweeper.sweep(now=time.time() + 600)
+        await ws.settle()
+        stalled = progress_of(slack, "1500.1")
+        resume = next(b for b in buttons(stalled) if b["action_id"] == "opspilot_resume")
+        requests = len(model.requests)
+        await ws.sender.action(block_action(user="UOUT", channel=CHANNEL, message=stalled,
+                                            action_id="opspilot_resume", value=resume["value"]))
+        await ws.settle()
+        assert len(model.requests) == requests
+        assert all("resumed and finished" not in all_text(m) for m in slack.thread(CHANNEL, "1500.1"))
+        assert len([t for t in slack.ephemeral_texts("UOUT") if "not on the list" in t]) == 3
+    finally:
+        await ws.stop()
+
+
+async def test_every_key_has_a_ttl_after_a_slack_flow_and_a_cancel_through_redis(
+        redis_url: str, prefix: str, slack: FakeSlack, store: RedisStore) -> None:
+    ws = await open_workspace(redis_url, prefix, slack)
+    try:
+        card = await ask_restart(ws)
+        await ws.sender.action(confirm(card, "UAPPROVER"))
+        await ws.settle()
+        assert len(ws.toolbox.restarts.done) == 1
+    finally:
+        await ws.stop()
+
+    probe = Probe()
+    tools = toolkit(probe)
+    runner = make_harness(ScriptedModel([reply("", call("blocker", "b1"))]), store, [tools["blocker"]])
+    other = make_harness(ScriptedModel([]), store, [tools["blocker"]])
+    asking = asyncio.create_task(runner.engine.ask("t-cancel", "go"))
+    await asyncio.wait_for(probe.started.setdefault("blocker", asyncio.Event()).wait(), 5)
+    run_id = await store.thread_run("t-cancel")
+    assert await other.engine.cancel(run_id or "") is None  # not running here: asked through Redis
+    assert (await asyncio.wait_for(asking, 10)).stop_reason == "cancelled"
+
+    keys = [k async for k in store.client.scan_iter(match=f"{prefix}:*")]
+    kinds = {k.split(":")[1] + (":" + k.split(":")[2] if k.split(":")[1] == "meta" else "") for k in keys}
+    assert {"meta:slack-thread", "meta:slack-run", "meta:slack-card", "token", "claim", "dedupe"} <= kinds
+    assert any(k.endswith(":cancel") for k in keys)
+    for key in keys:
+        assert await store.client.ttl(key) > 0, f"{key} has no TTL"
