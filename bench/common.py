@@ -18,9 +18,9 @@ from pydantic import BaseModel
 from bot.agent.engine import Engine, EngineOptions
 from bot.agent.events import EventBus
 from bot.agent.limits import Limits
-from bot.agent.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from bot.agent.models.scripted import ScriptedModel
 from bot.agent.run import RunDeps
+from core.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from state import Keys, RedisStore, connect
 from tools import ToolContext, tool
 from tools.registry import Registry, ToolSpec

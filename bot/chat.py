@@ -14,6 +14,7 @@ from bot.agent.errors import EngineError
 from bot.agent.events import Event, PendingView
 from bot.agent.run import RunOutcome
 from bot.assembly import Assembly
+from core.stops import STOP_WORDING
 from state import StoreError
 
 
@@ -41,7 +42,8 @@ class Console:
         elif event.type == "loop_interrupt":
             self.say(f"  ⏸ waiting for you ({len(event.pending)} question(s))")
         elif event.type == "run_finished":
-            self.say(f"  ■ finished: {event.stop_reason} after {event.steps} step(s)")
+            headline = STOP_WORDING[event.stop_reason].headline
+            self.say(f"  ■ {headline} ({event.stop_reason}) after {event.steps} step(s)")
 
 
 async def _read(prompt: str) -> str | None:

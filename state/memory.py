@@ -6,7 +6,7 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from bot.agent.messages import Message
+from core.messages import Message
 from state.records import RunRecord, TraceEntry
 from state.store import Claim, Stats, Write, hour_now, merge_stats
 

@@ -1,4 +1,4 @@
-"""Stored records (pydantic, versioned). The transcript itself is stored as bot.agent messages."""
+"""Stored records (pydantic, versioned). The transcript itself is stored as :mod:`core.messages`."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from bot.agent.events import StopReason
-from bot.agent.messages import ToolCall
+from core.messages import ToolCall
+from core.stops import StopReason
 
 SCHEMA_VERSION = 1
 
@@ -76,7 +76,7 @@ class RunRecord(_Record):
     active_ms: float = 0.0
     fail_streak: int = 0
     recent_calls: list[str] = Field(default_factory=list)
-    stop_reason: StopReason | Literal["internal_error"] | None = None
+    stop_reason: StopReason | None = None
     event_seq: int = 0
     pending: list[PendingCall] = Field(default_factory=list)
     answer: str = ""

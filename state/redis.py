@@ -15,7 +15,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from bot.agent.messages import Message, dump_message, load_message
+from core.messages import Message, dump_message, load_message
 from state.errors import CorruptRecord, StoreError, StoreUnavailable
 from state.keys import Keys, Ttls
 from state.records import SCHEMA_VERSION, RunRecord, TraceEntry

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from bot.agent.messages import Message
+from core.messages import Message
 from state.records import RunRecord, TraceEntry
 
 

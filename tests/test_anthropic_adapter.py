@@ -10,9 +10,9 @@ import pytest
 
 from bot.agent.decisions import Confirm
 from bot.agent.limits import Limits
-from bot.agent.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
 from bot.agent.models.anthropic import AnthropicModel, to_wire
 from bot.agent.models.base import ModelError
+from core.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
 from state import RedisStore
 from tests.conftest import make_harness
 from tests.fakes.anthropic_api import FakeAnthropic, error, text, tool_use, violations

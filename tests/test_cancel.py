@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 
-from bot.agent.messages import ToolResultMessage
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.agent.transcript import violations
+from core.messages import ToolResultMessage
 from state import RedisStore
 from tests.conftest import Harness, make_harness
 from tests.toolkit import Probe, toolkit

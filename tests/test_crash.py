@@ -8,9 +8,9 @@ import sys
 
 from pydantic import BaseModel
 
-from bot.agent.messages import ToolResultMessage
 from bot.agent.models.scripted import ScriptedModel, reply
 from bot.agent.transcript import violations
+from core.messages import ToolResultMessage
 from state import RedisStore
 from tests.conftest import make_harness
 from tools import ToolContext, tool

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from bot.agent.limits import Limits
-from bot.agent.messages import AssistantMessage, ToolResultMessage, UserMessage
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.agent.transcript import violations
+from core.messages import AssistantMessage, ToolResultMessage, UserMessage
 from state import RedisStore
 from tests.conftest import make_harness
 from tests.toolkit import Probe, toolkit

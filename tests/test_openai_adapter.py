@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from bot.agent.decisions import Confirm
-from bot.agent.messages import AssistantMessage, ToolCall, UserMessage
 from bot.agent.models.base import ModelError
 from bot.agent.models.openai import OpenAIModel
+from core.messages import AssistantMessage, ToolCall, UserMessage
 from state import RedisStore
 from tests.conftest import make_harness
 from tests.fakes.openai_api import FakeOpenAI, text, tool_calls, violations

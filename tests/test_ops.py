@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bot.agent.messages import ToolCall
+from core.messages import ToolCall
 from state import MemoryStore
 from state.store import JournalAdapter
 from tests.fakes.ops_servers import OpsFakes, loki_line

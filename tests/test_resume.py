@@ -9,9 +9,9 @@ import pytest
 
 from bot.agent.decisions import Confirm, Decline, ProvideParams
 from bot.agent.errors import AlreadyHandled, InterruptExpired, InvalidDecision, NotPending
-from bot.agent.messages import ToolResultMessage
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.agent.transcript import violations
+from core.messages import ToolResultMessage
 from state import RedisStore
 from tests.conftest import make_harness
 from tools import ops

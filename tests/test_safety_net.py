@@ -15,11 +15,11 @@ from typing import Any
 
 from bot.agent.decisions import Confirm
 from bot.agent.errors import AlreadyHandled
-from bot.agent.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.demo.sender import block_action, mention, message
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
+from core.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
 from state import RedisStore
 from state.records import RunRecord
 from state.store import Write

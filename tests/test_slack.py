@@ -10,12 +10,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bot.agent.messages import ToolResultMessage
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.agent.transcript import violations
 from bot.demo.sender import block_action, mention, message
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
+from core.messages import ToolResultMessage
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
 from tests.toolkit import Probe, toolkit
 

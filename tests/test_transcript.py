@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from bot.agent.messages import (
+from bot.agent.transcript import fit, message_tokens, repair, violations
+from core.messages import (
     AssistantMessage,
     Message,
     MessageAdapter,
@@ -15,7 +16,6 @@ from bot.agent.messages import (
     dump_message,
     load_message,
 )
-from bot.agent.transcript import fit, message_tokens, repair, violations
 
 
 def turn(i: int, size: int = 10) -> list[Message]:

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from bot.agent.messages import ToolCall, ToolResultMessage, error_result, ok_content
+from core.messages import ToolCall, ToolResultMessage, error_result, ok_content
 from tools.errors import Interrupt, InterruptType, ToolError
 from tools.hygiene import clean, scrub_text
 from tools.registry import Registry, ToolContext, ToolSpec

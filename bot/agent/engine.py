@@ -29,9 +29,9 @@ from bot.agent.errors import (
 )
 from bot.agent.events import RunStarted
 from bot.agent.loop import react_loop
-from bot.agent.messages import UserMessage
 from bot.agent.models.base import ModelError
 from bot.agent.run import Run, RunDeps, RunOutcome, ThreadMemo, preview
+from core.messages import UserMessage
 from state.errors import StoreError
 from state.records import PendingCall, RunRecord
 

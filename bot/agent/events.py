@@ -12,18 +12,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.stops import StopReason
+
 log = logging.getLogger(__name__)
 
-StopReason = Literal[
-    "final_answer",
-    "interrupted",
-    "max_steps",
-    "timeout",
-    "loop_detected",
-    "too_many_fails",
-    "cancelled",
-    "model_error",
-]
 
 
 class _Event(BaseModel):

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bot.agent.events import StopReason
+from core.stops import StopReason
 
 
 class Limits(BaseModel):

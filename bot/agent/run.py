@@ -28,20 +28,21 @@ from bot.agent.events import (
     ToolResultEvent,
 )
 from bot.agent.limits import Limits, call_digest, should_stop
-from bot.agent.messages import (
+from bot.agent.models.base import AUTO, NONE, ChatModel, Completion, ModelError, ToolChoice
+from bot.agent.prompt import STOP_INSTRUCTION, SYSTEM_PROMPT
+from bot.agent.transcript import checked, fit, message_tokens
+from core.messages import (
     AssistantMessage,
     Message,
+    ResultStatus,
     SystemMessage,
     ToolCall,
     ToolResultMessage,
     UserMessage,
-    error_code_of,
     error_result,
     one_line_summary,
 )
-from bot.agent.models.base import AUTO, NONE, ChatModel, Completion, ModelError, ToolChoice
-from bot.agent.prompt import STOP_INSTRUCTION, SYSTEM_PROMPT
-from bot.agent.transcript import checked, fit, message_tokens
+from core.stops import STOP_WORDING, StopReason
 from state.records import CallTrace, FinishTrace, PendingCall, RunRecord, StepTrace
 from state.store import JournalAdapter, Store, Write
 from tools.registry import Registry, ToolContext
@@ -49,15 +50,6 @@ from tools.runtime import Observation, execute_batch, execute_one
 
 log = logging.getLogger(__name__)
 
-_STOP_WORDS = {
-    "max_steps": "it reached its step limit",
-    "timeout": "it ran out of time",
-    "loop_detected": "it kept repeating the same call",
-    "too_many_fails": "too many tool calls failed in a row",
-    "cancelled": "it was stopped",
-    "model_error": "the model could not continue",
-    "internal_error": "of an internal error",
-}
 
 
 @dataclass(frozen=True)
@@ -145,7 +137,7 @@ class Run:
     def remaining_s(self) -> float:
         return max(self.deps.limits.max_wall_time_s - self.active_s(), 0.0)
 
-    def limit_reached(self) -> str | None:
+    def limit_reached(self) -> StopReason | None:
         r = self.record
         return should_stop(step=r.step, active_s=self.active_s(), fail_streak=r.fail_streak,
                            recent_calls=r.recent_calls, limits=self.deps.limits)
@@ -262,7 +254,7 @@ class Run:
         self._finished_calls[obs.call.id] = obs
         if obs.result is not None:
             self.emit(ToolResultEvent, step=self.record.step, call_id=obs.call.id, tool=obs.call.name,
-                      status=obs.result.status, error_code=error_code_of(obs.result),
+                      status=obs.result.status, error_code=obs.result.error_code,
                       summary=one_line_summary(obs.result.content), latency_ms=round(obs.latency_ms, 2))
             await self.flush_events()
 
@@ -291,7 +283,7 @@ class Run:
                 status, code = "interrupted", None
             else:
                 self.append(obs.result)
-                status, code = obs.result.status, error_code_of(obs.result)
+                status, code = obs.result.status, obs.result.error_code
                 if status == "error":
                     self.record.fail_streak += 1
                     self.count("tool_failures")
@@ -314,7 +306,7 @@ class Run:
             "call_id": obs.call.id, "tool": obs.call.name,
             "arguments": json.dumps(obs.arguments or obs.call.arguments, ensure_ascii=False, sort_keys=True),
             "requested_by": self.record.user_id or "", "approved_by": approved_by or "",
-            "status": obs.result.status, "error_code": error_code_of(obs.result) or "",
+            "status": obs.result.status, "error_code": obs.result.error_code or "",
             "result": obs.result.content[:500],
         })
 
@@ -327,23 +319,23 @@ class Run:
         await self.commit()
         return self.outcome()
 
-    async def finish(self, reason: str, answer: str) -> RunOutcome:
+    async def finish(self, reason: StopReason, answer: str) -> RunOutcome:
         r = self.record
         # The record keeps a preview; the whole answer is the transcript's last message.
-        r.status, r.stop_reason, r.answer = "finished", reason, preview(answer)  # type: ignore[assignment]
+        r.status, r.stop_reason, r.answer = "finished", reason, preview(answer)
         self._answer = answer
         self.record.trace.append(FinishTrace(stop_reason=reason, steps=r.step,
                                              active_ms=round(self.active_s() * 1000, 1)))
         self.count(f"stop:{reason}")
-        self.emit(RunFinished, stop_reason=reason if reason != "internal_error" else "model_error",
-                  steps=r.step, answer=answer)
+        self.emit(RunFinished, stop_reason=reason, steps=r.step, answer=answer)
         await self.commit()
         return self.outcome()
 
-    async def stop_early(self, reason: str) -> RunOutcome:
+    async def stop_early(self, reason: StopReason) -> RunOutcome:
         """A limit stopped the run: every call still gets its result, the user still gets a summary."""
-        self.answer_dangling("cancelled", reason, f"not finished: the run stopped because {_STOP_WORDS[reason]}")
-        note = f"_Stopped early: {_STOP_WORDS[reason]}._"
+        because = STOP_WORDING[reason].because
+        self.answer_dangling("cancelled", reason, f"not finished: the run stopped because {because}")
+        note = f"_Stopped early: {because}._"
         try:
             async with asyncio.timeout(self.deps.summary_timeout_s):
                 completion = await self.complete(NONE, instruction=STOP_INSTRUCTION.format(reason=reason))
@@ -355,7 +347,7 @@ class Run:
         self.append(AssistantMessage(content=answer))
         return await self.finish(reason, answer)
 
-    async def fail(self, reason: str, public: str) -> RunOutcome:
+    async def fail(self, reason: StopReason, public: str) -> RunOutcome:
         """The model (or our code) failed: no more model calls, a plain readable answer."""
         self.answer_dangling("cancelled", reason, f"not finished: {public}")
         answer = f"_I could not finish: {public}._\n\n{self.plain_summary()}"
@@ -379,7 +371,7 @@ class Run:
                 return [c for c in m.tool_calls if c.id not in answered and c.id not in waiting]
         return []
 
-    def answer_dangling(self, status: str, code: str, message: str) -> None:
+    def answer_dangling(self, status: ResultStatus, code: str, message: str) -> None:
         for call in self.dangling_calls():
             finished = self._finished_calls.pop(call.id, None)
             if finished is not None and finished.result is not None:
@@ -387,9 +379,9 @@ class Run:
             else:
                 self.answer(call, status, code, message)
 
-    def answer(self, call: ToolCall, status: str, code: str, message: str) -> None:
+    def answer(self, call: ToolCall, status: ResultStatus, code: str, message: str) -> None:
         """Write a synthetic result for a call that did not (or may not have) run."""
-        self.append(error_result(call, code, message, status=status))  # type: ignore[arg-type]
+        self.append(error_result(call, code, message, status=status))
         self.emit(ToolResultEvent, step=self.record.step, call_id=call.id, tool=call.name, status=status,
                   error_code=code, summary=message, latency_ms=0.0)
 
@@ -398,7 +390,7 @@ class Run:
         lines = []
         for m in self.transcript[-40:]:
             if isinstance(m, ToolResultMessage):
-                outcome = "ok" if m.status == "ok" else f"{m.status} ({error_code_of(m)})"
+                outcome = "ok" if m.status == "ok" else f"{m.status} ({m.error_code})"
                 lines.append(f"• `{m.name}`: {outcome}")
         done = "\n".join(lines[-10:]) if lines else "• no tool calls completed"
         return f"What ran:\n{done}\nAsk me to continue, or narrow the question."

@@ -14,12 +14,12 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bot.agent.messages import (
+from core.messages import (
     AssistantMessage,
     Message,
     ToolResultMessage,
     UserMessage,
-    error_content,
+    error_result,
 )
 
 log = logging.getLogger(__name__)
@@ -79,10 +79,8 @@ def repair(messages: Sequence[Message]) -> Repair:
         if isinstance(m, AssistantMessage):
             for call in m.tool_calls:
                 used.add(call.id)
-                out.append(results.get(call.id) or ToolResultMessage(
-                    call_id=call.id, name=call.name, status="error",
-                    content=error_content("missing_result", "this call produced no result"),
-                ))
+                out.append(results.get(call.id)
+                           or error_result(call, "missing_result", "this call produced no result"))
     return Repair(out, problems)
 
 

@@ -29,6 +29,7 @@ from bot.slack.metrics import Metrics, slack_error
 from bot.slack.pacer import Pacer
 from bot.slack.progress import META as RUN_META
 from bot.slack.progress import ProgressMessage
+from core.stops import STOP_WORDING
 from state import StoreError
 from state.store import Store
 
@@ -37,13 +38,8 @@ log = logging.getLogger(__name__)
 THREAD_META, CARD_META, CALL_META = "slack-thread", "slack-card", "slack-callcard"
 _MENTION = re.compile(r"<@[A-Z0-9]+>\s*")
 _IGNORED_SUBTYPES = {None, "thread_broadcast", "file_share"}
-_HEADERS = {
-    "final_answer": ":white_check_mark: Done", "cancelled": ":no_entry_sign: Stopped",
-    "interrupted": ":hourglass: Ended without an answer to my question",
-    "max_steps": ":warning: Stopped at the step limit",
-    "timeout": ":warning: Stopped: out of time", "loop_detected": ":warning: Stopped: I was repeating myself",
-    "too_many_fails": ":warning: Stopped: too many tool failures", "model_error": ":warning: Stopped: model error",
-}
+_TONE_ICONS = {"done": ":white_check_mark:", "stopped": ":no_entry_sign:", "expired": ":hourglass:",
+               "warning": ":warning:"}
 _CARD_ENDINGS = {"expired": ":hourglass: Expired — nothing was run", "cancelled": ":no_entry_sign: Cancelled",
                  "user_replied_instead": ":speech_balloon: Answered in the thread instead"}
 
@@ -297,7 +293,8 @@ class SlackSurface:
             self._progress.pop(event.run_id, None)
             return
         elif event.type == "run_finished":
-            progress.state["header"] = _HEADERS.get(event.stop_reason, event.stop_reason)
+            wording = STOP_WORDING[event.stop_reason]
+            progress.state["header"] = f"{_TONE_ICONS[wording.tone]} {wording.headline}"
             progress.state["stoppable"] = False
             await progress.close()
             await self._post_answer(progress, event.run_id, event.answer)

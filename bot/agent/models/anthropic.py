@@ -14,7 +14,8 @@ from typing import Any, cast
 
 import anthropic
 
-from bot.agent.messages import (
+from bot.agent.models.base import AUTO, Completion, ModelError, ModelStop, ToolChoice, Usage, classify_api_error
+from core.messages import (
     AssistantMessage,
     Message,
     SystemMessage,
@@ -22,7 +23,6 @@ from bot.agent.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from bot.agent.models.base import AUTO, Completion, ModelError, ModelStop, ToolChoice, Usage, classify_api_error
 from tools.registry import ToolDefinition
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Literal, Protocol
 
-from bot.agent.messages import AssistantMessage, Message
+from core.messages import AssistantMessage, Message
 from tools.registry import ToolDefinition
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from bot.agent.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from bot.agent.models.scripted import ScriptedModel
+from core.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 
 LABEL = "scripted demo model (no API key configured; rule-based, not an LLM)"
 _RESTART = re.compile(r"restart|重启|bounce", re.I)

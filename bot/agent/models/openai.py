@@ -15,7 +15,8 @@ from typing import Any, cast
 
 import openai
 
-from bot.agent.messages import (
+from bot.agent.models.base import AUTO, Completion, ModelError, ModelStop, ToolChoice, Usage, classify_api_error
+from core.messages import (
     AssistantMessage,
     Message,
     SystemMessage,
@@ -23,7 +24,6 @@ from bot.agent.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from bot.agent.models.base import AUTO, Completion, ModelError, ModelStop, ToolChoice, Usage, classify_api_error
 from tools.registry import ToolDefinition
 
 log = logging.getLogger(__name__)

@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bot.agent.messages import AssistantMessage, Message, ToolCall
 from bot.agent.models.base import AUTO, Completion, ModelError, ToolChoice, Usage
 from bot.agent.transcript import estimate_tokens, repair
+from core.messages import AssistantMessage, Message, ToolCall
 from tools.registry import ToolDefinition
 
 Reply = AssistantMessage | Callable[[Sequence[Message]], AssistantMessage]

@@ -1,7 +1,8 @@
 """The conversation model: exactly four message kinds, one JSON adapter.
 
 Provider wire formats (Anthropic blocks, OpenAI ``role: tool``) never appear here;
-the adapters in :mod:`bot.agent.models` translate at the edge.
+the model adapters translate at the edge. A tool result carries its ``error_code`` as a
+field, so nobody re-reads the JSON the model sees to learn why a call failed.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 ResultStatus = Literal["ok", "error", "cancelled", "skipped", "expired"]
 
@@ -54,10 +55,25 @@ class ToolResultMessage(_Message):
     name: str
     content: str
     status: ResultStatus = "ok"
+    error_code: str | None = None
+    """Why the call did not succeed (``validation_error``, ``declined_by_user``…); None when ok."""
 
     @property
     def is_error(self) -> bool:
         return self.status != "ok"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_error_code(cls, data: Any) -> Any:
+        """Results stored before ``error_code`` existed carry it only inside their content."""
+        if isinstance(data, dict) and data.get("status", "ok") != "ok" and "error_code" not in data:
+            try:
+                body = json.loads(data.get("content") or "")
+            except ValueError:
+                body = None
+            code = body.get("errorCode") if isinstance(body, dict) else None
+            data = {**data, "error_code": code if isinstance(code, str) else "unknown"}
+        return data
 
 
 Message = Annotated[
@@ -88,21 +104,8 @@ def error_content(code: str, message: str, **extra: Any) -> str:
 
 
 def error_result(call: ToolCall, code: str, message: str, status: ResultStatus = "error") -> ToolResultMessage:
-    return ToolResultMessage(
-        call_id=call.id, name=call.name, content=error_content(code, message), status=status
-    )
-
-
-def error_code_of(result: ToolResultMessage) -> str | None:
-    """The ``errorCode`` of a failed result, for traces and metrics."""
-    if result.status == "ok":
-        return None
-    try:
-        body = json.loads(result.content)
-    except ValueError:
-        return "unknown"
-    code = body.get("errorCode") if isinstance(body, dict) else None
-    return code if isinstance(code, str) else "unknown"
+    return ToolResultMessage(call_id=call.id, name=call.name, content=error_content(code, message), status=status,
+                             error_code=code)
 
 
 def _clip(text: str, limit: int) -> str:
