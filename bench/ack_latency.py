@@ -91,7 +91,7 @@ async def opspilot(slack: LocalSlack, url: str, active: int, samples: int) -> tu
     bus = EventBus()
     deps = RunDeps(model=model, registry=Registry.of(payload_tools(256, latency_s=0.2)), store=store, bus=bus,
                    limits=Limits(max_wall_time_s=3600))
-    core = Assembly(Engine(deps, EngineOptions(lease_wait_s=60)), bus, store, model, ops.build())
+    core = Assembly.around(Engine(deps, EngineOptions(lease_wait_s=60)), store, model, ops.build())
     service = await build_service(Settings(redis_url=url, key_prefix=prefix, slack=config), core=core)
     server = await LocalServer(service.web_app).start()
     sender = SlackSender(f"{server.url}/slack/events", SECRET)
@@ -100,12 +100,12 @@ async def opspilot(slack: LocalSlack, url: str, active: int, samples: int) -> tu
         await asyncio.gather(*(sender.event(mention(f"C{i:04d}", f"U{i}", "two lookups", f"{100 + i}.1"))
                                for i in range(active)))
         await asyncio.sleep(1.0)
-        busy = sum(1 for t in service.surface._tasks if not t.done())
+        busy = sum(1 for t in service.inbound._tasks if not t.done())
         result = await _latencies(sender, samples, "P")
         assert busy >= active * 0.9, f"only {busy} runs were active while probing"
         return result
     finally:
-        await service.surface.drain(120)
+        await service.drain(120)
         await server.stop()
         await store.close()
 

@@ -42,7 +42,7 @@ async def run(runs: int = 50) -> list[Table]:
         bus = EventBus()
         deps = RunDeps(model=model, registry=Registry.of(payload_tools(256, latency_s=0.05)), store=store,
                        bus=bus, limits=Limits(max_wall_time_s=3600))
-        core = Assembly(Engine(deps, EngineOptions(lease_wait_s=60)), bus, store, model, ops.build())
+        core = Assembly.around(Engine(deps, EngineOptions(lease_wait_s=60)), store, model, ops.build())
         service = await build_service(settings, core=core)
         server = await LocalServer(service.web_app).start()
         sender = SlackSender(f"{server.url}/slack/events", SECRET)
@@ -53,10 +53,10 @@ async def run(runs: int = 50) -> list[Table]:
         deadline = time.monotonic() + 60 + runs * 6
         while time.monotonic() < deadline:
             answered = sum(1 for ts in threads if any(m["text"] == "done" for m in slack.thread(CHANNEL, ts)))
-            if answered == runs and not service.surface._tasks:
+            if answered == runs and not service.busy():
                 break
             await asyncio.sleep(0.5)
-        await service.surface.drain(60)
+        await service.drain(60)
         wall = time.perf_counter() - start
         calls = Counter(method for method, _ in slack.calls if method != "auth.test")
         answered = sum(1 for ts in threads if any(m["text"] == "done" for m in slack.thread(CHANNEL, ts)))

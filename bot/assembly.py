@@ -11,9 +11,10 @@ from bot.agent.events import EventBus
 from bot.agent.models.base import ChatModel
 from bot.agent.models.demo import demo_model
 from bot.agent.run import RunDeps
+from bot.agent.sweeps import Sweeps
 from bot.config import ConfigError, Settings
 from state import Keys, MemoryStore, RedisStore, StoreError, Ttls, connect
-from state.store import Store
+from state.store import MetaStore, Reports, Store
 from tools import ops
 from tools.errors import ToolError
 from tools.plugins import PluginError, load_plugins
@@ -67,7 +68,7 @@ def build_registry(settings: Settings, toolbox: ops.Toolbox) -> Registry:
     return registry
 
 
-async def open_store(settings: Settings, *, fallback: bool) -> Store:
+async def open_store(settings: Settings, *, fallback: bool) -> RedisStore | MemoryStore:
     """Redis when it answers; otherwise (if allowed) the in-process store, which is not durable."""
     keys, ttls = Keys(settings.key_prefix), Ttls(thread_s=settings.thread_ttl_s, interrupt_s=settings.interrupt_ttl_s)
     store = RedisStore(connect(settings.redis_url, timeout_s=2.0), keys=keys, ttls=ttls)
@@ -84,11 +85,22 @@ async def open_store(settings: Settings, *, fallback: bool) -> Store:
 
 @dataclass
 class Assembly:
+    """An engine and what hosts it: whoever runs one also runs its sweeps (``sweeps.start()``)."""
+
     engine: Engine
     bus: EventBus
     store: Store
+    meta: MetaStore
+    reports: Reports
     model: ChatModel
     toolbox: ops.Toolbox
+    sweeps: Sweeps
+
+    @classmethod
+    def around(cls, engine: Engine, store: RedisStore | MemoryStore, model: ChatModel,
+               toolbox: ops.Toolbox) -> Assembly:
+        """An assembly for an engine built by hand (tests, benchmarks) over one of our stores."""
+        return cls(engine, engine.deps.bus, store, store.meta, store, model, toolbox, Sweeps(engine))
 
 
 async def assemble(settings: Settings, *, fallback_store: bool = True) -> Assembly:
@@ -108,4 +120,6 @@ async def assemble(settings: Settings, *, fallback_store: bool = True) -> Assemb
     deps = RunDeps(model=model, registry=registry, store=store, bus=bus, limits=settings.limits,
                    context_budget_tokens=settings.context_budget_tokens,
                    interrupt_ttl_s=float(settings.interrupt_ttl_s))
-    return Assembly(Engine(deps), bus, store, model, toolbox)
+    engine = Engine(deps)
+    sweeps = Sweeps(engine, interval_s=settings.sweeps.interval_s, stale_after_s=settings.sweeps.stale_after_s)
+    return Assembly(engine, bus, store, store.meta, store, model, toolbox, sweeps)

@@ -80,12 +80,13 @@ async def _decide(console: Console, pending: PendingView) -> Decision | None:
 
 async def _settle(app: Assembly, console: Console, outcome: RunOutcome, user: str) -> RunOutcome | None:
     while outcome.status == "paused":
+        await app.bus.drain()  # the steps so far are on screen before the question
         pending = outcome.pending[0]
         decision = await _decide(console, pending)
         if decision is None:
             return None
         try:
-            outcome = await app.engine.resume(outcome.run_id, pending.call_id, decision, by=user)
+            outcome = await app.engine.resume_token(pending.token, decision, by=user)
         except EngineError as exc:
             console.say(f"   ! {exc}")
             refreshed = await app.engine.run_record(outcome.run_id)
@@ -95,13 +96,19 @@ async def _settle(app: Assembly, console: Console, outcome: RunOutcome, user: st
 
 
 async def chat(app: Assembly, *, user: str = "local-user", out: TextIO = sys.stdout) -> int:
+    """The conversation; this process hosts the engine, so it also runs the engine's sweeps."""
     console = Console(out)
     app.bus.subscribe(console)
+    app.sweeps.start()
+    try:
+        return await _converse(app, console, user)
+    finally:
+        await app.sweeps.stop()
+
+
+async def _converse(app: Assembly, console: Console, user: str) -> int:
     console.say("OpsPilot chat — type a question; 'quit' to leave.")
-    if app.model.scripted:
-        console.say(f"model: {app.model.label}")
-    else:
-        console.say(f"model: {app.model.label}")
+    console.say(f"model: {app.model.label}")
     if app.store.durable:
         console.say("store: Redis (durable)")
     else:
@@ -121,6 +128,7 @@ async def chat(app: Assembly, *, user: str = "local-user", out: TextIO = sys.std
         except (EngineError, StoreError) as exc:
             console.say(f"! {exc}")
             continue
+        await app.bus.drain()
         if outcome is None:
             console.say("bye")
             return 0

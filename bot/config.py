@@ -66,7 +66,14 @@ class SlackConfig(BaseModel):
     posts_per_second: float = Field(0.95, ge=0.0, description="pace chat.postMessage per channel; 0: no pacing")
     updates_per_minute: float = Field(45.0, ge=0.0, description="pace chat.update (Tier 3); 0: no pacing")
     reminder_before_s: int = Field(300, ge=0, description="remind this long before a question expires; 0: off")
-    sweep_interval_s: float = Field(15.0, gt=0, description="expiry, reminder and recovery sweeps")
+
+
+class SweepConfig(BaseModel):
+    """The engine's periodic duties, run by whatever process hosts it (serve, demo, chat)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    interval_s: float = Field(15.0, gt=0, description="expiry, recovery (and Slack reminder) sweeps")
     stale_after_s: float = Field(45.0, gt=0, description="a running run untouched this long is checked")
 
 
@@ -84,6 +91,7 @@ class Settings(BaseSettings):
     plugins: list[str] = Field(default_factory=list, description="extra modules whose tools are registered")
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
     toolbox: OpsConfig = Field(default_factory=OpsConfig)
+    sweeps: SweepConfig = Field(default_factory=SweepConfig)
     slack: SlackConfig = Field(default_factory=SlackConfig)
 
 

@@ -1,8 +1,8 @@
-"""Everything OpsPilot keeps in Redis: transcripts, runs, traces, pending interrupts, leases.
+"""Everything OpsPilot keeps: transcripts, runs, tickets, the journal of changes, locks, front-end metadata.
 
-Public API: :class:`Store` (the protocol the engine uses), :class:`RedisStore`,
-:class:`MemoryStore` (in-process, non-durable), the stored records, and
-:class:`StoreError` / :class:`CorruptRecord`.
+Public API: the protocols in :mod:`state.store` (``Store`` with its ``journal`` and ``locks``, ``Reports``,
+``MetaStore``), :class:`RedisStore` and :class:`MemoryStore` (in-process, non-durable), the stored
+records, and :class:`StoreError` / :class:`StoreUnavailable` / :class:`CorruptRecord`.
 """
 
 from state.errors import CorruptRecord, StoreError, StoreUnavailable
@@ -14,26 +14,32 @@ from state.records import (
     PendingCall,
     RunRecord,
     StepTrace,
+    Ticket,
     TraceEntry,
 )
 from state.redis import RedisStore, connect
-from state.store import Claim, Stats, Store, Write
+from state.store import Claim, Journal, Locks, MetaStore, Reports, Stats, Store, Write
 
 __all__ = [
     "SCHEMA_VERSION",
     "CallTrace",
     "Claim",
     "CorruptRecord",
+    "Journal",
     "Keys",
+    "Locks",
     "MemoryStore",
+    "MetaStore",
     "PendingCall",
     "RedisStore",
+    "Reports",
     "RunRecord",
     "Stats",
     "StepTrace",
     "Store",
     "StoreError",
     "StoreUnavailable",
+    "Ticket",
     "TraceEntry",
     "Ttls",
     "Write",

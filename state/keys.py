@@ -43,10 +43,15 @@ class Keys:
         return f"{self.prefix}:run:{run_id}:cancel"
 
     def token(self, token: str) -> str:
+        """The ticket a question's token opens (see :class:`state.records.Ticket`)."""
         return f"{self.prefix}:token:{token}"
 
     def claim(self, token: str) -> str:
         return f"{self.prefix}:claim:{token}"
+
+    def once(self, name: str) -> str:
+        """Once-per-tick markers (sweeps)."""
+        return f"{self.prefix}:once:{name}"
 
     def dedupe(self, name: str) -> str:
         return f"{self.prefix}:dedupe:{name}"

@@ -33,6 +33,16 @@ class PendingCall(_Record):
     expires_at: float
 
 
+class Ticket(_Record):
+    """What a question's token opens: the pending call with its run, thread and requester, stored beside the
+    token so that a click is checked (who asked, which tool, which environment) with one read."""
+
+    run_id: str
+    thread_id: str
+    requester: str | None
+    pending: PendingCall
+
+
 class StepTrace(_Record):
     kind: Literal["step"] = "step"
     step: int

@@ -1,87 +1,66 @@
-"""The Redis store (redis.asyncio). One MULTI per write; every key gets a TTL."""
+"""The Redis store (redis.asyncio): runs, transcripts, tickets, indexes, stats and audit. Each engine write is
+one Lua script call (one round trip, atomic); every key gets a TTL."""
 
 from __future__ import annotations
 
 import json
-import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
-from typing import Any, cast
+from collections.abc import Sequence
+from typing import Any
 
 import redis.asyncio as aioredis
 from pydantic import ValidationError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from core.messages import Message, dump_message, load_message
-from state.errors import CorruptRecord, StoreError, StoreUnavailable
+from state.errors import CorruptRecord
+from state.guard import guard, text
+from state.journal import RedisJournal
 from state.keys import Keys, Ttls
-from state.records import SCHEMA_VERSION, RunRecord, TraceEntry
-from state.store import Claim, Stats, Write, hour_now, merge_stats
+from state.locks import RedisLocks
+from state.meta import RedisMeta
+from state.records import SCHEMA_VERSION, RunRecord, Ticket
+from state.store import Stats, Write, hour_now, merge_stats
 
-# Claim-once: SET NX wins, otherwise report the holder. One round trip, atomic.
-_CLAIM = """
-if redis.call('set', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return {1, ARGV[1]} end
-return {0, redis.call('get', KEYS[1])}
-"""
-# The commit (see RedisStore.commit for the argument layout). Every key written gets its TTL.
+# The commit. ARGV[1] is a named header (JSON), ARGV[2] the run record, then the new transcript messages,
+# then one ticket per new token. KEYS: transcript, run, thread's run, paused index, active index, stats
+# bucket, audit stream, then one key per new token.
 _COMMIT = """
-local ttl = tonumber(ARGV[1])
-local n_msg, n_cnt, n_audit, n_tok = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
-local i = 15
+local h = cjson.decode(ARGV[1])
+local i = 3
 local length = -1
-if n_msg > 0 then
-  length = redis.call('RPUSH', KEYS[1], unpack(ARGV, i, i + n_msg - 1))
-  redis.call('EXPIRE', KEYS[1], ttl)
-  i = i + n_msg
+if h.messages > 0 then
+  length = redis.call('RPUSH', KEYS[1], unpack(ARGV, i, i + h.messages - 1))
+  redis.call('EXPIRE', KEYS[1], h.ttl)
+  i = i + h.messages
 end
-redis.call('SET', KEYS[2], ARGV[2], 'EX', ttl)
-if ARGV[4] == '1' then
-  redis.call('SET', KEYS[3], ARGV[3], 'EX', ttl)
-  if ARGV[5] ~= '' then redis.call('ZADD', KEYS[4], ARGV[5], ARGV[3]) else redis.call('ZREM', KEYS[4], ARGV[3]) end
-  if ARGV[6] ~= '' then redis.call('ZADD', KEYS[5], ARGV[6], ARGV[3]) else redis.call('ZREM', KEYS[5], ARGV[3]) end
-  redis.call('EXPIRE', KEYS[4], ttl)
-  redis.call('EXPIRE', KEYS[5], ttl)
+redis.call('SET', KEYS[2], ARGV[2], 'EX', h.ttl)
+if h.status_changed then
+  redis.call('SET', KEYS[3], h.run_id, 'EX', h.ttl)
+  if h.paused_score then redis.call('ZADD', KEYS[4], h.paused_score, h.run_id)
+  else redis.call('ZREM', KEYS[4], h.run_id) end
+  if h.active_score then redis.call('ZADD', KEYS[5], h.active_score, h.run_id)
+  else redis.call('ZREM', KEYS[5], h.run_id) end
+  redis.call('EXPIRE', KEYS[4], h.ttl)
+  redis.call('EXPIRE', KEYS[5], h.ttl)
 end
-if n_cnt > 0 then
-  for j = 0, n_cnt - 1 do
-    redis.call('HINCRBY', KEYS[6], ARGV[i + 2 * j], ARGV[i + 2 * j + 1])
+if next(h.counters) ~= nil then
+  for name, n in pairs(h.counters) do redis.call('HINCRBY', KEYS[6], name, n) end
+  redis.call('EXPIRE', KEYS[6], h.stats_ttl)
+end
+for _, entry in ipairs(h.audit) do
+  local fields = {}
+  for name, value in pairs(entry) do
+    fields[#fields + 1] = name
+    fields[#fields + 1] = tostring(value)
   end
-  redis.call('EXPIRE', KEYS[6], tonumber(ARGV[7]))
-  i = i + 2 * n_cnt
+  redis.call('XADD', KEYS[7], 'MAXLEN', '~', h.audit_max, '*', unpack(fields))
+  redis.call('EXPIRE', KEYS[7], h.audit_ttl)
 end
-if n_audit > 0 then
-  for j = 0, n_audit - 1 do
-    local entry = cjson.decode(ARGV[i + j])
-    local fields = {}
-    for name, value in pairs(entry) do
-      fields[#fields + 1] = name
-      fields[#fields + 1] = tostring(value)
-    end
-    redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[10], '*', unpack(fields))
-  end
-  redis.call('EXPIRE', KEYS[7], tonumber(ARGV[9]))
-  i = i + n_audit
-end
-for j = 0, n_tok - 1 do
-  redis.call('SET', KEYS[8 + j], ARGV[i + j], 'EX', tonumber(ARGV[8]))
+for j = 0, h.tickets - 1 do
+  redis.call('SET', KEYS[8 + j], ARGV[i + j], 'EX', h.ticket_ttl)
 end
 return length
 """
-_RENEW = """
-if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
-return 0
-"""
-_RELEASE = """
-if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
-return 0
-"""
-
-
-def _text(value: bytes | str | None) -> str | None:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def connect(url: str, *, timeout_s: float = 5.0, max_connections: int = 64) -> aioredis.Redis:
@@ -94,16 +73,6 @@ def connect(url: str, *, timeout_s: float = 5.0, max_connections: int = 64) -> a
     return aioredis.Redis(connection_pool=pool)
 
 
-@asynccontextmanager
-async def _guard(what: str) -> AsyncIterator[None]:
-    try:
-        yield
-    except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-        raise StoreUnavailable(f"Redis unreachable while {what}: {exc}") from exc
-    except RedisError as exc:
-        raise StoreError(f"Redis error while {what}: {exc}") from exc
-
-
 class RedisStore:
     durable = True
 
@@ -111,15 +80,15 @@ class RedisStore:
         self.client = client
         self.keys = keys or Keys()
         self.ttls = ttls or Ttls()
+        self.journal = RedisJournal(client, self.keys, self.ttls)
+        self.locks = RedisLocks(client, self.keys, self.ttls)
+        self.meta = RedisMeta(client, self.keys, self.ttls)
         self._transcripts: OrderedDict[str, list[Message]] = OrderedDict()
         self.transcript_cache_size = 512
         self._commit = client.register_script(_COMMIT)
-        self._claim = client.register_script(_CLAIM)
-        self._renew = client.register_script(_RENEW)
-        self._release = client.register_script(_RELEASE)
 
     async def ping(self) -> None:
-        async with _guard("pinging"):
+        async with guard("pinging"):
             await self.client.ping()
 
     async def close(self) -> None:
@@ -127,32 +96,33 @@ class RedisStore:
 
     async def commit(self, write: Write) -> None:
         """One atomic write as one script call: a single round trip and a single reply to parse."""
-        run, k = write.run, self.keys
-        by_token = {p.token: p for p in run.pending}
-        paused = run.status == "paused" and bool(run.pending)
+        run, k, ttls = write.run, self.keys, self.ttls
+        tickets = write.tickets()
+        header = {
+            "ttl": ttls.thread_s, "run_id": run.run_id, "status_changed": write.status_changed,
+            # Scores travel as strings so that no float is rounded on its way through Lua.
+            "paused_score": repr(min(p.expires_at for p in run.pending)) if run.status == "paused" and run.pending
+            else False,
+            "active_score": repr(run.updated_at) if run.status == "running" else False,
+            "counters": dict(write.counters), "stats_ttl": ttls.stats_s,
+            "audit": [dict(e) for e in write.audit], "audit_ttl": ttls.audit_s, "audit_max": ttls.audit_max_entries,
+            "messages": len(write.messages), "tickets": len(tickets),
+            "ticket_ttl": ttls.interrupt_s + ttls.claim_margin_s,
+        }
         keys = [k.transcript(run.thread_id), k.run(run.run_id), k.thread_run(run.thread_id), k.paused_index(),
-                k.active_index(), k.stats(hour_now()), k.audit(), *(k.token(t) for t in write.new_tokens)]
-        counters = [str(x) for name, value in write.counters.items() for x in (name, value)]
-        args: list[Any] = [
-            self.ttls.thread_s, _dump_run(run), run.run_id, int(write.status_changed),
-            min(p.expires_at for p in run.pending) if paused else "",
-            run.updated_at if run.status == "running" else "",
-            self.ttls.stats_s, self.ttls.interrupt_s + self.ttls.claim_margin_s, self.ttls.audit_s,
-            self.ttls.audit_max_entries,
-            len(write.messages), len(write.counters), len(write.audit), len(write.new_tokens),
-            *(dump_message(m) for m in write.messages), *counters,
-            *(json.dumps(dict(e), ensure_ascii=False) for e in write.audit),
-            *(f"{run.run_id}\n{by_token[t].call.id}" for t in write.new_tokens),
-        ]
-        async with _guard(f"saving run {run.run_id}"):
+                k.active_index(), k.stats(hour_now()), k.audit(), *(k.token(t.pending.token) for t in tickets)]
+        args: list[Any] = [json.dumps(header, ensure_ascii=False, separators=(",", ":")), _dump_run(run),
+                           *(dump_message(m) for m in write.messages),
+                           *(t.model_dump_json() for t in tickets)]
+        async with guard(f"saving run {run.run_id}"):
             length = await self._commit(keys=keys, args=args)
         if write.messages:
             self._cache_append(run.thread_id, write.messages, int(length))
 
     async def load_run(self, run_id: str) -> RunRecord | None:
         key = self.keys.run(run_id)
-        async with _guard(f"loading run {run_id}"):
-            raw = _text(await self.client.get(key))
+        async with guard(f"loading run {run_id}"):
+            raw = text(await self.client.get(key))
         if raw is None:
             return None
         return _parse_run(key, raw)
@@ -170,7 +140,7 @@ class RedisStore:
         key = self.keys.transcript(thread_id)
         cached = self._transcripts.get(thread_id)
         start = len(cached) if cached is not None else 0
-        async with _guard(f"loading thread {thread_id}"):
+        async with guard(f"loading thread {thread_id}"):
             pipe = self.client.pipeline(transaction=True)
             pipe.llen(key)
             pipe.lrange(key, start, -1)
@@ -188,117 +158,45 @@ class RedisStore:
             self._transcripts.popitem(last=False)
         return list(messages)
 
-    async def load_trace(self, run_id: str) -> list[TraceEntry]:
-        run = await self.load_run(run_id)
-        return list(run.trace) if run else []
-
     async def thread_run(self, thread_id: str) -> str | None:
-        async with _guard("reading the thread's run"):
-            value = _text(await self.client.get(self.keys.thread_run(thread_id)))
-        return value
+        async with guard("reading the thread's run"):
+            return text(await self.client.get(self.keys.thread_run(thread_id)))
 
-    async def resolve_token(self, token: str) -> tuple[str, str] | None:
-        async with _guard("resolving a token"):
-            raw = _text(await self.client.get(self.keys.token(token)))
-        if raw is None or "\n" not in raw:
+    async def load_ticket(self, token: str) -> Ticket | None:
+        key = self.keys.token(token)
+        async with guard("reading a question's ticket"):
+            raw = text(await self.client.get(key))
+        if raw is None:
             return None
-        run_id, call_id = raw.split("\n", 1)
-        return run_id, call_id
+        if not raw.startswith("{"):  # written before tickets existed: "<run id>\n<call id>"
+            return await self._legacy_ticket(token, raw)
+        try:
+            return Ticket.model_validate_json(raw)
+        except ValidationError as exc:
+            raise CorruptRecord(key, _first_problem(exc)) from exc
 
-    async def claim(self, token: str, holder: str) -> Claim:
-        ttl = self.ttls.interrupt_s + self.ttls.claim_margin_s
-        async with _guard("claiming an interrupt"):
-            won, who = await self._claim(keys=[self.keys.claim(token)], args=[holder, ttl])
-        return Claim(bool(won), str(who or ""))
-
-    async def release_claim(self, token: str) -> None:
-        async with _guard("releasing a claim"):
-            await self.client.delete(self.keys.claim(token))
-
-    async def journal_start(self, run_id: str, call_id: str) -> bool:
-        key = self.keys.journal(run_id)
-        async with _guard("journaling a change"):
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hsetnx(key, call_id, json.dumps({"state": "started", "at": time.time()}))
-            pipe.expire(key, self.ttls.thread_s)
-            first, _ = await pipe.execute()
-        return bool(first)
-
-    async def journal_finish(self, run_id: str, call_id: str, status: str) -> None:
-        key = self.keys.journal(run_id)
-        async with _guard("journaling a change"):
-            await self.client.hset(key, call_id, json.dumps({"state": "finished", "status": status,
-                                                             "at": time.time()}))
-
-    async def journal_abandon(self, run_id: str, call_id: str) -> None:
-        async with _guard("journaling a change"):
-            await self.client.hdel(self.keys.journal(run_id), call_id)
-
-    async def journal(self, run_id: str) -> dict[str, str]:
-        async with _guard("reading the journal"):
-            raw = await self.client.hgetall(self.keys.journal(run_id))
-        return {str(_text(cid)): json.loads(v).get("state", "unknown") for cid, v in raw.items()}
-
-    async def acquire_lease(self, thread_id: str, owner: str, ttl_ms: int) -> bool:
-        async with _guard("taking the thread lease"):
-            return bool(await self.client.set(self.keys.lease(thread_id), owner, nx=True, px=ttl_ms))
-
-    async def renew_lease(self, thread_id: str, owner: str, ttl_ms: int) -> bool:
-        async with _guard("renewing the thread lease"):
-            return bool(await self._renew(keys=[self.keys.lease(thread_id)], args=[owner, ttl_ms]))
-
-    async def release_lease(self, thread_id: str, owner: str) -> None:
-        async with _guard("releasing the thread lease"):
-            await self._release(keys=[self.keys.lease(thread_id)], args=[owner])
-
-    async def lease_holder(self, thread_id: str) -> str | None:
-        async with _guard("reading the thread lease"):
-            value = _text(await self.client.get(self.keys.lease(thread_id)))
-        return value
-
-    async def request_cancel(self, run_id: str) -> None:
-        async with _guard("requesting a cancel"):
-            await self.client.set(self.keys.cancel(run_id), "1", ex=self.ttls.cancel_s)
-
-    async def cancel_requests(self, run_ids: Sequence[str]) -> set[str]:
-        if not run_ids:
-            return set()
-        async with _guard("checking for cancels"):
-            flags = await self.client.mget([self.keys.cancel(r) for r in run_ids])
-        return {run_id for run_id, flag in zip(run_ids, flags, strict=True) if flag}
-
-    async def dedupe(self, name: str, ttl_s: int | None = None) -> bool:
-        async with _guard("deduplicating"):
-            return bool(await self.client.set(self.keys.dedupe(name), "1", nx=True, ex=ttl_s or self.ttls.dedupe_s))
-
-    async def put_meta(self, kind: str, name: str, fields: Mapping[str, str]) -> None:
-        key = self.keys.meta(kind, name)
-        async with _guard("saving metadata"):
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hset(key, mapping=cast(Any, dict(fields)))
-            pipe.expire(key, self.ttls.thread_s)
-            await pipe.execute()
-
-    async def get_meta(self, kind: str, name: str) -> dict[str, str]:
-        async with _guard("reading metadata"):
-            raw = await self.client.hgetall(self.keys.meta(kind, name))
-        return {str(_text(k)): str(_text(v)) for k, v in raw.items()}
+    async def _legacy_ticket(self, token: str, raw: str) -> Ticket | None:
+        run = await self.load_run(raw.split("\n", 1)[0])
+        pending = next((p for p in run.pending if p.token == token), None) if run else None
+        if run is None or pending is None:
+            return None
+        return Ticket(run_id=run.run_id, thread_id=run.thread_id, requester=run.user_id, pending=pending)
 
     async def runs_due(self, index: str, before: float) -> list[str]:
         key = self.keys.paused_index() if index == "paused" else self.keys.active_index()
-        async with _guard("reading the run index"):
+        async with guard("reading the run index"):
             members: list[Any] = await self.client.zrangebyscore(key, "-inf", before)
-        return [str(_text(m)) for m in members]
+        return [str(text(m)) for m in members]
 
     async def read_audit(self, count: int = 100) -> list[dict[str, str]]:
-        async with _guard("reading the audit stream"):
+        async with guard("reading the audit stream"):
             rows: list[Any] = await self.client.xrevrange(self.keys.audit(), count=count) or []
-        return [{str(_text(k)): str(_text(v)) for k, v in (fields or {}).items()} for _, fields in rows]
+        return [{str(text(k)): str(text(v)) for k, v in (fields or {}).items()} for _, fields in rows]
 
     async def stats(self, window_s: int) -> Stats:
         now = hour_now()
         hours = range(now - max(window_s // 3600, 1) + 1, now + 1)
-        async with _guard("reading stats"):
+        async with guard("reading stats"):
             pipe = self.client.pipeline(transaction=False)
             for hour in hours:
                 pipe.hgetall(self.keys.stats(hour))

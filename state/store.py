@@ -1,4 +1,14 @@
-"""The store protocol the engine talks to, and the small values it exchanges."""
+"""The seams between the engine and its storage, each a short protocol, and the values they exchange.
+
+    Store         runs, transcripts and the tickets that open pending calls (the engine's state)
+    ├── .journal  Journal: a change is recorded as started before it runs, finished after
+    └── .locks    Locks: claim-once answers, per-thread leases, once-per-tick sweeps, cancel flags
+    Reports       counters and the audit stream (``opspilot stats``, the answer's audit list)
+    MetaStore     a front end's own bookkeeping (where a Slack message is) and event dedupe
+
+:class:`state.redis.RedisStore` and :class:`state.memory.MemoryStore` implement Store and Reports;
+their ``meta`` attribute is the matching MetaStore.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from core.messages import Message
-from state.records import RunRecord, TraceEntry
+from state.records import RunRecord, Ticket
 
 
 @dataclass(frozen=True)
@@ -22,6 +32,15 @@ class Write:
     audit: Sequence[Mapping[str, str]] = ()
     status_changed: bool = True
     """False when the run's status is what the last write stored: indexes need no update."""
+
+    def tickets(self) -> list[Ticket]:
+        """What each new token opens, stored beside it so a click needs one read."""
+        if not self.new_tokens:
+            return []
+        run = self.run
+        by_token = {p.token: p for p in run.pending}
+        return [Ticket(run_id=run.run_id, thread_id=run.thread_id, requester=run.user_id, pending=by_token[t])
+                for t in self.new_tokens]
 
 
 @dataclass(frozen=True)
@@ -65,40 +84,37 @@ def hour_now() -> int:
     return int(time.time() // 3600)
 
 
-class Store(Protocol):
-    durable: bool
-    """False for the in-process store: everything is lost when the process ends."""
+def merge_stats(buckets: Sequence[Mapping[str, int]], window_s: int) -> Stats:
+    total: dict[str, int] = {}
+    for bucket in buckets:
+        for name, value in bucket.items():
+            total[name] = total.get(name, 0) + int(value)
+    return Stats(total, window_s)
 
-    async def ping(self) -> None: ...
 
-    async def commit(self, write: Write) -> None:
-        """Apply ``write`` atomically: append messages and trace, save the run, index new tokens."""
+class Journal(Protocol):
+    """Started/finished per mutating call: what proves whether a change ran. The tool runtime's
+    ``MutationJournal`` is the first three methods."""
 
-    async def load_run(self, run_id: str) -> RunRecord | None: ...
+    async def start(self, run_id: str, call_id: str) -> bool:
+        """Mark a mutating call started; False if it had been started before."""
 
-    async def load_transcript(self, thread_id: str) -> list[Message]: ...
+    async def finish(self, run_id: str, call_id: str, status: str) -> None: ...
 
-    async def load_trace(self, run_id: str) -> list[TraceEntry]: ...
+    async def abandon(self, run_id: str, call_id: str) -> None:
+        """It stopped to ask a person before changing anything: it may start again later."""
 
-    async def thread_run(self, thread_id: str) -> str | None:
-        """The id of the thread's latest run."""
+    async def states(self, run_id: str) -> dict[str, str]:
+        """call id → ``started`` or ``finished``."""
 
-    async def resolve_token(self, token: str) -> tuple[str, str] | None:
-        """(run id, call id) of a pending interrupt's token."""
+
+class Locks(Protocol):
+    """Who may act now. Every lock expires by itself, so a dead process never holds one for good."""
 
     async def claim(self, token: str, holder: str) -> Claim:
         """Claim-once: the first caller wins; everyone after learns who did."""
 
     async def release_claim(self, token: str) -> None: ...
-
-    async def journal_start(self, run_id: str, call_id: str) -> bool:
-        """Mark a mutating call started; False if it had been started before."""
-
-    async def journal_finish(self, run_id: str, call_id: str, status: str) -> None: ...
-
-    async def journal_abandon(self, run_id: str, call_id: str) -> None: ...
-
-    async def journal(self, run_id: str) -> dict[str, str]: ...
 
     async def acquire_lease(self, thread_id: str, owner: str, ttl_ms: int) -> bool: ...
 
@@ -106,49 +122,58 @@ class Store(Protocol):
 
     async def release_lease(self, thread_id: str, owner: str) -> None: ...
 
-    async def lease_holder(self, thread_id: str) -> str | None: ...
+    async def once(self, name: str, ttl_s: int) -> bool:
+        """True for the first caller of ``name`` within ``ttl_s`` (one instance per sweep tick)."""
 
     async def request_cancel(self, run_id: str) -> None: ...
 
     async def cancel_requests(self, run_ids: Sequence[str]) -> set[str]:
         """Which of these runs someone asked to cancel (one call for all of them)."""
 
-    async def dedupe(self, name: str, ttl_s: int | None = None) -> bool:
-        """True the first time ``name`` is seen (within its TTL), False after."""
 
-    async def put_meta(self, kind: str, name: str, fields: Mapping[str, str]) -> None: ...
+class Store(Protocol):
+    durable: bool
+    """False for the in-process store: everything is lost when the process ends."""
 
-    async def get_meta(self, kind: str, name: str) -> dict[str, str]: ...
+    @property
+    def journal(self) -> Journal: ...
+
+    @property
+    def locks(self) -> Locks: ...
+
+    async def ping(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def commit(self, write: Write) -> None:
+        """Apply ``write`` atomically: append messages, save the run, store the new tickets."""
+
+    async def load_run(self, run_id: str) -> RunRecord | None: ...
+
+    async def load_transcript(self, thread_id: str) -> list[Message]: ...
+
+    async def thread_run(self, thread_id: str) -> str | None:
+        """The id of the thread's latest run."""
+
+    async def load_ticket(self, token: str) -> Ticket | None:
+        """The pending call a token opens, with its run, thread and requester: one read."""
 
     async def runs_due(self, index: str, before: float) -> list[str]:
         """Run ids in ``index`` ("paused" by earliest expiry, "active" by last write) scored at most ``before``."""
 
-    async def read_audit(self, count: int = 100) -> list[dict[str, str]]: ...
 
+class Reports(Protocol):
     async def stats(self, window_s: int) -> Stats: ...
 
-    async def close(self) -> None: ...
+    async def read_audit(self, count: int = 100) -> list[dict[str, str]]: ...
 
 
-class JournalAdapter:
-    """Presents a store as the tool runtime's MutationJournal."""
+class MetaStore(Protocol):
+    """A front end's bookkeeping, kept as small hashes with the thread's TTL."""
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    async def put(self, kind: str, name: str, fields: Mapping[str, str]) -> None: ...
 
-    async def start(self, run_id: str, call_id: str) -> bool:
-        return await self._store.journal_start(run_id, call_id)
+    async def get(self, kind: str, name: str) -> dict[str, str]: ...
 
-    async def finish(self, run_id: str, call_id: str, status: str) -> None:
-        await self._store.journal_finish(run_id, call_id, status)
-
-    async def abandon(self, run_id: str, call_id: str) -> None:
-        await self._store.journal_abandon(run_id, call_id)
-
-
-def merge_stats(buckets: Sequence[Mapping[str, int]], window_s: int) -> Stats:
-    total: dict[str, int] = {}
-    for bucket in buckets:
-        for name, value in bucket.items():
-            total[name] = total.get(name, 0) + int(value)
-    return Stats(total, window_s)
+    async def first_time(self, name: str, ttl_s: int | None = None) -> bool:
+        """True the first time ``name`` is seen (within its TTL), False after: event and message dedupe."""

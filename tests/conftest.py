@@ -112,11 +112,9 @@ def make_harness(model: ChatModel, store: RedisStore, specs: list[ToolSpec] | No
                  limits: Limits | None = None, options: EngineOptions | None = None,
                  toolbox: ops.Toolbox | None = None, **deps: Any) -> Harness:
     events: list[Event] = []
-
-    async def sink(event: Event) -> None:
-        events.append(event)
-
+    bus = EventBus()
+    bus.listen(events.append)
     registry = Registry.of(specs if specs is not None else (toolbox or ops.build()).specs)
-    run_deps = RunDeps(model=model, registry=registry, store=store, bus=EventBus([sink]),
+    run_deps = RunDeps(model=model, registry=registry, store=store, bus=bus,
                        limits=limits or Limits(), **deps)
     return Harness(Engine(run_deps, options or EngineOptions(lease_wait_s=5, cancel_poll_s=0.05)), store, events)

@@ -47,12 +47,12 @@ class Workspace:
         quiet = 0
         while quiet < 3 and loop.time() < deadline:
             await asyncio.sleep(0.03)
-            if self.service.surface._tasks:
+            if self.service.busy():
                 quiet = 0
-                await self.service.surface.drain(max(deadline - loop.time(), 0.1))
+                await self.service.drain(max(deadline - loop.time(), 0.1))
             else:
                 quiet += 1
-        await self.service.surface.drain(1)
+        await self.service.drain(1)
 
     async def stop(self) -> None:
         await self.settle()
@@ -78,7 +78,7 @@ async def open_workspace(redis_url: str, prefix: str, slack: FakeSlack, *, model
         bus = EventBus()
         deps = RunDeps(model=model, registry=Registry.of(specs if specs is not None else toolbox.specs),
                        store=store, bus=bus, limits=limits or Limits())
-        core = Assembly(Engine(deps, EngineOptions(lease_wait_s=5, cancel_poll_s=0.05)), bus, store, model, toolbox)
+        core = Assembly.around(Engine(deps, EngineOptions(lease_wait_s=5, cancel_poll_s=0.05)), store, model, toolbox)
     else:
         from bot.assembly import assemble
 

@@ -33,7 +33,7 @@ async def test_crash_mid_change_gives_outcome_unknown_and_no_second_execution(
     assert run_id is not None
     record = await store.load_run(run_id)
     assert record is not None and record.status == "running"
-    assert await store.journal(run_id) == {"crash1": "started"}
+    assert await store.journal.states(run_id) == {"crash1": "started"}
 
     executions: list[str] = []
 

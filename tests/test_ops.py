@@ -13,7 +13,6 @@ import pytest
 
 from core.messages import ToolCall
 from state import MemoryStore
-from state.store import JournalAdapter
 from tests.fakes.ops_servers import OpsFakes, loki_line
 from tools import ops
 from tools.ops import config as cfg
@@ -33,7 +32,7 @@ async def run(toolbox: ops.Toolbox, name: str, confirmed_by: str | None = None, 
     ctx = ToolContext(run_id="r", thread_id="t", user_id="UREQ", call_id=f"c-{time.time_ns()}",
                       confirmed_by=confirmed_by)
     return await execute_one(ToolCall(id=ctx.call_id, name=name, arguments=args), registry=Registry.of(toolbox.specs),
-                             ctx=ctx, journal=JournalAdapter(MemoryStore()))
+                             ctx=ctx, journal=MemoryStore().journal)
 
 
 def data(obs: Observation) -> dict[str, Any]:

@@ -46,7 +46,8 @@ async def test_resume_in_a_fresh_engine_runs_the_confirmed_call_once(store: Redi
     assert results(transcript)["r1"]["data"]["confirmed_by"] == "U_APPROVER"
     # The resumed run continues the event sequence without repeating anything.
     assert second.events[0].seq == first.events[-1].seq + 1
-    assert [e.type for e in second.events] == ["tool_result", "model_step", "run_finished"]
+    assert [e.type for e in second.events] == ["call_decided", "tool_result", "model_step", "run_finished"]
+    assert (second.events[0].decision, second.events[0].by) == ("confirmed", "U_APPROVER")
 
 
 async def test_two_concurrent_resumes_execute_the_gated_tool_once(store: RedisStore) -> None:
@@ -87,16 +88,16 @@ async def test_params_then_confirmation_then_execution(store: RedisStore) -> Non
     assert asked.pending[0].payload["fields"][0] == {"name": "environment", "choices": ["prod", "staging"]}
 
     with pytest.raises(InvalidDecision, match="environment"):
-        await h.engine.resume(asked.run_id, "r1", ProvideParams({"environment": "moon"}), by="U1")
+        await h.engine.resume_token(asked.pending[0].token, ProvideParams({"environment": "moon"}), by="U1")
     still = await store.load_run(asked.run_id)
     assert still is not None and still.pending[0].token == asked.pending[0].token  # nothing consumed
 
-    gated = await h.engine.resume(asked.run_id, "r1", ProvideParams({"environment": "prod"}), by="U1")
+    gated = await h.engine.resume_token(asked.pending[0].token, ProvideParams({"environment": "prod"}), by="U1")
     assert gated.status == "paused" and gated.pending[0].interrupt_type == "confirm_risky"
     assert gated.pending[0].token != asked.pending[0].token
     assert toolbox.restarts.done == []
 
-    done = await h.engine.resume(asked.run_id, "r1", Confirm(), by="U2")
+    done = await h.engine.resume_token(gated.pending[0].token, Confirm(), by="U2")
     assert done.answer == "done" and toolbox.restarts.done[0]["environment"] == "prod"
 
 
@@ -140,9 +141,10 @@ async def test_two_questions_from_read_only_tools_resume_when_both_are_answered(
     paused = await h.engine.ask("t", "two questions")
     assert sorted(p.call_id for p in paused.pending) == ["n1", "n2"]
 
-    half = await h.engine.resume(paused.run_id, "n1", Decline(), by="U1")
+    tokens = {p.call_id: p.token for p in paused.pending}
+    half = await h.engine.resume_token(tokens["n1"], Decline(), by="U1")
     assert half.status == "paused" and [p.call_id for p in half.pending] == ["n2"]
-    done = await h.engine.resume(paused.run_id, "n2", Decline(), by="U1")
+    done = await h.engine.resume_token(tokens["n2"], Decline(), by="U1")
     assert done.status == "finished" and done.answer == "both answered"
     assert violations(await store.load_transcript("t")) == []
 

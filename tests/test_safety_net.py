@@ -9,6 +9,7 @@ layer still holds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from bot.agent.decisions import Confirm
 from bot.agent.errors import AlreadyHandled
 from bot.agent.models.scripted import ScriptedModel, call, reply
+from bot.agent.sweeps import Sweeps
 from bot.demo.sender import block_action, mention, message
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
@@ -26,8 +28,8 @@ from state.store import Write
 from tests.conftest import make_harness
 from tests.slack_harness import CHANNEL, open_workspace
 from tests.test_slack import ask_restart, confirm, progress_of
-from tests.toolkit import Probe, toolkit
-from tools import ops
+from tests.toolkit import Change, Probe, toolkit
+from tools import confirm_in, ops, tool
 from tools.registry import Registry, ToolContext
 from tools.runtime import execute_one
 
@@ -43,29 +45,55 @@ async def test_simultaneous_clicks_one_winner_everyone_else_told_the_winner(stor
     paused = await h.engine.ask("t", "restart")
     token = paused.pending[0].token
     engines = [make_harness(ScriptedModel([reply("restarted")]), store, toolbox=toolbox) for _ in range(3)]
-    claimed: list[str] = []
 
-    def hook(who: str) -> Any:
-        async def on_claimed() -> None:
-            claimed.append(who)
-        return on_claimed
-
-    outcomes = await asyncio.gather(
-        *(w.engine.resume_token(token, Confirm(), by=f"U{i}", on_claimed=hook(f"U{i}")) for i, w in enumerate(engines)),
-        return_exceptions=True)
+    outcomes = await asyncio.gather(*(w.engine.resume_token(token, Confirm(), by=f"U{i}")
+                                      for i, w in enumerate(engines)), return_exceptions=True)
 
     assert len(toolbox.restarts.done) == 1
-    assert len(claimed) == 1  # the "decided" notice fires for the winner only
+    decided = [e for w in engines for e in w.of("call_decided")]
+    assert len(decided) == 1  # the "decided" notice (which closes the card) comes from the winner only
     losers = [o for o in outcomes if isinstance(o, AlreadyHandled)]
-    assert len(losers) == 2 and all(loser.holder == claimed[0] for loser in losers)
+    assert len(losers) == 2 and all(loser.holder == decided[0].by for loser in losers)
+
+
+async def test_a_confirmed_change_cut_off_by_a_crash_is_outcome_unknown_and_not_asked_again(
+        store: RedisStore) -> None:
+    probe = Probe()
+
+    @tool(description="A prod change that hangs.", mutating=True, confirm=confirm_in("prod"), timeout_s=60)
+    async def hang(args: Change, ctx: ToolContext) -> dict[str, Any]:
+        probe.mark("hang")
+        await asyncio.sleep(60)
+        return {}
+
+    first = make_harness(ScriptedModel([reply("", call("hang", "h1", target="db", environment="prod"))]), store,
+                         [hang])
+    paused = await first.engine.ask("t", "change the prod db")
+    worker = asyncio.create_task(first.engine.resume_token(paused.pending[0].token, Confirm(), by="U2"))
+    await asyncio.wait_for(probe.started.setdefault("hang", asyncio.Event()).wait(), 5)
+    worker.cancel()  # the worker dies in the middle of the confirmed change
+    with contextlib.suppress(asyncio.CancelledError):
+        await worker
+
+    model = ScriptedModel([reply("I cannot tell whether the change happened.")])
+    second = make_harness(model, store, [hang])
+    await Sweeps(second.engine, stale_after_s=0).sweep(now=time.time() + 600)
+    record = await store.load_run(paused.run_id)
+    assert record is not None and record.status == "stalled" and record.pending == []
+    out = await second.engine.recover(paused.run_id)
+
+    assert probe.count("hang") == 1
+    assert out.status == "finished" and out.pending == () and second.of("loop_interrupt") == []
+    results = {m.call_id: m for m in await store.load_transcript("t") if isinstance(m, ToolResultMessage)}
+    assert results["h1"].error_code == "outcome_unknown"
+    assert any(isinstance(m, ToolResultMessage) and m.error_code == "outcome_unknown"
+               for m in model.requests[0].messages)
 
 
 async def test_a_mutating_call_id_runs_once_even_when_executed_twice(store: RedisStore) -> None:
     probe = Probe()
     registry = Registry.of([toolkit(probe)["change_b"]])
-    from state.store import JournalAdapter
-
-    journal = JournalAdapter(store)
+    journal = store.journal
     change = ToolCall(id="c-1", name="change_b", arguments={"target": "payments"})
     ctx = ToolContext(run_id="run-1", thread_id="t", user_id="U1", call_id=change.id)
 
@@ -147,10 +175,10 @@ async def test_an_outsider_cannot_confirm_stop_or_resume(redis_url: str, prefix:
         # A run whose worker died waits for Resume; an outsider's Resume does nothing.
         await ws.sender.event(mention(CHANNEL, "UREQ", "block", "1500.1"))
         await asyncio.wait_for(probe.started.setdefault("blocker", asyncio.Event()).wait(), 10)
-        for task in list(ws.service.surface._tasks):
+        for task in list(ws.service.inbound._tasks):
             task.cancel()
         await asyncio.sleep(0.2)
-        await ws.service.sweeper.sweep(now=time.time() + 600)
+        await ws.service.core.sweeps.sweep(now=time.time() + 600)
         await ws.settle()
         stalled = progress_of(slack, "1500.1")
         resume = next(b for b in buttons(stalled) if b["action_id"] == "opspilot_resume")

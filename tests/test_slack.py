@@ -243,7 +243,7 @@ async def test_stop_cancels_the_run_and_answers_every_call(redis_url: str, prefi
 
 async def test_expiry_closes_the_card_and_a_late_click_is_told(ws: Workspace) -> None:
     card = await ask_restart(ws)
-    await ws.service.sweeper.sweep(now=time.time() + 3 * 3600)
+    await ws.service.core.sweeps.sweep(now=time.time() + 3 * 3600)
     await ws.settle()
 
     closed = ws.slack.messages[(CHANNEL, card["ts"])]
@@ -262,8 +262,8 @@ async def test_a_reminder_is_posted_once_before_expiry(ws: Workspace) -> None:
     record = await ws.store.load_run(await ws.store.thread_run("slack:C0OPS:100.1") or "")
     assert record is not None
     soon = record.pending[0].expires_at - 60
-    await ws.service.sweeper.sweep(now=soon)
-    await ws.service.sweeper.sweep(now=soon + 1)
+    await ws.service.reminders.sweep(now=soon)
+    await ws.service.reminders.sweep(now=soon + 1)
     reminders = [m for m in ws.slack.thread(CHANNEL, "100.1") if "still waiting for a decision" in all_text(m)]
     assert len(reminders) == 1 and "<@UREQ>" in all_text(reminders[0])
 
@@ -308,10 +308,10 @@ async def test_a_dead_worker_is_found_and_offered_a_resume_button(redis_url: str
     try:
         await ws.sender.event(mention(CHANNEL, "UREQ", "go", "990.1"))
         await asyncio.wait_for(probe.started.setdefault("blocker", asyncio.Event()).wait(), 10)
-        for task in list(ws.service.surface._tasks):  # the worker dies: its tasks vanish mid-run
+        for task in list(ws.service.inbound._tasks):  # the worker dies: its tasks vanish mid-run
             task.cancel()
         await asyncio.sleep(0.2)
-        await ws.service.sweeper.sweep(now=time.time() + 600)
+        await ws.service.core.sweeps.sweep(now=time.time() + 600)
         await ws.settle()
         progress = progress_of(slack, "990.1")
         assert "Interrupted by a restart" in all_text(progress)
@@ -419,8 +419,10 @@ async def test_each_sweep_fires_once_across_instances(redis_url: str, prefix: st
     other = await open_workspace(redis_url, prefix, slack)
     first = await open_workspace(redis_url, prefix, slack)
     try:
-        swept = await asyncio.gather(first.service.sweeper.tick(), other.service.sweeper.tick())
+        swept = await asyncio.gather(first.service.core.sweeps.tick(), other.service.core.sweeps.tick())
         assert sorted(swept) == [False, True]
+        reminded = await asyncio.gather(first.service.reminders.tick(), other.service.reminders.tick())
+        assert sorted(reminded) == [False, True]
     finally:
         await first.stop()
         await other.stop()

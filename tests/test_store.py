@@ -9,39 +9,43 @@ import pytest
 from bot.agent.decisions import Confirm
 from bot.agent.errors import ThreadBusy
 from bot.agent.models.scripted import ScriptedModel, call, reply
-from state import CorruptRecord, Keys, MemoryStore, RedisStore, Store, StoreUnavailable, connect
+from state import CorruptRecord, Keys, MemoryStore, RedisStore, StoreUnavailable, connect
 from tests.conftest import make_harness
 from tools import ops
 
 
 @pytest.fixture(params=["redis", "memory"])
-def any_store(request: pytest.FixtureRequest, store: RedisStore) -> Store:
+def any_store(request: pytest.FixtureRequest, store: RedisStore) -> RedisStore | MemoryStore:
     return store if request.param == "redis" else MemoryStore()
 
 
-async def test_claim_once_under_contention(any_store: Store) -> None:
-    claims = await asyncio.gather(*(any_store.claim("tok", f"U{i}") for i in range(25)))
+async def test_claim_once_under_contention(any_store: RedisStore | MemoryStore) -> None:
+    claims = await asyncio.gather(*(any_store.locks.claim("tok", f"U{i}") for i in range(25)))
     winners = [c for c in claims if c.won]
     assert len(winners) == 1
     assert all(c.holder == winners[0].holder for c in claims)
-    assert not (await any_store.claim("tok", winners[0].holder)).won  # the same person twice: still once
+    assert not (await any_store.locks.claim("tok", winners[0].holder)).won  # the same person twice: still once
 
 
-async def test_lease_is_exclusive_and_lapses(any_store: Store) -> None:
-    assert await any_store.acquire_lease("th", "a", 100)
-    assert not await any_store.acquire_lease("th", "b", 100)
-    assert not await any_store.renew_lease("th", "b", 100)
-    await any_store.release_lease("th", "b")  # not the owner: no effect
-    assert await any_store.lease_holder("th") == "a"
+async def test_lease_is_exclusive_and_lapses(any_store: RedisStore | MemoryStore) -> None:
+    locks = any_store.locks
+    assert await locks.acquire_lease("th", "a", 100)
+    assert not await locks.acquire_lease("th", "b", 100)
+    assert not await locks.renew_lease("th", "b", 100)
+    await locks.release_lease("th", "b")  # not the owner: no effect
+    assert not await locks.acquire_lease("th", "c", 100)  # still a's
+    assert await locks.renew_lease("th", "a", 100)
     await asyncio.sleep(0.15)
-    assert await any_store.acquire_lease("th", "b", 100)
+    assert await locks.acquire_lease("th", "b", 100)
 
 
-async def test_dedupe_and_journal(any_store: Store) -> None:
-    assert await any_store.dedupe("event-1") and not await any_store.dedupe("event-1")
-    assert await any_store.journal_start("r", "c") and not await any_store.journal_start("r", "c")
-    await any_store.journal_finish("r", "c", "ok")
-    assert await any_store.journal("r") == {"c": "finished"}
+async def test_dedupe_and_journal(any_store: RedisStore | MemoryStore) -> None:
+    assert await any_store.meta.first_time("event-1") and not await any_store.meta.first_time("event-1")
+    assert await any_store.locks.once("tick-1", 60) and not await any_store.locks.once("tick-1", 60)
+    journal = any_store.journal
+    assert await journal.start("r", "c") and not await journal.start("r", "c")
+    await journal.finish("r", "c", "ok")
+    assert await journal.states("r") == {"c": "finished"}
 
 
 async def test_every_key_has_a_ttl_and_the_transcript_only_grows(store: RedisStore, prefix: str) -> None:
@@ -54,7 +58,7 @@ async def test_every_key_has_a_ttl_and_the_transcript_only_grows(store: RedisSto
     await h.engine.ask("t", "payments?")
     first = await store.client.lrange(Keys(prefix).transcript("t"), 0, -1)
     paused = await h.engine.ask("t", "restart in prod")
-    await store.dedupe("evt")
+    await store.meta.first_time("evt")
     await h.engine.resume_token(paused.pending[0].token, Confirm(), by="U2")
 
     keys = [k async for k in store.client.scan_iter(match=f"{prefix}:*")]
@@ -100,7 +104,7 @@ async def test_a_busy_thread_waits_then_says_so(store: RedisStore) -> None:
     from bot.agent.engine import EngineOptions
 
     h = make_harness(ScriptedModel([reply("x")]), store, [], options=EngineOptions(lease_wait_s=0.2))
-    assert await store.acquire_lease("t", "someone-else", 5000)
+    assert await store.locks.acquire_lease("t", "someone-else", 5000)
     with pytest.raises(ThreadBusy):
         await h.engine.ask("t", "hello")
 

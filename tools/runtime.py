@@ -1,8 +1,12 @@
-"""Running tool calls: one call (``execute_one``) and one model turn's batch (``execute_batch``).
+"""Running tool calls: one call (``execute_one``) and one batch (``execute_batch``).
 
 Nothing here raises for a tool's sake: every call id comes back as exactly one
 :class:`Observation` — a result, or an interrupt that asks a person. The only
 exception that escapes is :class:`asyncio.CancelledError`, which the run handles.
+
+A person's answer to an interrupt is an input to the same path (as pydantic-ai passes
+``ToolApproved`` / ``ToolDenied``): :class:`Approved` runs the call with the arguments the
+person saw or filled in, :class:`Denied` answers it without running anything.
 """
 
 from __future__ import annotations
@@ -11,13 +15,13 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from core.messages import ToolCall, ToolResultMessage, error_result, ok_content
+from core.messages import ResultStatus, ToolCall, ToolResultMessage, error_result, ok_content
 from tools.errors import Interrupt, InterruptType, ToolError
 from tools.hygiene import clean, scrub_text
 from tools.registry import Registry, ToolContext, ToolSpec
@@ -38,6 +42,27 @@ class MutationJournal(Protocol):
 
 
 @dataclass(frozen=True)
+class Approved:
+    """Run the call with ``arguments``: the stored ones a person confirmed (``confirmed_by`` set, which opens
+    the gate), or the stored ones merged with values a person supplied (the gate still applies)."""
+
+    arguments: dict[str, Any]
+    confirmed_by: str | None = None
+
+
+@dataclass(frozen=True)
+class Denied:
+    """Answer the call without running it: declined, replied instead, expired, cancelled."""
+
+    code: str
+    message: str
+    status: ResultStatus = "error"
+
+
+ToolDecision = Approved | Denied
+
+
+@dataclass(frozen=True)
 class InterruptRequest:
     interrupt_type: InterruptType
     reason: str
@@ -51,6 +76,17 @@ class Observation:
     interrupt: InterruptRequest | None = None
     latency_ms: float = 0.0
     arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One observation per call, in call order, and the interrupts among them (what makes a run pause)."""
+
+    observations: list[Observation]
+
+    @property
+    def interrupts(self) -> list[Observation]:
+        return [o for o in self.observations if o.interrupt is not None]
 
 
 def _validation_message(spec: ToolSpec, exc: ValidationError) -> str:
@@ -139,51 +175,53 @@ async def execute_one(
             await journal.finish(ctx.run_id, call.id, status)
 
 
-OnObservation = Callable[[Observation], Awaitable[None]]
+OnObservation = Callable[[Observation], None]
 
 
 async def execute_batch(
     calls: Sequence[ToolCall],
     *,
     registry: Registry,
-    make_ctx: Callable[[ToolCall], ToolContext],
+    make_ctx: Callable[[ToolCall, str | None], ToolContext],
     journal: MutationJournal,
-    allowed: Collection[str] | None = None,
+    decisions: Mapping[str, ToolDecision] | None = None,
     stated_reason: str = "",
     on_observation: OnObservation | None = None,
-) -> list[Observation]:
-    """Run one model turn's calls; return one observation per call, in call order.
+) -> Batch:
+    """Run a batch: a model turn's calls, or calls a person has just decided (``decisions`` by call id).
 
     Read-only calls run concurrently and the batch waits for all of them. At most one
     mutating call runs, after them; further mutating calls are answered, not run.
-    With ``allowed`` (a serial step), calls to any other tool are answered, not run.
     """
+    decisions = decisions or {}
     observations: dict[str, Observation] = {}
 
-    async def record(obs: Observation) -> None:
+    def record(obs: Observation) -> None:
         observations[obs.call.id] = obs
         if on_observation is not None:
-            await on_observation(obs)
+            on_observation(obs)
 
     async def run(call: ToolCall) -> None:
-        await record(await execute_one(
-            call, registry=registry, ctx=make_ctx(call), journal=journal, stated_reason=stated_reason,
-        ))
+        decision = decisions.get(call.id)
+        if isinstance(decision, Approved):
+            record(await execute_one(call, registry=registry, ctx=make_ctx(call, decision.confirmed_by),
+                                     journal=journal, override_args=decision.arguments))
+        else:
+            record(await execute_one(call, registry=registry, ctx=make_ctx(call, None), journal=journal,
+                                     stated_reason=stated_reason))
 
     parallel: list[ToolCall] = []
     write: ToolCall | None = None
     for call in calls:
         spec = registry.get(call.name)
-        if allowed is not None and call.name not in allowed:
-            only = ", ".join(sorted(allowed))
-            await record(Observation(call, error_result(
-                call, "skipped_in_serial_step", f"only {only} may run in this step; this call did not run",
-                status="skipped")))
+        decision = decisions.get(call.id)
+        if isinstance(decision, Denied):
+            record(Observation(call, error_result(call, decision.code, decision.message, status=decision.status)))
         elif spec is not None and spec.mutating:
             if write is None:
                 write = call
             else:
-                await record(Observation(call, error_result(
+                record(Observation(call, error_result(
                     call, "deferred_one_write_per_step",
                     f"only one change runs per step; {write.name} ran first. Ask again for this one.",
                     status="skipped")))
@@ -193,4 +231,4 @@ async def execute_batch(
     await asyncio.gather(*(run(c) for c in parallel))
     if write is not None:
         await run(write)
-    return [observations[c.id] for c in calls]
+    return Batch([observations[c.id] for c in calls])

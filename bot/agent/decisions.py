@@ -1,26 +1,48 @@
-"""What a person (or the clock) answers to a paused call."""
+"""What a person (or the clock) answers to a paused call, and what that means for the tool path.
+
+Each decision becomes a :mod:`tools.runtime` decision (:class:`Approved` or :class:`Denied`) and
+runs through the same batch execution the loop uses."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Literal
+
+from state.records import PendingCall
+from tools.runtime import Approved, Denied, ToolDecision
+
+DecisionKind = Literal["confirmed", "submitted", "declined", "replied", "expired", "cancelled"]
 
 
 @dataclass(frozen=True)
 class Confirm:
     """Run the gated call exactly as stored."""
 
+    kind: ClassVar[DecisionKind] = "confirmed"
+
+    def for_tool(self, pending: PendingCall, by: str) -> ToolDecision:
+        return Approved(pending.arguments, confirmed_by=by)
+
 
 @dataclass(frozen=True)
 class ProvideParams:
-    """Fill the missing fields; the merged arguments are validated again before anything runs."""
+    """Fill the missing fields; the merged arguments are validated (and gated) again before anything runs."""
 
     values: dict[str, Any] = field(default_factory=dict)
+    kind: ClassVar[DecisionKind] = "submitted"
+
+    def for_tool(self, pending: PendingCall, by: str) -> ToolDecision:
+        return Approved({**pending.arguments, **self.values})
 
 
 @dataclass(frozen=True)
 class Decline:
     reason: str = ""
+    kind: ClassVar[DecisionKind] = "declined"
+
+    def for_tool(self, pending: PendingCall, by: str) -> ToolDecision:
+        why = f": {self.reason}" if self.reason else ""
+        return Denied("declined_by_user", f"{by} declined this call{why}")
 
 
 @dataclass(frozen=True)
@@ -28,16 +50,42 @@ class ReplyInstead:
     """The person wrote in the thread instead of answering the form."""
 
     text: str
+    kind: ClassVar[DecisionKind] = "replied"
+
+    def for_tool(self, pending: PendingCall, by: str) -> ToolDecision:
+        return Denied("user_replied_instead", f"the user replied instead: {self.text[:500]}", "cancelled")
 
 
 @dataclass(frozen=True)
 class Expire:
     """Nobody answered in time."""
 
+    kind: ClassVar[DecisionKind] = "expired"
+
+    def for_tool(self, pending: PendingCall, by: str) -> ToolDecision:
+        return Denied("expired", "nobody answered in time; nothing was run", "expired")
+
 
 @dataclass(frozen=True)
 class CancelRun:
     """The run was stopped while this call waited."""
 
+    kind: ClassVar[DecisionKind] = "cancelled"
+
+    def for_tool(self, pending: PendingCall, by: str) -> ToolDecision:
+        return Denied("cancelled", "the run was stopped; nothing was run", "cancelled")
+
 
 Decision = Confirm | ProvideParams | Decline | ReplyInstead | Expire | CancelRun
+
+
+@dataclass(frozen=True)
+class Answers:
+    """Decisions on some of a paused run's calls, by whom: the input of the next batch."""
+
+    decided: list[tuple[PendingCall, Decision]]
+    by: str
+
+    @property
+    def expired_only(self) -> bool:
+        return all(isinstance(d, Expire) for _, d in self.decided)

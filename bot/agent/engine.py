@@ -1,6 +1,6 @@
-"""The engine: starts turns, resumes paused runs, cancels and recovers them.
+"""The engine: starts turns, applies people's answers, cancels, repairs and recovers runs.
 
-Each public method is one unit of work with one broad boundary (``_drive``): a run
+Each public method is one unit of work with one broad boundary (``_turn``): a run
 ends with an outcome, never with a tool's or the model's exception. What can reach
 the caller is drawn in :mod:`bot.agent.errors` (plus ``state.StoreError``).
 """
@@ -13,27 +13,20 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from bot.agent.decisions import CancelRun, Confirm, Decision, Expire, ProvideParams, ReplyInstead
-from bot.agent.errors import (
-    AlreadyHandled,
-    InterruptExpired,
-    InvalidDecision,
-    NotPending,
-    RunNotFound,
-    ThreadBusy,
-)
-from bot.agent.events import RunStarted
+from bot.agent.decisions import Answers, CancelRun, Confirm, Decision, Expire, ProvideParams, ReplyInstead
+from bot.agent.errors import AlreadyHandled, InterruptExpired, InvalidDecision, NotPending, RunNotFound, ThreadBusy
+from bot.agent.events import RunStalled, RunStarted
 from bot.agent.loop import react_loop
 from bot.agent.models.base import ModelError
 from bot.agent.run import Run, RunDeps, RunOutcome, ThreadMemo, preview
 from core.messages import UserMessage
 from state.errors import StoreError
-from state.records import PendingCall, RunRecord
+from state.records import PendingCall, RunRecord, Ticket
 
 log = logging.getLogger(__name__)
 
@@ -56,23 +49,23 @@ class Engine:
 
     # --- public API ------------------------------------------------------------------------------
 
-    async def ask(self, thread_id: str, text: str, *, user_id: str | None = None,
-                  first_tool: str | None = None) -> RunOutcome:
+    async def ask(self, thread_id: str, text: str, *, user_id: str | None = None) -> RunOutcome:
         """A new message in a thread. If the thread's run is waiting for a person, the message answers it."""
+        by = user_id or "user"
         async with self._lease(thread_id):
-            latest = await self._latest(thread_id)
-            if latest is not None and latest.status in ("running", "stalled"):
+            run = await self._unfinished(thread_id)
+            if run is not None and run.record.status in ("running", "stalled"):
                 # We hold the lease, so the worker that ran it is gone: close it out first.
-                crashed = await self._repair_crashed(latest) if latest.status == "running" else await self._open(latest)
-                if not crashed.record.pending:
-                    await crashed.fail("internal_error", "the worker running this turn stopped (restart)")
-                latest = crashed.record
-            if latest is not None and latest.status == "paused":
-                run = await self._open(latest)
-                for pending in list(run.record.pending):
-                    await self._claim(pending, user_id or "user")
-                    await run.resolve(pending, ReplyInstead(text), by=user_id or "user")
-                run.count("resumed")
+                await self._repair(run)
+                if not run.record.pending:
+                    await run.fail("internal_error", "the worker running this turn stopped (restart)")
+                    run = None
+            if run is not None:  # paused: the message answers its open questions, through the tool path
+                for pending in run.record.pending:
+                    await self._claim(pending, by)
+                answers = Answers([(p, ReplyInstead(text)) for p in run.record.pending], by)
+                run.decide(answers)
+                await run.settle(answers)
             else:
                 now = time.time()
                 record = RunRecord(run_id=uuid.uuid4().hex, thread_id=thread_id, user_id=user_id, text=preview(text),
@@ -83,62 +76,43 @@ class Engine:
             run.record.status = "running"
             run.append(UserMessage(content=text, user_id=user_id))
             await run.commit()
-            return await self._drive(run, first_tool)
+            return await self._drive(run)
 
-    async def resume(self, run_id: str, call_id: str, decision: Decision, *, by: str,
-                     on_claimed: Callable[[], Awaitable[None]] | None = None) -> RunOutcome:
-        """A person's answer to one paused call. Exactly one answer per question is ever applied.
+    async def ticket(self, token: str) -> Ticket:
+        """What a question's token opens (the pending call, its run, thread and requester): one store read."""
+        ticket = await self.deps.store.load_ticket(token)
+        if ticket is None:
+            raise NotPending("unknown or expired request")
+        return ticket
 
-        ``on_claimed`` runs as soon as this answer has won the claim, before the call executes
-        (a front end uses it to show "Confirmed by …" at once)."""
-        record = await self._load(run_id)
-        pending = _find(record, call_id)
+    async def answer(self, ticket: Ticket, decision: Decision, *, by: str) -> RunOutcome:
+        """A person's answer to one paused call. Exactly one answer per question is ever applied: the first
+        to claim it; everyone after is told who did (:class:`AlreadyHandled`)."""
+        pending = ticket.pending
         if not isinstance(decision, Expire | CancelRun) and time.time() > pending.expires_at:
             raise InterruptExpired("this request expired")
         self._check_fits(pending, decision)
         await self._claim(pending, by)
-        if on_claimed is not None:
-            try:
-                await on_claimed()
-            except Exception:
-                log.exception("on_claimed hook failed for run %s", run_id)
         try:
-            return await self._apply(record.thread_id, run_id, pending, decision, by)
+            async with self._lease(ticket.thread_id):
+                record = await self._load(ticket.run_id)  # the one read of the run record, under the lease
+                current = next((p for p in record.pending if p.token == pending.token), None)
+                if current is None:
+                    raise NotPending("this call is not waiting for an answer (it may have been handled already)")
+                run = await self._open(record)
+                answers = Answers([(current, decision)], by)
+                run.decide(answers)
+                run.record.status = "running"
+                await run.commit()  # the decision is durable (and shown) before the call runs
+                return await self._drive(run, answers)
         except ThreadBusy:
-            await self.deps.store.release_claim(pending.token)  # nothing happened: the question stays open
+            await self.deps.store.locks.release_claim(pending.token)  # nothing happened: the question stays open
             raise
 
-    async def _apply(self, thread_id: str, run_id: str, pending: PendingCall, decision: Decision,
-                     by: str) -> RunOutcome:
-        async with self._lease(thread_id):
-            record = await self._load(run_id)
-            current = next((p for p in record.pending if p.token == pending.token), None)
-            if current is None:
-                raise AlreadyHandled(by)
-            run = await self._open(record)
-            await run.resolve(current, decision, by=by)
-            if not isinstance(decision, Expire | CancelRun):
-                run.count("resumed")
-            if run.record.pending:
-                fresh = [p for p in run.record.pending if p.call.id == pending.call.id]
-                if fresh:  # the same call asks again (values given, now it needs a confirmation)
-                    return await run.pause(new=fresh)
-                await run.commit()  # other questions of this batch are still open
-                return run.outcome()
-            if isinstance(decision, Expire):
-                answer = f"_The request to run `{pending.call.name}` expired without an answer; nothing was run._"
-                return await run.finish("interrupted", answer)
-            run.record.status = "running"
-            return await self._drive(run)
+    async def resume_token(self, token: str, decision: Decision, *, by: str) -> RunOutcome:
+        return await self.answer(await self.ticket(token), decision, by=by)
 
-    async def resume_token(self, token: str, decision: Decision, *, by: str,
-                           on_claimed: Callable[[], Awaitable[None]] | None = None) -> RunOutcome:
-        found = await self.deps.store.resolve_token(token)
-        if found is None:
-            raise NotPending("unknown or expired request")
-        return await self.resume(found[0], found[1], decision, by=by, on_claimed=on_claimed)
-
-    async def cancel(self, run_id: str) -> RunOutcome | None:
+    async def cancel(self, run_id: str, *, by: str | None = None) -> RunOutcome | None:
         """Stop a run wherever it is; every call id already issued gets a result."""
         local = self._running.get(run_id)
         if local is not None:
@@ -151,11 +125,10 @@ class Engine:
             async with self._lease(record.thread_id):
                 run = await self._open(await self._load(run_id))
                 if run.record.status == "paused":
-                    return await run.cancel()
+                    return await run.cancel(by)
                 return run.outcome()
         if record.status == "running":
-            await self.deps.store.request_cancel(run_id)  # the instance running it polls for this
-            return None
+            await self.deps.store.locks.request_cancel(run_id)  # the instance running it polls for this
         return None
 
     async def expire_due(self, run_id: str, now: float | None = None) -> RunOutcome | None:
@@ -164,8 +137,9 @@ class Engine:
         outcome: RunOutcome | None = None
         for pending in record.pending:
             if pending.expires_at <= (now or time.time()):
+                ticket = Ticket(run_id=run_id, thread_id=record.thread_id, requester=record.user_id, pending=pending)
                 with contextlib.suppress(AlreadyHandled, NotPending):
-                    outcome = await self.resume(run_id, pending.call.id, Expire(), by="expiry")
+                    outcome = await self.answer(ticket, Expire(), by="expiry")
         return outcome
 
     async def repair(self, run_id: str) -> RunOutcome | None:
@@ -174,10 +148,10 @@ class Engine:
         record = await self._load(run_id)
         try:
             async with self._lease(record.thread_id, wait=False):
-                record = await self._load(run_id)
-                if record.status != "running":
+                run = await self._open(await self._load(run_id))
+                if run.record.status != "running":
                     return None
-                run = await self._repair_crashed(record, park=True)
+                await self._repair(run, park=True)
                 return run.outcome()
         except ThreadBusy:
             return None
@@ -186,22 +160,37 @@ class Engine:
         """Repair a run whose worker died (never re-running a started change) and carry on with it."""
         record = await self._load(run_id)
         async with self._lease(record.thread_id, wait=False):
-            record = await self._load(run_id)
-            if record.status in ("finished", "paused"):
-                return Run(self.deps, record, []).outcome()
-            run = await self._repair_crashed(record) if record.status == "running" else await self._open(record)
+            run = await self._open(await self._load(run_id))
+            if run.record.status in ("finished", "paused"):
+                return run.outcome()
+            if run.record.status == "running":
+                await self._repair(run)
             if run.record.pending:
-                return await run.pause()
+                return await run.pause(run.record.pending)
             run.record.status = "running"
             return await self._drive(run)
+
+    async def knows_thread(self, thread_id: str) -> bool:
+        """Whether this thread has had a run (a reply there needs no mention)."""
+        return await self.deps.store.thread_run(thread_id) is not None
 
     async def run_record(self, run_id: str) -> RunRecord:
         return await self._load(run_id)
 
+    async def questions(self, *, expiring_before: float) -> list[Ticket]:
+        """Open questions of paused runs that expire before ``expiring_before`` (for reminders)."""
+        tickets: list[Ticket] = []
+        for run_id in await self.deps.store.runs_due("paused", expiring_before):
+            record = await self.deps.store.load_run(run_id)
+            if record is not None:
+                tickets += [Ticket(run_id=run_id, thread_id=record.thread_id, requester=record.user_id, pending=p)
+                            for p in record.pending]
+        return tickets
+
     # --- the one broad boundary per run ----------------------------------------------------------
 
-    async def _drive(self, run: Run, first_tool: str | None = None) -> RunOutcome:
-        task = asyncio.create_task(self._drive_inner(run, first_tool), name=f"run-{run.id}")
+    async def _drive(self, run: Run, answers: Answers | None = None) -> RunOutcome:
+        task = asyncio.create_task(self._turn(run, answers), name=f"run-{run.id}")
         self._running[run.id] = (run, task)
         if self._watcher is None or self._watcher.done():
             self._watcher = asyncio.create_task(self._watch_cancels(), name="cancel-watcher")
@@ -210,11 +199,19 @@ class Engine:
         finally:
             self._running.pop(run.id, None)
 
-    async def _drive_inner(self, run: Run, first_tool: str | None) -> RunOutcome:
+    async def _turn(self, run: Run, answers: Answers | None) -> RunOutcome:
         try:
             try:
                 async with asyncio.timeout(run.remaining_s()):
-                    return await react_loop(run, first_tool=first_tool)
+                    if answers is not None:
+                        questions = await run.settle(answers)
+                        if questions or run.record.pending:
+                            return await run.pause(questions)  # asked again, or other questions still open
+                        if answers.expired_only:
+                            names = ", ".join(f"`{p.call.name}`" for p, _ in answers.decided)
+                            return await run.finish("interrupted", f"_The request to run {names} expired without "
+                                                                   "an answer; nothing was run._")
+                    return await react_loop(run)
             except TimeoutError:
                 return await run.stop_early("timeout")
         except asyncio.CancelledError:
@@ -243,7 +240,7 @@ class Engine:
             if not running:
                 return
             try:
-                requested = await self.deps.store.cancel_requests(list(running))
+                requested = await self.deps.store.locks.cancel_requests(list(running))
             except StoreError:
                 log.warning("could not poll for cancellations")
                 continue
@@ -258,10 +255,10 @@ class Engine:
     @contextlib.asynccontextmanager
     async def _lease(self, thread_id: str, *, wait: bool = True) -> AsyncIterator[None]:
         """One turn at a time per thread; a crashed worker's lease lapses after ``lease_ttl_ms``."""
-        store, ttl = self.deps.store, self.options.lease_ttl_ms
+        locks, ttl = self.deps.store.locks, self.options.lease_ttl_ms
         owner = f"{self.instance}:{uuid.uuid4().hex[:8]}"
         deadline = time.monotonic() + (self.options.lease_wait_s if wait else 0)
-        while not await store.acquire_lease(thread_id, owner, ttl):
+        while not await locks.acquire_lease(thread_id, owner, ttl):
             if time.monotonic() >= deadline:
                 raise ThreadBusy("this thread is busy with another turn; try again in a moment")
             await asyncio.sleep(0.05)
@@ -270,7 +267,7 @@ class Engine:
             while True:
                 await asyncio.sleep(ttl / 3000)
                 try:
-                    if not await store.renew_lease(thread_id, owner, ttl):
+                    if not await locks.renew_lease(thread_id, owner, ttl):
                         log.error("lost the lease on thread %s", thread_id)
                         return
                 except StoreError as exc:  # the run's own writes will fail loudly; keep trying meanwhile
@@ -282,7 +279,7 @@ class Engine:
         finally:
             renewer.cancel()
             with contextlib.suppress(StoreError):
-                await asyncio.shield(store.release_lease(thread_id, owner))
+                await asyncio.shield(locks.release_lease(thread_id, owner))
 
     async def _load(self, run_id: str) -> RunRecord:
         record = await self.deps.store.load_run(run_id)
@@ -290,9 +287,11 @@ class Engine:
             raise RunNotFound(f"run {run_id} not found (it may have expired)")
         return record
 
-    async def _latest(self, thread_id: str) -> RunRecord | None:
+    async def _unfinished(self, thread_id: str) -> Run | None:
+        """The thread's latest run, opened, unless it finished."""
         run_id = await self.deps.store.thread_run(thread_id)
-        return await self.deps.store.load_run(run_id) if run_id else None
+        record = await self.deps.store.load_run(run_id) if run_id else None
+        return await self._open(record) if record is not None and record.status != "finished" else None
 
     async def _open(self, record: RunRecord) -> Run:
         transcript = await self.deps.store.load_transcript(record.thread_id)
@@ -306,7 +305,7 @@ class Engine:
         return memo
 
     async def _claim(self, pending: PendingCall, by: str) -> None:
-        claim = await self.deps.store.claim(pending.token, by)
+        claim = await self.deps.store.locks.claim(pending.token, by)
         if not claim.won:
             raise AlreadyHandled(claim.holder)
 
@@ -333,33 +332,15 @@ class Engine:
                                      for e in exc.errors(include_url=False)[:5])
                 raise InvalidDecision(f"invalid values: {problems}") from exc
 
-    async def _repair_crashed(self, record: RunRecord, *, park: bool = False) -> Run:
+    async def _repair(self, run: Run, *, park: bool = False) -> None:
         """Answer the calls a dead worker left behind. A started change is never re-run."""
-        run = await self._open(record)
-        journal = await self.deps.store.journal(record.run_id)
-        unknown = "the worker stopped while this change ran; check its effect before retrying"
-        for pending in list(run.record.pending):
-            probe = await self.deps.store.claim(pending.token, "recovery")
-            if probe.won or journal.get(pending.call.id) != "started":
-                await self.deps.store.release_claim(pending.token)  # never ran: the question stays open
-            else:
-                run.record.pending.remove(pending)
-                run.answer(pending.call, "error", "outcome_unknown", unknown)
-        for call in run.dangling_calls():
-            if journal.get(call.id) == "started":
-                run.answer(call, "error", "outcome_unknown", unknown)
-            else:
-                run.answer(call, "cancelled", "interrupted_by_restart", "the worker stopped before this call ran")
+        for pending in run.record.pending:
+            # A click that won its claim but died before deciding must not hold the question for good.
+            await self.deps.store.locks.release_claim(pending.token)
+        await run.answer_dangling("cancelled", "interrupted_by_restart", "the worker stopped before this call ran")
         if run.record.pending:
             run.record.status = "paused"
         elif park:
             run.record.status = "stalled"
+            run.emit(RunStalled, step=run.record.step)
         await run.commit()
-        return run
-
-
-def _find(record: RunRecord, call_id: str) -> PendingCall:
-    for pending in record.pending:
-        if pending.call.id == call_id:
-            return pending
-    raise NotPending("this call is not waiting for an answer (it may have been handled already)")

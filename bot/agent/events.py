@@ -1,4 +1,4 @@
-"""Typed events the loop emits, in order, each exactly once per run.
+"""Typed events the loop emits, in order, each exactly once per run, and the bus that carries them.
 
 ``seq`` is per run and continues across pause and resume, so a subscriber can
 detect (and a resumed run never produces) a repeated event.
@@ -6,12 +6,15 @@ detect (and a resumed run never produces) a repeated event.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from bot.agent.decisions import DecisionKind
 from core.stops import StopReason
 
 log = logging.getLogger(__name__)
@@ -80,6 +83,25 @@ class LoopInterrupt(_Event):
     pending: tuple[PendingView, ...]
 
 
+class CallDecided(_Event):
+    """A person (or the clock, or Stop) answered a paused call; published before the call runs."""
+
+    type: Literal["call_decided"] = "call_decided"
+    call_id: str
+    tool: str
+    token: str
+    decision: DecisionKind
+    by: str | None
+    at: float
+
+
+class RunStalled(_Event):
+    """The worker running this turn died; the run was repaired and waits for someone to resume it."""
+
+    type: Literal["run_stalled"] = "run_stalled"
+    step: int
+
+
 class RunFinished(_Event):
     type: Literal["run_finished"] = "run_finished"
     stop_reason: StopReason
@@ -88,24 +110,82 @@ class RunFinished(_Event):
 
 
 Event = Annotated[
-    RunStarted | ModelStep | ToolCallEvent | ToolResultEvent | LoopInterrupt | RunFinished,
+    RunStarted | ModelStep | ToolCallEvent | ToolResultEvent | LoopInterrupt | CallDecided | RunStalled | RunFinished,
     Field(discriminator="type"),
 ]
 EventSink = Callable[[Event], Awaitable[None]]
+Listener = Callable[[Event], None]
 
 
 class EventBus:
-    """Fans events out to subscribers; a failing subscriber is logged, never fatal to the run."""
+    """Carries a run's events out of the run's own task.
 
-    def __init__(self, subscribers: Sequence[EventSink] = ()) -> None:
-        self._subscribers = list(subscribers)
+    * **listeners** (plain functions: counters, recorders; they must not do I/O) are called inline, in order;
+    * **subscribers** (coroutines: Slack rendering, the terminal) get each run's events in order from a
+      queue per run, in a task of their own — so a slow front end never slows a run, and no front-end
+      call is ever made while the run holds its thread's lease.
+
+    A failing listener or subscriber is logged, never fatal to the run.
+    """
+
+    def __init__(self) -> None:
+        self._listeners: list[Listener] = []
+        self._subscribers: list[_Deliveries] = []
+
+    def listen(self, listener: Listener) -> None:
+        self._listeners.append(listener)
 
     def subscribe(self, sink: EventSink) -> None:
-        self._subscribers.append(sink)
+        self._subscribers.append(_Deliveries(sink))
 
-    async def publish(self, event: Event) -> None:
-        for sink in self._subscribers:
+    def publish(self, event: Event) -> None:
+        for listener in self._listeners:
             try:
-                await sink(event)
+                listener(event)
             except Exception:
-                log.exception("event subscriber failed on %s (run %s)", event.type, event.run_id)
+                log.exception("event listener failed on %s (run %s)", event.type, event.run_id)
+        for deliveries in self._subscribers:
+            deliveries.put(event)
+
+    def busy(self) -> bool:
+        """Whether some subscriber still has events to handle."""
+        return any(d.tasks() for d in self._subscribers)
+
+    async def drain(self) -> None:
+        """Wait until every subscriber has handled every event published so far (tests, shutdown, the chat)."""
+        while tasks := [t for d in self._subscribers for t in d.tasks()]:
+            await asyncio.wait(tasks)
+
+
+class _Deliveries:
+    """One subscriber's queues: one per run with events in flight, each drained by its own task."""
+
+    def __init__(self, sink: EventSink) -> None:
+        self.sink = sink
+        self._queues: dict[str, deque[Event]] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    def tasks(self) -> list[asyncio.Task[None]]:
+        return list(self._tasks.values())
+
+    def put(self, event: Event) -> None:
+        queue = self._queues.get(event.run_id)
+        if queue is None:
+            queue = self._queues[event.run_id] = deque()
+            self._tasks[event.run_id] = asyncio.create_task(self._deliver(event.run_id, queue),
+                                                            name=f"events-{event.run_id[:8]}")
+        queue.append(event)
+
+    async def _deliver(self, run_id: str, queue: deque[Event]) -> None:
+        try:
+            while queue:
+                event = queue.popleft()
+                try:
+                    await self.sink(event)
+                except Exception:
+                    log.exception("event subscriber failed on %s (run %s)", event.type, event.run_id)
+        finally:
+            # Nothing awaits between the empty check and here, so no event can slip in unseen.
+            del self._queues[run_id], self._tasks[run_id]
+
+

@@ -7,9 +7,8 @@
         Observation  write every result back, in call order            -> run.observe()
         asked?       the whole batch is saved first, then we pause     -> run.pause() (loop_interrupt)
 
-``first_tool`` makes the first step a serial step (``serialStep``): the model sees
-only that tool and must call it; any other call it still makes is answered
-``skipped_in_serial_step``.
+A person's answer re-enters here through the same act/observe path (``Run.settle``), then the loop
+continues as if the call had just returned.
 """
 
 from __future__ import annotations
@@ -17,16 +16,13 @@ from __future__ import annotations
 from bot.agent.run import Run, RunOutcome
 
 
-async def react_loop(run: Run, *, first_tool: str | None = None) -> RunOutcome:
-    serial = first_tool
+async def react_loop(run: Run) -> RunOutcome:
     while True:
         if (limit := run.limit_reached()) is not None:
             return await run.stop_early(limit)
-        assistant = await run.think(only=serial)
+        assistant = await run.think()
         if not assistant.tool_calls:
             return await run.finish("final_answer", assistant.content)
-        observations = await run.act(assistant, allowed={serial} if serial else None)
-        await run.observe(observations)
-        if run.record.pending:
-            return await run.pause()
-        serial = None
+        batch = await run.act(assistant.tool_calls, stated_reason=assistant.content)
+        if questions := await run.observe(batch):
+            return await run.pause(questions)

@@ -1,7 +1,9 @@
 """One run's mutable state and the steps the loop is made of: think, act, observe, pause, finish.
 
 Read-only dependencies (:class:`RunDeps`) are kept apart from the state (:class:`Run`),
-which is persisted as a :class:`state.RunRecord` plus append-only transcript and trace.
+which is persisted as a :class:`state.RunRecord` plus the thread's append-only transcript.
+A person's answer to a paused call goes through the same ``act`` → ``observe`` path as the
+model's calls (:meth:`Run.settle`).
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ import logging
 import secrets
 import time
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bot.agent.decisions import CancelRun, Confirm, Decision, Decline, Expire, ProvideParams, ReplyInstead
+from bot.agent.decisions import Answers, CancelRun
 from bot.agent.events import (
+    CallDecided,
     Event,
     EventBus,
     LoopInterrupt,
@@ -44,12 +47,13 @@ from core.messages import (
 )
 from core.stops import STOP_WORDING, StopReason
 from state.records import CallTrace, FinishTrace, PendingCall, RunRecord, StepTrace
-from state.store import JournalAdapter, Store, Write
+from state.store import Store, Write
 from tools.registry import Registry, ToolContext
-from tools.runtime import Observation, execute_batch, execute_one
+from tools.runtime import Batch, Observation, ToolDecision, execute_batch
 
 log = logging.getLogger(__name__)
 
+OUTCOME_UNKNOWN = "the change was started and may or may not have completed; check its effect before retrying"
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,7 @@ class RunOutcome:
     run_id: str
     thread_id: str
     status: str
-    stop_reason: str | None
+    stop_reason: StopReason | None
     answer: str
     pending: tuple[PendingView, ...] = ()
 
@@ -118,7 +122,6 @@ class Run:
         self._finished_calls: dict[str, Observation] = {}
         self._answer = ""
         self._segment_start = time.monotonic()
-        self._journal = JournalAdapter(deps.store)
         # Kept as the transcript grows, so a step costs the same early and late in a long thread.
         self.memo = memo if memo is not None and len(memo.sizes) <= len(transcript) else ThreadMemo([])
         self._committed_status: str | None = None
@@ -171,10 +174,10 @@ class Run:
                                        seq=self.record.event_seq, **fields))
         self.record.event_seq += 1
 
-    async def flush_events(self) -> None:
+    def flush_events(self) -> None:
         outbox, self._outbox = self._outbox, []
         for event in outbox:
-            await self.deps.bus.publish(event)
+            self.deps.bus.publish(event)
 
     async def commit(self) -> None:
         """Persist what this run added since the last commit in one atomic write, then publish events."""
@@ -189,22 +192,21 @@ class Run:
         ))
         self._committed_status = self.record.status
         self._messages, self._counters, self._tokens, self._audit = [], Counter(), [], []
-        await self.flush_events()
+        self.flush_events()
 
     def outcome(self) -> RunOutcome:
         r = self.record
         return RunOutcome(r.run_id, r.thread_id, r.status, r.stop_reason, self._answer or r.answer,
                           tuple(pending_view(p) for p in r.pending))
 
-    def _ctx(self, call: ToolCall, confirmed_by: str | None = None) -> ToolContext:
+    def _ctx(self, call: ToolCall, confirmed_by: str | None) -> ToolContext:
         return ToolContext(run_id=self.id, thread_id=self.record.thread_id, user_id=self.record.user_id,
                            call_id=call.id, confirmed_by=confirmed_by)
 
     # --- Thought -------------------------------------------------------------------------------
 
-    async def complete(self, tool_choice: ToolChoice, only: str | None = None,
-                       instruction: str | None = None) -> Completion:
-        tools = self.deps.registry.definitions(only=[only] if only else None)
+    async def complete(self, tool_choice: ToolChoice, instruction: str | None = None) -> Completion:
+        tools = self.deps.registry.definitions()
         budget = self.deps.context_budget_tokens
         for attempt in range(2):
             messages: list[Message] = [SystemMessage(content=self.deps.system_prompt), *self._context(budget)]
@@ -218,10 +220,10 @@ class Run:
                 budget //= 2  # our token estimate was too generous for this model: try once with less
         raise AssertionError("unreachable")
 
-    async def think(self, only: str | None = None) -> AssistantMessage:
+    async def think(self) -> AssistantMessage:
         """One model call. Its reply (and the calls it asks for) is durable before any call runs."""
         self.record.step += 1
-        completion = await self.complete(ToolChoice("tool", only) if only else AUTO, only=only)
+        completion = await self.complete(AUTO)
         assistant = completion.message
         self.append(assistant)
         self.record.trace.append(StepTrace(
@@ -239,46 +241,48 @@ class Run:
 
     # --- Action --------------------------------------------------------------------------------
 
-    async def act(self, assistant: AssistantMessage, allowed: Collection[str] | None = None) -> list[Observation]:
-        for call in assistant.tool_calls:
-            spec = self.deps.registry.get(call.name)
-            self.emit(ToolCallEvent, step=self.record.step, call_id=call.id, tool=call.name,
-                      arguments=call.arguments, mutating=bool(spec and spec.mutating))
-        await self.flush_events()
-        return await execute_batch(
-            assistant.tool_calls, registry=self.deps.registry, make_ctx=self._ctx, journal=self._journal,
-            allowed=allowed, stated_reason=assistant.content, on_observation=self._announce,
-        )
+    async def act(self, calls: Sequence[ToolCall], *, decisions: Mapping[str, ToolDecision] | None = None,
+                  stated_reason: str = "") -> Batch:
+        """Run a batch: the model's new calls, or calls a person has just decided (announced when proposed)."""
+        for call in calls:
+            if decisions is None or call.id not in decisions:
+                spec = self.deps.registry.get(call.name)
+                self.emit(ToolCallEvent, step=self.record.step, call_id=call.id, tool=call.name,
+                          arguments=call.arguments, mutating=bool(spec and spec.mutating))
+        self.flush_events()
+        return await execute_batch(calls, registry=self.deps.registry, make_ctx=self._ctx,
+                                   journal=self.deps.store.journal, decisions=decisions,
+                                   stated_reason=stated_reason, on_observation=self._announce)
 
-    async def _announce(self, obs: Observation) -> None:
+    def _announce(self, obs: Observation) -> None:
         self._finished_calls[obs.call.id] = obs
         if obs.result is not None:
             self.emit(ToolResultEvent, step=self.record.step, call_id=obs.call.id, tool=obs.call.name,
                       status=obs.result.status, error_code=obs.result.error_code,
                       summary=one_line_summary(obs.result.content), latency_ms=round(obs.latency_ms, 2))
-            await self.flush_events()
+            self.flush_events()
 
     # --- Observation ---------------------------------------------------------------------------
 
-    async def observe(self, observations: Sequence[Observation], step: int | None = None,
-                      approved_by: str | None = None) -> None:
-        """Write one result per call id (or park it as pending), update the limit counters, commit."""
+    async def observe(self, batch: Batch, step: int | None = None,
+                      approvals: Mapping[str, str] | None = None) -> list[PendingCall]:
+        """Write one result per call id (or park it as a question), update the limit counters, commit.
+        Returns the questions this batch raised: the loop pauses on them."""
         step = step or self.record.step
         keep = self.deps.limits.identical_call_limit * 2
-        for obs in observations:
+        questions: list[PendingCall] = []
+        for obs in batch.observations:
             call = obs.call
             self._finished_calls.pop(call.id, None)
             digest = call_digest(call.name, obs.arguments or call.arguments)
             if obs.result is None:
                 assert obs.interrupt is not None
                 now = time.time()
-                pending = PendingCall(
+                questions.append(PendingCall(
                     call=call, token=secrets.token_urlsafe(24), interrupt_type=obs.interrupt.interrupt_type,
                     reason=obs.interrupt.reason, payload=obs.interrupt.payload, arguments=obs.arguments,
                     step=step, created_at=now, expires_at=now + self.deps.interrupt_ttl_s,
-                )
-                self.record.pending.append(pending)
-                self._tokens.append(pending.token)
+                ))
                 self.count("interrupts")
                 status, code = "interrupted", None
             else:
@@ -290,32 +294,55 @@ class Run:
                 elif status == "ok":
                     self.record.fail_streak = 0
                 self.record.recent_calls = [*self.record.recent_calls, digest][-keep:]
-                self._audit_change(obs, approved_by)
+                self._audit_change(call, obs.arguments, obs.result, (approvals or {}).get(call.id))
             self.count("tool_calls")
             self.record.trace.append(CallTrace(step=step, call_id=call.id, tool=call.name, args_digest=digest,
-                                         status=status, error_code=code, latency_ms=round(obs.latency_ms, 2)))
+                                               status=status, error_code=code, latency_ms=round(obs.latency_ms, 2)))
+        self.record.pending.extend(questions)
+        self._tokens.extend(q.token for q in questions)
         await self.commit()
+        return questions
 
-    def _audit_change(self, obs: Observation, approved_by: str | None) -> None:
-        """Every change that was decided (run, failed, declined, expired) goes to the audit stream."""
-        spec = self.deps.registry.get(obs.call.name)
-        if spec is None or not spec.mutating or obs.result is None or obs.result.status == "skipped":
+    def _audit_change(self, call: ToolCall, arguments: dict[str, Any], result: ToolResultMessage,
+                      approved_by: str | None) -> None:
+        """Every change that was decided (run, failed, declined, expired, unknown) goes to the audit stream."""
+        spec = self.deps.registry.get(call.name)
+        if spec is None or not spec.mutating or result.status == "skipped":
             return
         self._audit.append({
             "at": f"{time.time():.3f}", "run_id": self.id, "thread_id": self.record.thread_id,
-            "call_id": obs.call.id, "tool": obs.call.name,
-            "arguments": json.dumps(obs.arguments or obs.call.arguments, ensure_ascii=False, sort_keys=True),
+            "call_id": call.id, "tool": call.name,
+            "arguments": json.dumps(arguments or call.arguments, ensure_ascii=False, sort_keys=True),
             "requested_by": self.record.user_id or "", "approved_by": approved_by or "",
-            "status": obs.result.status, "error_code": obs.result.error_code or "",
-            "result": obs.result.content[:500],
+            "status": result.status, "error_code": result.error_code or "", "result": result.content[:500],
         })
+
+    # --- a person's answers --------------------------------------------------------------------
+
+    def decide(self, answers: Answers) -> None:
+        """Take the decided calls off the open questions and say so; the next batch runs them."""
+        decided = {p.token for p, _ in answers.decided}
+        self.record.pending = [p for p in self.record.pending if p.token not in decided]
+        for pending, decision in answers.decided:
+            self.emit(CallDecided, call_id=pending.call.id, tool=pending.call.name, token=pending.token,
+                      decision=decision.kind, by=answers.by, at=time.time())
+        self.count("resumed", sum(1 for _, d in answers.decided if d.kind not in ("expired", "cancelled")))
+
+    async def settle(self, answers: Answers) -> list[PendingCall]:
+        """Run the decided calls through the batch path; returns any question they raise in turn."""
+        calls = [p.call for p, _ in answers.decided]
+        decisions = {p.call.id: d.for_tool(p, answers.by) for p, d in answers.decided}
+        approvals = {p.call.id: answers.by for p, d in answers.decided if d.kind == "confirmed"}
+        batch = await self.act(calls, decisions=decisions)
+        return await self.observe(batch, step=answers.decided[0][0].step, approvals=approvals)
 
     # --- leaving the loop ----------------------------------------------------------------------
 
-    async def pause(self, new: Sequence[PendingCall] | None = None) -> RunOutcome:
+    async def pause(self, questions: Sequence[PendingCall]) -> RunOutcome:
+        """Wait for people. Only new questions are announced; older ones of the batch are still on screen."""
         self.record.status = "paused"
-        shown = self.record.pending if new is None else new
-        self.emit(LoopInterrupt, step=self.record.step, pending=tuple(pending_view(p) for p in shown))
+        if questions:
+            self.emit(LoopInterrupt, step=self.record.step, pending=tuple(pending_view(p) for p in questions))
         await self.commit()
         return self.outcome()
 
@@ -324,8 +351,7 @@ class Run:
         # The record keeps a preview; the whole answer is the transcript's last message.
         r.status, r.stop_reason, r.answer = "finished", reason, preview(answer)
         self._answer = answer
-        self.record.trace.append(FinishTrace(stop_reason=reason, steps=r.step,
-                                             active_ms=round(self.active_s() * 1000, 1)))
+        r.trace.append(FinishTrace(stop_reason=reason, steps=r.step, active_ms=round(self.active_s() * 1000, 1)))
         self.count(f"stop:{reason}")
         self.emit(RunFinished, stop_reason=reason, steps=r.step, answer=answer)
         await self.commit()
@@ -334,7 +360,7 @@ class Run:
     async def stop_early(self, reason: StopReason) -> RunOutcome:
         """A limit stopped the run: every call still gets its result, the user still gets a summary."""
         because = STOP_WORDING[reason].because
-        self.answer_dangling("cancelled", reason, f"not finished: the run stopped because {because}")
+        await self.answer_dangling("cancelled", reason, f"not finished: the run stopped because {because}")
         note = f"_Stopped early: {because}._"
         try:
             async with asyncio.timeout(self.deps.summary_timeout_s):
@@ -349,15 +375,17 @@ class Run:
 
     async def fail(self, reason: StopReason, public: str) -> RunOutcome:
         """The model (or our code) failed: no more model calls, a plain readable answer."""
-        self.answer_dangling("cancelled", reason, f"not finished: {public}")
+        await self.answer_dangling("cancelled", reason, f"not finished: {public}")
         answer = f"_I could not finish: {public}._\n\n{self.plain_summary()}"
         self.append(AssistantMessage(content=answer))
         return await self.finish(reason, answer)
 
-    async def cancel(self) -> RunOutcome:
-        self.answer_dangling("cancelled", "cancelled", "cancelled by the user before it finished")
-        for pending in list(self.record.pending):
-            await self.resolve(pending, CancelRun(), by="cancel", commit=False)
+    async def cancel(self, by: str | None = None) -> RunOutcome:
+        await self.answer_dangling("cancelled", "cancelled", "cancelled by the user before it finished")
+        if self.record.pending:
+            answers = Answers([(p, CancelRun()) for p in self.record.pending], by or "cancel")
+            self.decide(answers)
+            await self.settle(answers)
         answer = f"_Stopped at your request._\n\n{self.plain_summary()}"
         self.append(AssistantMessage(content=answer))
         return await self.finish("cancelled", answer)
@@ -371,17 +399,28 @@ class Run:
                 return [c for c in m.tool_calls if c.id not in answered and c.id not in waiting]
         return []
 
-    def answer_dangling(self, status: ResultStatus, code: str, message: str) -> None:
-        for call in self.dangling_calls():
+    async def answer_dangling(self, status: ResultStatus, code: str, message: str) -> None:
+        """Every call left without a result gets one. A change the journal shows as started may have run:
+        it is answered ``outcome_unknown``, never as if nothing happened."""
+        dangling = self.dangling_calls()
+        if any((spec := self.deps.registry.get(c.name)) is None or spec.mutating for c in dangling):
+            journaled = await self.deps.store.journal.states(self.id)
+        else:
+            journaled = {}
+        for call in dangling:
             finished = self._finished_calls.pop(call.id, None)
             if finished is not None and finished.result is not None:
                 self.append(finished.result)  # it completed before the batch was interrupted
+            elif call.id in journaled:
+                self.answer(call, "error", "outcome_unknown", OUTCOME_UNKNOWN)
             else:
                 self.answer(call, status, code, message)
 
     def answer(self, call: ToolCall, status: ResultStatus, code: str, message: str) -> None:
         """Write a synthetic result for a call that did not (or may not have) run."""
-        self.append(error_result(call, code, message, status=status))
+        result = error_result(call, code, message, status=status)
+        self.append(result)
+        self._audit_change(call, call.arguments, result, None)
         self.emit(ToolResultEvent, step=self.record.step, call_id=call.id, tool=call.name, status=status,
                   error_code=code, summary=message, latency_ms=0.0)
 
@@ -394,34 +433,3 @@ class Run:
                 lines.append(f"• `{m.name}`: {outcome}")
         done = "\n".join(lines[-10:]) if lines else "• no tool calls completed"
         return f"What ran:\n{done}\nAsk me to continue, or narrow the question."
-
-    # --- resume --------------------------------------------------------------------------------
-
-    async def resolve(self, pending: PendingCall, decision: Decision, by: str, *, commit: bool = True) -> None:
-        """Answer one pending call: run it (confirm, params) or write why it did not run."""
-        self.record.pending = [p for p in self.record.pending if p.token != pending.token]
-        call = pending.call
-        if isinstance(decision, Confirm):
-            obs = await execute_one(call, registry=self.deps.registry, ctx=self._ctx(call, confirmed_by=by),
-                                    journal=self._journal, override_args=pending.arguments)
-        elif isinstance(decision, ProvideParams):
-            obs = await execute_one(call, registry=self.deps.registry, ctx=self._ctx(call),
-                                    journal=self._journal, override_args={**pending.arguments, **decision.values})
-        elif isinstance(decision, Decline):
-            why = f": {decision.reason}" if decision.reason else ""
-            obs = Observation(call, error_result(call, "declined_by_user", f"{by} declined this call{why}"))
-        elif isinstance(decision, ReplyInstead):
-            obs = Observation(call, error_result(call, "user_replied_instead",
-                                                 f"the user replied instead: {decision.text[:500]}",
-                                                 status="cancelled"))
-        elif isinstance(decision, Expire):
-            obs = Observation(call, error_result(call, "expired", "nobody answered in time; nothing was run",
-                                                 status="expired"))
-        else:
-            obs = Observation(call, error_result(call, "cancelled", "the run was stopped; nothing was run",
-                                                 status="cancelled"))
-        await self._announce(obs)
-        if commit:
-            await self.observe([obs], step=pending.step, approved_by=by if isinstance(decision, Confirm) else None)
-        elif obs.result is not None:
-            self.append(obs.result)

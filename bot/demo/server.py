@@ -71,13 +71,12 @@ class Demo:
         app.router.add_post("/demo/click", self.click)
         server = await LocalServer(app, port=self.port).start()
         self.port = server.port
-        self.service.sweeper.start()
+        self.service.start()
         return server
 
     async def close(self) -> None:
         if self.service is not None:
-            self.service.sweeper.stop()
-            await self.service.surface.drain(5)
+            await self.service.stop(5)
             await self.service.core.store.close()
 
     # --- the page and its live feed ---------------------------------------------------------------------

@@ -15,37 +15,37 @@ from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.slack.inbound import Inbound
 from bot.slack.metrics import Metrics
-from bot.slack.surface import SlackSurface
 from state import StoreError
 from state.store import Store
 
 log = logging.getLogger(__name__)
 
 
-def build_bolt_app(*, client: AsyncWebClient, signing_secret: str, surface: SlackSurface) -> AsyncApp:
+def build_bolt_app(*, client: AsyncWebClient, signing_secret: str, inbound: Inbound) -> AsyncApp:
     app = AsyncApp(client=client, signing_secret=signing_secret, process_before_response=False,
                    logger=logging.getLogger("opspilot.bolt"))
 
     @app.event("app_mention")
     async def on_mention(event: dict[str, Any], body: dict[str, Any], context: dict[str, Any]) -> None:
-        surface.spawn(surface.on_message(event, body.get("event_id"), mentioned=True,
+        inbound.spawn(inbound.on_message(event, body.get("event_id"), mentioned=True,
                                          bot_user_id=context.get("bot_user_id")), name="mention")
 
     @app.event("message")
     async def on_message(event: dict[str, Any], body: dict[str, Any], context: dict[str, Any]) -> None:
-        surface.spawn(surface.on_message(event, body.get("event_id"), mentioned=False,
+        inbound.spawn(inbound.on_message(event, body.get("event_id"), mentioned=False,
                                          bot_user_id=context.get("bot_user_id")), name="message")
 
     @app.command("/opspilot")
     async def on_command(ack: AsyncAck, command: dict[str, Any]) -> None:
         await ack()
-        surface.spawn(surface.on_command(command), name="command")
+        inbound.spawn(inbound.on_command(command), name="command")
 
     @app.action(re.compile(r"^opspilot_"))
     async def on_action(ack: AsyncAck, body: dict[str, Any], action: dict[str, Any]) -> None:
         await ack()
-        surface.spawn(surface.on_action(body, action), name=f"action-{action.get('action_id')}")
+        inbound.spawn(inbound.on_action(body, action), name=f"action-{action.get('action_id')}")
 
     @app.action(re.compile(r"^value$"))
     async def on_select(ack: AsyncAck) -> None:

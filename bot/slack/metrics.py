@@ -38,8 +38,8 @@ class Metrics:
     def value(self, name: str, **labels: str) -> int:
         return self.counters[(name, tuple(sorted(labels.items())))]
 
-    async def observe(self, event: Event) -> None:
-        """Subscribed to the engine's events."""
+    def observe(self, event: Event) -> None:
+        """Listens to the engine's events (inline: counting does no I/O)."""
         if event.type == "run_started":
             self.inc("opspilot_runs_total")
         elif event.type == "model_step":

@@ -12,22 +12,20 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.blocks import fallback_text, progress_blocks
+from bot.slack.meta import RUN
 from bot.slack.metrics import Metrics, slack_error
 from bot.slack.pacer import Pacer
-from state.store import Store
+from state.store import MetaStore
 
 log = logging.getLogger(__name__)
-
-META = "slack-run"
-
 
 class ProgressMessage:
     """One message, edited as the run advances: at most one edit per ``interval_s``."""
 
-    def __init__(self, *, client: AsyncWebClient, store: Store, metrics: Metrics, channel: str, ts: str,
+    def __init__(self, *, client: AsyncWebClient, meta: MetaStore, metrics: Metrics, channel: str, ts: str,
                  state: dict[str, Any], interval_s: float, pacer: Pacer | None = None) -> None:
         self.client = client
-        self.store = store
+        self.meta = meta
         self.metrics = metrics
         self.channel = channel
         self.ts = ts
@@ -78,7 +76,7 @@ class ProgressMessage:
                     log.warning("progress edit of %s failed: %s", self.ts, slack_error(exc))
                     if attempt + 1 < attempts:
                         await asyncio.sleep(0.5 * (attempt + 1))
-            await self.store.put_meta(META, self.run_id, {"progress": json.dumps(snapshot, ensure_ascii=False)})
+            await self.meta.put(RUN, self.run_id, {"progress": json.dumps(snapshot, ensure_ascii=False)})
 
     async def close(self) -> None:
         """Write the final state, after any edit in flight, retrying a failed final edit."""

@@ -15,9 +15,12 @@ from bot.assembly import Assembly, assemble
 from bot.config import ConfigError, Settings
 from bot.slack.access import AccessPolicy
 from bot.slack.app import build_bolt_app, web_routes
+from bot.slack.inbound import Inbound
 from bot.slack.metrics import Metrics, retry_handlers
-from bot.slack.scheduler import Sweeper
-from bot.slack.surface import SlackSurface
+from bot.slack.pacer import Pacer
+from bot.slack.poster import Poster
+from bot.slack.reminders import Reminders
+from bot.slack.render import Renderer
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +29,9 @@ log = logging.getLogger(__name__)
 class SlackService:
     core: Assembly
     client: AsyncWebClient
-    surface: SlackSurface
-    sweeper: Sweeper
+    inbound: Inbound
+    renderer: Renderer
+    reminders: Reminders
     bolt: AsyncApp
     routes: list[web.RouteDef]
     metrics: Metrics
@@ -37,6 +41,25 @@ class SlackService:
         app = web.Application()
         app.router.add_routes(self.routes)
         return app
+
+    def start(self) -> None:
+        """The periodic duties: the engine's sweeps and Slack's reminders."""
+        self.core.sweeps.start()
+        self.reminders.start()
+
+    async def stop(self, timeout_s: float = 10.0) -> None:
+        self.reminders.stop()
+        await self.core.sweeps.stop()
+        await self.drain(timeout_s)
+
+    def busy(self) -> bool:
+        return self.inbound.busy() or self.core.bus.busy()
+
+    async def drain(self, timeout_s: float = 30.0) -> None:
+        """Wait for acknowledged work, then for every engine event to be rendered."""
+        await self.inbound.drain(timeout_s)
+        await asyncio.wait_for(self.core.bus.drain(), timeout_s)
+        await self.renderer.drain()
 
 
 async def build_service(settings: Settings, *, socket_mode: bool = False, fallback_store: bool = False,
@@ -49,17 +72,20 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
         raise ConfigError("SLACK_SIGNING_SECRET is not set: HTTP mode verifies every request's signature")
     core = core or await assemble(settings, fallback_store=fallback_store)
     metrics = Metrics()
-    core.bus.subscribe(metrics.observe)
+    core.bus.listen(metrics.observe)
     api_url = slack.api_url if slack.api_url.endswith("/") else slack.api_url + "/"
     client = AsyncWebClient(token=slack.bot_token, base_url=api_url, retry_handlers=retry_handlers(metrics))
-    surface = SlackSurface(engine=core.engine, store=core.store, client=client,
-                           access=AccessPolicy(slack, client), config=slack, metrics=metrics,
-                           model_label=core.model.label, scripted=core.model.scripted)
-    core.bus.subscribe(surface)
+    poster = Poster(client, Pacer(posts_per_second=slack.posts_per_second,
+                                  updates_per_minute=slack.updates_per_minute), metrics)
+    inbound = Inbound(engine=core.engine, meta=core.meta, poster=poster, access=AccessPolicy(slack, client))
+    renderer = Renderer(poster=poster, meta=core.meta, reports=core.reports, config=slack,
+                        model_note=f"model: {core.model.label}" if core.model.scripted else "")
+    core.bus.subscribe(renderer)
+    reminders = Reminders(engine=core.engine, meta=core.meta, poster=poster, config=slack,
+                          interval_s=settings.sweeps.interval_s)
     # Socket Mode carries no signatures; Bolt still wants a secret string.
-    bolt = build_bolt_app(client=client, signing_secret=slack.signing_secret or "socket-mode", surface=surface)
-    return SlackService(core, client, surface, Sweeper(engine=core.engine, store=core.store, surface=surface,
-                                                       config=slack), bolt,
+    bolt = build_bolt_app(client=client, signing_secret=slack.signing_secret or "socket-mode", inbound=inbound)
+    return SlackService(core, client, inbound, renderer, reminders, bolt,
                         web_routes(bolt=bolt, store=core.store, metrics=metrics), metrics)
 
 
@@ -71,7 +97,7 @@ def socket_mode_handler(service: SlackService, app_token: str) -> AsyncSocketMod
 async def serve(settings: Settings) -> int:
     socket_mode = bool(settings.slack.app_token)
     service = await build_service(settings, socket_mode=socket_mode)
-    service.sweeper.start()
+    service.start()
     runner = web.AppRunner(service.web_app)
     await runner.setup()
     await web.TCPSite(runner, "0.0.0.0", settings.slack.port).start()
@@ -84,8 +110,7 @@ async def serve(settings: Settings) -> int:
             await handler.connect_async()  # type: ignore[no-untyped-call]
         await asyncio.Event().wait()
     finally:
-        service.sweeper.stop()
-        await service.surface.drain(10)
+        await service.stop()
         await runner.cleanup()
         await service.core.store.close()
     return 0

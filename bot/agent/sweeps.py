@@ -1,0 +1,74 @@
+"""The engine's periodic duties: expire unanswered questions and repair runs whose worker died.
+
+Whatever process hosts an engine runs them (``serve``, ``demo``, ``chat``). Every instance ticks;
+a once-per-tick lock in the store makes each tick's sweep run on one instance only. Front ends
+learn what a sweep did from the engine's events (a closed question, a stalled run), not from here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from bot.agent.engine import Engine
+from bot.agent.errors import EngineError
+from state.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+
+class Sweeps:
+    def __init__(self, engine: Engine, *, interval_s: float = 15.0, stale_after_s: float = 45.0) -> None:
+        self.engine = engine
+        self.interval_s = interval_s
+        self.stale_after_s = stale_after_s
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._forever(), name="engine-sweeps")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await self.tick()
+            except Exception:  # one bad tick must not end the sweeps
+                log.exception("engine sweep failed")
+
+    async def tick(self) -> bool:
+        """One sweep, if this instance is the first to claim this interval's slot."""
+        slot = int(time.time() // self.interval_s)
+        try:
+            if not await self.engine.deps.store.locks.once(f"sweep:{slot}", int(self.interval_s) + 5):
+                return False
+            await self.sweep()
+        except StoreError as exc:
+            log.warning("sweep skipped: %s", exc)
+        return True
+
+    async def sweep(self, now: float | None = None) -> None:
+        now = now or time.time()
+        store = self.engine.deps.store
+        for run_id in await store.runs_due("paused", now):
+            try:
+                await self.engine.expire_due(run_id, now)
+            except EngineError as exc:
+                log.warning("expiring run %s: %s", run_id, exc)
+        for run_id in await store.runs_due("active", now - self.stale_after_s):
+            try:
+                outcome = await self.engine.repair(run_id)
+            except EngineError as exc:
+                log.warning("repairing run %s: %s", run_id, exc)
+                continue
+            if outcome is not None and outcome.status == "stalled":
+                log.warning("run %s lost its worker; repaired and waiting for Resume", run_id)

@@ -1,0 +1,15 @@
+"""Where things are in Slack, kept in the front end's metadata store (each a small hash with the thread's TTL).
+
+    slack-thread  engine thread id → channel, thread_ts           (written when a conversation starts)
+    slack-run     run id → channel, ts of its progress message, its rendered state
+    slack-card    question token → channel, ts of its card, summary, decided (the final wording, once)
+"""
+
+from __future__ import annotations
+
+THREAD, RUN, CARD = "slack-thread", "slack-run", "slack-card"
+
+
+def thread_key(channel: str, thread_ts: str) -> str:
+    """The engine's thread id for a Slack thread."""
+    return f"slack:{channel}:{thread_ts}"

@@ -1,0 +1,71 @@
+"""Slack's own periodic duty: remind the requester shortly before a question expires.
+
+Expiry and recovery themselves are engine sweeps (:mod:`bot.agent.sweeps`); this only speaks.
+Every instance schedules it (APScheduler); a once-per-tick lock makes each tick fire on one instance,
+and a first-time marker per question makes each reminder go out once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from bot.agent.engine import Engine
+from bot.config import SlackConfig
+from bot.slack.meta import THREAD
+from bot.slack.poster import Poster
+from state import StoreError
+from state.store import MetaStore
+
+log = logging.getLogger(__name__)
+
+
+class Reminders:
+    def __init__(self, *, engine: Engine, meta: MetaStore, poster: Poster, config: SlackConfig,
+                 interval_s: float) -> None:
+        self.engine = engine
+        self.meta = meta
+        self.poster = poster
+        self.config = config
+        self.interval_s = interval_s
+        self._scheduler: AsyncIOScheduler | None = None
+
+    def start(self) -> None:
+        if not self.config.reminder_before_s:
+            return
+        self._scheduler = AsyncIOScheduler(timezone="UTC")
+        self._scheduler.add_job(self.tick, "interval", seconds=self.interval_s, id="opspilot-reminders",
+                                max_instances=1, coalesce=True)
+        self._scheduler.start()
+
+    def stop(self) -> None:
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=False)
+
+    async def tick(self) -> bool:
+        """One round, claimed so that only one instance performs it per interval."""
+        slot = int(time.time() // self.interval_s)
+        try:
+            if not await self.engine.deps.store.locks.once(f"remind:{slot}", int(self.interval_s) + 5):
+                return False
+            await self.sweep()
+        except StoreError as exc:
+            log.warning("reminders skipped: %s", exc)
+        return True
+
+    async def sweep(self, now: float | None = None) -> None:
+        now = now or time.time()
+        before = self.config.reminder_before_s
+        for ticket in await self.engine.questions(expiring_before=now + before):
+            pending = ticket.pending
+            if not pending.expires_at - before <= now < pending.expires_at:
+                continue
+            where = await self.meta.get(THREAD, ticket.thread_id)
+            if where and await self.meta.first_time(f"remind:{pending.token}"):
+                minutes = max(int((pending.expires_at - now) // 60), 1)
+                who = f"<@{ticket.requester}> " if ticket.requester else ""
+                await self.poster.say(where["channel"], where["thread_ts"],
+                                      f":alarm_clock: {who}still waiting for a decision on `{pending.call.name}`; "
+                                      f"it expires in about {minutes} min.")

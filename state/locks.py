@@ -1,0 +1,122 @@
+"""Who may act now: claim-once answers, per-thread leases, once-per-tick sweeps and cancel flags.
+Every one of them expires by itself, so a dead process never holds one for good."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import redis.asyncio as aioredis
+
+from state.guard import guard
+from state.keys import Keys, Ttls
+from state.store import Claim
+
+# Claim-once: SET NX wins, otherwise report the holder. One round trip, atomic.
+_CLAIM = """
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return {1, ARGV[1]} end
+return {0, redis.call('get', KEYS[1])}
+"""
+_RENEW = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
+return 0
+"""
+_RELEASE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+"""
+
+
+class RedisLocks:
+    def __init__(self, client: aioredis.Redis, keys: Keys, ttls: Ttls) -> None:
+        self.client, self.keys, self.ttls = client, keys, ttls
+        self._claim = client.register_script(_CLAIM)
+        self._renew = client.register_script(_RENEW)
+        self._release = client.register_script(_RELEASE)
+
+    async def claim(self, token: str, holder: str) -> Claim:
+        ttl = self.ttls.interrupt_s + self.ttls.claim_margin_s
+        async with guard("claiming an interrupt"):
+            won, who = await self._claim(keys=[self.keys.claim(token)], args=[holder, ttl])
+        return Claim(bool(won), str(who or ""))
+
+    async def release_claim(self, token: str) -> None:
+        async with guard("releasing a claim"):
+            await self.client.delete(self.keys.claim(token))
+
+    async def acquire_lease(self, thread_id: str, owner: str, ttl_ms: int) -> bool:
+        async with guard("taking the thread lease"):
+            return bool(await self.client.set(self.keys.lease(thread_id), owner, nx=True, px=ttl_ms))
+
+    async def renew_lease(self, thread_id: str, owner: str, ttl_ms: int) -> bool:
+        async with guard("renewing the thread lease"):
+            return bool(await self._renew(keys=[self.keys.lease(thread_id)], args=[owner, ttl_ms]))
+
+    async def release_lease(self, thread_id: str, owner: str) -> None:
+        async with guard("releasing the thread lease"):
+            await self._release(keys=[self.keys.lease(thread_id)], args=[owner])
+
+    async def once(self, name: str, ttl_s: int) -> bool:
+        async with guard("claiming a tick"):
+            return bool(await self.client.set(self.keys.once(name), "1", nx=True, ex=ttl_s))
+
+    async def request_cancel(self, run_id: str) -> None:
+        async with guard("requesting a cancel"):
+            await self.client.set(self.keys.cancel(run_id), "1", ex=self.ttls.cancel_s)
+
+    async def cancel_requests(self, run_ids: Sequence[str]) -> set[str]:
+        if not run_ids:
+            return set()
+        async with guard("checking for cancels"):
+            flags = await self.client.mget([self.keys.cancel(r) for r in run_ids])
+        return {run_id for run_id, flag in zip(run_ids, flags, strict=True) if flag}
+
+
+class MemoryLocks:
+    def __init__(self) -> None:
+        self._claims: dict[str, str] = {}
+        self._leases: dict[str, tuple[str, float]] = {}
+        self._once: dict[str, float] = {}
+        self._cancels: set[str] = set()
+
+    async def claim(self, token: str, holder: str) -> Claim:
+        if token in self._claims:
+            return Claim(False, self._claims[token])
+        self._claims[token] = holder
+        return Claim(True, holder)
+
+    async def release_claim(self, token: str) -> None:
+        self._claims.pop(token, None)
+
+    def holder(self, thread_id: str) -> str | None:
+        held = self._leases.get(thread_id)
+        return held[0] if held is not None and held[1] >= time.monotonic() else None
+
+    async def acquire_lease(self, thread_id: str, owner: str, ttl_ms: int) -> bool:
+        if self.holder(thread_id) is not None:
+            return False
+        self._leases[thread_id] = (owner, time.monotonic() + ttl_ms / 1000)
+        return True
+
+    async def renew_lease(self, thread_id: str, owner: str, ttl_ms: int) -> bool:
+        if self.holder(thread_id) != owner:
+            return False
+        self._leases[thread_id] = (owner, time.monotonic() + ttl_ms / 1000)
+        return True
+
+    async def release_lease(self, thread_id: str, owner: str) -> None:
+        if self.holder(thread_id) == owner:
+            del self._leases[thread_id]
+
+    async def once(self, name: str, ttl_s: int) -> bool:
+        now = time.monotonic()
+        if self._once.get(name, 0.0) > now:
+            return False
+        self._once[name] = now + ttl_s
+        return True
+
+    async def request_cancel(self, run_id: str) -> None:
+        self._cancels.add(run_id)
+
+    async def cancel_requests(self, run_ids: Sequence[str]) -> set[str]:
+        return {r for r in run_ids if r in self._cancels}
