@@ -14,11 +14,11 @@ from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bench.common import Table, isolated_redis, payload_tools, steps_script, verdict
+from bot.agent.deps import RunDeps
 from bot.agent.engine import Engine, EngineOptions
 from bot.agent.events import EventBus
 from bot.agent.limits import Limits
 from bot.agent.models.scripted import ScriptedModel
-from bot.agent.run import RunDeps
 from bot.assembly import Assembly
 from bot.config import Settings, SlackConfig
 from bot.demo.local_server import LocalServer

@@ -15,11 +15,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from bot.agent.deps import RunDeps
 from bot.agent.engine import Engine, EngineOptions
 from bot.agent.events import EventBus
 from bot.agent.limits import Limits
 from bot.agent.models.scripted import ScriptedModel
-from bot.agent.run import RunDeps
 from core.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from state import Keys, RedisStore, connect
 from tools import ToolContext, tool

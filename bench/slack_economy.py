@@ -10,11 +10,11 @@ import uuid
 from collections import Counter
 
 from bench.common import Table, isolated_redis, payload_tools, steps_script, verdict
+from bot.agent.deps import RunDeps
 from bot.agent.engine import Engine, EngineOptions
 from bot.agent.events import EventBus
 from bot.agent.limits import Limits
 from bot.agent.models.scripted import ScriptedModel
-from bot.agent.run import RunDeps
 from bot.assembly import Assembly
 from bot.config import Settings, SlackConfig
 from bot.demo.local_server import LocalServer

@@ -6,11 +6,11 @@ import logging
 import os
 from dataclasses import dataclass
 
+from bot.agent.deps import RunDeps
 from bot.agent.engine import Engine
 from bot.agent.events import EventBus
 from bot.agent.models.base import ChatModel
 from bot.agent.models.demo import demo_model
-from bot.agent.run import RunDeps
 from bot.agent.sweeps import Sweeps
 from bot.config import ConfigError, Settings
 from state import Keys, MemoryStore, RedisStore, StoreError, Ttls, connect

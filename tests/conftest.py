@@ -17,11 +17,11 @@ from urllib.parse import urlparse
 
 import pytest
 
+from bot.agent.deps import RunDeps
 from bot.agent.engine import Engine, EngineOptions
 from bot.agent.events import Event, EventBus
 from bot.agent.limits import Limits
 from bot.agent.models.base import ChatModel
-from bot.agent.run import RunDeps
 from bot.demo.workspace import LocalSlack as FakeSlack
 from state import Keys, RedisStore, Ttls, connect
 from tools import ops

@@ -8,11 +8,11 @@ import sys
 
 from pydantic import BaseModel
 
+from bot.agent.deps import RunDeps
 from bot.agent.engine import Engine, EngineOptions
 from bot.agent.events import EventBus
 from bot.agent.limits import Limits
 from bot.agent.models.scripted import ScriptedModel, call, reply
-from bot.agent.run import RunDeps
 from state import Keys, RedisStore, connect
 from tools import ToolContext, tool
 from tools.registry import Registry

@@ -6,11 +6,11 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from bot.agent.deps import RunDeps
 from bot.agent.engine import Engine, EngineOptions
 from bot.agent.events import EventBus
 from bot.agent.limits import Limits
 from bot.agent.models.base import ChatModel
-from bot.agent.run import RunDeps
 from bot.assembly import Assembly
 from bot.config import Settings, SlackConfig
 from bot.demo.local_server import LocalServer

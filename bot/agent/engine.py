@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from bot.agent.decisions import Answers, CancelRun, Confirm, Decision, Expire, ProvideParams, ReplyInstead
+from bot.agent.deps import RunDeps
 from bot.agent.errors import AlreadyHandled, InterruptExpired, InvalidDecision, NotPending, RunNotFound, ThreadBusy
 from bot.agent.events import RunStalled, RunStarted
 from bot.agent.loop import react_loop
 from bot.agent.models.base import ModelError
-from bot.agent.run import Run, RunDeps, RunOutcome, ThreadMemo, preview
+from bot.agent.run import Run, RunOutcome, preview
+from bot.agent.transcript import ThreadMemo
 from core.messages import UserMessage
 from state.errors import StoreError
 from state.records import PendingCall, RunRecord, Ticket

@@ -1,6 +1,6 @@
 """One run's mutable state and the steps the loop is made of: think, act, observe, pause, finish.
 
-Read-only dependencies (:class:`RunDeps`) are kept apart from the state (:class:`Run`),
+Read-only dependencies (:class:`bot.agent.deps.RunDeps`) are kept apart from the state (:class:`Run`),
 which is persisted as a :class:`state.RunRecord` plus the thread's append-only transcript.
 A person's answer to a paused call goes through the same ``act`` → ``observe`` path as the
 model's calls (:meth:`Run.settle`).
@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.agent.decisions import Answers, CancelRun
+from bot.agent.deps import RunDeps
 from bot.agent.events import (
     CallDecided,
     Event,
-    EventBus,
     LoopInterrupt,
     ModelStep,
     PendingView,
@@ -30,10 +30,10 @@ from bot.agent.events import (
     ToolCallEvent,
     ToolResultEvent,
 )
-from bot.agent.limits import Limits, call_digest, should_stop
-from bot.agent.models.base import AUTO, NONE, ChatModel, Completion, ModelError, ToolChoice
-from bot.agent.prompt import STOP_INSTRUCTION, SYSTEM_PROMPT
-from bot.agent.transcript import checked, fit, message_tokens
+from bot.agent.limits import call_digest, should_stop
+from bot.agent.models.base import AUTO, NONE, Completion, ModelError, ToolChoice
+from bot.agent.prompt import STOP_INSTRUCTION
+from bot.agent.transcript import ThreadMemo, sendable
 from core.messages import (
     AssistantMessage,
     Message,
@@ -47,35 +47,13 @@ from core.messages import (
 )
 from core.stops import STOP_WORDING, StopReason
 from state.records import CallTrace, FinishTrace, PendingCall, RunRecord, StepTrace
-from state.store import Store, Write
-from tools.registry import Registry, ToolContext
+from state.store import Write
+from tools.registry import ToolContext
 from tools.runtime import Batch, Observation, ToolDecision, execute_batch
 
 log = logging.getLogger(__name__)
 
 OUTCOME_UNKNOWN = "the change was started and may or may not have completed; check its effect before retrying"
-
-
-@dataclass(frozen=True)
-class RunDeps:
-    model: ChatModel
-    registry: Registry
-    store: Store
-    bus: EventBus
-    limits: Limits
-    system_prompt: str = SYSTEM_PROMPT
-    context_budget_tokens: int = 60_000
-    interrupt_ttl_s: float = 1800.0
-    summary_timeout_s: float = 30.0
-
-
-@dataclass
-class ThreadMemo:
-    """What an engine remembers about a thread between turns (transcripts only grow): each message's token
-    estimate, and how far the pairing check has already looked. Keeps a step's cost flat in long threads."""
-
-    sizes: list[int]
-    checked: int = 0
 
 
 @dataclass(frozen=True)
@@ -91,14 +69,6 @@ class RunOutcome:
 def preview(text: str, limit: int = 200) -> str:
     """What run records keep of texts that live in full in the transcript."""
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _turn_before(transcript: Sequence[Message], index: int) -> int:
-    """The start of the turn that contains ``index`` (a user message), for re-checking from a safe point."""
-    for i in range(min(index, len(transcript)) - 1, -1, -1):
-        if isinstance(transcript[i], UserMessage):
-            return i
-    return 0
 
 
 def pending_view(p: PendingCall) -> PendingView:
@@ -154,20 +124,6 @@ class Run:
         self.transcript.append(message)
         self._messages.append(message)
 
-    def _context(self, budget: int) -> list[Message]:
-        """The transcript to send: pairing checked from the first turn not yet checked (the whole thread the
-        first time this engine sees it), and fitted to the budget only when it does not fit as it is."""
-        memo = self.memo
-        start = min(self._turn_start, _turn_before(self.transcript, memo.checked)) if memo.checked else 0
-        valid = checked(self.transcript, run_id=self.id, start=start)
-        if len(valid) != len(self.transcript) or len(memo.sizes) > len(valid):
-            memo.sizes.clear()  # repaired: recount
-        memo.sizes.extend(message_tokens(m) for m in valid[len(memo.sizes):])
-        memo.checked = len(valid)
-        if sum(memo.sizes) <= budget:
-            return valid
-        return fit(valid, budget, memo.sizes)
-
     def emit(self, event_type: type[Any], **fields: Any) -> None:
         """Stage an event with the next sequence number; published after the next commit or flush."""
         self._outbox.append(event_type(run_id=self.id, thread_id=self.record.thread_id,
@@ -209,7 +165,9 @@ class Run:
         tools = self.deps.registry.definitions()
         budget = self.deps.context_budget_tokens
         for attempt in range(2):
-            messages: list[Message] = [SystemMessage(content=self.deps.system_prompt), *self._context(budget)]
+            context = sendable(self.transcript, self.memo, turn_start=self._turn_start, budget=budget,
+                               run_id=self.id)
+            messages: list[Message] = [SystemMessage(content=self.deps.system_prompt), *context]
             if instruction:
                 messages.append(UserMessage(content=instruction))
             try:

@@ -4,7 +4,8 @@
 call id has exactly one result, directly after its assistant turn, and no result
 is orphaned. ``fit`` trims a long thread to a token budget, condensing old tool
 outputs first, then dropping whole old turns, so a call and its result always
-stay or go together.
+stay or go together. ``sendable`` does both for one request, remembering per thread what
+it already checked and measured (:class:`ThreadMemo`) so a step costs the same late in a long thread.
 """
 
 from __future__ import annotations
@@ -158,3 +159,35 @@ def fit(messages: Sequence[Message], budget_tokens: int, sizes: Sequence[int] | 
             out[0] = out[0].model_copy(update={"content": note + out[0].content})
         last_turn = 0
     return out
+
+
+@dataclass
+class ThreadMemo:
+    """What an engine remembers about a thread between turns (transcripts only grow): each message's token
+    estimate, and how far the pairing check has already looked. Keeps a step's cost flat in long threads."""
+
+    sizes: list[int]
+    checked: int = 0
+
+
+def _turn_before(transcript: Sequence[Message], index: int) -> int:
+    """The start of the turn that contains ``index`` (a user message), for re-checking from a safe point."""
+    for i in range(min(index, len(transcript)) - 1, -1, -1):
+        if isinstance(transcript[i], UserMessage):
+            return i
+    return 0
+
+
+def sendable(transcript: Sequence[Message], memo: ThreadMemo, *, turn_start: int, budget: int,
+             run_id: str) -> list[Message]:
+    """The transcript to send: pairing checked from the first turn not yet checked (the whole thread the
+    first time this engine sees it), and fitted to the budget only when it does not fit as it is."""
+    start = min(turn_start, _turn_before(transcript, memo.checked)) if memo.checked else 0
+    valid = checked(transcript, run_id=run_id, start=start)
+    if len(valid) != len(transcript) or len(memo.sizes) > len(valid):
+        memo.sizes.clear()  # repaired: recount
+    memo.sizes.extend(message_tokens(m) for m in valid[len(memo.sizes):])
+    memo.checked = len(valid)
+    if sum(memo.sizes) <= budget:
+        return valid
+    return fit(valid, budget, memo.sizes)
