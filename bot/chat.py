@@ -39,7 +39,7 @@ class Console:
             mark = "✓" if event.status == "ok" else "✗"
             detail = "" if event.status == "ok" else f" {event.status}: {event.error_code}"
             self.say(f"  {mark} {event.tool}{detail} ({event.latency_ms:.0f} ms)")
-        elif event.type == "loop_interrupt":
+        elif event.type == "loop_interrupt" and event.pending:
             self.say(f"  ⏸ waiting for you ({len(event.pending)} question(s))")
         elif event.type == "run_finished":
             headline = STOP_WORDING[event.stop_reason].headline

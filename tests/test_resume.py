@@ -210,3 +210,38 @@ async def test_a_prompt_injected_log_line_cannot_restart_without_confirmation(st
     assert out.pending[0].interrupt_type == "confirm_risky"
     assert results(await store.load_transcript("t"))["x1"]["errorCode"] == "validation_error"
     assert toolbox.restarts.done == []
+
+
+async def test_a_click_reads_its_ticket_once_and_the_run_record_once(store: RedisStore) -> None:
+    """The click path: one ticket read (before the claim), one run read (under the lease)."""
+    from typing import Any
+
+    from state.records import RunRecord, Ticket
+
+    reads: list[str] = []
+
+    class Counting:
+        """The real store, counting the engine's reads through its own seam."""
+
+        def __init__(self, inner: RedisStore) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        async def load_run(self, run_id: str) -> RunRecord | None:
+            reads.append("run")
+            return await self.inner.load_run(run_id)
+
+        async def load_ticket(self, token: str) -> Ticket | None:
+            reads.append("ticket")
+            return await self.inner.load_ticket(token)
+
+    toolbox = ops.build()
+    paused = await make_harness(ScriptedModel(restart_script()), store, toolbox=toolbox).engine.ask("t", "restart")
+    h = make_harness(ScriptedModel(restart_script()[1:]), Counting(store), toolbox=toolbox)
+
+    out = await h.engine.resume_token(paused.pending[0].token, Confirm(), by="U2")
+
+    assert out.answer == "restarted" and len(toolbox.restarts.done) == 1
+    assert reads == ["ticket", "run"]

@@ -297,10 +297,10 @@ class Run:
     # --- leaving the loop ----------------------------------------------------------------------
 
     async def pause(self, questions: Sequence[PendingCall]) -> RunOutcome:
-        """Wait for people. Only new questions are announced; older ones of the batch are still on screen."""
+        """Wait for people. Only new questions are shown (older ones of the batch are still on screen), but the
+        pause is always announced, so front ends let go of the run until someone answers, on any instance."""
         self.record.status = "paused"
-        if questions:
-            self.emit(LoopInterrupt, step=self.record.step, pending=tuple(pending_view(p) for p in questions))
+        self.emit(LoopInterrupt, step=self.record.step, pending=tuple(pending_view(p) for p in questions))
         await self.commit()
         return self.outcome()
 
