@@ -12,10 +12,10 @@ from state.guard import guard
 from state.keys import Keys, Ttls
 from state.store import Claim
 
-# Claim-once: SET NX wins, otherwise report the holder. One round trip, atomic.
+# Claim-once: SET NX wins, otherwise report the holder and the claim's remaining TTL (hence its age).
 _CLAIM = """
-if redis.call('set', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return {1, ARGV[1]} end
-return {0, redis.call('get', KEYS[1])}
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return {1, ARGV[1], -1} end
+return {0, redis.call('get', KEYS[1]), redis.call('pttl', KEYS[1])}
 """
 _RENEW = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
@@ -37,12 +37,17 @@ class RedisLocks:
     async def claim(self, token: str, holder: str) -> Claim:
         ttl = self.ttls.interrupt_s + self.ttls.claim_margin_s
         async with guard("claiming an interrupt"):
-            won, who = await self._claim(keys=[self.keys.claim(token)], args=[holder, ttl])
-        return Claim(bool(won), str(who or ""))
+            won, who, left = await self._claim(keys=[self.keys.claim(token)], args=[holder, ttl])
+        age_s = ttl - int(left) / 1000 if not won and int(left) >= 0 else 0.0
+        return Claim(bool(won), str(who or ""), age_s)
 
     async def release_claim(self, token: str) -> None:
         async with guard("releasing a claim"):
             await self.client.delete(self.keys.claim(token))
+
+    async def take_claim(self, token: str, holder: str) -> None:
+        async with guard("taking over a claim"):
+            await self.client.set(self.keys.claim(token), holder, ex=self.ttls.interrupt_s + self.ttls.claim_margin_s)
 
     async def acquire_lease(self, thread_id: str, owner: str, ttl_ms: int) -> bool:
         async with guard("taking the thread lease"):
@@ -74,19 +79,23 @@ class RedisLocks:
 
 class MemoryLocks:
     def __init__(self) -> None:
-        self._claims: dict[str, str] = {}
+        self._claims: dict[str, tuple[str, float]] = {}
         self._leases: dict[str, tuple[str, float]] = {}
         self._once: dict[str, float] = {}
         self._cancels: set[str] = set()
 
     async def claim(self, token: str, holder: str) -> Claim:
         if token in self._claims:
-            return Claim(False, self._claims[token])
-        self._claims[token] = holder
+            who, at = self._claims[token]
+            return Claim(False, who, time.monotonic() - at)
+        self._claims[token] = (holder, time.monotonic())
         return Claim(True, holder)
 
     async def release_claim(self, token: str) -> None:
         self._claims.pop(token, None)
+
+    async def take_claim(self, token: str, holder: str) -> None:
+        self._claims[token] = (holder, time.monotonic())
 
     def holder(self, thread_id: str) -> str | None:
         held = self._leases.get(thread_id)

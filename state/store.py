@@ -47,6 +47,8 @@ class Write:
 class Claim:
     won: bool
     holder: str
+    age_s: float = 0.0
+    """How long ago the holder claimed it: a claim whose decision never landed can be told apart."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,9 @@ class Locks(Protocol):
         """Claim-once: the first caller wins; everyone after learns who did."""
 
     async def release_claim(self, token: str) -> None: ...
+
+    async def take_claim(self, token: str, holder: str) -> None:
+        """Take over a claim whose holder died before deciding (checked by the caller, under the lease)."""
 
     async def acquire_lease(self, thread_id: str, owner: str, ttl_ms: int) -> bool: ...
 

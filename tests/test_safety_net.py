@@ -14,7 +14,10 @@ import json
 import time
 from typing import Any
 
+import pytest
+
 from bot.agent.decisions import Confirm
+from bot.agent.engine import EngineOptions
 from bot.agent.errors import AlreadyHandled
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.agent.sweeps import Sweeps
@@ -220,3 +223,54 @@ async def test_every_key_has_a_ttl_after_a_slack_flow_and_a_cancel_through_redis
     assert any(k.endswith(":cancel") for k in keys)
     for key in keys:
         assert await store.client.ttl(key) > 0, f"{key} has no TTL"
+
+
+async def test_stop_after_a_worker_died_mid_change_never_says_nothing_ran(store: RedisStore) -> None:
+    probe = Probe()
+
+    @tool(description="A change that hangs.", mutating=True, timeout_s=60)
+    async def hang(args: Change, ctx: ToolContext) -> dict[str, Any]:
+        probe.mark("hang")
+        await asyncio.sleep(60)
+        return {}
+
+    first = make_harness(ScriptedModel([reply("", call("hang", "h1", target="db"))]), store, [hang],
+                         options=EngineOptions(lease_ttl_ms=200))
+    worker = asyncio.create_task(first.engine.ask("t", "change the db", user_id="UREQ"))
+    await asyncio.wait_for(probe.started.setdefault("hang", asyncio.Event()).wait(), 5)
+    run_id = await store.thread_run("t")
+    worker.cancel()  # the worker dies in the middle of the change
+    with contextlib.suppress(asyncio.CancelledError):
+        await worker
+
+    other = make_harness(ScriptedModel([]), store, [hang])
+    out = await other.engine.cancel(run_id or "", by="UREQ")
+
+    assert out is not None and out.stop_reason == "cancelled" and probe.count("hang") == 1
+    assert "may or may not have completed" in out.answer and "nothing was run" not in out.answer
+    results = {m.call_id: m for m in await store.load_transcript("t") if isinstance(m, ToolResultMessage)}
+    assert results["h1"].error_code == "outcome_unknown"
+    audit = await store.read_audit()
+    assert [(a["tool"], a["error_code"]) for a in audit] == [("hang", "outcome_unknown")]
+
+
+async def test_a_claim_whose_holder_died_is_taken_over_and_a_live_one_is_respected(store: RedisStore) -> None:
+    toolbox = ops.build()
+    h = make_harness(ScriptedModel([*restart_script(), reply("restarted")]), store, toolbox=toolbox,
+                     options=EngineOptions(claim_stale_s=0.3, lease_wait_s=1))
+    paused = await h.engine.ask("t", "restart")
+    token = paused.pending[0].token
+    assert (await store.locks.claim(token, "UDEAD")).won  # a click that died before deciding
+
+    with pytest.raises(AlreadyHandled) as fresh:  # within the grace period: someone may be deciding
+        await h.engine.resume_token(token, Confirm(), by="U2")
+    assert fresh.value.holder == "UDEAD"
+    await Sweeps(h.engine, stale_after_s=0).sweep()  # recovery leaves claims alone
+    assert not (await store.locks.claim(token, "UPROBE")).won
+    await asyncio.sleep(0.4)
+
+    out = await h.engine.resume_token(token, Confirm(), by="U2")
+    assert out.answer == "restarted" and len(toolbox.restarts.done) == 1
+    with pytest.raises(AlreadyHandled) as late:
+        await h.engine.resume_token(token, Confirm(), by="U3")
+    assert late.value.holder == "U2"

@@ -38,6 +38,9 @@ class EngineOptions:
     lease_ttl_ms: int = 30_000
     lease_wait_s: float = 10.0
     cancel_poll_s: float = 0.5
+    claim_stale_s: float = 30.0
+    """A claim this old whose question is still open lost its holder (a live one decides or lets go within
+    ``lease_wait_s``): the next answer takes it over instead of being told "already handled" forever."""
 
 
 class Engine:
@@ -64,7 +67,11 @@ class Engine:
                     run = None
             if run is not None:  # paused: the message answers its open questions, through the tool path
                 for pending in run.record.pending:
-                    await self._claim(pending, by)
+                    claim = await self.deps.store.locks.claim(pending.token, by)
+                    if not claim.won and claim.age_s < self.options.claim_stale_s:
+                        raise AlreadyHandled(claim.holder)  # someone is deciding it right now
+                    if not claim.won:
+                        await self.deps.store.locks.take_claim(pending.token, by)
                 answers = Answers([(p, ReplyInstead(text)) for p in run.record.pending], by)
                 run.decide(answers)
                 await run.settle(answers)
@@ -94,13 +101,21 @@ class Engine:
         if not isinstance(decision, Expire | CancelRun) and time.time() > pending.expires_at:
             raise InterruptExpired("this request expired")
         self._check_fits(pending, decision)
-        await self._claim(pending, by)
+        claim = await self.deps.store.locks.claim(pending.token, by)
+        if not claim.won and claim.age_s < self.options.claim_stale_s:
+            raise AlreadyHandled(claim.holder)
         try:
             async with self._lease(ticket.thread_id):
                 record = await self._load(ticket.run_id)  # the one read of the run record, under the lease
                 current = next((p for p in record.pending if p.token == pending.token), None)
+                if current is None and not claim.won:
+                    raise AlreadyHandled(claim.holder)
                 if current is None:
                     raise NotPending("this call is not waiting for an answer (it may have been handled already)")
+                if not claim.won:
+                    log.warning("run %s: %s claimed %s %.0fs ago and never decided; %s takes over", record.run_id,
+                                claim.holder, pending.call.name, claim.age_s, by)
+                    await self.deps.store.locks.take_claim(pending.token, by)
                 run = await self._open(record)
                 answers = Answers([(current, decision)], by)
                 run.decide(answers)
@@ -108,7 +123,8 @@ class Engine:
                 await run.commit()  # the decision is durable (and shown) before the call runs
                 return await self._drive(run, answers)
         except ThreadBusy:
-            await self.deps.store.locks.release_claim(pending.token)  # nothing happened: the question stays open
+            if claim.won:
+                await self.deps.store.locks.release_claim(pending.token)  # nothing happened: the question stays open
             raise
 
     async def resume_token(self, token: str, decision: Decision, *, by: str) -> RunOutcome:
@@ -123,14 +139,21 @@ class Engine:
             task.cancel()
             return await asyncio.shield(task)
         record = await self._load(run_id)
-        if record.status == "paused":
-            async with self._lease(record.thread_id):
+        if record.status == "finished":
+            return None
+        try:
+            # A running run's lease is held by its worker; if we get it, that worker is gone.
+            async with self._lease(record.thread_id, wait=record.status != "running"):
                 run = await self._open(await self._load(run_id))
-                if run.record.status == "paused":
+                if run.record.status == "running":
+                    await self._repair(run)  # a change it had started is answered outcome_unknown
+                if run.record.status != "finished":
                     return await run.cancel(by)
                 return run.outcome()
-        if record.status == "running":
-            await self.deps.store.locks.request_cancel(run_id)  # the instance running it polls for this
+        except ThreadBusy:
+            if record.status != "running":
+                raise
+        await self.deps.store.locks.request_cancel(run_id)  # the instance running it polls for this
         return None
 
     async def expire_due(self, run_id: str, now: float | None = None) -> RunOutcome | None:
@@ -306,11 +329,6 @@ class Engine:
             self._memos.popitem(last=False)
         return memo
 
-    async def _claim(self, pending: PendingCall, by: str) -> None:
-        claim = await self.deps.store.locks.claim(pending.token, by)
-        if not claim.won:
-            raise AlreadyHandled(claim.holder)
-
     def _check_fits(self, pending: PendingCall, decision: Decision) -> None:
         """Reject an answer that does not fit before anything is claimed, so the question stays open."""
         if isinstance(decision, Confirm) and pending.interrupt_type != "confirm_risky":
@@ -335,10 +353,8 @@ class Engine:
                 raise InvalidDecision(f"invalid values: {problems}") from exc
 
     async def _repair(self, run: Run, *, park: bool = False) -> None:
-        """Answer the calls a dead worker left behind. A started change is never re-run."""
-        for pending in run.record.pending:
-            # A click that won its claim but died before deciding must not hold the question for good.
-            await self.deps.store.locks.release_claim(pending.token)
+        """Answer the calls a dead worker left behind. A started change is never re-run. Open questions stay
+        open, and their claims stay with whoever holds them (a stale one is taken over by the next answer)."""
         await run.answer_dangling("cancelled", "interrupted_by_restart", "the worker stopped before this call ran")
         if run.record.pending:
             run.record.status = "paused"

@@ -384,10 +384,14 @@ class Run:
 
     def plain_summary(self) -> str:
         """What ran in this run, from the transcript alone (used when the model cannot summarise)."""
-        lines = []
+        lines, unknown = [], []
         for m in self.transcript[-40:]:
             if isinstance(m, ToolResultMessage):
                 outcome = "ok" if m.status == "ok" else f"{m.status} ({m.error_code})"
                 lines.append(f"• `{m.name}`: {outcome}")
+                if m.error_code == "outcome_unknown":
+                    unknown.append(m)
         done = "\n".join(lines[-10:]) if lines else "• no tool calls completed"
-        return f"What ran:\n{done}\nAsk me to continue, or narrow the question."
+        warnings = "".join(f"\n:warning: `{m.name}` was started and may or may not have completed: check its "
+                           "effect before retrying." for m in unknown)
+        return f"What ran:\n{done}{warnings}\nAsk me to continue, or narrow the question."
