@@ -14,7 +14,7 @@ from bot.agent.models.demo import demo_model
 from bot.agent.sweeps import Sweeps
 from bot.config import ConfigError, Settings
 from state import Keys, MemoryStore, RedisStore, StoreError, Ttls, connect
-from state.store import MetaStore, Reports, Store
+from state.store import MetaStore, Outbox, Reports, Store
 from tools import ops
 from tools.errors import ToolError
 from tools.plugins import PluginError, load_plugins
@@ -92,6 +92,7 @@ class Assembly:
     store: Store
     meta: MetaStore
     reports: Reports
+    outbox: Outbox
     model: ChatModel
     toolbox: ops.Toolbox
     sweeps: Sweeps
@@ -100,7 +101,7 @@ class Assembly:
     def around(cls, engine: Engine, store: RedisStore | MemoryStore, model: ChatModel,
                toolbox: ops.Toolbox) -> Assembly:
         """An assembly for an engine built by hand (tests, benchmarks) over one of our stores."""
-        return cls(engine, engine.deps.bus, store, store.meta, store, model, toolbox, Sweeps(engine))
+        return cls(engine, engine.deps.bus, store, store.meta, store, store.outbox, model, toolbox, Sweeps(engine))
 
 
 async def assemble(settings: Settings, *, fallback_store: bool = True) -> Assembly:
@@ -122,4 +123,4 @@ async def assemble(settings: Settings, *, fallback_store: bool = True) -> Assemb
                    interrupt_ttl_s=float(settings.interrupt_ttl_s))
     engine = Engine(deps)
     sweeps = Sweeps(engine, interval_s=settings.sweeps.interval_s, stale_after_s=settings.sweeps.stale_after_s)
-    return Assembly(engine, bus, store, store.meta, store, model, toolbox, sweeps)
+    return Assembly(engine, bus, store, store.meta, store, store.outbox, model, toolbox, sweeps)

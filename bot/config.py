@@ -66,6 +66,8 @@ class SlackConfig(BaseModel):
     posts_per_second: float = Field(0.95, ge=0.0, description="pace chat.postMessage per channel; 0: no pacing")
     updates_per_minute: float = Field(45.0, ge=0.0, description="pace chat.update (Tier 3); 0: no pacing")
     reminder_before_s: int = Field(300, ge=0, description="remind this long before a question expires; 0: off")
+    request_timeout_s: float = Field(10.0, gt=0, description="a Web API call not answered by then is retried")
+    outbox_max_backoff_s: float = Field(30.0, gt=0, description="longest wait between delivery attempts")
 
 
 class SweepConfig(BaseModel):

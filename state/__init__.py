@@ -18,7 +18,7 @@ from state.records import (
     TraceEntry,
 )
 from state.redis import RedisStore, connect
-from state.store import Claim, Journal, Locks, MetaStore, Reports, Stats, Store, Write
+from state.store import Claim, Journal, Locks, MetaStore, Outbox, Reports, Stats, Store, Write
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -30,6 +30,7 @@ __all__ = [
     "Locks",
     "MemoryStore",
     "MetaStore",
+    "Outbox",
     "PendingCall",
     "RedisStore",
     "Reports",

@@ -71,5 +71,17 @@ class Keys:
         """Running runs scored by their last write (for finding runs whose worker died)."""
         return f"{self.prefix}:index:active"
 
+    def outbox(self, thread: str) -> str:
+        """One front-end conversation thread's undelivered and delivered messages (a hash of records)."""
+        return f"{self.prefix}:outbox:{thread}"
+
+    def outbox_due(self) -> str:
+        """Threads with something to deliver, scored by their next attempt."""
+        return f"{self.prefix}:outbox-due"
+
+    def outbox_lease(self, thread: str) -> str:
+        """Who delivers a thread's messages right now (one deliverer at a time keeps them in order)."""
+        return f"{self.prefix}:outbox-lease:{thread}"
+
     def audit(self) -> str:
         return f"{self.prefix}:audit"

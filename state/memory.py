@@ -8,6 +8,7 @@ from core.messages import Message
 from state.journal import MemoryJournal
 from state.locks import MemoryLocks
 from state.meta import MemoryMeta
+from state.outbox import MemoryOutbox
 from state.records import RunRecord, Ticket
 from state.store import Stats, Write, hour_now, merge_stats
 
@@ -19,6 +20,7 @@ class MemoryStore:
         self.journal = MemoryJournal()
         self.locks = MemoryLocks()
         self.meta = MemoryMeta()
+        self.outbox = MemoryOutbox()
         self._transcripts: dict[str, list[Message]] = defaultdict(list)
         self._runs: dict[str, str] = {}
         self._thread_runs: dict[str, str] = {}

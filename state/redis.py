@@ -18,6 +18,7 @@ from state.journal import RedisJournal
 from state.keys import Keys, Ttls
 from state.locks import RedisLocks
 from state.meta import RedisMeta
+from state.outbox import RedisOutbox
 from state.records import SCHEMA_VERSION, RunRecord, Ticket
 from state.store import Stats, Write, hour_now, merge_stats
 
@@ -83,6 +84,7 @@ class RedisStore:
         self.journal = RedisJournal(client, self.keys, self.ttls)
         self.locks = RedisLocks(client, self.keys, self.ttls)
         self.meta = RedisMeta(client, self.keys, self.ttls)
+        self.outbox = RedisOutbox(client, self.keys, self.ttls)
         self._transcripts: OrderedDict[str, list[Message]] = OrderedDict()
         self.transcript_cache_size = 512
         self._commit = client.register_script(_COMMIT)

@@ -5,9 +5,10 @@
     └── .locks    Locks: claim-once answers, per-thread leases, once-per-tick sweeps, cancel flags
     Reports       counters and the audit stream (``opspilot stats``, the answer's audit list)
     MetaStore     a front end's own bookkeeping (where a Slack message is) and event dedupe
+    Outbox        a front end's messages, recorded before they are sent and retried until delivered
 
 :class:`state.redis.RedisStore` and :class:`state.memory.MemoryStore` implement Store and Reports;
-their ``meta`` attribute is the matching MetaStore.
+their ``meta`` and ``outbox`` attributes are the matching MetaStore and Outbox.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from core.messages import Message
+from state.outbox import OutboxRecord
 from state.records import RunRecord, Ticket
 
 
@@ -182,3 +184,24 @@ class MetaStore(Protocol):
 
     async def first_time(self, name: str, ttl_s: int | None = None) -> bool:
         """True the first time ``name`` is seen (within its TTL), False after: event and message dedupe."""
+
+
+class Outbox(Protocol):
+    """Per thread, in order: each message's desired state and what was delivered (see :mod:`state.outbox`)."""
+
+    async def put(self, thread: str, key: str, fields: Mapping[str, Any], *, due: float) -> int: ...
+
+    async def records(self, thread: str) -> list[OutboxRecord]: ...
+
+    async def patch(self, thread: str, key: str, fields: Mapping[str, Any], *,
+                    delivered: int | None = None) -> None: ...
+
+    async def settle(self, thread: str, *, retry_at: float) -> bool: ...
+
+    async def due(self, now: float, limit: int = 64) -> list[str]: ...
+
+    async def backlog(self) -> int: ...
+
+    async def lease(self, thread: str, owner: str, ttl_ms: int) -> bool: ...
+
+    async def release(self, thread: str, owner: str) -> None: ...

@@ -47,7 +47,7 @@ class Workspace:
         quiet = 0
         while quiet < 3 and loop.time() < deadline:
             await asyncio.sleep(0.03)
-            if self.service.busy():
+            if self.service.busy() or await self.service.outbox.backlog():
                 quiet = 0
                 await self.service.drain(max(deadline - loop.time(), 0.1))
             else:
@@ -56,6 +56,7 @@ class Workspace:
 
     async def stop(self) -> None:
         await self.settle()
+        await self.service.outbox.stop()
         await self.server.stop()
         await self.store.close()
 
@@ -86,5 +87,6 @@ async def open_workspace(redis_url: str, prefix: str, slack: FakeSlack, *, model
         core.toolbox.restarts.done.clear()
         toolbox = core.toolbox
     service = await build_service(settings, core=core)
+    service.outbox.start()  # delivery runs as in production; sweeps and reminders are driven by the tests
     server = await LocalServer(service.web_app).start()
     return Workspace(slack, service, server, SlackSender(f"{server.url}/slack/events", SECRET), toolbox)

@@ -264,6 +264,7 @@ async def test_a_reminder_is_posted_once_before_expiry(ws: Workspace) -> None:
     soon = record.pending[0].expires_at - 60
     await ws.service.reminders.sweep(now=soon)
     await ws.service.reminders.sweep(now=soon + 1)
+    await ws.settle()  # reminders go out through the outbox
     reminders = [m for m in ws.slack.thread(CHANNEL, "100.1") if "still waiting for a decision" in all_text(m)]
     assert len(reminders) == 1 and "<@UREQ>" in all_text(reminders[0])
 

@@ -10,10 +10,12 @@ announced to ``watchers`` (the demo page's live feed).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -115,6 +117,25 @@ def block_problems(blocks: list[dict[str, Any]]) -> list[str]:
 Watcher = Callable[[dict[str, Any]], Awaitable[None]]
 
 
+@dataclass
+class Fault:
+    """A test's fault switch: Slack failing some methods for a while or a number of times.
+
+    ``error``: answer ``status`` without doing anything. ``hang``: answer only after ``hang_s`` (the
+    client has given up by then), without doing anything. ``lost``: do it, then answer ``status`` —
+    the message landed but the caller cannot know."""
+
+    kind: str
+    methods: frozenset[str]
+    until: float = float("inf")
+    times: float = float("inf")
+    status: int = 500
+    hang_s: float = 30.0
+
+    def applies(self, method: str) -> bool:
+        return (not self.methods or method in self.methods) and self.times > 0 and time.monotonic() < self.until
+
+
 class LocalSlack:
     def __init__(self, token: str = "xoxb-test-token") -> None:
         self.token = token
@@ -129,6 +150,7 @@ class LocalSlack:
         self._recent: dict[str, deque[float]] = defaultdict(deque)
         self._post_window: tuple[int, float] | None = None
         self.rate_limited = 0
+        self.faults: list[Fault] = []
         self.bot_user: str | None = BOT_USER
         """The bot's user id as auth.test reports it; None: auth.test leaves it out (tests of that case)."""
         app = web.Application()
@@ -169,6 +191,14 @@ class LocalSlack:
 
     # --- test controls -----------------------------------------------------------------------------------------
 
+    def fault(self, kind: str, *methods: str, for_s: float | None = None, times: int | None = None,
+              status: int = 500, hang_s: float = 30.0) -> Fault:
+        """Make Slack misbehave (see :class:`Fault`) for ``for_s`` seconds and/or ``times`` calls."""
+        fault = Fault(kind, frozenset(methods), time.monotonic() + for_s if for_s is not None else float("inf"),
+                      float(times) if times is not None else float("inf"), status, hang_s)
+        self.faults.append(fault)
+        return fault
+
     def rate_limit_next(self, method: str, times: int = 1) -> None:
         self._fail_next[method] += times
 
@@ -200,10 +230,17 @@ class LocalSlack:
             body = await request.json()
         else:
             body = dict(await request.post())
-        for key in ("blocks", "attachments"):
+        for key in ("blocks", "attachments", "metadata"):
             if isinstance(body.get(key), str):
                 body[key] = json.loads(body[key])
         self.calls.append((method, body))
+        fault = next((f for f in self.faults if f.applies(method)), None)
+        if fault is not None:
+            fault.times -= 1
+            if fault.kind == "hang":
+                await asyncio.sleep(fault.hang_s)
+            if fault.kind in ("hang", "error"):
+                return web.json_response({"ok": False, "error": "fatal_error"}, status=fault.status)
         if method == "apps.connections.open":
             if request.headers.get("Authorization") != f"Bearer {self.app_token}":
                 return web.json_response({"ok": False, "error": "invalid_auth"})
@@ -222,6 +259,8 @@ class LocalSlack:
             self.rejected.append((method, problem))
             return web.json_response({"ok": False, "error": problem.split(":")[0], "errors": [problem]})
         answer = handler(body)
+        if fault is not None and fault.kind == "lost":
+            return web.json_response({"ok": False, "error": "fatal_error"}, status=fault.status)
         if answer.get("ok") and method in ("chat.postMessage", "chat.update"):
             await self._announce({"type": "message", "message": self.messages[(body["channel"], answer["ts"])]})
         elif answer.get("ok") and method == "chat.postEphemeral":
@@ -300,6 +339,8 @@ class LocalSlack:
         ts = self._next_ts()
         message = {"ts": ts, "channel": body["channel"], "text": body.get("text", ""), "bot": True,
                    "blocks": body.get("blocks") or [], "thread_ts": body.get("thread_ts"), "edits": 0}
+        if body.get("metadata"):
+            message["metadata"] = body["metadata"]
         self.messages[(body["channel"], ts)] = message
         return {"ok": True, "channel": body["channel"], "ts": ts, "message": message}
 
@@ -312,6 +353,15 @@ class LocalSlack:
         self.ephemerals.append({"channel": body["channel"], "user": body.get("user"), "text": body.get("text", ""),
                                 "thread_ts": body.get("thread_ts"), "ts": f"{time.time():.6f}"})
         return {"ok": True, "message_ts": f"{time.time():.6f}"}
+
+    def _conversations_replies(self, body: dict[str, Any]) -> dict[str, Any]:
+        channel, ts = str(body.get("channel")), str(body.get("ts"))
+        if (channel, ts) not in self.messages:
+            return {"ok": False, "error": "thread_not_found"}
+        with_metadata = str(body.get("include_all_metadata")).lower() in ("1", "true")
+        found = [{k: v for k, v in m.items() if k != "metadata" or with_metadata}
+                 for m in self.thread(channel, ts)]
+        return {"ok": True, "messages": found[: int(body.get("limit") or 1000)], "has_more": False}
 
     def _usergroups_users_list(self, body: dict[str, Any]) -> dict[str, Any]:
         group = str(body.get("usergroup"))

@@ -19,7 +19,8 @@ from bot.agent.errors import AlreadyHandled, EngineError, InterruptExpired, Inva
 from bot.slack import blocks as kit
 from bot.slack.access import AccessPolicy, Verdict
 from bot.slack.meta import CARD, THREAD, thread_key
-from bot.slack.poster import Poster
+from bot.slack.metrics import Metrics
+from bot.slack.outbox import SlackOutbox
 from state import StoreError, Ticket
 from state.store import MetaStore
 
@@ -30,11 +31,13 @@ _IGNORED_SUBTYPES = {None, "thread_broadcast", "file_share"}
 
 
 class Inbound:
-    def __init__(self, *, engine: Engine, meta: MetaStore, poster: Poster, access: AccessPolicy) -> None:
+    def __init__(self, *, engine: Engine, meta: MetaStore, outbox: SlackOutbox, access: AccessPolicy,
+                 metrics: Metrics) -> None:
         self.engine = engine
         self.meta = meta
-        self.poster = poster
+        self.outbox = outbox
         self.access = access
+        self.metrics = metrics
         self._tasks: set[asyncio.Task[None]] = set()
 
     # --- background work ---------------------------------------------------------------------------------
@@ -83,7 +86,7 @@ class Inbound:
             return  # the same message as app_mention and message, or redelivered
         verdict = await self.access.may_use(event["user"], channel, direct=direct)
         if not verdict.allowed:
-            await self.poster.tell(channel, event["user"], verdict.reason, thread_ts=thread_ts)
+            await self.outbox.tell(channel, event["user"], verdict.reason, thread_ts=thread_ts)
             return
         text = _MENTION.sub("", raw).strip() or "hello"
         self.spawn(self.converse(channel, thread_ts, event["user"], text), name=f"converse-{channel}-{ts}")
@@ -92,15 +95,17 @@ class Inbound:
         channel, user, text = command["channel_id"], command["user_id"], str(command.get("text") or "").strip()
         verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))
         if not verdict.allowed:
-            await self.poster.tell(channel, user, verdict.reason)
+            await self.outbox.tell(channel, user, verdict.reason)
             return
         if not text:
-            await self.poster.tell(channel, user,
+            await self.outbox.tell(channel, user,
                                    "Usage: `/opspilot <question>`, e.g. `/opspilot payments recent errors`")
             return
-        posted = await self.poster.post(channel, f"<@{user}> asked: {text}"[:3000])
-        if posted is not None:
-            await self.converse(channel, str(posted["ts"]), user, text)
+        root = await self.outbox.post_now(channel, f"<@{user}> asked: {text}"[:3000])
+        if root is None:
+            await self.outbox.tell(channel, user, "Slack did not take my reply just now; send the command again.")
+            return
+        await self.converse(channel, root, user, text)
 
     async def converse(self, channel: str, thread_ts: str, user: str, text: str) -> None:
         thread_id = thread_key(channel, thread_ts)
@@ -108,11 +113,11 @@ class Inbound:
             await self.meta.put(THREAD, thread_id, {"channel": channel, "thread_ts": thread_ts})
             await self.engine.ask(thread_id, text, user_id=user)
         except ThreadBusy:
-            await self.poster.tell(channel, user, "I am still working on the previous message in this thread; "
+            await self.outbox.tell(channel, user, "I am still working on the previous message in this thread; "
                                                   "send it again in a moment.", thread_ts=thread_ts)
         except (EngineError, StoreError) as exc:
             log.warning("thread %s: %s", thread_id, exc)
-            await self.poster.say(channel, thread_ts, f":warning: I could not start: {exc}")
+            await self.outbox.say(channel, thread_ts, f":warning: I could not start: {exc}")
 
     # --- clicks ----------------------------------------------------------------------------------------------
 
@@ -129,7 +134,7 @@ class Inbound:
     async def _run_button(self, action_id: str, run_id: str, user: str, channel: str, thread_ts: str | None) -> None:
         verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))
         if not verdict.allowed:
-            await self.poster.tell(channel, user, verdict.reason, thread_ts)
+            await self.outbox.tell(channel, user, verdict.reason, thread_ts)
             return
         if action_id == "opspilot_stop":
             self.spawn(self._guard(self.engine.cancel(run_id, by=user), channel, user, thread_ts),
@@ -141,7 +146,7 @@ class Inbound:
         try:
             await work
         except (EngineError, StoreError) as exc:
-            await self.poster.tell(channel, user, f"Nothing changed: {exc}", thread_ts)
+            await self.outbox.tell(channel, user, f"Nothing changed: {exc}", thread_ts)
 
     async def _decide(self, action_id: str, token: str, user: str, channel: str, thread_ts: str | None,
                       state: dict[str, Any]) -> None:
@@ -151,15 +156,15 @@ class Inbound:
             decided = (await self.meta.get(CARD, token)).get("decided", "")
             text = "This request expired." if decided.startswith(":hourglass:") else \
                 f"This request was already handled{f' ({decided})' if decided else ''}."
-            await self.poster.tell(channel, user, text, thread_ts)
+            await self.outbox.tell(channel, user, text, thread_ts)
             return
         verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))
         if not verdict.allowed:
-            await self.poster.tell(channel, user, verdict.reason, thread_ts)
+            await self.outbox.tell(channel, user, verdict.reason, thread_ts)
             return
         decision, verdict = await self._decision(action_id, ticket, user, channel, state)
         if not verdict.allowed:
-            await self.poster.tell(channel, user, verdict.reason, thread_ts)
+            await self.outbox.tell(channel, user, verdict.reason, thread_ts)
             return
         self.spawn(self._answer(ticket, decision, user, channel, thread_ts), name=f"answer-{token[:8]}")
 
@@ -183,20 +188,20 @@ class Inbound:
                       thread_ts: str | None) -> None:
         try:
             await self.engine.answer(ticket, decision, by=user)
-            self.poster.metrics.inc("opspilot_interrupts_resolved_total", how=type(decision).__name__.lower())
+            self.metrics.inc("opspilot_interrupts_resolved_total", how=type(decision).__name__.lower())
         except AlreadyHandled as exc:
             text = "This request expired." if exc.holder == "expiry" else f"Already handled by <@{exc.holder}>."
-            await self.poster.tell(channel, user, text, thread_ts)
+            await self.outbox.tell(channel, user, text, thread_ts)
         except InterruptExpired:
-            await self.poster.tell(channel, user, "This request expired.", thread_ts)
+            await self.outbox.tell(channel, user, "This request expired.", thread_ts)
         except NotPending:
-            await self.poster.tell(channel, user, "This request is no longer pending.", thread_ts)
+            await self.outbox.tell(channel, user, "This request is no longer pending.", thread_ts)
         except InvalidDecision as exc:
             problem = str(exc)
-            card = await self.meta.get(CARD, ticket.pending.token)
-            if card.get("ts"):  # the form stays, with the error shown
-                form = kit.params_form(ticket.pending.token, ticket.pending.reason, ticket.pending.payload,
-                                       error=problem)
-                await self.poster.update(card["channel"], card["ts"], problem, form)
+            token = ticket.pending.token
+            card = await self.meta.get(CARD, token)
+            if card.get("channel"):  # the form stays, with the error shown
+                form = kit.params_form(token, ticket.pending.reason, ticket.pending.payload, error=problem)
+                await self.outbox.message(f"card:{token}", card["channel"], card.get("thread_ts"), problem, form)
         except (EngineError, StoreError) as exc:
-            await self.poster.tell(channel, user, f"Nothing changed: {exc}", thread_ts)
+            await self.outbox.tell(channel, user, f"Nothing changed: {exc}", thread_ts)

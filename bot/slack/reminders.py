@@ -15,7 +15,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from bot.agent.engine import Engine
 from bot.config import SlackConfig
 from bot.slack.meta import THREAD
-from bot.slack.poster import Poster
+from bot.slack.outbox import SlackOutbox
 from state import StoreError
 from state.store import MetaStore
 
@@ -23,11 +23,11 @@ log = logging.getLogger(__name__)
 
 
 class Reminders:
-    def __init__(self, *, engine: Engine, meta: MetaStore, poster: Poster, config: SlackConfig,
+    def __init__(self, *, engine: Engine, meta: MetaStore, outbox: SlackOutbox, config: SlackConfig,
                  interval_s: float) -> None:
         self.engine = engine
         self.meta = meta
-        self.poster = poster
+        self.outbox = outbox
         self.config = config
         self.interval_s = interval_s
         self._scheduler: AsyncIOScheduler | None = None
@@ -66,6 +66,6 @@ class Reminders:
             if where and await self.meta.first_time(f"remind:{pending.token}"):
                 minutes = max(int((pending.expires_at - now) // 60), 1)
                 who = f"<@{ticket.requester}> " if ticket.requester else ""
-                await self.poster.say(where["channel"], where["thread_ts"],
+                await self.outbox.say(where["channel"], where["thread_ts"],
                                       f":alarm_clock: {who}still waiting for a decision on `{pending.call.name}`; "
-                                      f"it expires in about {minutes} min.")
+                                      f"it expires in about {minutes} min.", key=f"remind:{pending.token}")

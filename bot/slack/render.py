@@ -1,8 +1,9 @@
 """Engine events → Slack: the live progress message, question cards and their final state, the answer.
 
 Subscribed to the engine's event bus, so it runs in its own task per run, never while a run holds its
-thread's lease. Rendering is driven by events alone, so a run resumed on another instance keeps editing
-the same progress message (its location and state live in the metadata store).
+thread's lease. It never calls Slack itself: each message's new state goes to the durable outbox, which
+delivers it (coalescing edits, retrying until Slack accepts). Rendering is driven by events alone, so a
+run resumed on another instance keeps editing the same progress message (its state lives in the store).
 """
 
 from __future__ import annotations
@@ -12,11 +13,9 @@ import logging
 from typing import Any
 
 from bot.agent.events import CallDecided, Event, PendingView
-from bot.config import SlackConfig
 from bot.slack import blocks as kit
 from bot.slack.meta import CARD, RUN, THREAD
-from bot.slack.poster import Poster
-from bot.slack.progress import ProgressMessage
+from bot.slack.outbox import SlackOutbox
 from core.stops import STOP_WORDING
 from state.store import MetaStore, Reports
 
@@ -39,15 +38,23 @@ def card_ending(event: CallDecided) -> str:
     }[event.decision]
 
 
+def progress_text(state: dict[str, Any]) -> str:
+    """The progress message as plain text (notifications, screen readers)."""
+    lines = [str(state.get("header", ""))] + [f"{ln['tool']}: {ln['status']}" for ln in state["lines"]]
+    return kit.fallback_text("\n".join(lines))
+
+
+def _line(state: dict[str, Any], call_id: str) -> dict[str, Any] | None:
+    return next((ln for ln in state["lines"] if ln["call_id"] == call_id), None)
+
+
 class Renderer:
-    def __init__(self, *, poster: Poster, meta: MetaStore, reports: Reports, config: SlackConfig,
-                 model_note: str) -> None:
-        self.poster = poster
+    def __init__(self, *, outbox: SlackOutbox, meta: MetaStore, reports: Reports, model_note: str) -> None:
+        self.outbox = outbox
         self.meta = meta
         self.reports = reports
-        self.config = config
         self.model_note = model_note
-        self._progress: dict[str, ProgressMessage] = {}
+        self._runs: dict[str, dict[str, Any]] = {}  # progress state of runs working on this instance
 
     async def __call__(self, event: Event) -> None:
         if event.type == "run_started":
@@ -56,63 +63,52 @@ class Renderer:
         if event.type == "call_decided":
             await self.close_card(event.token, card_ending(event))
             return
-        progress = await self._progress_for(event.run_id)
-        if progress is None:
+        state = await self._state(event.run_id)
+        if state is None:
             return  # not a Slack thread (e.g. the terminal chat sharing the engine)
-        lines = progress.state["lines"]
+        leave = False  # a run that pauses or ends may continue on any instance: its state lives in the store
         if event.type == "model_step":
-            progress.state["step"] = event.step
+            state["step"] = event.step
         elif event.type == "tool_call":
             detail = ", ".join(f"{k}={v}" for k, v in event.arguments.items())[:80]
-            lines.append({"call_id": event.call_id, "tool": event.tool, "status": "running", "detail": detail})
+            state["lines"].append({"call_id": event.call_id, "tool": event.tool, "status": "running",
+                                   "detail": detail})
         elif event.type == "tool_result":
-            line = progress.line(event.call_id)
+            line = _line(state, event.call_id)
             if line is not None:
-                line["status"] = event.status
-                line["detail"] = event.summary
+                line["status"], line["detail"] = event.status, event.summary
         elif event.type == "loop_interrupt":
-            progress.state["header"] = ":raised_hand: Waiting for you"
+            state["header"], leave = ":raised_hand: Waiting for you", True
             for pending in event.pending:
-                line = progress.line(pending.call_id)
+                line = _line(state, pending.call_id)
                 if line is not None:
                     line["status"], line["detail"] = "waiting", pending.reason
-                await self._post_card(progress, event.run_id, pending)
-            # Paused: the answer may reach any instance, so the state lives in the store from here on.
-            await self._close(progress)
-            return
         elif event.type == "run_stalled":
-            progress.state.update(header=":warning: Interrupted by a restart", stoppable=False, resumable=True,
-                                  note="The worker running this stopped. Finished steps are kept; a change that "
-                                       "was running is reported as outcome unknown, never re-run.")
-            await self._close(progress)
-            return
+            state.update(header=":warning: Interrupted by a restart", stoppable=False, resumable=True,
+                         note="The worker running this stopped. Finished steps are kept; a change that was "
+                              "running is reported as outcome unknown, never re-run.")
+            leave = True
         elif event.type == "run_finished":
             wording = STOP_WORDING[event.stop_reason]
-            progress.state["header"] = f"{_TONE_ICONS[wording.tone]} {wording.headline}"
-            progress.state["stoppable"] = False
-            await self._close(progress)
-            await self._post_answer(progress, event.run_id, event.answer)
-            return
-        progress.changed()
-
-    async def drain(self) -> None:
-        """Finish edits in flight (tests, graceful shutdown)."""
-        for progress in list(self._progress.values()):
-            if progress._task is not None and not progress._task.done():
-                await progress.close()
+            state["header"] = f"{_TONE_ICONS[wording.tone]} {wording.headline}"
+            state["stoppable"], leave = False, True
+        await self._show(event.run_id, state)
+        if event.type == "loop_interrupt":
+            for pending in event.pending:
+                await self._post_card(state, event.run_id, pending)
+        if event.type == "run_finished":
+            await self._post_answer(state, event.run_id, event.answer)
+        if leave:
+            self._runs.pop(event.run_id, None)
 
     async def close_card(self, token: str, outcome: str) -> None:
-        """Edit a question's card to its final state, once, with no buttons left."""
+        """Bring a question's card to its final state, once, with no buttons left."""
         card = await self.meta.get(CARD, token)
-        if not card.get("ts") or card.get("decided"):
+        if not card.get("channel") or card.get("decided"):
             return
         await self.meta.put(CARD, token, {"decided": outcome})
-        blocks = kit.decided_card(card.get("summary", ""), outcome)
-        await self.poster.update(card["channel"], card["ts"], outcome, blocks)
-
-    async def _close(self, progress: ProgressMessage) -> None:
-        await progress.close()
-        self._progress.pop(progress.run_id, None)
+        await self.outbox.message(f"card:{token}", card["channel"], card.get("thread_ts"), outcome,
+                                  kit.decided_card(card.get("summary", ""), outcome))
 
     async def _open_progress(self, run_id: str, thread_id: str) -> None:
         where = await self.meta.get(THREAD, thread_id)
@@ -121,43 +117,37 @@ class Renderer:
         state: dict[str, Any] = {"run_id": run_id, "header": ":mag: Working on it…", "step": 0, "lines": [],
                                  "stoppable": True, "note": self.model_note, "channel": where["channel"],
                                  "thread_ts": where["thread_ts"]}
-        posted = await self.poster.post(where["channel"], "Working on it…", kit.progress_blocks(state),
-                                        thread_ts=where["thread_ts"])
-        if posted is None:
-            return
-        await self.meta.put(RUN, run_id, {"channel": where["channel"], "ts": str(posted["ts"]),
-                                          "progress": json.dumps(state, ensure_ascii=False)})
-        self._progress[run_id] = self._make_progress(where["channel"], str(posted["ts"]), state)
+        self._runs[run_id] = state
+        await self._show(run_id, state)
 
-    def _make_progress(self, channel: str, ts: str, state: dict[str, Any]) -> ProgressMessage:
-        return ProgressMessage(client=self.poster.client, meta=self.meta, metrics=self.poster.metrics,
-                               channel=channel, ts=ts, state=state, interval_s=self.config.progress_interval_s,
-                               pacer=self.poster.pacer)
-
-    async def _progress_for(self, run_id: str) -> ProgressMessage | None:
-        if run_id in self._progress:
-            return self._progress[run_id]
+    async def _state(self, run_id: str) -> dict[str, Any] | None:
+        if run_id in self._runs:
+            return self._runs[run_id]
         meta = await self.meta.get(RUN, run_id)  # the run was started (or paused) elsewhere
-        if not meta.get("ts"):
+        if not meta.get("progress"):
             return None
-        progress = self._make_progress(meta["channel"], meta["ts"], json.loads(meta["progress"]))
-        self._progress[run_id] = progress
-        return progress
+        state: dict[str, Any] = json.loads(meta["progress"])
+        self._runs[run_id] = state
+        return state
 
-    async def _post_card(self, progress: ProgressMessage, run_id: str, pending: PendingView) -> None:
+    async def _show(self, run_id: str, state: dict[str, Any]) -> None:
+        """Save the state (any instance may render the next event) and queue the message's new state."""
+        await self.meta.put(RUN, run_id, {"progress": json.dumps(state, ensure_ascii=False)})
+        await self.outbox.message(f"progress:{run_id}", state["channel"], state["thread_ts"], progress_text(state),
+                                  kit.progress_blocks(state))
+
+    async def _post_card(self, state: dict[str, Any], run_id: str, pending: PendingView) -> None:
         if pending.interrupt_type == "confirm_risky":
             card = kit.confirm_card(pending.token, pending.reason, pending.payload)
         else:
             card = kit.params_form(pending.token, pending.reason, pending.payload)
-        posted = await self.poster.post(progress.channel, pending.reason, card, thread_ts=progress.state["thread_ts"])
-        if posted is None:
-            return
         summary = kit.card_summary(pending.interrupt_type, pending.reason, pending.payload)
         await self.meta.put(CARD, pending.token, {
-            "channel": progress.channel, "ts": str(posted["ts"]), "run_id": run_id, "call_id": pending.call_id,
-            "summary": summary, "decided": ""})
+            "channel": state["channel"], "thread_ts": state["thread_ts"], "run_id": run_id,
+            "call_id": pending.call_id, "summary": summary, "decided": ""})
+        await self.outbox.message(f"card:{pending.token}", state["channel"], state["thread_ts"], pending.reason, card)
 
-    async def _post_answer(self, progress: ProgressMessage, run_id: str, answer: str) -> None:
+    async def _post_answer(self, state: dict[str, Any], run_id: str, answer: str) -> None:
         text = answer
         changes = [a for a in await self.reports.read_audit(200) if a.get("run_id") == run_id]
         if changes:
@@ -166,6 +156,6 @@ class Renderer:
                 + (f", approved by <@{a['approved_by']}>" if a.get("approved_by") else "")
                 + f" — {a['status']}{' (' + a['error_code'] + ')' if a.get('error_code') else ''}"
                 for a in reversed(changes))
-        for chunk in kit.split_answer(text):
-            await self.poster.post(progress.channel, kit.fallback_text(answer), chunk,
-                                   thread_ts=progress.state["thread_ts"])
+        for i, chunk in enumerate(kit.split_answer(text)):
+            await self.outbox.message(f"answer:{run_id}:{i}", state["channel"], state["thread_ts"],
+                                      kit.fallback_text(answer), chunk)

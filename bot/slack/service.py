@@ -16,9 +16,9 @@ from bot.config import ConfigError, Settings
 from bot.slack.access import AccessPolicy
 from bot.slack.app import build_bolt_app, web_routes
 from bot.slack.inbound import Inbound
-from bot.slack.metrics import Metrics, retry_handlers
+from bot.slack.metrics import CountingRateLimitHandler, Metrics, retry_handlers
+from bot.slack.outbox import SlackOutbox
 from bot.slack.pacer import Pacer
-from bot.slack.poster import Poster
 from bot.slack.reminders import Reminders
 from bot.slack.render import Renderer
 
@@ -31,6 +31,7 @@ class SlackService:
     client: AsyncWebClient
     inbound: Inbound
     renderer: Renderer
+    outbox: SlackOutbox
     reminders: Reminders
     bolt: AsyncApp
     routes: list[web.RouteDef]
@@ -43,7 +44,8 @@ class SlackService:
         return app
 
     def start(self) -> None:
-        """The periodic duties: the engine's sweeps and Slack's reminders."""
+        """The background duties: the outbox's delivery, the engine's sweeps and Slack's reminders."""
+        self.outbox.start()
         self.core.sweeps.start()
         self.reminders.start()
 
@@ -51,15 +53,16 @@ class SlackService:
         self.reminders.stop()
         await self.core.sweeps.stop()
         await self.drain(timeout_s)
+        await self.outbox.stop()
 
     def busy(self) -> bool:
         return self.inbound.busy() or self.core.bus.busy()
 
     async def drain(self, timeout_s: float = 30.0) -> None:
-        """Wait for acknowledged work, then for every engine event to be rendered."""
+        """Wait for acknowledged work, for every engine event to be rendered, and for the outbox to deliver."""
         await self.inbound.drain(timeout_s)
         await asyncio.wait_for(self.core.bus.drain(), timeout_s)
-        await self.renderer.drain()
+        await self.outbox.drain(timeout_s)
 
 
 async def build_service(settings: Settings, *, socket_mode: bool = False, fallback_store: bool = False,
@@ -75,17 +78,24 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     core.bus.listen(metrics.observe)
     api_url = slack.api_url if slack.api_url.endswith("/") else slack.api_url + "/"
     client = AsyncWebClient(token=slack.bot_token, base_url=api_url, retry_handlers=retry_handlers(metrics))
-    poster = Poster(client, Pacer(posts_per_second=slack.posts_per_second,
-                                  updates_per_minute=slack.updates_per_minute), metrics)
-    inbound = Inbound(engine=core.engine, meta=core.meta, poster=poster, access=AccessPolicy(slack, client))
-    renderer = Renderer(poster=poster, meta=core.meta, reports=core.reports, config=slack,
+    # Deliveries retry on their own, after checking whether a post landed: this client retries 429s only
+    # (Slack did not take those), never a 5xx or a dropped connection (which may have landed).
+    delivery = AsyncWebClient(token=slack.bot_token, base_url=api_url, timeout=int(max(slack.request_timeout_s, 1)),
+                              retry_handlers=[CountingRateLimitHandler(metrics)])
+    outbox = SlackOutbox(store=core.outbox, client=delivery, metrics=metrics,
+                         pacer=Pacer(posts_per_second=slack.posts_per_second,
+                                     updates_per_minute=slack.updates_per_minute),
+                         update_interval_s=slack.progress_interval_s, max_backoff_s=slack.outbox_max_backoff_s)
+    inbound = Inbound(engine=core.engine, meta=core.meta, outbox=outbox, access=AccessPolicy(slack, client),
+                      metrics=metrics)
+    renderer = Renderer(outbox=outbox, meta=core.meta, reports=core.reports,
                         model_note=f"model: {core.model.label}" if core.model.scripted else "")
     core.bus.subscribe(renderer)
-    reminders = Reminders(engine=core.engine, meta=core.meta, poster=poster, config=slack,
+    reminders = Reminders(engine=core.engine, meta=core.meta, outbox=outbox, config=slack,
                           interval_s=settings.sweeps.interval_s)
     # Socket Mode carries no signatures; Bolt still wants a secret string.
     bolt = build_bolt_app(client=client, signing_secret=slack.signing_secret or "socket-mode", inbound=inbound)
-    return SlackService(core, client, inbound, renderer, reminders, bolt,
+    return SlackService(core, client, inbound, renderer, outbox, reminders, bolt,
                         web_routes(bolt=bolt, store=core.store, metrics=metrics), metrics)
 
 

@@ -1,0 +1,249 @@
+"""Every message OpsPilot shows in Slack goes through here: recorded in the store before it is sent,
+then delivered in order per thread, retried with backoff until Slack accepts it, a newer state of
+the same message (a progress edit, a card closing) superseding one not yet sent.
+
+A post whose answer never came (a timeout, a 5xx, a dropped connection) may have landed: before
+posting it again we look for it in the thread (``conversations.replies``), where every post carries
+its outbox key in Slack message ``metadata``. Ephemerals leave no trace to look for, so one that
+timed out may be shown twice; that is the only duplicate this allows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import random
+import time
+import uuid
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack import blocks as kit
+from bot.slack.metrics import Metrics, slack_error
+from bot.slack.pacer import Pacer
+from state.errors import StoreError
+from state.outbox import OutboxRecord
+from state.store import Outbox
+
+log = logging.getLogger(__name__)
+
+METADATA_TYPE = "opspilot_message"
+# Errors that no retry can fix: the message is dropped (and logged) rather than retried forever.
+_PERMANENT = {"channel_not_found", "not_in_channel", "is_archived", "invalid_blocks", "invalid_blocks_format",
+              "msg_too_long", "no_text", "invalid_auth", "account_inactive", "token_revoked", "missing_scope",
+              "not_authed", "message_not_found", "cant_update_message", "edit_window_closed",
+              "user_not_in_channel", "restricted_action", "invalid_arguments", "too_many_attachments"}
+
+
+class _Retry(Exception):
+    def __init__(self, after_s: float | None = None) -> None:
+        super().__init__(after_s)
+        self.after_s = after_s
+
+
+class SlackOutbox:
+    def __init__(self, *, store: Outbox, client: AsyncWebClient, pacer: Pacer, metrics: Metrics,
+                 update_interval_s: float = 1.0, poll_s: float = 1.0, max_backoff_s: float = 30.0) -> None:
+        self.store = store
+        self.client = client
+        self.pacer = pacer
+        self.metrics = metrics
+        self.update_interval_s = update_interval_s
+        self.poll_s = poll_s
+        self.max_backoff_s = max_backoff_s
+        self.owner = uuid.uuid4().hex[:12]
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._failures: dict[str, int] = {}
+        self._busy: dict[str, asyncio.Task[None]] = {}
+
+    # --- what front ends call ------------------------------------------------------------------------
+
+    async def message(self, key: str, channel: str, thread_ts: str | None, text: str,
+                      blocks: list[kit.Block]) -> None:
+        """Post message ``key`` in the thread, or, if it was posted already, edit it to this state."""
+        await self._put(channel, thread_ts, key, {"kind": "message", "channel": channel, "thread_ts": thread_ts,
+                                                  "text": text, "blocks": json.dumps(blocks, ensure_ascii=False)})
+
+    async def say(self, channel: str, thread_ts: str, text: str, key: str | None = None) -> None:
+        await self.message(key or f"say:{uuid.uuid4().hex}", channel, thread_ts, kit.fallback_text(text),
+                           [kit.mrkdwn(text)])
+
+    async def tell(self, channel: str, user: str, text: str, thread_ts: str | None = None) -> None:
+        """An ephemeral message only ``user`` sees."""
+        await self._put(channel, thread_ts, f"tell:{uuid.uuid4().hex}",
+                        {"kind": "ephemeral", "channel": channel, "thread_ts": thread_ts, "user": user, "text": text})
+
+    async def post_now(self, channel: str, text: str) -> str | None:
+        """A new top-level message whose ts is needed at once (the thread a slash command answers in).
+        One attempt; None if Slack did not take it (the caller tells the user to try again)."""
+        try:
+            answer = await self._call("chat.postMessage", channel, lambda: self.client.chat_postMessage(
+                channel=channel, text=text))
+        except _Retry:
+            return None
+        return str(answer["ts"]) if answer is not None else None
+
+    async def _put(self, channel: str, thread_ts: str | None, key: str, fields: dict[str, Any]) -> None:
+        await self.store.put(f"{channel}:{thread_ts or '-'}", key, fields, due=time.time())
+        self._wake.set()
+
+    # --- delivery ------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._forever(), name="slack-outbox")
+
+    async def stop(self) -> None:
+        for task in [self._task, *self._busy.values()]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = None
+
+    async def backlog(self) -> int:
+        return await self.store.backlog()
+
+    async def drain(self, timeout_s: float = 30.0) -> None:
+        """Deliver until nothing is due (tests, graceful shutdown); gives up quietly at ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            await self.deliver_due()
+            if self._busy:
+                await asyncio.wait(list(self._busy.values()), timeout=max(deadline - time.monotonic(), 0.01))
+                continue
+            if not await self.store.backlog():
+                return
+            await asyncio.sleep(0.02)
+
+    async def _forever(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.poll_s)
+            self._wake.clear()
+            try:
+                await self.deliver_due()
+            except StoreError as exc:
+                log.warning("outbox: the store is unavailable (%s); retrying", exc)
+            except Exception:
+                log.exception("outbox delivery round failed")
+
+    async def deliver_due(self) -> None:
+        """One round: every thread that is due, each in its own task, its messages in order."""
+        threads = [t for t in await self.store.due(time.time()) if t not in self._busy]
+        for thread in threads:
+            task = self._busy[thread] = asyncio.create_task(self._deliver_thread(thread), name=f"outbox-{thread}")
+            task.add_done_callback(functools.partial(self._done, thread))
+
+    def _done(self, thread: str, _task: asyncio.Task[None]) -> None:
+        self._busy.pop(thread, None)
+
+    async def _deliver_thread(self, thread: str) -> None:
+        try:
+            if not await self.store.lease(thread, self.owner, 60_000):
+                return  # another instance delivers this thread right now
+            try:
+                retry_at = await self._deliver_records(thread)
+                if await self.store.settle(thread, retry_at=retry_at) and retry_at <= time.time():
+                    self._wake.set()  # a newer state arrived while we were sending
+            finally:
+                await self.store.release(thread, self.owner)
+        except StoreError as exc:
+            log.warning("outbox: thread %s not delivered this round: %s", thread, exc)
+        except Exception:
+            log.exception("outbox: delivering thread %s failed", thread)
+
+    async def _deliver_records(self, thread: str) -> float:
+        """Send what is undelivered, posts strictly in order; returns when to come back if anything is left."""
+        retry_at = float("inf")
+        for record in await self.store.records(thread):
+            if not record.dirty:
+                continue
+            wait = self._edit_wait(record)
+            if wait > 0:  # an edit waits for its interval; later posts need not wait for it
+                retry_at = min(retry_at, time.time() + wait)
+                continue
+            try:
+                await self._send(thread, record)
+            except _Retry as retry:
+                failures = self._failures[thread] = self._failures.get(thread, 0) + 1
+                backoff = min(2 ** failures * 0.25, self.max_backoff_s) * (0.75 + random.random() / 2)
+                self.metrics.inc("opspilot_outbox_retries_total")
+                return time.time() + (retry.after_s if retry.after_s is not None else backoff)
+        self._failures.pop(thread, None)
+        return retry_at if retry_at != float("inf") else time.time()
+
+    def _edit_wait(self, record: OutboxRecord) -> float:
+        """Edits of one message are spaced by ``update_interval_s``; what changes meanwhile coalesces."""
+        if record.get("kind") != "message" or not record.get("ts"):
+            return 0.0
+        return float(record.get("sent_at", 0.0)) + self.update_interval_s - time.time()
+
+    async def _send(self, thread: str, record: OutboxRecord) -> None:
+        f = record.fields
+        blocks = json.loads(f["blocks"]) if f.get("blocks") else None
+        if f["kind"] == "ephemeral":
+            await self._call("chat.postEphemeral", f["channel"], lambda: self.client.chat_postEphemeral(
+                channel=f["channel"], user=f["user"], text=f["text"], thread_ts=f.get("thread_ts")))
+            ts = None
+        elif f.get("ts"):
+            await self._call("chat.update", f["channel"], lambda: self.client.chat_update(
+                channel=f["channel"], ts=f["ts"], text=f["text"], blocks=blocks))
+            ts = f["ts"]
+        else:
+            landed = await self._find_posted(record) if f.get("attempted") else None
+            if landed is None:
+                await self.store.patch(thread, record.key, {"attempted": True})
+                answer = await self._call("chat.postMessage", f["channel"], lambda: self.client.chat_postMessage(
+                    channel=f["channel"], thread_ts=f.get("thread_ts"), text=f["text"], blocks=blocks,
+                    metadata={"event_type": METADATA_TYPE, "event_payload": {"key": record.key}}))
+                ts = str(answer["ts"]) if answer is not None else None
+            else:
+                # An earlier attempt landed after all: bring it to the current state instead of posting again.
+                ts = landed
+                await self.store.patch(thread, record.key, {"ts": ts, "attempted": False})
+                await self._call("chat.update", f["channel"], lambda: self.client.chat_update(
+                    channel=f["channel"], ts=landed, text=f["text"], blocks=blocks))
+        await self.store.patch(thread, record.key, {"ts": ts, "attempted": False, "sent_at": time.time()},
+                               delivered=record.version)
+
+    async def _find_posted(self, record: OutboxRecord) -> str | None:
+        """The ts of an earlier attempt of this post that landed after all, or None."""
+        f = record.fields
+        if not f.get("thread_ts"):
+            return None
+        answer = await self._call("conversations.replies", None, lambda: self.client.conversations_replies(
+            channel=f["channel"], ts=f["thread_ts"], include_all_metadata=True, limit=200))
+        for message in (answer or {}).get("messages", []):
+            meta = message.get("metadata") or {}
+            if meta.get("event_type") == METADATA_TYPE and (meta.get("event_payload") or {}).get("key") == record.key:
+                self.metrics.inc("opspilot_outbox_duplicates_avoided_total")
+                return str(message["ts"])
+        return None
+
+    async def _call(self, method: str, channel: str | None, call: Any) -> Any:
+        """The call's response; :class:`_Retry` when it may succeed later; None when it never can."""
+        await self.pacer.wait(method, channel)
+        try:
+            return await call()
+        except SlackApiError as exc:
+            error = slack_error(exc)
+            self.metrics.inc("opspilot_slack_api_errors_total", method=method)
+            if error in _PERMANENT:
+                log.error("Slack %s refused a message for good (%s): dropped", method, error)
+                self.metrics.inc("opspilot_outbox_dropped_total")
+                return None
+            log.warning("Slack %s failed (%s): will retry", method, error)
+            after = exc.response.headers.get("Retry-After") if exc.response.status_code == 429 else None
+            raise _Retry(float(after) if after else None) from exc
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            self.metrics.inc("opspilot_slack_api_errors_total", method=method)
+            log.warning("Slack %s did not answer (%r): will retry", method, exc)
+            raise _Retry() from exc

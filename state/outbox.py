@@ -1,0 +1,192 @@
+"""A durable outbox of messages a front end must deliver: recorded before they are sent, retried until
+delivered, a newer state of the same message superseding an older one.
+
+Per conversation thread: one hash of message records (field = message key, value = JSON) and a place
+in the ``due`` index (scored by the next attempt). A record keeps the desired state (``version``) and
+what was delivered (``sent_version``, ``ts``); once delivered its text is dropped, only its ts stays.
+Every write is one Lua script, so a new state can never slip between a delivery and its bookkeeping.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from state.guard import guard, text
+from state.keys import Keys, Ttls
+
+
+@dataclass(frozen=True)
+class OutboxRecord:
+    key: str
+    version: int
+    sent_version: int
+    seq: int
+    fields: dict[str, Any]
+
+    @property
+    def dirty(self) -> bool:
+        return self.version > self.sent_version
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.fields.get(name, default)
+
+
+def _record(key: str, raw: str | bytes) -> OutboxRecord:
+    body = json.loads(raw)
+    return OutboxRecord(key, int(body.pop("version", 0)), int(body.pop("sent_version", 0)), int(body.pop("seq", 0)),
+                        body)
+
+
+# KEYS: thread hash, due index. ARGV: message key, fields (JSON), now (ms), due at, ttl, thread.
+_PUT = """
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+local rec = cur and cjson.decode(cur) or {version = 0, sent_version = 0, seq = tonumber(ARGV[3])}
+for k, v in pairs(cjson.decode(ARGV[2])) do rec[k] = v end
+rec.version = rec.version + 1
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(rec))
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+redis.call('ZADD', KEYS[2], 'NX', ARGV[4], ARGV[6])
+redis.call('EXPIRE', KEYS[2], ARGV[5])
+return rec.version
+"""
+# KEYS: thread hash. ARGV: message key, fields (JSON), delivered version ('' for none). A delivered state's
+# text and blocks are dropped: only what later edits need (ts) is kept.
+_PATCH = """
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur then return 0 end
+local rec = cjson.decode(cur)
+for k, v in pairs(cjson.decode(ARGV[2])) do rec[k] = v end
+if ARGV[3] ~= '' then
+  rec.sent_version = math.max(rec.sent_version, tonumber(ARGV[3]))
+  if rec.sent_version >= rec.version then rec.text = nil; rec.blocks = nil end
+end
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(rec))
+return 1
+"""
+# KEYS: thread hash, due index. ARGV: thread, next attempt if anything is still undelivered.
+_SETTLE = """
+local all = redis.call('HGETALL', KEYS[1])
+for i = 2, #all, 2 do
+  local rec = cjson.decode(all[i])
+  if rec.version > rec.sent_version then
+    redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+    return 1
+  end
+end
+redis.call('ZREM', KEYS[2], ARGV[1])
+return 0
+"""
+
+
+class RedisOutbox:
+    def __init__(self, client: aioredis.Redis, keys: Keys, ttls: Ttls) -> None:
+        self.client, self.keys, self.ttls = client, keys, ttls
+        self._put = client.register_script(_PUT)
+        self._patch = client.register_script(_PATCH)
+        self._settle = client.register_script(_SETTLE)
+
+    async def put(self, thread: str, key: str, fields: Mapping[str, Any], *, due: float) -> int:
+        """Record the desired state of message ``key``; returns its version."""
+        async with guard("recording a message to send"):
+            version = await self._put(keys=[self.keys.outbox(thread), self.keys.outbox_due()],
+                                      args=[key, json.dumps(dict(fields), ensure_ascii=False),
+                                            int(time.time() * 1000), repr(due), self.ttls.thread_s, thread])
+        return int(version)
+
+    async def records(self, thread: str) -> list[OutboxRecord]:
+        async with guard("reading the outbox"):
+            raw = await self.client.hgetall(self.keys.outbox(thread))
+        return sorted((_record(str(text(k)), v) for k, v in raw.items()), key=lambda r: r.seq)
+
+    async def patch(self, thread: str, key: str, fields: Mapping[str, Any], *, delivered: int | None = None) -> None:
+        async with guard("updating the outbox"):
+            await self._patch(keys=[self.keys.outbox(thread)],
+                              args=[key, json.dumps(dict(fields), ensure_ascii=False),
+                                    "" if delivered is None else delivered])
+
+    async def settle(self, thread: str, *, retry_at: float) -> bool:
+        """Leave the due index if everything is delivered, else come back at ``retry_at``. True if still due."""
+        async with guard("updating the outbox"):
+            return bool(await self._settle(keys=[self.keys.outbox(thread), self.keys.outbox_due()],
+                                           args=[thread, repr(retry_at)]))
+
+    async def due(self, now: float, limit: int = 64) -> list[str]:
+        async with guard("reading the outbox"):
+            members: list[Any] = await self.client.zrangebyscore(self.keys.outbox_due(), "-inf", now,
+                                                                 start=0, num=limit)
+        return [str(text(m)) for m in members]
+
+    async def backlog(self) -> int:
+        async with guard("reading the outbox"):
+            return int(await self.client.zcard(self.keys.outbox_due()))
+
+    async def lease(self, thread: str, owner: str, ttl_ms: int) -> bool:
+        async with guard("taking an outbox lease"):
+            return bool(await self.client.set(self.keys.outbox_lease(thread), owner, nx=True, px=ttl_ms))
+
+    async def release(self, thread: str, owner: str) -> None:
+        async with guard("releasing an outbox lease"):
+            key = self.keys.outbox_lease(thread)
+            if text(await self.client.get(key)) == owner:
+                await self.client.delete(key)
+
+
+class MemoryOutbox:
+    def __init__(self) -> None:
+        self._threads: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+        self._due: dict[str, float] = {}
+        self._leases: dict[str, tuple[str, float]] = {}
+
+    async def put(self, thread: str, key: str, fields: Mapping[str, Any], *, due: float) -> int:
+        rec = self._threads[thread].setdefault(key, {"version": 0, "sent_version": 0,
+                                                     "seq": int(time.time() * 1000)})
+        rec.update(fields)
+        rec["version"] += 1
+        self._due.setdefault(thread, due)  # a thread waiting out a backoff keeps its time
+        return int(rec["version"])
+
+    async def records(self, thread: str) -> list[OutboxRecord]:
+        return sorted((_record(k, json.dumps(v)) for k, v in self._threads.get(thread, {}).items()),
+                      key=lambda r: r.seq)
+
+    async def patch(self, thread: str, key: str, fields: Mapping[str, Any], *, delivered: int | None = None) -> None:
+        rec = self._threads.get(thread, {}).get(key)
+        if rec is None:
+            return
+        rec.update(fields)
+        if delivered is not None:
+            rec["sent_version"] = max(rec["sent_version"], delivered)
+            if rec["sent_version"] >= rec["version"]:
+                rec.pop("text", None)
+                rec.pop("blocks", None)
+
+    async def settle(self, thread: str, *, retry_at: float) -> bool:
+        if any(r["version"] > r["sent_version"] for r in self._threads.get(thread, {}).values()):
+            self._due[thread] = retry_at
+            return True
+        self._due.pop(thread, None)
+        return False
+
+    async def due(self, now: float, limit: int = 64) -> list[str]:
+        return [t for t, at in sorted(self._due.items(), key=lambda kv: kv[1]) if at <= now][:limit]
+
+    async def backlog(self) -> int:
+        return len(self._due)
+
+    async def lease(self, thread: str, owner: str, ttl_ms: int) -> bool:
+        held = self._leases.get(thread)
+        if held is not None and held[1] > time.monotonic():
+            return False
+        self._leases[thread] = (owner, time.monotonic() + ttl_ms / 1000)
+        return True
+
+    async def release(self, thread: str, owner: str) -> None:
+        if self._leases.get(thread, ("", 0.0))[0] == owner:
+            del self._leases[thread]
