@@ -90,8 +90,9 @@ async def _settle(app: Assembly, console: Console, outcome: RunOutcome, user: st
         except EngineError as exc:
             console.say(f"   ! {exc}")
             refreshed = await app.engine.run_record(outcome.run_id)
-            if refreshed.status != "paused":
-                return None
+            if refreshed.status != "paused":  # answered or expired meanwhile: show where it ended
+                return RunOutcome(refreshed.run_id, refreshed.thread_id, refreshed.status, refreshed.stop_reason,
+                                  refreshed.answer)
     return outcome
 
 

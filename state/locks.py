@@ -69,6 +69,10 @@ class RedisLocks:
         async with guard("requesting a cancel"):
             await self.client.set(self.keys.cancel(run_id), "1", ex=self.ttls.cancel_s)
 
+    async def clear_cancel(self, run_id: str) -> None:
+        async with guard("clearing a cancel"):
+            await self.client.delete(self.keys.cancel(run_id))
+
     async def cancel_requests(self, run_ids: Sequence[str]) -> set[str]:
         if not run_ids:
             return set()
@@ -126,6 +130,9 @@ class MemoryLocks:
 
     async def request_cancel(self, run_id: str) -> None:
         self._cancels.add(run_id)
+
+    async def clear_cancel(self, run_id: str) -> None:
+        self._cancels.discard(run_id)
 
     async def cancel_requests(self, run_ids: Sequence[str]) -> set[str]:
         return {r for r in run_ids if r in self._cancels}

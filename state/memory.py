@@ -51,6 +51,8 @@ class MemoryStore:
             self._paused[run.run_id] = min(p.expires_at for p in run.pending)
         elif run.status == "running":
             self._active[run.run_id] = run.updated_at
+        if write.status_changed and run.status != "running":
+            await self.locks.clear_cancel(run.run_id)
         bucket = self._stats[hour_now()]
         for name, value in write.counters.items():
             bucket[name] += value

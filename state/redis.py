@@ -24,7 +24,8 @@ from state.store import Stats, Write, hour_now, merge_stats
 
 # The commit. ARGV[1] is a named header (JSON), ARGV[2] the run record, then the new transcript messages,
 # then one ticket per new token. KEYS: transcript, run, thread's run, paused index, active index, stats
-# bucket, audit stream, then one key per new token.
+# bucket, audit stream, cancel flag, then one key per new token. A run that stops running drops any cancel
+# request: nobody is left to act on it, and it must not stop the run's next turn.
 _COMMIT = """
 local h = cjson.decode(ARGV[1])
 local i = 3
@@ -57,8 +58,9 @@ for _, entry in ipairs(h.audit) do
   redis.call('XADD', KEYS[7], 'MAXLEN', '~', h.audit_max, '*', unpack(fields))
   redis.call('EXPIRE', KEYS[7], h.audit_ttl)
 end
+if h.status_changed and not h.active_score then redis.call('DEL', KEYS[8]) end
 for j = 0, h.tickets - 1 do
-  redis.call('SET', KEYS[8 + j], ARGV[i + j], 'EX', h.ticket_ttl)
+  redis.call('SET', KEYS[9 + j], ARGV[i + j], 'EX', h.ticket_ttl)
 end
 return length
 """
@@ -112,7 +114,8 @@ class RedisStore:
             "ticket_ttl": ttls.interrupt_s + ttls.claim_margin_s,
         }
         keys = [k.transcript(run.thread_id), k.run(run.run_id), k.thread_run(run.thread_id), k.paused_index(),
-                k.active_index(), k.stats(hour_now()), k.audit(), *(k.token(t.pending.token) for t in tickets)]
+                k.active_index(), k.stats(hour_now()), k.audit(), k.cancel(run.run_id),
+                *(k.token(t.pending.token) for t in tickets)]
         args: list[Any] = [json.dumps(header, ensure_ascii=False, separators=(",", ":")), _dump_run(run),
                            *(dump_message(m) for m in write.messages),
                            *(t.model_dump_json() for t in tickets)]

@@ -42,7 +42,7 @@ class Write:
         run = self.run
         by_token = {p.token: p for p in run.pending}
         return [Ticket(run_id=run.run_id, thread_id=run.thread_id, requester=run.user_id, pending=by_token[t])
-                for t in self.new_tokens]
+                for t in self.new_tokens if t in by_token]  # a question answered before it was saved needs none
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,9 @@ class Locks(Protocol):
         """True for the first caller of ``name`` within ``ttl_s`` (one instance per sweep tick)."""
 
     async def request_cancel(self, run_id: str) -> None: ...
+
+    async def clear_cancel(self, run_id: str) -> None:
+        """A request nobody will act on (the run paused or ended): it must not stop a later turn."""
 
     async def cancel_requests(self, run_ids: Sequence[str]) -> set[str]:
         """Which of these runs someone asked to cancel (one call for all of them)."""

@@ -38,6 +38,8 @@ class EngineOptions:
     lease_ttl_ms: int = 30_000
     lease_wait_s: float = 10.0
     cancel_poll_s: float = 0.5
+    handover_s: float = 5.0
+    """How long a turn waits for front ends to record its events before it hands the thread over."""
     claim_stale_s: float = 30.0
     """A claim this old whose question is still open lost its holder (a live one decides or lets go within
     ``lease_wait_s``): the next answer takes it over instead of being told "already handled" forever."""
@@ -66,12 +68,7 @@ class Engine:
                     await run.fail("internal_error", "the worker running this turn stopped (restart)")
                     run = None
             if run is not None:  # paused: the message answers its open questions, through the tool path
-                for pending in run.record.pending:
-                    claim = await self.deps.store.locks.claim(pending.token, by)
-                    if not claim.won and claim.age_s < self.options.claim_stale_s:
-                        raise AlreadyHandled(claim.holder)  # someone is deciding it right now
-                    if not claim.won:
-                        await self.deps.store.locks.take_claim(pending.token, by)
+                await self._claim_all(run.record.pending, by)
                 answers = Answers([(p, ReplyInstead(text)) for p in run.record.pending], by)
                 run.decide(answers)
                 await run.settle(answers)
@@ -107,6 +104,12 @@ class Engine:
         try:
             async with self._lease(ticket.thread_id):
                 record = await self._load(ticket.run_id)  # the one read of the run record, under the lease
+                if record.status in ("running", "stalled"):
+                    # We hold the lease, so its worker is gone: answer what it left (a started change is
+                    # outcome_unknown) before this decision goes on.
+                    repaired = await self._open(record)
+                    await self._repair(repaired)
+                    record = repaired.record
                 current = next((p for p in record.pending if p.token == pending.token), None)
                 if current is None and not claim.won:
                     raise AlreadyHandled(claim.holder)
@@ -154,6 +157,10 @@ class Engine:
             if record.status != "running":
                 raise
         await self.deps.store.locks.request_cancel(run_id)  # the instance running it polls for this
+        latest = await self._load(run_id)
+        if latest.status != "running":  # it paused or ended meanwhile: nobody will read the flag
+            await self.deps.store.locks.clear_cancel(run_id)
+            return await self.cancel(run_id, by=by) if latest.status != "finished" else None
         return None
 
     async def expire_due(self, run_id: str, now: float | None = None) -> RunOutcome | None:
@@ -226,16 +233,18 @@ class Engine:
 
     async def _turn(self, run: Run, answers: Answers | None) -> RunOutcome:
         try:
+            if answers is not None:
+                # What a person decided runs to its end (bounded by the tool's own timeout), whatever time the
+                # run has left: cutting a confirmed change short would leave its outcome unknown.
+                questions = await run.settle(answers)
+                if questions or run.record.pending:
+                    return await run.pause(questions)  # asked again, or other questions still open
+                if answers.expired_only:
+                    names = ", ".join(f"`{p.call.name}`" for p, _ in answers.decided)
+                    return await run.finish("interrupted", f"_The request to run {names} expired without "
+                                                           "an answer; nothing was run._")
             try:
                 async with asyncio.timeout(run.remaining_s()):
-                    if answers is not None:
-                        questions = await run.settle(answers)
-                        if questions or run.record.pending:
-                            return await run.pause(questions)  # asked again, or other questions still open
-                        if answers.expired_only:
-                            names = ", ".join(f"`{p.call.name}`" for p, _ in answers.decided)
-                            return await run.finish("interrupted", f"_The request to run {names} expired without "
-                                                                   "an answer; nothing was run._")
                     return await react_loop(run)
             except TimeoutError:
                 return await run.stop_early("timeout")
@@ -301,6 +310,10 @@ class Engine:
         renewer = asyncio.create_task(renew())
         try:
             yield
+            # Front ends record a turn's events (cards, progress) before another instance may take the
+            # thread and act on them; they only write to the store, so this is short, and bounded.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.deps.bus.drain(thread_id=thread_id), self.options.handover_s)
         finally:
             renewer.cancel()
             with contextlib.suppress(StoreError):
@@ -328,6 +341,20 @@ class Engine:
         while len(self._memos) > 1024:
             self._memos.popitem(last=False)
         return memo
+
+    async def _claim_all(self, pending: list[PendingCall], by: str) -> None:
+        """Claim every open question for one answer (a reply in the thread), or none of them."""
+        locks, won = self.deps.store.locks, []
+        for p in pending:
+            claim = await locks.claim(p.token, by)
+            if claim.won or claim.age_s >= self.options.claim_stale_s:
+                if not claim.won:
+                    await locks.take_claim(p.token, by)  # its holder died before deciding
+                won.append(p.token)
+                continue
+            for token in won:  # someone is deciding one of them right now: leave them all as they were
+                await locks.release_claim(token)
+            raise AlreadyHandled(claim.holder)
 
     def _check_fits(self, pending: PendingCall, decision: Decision) -> None:
         """Reject an answer that does not fit before anything is claimed, so the question stays open."""

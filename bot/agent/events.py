@@ -151,9 +151,9 @@ class EventBus:
         """Whether some subscriber still has events to handle."""
         return any(d.tasks() for d in self._subscribers)
 
-    async def drain(self) -> None:
-        """Wait until every subscriber has handled every event published so far (tests, shutdown, the chat)."""
-        while tasks := [t for d in self._subscribers for t in d.tasks()]:
+    async def drain(self, *, thread_id: str | None = None) -> None:
+        """Wait until every subscriber has handled every event published so far (of one thread, if given)."""
+        while tasks := [t for d in self._subscribers for t in d.tasks(thread_id)]:
             await asyncio.wait(tasks)
 
 
@@ -164,14 +164,16 @@ class _Deliveries:
         self.sink = sink
         self._queues: dict[str, deque[Event]] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._threads: dict[str, str] = {}
 
-    def tasks(self) -> list[asyncio.Task[None]]:
-        return list(self._tasks.values())
+    def tasks(self, thread_id: str | None = None) -> list[asyncio.Task[None]]:
+        return [t for run_id, t in self._tasks.items() if thread_id is None or self._threads[run_id] == thread_id]
 
     def put(self, event: Event) -> None:
         queue = self._queues.get(event.run_id)
         if queue is None:
             queue = self._queues[event.run_id] = deque()
+            self._threads[event.run_id] = event.thread_id
             self._tasks[event.run_id] = asyncio.create_task(self._deliver(event.run_id, queue),
                                                             name=f"events-{event.run_id[:8]}")
         queue.append(event)
@@ -186,6 +188,6 @@ class _Deliveries:
                     log.exception("event subscriber failed on %s (run %s)", event.type, event.run_id)
         finally:
             # Nothing awaits between the empty check and here, so no event can slip in unseen.
-            del self._queues[run_id], self._tasks[run_id]
+            del self._queues[run_id], self._tasks[run_id], self._threads[run_id]
 
 

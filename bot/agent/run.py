@@ -141,13 +141,18 @@ class Run:
         self.record.active_ms += (now - self._segment_start) * 1000
         self._segment_start = now
         self.record.updated_at = time.time()
-        await self.deps.store.commit(Write(
-            run=self.record, messages=self._messages,
-            counters=dict(self._counters), new_tokens=self._tokens, audit=self._audit,
-            status_changed=self.record.status != self._committed_status,
-        ))
-        self._committed_status = self.record.status
+        write = Write(run=self.record, messages=self._messages, counters=dict(self._counters),
+                      new_tokens=self._tokens, audit=self._audit,
+                      status_changed=self.record.status != self._committed_status)
         self._messages, self._counters, self._tokens, self._audit = [], Counter(), [], []
+        self._committed_status = self.record.status
+        # A Stop arriving meanwhile waits for this write: what it sent must not be sent twice, nor half.
+        saving = asyncio.ensure_future(self.deps.store.commit(write))
+        try:
+            await asyncio.shield(saving)
+        except asyncio.CancelledError:
+            await saving
+            raise
         self.flush_events()
 
     def outcome(self) -> RunOutcome:

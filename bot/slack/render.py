@@ -67,6 +67,8 @@ class Renderer:
         if state is None:
             return  # not a Slack thread (e.g. the terminal chat sharing the engine)
         leave = False  # a run that pauses or ends may continue on any instance: its state lives in the store
+        if event.type != "run_stalled":
+            state["resumable"] = False  # it moves again: the Resume button has done its job
         if event.type == "model_step":
             state["step"] = event.step
         elif event.type == "tool_call":
@@ -104,9 +106,11 @@ class Renderer:
     async def close_card(self, token: str, outcome: str) -> None:
         """Bring a question's card to its final state, once, with no buttons left."""
         card = await self.meta.get(CARD, token)
-        if not card.get("channel") or card.get("decided"):
+        if card.get("decided"):
             return
-        await self.meta.put(CARD, token, {"decided": outcome})
+        await self.meta.put(CARD, token, {"decided": outcome})  # even before the card exists: see _post_card
+        if not card.get("channel"):
+            return
         await self.outbox.message(f"card:{token}", card["channel"], card.get("thread_ts"), outcome,
                                   kit.decided_card(card.get("summary", ""), outcome))
 
@@ -144,8 +148,12 @@ class Renderer:
         summary = kit.card_summary(pending.interrupt_type, pending.reason, pending.payload)
         await self.meta.put(CARD, pending.token, {
             "channel": state["channel"], "thread_ts": state["thread_ts"], "run_id": run_id,
-            "call_id": pending.call_id, "summary": summary, "decided": ""})
+            "call_id": pending.call_id, "summary": summary})
         await self.outbox.message(f"card:{pending.token}", state["channel"], state["thread_ts"], pending.reason, card)
+        decided = (await self.meta.get(CARD, pending.token)).get("decided")
+        if decided:  # answered elsewhere before the card was recorded: show it closed, never live
+            await self.outbox.message(f"card:{pending.token}", state["channel"], state["thread_ts"], decided,
+                                      kit.decided_card(summary, decided))
 
     async def _post_answer(self, state: dict[str, Any], run_id: str, answer: str) -> None:
         text = answer
