@@ -93,6 +93,7 @@ async def opspilot(slack: LocalSlack, url: str, active: int, samples: int) -> tu
                    limits=Limits(max_wall_time_s=3600))
     core = Assembly.around(Engine(deps, EngineOptions(lease_wait_s=60)), store, model, ops.build())
     service = await build_service(Settings(redis_url=url, key_prefix=prefix, slack=config), core=core)
+    service.outbox.start()
     server = await LocalServer(service.web_app).start()
     sender = SlackSender(f"{server.url}/slack/events", SECRET)
     try:

@@ -44,6 +44,7 @@ async def run(runs: int = 50) -> list[Table]:
                        bus=bus, limits=Limits(max_wall_time_s=3600))
         core = Assembly.around(Engine(deps, EngineOptions(lease_wait_s=60)), store, model, ops.build())
         service = await build_service(settings, core=core)
+        service.outbox.start()
         server = await LocalServer(service.web_app).start()
         sender = SlackSender(f"{server.url}/slack/events", SECRET)
         start = time.perf_counter()
