@@ -356,8 +356,6 @@ class LocalSlack:
 
     def _conversations_replies(self, body: dict[str, Any]) -> dict[str, Any]:
         channel, ts = str(body.get("channel")), str(body.get("ts"))
-        if (channel, ts) not in self.messages:
-            return {"ok": False, "error": "thread_not_found"}
         with_metadata = str(body.get("include_all_metadata")).lower() in ("1", "true")
         found = [{k: v for k, v in m.items() if k != "metadata" or with_metadata}
                  for m in self.thread(channel, ts)]

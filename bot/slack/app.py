@@ -17,6 +17,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.inbound import Inbound
 from bot.slack.metrics import Metrics
+from bot.slack.outbox import SlackOutbox
 from state import StoreError
 from state.store import Store
 
@@ -58,7 +59,8 @@ def build_bolt_app(*, client: AsyncWebClient, signing_secret: str, inbound: Inbo
     return app
 
 
-def web_routes(*, bolt: AsyncApp, store: Store, metrics: Metrics, path: str = "/slack/events") -> list[web.RouteDef]:
+def web_routes(*, bolt: AsyncApp, store: Store, outbox: SlackOutbox, metrics: Metrics,
+               path: str = "/slack/events") -> list[web.RouteDef]:
     async def events(request: web.Request) -> web.Response:
         return await to_aiohttp_response(await bolt.async_dispatch(await to_bolt_request(request)))
 
@@ -72,9 +74,11 @@ def web_routes(*, bolt: AsyncApp, store: Store, metrics: Metrics, path: str = "/
     async def prometheus(request: web.Request) -> web.Response:
         try:
             waiting = float(len(await store.runs_due("paused", float("inf"))))
+            undelivered = float(await outbox.backlog())
         except StoreError:
-            waiting = float("nan")
-        body = metrics.render([("opspilot_interrupts_pending", waiting)])
+            waiting = undelivered = float("nan")
+        body = metrics.render([("opspilot_interrupts_pending", waiting),
+                               ("opspilot_outbox_threads_undelivered", undelivered)])
         return web.Response(text=body, content_type="text/plain", charset="utf-8",
                             headers={"X-Content-Type-Options": "nosniff"})
 

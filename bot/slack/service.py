@@ -99,7 +99,7 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     # Socket Mode carries no signatures; Bolt still wants a secret string.
     bolt = build_bolt_app(client=client, signing_secret=slack.signing_secret or "socket-mode", inbound=inbound)
     return SlackService(core, client, inbound, renderer, outbox, reminders, bolt,
-                        web_routes(bolt=bolt, store=core.store, metrics=metrics), metrics)
+                        web_routes(bolt=bolt, store=core.store, outbox=outbox, metrics=metrics), metrics)
 
 
 def socket_mode_handler(service: SlackService, app_token: str) -> AsyncSocketModeHandler:

@@ -1,0 +1,105 @@
+"""The durable Slack outbox through the real app: Slack failing, hanging, rate limiting or losing answers,
+and every answer and final progress state still arriving exactly once."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bot.demo.sender import mention
+from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.demo.workspace import all_text
+from state import MemoryStore
+from tests.slack_harness import CHANNEL, Workspace, open_workspace
+from tests.test_slack import QUESTION
+
+ANSWER_MARK = "docs/payments-db-timeouts.md"
+
+
+@pytest.fixture
+async def ws(redis_url: str, prefix: str, slack: FakeSlack) -> AsyncIterator[Workspace]:
+    workspace = await open_workspace(redis_url, prefix, slack, request_timeout_s=1.0, outbox_max_backoff_s=0.5)
+    yield workspace
+    await workspace.stop()
+
+
+def delivered_once(slack: FakeSlack, thread_ts: str) -> None:
+    thread = [m for m in slack.thread(CHANNEL, thread_ts) if m.get("bot")]
+    progress = [m for m in thread if "step" in all_text(m)]
+    answers = [m for m in thread if ANSWER_MARK in all_text(m) and "step" not in all_text(m)]
+    assert len(progress) == 1, [all_text(m)[:60] for m in thread]
+    assert ":white_check_mark: Done" in all_text(progress[0]) and progress[0]["blocks"][-1]["type"] != "actions"
+    assert len(answers) == 1, [all_text(m)[:60] for m in thread]
+
+
+async def test_slack_failing_at_the_start_of_a_run(ws: Workspace) -> None:
+    ws.slack.fault("error", "chat.postMessage", "chat.update", for_s=1.5, status=503)
+    await ws.sender.event(mention(CHANNEL, "UREQ", QUESTION, "10.1"))
+    await ws.settle(30)
+    delivered_once(ws.slack, "10.1")
+    assert ws.service.metrics.value("opspilot_outbox_retries_total") >= 1
+
+
+async def test_slack_failing_when_the_answer_is_due(ws: Workspace) -> None:
+    async def fail_after_the_first_post(change: dict) -> None:
+        if change["type"] == "message" and not ws.slack.faults:  # the progress message is up: now Slack fails
+            ws.slack.fault("error", "chat.postMessage", "chat.update", for_s=1.5, status=500)
+
+    ws.slack.watchers.append(fail_after_the_first_post)
+    await ws.sender.event(mention(CHANNEL, "UREQ", QUESTION, "12.1"))
+    await ws.settle(30)
+    delivered_once(ws.slack, "12.1")
+    assert ws.slack.faults and ws.service.metrics.value("opspilot_outbox_retries_total") >= 1
+
+
+async def test_requests_that_hang_past_the_client_timeout(ws: Workspace) -> None:
+    ws.slack.fault("hang", "chat.postMessage", "chat.update", times=3, hang_s=2.5)
+    await ws.sender.event(mention(CHANNEL, "UREQ", QUESTION, "13.1"))
+    await ws.settle(40)
+    delivered_once(ws.slack, "13.1")
+
+
+async def test_a_post_that_landed_but_whose_answer_was_lost_is_not_posted_twice(ws: Workspace) -> None:
+    ws.slack.fault("lost", "chat.postMessage", times=3)
+    await ws.sender.event(mention(CHANNEL, "UREQ", QUESTION, "14.1"))
+    await ws.settle(30)
+    delivered_once(ws.slack, "14.1")
+    assert ws.service.metrics.value("opspilot_outbox_duplicates_avoided_total") >= 1
+
+
+async def test_a_429_storm(ws: Workspace) -> None:
+    ws.slack.rate_limit_next("chat.postMessage", 2)
+    ws.slack.rate_limit_next("chat.update", 2)
+    await ws.sender.event(mention(CHANNEL, "UREQ", QUESTION, "15.1"))
+    await ws.settle(40)
+    delivered_once(ws.slack, "15.1")
+
+
+async def test_the_in_process_outbox_orders_and_supersedes() -> None:
+    outbox = MemoryStore().outbox
+    await outbox.put("t", "a", {"text": "one"}, due=0)
+    await outbox.put("t", "b", {"text": "two"}, due=0)
+    await outbox.put("t", "a", {"text": "one, edited"}, due=0)
+    records = await outbox.records("t")
+    assert [(r.key, r.version, r.get("text")) for r in records] == [("a", 2, "one, edited"), ("b", 1, "two")]
+    await outbox.patch("t", "a", {"ts": "1.1"}, delivered=2)
+    await outbox.patch("t", "b", {"ts": "1.2"}, delivered=1)
+    assert not await outbox.settle("t", retry_at=0) and await outbox.due(10) == []
+    assert [r.get("ts") for r in await outbox.records("t")] == ["1.1", "1.2"]
+    assert (await outbox.records("t"))[0].get("text") is None  # delivered text is not kept
+
+
+async def test_the_redis_outbox_keeps_a_state_put_during_delivery(ws: Workspace) -> None:
+    outbox = ws.store.outbox
+    await outbox.put("c:1", "m", {"text": "v1"}, due=0)
+    (record,) = await outbox.records("c:1")
+    await outbox.put("c:1", "m", {"text": "v2"}, due=0)  # a newer state arrives while v1 is being sent
+    await outbox.patch("c:1", "m", {"ts": "9.9"}, delivered=record.version)
+    assert await outbox.settle("c:1", retry_at=0)  # still due: v2 is not delivered
+    (after,) = await outbox.records("c:1")
+    assert (after.dirty, after.get("text"), after.get("ts")) == (True, "v2", "9.9")
+    assert await ws.store.client.ttl(ws.store.keys.outbox("c:1")) > 0
+    assert await ws.store.client.ttl(ws.store.keys.outbox_due()) > 0
+    await outbox.patch("c:1", "m", {}, delivered=after.version)  # nothing left for the workspace to deliver
+    assert not await outbox.settle("c:1", retry_at=0)
