@@ -71,7 +71,8 @@ def build_registry(settings: Settings, toolbox: ops.Toolbox) -> Registry:
 async def open_store(settings: Settings, *, fallback: bool) -> RedisStore | MemoryStore:
     """Redis when it answers; otherwise (if allowed) the in-process store, which is not durable."""
     keys, ttls = Keys(settings.key_prefix), Ttls(thread_s=settings.thread_ttl_s, interrupt_s=settings.interrupt_ttl_s)
-    store = RedisStore(connect(settings.redis_url, timeout_s=2.0), keys=keys, ttls=ttls)
+    store = RedisStore(connect(settings.redis_url, timeout_s=2.0), keys=keys, ttls=ttls,
+                       outage_grace_s=settings.redis_outage_grace_s)
     try:
         await store.ping()
         return store

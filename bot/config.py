@@ -90,6 +90,7 @@ class Settings(BaseSettings):
     thread_ttl_s: int = Field(7 * 24 * 3600, ge=60)
     interrupt_ttl_s: int = Field(30 * 60, ge=10)
     context_budget_tokens: int = Field(60_000, ge=1000)
+    redis_outage_grace_s: float = Field(30.0, ge=0, description="Redis calls are retried this long through an outage")
     plugins: list[str] = Field(default_factory=list, description="extra modules whose tools are registered")
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
     toolbox: OpsConfig = Field(default_factory=OpsConfig)

@@ -1,15 +1,22 @@
-"""Redis errors → :mod:`state.errors`, at one place for every Redis-backed part."""
+"""Redis errors → :mod:`state.errors`, at one place for every Redis-backed part; retries through short outages."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from state.errors import StoreError, StoreUnavailable
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @asynccontextmanager
@@ -24,3 +31,21 @@ async def guard(what: str) -> AsyncIterator[None]:
 
 def text(value: bytes | str | None) -> str | None:
     return value.decode() if isinstance(value, bytes) else value
+
+
+async def retried(what: str, grace_s: float, operation: Callable[[], Awaitable[T]]) -> T:
+    """``operation`` (which must be safe to repeat) retried while Redis is unreachable, for up to ``grace_s``:
+    a short outage (a failover, a restart) delays the work instead of dropping it."""
+    deadline = time.monotonic() + grace_s
+    delay = 0.1
+    while True:
+        try:
+            async with guard(what):
+                return await operation()
+        except StoreUnavailable:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("Redis unreachable while %s; retrying for up to %.0fs more", what,
+                        deadline - time.monotonic())
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)

@@ -4,41 +4,46 @@ so that after a crash we know whether a change may have happened (and never run 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import defaultdict
 
 import redis.asyncio as aioredis
 
-from state.guard import guard, text
+from state.guard import retried, text
 from state.keys import Keys, Ttls
 
 
 class RedisJournal:
-    def __init__(self, client: aioredis.Redis, keys: Keys, ttls: Ttls) -> None:
-        self.client, self.keys, self.ttls = client, keys, ttls
+    def __init__(self, client: aioredis.Redis, keys: Keys, ttls: Ttls, outage_grace_s: float = 30.0) -> None:
+        self.client, self.keys, self.ttls, self.grace_s = client, keys, ttls, outage_grace_s
 
     async def start(self, run_id: str, call_id: str) -> bool:
         key = self.keys.journal(run_id)
-        async with guard("journaling a change"):
+        # Marked with a nonce: a retry after a lost reply recognises its own first attempt.
+        mark = json.dumps({"state": "started", "at": time.time(), "by": os.urandom(6).hex()})
+
+        async def attempt() -> bool:
             pipe = self.client.pipeline(transaction=True)
-            pipe.hsetnx(key, call_id, json.dumps({"state": "started", "at": time.time()}))
+            pipe.hsetnx(key, call_id, mark)
             pipe.expire(key, self.ttls.thread_s)
             first, _ = await pipe.execute()
-        return bool(first)
+            return bool(first) or text(await self.client.hget(key, call_id)) == mark
+
+        return await retried("journaling a change", self.grace_s, attempt)
 
     async def finish(self, run_id: str, call_id: str, status: str) -> None:
         key = self.keys.journal(run_id)
-        async with guard("journaling a change"):
-            await self.client.hset(key, call_id, json.dumps({"state": "finished", "status": status,
-                                                             "at": time.time()}))
+        mark = json.dumps({"state": "finished", "status": status, "at": time.time()})
+        await retried("journaling a change", self.grace_s, lambda: self.client.hset(key, call_id, mark))
 
     async def abandon(self, run_id: str, call_id: str) -> None:
-        async with guard("journaling a change"):
-            await self.client.hdel(self.keys.journal(run_id), call_id)
+        key = self.keys.journal(run_id)
+        await retried("journaling a change", self.grace_s, lambda: self.client.hdel(key, call_id))
 
     async def states(self, run_id: str) -> dict[str, str]:
-        async with guard("reading the journal"):
-            raw = await self.client.hgetall(self.keys.journal(run_id))
+        key = self.keys.journal(run_id)
+        raw = await retried("reading the journal", self.grace_s, lambda: self.client.hgetall(key))
         return {str(text(cid)): json.loads(v).get("state", "unknown") for cid, v in raw.items()}
 
 

@@ -39,6 +39,10 @@ class Keys:
     def journal(self, run_id: str) -> str:
         return f"{self.prefix}:run:{run_id}:journal"
 
+    def last_commit(self, run_id: str) -> str:
+        """The id of the run's last applied commit, so a commit retried after a lost reply applies once."""
+        return f"{self.prefix}:run:{run_id}:commit"
+
     def cancel(self, run_id: str) -> str:
         return f"{self.prefix}:run:{run_id}:cancel"
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import redis.asyncio as aioredis
 
-from state.guard import guard
+from state.guard import guard, retried, text
 from state.keys import Keys, Ttls
 from state.store import Claim
 
@@ -28,8 +28,8 @@ return 0
 
 
 class RedisLocks:
-    def __init__(self, client: aioredis.Redis, keys: Keys, ttls: Ttls) -> None:
-        self.client, self.keys, self.ttls = client, keys, ttls
+    def __init__(self, client: aioredis.Redis, keys: Keys, ttls: Ttls, outage_grace_s: float = 30.0) -> None:
+        self.client, self.keys, self.ttls, self.grace_s = client, keys, ttls, outage_grace_s
         self._claim = client.register_script(_CLAIM)
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
@@ -50,16 +50,23 @@ class RedisLocks:
             await self.client.set(self.keys.claim(token), holder, ex=self.ttls.interrupt_s + self.ttls.claim_margin_s)
 
     async def acquire_lease(self, thread_id: str, owner: str, ttl_ms: int) -> bool:
-        async with guard("taking the thread lease"):
-            return bool(await self.client.set(self.keys.lease(thread_id), owner, nx=True, px=ttl_ms))
+        key = self.keys.lease(thread_id)
+
+        async def attempt() -> bool:  # a retry after a lost reply finds its own owner id there
+            if await self.client.set(key, owner, nx=True, px=ttl_ms):
+                return True
+            return text(await self.client.get(key)) == owner
+
+        return await retried("taking the thread lease", self.grace_s, attempt)
 
     async def renew_lease(self, thread_id: str, owner: str, ttl_ms: int) -> bool:
-        async with guard("renewing the thread lease"):
-            return bool(await self._renew(keys=[self.keys.lease(thread_id)], args=[owner, ttl_ms]))
+        keys = [self.keys.lease(thread_id)]
+        return bool(await retried("renewing the thread lease", self.grace_s,
+                                  lambda: self._renew(keys=keys, args=[owner, ttl_ms])))
 
     async def release_lease(self, thread_id: str, owner: str) -> None:
-        async with guard("releasing the thread lease"):
-            await self._release(keys=[self.keys.lease(thread_id)], args=[owner])
+        keys = [self.keys.lease(thread_id)]
+        await retried("releasing the thread lease", self.grace_s, lambda: self._release(keys=keys, args=[owner]))
 
     async def once(self, name: str, ttl_s: int) -> bool:
         async with guard("claiming a tick"):

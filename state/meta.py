@@ -3,36 +3,45 @@ message or card is) and first-time markers for event dedupe. Every key carries a
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any, cast
 
 import redis.asyncio as aioredis
 
-from state.guard import guard, text
+from state.guard import retried, text
 from state.keys import Keys, Ttls
 
 
 class RedisMeta:
-    def __init__(self, client: aioredis.Redis, keys: Keys, ttls: Ttls) -> None:
-        self.client, self.keys, self.ttls = client, keys, ttls
+    def __init__(self, client: aioredis.Redis, keys: Keys, ttls: Ttls, outage_grace_s: float = 30.0) -> None:
+        self.client, self.keys, self.ttls, self.grace_s = client, keys, ttls, outage_grace_s
 
     async def put(self, kind: str, name: str, fields: Mapping[str, str]) -> None:
         key = self.keys.meta(kind, name)
-        async with guard("saving metadata"):
+
+        async def attempt() -> None:
             pipe = self.client.pipeline(transaction=True)
             pipe.hset(key, mapping=cast(Any, dict(fields)))
             pipe.expire(key, self.ttls.thread_s)
             await pipe.execute()
 
+        await retried("saving metadata", self.grace_s, attempt)
+
     async def get(self, kind: str, name: str) -> dict[str, str]:
-        async with guard("reading metadata"):
-            raw = await self.client.hgetall(self.keys.meta(kind, name))
+        key = self.keys.meta(kind, name)
+        raw = await retried("reading metadata", self.grace_s, lambda: self.client.hgetall(key))
         return {str(text(k)): str(text(v)) for k, v in raw.items()}
 
     async def first_time(self, name: str, ttl_s: int | None = None) -> bool:
-        async with guard("deduplicating"):
-            return bool(await self.client.set(self.keys.dedupe(name), "1", nx=True, ex=ttl_s or self.ttls.dedupe_s))
+        key, mark = self.keys.dedupe(name), os.urandom(6).hex()
+
+        async def attempt() -> bool:  # a retry after a lost reply recognises its own mark
+            return bool(await self.client.set(key, mark, nx=True, ex=ttl_s or self.ttls.dedupe_s)) \
+                or text(await self.client.get(key)) == mark
+
+        return await retried("deduplicating", self.grace_s, attempt)
 
 
 class MemoryMeta:

@@ -18,7 +18,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from state.guard import guard, text
+from state.guard import guard, retried, text
 from state.keys import Keys, Ttls
 
 
@@ -86,18 +86,19 @@ return 0
 
 
 class RedisOutbox:
-    def __init__(self, client: aioredis.Redis, keys: Keys, ttls: Ttls) -> None:
-        self.client, self.keys, self.ttls = client, keys, ttls
+    def __init__(self, client: aioredis.Redis, keys: Keys, ttls: Ttls, outage_grace_s: float = 30.0) -> None:
+        self.client, self.keys, self.ttls, self.grace_s = client, keys, ttls, outage_grace_s
         self._put = client.register_script(_PUT)
         self._patch = client.register_script(_PATCH)
         self._settle = client.register_script(_SETTLE)
 
     async def put(self, thread: str, key: str, fields: Mapping[str, Any], *, due: float) -> int:
         """Record the desired state of message ``key``; returns its version."""
-        async with guard("recording a message to send"):
-            version = await self._put(keys=[self.keys.outbox(thread), self.keys.outbox_due()],
-                                      args=[key, json.dumps(dict(fields), ensure_ascii=False),
-                                            int(time.time() * 1000), repr(due), self.ttls.thread_s, thread])
+        keys = [self.keys.outbox(thread), self.keys.outbox_due()]
+        args: list[str | int] = [key, json.dumps(dict(fields), ensure_ascii=False), int(time.time() * 1000),
+                                 repr(due), self.ttls.thread_s, thread]
+        # Repeating it after a lost reply only skips a version number.
+        version = await retried("recording a message to send", self.grace_s, lambda: self._put(keys=keys, args=args))
         return int(version)
 
     async def records(self, thread: str) -> list[OutboxRecord]:
@@ -106,10 +107,10 @@ class RedisOutbox:
         return sorted((_record(str(text(k)), v) for k, v in raw.items()), key=lambda r: r.seq)
 
     async def patch(self, thread: str, key: str, fields: Mapping[str, Any], *, delivered: int | None = None) -> None:
-        async with guard("updating the outbox"):
-            await self._patch(keys=[self.keys.outbox(thread)],
-                              args=[key, json.dumps(dict(fields), ensure_ascii=False),
-                                    "" if delivered is None else delivered])
+        args: list[str | int] = [key, json.dumps(dict(fields), ensure_ascii=False),
+                                 "" if delivered is None else delivered]
+        await retried("updating the outbox", self.grace_s, lambda: self._patch(keys=[self.keys.outbox(thread)],
+                                                                                 args=args))
 
     async def settle(self, thread: str, *, retry_at: float) -> bool:
         """Leave the due index if everything is delivered, else come back at ``retry_at``. True if still due."""
@@ -128,8 +129,15 @@ class RedisOutbox:
             return int(await self.client.zcard(self.keys.outbox_due()))
 
     async def lease(self, thread: str, owner: str, ttl_ms: int) -> bool:
+        """Re-entrant for its owner: a lease it could not release (Redis was away) is its own again."""
+        key = self.keys.outbox_lease(thread)
         async with guard("taking an outbox lease"):
-            return bool(await self.client.set(self.keys.outbox_lease(thread), owner, nx=True, px=ttl_ms))
+            if await self.client.set(key, owner, nx=True, px=ttl_ms):
+                return True
+            if text(await self.client.get(key)) != owner:
+                return False
+            await self.client.pexpire(key, ttl_ms)
+            return True
 
     async def release(self, thread: str, owner: str) -> None:
         async with guard("releasing an outbox lease"):
@@ -182,7 +190,7 @@ class MemoryOutbox:
 
     async def lease(self, thread: str, owner: str, ttl_ms: int) -> bool:
         held = self._leases.get(thread)
-        if held is not None and held[1] > time.monotonic():
+        if held is not None and held[1] > time.monotonic() and held[0] != owner:
             return False
         self._leases[thread] = (owner, time.monotonic() + ttl_ms / 1000)
         return True

@@ -4,6 +4,7 @@ one Lua script call (one round trip, atomic); every key gets a TTL."""
 from __future__ import annotations
 
 import json
+import os
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -13,7 +14,7 @@ from pydantic import ValidationError
 
 from core.messages import Message, dump_message, load_message
 from state.errors import CorruptRecord
-from state.guard import guard, text
+from state.guard import guard, retried, text
 from state.journal import RedisJournal
 from state.keys import Keys, Ttls
 from state.locks import RedisLocks
@@ -24,10 +25,13 @@ from state.store import Stats, Write, hour_now, merge_stats
 
 # The commit. ARGV[1] is a named header (JSON), ARGV[2] the run record, then the new transcript messages,
 # then one ticket per new token. KEYS: transcript, run, thread's run, paused index, active index, stats
-# bucket, audit stream, cancel flag, then one key per new token. A run that stops running drops any cancel
+# bucket, audit stream, cancel flag, last commit id, then one key per new token. A commit whose id is already
+# applied (retried after its reply was lost) does nothing. A run that stops running drops any cancel
 # request: nobody is left to act on it, and it must not stop the run's next turn.
 _COMMIT = """
 local h = cjson.decode(ARGV[1])
+if redis.call('GET', KEYS[9]) == h.commit_id then return redis.call('LLEN', KEYS[1]) end
+redis.call('SET', KEYS[9], h.commit_id, 'EX', h.ttl)
 local i = 3
 local length = -1
 if h.messages > 0 then
@@ -60,7 +64,7 @@ for _, entry in ipairs(h.audit) do
 end
 if h.status_changed and not h.active_score then redis.call('DEL', KEYS[8]) end
 for j = 0, h.tickets - 1 do
-  redis.call('SET', KEYS[9 + j], ARGV[i + j], 'EX', h.ticket_ttl)
+  redis.call('SET', KEYS[10 + j], ARGV[i + j], 'EX', h.ticket_ttl)
 end
 return length
 """
@@ -79,14 +83,16 @@ def connect(url: str, *, timeout_s: float = 5.0, max_connections: int = 64) -> a
 class RedisStore:
     durable = True
 
-    def __init__(self, client: aioredis.Redis, *, keys: Keys | None = None, ttls: Ttls | None = None) -> None:
+    def __init__(self, client: aioredis.Redis, *, keys: Keys | None = None, ttls: Ttls | None = None,
+                 outage_grace_s: float = 30.0) -> None:
         self.client = client
+        self.outage_grace_s = outage_grace_s
         self.keys = keys or Keys()
         self.ttls = ttls or Ttls()
-        self.journal = RedisJournal(client, self.keys, self.ttls)
-        self.locks = RedisLocks(client, self.keys, self.ttls)
-        self.meta = RedisMeta(client, self.keys, self.ttls)
-        self.outbox = RedisOutbox(client, self.keys, self.ttls)
+        self.journal = RedisJournal(client, self.keys, self.ttls, outage_grace_s)
+        self.locks = RedisLocks(client, self.keys, self.ttls, outage_grace_s)
+        self.meta = RedisMeta(client, self.keys, self.ttls, outage_grace_s)
+        self.outbox = RedisOutbox(client, self.keys, self.ttls, outage_grace_s)
         self._transcripts: OrderedDict[str, list[Message]] = OrderedDict()
         self.transcript_cache_size = 512
         self._commit = client.register_script(_COMMIT)
@@ -103,7 +109,8 @@ class RedisStore:
         run, k, ttls = write.run, self.keys, self.ttls
         tickets = write.tickets()
         header = {
-            "ttl": ttls.thread_s, "run_id": run.run_id, "status_changed": write.status_changed,
+            "commit_id": os.urandom(8).hex(), "ttl": ttls.thread_s, "run_id": run.run_id,
+            "status_changed": write.status_changed,
             # Scores travel as strings so that no float is rounded on its way through Lua.
             "paused_score": repr(min(p.expires_at for p in run.pending)) if run.status == "paused" and run.pending
             else False,
@@ -114,20 +121,19 @@ class RedisStore:
             "ticket_ttl": ttls.interrupt_s + ttls.claim_margin_s,
         }
         keys = [k.transcript(run.thread_id), k.run(run.run_id), k.thread_run(run.thread_id), k.paused_index(),
-                k.active_index(), k.stats(hour_now()), k.audit(), k.cancel(run.run_id),
+                k.active_index(), k.stats(hour_now()), k.audit(), k.cancel(run.run_id), k.last_commit(run.run_id),
                 *(k.token(t.pending.token) for t in tickets)]
         args: list[Any] = [json.dumps(header, ensure_ascii=False, separators=(",", ":")), _dump_run(run),
                            *(dump_message(m) for m in write.messages),
                            *(t.model_dump_json() for t in tickets)]
-        async with guard(f"saving run {run.run_id}"):
-            length = await self._commit(keys=keys, args=args)
+        length = await retried(f"saving run {run.run_id}", self.outage_grace_s,
+                               lambda: self._commit(keys=keys, args=args))
         if write.messages:
             self._cache_append(run.thread_id, write.messages, int(length))
 
     async def load_run(self, run_id: str) -> RunRecord | None:
         key = self.keys.run(run_id)
-        async with guard(f"loading run {run_id}"):
-            raw = text(await self.client.get(key))
+        raw = text(await retried(f"loading run {run_id}", self.outage_grace_s, lambda: self.client.get(key)))
         if raw is None:
             return None
         return _parse_run(key, raw)
@@ -145,13 +151,19 @@ class RedisStore:
         key = self.keys.transcript(thread_id)
         cached = self._transcripts.get(thread_id)
         start = len(cached) if cached is not None else 0
-        async with guard(f"loading thread {thread_id}"):
+
+        async def fetch() -> list[Any]:
             pipe = self.client.pipeline(transaction=True)
             pipe.llen(key)
             pipe.lrange(key, start, -1)
-            length, rows = await pipe.execute()
-            if cached is not None and int(length) < start:
-                cached, start, rows = None, 0, await self.client.lrange(key, 0, -1)
+            result: list[Any] = await pipe.execute()
+            return result
+
+        length, rows = await retried(f"loading thread {thread_id}", self.outage_grace_s, fetch)
+        if cached is not None and int(length) < start:
+            cached, start = None, 0
+            rows = await retried(f"loading thread {thread_id}", self.outage_grace_s,
+                                 lambda: self.client.lrange(key, 0, -1))
         try:
             fresh = [load_message(r) for r in rows]
         except ValidationError as exc:
@@ -164,13 +176,12 @@ class RedisStore:
         return list(messages)
 
     async def thread_run(self, thread_id: str) -> str | None:
-        async with guard("reading the thread's run"):
-            return text(await self.client.get(self.keys.thread_run(thread_id)))
+        key = self.keys.thread_run(thread_id)
+        return text(await retried("reading the thread's run", self.outage_grace_s, lambda: self.client.get(key)))
 
     async def load_ticket(self, token: str) -> Ticket | None:
         key = self.keys.token(token)
-        async with guard("reading a question's ticket"):
-            raw = text(await self.client.get(key))
+        raw = text(await retried("reading a question's ticket", self.outage_grace_s, lambda: self.client.get(key)))
         if raw is None:
             return None
         if not raw.startswith("{"):  # written before tickets existed: "<run id>\n<call id>"

@@ -118,3 +118,44 @@ def make_harness(model: ChatModel, store: RedisStore, specs: list[ToolSpec] | No
     run_deps = RunDeps(model=model, registry=registry, store=store, bus=bus,
                        limits=limits or Limits(), **deps)
     return Harness(Engine(run_deps, options or EngineOptions(lease_wait_s=5, cancel_poll_s=0.05)), store, events)
+
+
+@dataclass
+class OwnRedis:
+    """A redis-server this test owns and may stop and start again (its data survives, in an append-only file)."""
+
+    port: int
+    workdir: str
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            pytest.fail("redis-server is not installed (apt-get install redis-server): the outage tests need one")
+        self.proc = subprocess.Popen([binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                                      "--appendonly", "yes", "--appendfsync", "always", "--dir", self.workdir],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while not _answers_ping(self.url):
+            if time.monotonic() > deadline:
+                pytest.fail(f"redis-server on port {self.port} never answered")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+
+@pytest.fixture
+def own_redis() -> Iterator[OwnRedis]:
+    server = OwnRedis(free_port(), tempfile.mkdtemp(prefix="opspilot-own-redis-"))
+    server.start()
+    yield server
+    server.stop()
+    shutil.rmtree(server.workdir, ignore_errors=True)

@@ -70,12 +70,15 @@ def slack_settings(redis_url: str, prefix: str, api_url: str, **slack: Any) -> S
 
 async def open_workspace(redis_url: str, prefix: str, slack: FakeSlack, *, model: ChatModel | None = None,
                          specs: list[ToolSpec] | None = None, toolbox: ops.Toolbox | None = None,
-                         limits: Limits | None = None, **slack_config: Any) -> Workspace:
+                         limits: Limits | None = None, outage_grace_s: float = 30.0,
+                         **slack_config: Any) -> Workspace:
     settings = slack_settings(redis_url, prefix, slack.api_url, **slack_config)
+    settings = settings.model_copy(update={"redis_outage_grace_s": outage_grace_s})
     toolbox = toolbox or ops.build()
     core: Assembly | None = None
     if model is not None:
-        store = RedisStore(connect(redis_url), keys=Keys(prefix), ttls=Ttls(interrupt_s=settings.interrupt_ttl_s))
+        store = RedisStore(connect(redis_url, timeout_s=2.0), keys=Keys(prefix),
+                           ttls=Ttls(interrupt_s=settings.interrupt_ttl_s), outage_grace_s=outage_grace_s)
         bus = EventBus()
         deps = RunDeps(model=model, registry=Registry.of(specs if specs is not None else toolbox.specs),
                        store=store, bus=bus, limits=limits or Limits())

@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 
 _MENTION = re.compile(r"<@[A-Z0-9]+>\s*")
 _IGNORED_SUBTYPES = {None, "thread_broadcast", "file_share"}
+STORE_DOWN = ("I can't take questions right now: my state store is unavailable. Ask again in a few minutes; "
+              "nothing was changed.")
 
 
 class Inbound:
@@ -72,8 +74,19 @@ class Inbound:
             return  # edits, deletions, joins, bots (ourselves included) never start a run
         if bot_user_id and event["user"] == bot_user_id:
             return
-        channel, ts, raw = str(event["channel"]), str(event["ts"]), str(event.get("text") or "")
+        channel, ts = str(event["channel"]), str(event["ts"])
         thread_ts = str(event.get("thread_ts") or ts)
+        try:
+            await self._message(event, event_id, channel, ts, thread_ts, mentioned=mentioned,
+                                bot_user_id=bot_user_id)
+        except StoreError as exc:  # Redis stayed away longer than the grace period
+            log.error("message %s in %s dropped: %s", ts, channel, exc)
+            if mentioned or event.get("channel_type") == "im":
+                await self.outbox.say(channel, thread_ts, STORE_DOWN)
+
+    async def _message(self, event: dict[str, Any], event_id: str | None, channel: str, ts: str, thread_ts: str,
+                       *, mentioned: bool, bot_user_id: str | None) -> None:
+        raw = str(event.get("text") or "")
         direct = event.get("channel_type") == "im"
         if not mentioned and not direct:
             if "thread_ts" not in event or (bot_user_id and f"<@{bot_user_id}>" in raw):
@@ -115,9 +128,12 @@ class Inbound:
         except ThreadBusy:
             await self.outbox.tell(channel, user, "I am still working on the previous message in this thread; "
                                                   "send it again in a moment.", thread_ts=thread_ts)
-        except (EngineError, StoreError) as exc:
+        except EngineError as exc:
             log.warning("thread %s: %s", thread_id, exc)
             await self.outbox.say(channel, thread_ts, f":warning: I could not start: {exc}")
+        except StoreError as exc:
+            log.error("thread %s: %s", thread_id, exc)  # the operator gets the details, the user does not
+            await self.outbox.say(channel, thread_ts, STORE_DOWN)
 
     # --- clicks ----------------------------------------------------------------------------------------------
 
@@ -126,10 +142,14 @@ class Inbound:
         user = str(body["user"]["id"])
         channel = str((body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id"))
         thread_ts = (body.get("message") or {}).get("thread_ts")
-        if action_id in ("opspilot_stop", "opspilot_resume"):
-            await self._run_button(action_id, value, user, channel, thread_ts)
-        elif action_id in ("opspilot_confirm", "opspilot_decline", "opspilot_submit"):
-            await self._decide(action_id, value, user, channel, thread_ts, body.get("state") or {})
+        try:
+            if action_id in ("opspilot_stop", "opspilot_resume"):
+                await self._run_button(action_id, value, user, channel, thread_ts)
+            elif action_id in ("opspilot_confirm", "opspilot_decline", "opspilot_submit"):
+                await self._decide(action_id, value, user, channel, thread_ts, body.get("state") or {})
+        except StoreError as exc:
+            log.error("click %s by %s dropped: %s", action_id, user, exc)
+            await self.outbox.tell(channel, user, f"Nothing changed: {STORE_DOWN}", thread_ts)
 
     async def _run_button(self, action_id: str, run_id: str, user: str, channel: str, thread_ts: str | None) -> None:
         verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))
@@ -145,8 +165,11 @@ class Inbound:
     async def _guard(self, work: Awaitable[Any], channel: str, user: str, thread_ts: str | None) -> None:
         try:
             await work
-        except (EngineError, StoreError) as exc:
+        except EngineError as exc:
             await self.outbox.tell(channel, user, f"Nothing changed: {exc}", thread_ts)
+        except StoreError as exc:
+            log.error("%s", exc)
+            await self.outbox.tell(channel, user, f"Nothing changed: {STORE_DOWN}", thread_ts)
 
     async def _decide(self, action_id: str, token: str, user: str, channel: str, thread_ts: str | None,
                       state: dict[str, Any]) -> None:
@@ -203,5 +226,8 @@ class Inbound:
             if card.get("channel"):  # the form stays, with the error shown
                 form = kit.params_form(token, ticket.pending.reason, ticket.pending.payload, error=problem)
                 await self.outbox.message(f"card:{token}", card["channel"], card.get("thread_ts"), problem, form)
-        except (EngineError, StoreError) as exc:
+        except EngineError as exc:
             await self.outbox.tell(channel, user, f"Nothing changed: {exc}", thread_ts)
+        except StoreError as exc:
+            log.error("%s", exc)
+            await self.outbox.tell(channel, user, f"Nothing changed: {STORE_DOWN}", thread_ts)

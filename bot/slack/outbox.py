@@ -91,8 +91,25 @@ class SlackOutbox:
         return str(answer["ts"]) if answer is not None else None
 
     async def _put(self, channel: str, thread_ts: str | None, key: str, fields: dict[str, Any]) -> None:
-        await self.store.put(f"{channel}:{thread_ts or '-'}", key, fields, due=time.time())
+        try:
+            await self.store.put(f"{channel}:{thread_ts or '-'}", key, fields, due=time.time())
+        except StoreError as exc:
+            # The store is down, so this cannot be kept for later: one direct attempt (typically the very
+            # message that tells the user the store is down).
+            log.warning("outbox unavailable (%s): sending %s directly, once", exc, key)
+            with contextlib.suppress(_Retry):
+                await self._send_direct(fields)
+            return
         self._wake.set()
+
+    async def _send_direct(self, f: dict[str, Any]) -> None:
+        blocks = json.loads(f["blocks"]) if f.get("blocks") else None
+        if f["kind"] == "ephemeral":
+            await self._call("chat.postEphemeral", f["channel"], lambda: self.client.chat_postEphemeral(
+                channel=f["channel"], user=f["user"], text=f["text"], thread_ts=f.get("thread_ts")))
+        else:
+            await self._call("chat.postMessage", f["channel"], lambda: self.client.chat_postMessage(
+                channel=f["channel"], thread_ts=f.get("thread_ts"), text=f["text"], blocks=blocks))
 
     # --- delivery ------------------------------------------------------------------------------------
 
@@ -147,7 +164,7 @@ class SlackOutbox:
 
     async def _deliver_thread(self, thread: str) -> None:
         try:
-            if not await self.store.lease(thread, self.owner, 60_000):
+            if not await self.store.lease(thread, self.owner, 20_000):
                 return  # another instance delivers this thread right now
             try:
                 retry_at = await self._deliver_records(thread)

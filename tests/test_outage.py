@@ -1,0 +1,60 @@
+"""A Redis outage in the middle of a run and during a question: nothing is dropped, the answers arrive
+when Redis is back, and the user never sees an internal address or a stack trace."""
+
+from __future__ import annotations
+
+import asyncio
+
+from bot.agent.models.scripted import ScriptedModel, call, reply
+from bot.demo.sender import mention
+from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.demo.workspace import all_text
+from tests.conftest import OwnRedis
+from tests.slack_harness import CHANNEL, open_workspace
+from tests.toolkit import Probe, toolkit
+
+
+async def test_redis_down_mid_run_and_during_a_question(own_redis: OwnRedis, prefix: str, slack: FakeSlack) -> None:
+    probe = Probe()
+    tools = toolkit(probe)
+    model = ScriptedModel([reply("", call("blocker", "b1")), reply("done"), reply("done")])
+    ws = await open_workspace(own_redis.url, prefix, slack, model=model, specs=[tools["blocker"]])
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "first", "20.1"))
+        await asyncio.wait_for(probe.started.setdefault("blocker", asyncio.Event()).wait(), 10)
+        own_redis.stop()  # Redis goes away while a tool runs…
+        probe.release.set()  # …which finishes: its result must wait for Redis, not be lost
+        status, _ = await ws.sender.event(mention(CHANNEL, "UREQ", "second", "21.1"))
+        assert status == 200  # a question during the outage is acknowledged…
+        await asyncio.sleep(2.0)
+        own_redis.start()
+        await ws.settle(60)  # …and answered once Redis is back
+
+        for thread in ("20.1", "21.1"):
+            bot = [m for m in slack.thread(CHANNEL, thread) if m.get("bot")]
+            assert len([m for m in bot if set(all_text(m).split()) == {"done"}]) == 1, [all_text(m) for m in bot]
+            progress = [m for m in bot if "step" in all_text(m)]
+            assert len(progress) == 1 and ":white_check_mark: Done" in all_text(progress[0])
+        everything = " ".join(all_text(m) for m in slack.messages.values()) + " ".join(slack.ephemeral_texts())
+        assert str(own_redis.port) not in everything and "Traceback" not in everything
+    finally:
+        await ws.stop()
+
+
+async def test_a_longer_outage_is_told_to_the_user_plainly(own_redis: OwnRedis, prefix: str,
+                                                           slack: FakeSlack) -> None:
+    ws = await open_workspace(own_redis.url, prefix, slack, model=ScriptedModel([reply("done")]), specs=[],
+                              outage_grace_s=1.0)
+    try:
+        own_redis.stop()
+        await ws.sender.event(mention(CHANNEL, "UREQ", "anyone there?", "30.1"))
+        for _ in range(100):
+            told = [all_text(m) for m in slack.thread(CHANNEL, "30.1") if m.get("bot")]
+            if told:
+                break
+            await asyncio.sleep(0.1)
+        assert len(told) == 1 and "state store is unavailable" in told[0]
+        assert str(own_redis.port) not in told[0] and "Error" not in told[0]
+    finally:
+        own_redis.start()
+        await ws.stop()
