@@ -14,7 +14,7 @@ from bot.agent.models.demo import demo_model
 from bot.agent.sweeps import Sweeps
 from bot.config import ConfigError, Settings
 from state import Keys, MemoryStore, RedisStore, StoreError, Ttls, connect
-from state.store import MetaStore, Outbox, Reports, Store
+from state.store import MetaStore, Outbox, Reports, Store, WorkQueue
 from tools import ops
 from tools.errors import ToolError
 from tools.plugins import PluginError, load_plugins
@@ -94,6 +94,7 @@ class Assembly:
     meta: MetaStore
     reports: Reports
     outbox: Outbox
+    queue: WorkQueue
     model: ChatModel
     toolbox: ops.Toolbox
     sweeps: Sweeps
@@ -102,7 +103,8 @@ class Assembly:
     def around(cls, engine: Engine, store: RedisStore | MemoryStore, model: ChatModel,
                toolbox: ops.Toolbox) -> Assembly:
         """An assembly for an engine built by hand (tests, benchmarks) over one of our stores."""
-        return cls(engine, engine.deps.bus, store, store.meta, store, store.outbox, model, toolbox, Sweeps(engine))
+        return cls(engine, engine.deps.bus, store, store.meta, store, store.outbox, store.queue, model, toolbox,
+                   Sweeps(engine))
 
 
 async def assemble(settings: Settings, *, fallback_store: bool = True) -> Assembly:
@@ -124,4 +126,4 @@ async def assemble(settings: Settings, *, fallback_store: bool = True) -> Assemb
                    interrupt_ttl_s=float(settings.interrupt_ttl_s))
     engine = Engine(deps)
     sweeps = Sweeps(engine, interval_s=settings.sweeps.interval_s, stale_after_s=settings.sweeps.stale_after_s)
-    return Assembly(engine, bus, store, store.meta, store, store.outbox, model, toolbox, sweeps)
+    return Assembly(engine, bus, store, store.meta, store, store.outbox, store.queue, model, toolbox, sweeps)

@@ -20,7 +20,11 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     chat_cmd = sub.add_parser("chat", help="talk to OpsPilot in the terminal")
     chat_cmd.add_argument("--user", default="local-user", help="who you are (for confirmations and audit)")
-    sub.add_parser("serve", help="serve Slack: Socket Mode with SLACK_APP_TOKEN, otherwise HTTP on $PORT")
+    serve_cmd = sub.add_parser("serve", help="serve Slack: Socket Mode with SLACK_APP_TOKEN, otherwise HTTP on $PORT")
+    serve_cmd.add_argument("--workers", type=int, default=None,
+                           help="worker processes beside the front (default: one per core, up to 4; 0: one process)")
+    worker_cmd = sub.add_parser("worker", help="run the engine for fronts elsewhere (reads the work queue in Redis)")
+    worker_cmd.add_argument("--port", type=int, default=None, help="serve /healthz and /metrics on this port")
     demo_cmd = sub.add_parser("demo", help="a Slack-like channel in your browser, no Slack workspace needed")
     demo_cmd.add_argument("--port", type=int, default=None, help="default: $PORT or 3000")
     stats_cmd = sub.add_parser("stats", help="runs, steps, failure and resume rates, stop reasons")
@@ -69,9 +73,13 @@ def main(argv: list[str] | None = None) -> int:
             settings = load_settings(args.config)
             return asyncio.run(run_demo(settings, args.port or settings.slack.port))
         if args.command == "serve":
-            from bot.slack.service import serve
+            from bot.slack.serve import serve
 
-            return asyncio.run(serve(load_settings(args.config)))
+            return asyncio.run(serve(load_settings(args.config), workers=args.workers, config=args.config))
+        if args.command == "worker":
+            from bot.slack.serve import work
+
+            return asyncio.run(work(load_settings(args.config), port=args.port))
         return asyncio.run(_stats(args.window, args.config))
     except ConfigError as exc:
         print(f"opspilot: {exc}", file=sys.stderr)

@@ -87,5 +87,9 @@ class Keys:
         """Who delivers a thread's messages right now (one deliverer at a time keeps them in order)."""
         return f"{self.prefix}:outbox-lease:{thread}"
 
+    def queue(self) -> str:
+        """The work stream fronts add to and workers read (one consumer group)."""
+        return f"{self.prefix}:work"
+
     def audit(self) -> str:
         return f"{self.prefix}:audit"

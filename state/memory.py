@@ -9,6 +9,7 @@ from state.journal import MemoryJournal
 from state.locks import MemoryLocks
 from state.meta import MemoryMeta
 from state.outbox import MemoryOutbox
+from state.queue import MemoryQueue
 from state.records import RunRecord, Ticket
 from state.store import Stats, Write, hour_now, merge_stats
 
@@ -21,6 +22,7 @@ class MemoryStore:
         self.locks = MemoryLocks()
         self.meta = MemoryMeta()
         self.outbox = MemoryOutbox()
+        self.queue = MemoryQueue()
         self._transcripts: dict[str, list[Message]] = defaultdict(list)
         self._runs: dict[str, str] = {}
         self._thread_runs: dict[str, str] = {}

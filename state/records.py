@@ -81,6 +81,8 @@ class RunRecord(_Record):
     thread_id: str
     user_id: str | None
     text: str
+    request_id: str | None = None
+    """The front end's id of the latest message this run took (a redelivered message is recognised)."""
     status: RunStatus = "running"
     step: int = 0
     active_ms: float = 0.0

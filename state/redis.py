@@ -20,6 +20,7 @@ from state.keys import Keys, Ttls
 from state.locks import RedisLocks
 from state.meta import RedisMeta
 from state.outbox import RedisOutbox
+from state.queue import RedisQueue
 from state.records import SCHEMA_VERSION, RunRecord, Ticket
 from state.store import Stats, Write, hour_now, merge_stats
 
@@ -93,6 +94,7 @@ class RedisStore:
         self.locks = RedisLocks(client, self.keys, self.ttls, outage_grace_s)
         self.meta = RedisMeta(client, self.keys, self.ttls, outage_grace_s)
         self.outbox = RedisOutbox(client, self.keys, self.ttls, outage_grace_s)
+        self.queue = RedisQueue(client, self.keys, self.ttls, outage_grace_s)
         self._transcripts: OrderedDict[str, list[Message]] = OrderedDict()
         self.transcript_cache_size = 512
         self._commit = client.register_script(_COMMIT)

@@ -6,9 +6,10 @@
     Reports       counters and the audit stream (``opspilot stats``, the answer's audit list)
     MetaStore     a front end's own bookkeeping (where a Slack message is) and event dedupe
     Outbox        a front end's messages, recorded before they are sent and retried until delivered
+    WorkQueue     work from fronts (which acknowledge and enqueue) to workers (which run the engine)
 
 :class:`state.redis.RedisStore` and :class:`state.memory.MemoryStore` implement Store and Reports;
-their ``meta`` and ``outbox`` attributes are the matching MetaStore and Outbox.
+their ``meta``, ``outbox`` and ``queue`` attributes are the matching MetaStore, Outbox and WorkQueue.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, Protocol
 
 from core.messages import Message
 from state.outbox import OutboxRecord
+from state.queue import Entry, QueueStats
 from state.records import RunRecord, Ticket
 
 
@@ -208,3 +210,19 @@ class Outbox(Protocol):
     async def lease(self, thread: str, owner: str, ttl_ms: int) -> bool: ...
 
     async def release(self, thread: str, owner: str) -> None: ...
+
+
+class WorkQueue(Protocol):
+    """Work from fronts to workers, each entry pending until acknowledged (see :mod:`state.queue`)."""
+
+    async def put(self, body: str) -> str: ...
+
+    async def take(self, consumer: str, *, count: int = 1, block_ms: int = 1000) -> list[Entry]: ...
+
+    async def reclaim(self, consumer: str, *, idle_ms: int, count: int = 10) -> list[Entry]: ...
+
+    async def touch(self, consumer: str, entry_id: str) -> None: ...
+
+    async def ack(self, entry_id: str) -> None: ...
+
+    async def stats(self) -> QueueStats: ...

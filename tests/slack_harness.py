@@ -12,11 +12,11 @@ from bot.agent.events import EventBus
 from bot.agent.limits import Limits
 from bot.agent.models.base import ChatModel
 from bot.assembly import Assembly
-from bot.config import Settings, SlackConfig
+from bot.config import Settings, SlackConfig, SweepConfig
 from bot.demo.local_server import LocalServer
 from bot.demo.sender import SlackSender
 from bot.demo.workspace import LocalSlack as FakeSlack
-from bot.slack.service import SlackService, build_service
+from bot.slack.service import Role, SlackService, build_service
 from state import Keys, RedisStore, Ttls, connect
 from tools import ops
 from tools.registry import Registry, ToolSpec
@@ -56,6 +56,8 @@ class Workspace:
 
     async def stop(self) -> None:
         await self.settle()
+        if self.service.worker is not None:
+            await self.service.worker.stop()
         await self.service.outbox.stop()
         await self.server.stop()
         await self.store.close()
@@ -70,10 +72,11 @@ def slack_settings(redis_url: str, prefix: str, api_url: str, **slack: Any) -> S
 
 async def open_workspace(redis_url: str, prefix: str, slack: FakeSlack, *, model: ChatModel | None = None,
                          specs: list[ToolSpec] | None = None, toolbox: ops.Toolbox | None = None,
-                         limits: Limits | None = None, outage_grace_s: float = 30.0,
-                         **slack_config: Any) -> Workspace:
+                         limits: Limits | None = None, outage_grace_s: float = 30.0, role: Role = "all",
+                         lease_ttl_ms: int = 30_000, stale_after_s: float = 45.0, **slack_config: Any) -> Workspace:
     settings = slack_settings(redis_url, prefix, slack.api_url, **slack_config)
-    settings = settings.model_copy(update={"redis_outage_grace_s": outage_grace_s})
+    settings = settings.model_copy(update={"redis_outage_grace_s": outage_grace_s,
+                                           "sweeps": SweepConfig(stale_after_s=stale_after_s)})
     toolbox = toolbox or ops.build()
     core: Assembly | None = None
     if model is not None:
@@ -82,14 +85,17 @@ async def open_workspace(redis_url: str, prefix: str, slack: FakeSlack, *, model
         bus = EventBus()
         deps = RunDeps(model=model, registry=Registry.of(specs if specs is not None else toolbox.specs),
                        store=store, bus=bus, limits=limits or Limits())
-        core = Assembly.around(Engine(deps, EngineOptions(lease_wait_s=5, cancel_poll_s=0.05)), store, model, toolbox)
+        options = EngineOptions(lease_wait_s=5, cancel_poll_s=0.05, lease_ttl_ms=lease_ttl_ms)
+        core = Assembly.around(Engine(deps, options), store, model, toolbox)
     else:
         from bot.assembly import assemble
 
         core = await assemble(settings, fallback_store=False)
         core.toolbox.restarts.done.clear()
         toolbox = core.toolbox
-    service = await build_service(settings, core=core)
+    service = await build_service(settings, core=core, role=role)
     service.outbox.start()  # delivery runs as in production; sweeps and reminders are driven by the tests
+    if service.worker is not None:
+        service.worker.start()
     server = await LocalServer(service.web_app).start()
     return Workspace(slack, service, server, SlackSender(f"{server.url}/slack/events", SECRET), toolbox)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from bot.demo.sender import SlackSender, mention
 from bot.demo.workspace import LocalSlack as FakeSlack
@@ -58,12 +59,13 @@ async def test_opspilot_serve_in_http_mode(redis_url: str, prefix: str, slack: F
                                                                                                     "SLACK_"))}
     env |= {"SLACK_BOT_TOKEN": slack.token, "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_URL": slack.api_url,
             "PORT": str(port), "REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix}
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", "serve", env=env, cwd=tmp_path,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", "serve", "--workers", "2", env=env,
+                                                cwd=tmp_path, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
     try:
         assert proc.stdout is not None
         banner = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
-        assert "HTTP mode" in banner and "scripted demo model" in banner
+        assert "HTTP mode" in banner and "2 worker process(es)" in banner and "scripted demo model" in banner
         async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/healthz") as r:
             assert r.status == 200 and (await r.json())["ok"]
         sender = SlackSender(f"http://127.0.0.1:{port}/slack/events", SECRET)
@@ -77,9 +79,18 @@ async def test_opspilot_serve_in_http_mode(redis_url: str, prefix: str, slack: F
         assert "docs/payments-db-timeouts.md" in all_text(slack.thread(CHANNEL, "3000.1")[-1])
         forged, _ = await sender.event(mention(CHANNEL, "UREQ", "x", "3000.2"), secret="nope")
         assert forged == 401
+        async with aiohttp.ClientSession() as session:
+            for worker_port in (port + 1, port + 2):  # each worker answers its own health and metrics
+                async with session.get(f"http://127.0.0.1:{worker_port}/healthz") as r:
+                    assert r.status == 200
+            async with session.get(f"http://127.0.0.1:{port}/metrics") as r:
+                assert "opspilot_work_pending 0" in await r.text()
     finally:
         proc.terminate()
-        await asyncio.wait_for(proc.wait(), 15)
+        await asyncio.wait_for(proc.wait(), 30)
+    async with aiohttp.ClientSession() as session:  # the workers stopped with their front
+        with pytest.raises(aiohttp.ClientConnectionError):
+            await session.get(f"http://127.0.0.1:{port + 1}/healthz")
 
 
 async def test_serve_without_a_token_is_one_readable_line(tmp_path: Path) -> None:

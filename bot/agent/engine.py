@@ -56,11 +56,25 @@ class Engine:
 
     # --- public API ------------------------------------------------------------------------------
 
-    async def ask(self, thread_id: str, text: str, *, user_id: str | None = None) -> RunOutcome:
-        """A new message in a thread. If the thread's run is waiting for a person, the message answers it."""
+    async def ask(self, thread_id: str, text: str, *, user_id: str | None = None,
+                  request_id: str | None = None) -> RunOutcome:
+        """A new message in a thread. If the thread's run is waiting for a person, the message answers it.
+        ``request_id`` (e.g. the Slack message) makes a redelivered message a no-op."""
         by = user_id or "user"
         async with self._lease(thread_id):
-            run = await self._unfinished(thread_id)
+            latest = await self._latest(thread_id)
+            if request_id is not None and latest is not None and latest.request_id == request_id:
+                # Taken already: the work was delivered again. If its worker died (we hold the lease, so it is
+                # gone), this worker carries the turn on; otherwise there is nothing to do.
+                if latest.status not in ("running", "stalled"):
+                    return Run(self.deps, latest, []).outcome()
+                orphan = await self._open(latest)
+                await self._repair(orphan)
+                if orphan.record.pending:
+                    return await orphan.pause(orphan.record.pending)
+                orphan.record.status = "running"
+                return await self._drive(orphan)
+            run = await self._open(latest) if latest is not None and latest.status != "finished" else None
             if run is not None and run.record.status in ("running", "stalled"):
                 # We hold the lease, so the worker that ran it is gone: close it out first.
                 await self._repair(run)
@@ -79,7 +93,7 @@ class Engine:
                 run = Run(self.deps, record, await self.deps.store.load_transcript(thread_id), self._memo(thread_id))
                 run.count("runs")
                 run.emit(RunStarted, user_id=user_id, text=text)
-            run.record.status = "running"
+            run.record.status, run.record.request_id = "running", request_id
             run.append(UserMessage(content=text, user_id=user_id))
             await run.commit()
             return await self._drive(run)
@@ -325,11 +339,9 @@ class Engine:
             raise RunNotFound(f"run {run_id} not found (it may have expired)")
         return record
 
-    async def _unfinished(self, thread_id: str) -> Run | None:
-        """The thread's latest run, opened, unless it finished."""
+    async def _latest(self, thread_id: str) -> RunRecord | None:
         run_id = await self.deps.store.thread_run(thread_id)
-        record = await self.deps.store.load_run(run_id) if run_id else None
-        return await self._open(record) if record is not None and record.status != "finished" else None
+        return await self.deps.store.load_run(run_id) if run_id else None
 
     async def _open(self, record: RunRecord) -> Run:
         transcript = await self.deps.store.load_transcript(record.thread_id)

@@ -19,7 +19,7 @@ from bot.slack.inbound import Inbound
 from bot.slack.metrics import Metrics
 from bot.slack.outbox import SlackOutbox
 from state import StoreError
-from state.store import Store
+from state.store import Store, WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def build_bolt_app(*, client: AsyncWebClient, signing_secret: str, inbound: Inbo
     return app
 
 
-def web_routes(*, bolt: AsyncApp, store: Store, outbox: SlackOutbox, metrics: Metrics,
+def web_routes(*, bolt: AsyncApp, store: Store, outbox: SlackOutbox, queue: WorkQueue, metrics: Metrics,
                path: str = "/slack/events") -> list[web.RouteDef]:
     async def events(request: web.Request) -> web.Response:
         return await to_aiohttp_response(await bolt.async_dispatch(await to_bolt_request(request)))
@@ -75,10 +75,16 @@ def web_routes(*, bolt: AsyncApp, store: Store, outbox: SlackOutbox, metrics: Me
         try:
             waiting = float(len(await store.runs_due("paused", float("inf"))))
             undelivered = float(await outbox.backlog())
+            work = await queue.stats()
+            gauges = [("opspilot_work_queue_length", float(work.length)),
+                      ("opspilot_work_pending", float(work.pending)),
+                      ("opspilot_work_oldest_pending_seconds", work.oldest_pending_s),
+                      ("opspilot_work_redelivered_pending", float(work.redelivered))]
         except StoreError:
             waiting = undelivered = float("nan")
+            gauges = []
         body = metrics.render([("opspilot_interrupts_pending", waiting),
-                               ("opspilot_outbox_threads_undelivered", undelivered)])
+                               ("opspilot_outbox_threads_undelivered", undelivered), *gauges])
         return web.Response(text=body, content_type="text/plain", charset="utf-8",
                             headers={"X-Content-Type-Options": "nosniff"})
 

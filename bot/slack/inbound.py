@@ -1,8 +1,8 @@
-"""Slack → engine: mentions, thread replies, DMs, the slash command and button clicks become engine calls.
+"""Slack → work: mentions, thread replies, DMs, the slash command and button clicks become work items.
 
-Listeners acknowledge first and hand the work to :meth:`Inbound.spawn`; every piece of work is one unit
-with one broad boundary that logs for the operator and tells the user in words. Nothing here renders a
-run: that is :mod:`bot.slack.render`, driven by the engine's events.
+Listeners acknowledge first; this checks (dedupe, who may do what, the ticket a click opens) and hands a
+:data:`bot.slack.work.WorkItem` on — to the executor in this process, or to the queue for the workers.
+It never runs the engine's turns itself, and never renders a run (that is :mod:`bot.slack.render`).
 """
 
 from __future__ import annotations
@@ -10,17 +10,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from bot.agent.decisions import Confirm, Decision, Decline, ProvideParams
 from bot.agent.engine import Engine
-from bot.agent.errors import AlreadyHandled, EngineError, InterruptExpired, InvalidDecision, NotPending, ThreadBusy
+from bot.agent.errors import NotPending
 from bot.slack import blocks as kit
 from bot.slack.access import AccessPolicy, Verdict
-from bot.slack.meta import CARD, THREAD, thread_key
-from bot.slack.metrics import Metrics
+from bot.slack.meta import CARD, thread_key
 from bot.slack.outbox import SlackOutbox
+from bot.slack.work import STORE_DOWN, Answer, Converse, RunButton, WorkItem
 from state import StoreError, Ticket
 from state.store import MetaStore
 
@@ -28,18 +27,18 @@ log = logging.getLogger(__name__)
 
 _MENTION = re.compile(r"<@[A-Z0-9]+>\s*")
 _IGNORED_SUBTYPES = {None, "thread_broadcast", "file_share"}
-STORE_DOWN = ("I can't take questions right now: my state store is unavailable. Ask again in a few minutes; "
-              "nothing was changed.")
+Dispatch = Callable[[WorkItem], Awaitable[None]]
+"""Hands work on: to this process's executor, or to the work queue for the workers."""
 
 
 class Inbound:
     def __init__(self, *, engine: Engine, meta: MetaStore, outbox: SlackOutbox, access: AccessPolicy,
-                 metrics: Metrics) -> None:
+                 dispatch: Dispatch) -> None:
         self.engine = engine
         self.meta = meta
         self.outbox = outbox
         self.access = access
-        self.metrics = metrics
+        self.dispatch = dispatch
         self._tasks: set[asyncio.Task[None]] = set()
 
     # --- background work ---------------------------------------------------------------------------------
@@ -102,7 +101,8 @@ class Inbound:
             await self.outbox.tell(channel, event["user"], verdict.reason, thread_ts=thread_ts)
             return
         text = _MENTION.sub("", raw).strip() or "hello"
-        self.spawn(self.converse(channel, thread_ts, event["user"], text), name=f"converse-{channel}-{ts}")
+        await self.dispatch(Converse(channel=channel, thread_ts=thread_ts, user=event["user"], text=text,
+                                     request_id=f"{channel}:{ts}"))
 
     async def on_command(self, command: dict[str, Any]) -> None:
         channel, user, text = command["channel_id"], command["user_id"], str(command.get("text") or "").strip()
@@ -118,22 +118,8 @@ class Inbound:
         if root is None:
             await self.outbox.tell(channel, user, "Slack did not take my reply just now; send the command again.")
             return
-        await self.converse(channel, root, user, text)
-
-    async def converse(self, channel: str, thread_ts: str, user: str, text: str) -> None:
-        thread_id = thread_key(channel, thread_ts)
-        try:
-            await self.meta.put(THREAD, thread_id, {"channel": channel, "thread_ts": thread_ts})
-            await self.engine.ask(thread_id, text, user_id=user)
-        except ThreadBusy:
-            await self.outbox.tell(channel, user, "I am still working on the previous message in this thread; "
-                                                  "send it again in a moment.", thread_ts=thread_ts)
-        except EngineError as exc:
-            log.warning("thread %s: %s", thread_id, exc)
-            await self.outbox.say(channel, thread_ts, f":warning: I could not start: {exc}")
-        except StoreError as exc:
-            log.error("thread %s: %s", thread_id, exc)  # the operator gets the details, the user does not
-            await self.outbox.say(channel, thread_ts, STORE_DOWN)
+        await self.dispatch(Converse(channel=channel, thread_ts=root, user=user, text=text,
+                                     request_id=f"{channel}:{root}"))
 
     # --- clicks ----------------------------------------------------------------------------------------------
 
@@ -156,20 +142,9 @@ class Inbound:
         if not verdict.allowed:
             await self.outbox.tell(channel, user, verdict.reason, thread_ts)
             return
-        if action_id == "opspilot_stop":
-            self.spawn(self._guard(self.engine.cancel(run_id, by=user), channel, user, thread_ts),
-                       name=f"stop-{run_id}")
-        else:
-            self.spawn(self._guard(self.engine.recover(run_id), channel, user, thread_ts), name=f"resume-{run_id}")
-
-    async def _guard(self, work: Awaitable[Any], channel: str, user: str, thread_ts: str | None) -> None:
-        try:
-            await work
-        except EngineError as exc:
-            await self.outbox.tell(channel, user, f"Nothing changed: {exc}", thread_ts)
-        except StoreError as exc:
-            log.error("%s", exc)
-            await self.outbox.tell(channel, user, f"Nothing changed: {STORE_DOWN}", thread_ts)
+        item = RunButton(kind="stop" if action_id == "opspilot_stop" else "resume", run_id=run_id, user=user,
+                         channel=channel, thread_ts=thread_ts)
+        await self.dispatch(item)
 
     async def _decide(self, action_id: str, token: str, user: str, channel: str, thread_ts: str | None,
                       state: dict[str, Any]) -> None:
@@ -185,49 +160,25 @@ class Inbound:
         if not verdict.allowed:
             await self.outbox.tell(channel, user, verdict.reason, thread_ts)
             return
-        decision, verdict = await self._decision(action_id, ticket, user, channel, state)
+        answer, verdict = await self._decision(action_id, ticket, user, channel, thread_ts, state)
         if not verdict.allowed:
             await self.outbox.tell(channel, user, verdict.reason, thread_ts)
             return
-        self.spawn(self._answer(ticket, decision, user, channel, thread_ts), name=f"answer-{token[:8]}")
+        await self.dispatch(answer)
 
-    async def _decision(self, action_id: str, ticket: Ticket, user: str, channel: str,
-                        state: dict[str, Any]) -> tuple[Decision, Verdict]:
+    async def _decision(self, action_id: str, ticket: Ticket, user: str, channel: str, thread_ts: str | None,
+                        state: dict[str, Any]) -> tuple[Answer, Verdict]:
         """What the click means, and whether this person may make it."""
         pending = ticket.pending
         env = pending.arguments.get("environment")
+        answer = Answer(ticket=ticket, decision="decline", user=user, channel=channel, thread_ts=thread_ts)
         if action_id == "opspilot_submit":
-            return ProvideParams(kit.form_values(state)), Verdict(True)
+            return answer.model_copy(update={"decision": "submit", "values": kit.form_values(state)}), Verdict(True)
         if action_id == "opspilot_confirm":
             verdict = self.access.may_change_in(channel, direct=channel.startswith("D"))
             if verdict.allowed:
                 verdict = await self.access.may_confirm(user, pending.call.name, env, ticket.requester)
-            return Confirm(), verdict
+            return answer.model_copy(update={"decision": "confirm"}), verdict
         verdict = Verdict(True) if user == ticket.requester else \
             await self.access.may_confirm(user, pending.call.name, env, None)
-        return Decline(f"declined in Slack by {user}"), verdict
-
-    async def _answer(self, ticket: Ticket, decision: Decision, user: str, channel: str,
-                      thread_ts: str | None) -> None:
-        try:
-            await self.engine.answer(ticket, decision, by=user)
-            self.metrics.inc("opspilot_interrupts_resolved_total", how=type(decision).__name__.lower())
-        except AlreadyHandled as exc:
-            text = "This request expired." if exc.holder == "expiry" else f"Already handled by <@{exc.holder}>."
-            await self.outbox.tell(channel, user, text, thread_ts)
-        except InterruptExpired:
-            await self.outbox.tell(channel, user, "This request expired.", thread_ts)
-        except NotPending:
-            await self.outbox.tell(channel, user, "This request is no longer pending.", thread_ts)
-        except InvalidDecision as exc:
-            problem = str(exc)
-            token = ticket.pending.token
-            card = await self.meta.get(CARD, token)
-            if card.get("channel"):  # the form stays, with the error shown
-                form = kit.params_form(token, ticket.pending.reason, ticket.pending.payload, error=problem)
-                await self.outbox.message(f"card:{token}", card["channel"], card.get("thread_ts"), problem, form)
-        except EngineError as exc:
-            await self.outbox.tell(channel, user, f"Nothing changed: {exc}", thread_ts)
-        except StoreError as exc:
-            log.error("%s", exc)
-            await self.outbox.tell(channel, user, f"Nothing changed: {STORE_DOWN}", thread_ts)
+        return answer.model_copy(update={"reason": f"declined in Slack by {user}"}), verdict

@@ -61,7 +61,7 @@ class Metrics:
         for name, labels, value in rows:
             if name not in seen:
                 seen.add(name)
-                kind = "gauge" if name.endswith(("_pending", "_undelivered")) else "counter"
+                kind = "counter" if name.endswith("_total") else "gauge"
                 lines += [f"# HELP {name} {_HELP.get(name, name)}", f"# TYPE {name} {kind}"]
             label_text = ",".join(f'{k}="{v}"' for k, v in labels)
             lines.append(f"{name}{{{label_text}}} {value:g}" if label_text else f"{name} {value:g}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import Literal
 
 from aiohttp import web
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
@@ -21,6 +22,7 @@ from bot.slack.outbox import SlackOutbox
 from bot.slack.pacer import Pacer
 from bot.slack.reminders import Reminders
 from bot.slack.render import Renderer
+from bot.slack.work import Executor, Worker, WorkItem
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,8 @@ class SlackService:
     bolt: AsyncApp
     routes: list[web.RouteDef]
     metrics: Metrics
+    role: Role = "all"
+    worker: Worker | None = None
 
     @property
     def web_app(self) -> web.Application:
@@ -44,19 +48,25 @@ class SlackService:
         return app
 
     def start(self) -> None:
-        """The background duties: the outbox's delivery, the engine's sweeps and Slack's reminders."""
+        """The background duties: the outbox's delivery; where runs happen, the engine's sweeps, Slack's
+        reminders and (in a worker) reading the queue."""
         self.outbox.start()
-        self.core.sweeps.start()
-        self.reminders.start()
+        if self.role != "front":
+            self.core.sweeps.start()
+            self.reminders.start()
+        if self.worker is not None:
+            self.worker.start()
 
     async def stop(self, timeout_s: float = 10.0) -> None:
         self.reminders.stop()
         await self.core.sweeps.stop()
+        if self.worker is not None:
+            await self.worker.stop()
         await self.drain(timeout_s)
         await self.outbox.stop()
 
     def busy(self) -> bool:
-        return self.inbound.busy() or self.core.bus.busy()
+        return self.inbound.busy() or self.core.bus.busy() or bool(self.worker and self.worker.busy())
 
     async def drain(self, timeout_s: float = 30.0) -> None:
         """Wait for acknowledged work, for every engine event to be rendered, and for the outbox to deliver."""
@@ -68,13 +78,19 @@ class SlackService:
         await self.outbox.drain(timeout_s)
 
 
+Role = Literal["all", "front", "worker"]
+
+
 async def build_service(settings: Settings, *, socket_mode: bool = False, fallback_store: bool = False,
-                        core: Assembly | None = None) -> SlackService:
-    """Everything the Slack bot needs; ``core`` lets a caller bring its own engine (tests, the demo)."""
+                        core: Assembly | None = None, role: Role = "all") -> SlackService:
+    """Everything the Slack bot needs; ``core`` lets a caller bring its own engine (tests, the demo).
+
+    ``all``: one process acknowledges and works. ``front``: acknowledges, checks and enqueues; never runs a
+    turn. ``worker``: reads the queue, runs the engine, renders, delivers, sweeps."""
     slack = settings.slack
     if not slack.bot_token:
         raise ConfigError("SLACK_BOT_TOKEN is not set (the bot token, xoxb-…); see README, 'Running in Slack'")
-    if not socket_mode and not slack.signing_secret:
+    if role != "worker" and not socket_mode and not slack.signing_secret:
         raise ConfigError("SLACK_SIGNING_SECRET is not set: HTTP mode verifies every request's signature")
     core = core or await assemble(settings, fallback_store=fallback_store)
     metrics = Metrics()
@@ -89,41 +105,31 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
                          pacer=Pacer(posts_per_second=slack.posts_per_second,
                                      updates_per_minute=slack.updates_per_minute),
                          update_interval_s=slack.progress_interval_s, max_backoff_s=slack.outbox_max_backoff_s)
+    executor = Executor(engine=core.engine, meta=core.meta, outbox=outbox, metrics=metrics)
+    queue = core.queue
+    worker = Worker(queue=queue, executor=executor, reclaim_after_s=settings.sweeps.stale_after_s) \
+        if role == "worker" else None
+
+    async def enqueue(item: WorkItem) -> None:
+        await queue.put(item.model_dump_json())
+
+    async def here(item: WorkItem) -> None:
+        inbound.spawn(executor(item), name=f"{item.kind}-{item.channel}")
+
     inbound = Inbound(engine=core.engine, meta=core.meta, outbox=outbox, access=AccessPolicy(slack, client),
-                      metrics=metrics)
+                      dispatch=enqueue if role == "front" else here)
     renderer = Renderer(outbox=outbox, meta=core.meta, reports=core.reports,
                         model_note=f"model: {core.model.label}" if core.model.scripted else "")
-    core.bus.subscribe(renderer)
+    if role != "front":  # runs happen where the engine works: the front only hands work on
+        core.bus.subscribe(renderer)
     reminders = Reminders(engine=core.engine, meta=core.meta, outbox=outbox, config=slack,
                           interval_s=settings.sweeps.interval_s)
     # Socket Mode carries no signatures; Bolt still wants a secret string.
     bolt = build_bolt_app(client=client, signing_secret=slack.signing_secret or "socket-mode", inbound=inbound)
-    return SlackService(core, client, inbound, renderer, outbox, reminders, bolt,
-                        web_routes(bolt=bolt, store=core.store, outbox=outbox, metrics=metrics), metrics)
+    routes = web_routes(bolt=bolt, store=core.store, outbox=outbox, queue=queue, metrics=metrics)
+    return SlackService(core, client, inbound, renderer, outbox, reminders, bolt, routes, metrics, role, worker)
 
 
 def socket_mode_handler(service: SlackService, app_token: str) -> AsyncSocketModeHandler:
     """Socket Mode over slack-sdk's aiohttp client; it asks ``apps.connections.open`` at the same API URL."""
     return AsyncSocketModeHandler(service.bolt, app_token, web_client=service.client)
-
-
-async def serve(settings: Settings) -> int:
-    socket_mode = bool(settings.slack.app_token)
-    service = await build_service(settings, socket_mode=socket_mode)
-    service.start()
-    runner = web.AppRunner(service.web_app)
-    await runner.setup()
-    await web.TCPSite(runner, "0.0.0.0", settings.slack.port).start()
-    mode = "Socket Mode" if socket_mode else f"HTTP mode, POST http://0.0.0.0:{settings.slack.port}/slack/events"
-    print(f"OpsPilot is serving Slack ({mode}); /healthz and /metrics on port {settings.slack.port}; "
-          f"model: {service.core.model.label}", flush=True)
-    try:
-        if socket_mode:
-            handler = socket_mode_handler(service, str(settings.slack.app_token))
-            await handler.connect_async()  # type: ignore[no-untyped-call]
-        await asyncio.Event().wait()
-    finally:
-        await service.stop()
-        await runner.cleanup()
-        await service.core.store.close()
-    return 0

@@ -1,0 +1,209 @@
+"""The work a Slack front hands on: start or continue a conversation, apply a decision, stop or resume a run.
+
+A front checks who may do what and enqueues a :data:`WorkItem`; :class:`Executor` does it (in the front's
+own process when there are no workers, or in a :class:`Worker` that reads the queue). Every item is safe
+to do twice: a message carries its Slack id (``request_id``), a decision its claim, Stop and Resume
+their run's state — a queue entry whose worker died is simply done again by another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from bot.agent.decisions import Confirm, Decision, Decline, ProvideParams
+from bot.agent.engine import Engine
+from bot.agent.errors import AlreadyHandled, EngineError, InterruptExpired, InvalidDecision, NotPending, ThreadBusy
+from bot.slack import blocks as kit
+from bot.slack.meta import CARD, THREAD, thread_key
+from bot.slack.metrics import Metrics
+from bot.slack.outbox import SlackOutbox
+from state import StoreError, Ticket
+from state.store import MetaStore, WorkQueue
+
+log = logging.getLogger(__name__)
+
+STORE_DOWN = ("I can't take questions right now: my state store is unavailable. Ask again in a few minutes; "
+              "nothing was changed.")
+
+
+class _Item(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    channel: str
+    thread_ts: str | None
+    user: str
+
+
+class Converse(_Item):
+    kind: Literal["converse"] = "converse"
+    text: str
+    request_id: str
+
+
+class Answer(_Item):
+    kind: Literal["answer"] = "answer"
+    ticket: Ticket
+    decision: Literal["confirm", "submit", "decline"]
+    values: dict[str, str] = Field(default_factory=dict)
+    reason: str = ""
+
+    def to_decision(self) -> Decision:
+        if self.decision == "confirm":
+            return Confirm()
+        if self.decision == "submit":
+            return ProvideParams(dict(self.values))
+        return Decline(self.reason)
+
+
+class RunButton(_Item):
+    kind: Literal["stop", "resume"]
+    run_id: str
+
+
+WorkItem = Annotated[Converse | Answer | RunButton, Field(discriminator="kind")]
+WorkAdapter: TypeAdapter[WorkItem] = TypeAdapter(WorkItem)
+
+
+class Executor:
+    """Does one work item; tells the person in words when it cannot. Never raises."""
+
+    def __init__(self, *, engine: Engine, meta: MetaStore, outbox: SlackOutbox, metrics: Metrics) -> None:
+        self.engine = engine
+        self.meta = meta
+        self.outbox = outbox
+        self.metrics = metrics
+
+    async def __call__(self, item: WorkItem) -> None:
+        try:
+            if isinstance(item, Converse):
+                await self._converse(item)
+            elif isinstance(item, Answer):
+                await self._answer(item)
+            elif item.kind == "stop":
+                await self.engine.cancel(item.run_id, by=item.user)
+            else:
+                await self.engine.recover(item.run_id)
+        except ThreadBusy:
+            await self.outbox.tell(item.channel, item.user, "I am still working on the previous message in this "
+                                                            "thread; send it again in a moment.", item.thread_ts)
+        except EngineError as exc:
+            if isinstance(item, Converse):
+                log.warning("thread %s: %s", item.thread_ts, exc)
+                await self.outbox.say(item.channel, str(item.thread_ts), f":warning: I could not start: {exc}")
+            else:
+                await self.outbox.tell(item.channel, item.user, f"Nothing changed: {exc}", item.thread_ts)
+        except StoreError as exc:
+            log.error("%s dropped: %s", item.kind, exc)  # the operator gets the details, the person does not
+            if isinstance(item, Converse):
+                await self.outbox.say(item.channel, str(item.thread_ts), STORE_DOWN)
+            else:
+                await self.outbox.tell(item.channel, item.user, f"Nothing changed: {STORE_DOWN}", item.thread_ts)
+
+    async def _converse(self, item: Converse) -> None:
+        thread_ts = str(item.thread_ts)
+        thread_id = thread_key(item.channel, thread_ts)
+        await self.meta.put(THREAD, thread_id, {"channel": item.channel, "thread_ts": thread_ts})
+        await self.engine.ask(thread_id, item.text, user_id=item.user, request_id=item.request_id)
+
+    async def _answer(self, item: Answer) -> None:
+        ticket, decision = item.ticket, item.to_decision()
+        try:
+            await self.engine.answer(ticket, decision, by=item.user)
+            self.metrics.inc("opspilot_interrupts_resolved_total", how=type(decision).__name__.lower())
+        except AlreadyHandled as exc:
+            # (A decision redelivered after its worker died lands here too: applied once, its author told so.)
+            text = "This request expired." if exc.holder == "expiry" else f"Already handled by <@{exc.holder}>."
+            await self.outbox.tell(item.channel, item.user, text, item.thread_ts)
+        except InterruptExpired:
+            await self.outbox.tell(item.channel, item.user, "This request expired.", item.thread_ts)
+        except NotPending:
+            await self.outbox.tell(item.channel, item.user, "This request is no longer pending.", item.thread_ts)
+        except InvalidDecision as exc:
+            problem, token = str(exc), ticket.pending.token
+            card = await self.meta.get(CARD, token)
+            if card.get("channel"):  # the form stays, with the error shown
+                form = kit.params_form(token, ticket.pending.reason, ticket.pending.payload, error=problem)
+                await self.outbox.message(f"card:{token}", card["channel"], card.get("thread_ts"), problem, form)
+
+
+class Worker:
+    """Reads the work queue and does each item, touching it while busy; claims what dead workers left."""
+
+    def __init__(self, *, queue: WorkQueue, executor: Executor, concurrency: int = 64,
+                 reclaim_after_s: float = 45.0) -> None:
+        self.queue = queue
+        self.executor = executor
+        self.name = f"worker-{uuid.uuid4().hex[:8]}"
+        self.reclaim_after_s = reclaim_after_s
+        self._slots = asyncio.Semaphore(concurrency)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._loop is None or self._loop.done():
+            self._loop = asyncio.create_task(self._forever(), name=self.name)
+
+    async def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=10)
+
+    def busy(self) -> bool:
+        return bool(self._tasks)
+
+    async def _forever(self) -> None:
+        while True:
+            try:
+                await self.round()
+            except StoreError as exc:
+                log.warning("%s: the queue is unavailable (%s)", self.name, exc)
+                await asyncio.sleep(1.0)
+            except Exception:
+                log.exception("%s: reading work failed", self.name)
+                await asyncio.sleep(1.0)
+
+    async def round(self, block_ms: int = 1000) -> int:
+        """Take what is there (and what dead workers left) and start on it; returns how many."""
+        await self._slots.acquire()
+        self._slots.release()
+        entries = await self.queue.reclaim(self.name, idle_ms=int(self.reclaim_after_s * 1000))
+        entries += await self.queue.take(self.name, count=8, block_ms=block_ms)
+        for entry in entries:
+            if entry.deliveries > 1:
+                log.warning("%s: %s is done again (its worker stopped)", self.name, entry.id)
+            task = asyncio.create_task(self._do(entry.id, entry.body), name=f"work-{entry.id}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return len(entries)
+
+    async def _do(self, entry_id: str, body: str) -> None:
+        async with self._slots:
+            try:
+                item = WorkAdapter.validate_json(body)
+            except ValidationError as exc:
+                log.error("%s: unreadable work %s dropped: %s", self.name, entry_id, exc)
+                await self.queue.ack(entry_id)
+                return
+            keeper = asyncio.create_task(self._keep(entry_id))
+            try:
+                await self.executor(item)
+            except Exception:  # a bug, not an outage: doing it again would fail again
+                log.exception("%s: work %s (%s) failed", self.name, entry_id, item.kind)
+            finally:
+                keeper.cancel()
+            await self.queue.ack(entry_id)
+
+    async def _keep(self, entry_id: str) -> None:
+        while True:
+            await asyncio.sleep(self.reclaim_after_s / 3)
+            with contextlib.suppress(StoreError):
+                await self.queue.touch(self.name, entry_id)

@@ -1,0 +1,159 @@
+"""The work queue between fronts (which acknowledge Slack and enqueue) and workers (which run the engine):
+a Redis Stream with one consumer group. An entry stays pending until its worker acknowledges it; a worker
+that dies leaves it pending, and another claims it once it has been idle long enough. A worker still
+busy with an entry touches it, so a long run is never taken from a live worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+
+from state.guard import guard, retried, text
+from state.keys import Keys, Ttls
+
+GROUP = "workers"
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    length: int
+    pending: int
+    oldest_pending_s: float
+    redelivered: int
+
+
+@dataclass(frozen=True)
+class Entry:
+    id: str
+    body: str
+    deliveries: int = 1
+
+
+class RedisQueue:
+    def __init__(self, client: aioredis.Redis, keys: Keys, ttls: Ttls, outage_grace_s: float = 30.0,
+                 max_length: int = 100_000) -> None:
+        self.client, self.keys, self.ttls, self.grace_s = client, keys, ttls, outage_grace_s
+        self.max_length = max_length
+        self._ready = False
+
+    async def _group(self) -> None:
+        if self._ready:
+            return
+        try:
+            await self.client.xgroup_create(self.keys.queue(), GROUP, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        self._ready = True
+
+    async def put(self, body: str) -> str:
+        key = self.keys.queue()
+
+        async def attempt() -> str:
+            await self._group()
+            pipe = self.client.pipeline(transaction=True)
+            pipe.xadd(key, {"body": body}, maxlen=self.max_length, approximate=True)
+            pipe.expire(key, self.ttls.thread_s)
+            entry_id, _ = await pipe.execute()
+            return str(text(entry_id))
+
+        # A retry after a lost reply may enqueue twice: work items are idempotent (see bot/slack/work.py).
+        return await retried("enqueueing work", self.grace_s, attempt)
+
+    async def take(self, consumer: str, *, count: int = 1, block_ms: int = 1000) -> list[Entry]:
+        async with guard("reading work"):
+            await self._group()
+            reply: Any = await self.client.xreadgroup(GROUP, consumer, {self.keys.queue(): ">"}, count=count,
+                                                      block=block_ms)
+        return [Entry(str(text(eid)), str(text(fields.get("body")))) for _, rows in reply or [] for eid, fields in rows]
+
+    async def reclaim(self, consumer: str, *, idle_ms: int, count: int = 10) -> list[Entry]:
+        """Entries whose worker went quiet for ``idle_ms`` (it died), now this consumer's."""
+        async with guard("reclaiming work"):
+            await self._group()
+            reply: Any = await self.client.xautoclaim(self.keys.queue(), GROUP, consumer, idle_ms, "0-0",
+                                                      count=count)
+        rows = reply[1] if reply else []
+        return [Entry(str(text(eid)), str(text(fields.get("body"))), 2) for eid, fields in rows if fields]
+
+    async def touch(self, consumer: str, entry_id: str) -> None:
+        """Still working on it: reset its idle time so nobody reclaims it."""
+        async with guard("touching work"):
+            await self.client.xclaim(self.keys.queue(), GROUP, consumer, 0, [entry_id], justid=True)
+
+    async def ack(self, entry_id: str) -> None:
+        key = self.keys.queue()
+
+        async def attempt() -> None:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.xack(key, GROUP, entry_id)
+            pipe.xdel(key, entry_id)
+            await pipe.execute()
+
+        await retried("acknowledging work", self.grace_s, attempt)
+
+    async def stats(self) -> QueueStats:
+        key = self.keys.queue()
+        async with guard("reading the queue"):
+            await self._group()
+            length = int(await self.client.xlen(key))
+            summary: Any = await self.client.xpending(key, GROUP)
+            detail: Any = await self.client.xpending_range(key, GROUP, "-", "+", 100) if summary["pending"] else []
+        oldest = max((d["time_since_delivered"] for d in detail), default=0) / 1000
+        redelivered = sum(1 for d in detail if d["times_delivered"] > 1)
+        return QueueStats(length, int(summary["pending"]), oldest, redelivered)
+
+
+class MemoryQueue:
+    """The same semantics in one process (the in-process store): pending until acknowledged."""
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[str, str] = OrderedDict()
+        self._pending: dict[str, tuple[str, float, int]] = {}
+        self._seq = 0
+
+    async def put(self, body: str) -> str:
+        self._seq += 1
+        entry_id = f"{int(time.time() * 1000)}-{self._seq}"
+        self._entries[entry_id] = body
+        return entry_id
+
+    async def take(self, consumer: str, *, count: int = 1, block_ms: int = 1000) -> list[Entry]:
+        deadline = time.monotonic() + block_ms / 1000
+        while True:
+            fresh = [eid for eid in self._entries if eid not in self._pending][:count]
+            if fresh or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.01)
+        for eid in fresh:
+            self._pending[eid] = (consumer, time.monotonic(), 1)
+        return [Entry(eid, self._entries[eid]) for eid in fresh]
+
+    async def reclaim(self, consumer: str, *, idle_ms: int, count: int = 10) -> list[Entry]:
+        now, taken = time.monotonic(), list[Entry]()
+        for eid, (_, at, n) in list(self._pending.items()):
+            if now - at >= idle_ms / 1000 and len(taken) < count:
+                self._pending[eid] = (consumer, now, n + 1)
+                taken.append(Entry(eid, self._entries[eid], n + 1))
+        return taken
+
+    async def touch(self, consumer: str, entry_id: str) -> None:
+        if entry_id in self._pending:
+            self._pending[entry_id] = (consumer, time.monotonic(), self._pending[entry_id][2])
+
+    async def ack(self, entry_id: str) -> None:
+        self._pending.pop(entry_id, None)
+        self._entries.pop(entry_id, None)
+
+    async def stats(self) -> QueueStats:
+        now = time.monotonic()
+        return QueueStats(len(self._entries), len(self._pending),
+                          max((now - at for _, at, _ in self._pending.values()), default=0.0),
+                          sum(1 for *_, n in self._pending.values() if n > 1))
