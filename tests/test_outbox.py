@@ -103,3 +103,24 @@ async def test_the_redis_outbox_keeps_a_state_put_during_delivery(ws: Workspace)
     assert await ws.store.client.ttl(ws.store.keys.outbox_due()) > 0
     await outbox.patch("c:1", "m", {}, delivered=after.version)  # nothing left for the workspace to deliver
     assert not await outbox.settle("c:1", retry_at=0)
+
+
+async def test_time_waiting_for_slack_does_not_count_against_a_run(redis_url: str, prefix: str,
+                                                                   slack: FakeSlack) -> None:
+    """Slack paced hard (one post every 2 s in the channel): runs need ~0 s of work each and all finish."""
+    from bot.agent.limits import Limits
+    from bot.agent.models.scripted import ScriptedModel, reply
+
+    model = ScriptedModel([reply("fine") for _ in range(4)])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, specs=[], limits=Limits(max_wall_time_s=1.0),
+                              posts_per_second=0.5)
+    try:
+        for i in range(4):
+            await ws.sender.event(mention(CHANNEL, f"U{i}", "hello", f"50.{i}"))
+        await ws.settle(60)
+        stats = await ws.store.stats(3600)
+        assert stats.stop_reasons == {"final_answer": 4}
+        for i in range(4):
+            assert any(all_text(m).split() == ["fine", "fine"] for m in ws.slack.thread(CHANNEL, f"50.{i}"))
+    finally:
+        await ws.stop()
