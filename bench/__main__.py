@@ -8,7 +8,7 @@ import asyncio
 import platform
 import time
 
-from bench import ack_latency, concurrency, overhead, slack_economy, storage
+from bench import ack_latency, burst, concurrency, overhead, slack_economy, storage
 from bench.common import Table
 
 FULL = {
@@ -17,6 +17,7 @@ FULL = {
     "concurrency": lambda: concurrency.run(500),
     "slack_economy": lambda: slack_economy.run(50),
     "ack_latency": lambda: ack_latency.run(200, 200),
+    "burst": lambda: burst.run(200, 10.0, 20),
 }
 SMALL = {
     "storage": lambda: storage.run((3, 5)),
@@ -24,6 +25,7 @@ SMALL = {
     "concurrency": lambda: concurrency.run(20),
     "slack_economy": lambda: slack_economy.run(3),
     "ack_latency": lambda: ack_latency.run(10, 20),
+    "burst": lambda: burst.run(6, 1.0, 2),
 }
 
 

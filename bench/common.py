@@ -130,7 +130,8 @@ def verdict(name: str, measured: float, target: float, unit: str = "×", lower_i
     met = measured <= target if lower_is_better else measured >= target
     if met:
         return f"{name}: target {target:g}{unit}, measured {measured:.3g}{unit} — met"
-    return f"{name}: target {target:g}{unit}, measured {measured:.3g}{unit} — MISSED by {measured / target:.2f}×"
+    by = f"{measured / target:.2f}×" if target else f"{measured:g}{unit}"
+    return f"{name}: target {target:g}{unit}, measured {measured:.3g}{unit} — MISSED by {by}"
 
 
 @dataclass
