@@ -8,7 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from pydantic import ValidationError
+
+from bot.agent.errors import InvalidDecision
 from state.records import PendingCall
+from tools.registry import Registry
 from tools.runtime import Approved, Denied, ToolDecision
 
 DecisionKind = Literal["confirmed", "submitted", "declined", "replied", "expired", "cancelled"]
@@ -89,3 +93,27 @@ class Answers:
     @property
     def expired_only(self) -> bool:
         return all(isinstance(d, Expire) for _, d in self.decided)
+
+
+def check_fits(pending: PendingCall, decision: Decision, registry: Registry) -> None:
+    """Reject an answer that does not fit before anything is claimed, so the question stays open."""
+    if isinstance(decision, Confirm) and pending.interrupt_type != "confirm_risky":
+        raise InvalidDecision("this request asks for values, not a confirmation")
+    if not isinstance(decision, ProvideParams):
+        return
+    if pending.interrupt_type != "params_required":
+        raise InvalidDecision("this request asks for a confirmation, not values")
+    asked = {f["name"]: f.get("choices") for f in pending.payload.get("fields", [])}
+    for name, value in decision.values.items():
+        if name not in asked:
+            raise InvalidDecision(f"invalid values: {name} was not asked for")
+        if asked[name] and value not in asked[name]:
+            raise InvalidDecision(f"invalid values: {name} must be one of {', '.join(map(str, asked[name]))}")
+    spec = registry.get(pending.call.name)
+    if spec is None:
+        raise InvalidDecision(f"the tool {pending.call.name} is no longer available")
+    try:
+        spec.args_model.model_validate({**pending.arguments, **decision.values})
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False)[:5])
+        raise InvalidDecision(f"invalid values: {problems}") from exc

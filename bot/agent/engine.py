@@ -16,11 +16,9 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from pydantic import ValidationError
-
-from bot.agent.decisions import Answers, CancelRun, Confirm, Decision, Expire, ProvideParams, ReplyInstead
+from bot.agent.decisions import Answers, CancelRun, Decision, Expire, ReplyInstead, check_fits
 from bot.agent.deps import RunDeps
-from bot.agent.errors import AlreadyHandled, InterruptExpired, InvalidDecision, NotPending, RunNotFound, ThreadBusy
+from bot.agent.errors import AlreadyHandled, InterruptExpired, NotPending, RunNotFound, ThreadBusy
 from bot.agent.events import RunStalled, RunStarted
 from bot.agent.loop import react_loop
 from bot.agent.models.base import ModelError
@@ -111,7 +109,7 @@ class Engine:
         pending = ticket.pending
         if not isinstance(decision, Expire | CancelRun) and time.time() > pending.expires_at:
             raise InterruptExpired("this request expired")
-        self._check_fits(pending, decision)
+        check_fits(pending, decision, self.deps.registry)
         claim = await self.deps.store.locks.claim(pending.token, by)
         if not claim.won and claim.age_s < self.options.claim_stale_s:
             raise AlreadyHandled(claim.holder)
@@ -367,29 +365,6 @@ class Engine:
             for token in won:  # someone is deciding one of them right now: leave them all as they were
                 await locks.release_claim(token)
             raise AlreadyHandled(claim.holder)
-
-    def _check_fits(self, pending: PendingCall, decision: Decision) -> None:
-        """Reject an answer that does not fit before anything is claimed, so the question stays open."""
-        if isinstance(decision, Confirm) and pending.interrupt_type != "confirm_risky":
-            raise InvalidDecision("this request asks for values, not a confirmation")
-        if isinstance(decision, ProvideParams):
-            if pending.interrupt_type != "params_required":
-                raise InvalidDecision("this request asks for a confirmation, not values")
-            asked = {f["name"]: f.get("choices") for f in pending.payload.get("fields", [])}
-            for name, value in decision.values.items():
-                if name not in asked:
-                    raise InvalidDecision(f"invalid values: {name} was not asked for")
-                if asked[name] and value not in asked[name]:
-                    raise InvalidDecision(f"invalid values: {name} must be one of {', '.join(map(str, asked[name]))}")
-            spec = self.deps.registry.get(pending.call.name)
-            if spec is None:
-                raise InvalidDecision(f"the tool {pending.call.name} is no longer available")
-            try:
-                spec.args_model.model_validate({**pending.arguments, **decision.values})
-            except ValidationError as exc:
-                problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
-                                     for e in exc.errors(include_url=False)[:5])
-                raise InvalidDecision(f"invalid values: {problems}") from exc
 
     async def _repair(self, run: Run, *, park: bool = False) -> None:
         """Answer the calls a dead worker left behind. A started change is never re-run. Open questions stay
