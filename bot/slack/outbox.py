@@ -198,10 +198,12 @@ class SlackOutbox:
         return retry_at if retry_at != float("inf") else time.time()
 
     def _edit_wait(self, record: OutboxRecord) -> float:
-        """Edits of one message are spaced by ``update_interval_s``; what changes meanwhile coalesces."""
+        """Edits of one message are spaced by ``update_interval_s``, and never queue for Slack's edit budget
+        ahead of new messages (answers, cards): what changes meanwhile coalesces into the next edit."""
         if record.get("kind") != "message" or not record.get("ts"):
             return 0.0
-        return float(record.get("sent_at", 0.0)) + self.update_interval_s - time.time()
+        spacing = float(record.get("sent_at", 0.0)) + self.update_interval_s - time.time()
+        return max(spacing, self.pacer.edit_ready_in())
 
     async def _send(self, thread: str, record: OutboxRecord) -> None:
         f = record.fields

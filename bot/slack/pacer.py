@@ -20,6 +20,11 @@ class Bucket:
     tokens: float
     stamp: float
 
+    def ready_in(self, now: float) -> float:
+        """How long until a token is free, without taking one."""
+        tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
+        return 0.0 if tokens >= 1 else (1 - tokens) / self.rate
+
     def reserve(self, now: float) -> float:
         """Take one token; return how long to wait for it."""
         self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
@@ -50,6 +55,12 @@ class Pacer:
         if method == "chat.update":
             return self._bucket("update", *self._update).reserve(time.monotonic())
         return 0.0
+
+    def edit_ready_in(self) -> float:
+        """Seconds until an edit may go without queueing (edits can wait: a newer state coalesces them)."""
+        if not self.enabled:
+            return 0.0
+        return self._bucket("update", *self._update).ready_in(time.monotonic())
 
     async def wait(self, method: str, channel: str | None = None) -> None:
         delay = self.delay(method, channel)
