@@ -70,16 +70,28 @@ class RedisQueue:
     async def take(self, consumer: str, *, count: int = 1, block_ms: int = 1000) -> list[Entry]:
         async with guard("reading work"):
             await self._group()
-            reply: Any = await self.client.xreadgroup(GROUP, consumer, {self.keys.queue(): ">"}, count=count,
-                                                      block=block_ms)
+            try:
+                reply: Any = await self.client.xreadgroup(GROUP, consumer, {self.keys.queue(): ">"}, count=count,
+                                                          block=block_ms)
+            except ResponseError as exc:
+                if "NOGROUP" not in str(exc):
+                    raise
+                self._ready = False  # the stream expired (idle for its whole TTL): made again next round
+                return []
         return [Entry(str(text(eid)), str(text(fields.get("body")))) for _, rows in reply or [] for eid, fields in rows]
 
     async def reclaim(self, consumer: str, *, idle_ms: int, count: int = 10) -> list[Entry]:
         """Entries whose worker went quiet for ``idle_ms`` (it died), now this consumer's."""
         async with guard("reclaiming work"):
             await self._group()
-            reply: Any = await self.client.xautoclaim(self.keys.queue(), GROUP, consumer, idle_ms, "0-0",
-                                                      count=count)
+            try:
+                reply: Any = await self.client.xautoclaim(self.keys.queue(), GROUP, consumer, idle_ms, "0-0",
+                                                          count=count)
+            except ResponseError as exc:
+                if "NOGROUP" not in str(exc):
+                    raise
+                self._ready = False
+                return []
         rows = reply[1] if reply else []
         return [Entry(str(text(eid)), str(text(fields.get("body"))), 2) for eid, fields in rows if fields]
 

@@ -1,0 +1,41 @@
+"""The work queue, in Redis and in memory: pending until acknowledged, claimed from dead workers only."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from state import MemoryStore, RedisStore
+from state.store import WorkQueue
+
+
+@pytest.fixture(params=["redis", "memory"])
+def queue(request: pytest.FixtureRequest, store: RedisStore) -> WorkQueue:
+    return store.queue if request.param == "redis" else MemoryStore().queue
+
+
+async def test_an_entry_is_pending_until_acknowledged(queue: WorkQueue) -> None:
+    await queue.put('{"n": 1}')
+    (entry,) = await queue.take("w1", block_ms=100)
+    assert entry.body == '{"n": 1}' and await queue.take("w2", block_ms=50) == []  # nobody else gets it
+    assert (await queue.stats()).pending == 1
+    await queue.ack(entry.id)
+    stats = await queue.stats()
+    assert (stats.length, stats.pending) == (0, 0)
+
+
+async def test_a_dead_workers_entry_is_claimed_a_live_ones_is_not(queue: WorkQueue) -> None:
+    await queue.put("dead")
+    await queue.put("alive")
+    dead, alive = await queue.take("w1", count=2, block_ms=100)
+    await asyncio.sleep(0.25)
+    await queue.touch("w1", alive.id)  # w1 still works on this one
+    claimed = await queue.reclaim("w2", idle_ms=200)
+    assert [e.body for e in claimed] == ["dead"] and claimed[0].deliveries > 1
+    assert await queue.reclaim("w3", idle_ms=200) == []  # w2 has it now
+
+
+async def test_the_stream_has_a_ttl(store: RedisStore) -> None:
+    await store.queue.put("x")
+    assert await store.client.ttl(store.keys.queue()) > 0
