@@ -28,7 +28,7 @@ async def test_an_entry_is_pending_until_acknowledged(queue: WorkQueue) -> None:
 async def test_a_dead_workers_entry_is_claimed_a_live_ones_is_not(queue: WorkQueue) -> None:
     await queue.put("dead")
     await queue.put("alive")
-    dead, alive = await queue.take("w1", count=2, block_ms=100)
+    _dead, alive = await queue.take("w1", count=2, block_ms=100)
     await asyncio.sleep(0.25)
     await queue.touch("w1", alive.id)  # w1 still works on this one
     claimed = await queue.reclaim("w2", idle_ms=200)
