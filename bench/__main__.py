@@ -24,7 +24,7 @@ SMALL = {
     "overhead": lambda: overhead.run(6, 2),
     "concurrency": lambda: concurrency.run(20),
     "slack_economy": lambda: slack_economy.run(3),
-    "ack_latency": lambda: ack_latency.run(10, 20),
+    "ack_latency": lambda: ack_latency.run(10, 20, 1),
     "burst": lambda: burst.run(6, 1.0, 2),
 }
 

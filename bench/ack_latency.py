@@ -4,8 +4,11 @@ are active, against a bare Bolt app that only acknowledges. Measured from the se
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import re
 import statistics
+import sys
 import time
 import uuid
 from typing import Any
@@ -30,6 +33,8 @@ from tools import ops
 from tools.registry import Registry
 
 SECRET = "bench-secret"
+TOKEN = "xoxb-test-token"
+Measured = tuple[list[float], list[float]]
 
 
 async def _latencies(sender: SlackSender, samples: int, tag: str) -> tuple[list[float], list[float]]:
@@ -111,7 +116,67 @@ async def opspilot(slack: LocalSlack, url: str, active: int, samples: int) -> tu
         await store.close()
 
 
-async def run(active: int = 200, samples: int = 200) -> list[Table]:
+def _free_port(span: int = 1) -> int:
+    """A port with ``span`` free ports from it (a front and its workers take consecutive ports)."""
+    import random
+    import socket
+
+    for _ in range(200):
+        port = random.randint(20_000, 60_000)
+        try:
+            for p in range(port, port + span):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free ports")
+
+
+async def _process(*args: str, env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", *args, env=env, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.DEVNULL)
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 60)
+    if not line:
+        raise RuntimeError(f"{' '.join(args)} did not start")
+    return proc
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        proc.terminate()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(proc.wait(), 30)
+
+
+async def split(url: str, active: int, samples: int, workers: int) -> tuple[Measured, Measured]:
+    """The layout `opspilot serve` runs: a front and worker processes; the Slack stand-in, a bare Bolt app
+    and the sender (this process) each in a process of their own."""
+    slack_port, bare_port, front_port = _free_port(), _free_port(), _free_port(workers + 1)
+    api_url = f"http://127.0.0.1:{slack_port}/api/"
+    stand_in = await _process("bench.processes", "slack", str(slack_port))
+    bare = await _process("bench.processes", "bare", str(bare_port), api_url)
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith(("OPSPILOT_",
+                                                                                                    "SLACK_"))}
+    env |= {"SLACK_BOT_TOKEN": TOKEN, "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_URL": api_url,
+            "PORT": str(front_port), "REDIS_URL": url, "OPSPILOT_KEY_PREFIX": f"bench-{uuid.uuid4().hex[:6]}",
+            "OPSPILOT_LLM__SCRIPTED_LATENCY_S": "1.0", "OPSPILOT_SLACK__POSTS_PER_SECOND": "0",
+            "OPSPILOT_SLACK__UPDATES_PER_MINUTE": "0"}
+    front = await _process("bot.cli", "serve", "--workers", str(workers), env=env)
+    try:
+        baseline = await _latencies(SlackSender(f"http://127.0.0.1:{bare_port}/slack/events", SECRET), samples, "B")
+        sender = SlackSender(f"http://127.0.0.1:{front_port}/slack/events", SECRET)
+        await asyncio.gather(*(sender.event(mention(f"C{i:04d}", f"U{i}", "payments errors", f"{100 + i}.1"))
+                               for i in range(active)))
+        await asyncio.sleep(1.0)  # the runs are at work (each model step takes 1 s)
+        return baseline, await _latencies(sender, samples, "P")
+    finally:
+        for proc in (front, bare, stand_in):
+            await _stop(proc)
+
+
+async def run(active: int = 200, samples: int = 200, workers: int = 2) -> list[Table]:
     slack = LocalSlack()
     await slack.server.start()
     try:
@@ -124,9 +189,18 @@ async def run(active: int = 200, samples: int = 200) -> list[Table]:
     for kind, b, o in (("event", bare[0], ours[0]), ("button click", bare[1], ours[1])):
         rows.append([kind, _p(b, 50), _p(b, 99), _p(o, 50), _p(o, 99), _p(o, 99) / _p(b, 99)])
     notes = [verdict(f"{row[0]} p99 / bare Bolt p99", row[5], 1.2) for row in rows]
-    return [Table(f"Ack latency (ms) with {active} runs active, {samples} requests each, one at a time",
-                  ["request", "bare Bolt p50", "bare Bolt p99", "OpsPilot p50", "OpsPilot p99", "p99 ratio"], rows,
-                  notes)]
+    async with isolated_redis() as url:
+        bare_split, front = await split(url, active, samples, workers)
+    split_rows = []
+    for kind, b, o in (("event", bare_split[0], front[0]), ("button click", bare_split[1], front[1])):
+        split_rows.append([kind, _p(b, 50), _p(b, 99), _p(o, 50), _p(o, 99), _p(o, 99) / _p(b, 99)])
+    split_notes = [verdict(f"{row[0]} p99 / bare Bolt p99", row[5], 1.5) for row in split_rows]
+    header = ["request", "bare Bolt p50", "bare Bolt p99", "OpsPilot p50", "OpsPilot p99", "p99 ratio"]
+    return [Table(f"Ack latency (ms) with {active} runs active in one process (`serve --workers 0`), {samples} "
+                  "requests each, one at a time", header, rows, notes),
+            Table(f"Ack latency (ms) of a front with {workers} worker processes and {active} runs active; the Slack "
+                  f"stand-in, a bare Bolt app and the sender each in their own process; {samples} requests each",
+                  header, split_rows, split_notes)]
 
 
 if __name__ == "__main__":

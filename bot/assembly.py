@@ -36,7 +36,7 @@ def build_model(settings: Settings) -> ChatModel:
         if llm.provider == "scripted" and (has_anthropic or has_openai):
             raise ConfigError("llm.provider is 'scripted' but an API key is configured; "
                               "unset the key or choose provider 'auto', 'anthropic' or 'openai'")
-        return demo_model()
+        return demo_model(llm.scripted_latency_s)
     name = llm.name or DEFAULT_MODELS[provider]
     # The SDKs take seconds to import: load only the one in use.
     if provider == "anthropic":

@@ -31,6 +31,8 @@ class LLMConfig(BaseModel):
     max_tokens: int = Field(2048, ge=64)
     timeout_s: float = Field(60.0, gt=0)
     max_retries: int = Field(2, ge=0, le=10)
+    scripted_latency_s: float = Field(0.0, ge=0, le=60,
+                                      description="the scripted demo model waits this long per step (demos, load)")
 
 
 class ToolPolicy(BaseModel):

@@ -161,5 +161,5 @@ def demo_reply(messages: Sequence[Message], tools: Sequence[str]) -> AssistantMe
     return AssistantMessage(content="Looking up the service and the runbooks in parallel.", tool_calls=tuple(calls))
 
 
-def demo_model() -> ScriptedModel:
-    return ScriptedModel(demo_reply, label=LABEL)
+def demo_model(latency_s: float = 0.0) -> ScriptedModel:
+    return ScriptedModel(demo_reply, label=LABEL, latency_s=latency_s, keep_requests=False)

@@ -1,0 +1,57 @@
+"""Processes a benchmark starts beside itself, so that what it measures does not share its event loop:
+the Slack stand-in (``python -m bench.processes slack PORT``) and a bare Bolt app that only acknowledges
+(``python -m bench.processes bare PORT``)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+from typing import Any
+
+from aiohttp import web
+from slack_bolt.async_app import AsyncAck, AsyncApp
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.demo.local_server import LocalServer
+from bot.demo.workspace import LocalSlack
+
+SECRET = "bench-secret"
+TOKEN = "xoxb-test-token"
+
+
+async def slack(port: int) -> None:
+    stand_in = LocalSlack(TOKEN)
+    app = web.Application()
+    app.router.add_routes(stand_in.routes())
+    await LocalServer(app, port=port).start()
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+
+
+async def bare(port: int, api_url: str) -> None:
+    from bot.slack.app import to_aiohttp_response, to_bolt_request
+
+    bolt = AsyncApp(client=AsyncWebClient(token=TOKEN, base_url=api_url), signing_secret=SECRET)
+
+    @bolt.event("app_mention")
+    async def noop(event: dict[str, Any]) -> None:
+        return None
+
+    @bolt.action(re.compile("."))
+    async def ack_only(ack: AsyncAck) -> None:
+        await ack()
+
+    async def events(request: web.Request) -> web.Response:
+        return await to_aiohttp_response(await bolt.async_dispatch(await to_bolt_request(request)))
+
+    app = web.Application()
+    app.router.add_post("/slack/events", events)
+    await LocalServer(app, port=port).start()
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    kind, port = sys.argv[1], int(sys.argv[2])
+    asyncio.run(slack(port) if kind == "slack" else bare(port, sys.argv[3]))
