@@ -41,6 +41,8 @@ class UserMessage(_Message):
     role: Literal["user"] = "user"
     content: str
     user_id: str | None = None
+    request_id: str | None = None
+    """The front end's id of the message (e.g. Slack channel and ts): a redelivered one is recognised."""
 
 
 class AssistantMessage(_Message):

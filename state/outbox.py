@@ -44,10 +44,14 @@ def _record(key: str, raw: str | bytes) -> OutboxRecord:
                         body)
 
 
+SEQ_FIELD = "~seq"
+"""A per-thread counter in the thread's hash: the order messages were first recorded in (clocks may tie)."""
+
 # KEYS: thread hash, due index. ARGV: message key, fields (JSON), now (ms), due at, ttl, thread.
 _PUT = """
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
-local rec = cur and cjson.decode(cur) or {version = 0, sent_version = 0, seq = tonumber(ARGV[3])}
+local rec = cur and cjson.decode(cur) or {version = 0, sent_version = 0,
+                                          seq = redis.call('HINCRBY', KEYS[1], '~seq', 1)}
 for k, v in pairs(cjson.decode(ARGV[2])) do rec[k] = v end
 rec.version = rec.version + 1
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(rec))
@@ -74,13 +78,19 @@ return 1
 _SETTLE = """
 local all = redis.call('HGETALL', KEYS[1])
 for i = 2, #all, 2 do
-  local rec = cjson.decode(all[i])
-  if rec.version > rec.sent_version then
+  local rec = all[i - 1] ~= '~seq' and cjson.decode(all[i])
+  if rec and rec.version > rec.sent_version then
     redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
     return 1
   end
 end
 redis.call('ZREM', KEYS[2], ARGV[1])
+return 0
+"""
+
+
+_RELEASE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
 return 0
 """
 
@@ -91,6 +101,7 @@ class RedisOutbox:
         self._put = client.register_script(_PUT)
         self._patch = client.register_script(_PATCH)
         self._settle = client.register_script(_SETTLE)
+        self._release = client.register_script(_RELEASE)
 
     async def put(self, thread: str, key: str, fields: Mapping[str, Any], *, due: float) -> int:
         """Record the desired state of message ``key``; returns its version."""
@@ -104,7 +115,7 @@ class RedisOutbox:
     async def records(self, thread: str) -> list[OutboxRecord]:
         async with guard("reading the outbox"):
             raw = await self.client.hgetall(self.keys.outbox(thread))
-        return sorted((_record(str(text(k)), v) for k, v in raw.items()), key=lambda r: r.seq)
+        return sorted((_record(str(text(k)), v) for k, v in raw.items() if text(k) != SEQ_FIELD), key=lambda r: r.seq)
 
     async def patch(self, thread: str, key: str, fields: Mapping[str, Any], *, delivered: int | None = None) -> None:
         args: list[str | int] = [key, json.dumps(dict(fields), ensure_ascii=False),
@@ -141,9 +152,7 @@ class RedisOutbox:
 
     async def release(self, thread: str, owner: str) -> None:
         async with guard("releasing an outbox lease"):
-            key = self.keys.outbox_lease(thread)
-            if text(await self.client.get(key)) == owner:
-                await self.client.delete(key)
+            await self._release(keys=[self.keys.outbox_lease(thread)], args=[owner])
 
 
 class MemoryOutbox:
@@ -151,10 +160,11 @@ class MemoryOutbox:
         self._threads: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
         self._due: dict[str, float] = {}
         self._leases: dict[str, tuple[str, float]] = {}
+        self._seq = 0
 
     async def put(self, thread: str, key: str, fields: Mapping[str, Any], *, due: float) -> int:
-        rec = self._threads[thread].setdefault(key, {"version": 0, "sent_version": 0,
-                                                     "seq": int(time.time() * 1000)})
+        self._seq += 1
+        rec = self._threads[thread].setdefault(key, {"version": 0, "sent_version": 0, "seq": self._seq})
         rec.update(fields)
         rec["version"] += 1
         self._due.setdefault(thread, due)  # a thread waiting out a backoff keeps its time

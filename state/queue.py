@@ -19,6 +19,15 @@ from state.guard import guard, retried, text
 from state.keys import Keys, Ttls
 
 GROUP = "workers"
+# Reset an entry's idle time only while it is still this consumer's (never take back a reclaimed one).
+_TOUCH = """
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
+if p[1] and p[1][2] == ARGV[2] then
+  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
+  return 1
+end
+return 0
+"""
 
 
 @dataclass(frozen=True)
@@ -42,12 +51,15 @@ class RedisQueue:
         self.client, self.keys, self.ttls, self.grace_s = client, keys, ttls, outage_grace_s
         self.max_length = max_length
         self._ready = False
+        self._cursor = "0-0"
+        self._touch = client.register_script(_TOUCH)
 
     async def _group(self) -> None:
         if self._ready:
             return
         try:
             await self.client.xgroup_create(self.keys.queue(), GROUP, id="0", mkstream=True)
+            await self.client.expire(self.keys.queue(), self.ttls.thread_s)
         except ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
@@ -85,20 +97,23 @@ class RedisQueue:
         async with guard("reclaiming work"):
             await self._group()
             try:
-                reply: Any = await self.client.xautoclaim(self.keys.queue(), GROUP, consumer, idle_ms, "0-0",
-                                                          count=count)
+                reply: Any = await self.client.xautoclaim(self.keys.queue(), GROUP, consumer, idle_ms,
+                                                          self._cursor, count=count)
             except ResponseError as exc:
                 if "NOGROUP" not in str(exc):
                     raise
                 self._ready = False
                 return []
+        # Each call scans a window of the pending list; the next one goes on from there, so an orphan behind
+        # many live entries is reached too.
+        self._cursor = str(text(reply[0])) if reply else "0-0"
         rows = reply[1] if reply else []
         return [Entry(str(text(eid)), str(text(fields.get("body"))), 2) for eid, fields in rows if fields]
 
-    async def touch(self, consumer: str, entry_id: str) -> None:
-        """Still working on it: reset its idle time so nobody reclaims it."""
+    async def touch(self, consumer: str, entry_id: str) -> bool:
+        """Still working on it: reset its idle time so nobody reclaims it. False if another worker has it now."""
         async with guard("touching work"):
-            await self.client.xclaim(self.keys.queue(), GROUP, consumer, 0, [entry_id], justid=True)
+            return bool(await self._touch(keys=[self.keys.queue()], args=[GROUP, consumer, entry_id]))
 
     async def ack(self, entry_id: str) -> None:
         key = self.keys.queue()
@@ -156,9 +171,12 @@ class MemoryQueue:
                 taken.append(Entry(eid, self._entries[eid], n + 1))
         return taken
 
-    async def touch(self, consumer: str, entry_id: str) -> None:
-        if entry_id in self._pending:
-            self._pending[entry_id] = (consumer, time.monotonic(), self._pending[entry_id][2])
+    async def touch(self, consumer: str, entry_id: str) -> bool:
+        held = self._pending.get(entry_id)
+        if held is None or held[0] != consumer:
+            return False
+        self._pending[entry_id] = (consumer, time.monotonic(), held[2])
+        return True
 
     async def ack(self, entry_id: str) -> None:
         self._pending.pop(entry_id, None)

@@ -124,3 +124,31 @@ async def test_time_waiting_for_slack_does_not_count_against_a_run(redis_url: st
             assert any(all_text(m).split() == ["fine", "fine"] for m in ws.slack.thread(CHANNEL, f"50.{i}"))
     finally:
         await ws.stop()
+
+
+async def test_messages_recorded_in_the_same_millisecond_keep_their_order(ws: Workspace) -> None:
+    outbox = ws.store.outbox
+    for i in range(30):
+        await outbox.put("c:order", f"m{i}", {"text": "x" * 200}, due=0)
+    assert [r.key for r in await outbox.records("c:order")] == [f"m{i}" for i in range(30)]
+    for r in await outbox.records("c:order"):
+        await outbox.patch("c:order", r.key, {}, delivered=r.version)
+    assert not await outbox.settle("c:order", retry_at=0)
+
+
+async def test_a_message_slack_refuses_for_good_does_not_hold_up_the_thread(ws: Workspace) -> None:
+    ws.slack.fault("refuse", "chat.postMessage", times=1, error="restricted_action_thread_locked")
+    await ws.service.outbox.say(CHANNEL, "60.1", "first", key="say:first")
+    await ws.service.outbox.say(CHANNEL, "60.1", "second", key="say:second")
+    await ws.settle(10)
+    texts = [all_text(m) for m in ws.slack.thread(CHANNEL, "60.1")]
+    assert texts == ["second\nsecond"] and ws.service.metrics.value("opspilot_outbox_dropped_total") == 1
+
+
+async def test_a_landed_post_is_found_in_a_long_thread(ws: Workspace) -> None:
+    for i in range(250):
+        ws.slack.post_as_user(CHANNEL, "UX", f"chatter {i}", thread_ts="61.1")
+    ws.slack.fault("lost", "chat.postMessage", times=1)
+    await ws.service.outbox.say(CHANNEL, "61.1", "the answer", key="say:answer")
+    await ws.settle(10)
+    assert len([m for m in ws.slack.thread(CHANNEL, "61.1") if m.get("bot")]) == 1

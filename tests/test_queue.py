@@ -39,3 +39,12 @@ async def test_a_dead_workers_entry_is_claimed_a_live_ones_is_not(queue: WorkQue
 async def test_the_stream_has_a_ttl(store: RedisStore) -> None:
     await store.queue.put("x")
     assert await store.client.ttl(store.keys.queue()) > 0
+
+
+async def test_touch_never_takes_back_an_entry_another_worker_claimed(queue: WorkQueue) -> None:
+    await queue.put("x")
+    (entry,) = await queue.take("w1", block_ms=100)
+    await asyncio.sleep(0.15)
+    assert [e.id for e in await queue.reclaim("w2", idle_ms=100)] == [entry.id]
+    assert not await queue.touch("w1", entry.id)  # w1 learns it lost the entry
+    assert await queue.touch("w2", entry.id)

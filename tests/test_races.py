@@ -137,3 +137,14 @@ async def test_a_pause_commit_drops_a_cancel_request_nobody_will_read(store: Red
     out = await h.engine.resume_token(paused.pending[0].token, Confirm(), by="U2")
     assert out.answer == "changed" and probe.count("hang") == 1
     assert await store.locks.cancel_requests(["not-yet"]) == {"not-yet"}
+
+
+async def test_an_older_message_delivered_again_after_a_newer_one_does_not_run_again(store: RedisStore) -> None:
+    probe = Probe()
+    tools = toolkit(probe)
+    model = ScriptedModel([reply("", call("change_b", "c1", target="db")), reply("changed"), reply("second")])
+    h = make_harness(model, store, [tools["change_b"]])
+    await h.engine.ask("t", "change it", request_id="m1")
+    await h.engine.ask("t", "thanks", request_id="m2")
+    again = await h.engine.ask("t", "change it", request_id="m1")  # redelivered late
+    assert probe.count("change_b") == 1 and again.answer == "second"

@@ -61,10 +61,10 @@ class Engine:
         by = user_id or "user"
         async with self._lease(thread_id):
             latest = await self._latest(thread_id)
-            if request_id is not None and latest is not None and latest.request_id == request_id:
-                # Taken already: the work was delivered again. If its worker died (we hold the lease, so it is
-                # gone), this worker carries the turn on; otherwise there is nothing to do.
-                if latest.status not in ("running", "stalled"):
+            if latest is not None and request_id is not None and await self.handled(thread_id, request_id):
+                # Taken already: the work was delivered again. If its worker died while on it (we hold the lease,
+                # so it is gone), this worker carries the turn on; otherwise there is nothing to do.
+                if latest.request_id != request_id or latest.status not in ("running", "stalled"):
                     return Run(self.deps, latest, []).outcome()
                 orphan = await self._open(latest)
                 await self._repair(orphan)
@@ -92,7 +92,7 @@ class Engine:
                 run.count("runs")
                 run.emit(RunStarted, user_id=user_id, text=text)
             run.record.status, run.record.request_id = "running", request_id
-            run.append(UserMessage(content=text, user_id=user_id))
+            run.append(UserMessage(content=text, user_id=user_id, request_id=request_id))
             await run.commit()
             return await self._drive(run)
 
@@ -213,6 +213,11 @@ class Engine:
                 return await run.pause(run.record.pending)
             run.record.status = "running"
             return await self._drive(run)
+
+    async def handled(self, thread_id: str, request_id: str, *, look_back: int = 200) -> bool:
+        """Whether the thread already took the message ``request_id`` (a redelivery must not run it again)."""
+        transcript = await self.deps.store.load_transcript(thread_id)
+        return any(isinstance(m, UserMessage) and m.request_id == request_id for m in transcript[-look_back:])
 
     async def knows_thread(self, thread_id: str) -> bool:
         """Whether this thread has had a run (a reply there needs no mention)."""

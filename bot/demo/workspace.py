@@ -123,7 +123,8 @@ class Fault:
 
     ``error``: answer ``status`` without doing anything. ``hang``: answer only after ``hang_s`` (the
     client has given up by then), without doing anything. ``lost``: do it, then answer ``status`` —
-    the message landed but the caller cannot know."""
+    the message landed but the caller cannot know. ``refuse``: answer 200 with ``ok: false`` and
+    ``error`` (Slack refusing this one message, e.g. a locked thread)."""
 
     kind: str
     methods: frozenset[str]
@@ -131,6 +132,7 @@ class Fault:
     times: float = float("inf")
     status: int = 500
     hang_s: float = 30.0
+    error: str = "fatal_error"
 
     def applies(self, method: str) -> bool:
         return (not self.methods or method in self.methods) and self.times > 0 and time.monotonic() < self.until
@@ -192,10 +194,10 @@ class LocalSlack:
     # --- test controls -----------------------------------------------------------------------------------------
 
     def fault(self, kind: str, *methods: str, for_s: float | None = None, times: int | None = None,
-              status: int = 500, hang_s: float = 30.0) -> Fault:
+              status: int = 500, hang_s: float = 30.0, error: str = "fatal_error") -> Fault:
         """Make Slack misbehave (see :class:`Fault`) for ``for_s`` seconds and/or ``times`` calls."""
         fault = Fault(kind, frozenset(methods), time.monotonic() + for_s if for_s is not None else float("inf"),
-                      float(times) if times is not None else float("inf"), status, hang_s)
+                      float(times) if times is not None else float("inf"), status, hang_s, error)
         self.faults.append(fault)
         return fault
 
@@ -241,6 +243,8 @@ class LocalSlack:
                 await asyncio.sleep(fault.hang_s)
             if fault.kind in ("hang", "error"):
                 return web.json_response({"ok": False, "error": "fatal_error"}, status=fault.status)
+            if fault.kind == "refuse":
+                return web.json_response({"ok": False, "error": fault.error})
         if method == "apps.connections.open":
             if request.headers.get("Authorization") != f"Bearer {self.app_token}":
                 return web.json_response({"ok": False, "error": "invalid_auth"})
@@ -359,7 +363,10 @@ class LocalSlack:
         with_metadata = str(body.get("include_all_metadata")).lower() in ("1", "true")
         found = [{k: v for k, v in m.items() if k != "metadata" or with_metadata}
                  for m in self.thread(channel, ts)]
-        return {"ok": True, "messages": found[: int(body.get("limit") or 1000)], "has_more": False}
+        start, limit = int(body.get("cursor") or 0), int(body.get("limit") or 1000)
+        more = start + limit < len(found)
+        return {"ok": True, "messages": found[start:start + limit], "has_more": more,
+                "response_metadata": {"next_cursor": str(start + limit) if more else ""}}
 
     def _usergroups_users_list(self, body: dict[str, Any]) -> dict[str, Any]:
         group = str(body.get("usergroup"))

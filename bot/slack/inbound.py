@@ -19,7 +19,7 @@ from bot.slack import blocks as kit
 from bot.slack.access import AccessPolicy, Verdict
 from bot.slack.meta import CARD, thread_key
 from bot.slack.outbox import SlackOutbox
-from bot.slack.work import STORE_DOWN, Answer, Converse, RunButton, WorkItem
+from bot.slack.work import CLICK_LOST, STORE_DOWN, Answer, Converse, RunButton, WorkItem
 from state import StoreError, Ticket
 from state.store import MetaStore
 
@@ -135,7 +135,7 @@ class Inbound:
                 await self._decide(action_id, value, user, channel, thread_ts, body.get("state") or {})
         except StoreError as exc:
             log.error("click %s by %s dropped: %s", action_id, user, exc)
-            await self.outbox.tell(channel, user, f"Nothing changed: {STORE_DOWN}", thread_ts)
+            await self.outbox.tell(channel, user, CLICK_LOST, thread_ts)
 
     async def _run_button(self, action_id: str, run_id: str, user: str, channel: str, thread_ts: str | None) -> None:
         verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))

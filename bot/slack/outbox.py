@@ -34,11 +34,11 @@ from state.store import Outbox
 log = logging.getLogger(__name__)
 
 METADATA_TYPE = "opspilot_message"
-# Errors that no retry can fix: the message is dropped (and logged) rather than retried forever.
-_PERMANENT = {"channel_not_found", "not_in_channel", "is_archived", "invalid_blocks", "invalid_blocks_format",
-              "msg_too_long", "no_text", "invalid_auth", "account_inactive", "token_revoked", "missing_scope",
-              "not_authed", "message_not_found", "cant_update_message", "edit_window_closed",
-              "user_not_in_channel", "restricted_action", "invalid_arguments", "too_many_attachments"}
+_LEASE_MS = 20_000
+# Slack answered but refused: only these are worth another try; any other refusal is final, and the message
+# is dropped (and logged) so that the thread's later messages still go out.
+_TRANSIENT = {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout",
+              "team_added_to_org", "http_500", "http_502", "http_503", "http_504"}
 
 
 class _Retry(Exception):
@@ -164,18 +164,28 @@ class SlackOutbox:
 
     async def _deliver_thread(self, thread: str) -> None:
         try:
-            if not await self.store.lease(thread, self.owner, 20_000):
+            if not await self.store.lease(thread, self.owner, _LEASE_MS):
                 return  # another instance delivers this thread right now
+            renewer = asyncio.create_task(self._renew(thread))
             try:
                 retry_at = await self._deliver_records(thread)
                 if await self.store.settle(thread, retry_at=retry_at) and retry_at <= time.time():
                     self._wake.set()  # a newer state arrived while we were sending
             finally:
+                renewer.cancel()
                 await self.store.release(thread, self.owner)
         except StoreError as exc:
             log.warning("outbox: thread %s not delivered this round: %s", thread, exc)
         except Exception:
             log.exception("outbox: delivering thread %s failed", thread)
+
+    async def _renew(self, thread: str) -> None:
+        """Hold the thread while delivering, however long Slack's pacing or a slow answer takes: a lapsed lease
+        would let another instance send the same message."""
+        while True:
+            await asyncio.sleep(_LEASE_MS / 3000)
+            with contextlib.suppress(StoreError):
+                await self.store.lease(thread, self.owner, _LEASE_MS)
 
     async def _deliver_records(self, thread: str) -> float:
         """Send what is undelivered, posts strictly in order; returns when to come back if anything is left."""
@@ -238,13 +248,19 @@ class SlackOutbox:
         f = record.fields
         if not f.get("thread_ts"):
             return None
-        answer = await self._call("conversations.replies", None, lambda: self.client.conversations_replies(
-            channel=f["channel"], ts=f["thread_ts"], include_all_metadata=True, limit=200))
-        for message in (answer or {}).get("messages", []):
-            meta = message.get("metadata") or {}
-            if meta.get("event_type") == METADATA_TYPE and (meta.get("event_payload") or {}).get("key") == record.key:
-                self.metrics.inc("opspilot_outbox_duplicates_avoided_total")
-                return str(message["ts"])
+        cursor: str | None = None
+        for _ in range(50):  # up to 10,000 replies; a post is looked for only after its answer was lost
+            page = await self._call("conversations.replies", None, lambda c=cursor: self.client.conversations_replies(
+                channel=f["channel"], ts=f["thread_ts"], include_all_metadata=True, limit=200, cursor=c))
+            for message in (page or {}).get("messages", []):
+                meta = message.get("metadata") or {}
+                key = (meta.get("event_payload") or {}).get("key")
+                if meta.get("event_type") == METADATA_TYPE and key == record.key:
+                    self.metrics.inc("opspilot_outbox_duplicates_avoided_total")
+                    return str(message["ts"])
+            cursor = ((page or {}).get("response_metadata") or {}).get("next_cursor") or None
+            if not cursor:
+                return None
         return None
 
     async def _call(self, method: str, channel: str | None, call: Any) -> Any:
@@ -255,7 +271,8 @@ class SlackOutbox:
         except SlackApiError as exc:
             error = slack_error(exc)
             self.metrics.inc("opspilot_slack_api_errors_total", method=method)
-            if error in _PERMANENT:
+            status = exc.response.status_code
+            if status != 429 and status < 500 and error not in _TRANSIENT:
                 log.error("Slack %s refused a message for good (%s): dropped", method, error)
                 self.metrics.inc("opspilot_outbox_dropped_total")
                 return None

@@ -28,8 +28,9 @@ from state.store import MetaStore, WorkQueue
 
 log = logging.getLogger(__name__)
 
-STORE_DOWN = ("I can't take questions right now: my state store is unavailable. Ask again in a few minutes; "
-              "nothing was changed.")
+STORE_DOWN = "I can't take questions right now: my state store is unavailable. Ask again in a few minutes."
+CLICK_LOST = ("I could not record this: my state store is unavailable. In a few minutes, check the thread for "
+              "what happened before you try again.")
 
 
 class _Item(BaseModel):
@@ -90,6 +91,9 @@ class Executor:
             else:
                 await self.engine.recover(item.run_id)
         except ThreadBusy:
+            if isinstance(item, Converse) and await self.engine.handled(
+                    thread_key(item.channel, str(item.thread_ts)), item.request_id):
+                return  # the same message, taken meanwhile by another worker: nothing to tell
             await self.outbox.tell(item.channel, item.user, "I am still working on the previous message in this "
                                                             "thread; send it again in a moment.", item.thread_ts)
         except EngineError as exc:
@@ -103,7 +107,7 @@ class Executor:
             if isinstance(item, Converse):
                 await self.outbox.say(item.channel, str(item.thread_ts), STORE_DOWN)
             else:
-                await self.outbox.tell(item.channel, item.user, f"Nothing changed: {STORE_DOWN}", item.thread_ts)
+                await self.outbox.tell(item.channel, item.user, CLICK_LOST, item.thread_ts)
 
     async def _converse(self, item: Converse) -> None:
         thread_ts = str(item.thread_ts)
@@ -186,24 +190,26 @@ class Worker:
         return len(entries)
 
     async def _do(self, entry_id: str, body: str) -> None:
-        async with self._slots:
-            try:
-                item = WorkAdapter.validate_json(body)
-            except ValidationError as exc:
-                log.error("%s: unreadable work %s dropped: %s", self.name, entry_id, exc)
-                await self.queue.ack(entry_id)
-                return
-            keeper = asyncio.create_task(self._keep(entry_id))
-            try:
-                await self.executor(item)
-            except Exception:  # a bug, not an outage: doing it again would fail again
-                log.exception("%s: work %s (%s) failed", self.name, entry_id, item.kind)
-            finally:
-                keeper.cancel()
-            await self.queue.ack(entry_id)
+        keeper = asyncio.create_task(self._keep(entry_id))  # also while it waits for a slot
+        try:
+            async with self._slots:
+                try:
+                    item = WorkAdapter.validate_json(body)
+                except ValidationError as exc:
+                    log.error("%s: unreadable work %s dropped: %s", self.name, entry_id, exc)
+                else:
+                    try:
+                        await self.executor(item)
+                    except Exception:  # a bug, not an outage: doing it again would fail again
+                        log.exception("%s: work %s (%s) failed", self.name, entry_id, item.kind)
+        finally:
+            keeper.cancel()
+        await self.queue.ack(entry_id)
 
     async def _keep(self, entry_id: str) -> None:
         while True:
             await asyncio.sleep(self.reclaim_after_s / 3)
             with contextlib.suppress(StoreError):
-                await self.queue.touch(self.name, entry_id)
+                if not await self.queue.touch(self.name, entry_id):
+                    log.warning("%s: %s was taken over by another worker", self.name, entry_id)
+                    return
