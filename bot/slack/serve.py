@@ -36,7 +36,8 @@ async def _listen(service: SlackService, port: int) -> web.AppRunner:
     return runner
 
 
-async def _run(settings: Settings, role: Role, port: int | None, banner: str) -> None:
+async def _run(settings: Settings, role: Role, port: int | None, banner: str,
+               stopping: asyncio.Event | None = None) -> None:
     socket_mode = role != "worker" and bool(settings.slack.app_token)
     service = await build_service(settings, socket_mode=socket_mode, role=role)
     service.start()
@@ -46,7 +47,7 @@ async def _run(settings: Settings, role: Role, port: int | None, banner: str) ->
         if socket_mode:
             handler = socket_mode_handler(service, str(settings.slack.app_token))
             await handler.connect_async()  # type: ignore[no-untyped-call]
-        stopping = asyncio.Event()
+        stopping = stopping or asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):  # stop gracefully: finish, deliver, stop the workers
             asyncio.get_running_loop().add_signal_handler(sig, stopping.set)
         await stopping.wait()
@@ -57,20 +58,25 @@ async def _run(settings: Settings, role: Role, port: int | None, banner: str) ->
         await service.core.store.close()
 
 
-async def _supervise(index: int, argv: list[str]) -> None:
-    """Keep one worker process alive: a worker that dies is started again (its work is claimed meanwhile)."""
-    while True:
+async def _supervise(index: int, argv: list[str], stopping: asyncio.Event) -> None:
+    """Keep one worker process alive: a worker that dies is started again (its work is claimed meanwhile).
+    Once the front is stopping, a worker that exits (Ctrl-C reaches the whole process group) stays stopped."""
+    while not stopping.is_set():
         proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", *argv)
         try:
             code = await proc.wait()
         except asyncio.CancelledError:
             with contextlib.suppress(ProcessLookupError):
                 proc.terminate()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(proc.wait(), 10)
+            try:
+                await asyncio.wait_for(proc.wait(), 45)  # a worker finishes its work and deliveries first
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
             raise
-        log.error("worker %d exited with code %s; starting it again", index, code)
-        await asyncio.sleep(1.0)
+        if not stopping.is_set():
+            log.error("worker %d exited with code %s; starting it again", index, code)
+            await asyncio.sleep(1.0)
 
 
 async def serve(settings: Settings, *, workers: int | None = None, config: str | None = None) -> int:
@@ -82,11 +88,13 @@ async def serve(settings: Settings, *, workers: int | None = None, config: str |
                                           f"on port {port}; model: {{model}}")
         return 0
     base = [*(["--config", config] if config else []), "worker"]
-    keepers = [asyncio.create_task(_supervise(i, [*base, "--port", str(port + 1 + i)])) for i in range(count)]
+    stopping = asyncio.Event()
+    keepers = [asyncio.create_task(_supervise(i, [*base, "--port", str(port + 1 + i)], stopping))
+               for i in range(count)]
     try:
         await _run(settings, "front", port, f"OpsPilot is serving Slack ({mode}) with {count} worker process(es) "
                                             f"on ports {port + 1}–{port + count}; /healthz and /metrics on port "
-                                            f"{port}; model: {{model}}")
+                                            f"{port}; model: {{model}}", stopping)
     finally:
         for keeper in keepers:
             keeper.cancel()
