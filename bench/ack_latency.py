@@ -112,6 +112,7 @@ async def opspilot(slack: LocalSlack, url: str, active: int, samples: int) -> tu
         return result
     finally:
         await service.drain(120)
+        await service.outbox.stop()
         await server.stop()
         await store.close()
 
