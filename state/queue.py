@@ -107,8 +107,14 @@ class RedisQueue:
         # Each call scans a window of the pending list; the next one goes on from there, so an orphan behind
         # many live entries is reached too.
         self._cursor = str(text(reply[0])) if reply else "0-0"
-        rows = reply[1] if reply else []
-        return [Entry(str(text(eid)), str(text(fields.get("body"))), 2) for eid, fields in rows if fields]
+        rows = [(str(text(eid)), fields) for eid, fields in (reply[1] if reply else []) if fields]
+        entries = []
+        for eid, fields in rows:  # how often each was handed out: a poison entry must not go round for ever
+            async with guard("reclaiming work"):
+                detail: Any = await self.client.xpending_range(self.keys.queue(), GROUP, eid, eid, 1)
+            times = int(detail[0]["times_delivered"]) if detail else 2
+            entries.append(Entry(eid, str(text(fields.get("body"))), times))
+        return entries
 
     async def touch(self, consumer: str, entry_id: str) -> bool:
         """Still working on it: reset its idle time so nobody reclaims it. False if another worker has it now."""

@@ -81,7 +81,7 @@ class Inbound:
         except StoreError as exc:  # Redis stayed away longer than the grace period
             log.error("message %s in %s dropped: %s", ts, channel, exc)
             if mentioned or event.get("channel_type") == "im":
-                await self.outbox.say(channel, thread_ts, STORE_DOWN)
+                await self.outbox.store_down(channel, STORE_DOWN, thread_ts=thread_ts)
 
     async def _message(self, event: dict[str, Any], event_id: str | None, channel: str, ts: str, thread_ts: str,
                        *, mentioned: bool, bot_user_id: str | None) -> None:
@@ -135,7 +135,7 @@ class Inbound:
                 await self._decide(action_id, value, user, channel, thread_ts, body.get("state") or {})
         except StoreError as exc:
             log.error("click %s by %s dropped: %s", action_id, user, exc)
-            await self.outbox.tell(channel, user, CLICK_LOST, thread_ts)
+            await self.outbox.store_down(channel, CLICK_LOST, thread_ts=thread_ts, user=user)
 
     async def _run_button(self, action_id: str, run_id: str, user: str, channel: str, thread_ts: str | None) -> None:
         verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))

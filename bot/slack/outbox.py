@@ -80,6 +80,16 @@ class SlackOutbox:
         await self._put(channel, thread_ts, f"tell:{uuid.uuid4().hex}",
                         {"kind": "ephemeral", "channel": channel, "thread_ts": thread_ts, "user": user, "text": text})
 
+    async def store_down(self, channel: str, text: str, *, thread_ts: str | None = None,
+                         user: str | None = None) -> None:
+        """The message that says the store is down: sent directly, once (recording it would wait out the very
+        outage it reports). To ``user`` only, when given."""
+        fields: dict[str, Any] = {"kind": "ephemeral" if user else "message", "channel": channel,
+                                  "thread_ts": thread_ts, "user": user, "text": text,
+                                  "blocks": json.dumps([kit.mrkdwn(text)], ensure_ascii=False)}
+        with contextlib.suppress(_Retry):
+            await self._send_direct(fields)
+
     async def post_now(self, channel: str, text: str) -> str | None:
         """A new top-level message whose ts is needed at once (the thread a slash command answers in).
         One attempt; None if Slack did not take it (the caller tells the user to try again)."""
@@ -154,7 +164,8 @@ class SlackOutbox:
 
     async def deliver_due(self) -> None:
         """One round: every thread that is due, each in its own task, its messages in order."""
-        threads = [t for t in await self.store.due(time.time()) if t not in self._busy]
+        due = await self.store.due(time.time(), limit=64 + len(self._busy))  # our busy ones must not crowd out
+        threads = [t for t in due if t not in self._busy]
         for thread in threads:
             task = self._busy[thread] = asyncio.create_task(self._deliver_thread(thread), name=f"outbox-{thread}")
             task.add_done_callback(functools.partial(self._done, thread))

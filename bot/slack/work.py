@@ -105,9 +105,9 @@ class Executor:
         except StoreError as exc:
             log.error("%s dropped: %s", item.kind, exc)  # the operator gets the details, the person does not
             if isinstance(item, Converse):
-                await self.outbox.say(item.channel, str(item.thread_ts), STORE_DOWN)
+                await self.outbox.store_down(item.channel, STORE_DOWN, thread_ts=item.thread_ts)
             else:
-                await self.outbox.tell(item.channel, item.user, CLICK_LOST, item.thread_ts)
+                await self.outbox.store_down(item.channel, CLICK_LOST, thread_ts=item.thread_ts, user=item.user)
 
     async def _converse(self, item: Converse) -> None:
         thread_ts = str(item.thread_ts)
@@ -134,6 +134,9 @@ class Executor:
             if card.get("channel"):  # the form stays, with the error shown
                 form = kit.params_form(token, ticket.pending.reason, ticket.pending.payload, error=problem)
                 await self.outbox.message(f"card:{token}", card["channel"], card.get("thread_ts"), problem, form)
+
+
+MAX_DELIVERIES = 5
 
 
 class Worker:
@@ -182,6 +185,11 @@ class Worker:
         entries = await self.queue.reclaim(self.name, idle_ms=int(self.reclaim_after_s * 1000))
         entries += await self.queue.take(self.name, count=8, block_ms=block_ms)
         for entry in entries:
+            if entry.deliveries > MAX_DELIVERIES:  # it took down every worker that tried: set it aside
+                log.error("%s: %s was handed out %d times without finishing; dropped: %s", self.name, entry.id,
+                          entry.deliveries, entry.body[:500])
+                await self.queue.ack(entry.id)
+                continue
             if entry.deliveries > 1:
                 log.warning("%s: %s is done again (its worker stopped)", self.name, entry.id)
             task = asyncio.create_task(self._do(entry.id, entry.body), name=f"work-{entry.id}")
