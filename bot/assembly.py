@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 
 from bot.agent.deps import RunDeps
-from bot.agent.engine import Engine
+from bot.agent.engine import Engine, EngineOptions
 from bot.agent.events import EventBus
 from bot.agent.models.base import ChatModel
 from bot.agent.models.demo import demo_model
@@ -124,6 +124,6 @@ async def assemble(settings: Settings, *, fallback_store: bool = True) -> Assemb
     deps = RunDeps(model=model, registry=registry, store=store, bus=bus, limits=settings.limits,
                    context_budget_tokens=settings.context_budget_tokens,
                    interrupt_ttl_s=float(settings.interrupt_ttl_s))
-    engine = Engine(deps)
+    engine = Engine(deps, EngineOptions(lease_ttl_ms=int(settings.sweeps.lease_ttl_s * 1000)))
     sweeps = Sweeps(engine, interval_s=settings.sweeps.interval_s, stale_after_s=settings.sweeps.stale_after_s)
     return Assembly(engine, bus, store, store.meta, store, store.outbox, store.queue, model, toolbox, sweeps)

@@ -79,6 +79,7 @@ class SweepConfig(BaseModel):
 
     interval_s: float = Field(15.0, gt=0, description="expiry, recovery (and Slack reminder) sweeps")
     stale_after_s: float = Field(45.0, gt=0, description="a running run untouched this long is checked")
+    lease_ttl_s: float = Field(30.0, ge=1, description="a dead worker's hold on a thread lapses after this long")
 
 
 class Settings(BaseSettings):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -100,3 +101,58 @@ async def test_serve_without_a_token_is_one_readable_line(tmp_path: Path) -> Non
     _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 2
     assert "SLACK_BOT_TOKEN is not set" in err.decode() and "Traceback" not in err.decode()
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+async def test_workers_killed_mid_run_are_replaced_and_the_answer_arrives_once(
+        redis_url: str, prefix: str, slack: FakeSlack, tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith(("OPSPILOT_",
+                                                                                                    "SLACK_"))}
+    env |= {"SLACK_BOT_TOKEN": slack.token, "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_URL": slack.api_url,
+            "PORT": str(port), "REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix,
+            "OPSPILOT_LLM__SCRIPTED_LATENCY_S": "1.0", "OPSPILOT_SWEEPS__STALE_AFTER_S": "2",
+            "OPSPILOT_SWEEPS__LEASE_TTL_S": "2", "OPSPILOT_SWEEPS__INTERVAL_S": "1"}
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", "serve", "--workers", "2", env=env,
+                                                cwd=tmp_path, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        await asyncio.wait_for(proc.stdout.readline(), 30)
+        sender = SlackSender(f"http://127.0.0.1:{port}/slack/events", SECRET)
+        await sender.event(mention(CHANNEL, "UREQ", QUESTION, "3100.1"))
+        for _ in range(200):  # the run is under way: its progress message is up
+            if any("step" in all_text(m) for m in slack.thread(CHANNEL, "3100.1")):
+                break
+            await asyncio.sleep(0.05)
+        workers = _children(proc.pid)
+        assert len(workers) == 2
+        for pid in workers:
+            os.kill(pid, signal.SIGKILL)  # both worker processes die in the middle of the run
+        answer = "docs/payments-db-timeouts.md"
+        for _ in range(600):
+            if any(answer in all_text(m) and "step" not in all_text(m) for m in slack.thread(CHANNEL, "3100.1")):
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(2.0)  # anything that would come twice has time to
+        bot = [m for m in slack.thread(CHANNEL, "3100.1") if m.get("bot")]
+        assert len([m for m in bot if answer in all_text(m) and "step" not in all_text(m)]) == 1, \
+            [all_text(m)[:80] for m in bot]
+        progress = [m for m in bot if "step" in all_text(m)]
+        assert len(progress) == 1 and ":white_check_mark: Done" in all_text(progress[0])
+        assert sorted(_children(proc.pid)) != sorted(workers) and len(_children(proc.pid)) == 2  # replaced
+    finally:
+        proc.terminate()
+        await asyncio.wait_for(proc.wait(), 60)
