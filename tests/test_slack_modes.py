@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -81,9 +82,15 @@ async def test_opspilot_serve_in_http_mode(redis_url: str, prefix: str, slack: F
         forged, _ = await sender.event(mention(CHANNEL, "UREQ", "x", "3000.2"), secret="nope")
         assert forged == 401
         async with aiohttp.ClientSession() as session:
-            for worker_port in (port + 1, port + 2):  # each worker answers its own health and metrics
-                async with session.get(f"http://127.0.0.1:{worker_port}/healthz") as r:
-                    assert r.status == 200
+            for worker_port in (port + 1, port + 2):  # each worker answers its own health (once it is up)
+                for _ in range(200):
+                    with contextlib.suppress(aiohttp.ClientConnectionError):
+                        async with session.get(f"http://127.0.0.1:{worker_port}/healthz") as r:
+                            assert r.status == 200
+                            break
+                    await asyncio.sleep(0.1)
+                else:
+                    raise AssertionError(f"no worker answers on port {worker_port}")
             async with session.get(f"http://127.0.0.1:{port}/metrics") as r:
                 assert "opspilot_work_pending 0" in await r.text()
     finally:
@@ -131,6 +138,13 @@ async def test_workers_killed_mid_run_are_replaced_and_the_answer_arrives_once(
     try:
         assert proc.stdout is not None
         await asyncio.wait_for(proc.stdout.readline(), 30)
+        async with aiohttp.ClientSession() as session:  # both workers are up
+            for worker_port in (port + 1, port + 2):
+                for _ in range(300):
+                    with contextlib.suppress(aiohttp.ClientConnectionError):
+                        async with session.get(f"http://127.0.0.1:{worker_port}/healthz"):
+                            break
+                    await asyncio.sleep(0.1)
         sender = SlackSender(f"http://127.0.0.1:{port}/slack/events", SECRET)
         await sender.event(mention(CHANNEL, "UREQ", QUESTION, "3100.1"))
         for _ in range(200):  # the run is under way: its progress message is up
