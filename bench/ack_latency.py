@@ -6,17 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import statistics
 import sys
 import time
 import uuid
-from typing import Any
-
-from slack_bolt.async_app import AsyncAck, AsyncApp
-from slack_sdk.web.async_client import AsyncWebClient
 
 from bench.common import Table, isolated_redis, payload_tools, steps_script, verdict
+from bench.processes import bare_bolt_app
 from bot.agent.deps import RunDeps
 from bot.agent.engine import Engine, EngineOptions
 from bot.agent.events import EventBus
@@ -58,26 +54,7 @@ def _p(values: list[float], q: int) -> float:
 
 
 async def bare_bolt(slack: LocalSlack, samples: int) -> tuple[list[float], list[float]]:
-    app = AsyncApp(client=AsyncWebClient(token=slack.token, base_url=slack.api_url), signing_secret=SECRET)
-
-    @app.event("app_mention")
-    async def noop(event: dict[str, Any]) -> None:
-        return None
-
-    @app.action(re.compile("."))
-    async def ack_only(ack: AsyncAck) -> None:
-        await ack()
-
-    from aiohttp import web
-
-    from bot.slack.app import to_aiohttp_response, to_bolt_request
-
-    async def events(request: web.Request) -> web.Response:
-        return await to_aiohttp_response(await app.async_dispatch(await to_bolt_request(request)))
-
-    web_app = web.Application()
-    web_app.router.add_post("/slack/events", events)
-    server = await LocalServer(web_app).start()
+    server = await LocalServer(bare_bolt_app(slack.api_url, slack.token)).start()
     try:
         return await _latencies(SlackSender(f"{server.url}/slack/events", SECRET), samples, "B")
     finally:

@@ -29,10 +29,11 @@ async def slack(port: int) -> None:
     await asyncio.Event().wait()
 
 
-async def bare(port: int, api_url: str) -> None:
+def bare_bolt_app(api_url: str, token: str = TOKEN) -> web.Application:
+    """A Bolt app that only acknowledges: the baseline every ack latency is compared with."""
     from bot.slack.app import to_aiohttp_response, to_bolt_request
 
-    bolt = AsyncApp(client=AsyncWebClient(token=TOKEN, base_url=api_url), signing_secret=SECRET)
+    bolt = AsyncApp(client=AsyncWebClient(token=token, base_url=api_url), signing_secret=SECRET)
 
     @bolt.event("app_mention")
     async def noop(event: dict[str, Any]) -> None:
@@ -47,7 +48,11 @@ async def bare(port: int, api_url: str) -> None:
 
     app = web.Application()
     app.router.add_post("/slack/events", events)
-    await LocalServer(app, port=port).start()
+    return app
+
+
+async def bare(port: int, api_url: str) -> None:
+    await LocalServer(bare_bolt_app(api_url), port=port).start()
     print("ready", flush=True)
     await asyncio.Event().wait()
 

@@ -18,6 +18,12 @@ from state.errors import StoreError, StoreUnavailable
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+# Compare-and-delete: only the holder lets go of a lease (threads' leases, the outbox's delivery leases).
+RELEASE_IF_HELD = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+"""
+
 
 @asynccontextmanager
 async def guard(what: str) -> AsyncIterator[None]:

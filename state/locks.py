@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import redis.asyncio as aioredis
 
-from state.guard import guard, retried, text
+from state.guard import RELEASE_IF_HELD, guard, retried, text
 from state.keys import Keys, Ttls
 from state.store import Claim
 
@@ -21,10 +21,6 @@ _RENEW = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
 return 0
 """
-_RELEASE = """
-if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
-return 0
-"""
 
 
 class RedisLocks:
@@ -32,7 +28,7 @@ class RedisLocks:
         self.client, self.keys, self.ttls, self.grace_s = client, keys, ttls, outage_grace_s
         self._claim = client.register_script(_CLAIM)
         self._renew = client.register_script(_RENEW)
-        self._release = client.register_script(_RELEASE)
+        self._release = client.register_script(RELEASE_IF_HELD)
 
     async def claim(self, token: str, holder: str) -> Claim:
         ttl = self.ttls.interrupt_s + self.ttls.claim_margin_s

@@ -18,7 +18,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from state.guard import guard, retried, text
+from state.guard import RELEASE_IF_HELD, guard, retried, text
 from state.keys import Keys, Ttls
 
 
@@ -89,19 +89,13 @@ return 0
 """
 
 
-_RELEASE = """
-if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
-return 0
-"""
-
-
 class RedisOutbox:
     def __init__(self, client: aioredis.Redis, keys: Keys, ttls: Ttls, outage_grace_s: float = 30.0) -> None:
         self.client, self.keys, self.ttls, self.grace_s = client, keys, ttls, outage_grace_s
         self._put = client.register_script(_PUT)
         self._patch = client.register_script(_PATCH)
         self._settle = client.register_script(_SETTLE)
-        self._release = client.register_script(_RELEASE)
+        self._release = client.register_script(RELEASE_IF_HELD)
 
     async def put(self, thread: str, key: str, fields: Mapping[str, Any], *, due: float) -> int:
         """Record the desired state of message ``key``; returns its version."""

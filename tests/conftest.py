@@ -3,6 +3,7 @@ otherwise a throwaway redis-server on a free port; with neither, the run stops w
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
@@ -36,6 +37,15 @@ def _answers_ping(url: str) -> bool:
             return s.recv(16).startswith(b"+PONG")
     except OSError:
         return False
+
+
+async def until(predicate: Any, timeout_s: float = 20.0) -> None:
+    """Wait until ``predicate()`` holds (something another task or process does), or fail."""
+    for _ in range(int(timeout_s / 0.05)):
+        if predicate():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not met in time")
 
 
 def free_port() -> int:

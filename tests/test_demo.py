@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
-
 import aiohttp
 
 from bot.config import Settings
 from bot.demo.server import CHANNEL, Demo
 from bot.demo.workspace import all_text
-from tests.conftest import free_port
-
-
-async def until(predicate: Any, timeout_s: float = 20.0) -> None:
-    for _ in range(int(timeout_s / 0.05)):
-        if predicate():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition not met in time")
+from tests.conftest import free_port, until
 
 
 async def test_the_demo_runs_without_redis_and_says_so() -> None:

@@ -3,23 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
+from tests.conftest import until
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
 from tests.test_slack import QUESTION
 from tests.toolkit import Probe, toolkit
-
-
-async def wait_for(predicate: Any, timeout_s: float = 20.0) -> None:
-    for _ in range(int(timeout_s / 0.05)):
-        if predicate():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("timed out")
 
 
 async def test_two_fronts_two_workers_and_a_duplicate_delivery_make_one_run(redis_url: str, prefix: str,
@@ -32,7 +24,7 @@ async def test_two_fronts_two_workers_and_a_duplicate_delivery_make_one_run(redi
         statuses = await asyncio.gather(fronts[0].sender.event(event, event_id="EvDUP"),
                                         fronts[1].sender.event(event, event_id="EvDUP", retry_num=1))
         assert [s for s, _ in statuses] == [200, 200]
-        await wait_for(lambda: any("docs/payments-db-timeouts.md" in all_text(m)
+        await until(lambda: any("docs/payments-db-timeouts.md" in all_text(m)
                                    for m in slack.thread(CHANNEL, "40.1") if "step" not in all_text(m)))
         for ws in everyone:
             await ws.settle()
@@ -68,7 +60,7 @@ async def test_a_worker_that_dies_mid_run_is_taken_over_by_another(redis_url: st
         second = await open_workspace(redis_url, prefix, slack, role="worker", model=model,
                                       specs=[tools["blocker"]], lease_ttl_ms=300, stale_after_s=0.6)
         try:
-            await wait_for(lambda: any("finished by another worker" in all_text(m)
+            await until(lambda: any("finished by another worker" in all_text(m)
                                        for m in slack.thread(CHANNEL, "41.1")))
             await second.settle()
             transcript = await second.store.load_transcript("slack:C0OPS:41.1")

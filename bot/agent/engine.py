@@ -24,7 +24,7 @@ from bot.agent.loop import react_loop
 from bot.agent.models.base import ModelError
 from bot.agent.run import Run, RunOutcome, preview
 from bot.agent.transcript import ThreadMemo
-from core.messages import UserMessage
+from core.messages import Message, UserMessage
 from state.errors import StoreError
 from state.records import PendingCall, RunRecord, Ticket
 
@@ -61,18 +61,20 @@ class Engine:
         by = user_id or "user"
         async with self._lease(thread_id):
             latest = await self._latest(thread_id)
-            if latest is not None and request_id is not None and await self.handled(thread_id, request_id):
+            transcript = await self.deps.store.load_transcript(thread_id)  # read once for the whole turn
+            if latest is not None and request_id is not None and _took(transcript, request_id):
                 # Taken already: the work was delivered again. If its worker died while on it (we hold the lease,
                 # so it is gone), this worker carries the turn on; otherwise there is nothing to do.
                 if latest.request_id != request_id or latest.status not in ("running", "stalled"):
                     return Run(self.deps, latest, []).outcome()
-                orphan = await self._open(latest)
+                orphan = Run(self.deps, latest, transcript, self._memo(thread_id))
                 await self._repair(orphan)
                 if orphan.record.pending:
                     return await orphan.pause(orphan.record.pending)
                 orphan.record.status = "running"
                 return await self._drive(orphan)
-            run = await self._open(latest) if latest is not None and latest.status != "finished" else None
+            run = Run(self.deps, latest, transcript, self._memo(thread_id)) \
+                if latest is not None and latest.status != "finished" else None
             if run is not None and run.record.status in ("running", "stalled"):
                 # We hold the lease, so the worker that ran it is gone: close it out first.
                 await self._repair(run)
@@ -88,7 +90,8 @@ class Engine:
                 now = time.time()
                 record = RunRecord(run_id=uuid.uuid4().hex, thread_id=thread_id, user_id=user_id, text=preview(text),
                                    created_at=now, updated_at=now)
-                run = Run(self.deps, record, await self.deps.store.load_transcript(thread_id), self._memo(thread_id))
+                # The transcript as it is now (a run closed out above appended to it).
+                run = Run(self.deps, record, transcript, self._memo(thread_id))
                 run.count("runs")
                 run.emit(RunStarted, user_id=user_id, text=text)
             run.record.status, run.record.request_id = "running", request_id
@@ -216,8 +219,7 @@ class Engine:
 
     async def handled(self, thread_id: str, request_id: str, *, look_back: int = 200) -> bool:
         """Whether the thread already took the message ``request_id`` (a redelivery must not run it again)."""
-        transcript = await self.deps.store.load_transcript(thread_id)
-        return any(isinstance(m, UserMessage) and m.request_id == request_id for m in transcript[-look_back:])
+        return _took(await self.deps.store.load_transcript(thread_id), request_id, look_back)
 
     async def knows_thread(self, thread_id: str) -> bool:
         """Whether this thread has had a run (a reply there needs no mention)."""
@@ -381,3 +383,8 @@ class Engine:
             run.record.status = "stalled"
             run.emit(RunStalled, step=run.record.step)
         await run.commit()
+
+
+def _took(transcript: list[Message], request_id: str, look_back: int = 200) -> bool:
+    """Whether the thread's recent messages include the front end's message ``request_id``."""
+    return any(isinstance(m, UserMessage) and m.request_id == request_id for m in transcript[-look_back:])
