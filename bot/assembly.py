@@ -75,6 +75,7 @@ async def open_store(settings: Settings, *, fallback: bool) -> RedisStore | Memo
                        outage_grace_s=settings.redis_outage_grace_s)
     try:
         await store.ping()
+        await store.migrate()
         return store
     except StoreError:
         await store.close()

@@ -1,8 +1,10 @@
 # Sourced by scripts/test: the Debian packages the tests need (a Redis server, Chromium for the browser
 # test, fonts so its screenshots show Chinese text and emoji). Installed when missing and we are root.
 need=()
-# redis-server is needed even when a Redis answers: the outage tests stop and restart one of their own.
+# redis-server is needed even when a Redis answers: the outage tests stop and restart one of their own,
+# and the Cluster tests start three (joined with redis-cli, from redis-tools).
 if ! command -v redis-server >/dev/null; then need+=(redis-server); fi
+if ! command -v redis-cli >/dev/null; then need+=(redis-tools); fi
 if [ -z "${CHROMIUM:-}" ] && ! command -v chromium >/dev/null; then need+=(chromium); fi
 if ! fc-list 2>/dev/null | grep -qi "Noto Sans CJK"; then need+=(fonts-noto-cjk fonts-noto-color-emoji); fi
 if [ ${#need[@]} -gt 0 ]; then

@@ -5,6 +5,7 @@ Public API: the protocols in :mod:`state.store` (``Store`` with its ``journal`` 
 records, and :class:`StoreError` / :class:`StoreUnavailable` / :class:`CorruptRecord`.
 """
 
+from state.client import connect, is_cluster_url
 from state.errors import CorruptRecord, StoreError, StoreUnavailable
 from state.keys import Keys, Ttls
 from state.memory import MemoryStore
@@ -17,7 +18,7 @@ from state.records import (
     Ticket,
     TraceEntry,
 )
-from state.redis import RedisStore, connect
+from state.redis import RedisStore
 from state.store import Claim, Journal, Locks, MetaStore, Outbox, Reports, Stats, Store, Write
 
 __all__ = [
@@ -45,4 +46,5 @@ __all__ = [
     "Ttls",
     "Write",
     "connect",
+    "is_cluster_url",
 ]

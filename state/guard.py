@@ -9,8 +9,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TypeVar
 
+from redis.exceptions import (
+    ClusterDownError,
+    CrossSlotTransactionError,
+    InvalidPipelineStack,
+    RedisClusterException,
+    RedisError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from state.errors import StoreError, StoreUnavailable
@@ -29,8 +36,12 @@ return 0
 async def guard(what: str) -> AsyncIterator[None]:
     try:
         yield
-    except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+    except (RedisConnectionError, RedisTimeoutError, OSError, ClusterDownError, TryAgainError) as exc:
         raise StoreUnavailable(f"Redis unreachable while {what}: {exc}") from exc
+    except (CrossSlotTransactionError, InvalidPipelineStack) as exc:  # our bug, not an outage
+        raise StoreError(f"Redis Cluster refused a request while {what}: {exc}") from exc
+    except RedisClusterException as exc:  # no node answers, a slot is not served (a cluster in failover)
+        raise StoreUnavailable(f"Redis Cluster unavailable while {what}: {exc}") from exc
     except RedisError as exc:
         raise StoreError(f"Redis error while {what}: {exc}") from exc
 

@@ -1,8 +1,47 @@
-"""Every Redis key OpsPilot uses, built here and nowhere else, each with its TTL."""
+"""Every Redis key OpsPilot uses, built here and nowhere else, each with its TTL.
+
+Cluster-safe layout: everything one thread owns — its transcript, runs, journals, tickets, claims, outbox —
+and the indexes, stats and audit those writes touch carry the same hash tag, the thread's *shard*
+(``{s0}`` … ``{sf}``, a stable hash of the thread id). So each atomic write (one Lua script) stays in one
+slot of a Redis Cluster, and sweeps read one small index per shard. Run ids and tokens start with their
+shard (``s3.…``), so a click or a run id alone finds its keys. Ids minted before this layout (no shard)
+keep their old, untagged key names, which a single Redis still serves.
+"""
 
 from __future__ import annotations
 
+import re
+import secrets
+import uuid
+import zlib
 from dataclasses import dataclass
+
+SHARDS = 16
+"""Fixed for good: a thread's shard must never change while its keys live."""
+_SHARDED_ID = re.compile(r"^(s[0-9a-f])\.")
+
+
+def shard_of(thread_id: str) -> str:
+    return f"s{zlib.crc32(thread_id.encode()) % SHARDS:x}"
+
+
+def all_shards() -> list[str]:
+    return [f"s{i:x}" for i in range(SHARDS)]
+
+
+def new_run_id(thread_id: str) -> str:
+    return f"{shard_of(thread_id)}.{uuid.uuid4().hex}"
+
+
+def new_token(run_id: str) -> str:
+    """A question's token, in its run's shard (an unguessable secret: it is what a click presents)."""
+    shard = _shard_in(run_id)
+    return f"{shard}.{secrets.token_urlsafe(24)}" if shard else secrets.token_urlsafe(24)
+
+
+def _shard_in(ident: str) -> str | None:
+    found = _SHARDED_ID.match(ident)
+    return found.group(1) if found else None
 
 
 @dataclass(frozen=True)
@@ -24,34 +63,41 @@ class Ttls:
 class Keys:
     prefix: str = "opspilot"
 
+    def _thread(self, thread_id: str) -> str:
+        return f"{self.prefix}:{{{shard_of(thread_id)}}}:thread:{thread_id}"
+
+    def _by_id(self, ident: str) -> str:
+        shard = _shard_in(ident)
+        return f"{self.prefix}:{{{shard}}}" if shard else self.prefix
+
     def transcript(self, thread_id: str) -> str:
-        return f"{self.prefix}:thread:{thread_id}:transcript"
+        return f"{self._thread(thread_id)}:transcript"
 
     def thread_run(self, thread_id: str) -> str:
-        return f"{self.prefix}:thread:{thread_id}:run"
+        return f"{self._thread(thread_id)}:run"
 
     def lease(self, thread_id: str) -> str:
-        return f"{self.prefix}:thread:{thread_id}:lease"
+        return f"{self._thread(thread_id)}:lease"
 
     def run(self, run_id: str) -> str:
-        return f"{self.prefix}:run:{run_id}"
+        return f"{self._by_id(run_id)}:run:{run_id}"
 
     def journal(self, run_id: str) -> str:
-        return f"{self.prefix}:run:{run_id}:journal"
+        return f"{self._by_id(run_id)}:run:{run_id}:journal"
 
     def last_commit(self, run_id: str) -> str:
         """The id of the run's last applied commit, so a commit retried after a lost reply applies once."""
-        return f"{self.prefix}:run:{run_id}:commit"
+        return f"{self._by_id(run_id)}:run:{run_id}:commit"
 
     def cancel(self, run_id: str) -> str:
-        return f"{self.prefix}:run:{run_id}:cancel"
+        return f"{self._by_id(run_id)}:run:{run_id}:cancel"
 
     def token(self, token: str) -> str:
         """The ticket a question's token opens (see :class:`state.records.Ticket`)."""
-        return f"{self.prefix}:token:{token}"
+        return f"{self._by_id(token)}:token:{token}"
 
     def claim(self, token: str) -> str:
-        return f"{self.prefix}:claim:{token}"
+        return f"{self._by_id(token)}:claim:{token}"
 
     def once(self, name: str) -> str:
         """Once-per-tick markers (sweeps)."""
@@ -60,36 +106,38 @@ class Keys:
     def dedupe(self, name: str) -> str:
         return f"{self.prefix}:dedupe:{name}"
 
-    def stats(self, hour: int) -> str:
-        return f"{self.prefix}:stats:{hour}"
+    def stats(self, shard: str, hour: int) -> str:
+        return f"{self.prefix}:{{{shard}}}:stats:{hour}"
 
     def meta(self, kind: str, name: str) -> str:
         """Front-end bookkeeping (e.g. where a thread's Slack progress message is)."""
         return f"{self.prefix}:meta:{kind}:{name}"
 
-    def paused_index(self) -> str:
-        """Paused runs scored by their earliest question expiry (for expiry and reminders)."""
-        return f"{self.prefix}:index:paused"
-
-    def active_index(self) -> str:
-        """Running runs scored by their last write (for finding runs whose worker died)."""
-        return f"{self.prefix}:index:active"
+    def index(self, shard: str, name: str) -> str:
+        """One shard's part of a run index: ``paused`` (scored by the earliest question expiry, for expiry
+        and reminders) or ``active`` (running runs scored by their last write, for finding dead workers)."""
+        return f"{self.prefix}:{{{shard}}}:index:{name}"
 
     def outbox(self, thread: str) -> str:
         """One front-end conversation thread's undelivered and delivered messages (a hash of records)."""
-        return f"{self.prefix}:outbox:{thread}"
+        return f"{self.prefix}:{{{shard_of(thread)}}}:outbox:{thread}"
 
-    def outbox_due(self) -> str:
-        """Threads with something to deliver, scored by their next attempt."""
-        return f"{self.prefix}:outbox-due"
+    def outbox_due(self, shard: str) -> str:
+        """One shard's threads with something to deliver, scored by their next attempt."""
+        return f"{self.prefix}:{{{shard}}}:outbox-due"
 
     def outbox_lease(self, thread: str) -> str:
         """Who delivers a thread's messages right now (one deliverer at a time keeps them in order)."""
-        return f"{self.prefix}:outbox-lease:{thread}"
+        return f"{self.prefix}:{{{shard_of(thread)}}}:outbox-lease:{thread}"
 
     def queue(self) -> str:
         """The work stream fronts add to and workers read (one consumer group)."""
         return f"{self.prefix}:work"
 
-    def audit(self) -> str:
-        return f"{self.prefix}:audit"
+    def audit(self, shard: str) -> str:
+        """One shard's part of the audit stream (readers merge the shards by entry id)."""
+        return f"{self.prefix}:{{{shard}}}:audit"
+
+    def legacy(self, name: str) -> str:
+        """A key of the layout before shards (``index:paused``, ``audit``, ``outbox-due``…), read to migrate."""
+        return f"{self.prefix}:{name}"

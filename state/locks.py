@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
-import redis.asyncio as aioredis
-
+from state.client import Client
 from state.guard import RELEASE_IF_HELD, guard, retried, text
 from state.keys import Keys, Ttls
 from state.store import Claim
@@ -24,7 +24,7 @@ return 0
 
 
 class RedisLocks:
-    def __init__(self, client: aioredis.Redis, keys: Keys, ttls: Ttls, outage_grace_s: float = 30.0) -> None:
+    def __init__(self, client: Client, keys: Keys, ttls: Ttls, outage_grace_s: float = 30.0) -> None:
         self.client, self.keys, self.ttls, self.grace_s = client, keys, ttls, outage_grace_s
         self._claim = client.register_script(_CLAIM)
         self._renew = client.register_script(_RENEW)
@@ -80,7 +80,10 @@ class RedisLocks:
         if not run_ids:
             return set()
         async with guard("checking for cancels"):
-            flags = await self.client.mget([self.keys.cancel(r) for r in run_ids])
+            pipe = self.client.pipeline(transaction=False)  # not MGET: the flags live in different slots
+            for run_id in run_ids:
+                pipe.get(self.keys.cancel(run_id))
+            flags: list[Any] = await pipe.execute()
         return {run_id for run_id, flag in zip(run_ids, flags, strict=True) if flag}
 
 

@@ -76,8 +76,9 @@ class MemoryStore:
         scores = self._paused if index == "paused" else self._active
         return [run_id for run_id, score in sorted(scores.items(), key=lambda kv: kv[1]) if score <= before]
 
-    async def read_audit(self, count: int = 100) -> list[dict[str, str]]:
-        return list(reversed(self._audit[-count:]))
+    async def read_audit(self, count: int = 100, *, run_id: str | None = None) -> list[dict[str, str]]:
+        entries = [e for e in reversed(self._audit) if run_id is None or e.get("run_id") == run_id]
+        return entries[:count]
 
     async def stats(self, window_s: int) -> Stats:
         now = hour_now()

@@ -8,14 +8,13 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any, cast
 
-import redis.asyncio as aioredis
-
+from state.client import Client
 from state.guard import retried, text
 from state.keys import Keys, Ttls
 
 
 class RedisMeta:
-    def __init__(self, client: aioredis.Redis, keys: Keys, ttls: Ttls, outage_grace_s: float = 30.0) -> None:
+    def __init__(self, client: Client, keys: Keys, ttls: Ttls, outage_grace_s: float = 30.0) -> None:
         self.client, self.keys, self.ttls, self.grace_s = client, keys, ttls, outage_grace_s
 
     async def put(self, kind: str, name: str, fields: Mapping[str, str]) -> None:

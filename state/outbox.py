@@ -2,8 +2,9 @@
 delivered, a newer state of the same message superseding an older one.
 
 Per conversation thread: one hash of message records (field = message key, value = JSON) and a place
-in the ``due`` index (scored by the next attempt). A record keeps the desired state (``version``) and
-what was delivered (``sent_version``, ``ts``); once delivered its text is dropped, only its ts stays.
+in its shard's ``due`` index (scored by the next attempt; the hash and the index share a hash slot).
+A record keeps the desired state (``version``) and what was delivered (``sent_version``, ``ts``);
+once delivered its text is dropped, only its ts stays.
 Every write is one Lua script, so a new state can never slip between a delivery and its bookkeeping.
 """
 
@@ -16,10 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import redis.asyncio as aioredis
-
+from state.client import Client
 from state.guard import RELEASE_IF_HELD, guard, retried, text
-from state.keys import Keys, Ttls
+from state.keys import Keys, Ttls, all_shards, shard_of
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ return 0
 
 
 class RedisOutbox:
-    def __init__(self, client: aioredis.Redis, keys: Keys, ttls: Ttls, outage_grace_s: float = 30.0) -> None:
+    def __init__(self, client: Client, keys: Keys, ttls: Ttls, outage_grace_s: float = 30.0) -> None:
         self.client, self.keys, self.ttls, self.grace_s = client, keys, ttls, outage_grace_s
         self._put = client.register_script(_PUT)
         self._patch = client.register_script(_PATCH)
@@ -99,7 +99,7 @@ class RedisOutbox:
 
     async def put(self, thread: str, key: str, fields: Mapping[str, Any], *, due: float) -> int:
         """Record the desired state of message ``key``; returns its version."""
-        keys = [self.keys.outbox(thread), self.keys.outbox_due()]
+        keys = [self.keys.outbox(thread), self.keys.outbox_due(shard_of(thread))]
         args: list[str | int] = [key, json.dumps(dict(fields), ensure_ascii=False), int(time.time() * 1000),
                                  repr(due), self.ttls.thread_s, thread]
         # Repeating it after a lost reply only skips a version number.
@@ -120,18 +120,24 @@ class RedisOutbox:
     async def settle(self, thread: str, *, retry_at: float) -> bool:
         """Leave the due index if everything is delivered, else come back at ``retry_at``. True if still due."""
         async with guard("updating the outbox"):
-            return bool(await self._settle(keys=[self.keys.outbox(thread), self.keys.outbox_due()],
+            return bool(await self._settle(keys=[self.keys.outbox(thread), self.keys.outbox_due(shard_of(thread))],
                                            args=[thread, repr(retry_at)]))
 
     async def due(self, now: float, limit: int = 64) -> list[str]:
         async with guard("reading the outbox"):
-            members: list[Any] = await self.client.zrangebyscore(self.keys.outbox_due(), "-inf", now,
-                                                                 start=0, num=limit)
-        return [str(text(m)) for m in members]
+            pipe = self.client.pipeline(transaction=False)
+            for shard in all_shards():
+                pipe.zrangebyscore(self.keys.outbox_due(shard), "-inf", now, start=0, num=limit, withscores=True)
+            shards: list[list[tuple[Any, float]]] = await pipe.execute()
+        due = sorted((float(score), str(text(m))) for rows in shards for m, score in rows)
+        return [thread for _, thread in due[:limit]]
 
     async def backlog(self) -> int:
         async with guard("reading the outbox"):
-            return int(await self.client.zcard(self.keys.outbox_due()))
+            pipe = self.client.pipeline(transaction=False)
+            for shard in all_shards():
+                pipe.zcard(self.keys.outbox_due(shard))
+            return sum(int(n) for n in await pipe.execute())
 
     async def lease(self, thread: str, owner: str, ttl_ms: int) -> bool:
         """Re-entrant for its owner: a lease it could not release (Redis was away) is its own again."""

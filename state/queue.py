@@ -12,9 +12,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
+from state.client import Client
 from state.guard import guard, retried, text
 from state.keys import Keys, Ttls
 
@@ -46,7 +46,7 @@ class Entry:
 
 
 class RedisQueue:
-    def __init__(self, client: aioredis.Redis, keys: Keys, ttls: Ttls, outage_grace_s: float = 30.0,
+    def __init__(self, client: Client, keys: Keys, ttls: Ttls, outage_grace_s: float = 30.0,
                  max_length: int = 100_000) -> None:
         self.client, self.keys, self.ttls, self.grace_s = client, keys, ttls, outage_grace_s
         self.max_length = max_length

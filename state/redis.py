@@ -9,16 +9,18 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-import redis.asyncio as aioredis
 from pydantic import ValidationError
+from redis.asyncio.cluster import RedisCluster
 
 from core.messages import Message, dump_message, load_message
+from state.client import Client
 from state.errors import CorruptRecord
 from state.guard import guard, retried, text
 from state.journal import RedisJournal
-from state.keys import Keys, Ttls
+from state.keys import Keys, Ttls, all_shards, shard_of
 from state.locks import RedisLocks
 from state.meta import RedisMeta
+from state.migrate import migrate
 from state.outbox import RedisOutbox
 from state.queue import RedisQueue
 from state.records import SCHEMA_VERSION, RunRecord, Ticket
@@ -71,20 +73,10 @@ return length
 """
 
 
-def connect(url: str, *, timeout_s: float = 5.0, max_connections: int = 64) -> aioredis.Redis:
-    """A client whose pool waits for a free connection (up to ``timeout_s``) rather than failing,
-    so hundreds of concurrent runs share a bounded number of connections."""
-    pool = aioredis.BlockingConnectionPool.from_url(
-        url, decode_responses=True, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-        max_connections=max_connections, timeout=timeout_s,
-    )
-    return aioredis.Redis(connection_pool=pool)
-
-
 class RedisStore:
     durable = True
 
-    def __init__(self, client: aioredis.Redis, *, keys: Keys | None = None, ttls: Ttls | None = None,
+    def __init__(self, client: Client, *, keys: Keys | None = None, ttls: Ttls | None = None,
                  outage_grace_s: float = 30.0) -> None:
         self.client = client
         self.outage_grace_s = outage_grace_s
@@ -99,9 +91,21 @@ class RedisStore:
         self.transcript_cache_size = 512
         self._commit = client.register_script(_COMMIT)
 
+    @property
+    def cluster(self) -> bool:
+        return isinstance(self.client, RedisCluster)
+
     async def ping(self) -> None:
+        """Check Redis answers. Call it before anything else: a Cluster client learns the cluster's layout here,
+        once (redis-py 8.1 breaks when concurrent first commands each start that discovery)."""
         async with guard("pinging"):
+            if isinstance(self.client, RedisCluster):
+                await self.client.initialize()
             await self.client.ping()
+
+    async def migrate(self) -> int:
+        """Move a single Redis's keys from the layout before shards (a Cluster never had it)."""
+        return 0 if self.cluster else await migrate(self.client, self.keys, self.ttls)
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -122,9 +126,10 @@ class RedisStore:
             "messages": len(write.messages), "tickets": len(tickets),
             "ticket_ttl": ttls.interrupt_s + ttls.claim_margin_s,
         }
-        keys = [k.transcript(run.thread_id), k.run(run.run_id), k.thread_run(run.thread_id), k.paused_index(),
-                k.active_index(), k.stats(hour_now()), k.audit(), k.cancel(run.run_id), k.last_commit(run.run_id),
-                *(k.token(t.pending.token) for t in tickets)]
+        shard = shard_of(run.thread_id)  # one hash slot for every key (see state.keys)
+        keys = [k.transcript(run.thread_id), k.run(run.run_id), k.thread_run(run.thread_id), k.index(shard, "paused"),
+                k.index(shard, "active"), k.stats(shard, hour_now()), k.audit(shard), k.cancel(run.run_id),
+                k.last_commit(run.run_id), *(k.token(t.pending.token) for t in tickets)]
         args: list[Any] = [json.dumps(header, ensure_ascii=False, separators=(",", ":")), _dump_run(run),
                            *(dump_message(m) for m in write.messages),
                            *(t.model_dump_json() for t in tickets)]
@@ -201,15 +206,35 @@ class RedisStore:
         return Ticket(run_id=run.run_id, thread_id=run.thread_id, requester=run.user_id, pending=pending)
 
     async def runs_due(self, index: str, before: float) -> list[str]:
-        key = self.keys.paused_index() if index == "paused" else self.keys.active_index()
         async with guard("reading the run index"):
-            members: list[Any] = await self.client.zrangebyscore(key, "-inf", before)
-        return [str(text(m)) for m in members]
+            pipe = self.client.pipeline(transaction=False)
+            for shard in all_shards():
+                pipe.zrangebyscore(self.keys.index(shard, index), "-inf", before, withscores=True)
+            shards: list[list[tuple[Any, float]]] = await pipe.execute()
+        found = sorted(((float(score), str(text(m))) for rows in shards for m, score in rows))
+        return [run_id for _, run_id in found]
 
-    async def read_audit(self, count: int = 100) -> list[dict[str, str]]:
+    async def read_audit(self, count: int = 100, *, run_id: str | None = None) -> list[dict[str, str]]:
+        """The newest ``count`` audit entries, newest first; with ``run_id``, that run's (its shard is searched)."""
+        if run_id is not None:
+            run = await self.load_run(run_id)
+            streams = [self.keys.audit(shard_of(run.thread_id))] if run else []
+            depth = max(count, 2000)
+        else:
+            streams = [self.keys.audit(shard) for shard in all_shards()]
+            depth = count
+        streams.append(self.keys.legacy("audit"))  # entries written before shards, until they expire
         async with guard("reading the audit stream"):
-            rows: list[Any] = await self.client.xrevrange(self.keys.audit(), count=count) or []
-        return [{str(text(k)): str(text(v)) for k, v in (fields or {}).items()} for _, fields in rows]
+            pipe = self.client.pipeline(transaction=False)
+            for stream in streams:
+                pipe.xrevrange(stream, count=depth)
+            parts: list[list[Any]] = await pipe.execute()
+        rows = sorted((row for part in parts for row in part or []), key=lambda row: _entry_order(row[0]),
+                      reverse=True)
+        entries = [{str(text(k)): str(text(v)) for k, v in (fields or {}).items()} for _, fields in rows]
+        if run_id is not None:
+            entries = [e for e in entries if e.get("run_id") == run_id]
+        return entries[:count]
 
     async def stats(self, window_s: int) -> Stats:
         now = hour_now()
@@ -217,9 +242,16 @@ class RedisStore:
         async with guard("reading stats"):
             pipe = self.client.pipeline(transaction=False)
             for hour in hours:
-                pipe.hgetall(self.keys.stats(hour))
+                for shard in all_shards():
+                    pipe.hgetall(self.keys.stats(shard, hour))
+                pipe.hgetall(self.keys.legacy(f"stats:{hour}"))
             buckets: list[dict[str, Any]] = await pipe.execute()
         return merge_stats(buckets, window_s)
+
+
+def _entry_order(entry_id: Any) -> tuple[int, int]:
+    ms, _, seq = str(text(entry_id)).partition("-")
+    return int(ms), int(seq or 0)
 
 
 def _dump_run(run: RunRecord) -> str:

@@ -177,7 +177,8 @@ class Store(Protocol):
 class Reports(Protocol):
     async def stats(self, window_s: int) -> Stats: ...
 
-    async def read_audit(self, count: int = 100) -> list[dict[str, str]]: ...
+    async def read_audit(self, count: int = 100, *, run_id: str | None = None) -> list[dict[str, str]]:
+        """The newest ``count`` audit entries (of one run, if given), newest first."""
 
 
 class MetaStore(Protocol):

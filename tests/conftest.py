@@ -25,6 +25,7 @@ from bot.agent.limits import Limits
 from bot.agent.models.base import ChatModel
 from bot.demo.workspace import LocalSlack as FakeSlack
 from state import Keys, RedisStore, Ttls, connect
+from tests.cluster import RedisClusterProcess
 from tools import ops
 from tools.registry import Registry, ToolSpec
 
@@ -79,6 +80,29 @@ def redis_url() -> Iterator[str]:
     yield url
     proc.terminate()
     proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def cluster_url() -> Iterator[str]:
+    """A real three-master Redis Cluster, started once for the session."""
+    cluster = RedisClusterProcess()
+    try:
+        url = cluster.start()
+    except (RuntimeError, subprocess.SubprocessError) as exc:
+        pytest.fail(f"could not start a Redis Cluster: {exc}")
+    yield url
+    cluster.stop()
+
+
+@pytest.fixture
+async def cluster_store(cluster_url: str, prefix: str) -> AsyncIterator[RedisStore]:
+    s = RedisStore(connect(cluster_url), keys=Keys(prefix), ttls=Ttls(interrupt_s=600))
+    await s.ping()
+    yield s
+    keys = [k async for k in s.client.scan_iter(match=f"{prefix}:*")]
+    if keys:
+        await s.client.delete(*keys)
+    await s.close()
 
 
 @pytest.fixture

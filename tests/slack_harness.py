@@ -82,6 +82,7 @@ async def open_workspace(redis_url: str, prefix: str, slack: FakeSlack, *, model
     if model is not None:
         store = RedisStore(connect(redis_url, timeout_s=2.0), keys=Keys(prefix),
                            ttls=Ttls(interrupt_s=settings.interrupt_ttl_s), outage_grace_s=outage_grace_s)
+        await store.ping()
         bus = EventBus()
         deps = RunDeps(model=model, registry=Registry.of(specs if specs is not None else toolbox.specs),
                        store=store, bus=bus, limits=limits or Limits())

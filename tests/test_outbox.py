@@ -11,6 +11,7 @@ from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
 from state import MemoryStore
+from state.keys import shard_of
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
 from tests.test_slack import QUESTION
 
@@ -100,7 +101,7 @@ async def test_the_redis_outbox_keeps_a_state_put_during_delivery(ws: Workspace)
     (after,) = await outbox.records("c:1")
     assert (after.dirty, after.get("text"), after.get("ts")) == (True, "v2", "9.9")
     assert await ws.store.client.ttl(ws.store.keys.outbox("c:1")) > 0
-    assert await ws.store.client.ttl(ws.store.keys.outbox_due()) > 0
+    assert await ws.store.client.ttl(ws.store.keys.outbox_due(shard_of("c:1"))) > 0
     await outbox.patch("c:1", "m", {}, delivered=after.version)  # nothing left for the workspace to deliver
     assert not await outbox.settle("c:1", retry_at=0)
 

@@ -10,9 +10,12 @@ from state import MemoryStore, RedisStore
 from state.store import WorkQueue
 
 
-@pytest.fixture(params=["redis", "memory"])
-def queue(request: pytest.FixtureRequest, store: RedisStore) -> WorkQueue:
-    return store.queue if request.param == "redis" else MemoryStore().queue
+@pytest.fixture(params=["redis", "cluster", "memory"])
+def queue(request: pytest.FixtureRequest) -> WorkQueue:
+    if request.param == "memory":
+        return MemoryStore().queue
+    store: RedisStore = request.getfixturevalue("store" if request.param == "redis" else "cluster_store")
+    return store.queue
 
 
 async def test_an_entry_is_pending_until_acknowledged(queue: WorkQueue) -> None:

@@ -10,13 +10,17 @@ from bot.agent.decisions import Confirm
 from bot.agent.errors import ThreadBusy
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from state import CorruptRecord, Keys, MemoryStore, RedisStore, StoreUnavailable, connect
+from state.keys import shard_of
 from tests.conftest import make_harness
 from tools import ops
 
 
-@pytest.fixture(params=["redis", "memory"])
-def any_store(request: pytest.FixtureRequest, store: RedisStore) -> RedisStore | MemoryStore:
-    return store if request.param == "redis" else MemoryStore()
+@pytest.fixture(params=["redis", "cluster", "memory"])
+def any_store(request: pytest.FixtureRequest) -> RedisStore | MemoryStore:
+    if request.param == "memory":
+        return MemoryStore()
+    store: RedisStore = request.getfixturevalue("store" if request.param == "redis" else "cluster_store")
+    return store
 
 
 async def test_claim_once_under_contention(any_store: RedisStore | MemoryStore) -> None:
@@ -48,6 +52,10 @@ async def test_dedupe_and_journal(any_store: RedisStore | MemoryStore) -> None:
     assert await journal.states("r") == {"c": "finished"}
 
 
+def _kind(key: str) -> str:
+    return next(part for part in key.split(":")[1:] if not part.startswith("{"))
+
+
 async def test_every_key_has_a_ttl_and_the_transcript_only_grows(store: RedisStore, prefix: str) -> None:
     toolbox = ops.build()
     model = ScriptedModel([reply("", call("search_resource", query="payments"), call("search_docs", query="db")),
@@ -62,8 +70,11 @@ async def test_every_key_has_a_ttl_and_the_transcript_only_grows(store: RedisSto
     await h.engine.resume_token(paused.pending[0].token, Confirm(), by="U2")
 
     keys = [k async for k in store.client.scan_iter(match=f"{prefix}:*")]
-    kinds = {k.split(":")[1] for k in keys}
-    assert {"thread", "run", "token", "claim", "stats", "dedupe"} <= kinds
+    kinds = {_kind(k) for k in keys}
+    assert {"thread", "run", "token", "claim", "stats", "dedupe", "audit"} <= kinds
+    # Everything the thread's writes touch shares its hash tag: one Cluster slot per atomic commit.
+    tags = {k.split(":")[1] for k in keys if _kind(k) not in {"dedupe", "meta", "once", "work"}}
+    assert tags == {"{" + shard_of("t") + "}"}
     for key in keys:
         assert await store.client.ttl(key) > 0, f"{key} has no TTL"
     after = await store.client.lrange(Keys(prefix).transcript("t"), 0, -1)

@@ -26,6 +26,7 @@ from bot.agent.run import Run, RunOutcome, preview
 from bot.agent.transcript import ThreadMemo
 from core.messages import Message, UserMessage
 from state.errors import StoreError
+from state.keys import new_run_id
 from state.records import PendingCall, RunRecord, Ticket
 
 log = logging.getLogger(__name__)
@@ -88,8 +89,8 @@ class Engine:
                 await run.settle(answers)
             else:
                 now = time.time()
-                record = RunRecord(run_id=uuid.uuid4().hex, thread_id=thread_id, user_id=user_id, text=preview(text),
-                                   created_at=now, updated_at=now)
+                record = RunRecord(run_id=new_run_id(thread_id), thread_id=thread_id, user_id=user_id,
+                                   text=preview(text), created_at=now, updated_at=now)
                 # The transcript as it is now (a run closed out above appended to it).
                 run = Run(self.deps, record, transcript, self._memo(thread_id))
                 run.count("runs")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import secrets
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -46,6 +45,7 @@ from core.messages import (
     one_line_summary,
 )
 from core.stops import STOP_WORDING, StopReason
+from state.keys import new_token
 from state.records import CallTrace, FinishTrace, PendingCall, RunRecord, StepTrace
 from state.store import Write
 from tools.registry import ToolContext
@@ -242,7 +242,7 @@ class Run:
                 assert obs.interrupt is not None
                 now = time.time()
                 questions.append(PendingCall(
-                    call=call, token=secrets.token_urlsafe(24), interrupt_type=obs.interrupt.interrupt_type,
+                    call=call, token=new_token(self.record.run_id), interrupt_type=obs.interrupt.interrupt_type,
                     reason=obs.interrupt.reason, payload=obs.interrupt.payload, arguments=obs.arguments,
                     step=step, created_at=now, expires_at=now + self.deps.interrupt_ttl_s,
                 ))

@@ -157,7 +157,7 @@ class Renderer:
 
     async def _post_answer(self, state: dict[str, Any], run_id: str, answer: str) -> None:
         text = answer
-        changes = [a for a in await self.reports.read_audit(200) if a.get("run_id") == run_id]
+        changes = await self.reports.read_audit(200, run_id=run_id)
         if changes:
             text += "\n\n*Audit*\n" + "\n".join(
                 f"• `{a['tool']}` {a['arguments']} — requested by <@{a['requested_by']}>"
