@@ -8,13 +8,15 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 
-from bot.demo.sender import SlackSender, mention
+from bot.demo.sender import SlackSender, block_action, mention, message
 from bot.demo.workspace import LocalSlack as FakeSlack
-from bot.demo.workspace import all_text
+from bot.demo.workspace import all_text, buttons
 from tests.conftest import free_port
 from tests.slack_harness import CHANNEL, SECRET, open_workspace
 
@@ -123,43 +125,63 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _serve_env(slack: FakeSlack, redis_url: str, prefix: str, port: int) -> dict[str, str]:
+    """A clean environment for `opspilot serve` with short sweeps, so a dead worker's run is found fast."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith(("OPSPILOT_",
+                                                                                                    "SLACK_"))}
+    return env | {"SLACK_BOT_TOKEN": slack.token, "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_URL": slack.api_url,
+                  "PORT": str(port), "REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix,
+                  "OPSPILOT_SWEEPS__STALE_AFTER_S": "2", "OPSPILOT_SWEEPS__LEASE_TTL_S": "2",
+                  "OPSPILOT_SWEEPS__INTERVAL_S": "1"}
+
+
+async def _serve_with_workers(env: dict[str, str], cwd: Path) -> asyncio.subprocess.Process:
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", "serve", "--workers", "2", env=env,
+                                                cwd=cwd, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.DEVNULL)
+    assert proc.stdout is not None
+    await asyncio.wait_for(proc.stdout.readline(), 30)
+    port = int(env["PORT"])
+    async with aiohttp.ClientSession() as session:  # both workers are up
+        for worker_port in (port + 1, port + 2):
+            for _ in range(300):
+                with contextlib.suppress(aiohttp.ClientConnectionError):
+                    async with session.get(f"http://127.0.0.1:{worker_port}/healthz"):
+                        break
+                await asyncio.sleep(0.1)
+    return proc
+
+
+async def _eventually(predicate: Any, timeout_s: float = 60.0, shows: Any = None) -> None:
+    for _ in range(int(timeout_s / 0.1)):
+        if predicate():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"condition not met in time; {shows() if shows else ''}")
+
+
+def _kill_workers(front_pid: int) -> list[int]:
+    workers = _children(front_pid)
+    assert len(workers) == 2
+    for pid in workers:
+        os.kill(pid, signal.SIGKILL)
+    return workers
+
+
 async def test_workers_killed_mid_run_are_replaced_and_the_answer_arrives_once(
         redis_url: str, prefix: str, slack: FakeSlack, tmp_path: Path) -> None:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith(("OPSPILOT_",
-                                                                                                    "SLACK_"))}
-    env |= {"SLACK_BOT_TOKEN": slack.token, "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_URL": slack.api_url,
-            "PORT": str(port), "REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix,
-            "OPSPILOT_LLM__SCRIPTED_LATENCY_S": "1.0", "OPSPILOT_SWEEPS__STALE_AFTER_S": "2",
-            "OPSPILOT_SWEEPS__LEASE_TTL_S": "2", "OPSPILOT_SWEEPS__INTERVAL_S": "1"}
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", "serve", "--workers", "2", env=env,
-                                                cwd=tmp_path, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.DEVNULL)
+    env = _serve_env(slack, redis_url, prefix, port) | {"OPSPILOT_LLM__SCRIPTED_LATENCY_S": "1.0"}
+    proc = await _serve_with_workers(env, tmp_path)
     try:
-        assert proc.stdout is not None
-        await asyncio.wait_for(proc.stdout.readline(), 30)
-        async with aiohttp.ClientSession() as session:  # both workers are up
-            for worker_port in (port + 1, port + 2):
-                for _ in range(300):
-                    with contextlib.suppress(aiohttp.ClientConnectionError):
-                        async with session.get(f"http://127.0.0.1:{worker_port}/healthz"):
-                            break
-                    await asyncio.sleep(0.1)
         sender = SlackSender(f"http://127.0.0.1:{port}/slack/events", SECRET)
         await sender.event(mention(CHANNEL, "UREQ", QUESTION, "3100.1"))
-        for _ in range(200):  # the run is under way: its progress message is up
-            if any("step" in all_text(m) for m in slack.thread(CHANNEL, "3100.1")):
-                break
-            await asyncio.sleep(0.05)
-        workers = _children(proc.pid)
-        assert len(workers) == 2
-        for pid in workers:
-            os.kill(pid, signal.SIGKILL)  # both worker processes die in the middle of the run
+        # The run is under way (its progress message is up) when both worker processes die.
+        await _eventually(lambda: any("step" in all_text(m) for m in slack.thread(CHANNEL, "3100.1")), 10)
+        workers = _kill_workers(proc.pid)
         answer = "docs/payments-db-timeouts.md"
-        for _ in range(600):
-            if any(answer in all_text(m) and "step" not in all_text(m) for m in slack.thread(CHANNEL, "3100.1")):
-                break
-            await asyncio.sleep(0.1)
+        await _eventually(lambda: any(answer in all_text(m) and "step" not in all_text(m)
+                                      for m in slack.thread(CHANNEL, "3100.1")))
         await asyncio.sleep(2.0)  # anything that would come twice has time to
         bot = [m for m in slack.thread(CHANNEL, "3100.1") if m.get("bot")]
         assert len([m for m in bot if answer in all_text(m) and "step" not in all_text(m)]) == 1, \
@@ -170,3 +192,74 @@ async def test_workers_killed_mid_run_are_replaced_and_the_answer_arrives_once(
     finally:
         proc.terminate()
         await asyncio.wait_for(proc.wait(), 60)
+
+
+async def test_workers_killed_mid_confirmed_change_the_change_is_never_run_again(
+        redis_url: str, prefix: str, slack: FakeSlack, tmp_path: Path) -> None:
+    """The restart backend (a webhook) has the request when both workers die: recovery reports the outcome as
+    unknown, Resume carries on, and the webhook is never called a second time."""
+    calls: list[dict[str, Any]] = []
+
+    async def restart_hook(request: web.Request) -> web.Response:
+        calls.append(await request.json())
+        await asyncio.sleep(3600)  # the job is in flight when the worker dies
+        return web.json_response({})
+
+    hook = web.Application()
+    hook.router.add_post("/restart", restart_hook)
+    runner = web.AppRunner(hook)
+    await runner.setup()
+    hook_port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", hook_port).start()
+    (tmp_path / "opspilot.yml").write_text(
+        f"toolbox:\n  restart: {{backend: webhook, url: 'http://127.0.0.1:{hook_port}/restart'}}\n")
+    port = free_port()
+    proc = await _serve_with_workers(_serve_env(slack, redis_url, prefix, port), tmp_path)
+    try:
+        sender = SlackSender(f"http://127.0.0.1:{port}/slack/events", SECRET)
+        await sender.event(mention(CHANNEL, "UREQ", QUESTION, "3200.1"))
+        await _eventually(lambda: any("docs/payments-db-timeouts.md" in all_text(m)
+                                      for m in slack.thread(CHANNEL, "3200.1")))
+        await sender.event(message(CHANNEL, "UREQ", "restart it in prod", "3200.19", thread_ts="3200.1"))
+        await _eventually(lambda: any(b["action_id"] == "opspilot_confirm"
+                                      for m in slack.thread(CHANNEL, "3200.1") for b in buttons(m)))
+        card = next(m for m in slack.thread(CHANNEL, "3200.1")
+                    if any(b["action_id"] == "opspilot_confirm" for b in buttons(m)))
+        token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
+        await sender.action(block_action(user="UAPPROVER", channel=CHANNEL, message=card,
+                                         action_id="opspilot_confirm", value=token))
+        await _eventually(lambda: len(calls) == 1, 30)
+        _kill_workers(proc.pid)
+
+        def progress() -> dict[str, Any]:
+            return [m for m in slack.thread(CHANNEL, "3200.1") if "step" in all_text(m)][-1]
+
+        await _eventually(lambda: "Interrupted by a restart" in all_text(progress()))
+        assert "may or may not have completed" in all_text(progress())  # the change's own line says so
+        resume = next(b for b in buttons(progress()) if b["action_id"] == "opspilot_resume")
+        await sender.action(block_action(user="UREQ", channel=CHANNEL, message=progress(),
+                                         action_id="opspilot_resume", value=resume["value"]))
+
+        def live_cards() -> list[dict[str, Any]]:
+            return [m for m in slack.thread(CHANNEL, "3200.1")
+                    if any(b["action_id"] == "opspilot_decline" for b in buttons(m))]
+
+        # The run goes on; if the model wants the restart again, that is a new question to a person.
+        await _eventually(lambda: "Audit" in all_text(slack.thread(CHANNEL, "3200.1")[-1]) or bool(live_cards()),
+                          shows=lambda: [all_text(m)[:200] for m in slack.thread(CHANNEL, "3200.1")])
+        for card in live_cards():
+            decline = next(b for b in buttons(card) if b["action_id"] == "opspilot_decline")
+            await sender.action(block_action(user="UREQ", channel=CHANNEL, message=card,
+                                             action_id="opspilot_decline", value=decline["value"]))
+        await _eventually(lambda: "Audit" in all_text(slack.thread(CHANNEL, "3200.1")[-1]),
+                          shows=lambda: [all_text(m)[:200] for m in slack.thread(CHANNEL, "3200.1")])
+        await asyncio.sleep(2.0)
+        answer = all_text(slack.thread(CHANNEL, "3200.1")[-1])
+        assert "`restart_service`" in answer and "outcome_unknown" in answer and "approved by <@UAPPROVER>" in answer
+        assert "nothing was run" not in answer
+        assert len(calls) == 1  # never run again: not by recovery, not by Resume
+        assert len([m for m in slack.thread(CHANNEL, "3200.1") if "Audit" in all_text(m)]) == 1
+    finally:
+        proc.terminate()
+        await asyncio.wait_for(proc.wait(), 60)
+        await runner.cleanup()

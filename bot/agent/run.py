@@ -227,8 +227,7 @@ class Run:
 
     # --- Observation ---------------------------------------------------------------------------
 
-    async def observe(self, batch: Batch, step: int | None = None,
-                      approvals: Mapping[str, str] | None = None) -> list[PendingCall]:
+    async def observe(self, batch: Batch, step: int | None = None) -> list[PendingCall]:
         """Write one result per call id (or park it as a question), update the limit counters, commit.
         Returns the questions this batch raised: the loop pauses on them."""
         step = step or self.record.step
@@ -257,7 +256,7 @@ class Run:
                 elif status == "ok":
                     self.record.fail_streak = 0
                 self.record.recent_calls = [*self.record.recent_calls, digest][-keep:]
-                self._audit_change(call, obs.arguments, obs.result, (approvals or {}).get(call.id))
+                self._audit_change(call, obs.arguments, obs.result, self.record.approvals.pop(call.id, None))
             self.count("tool_calls")
             self.record.trace.append(CallTrace(step=step, call_id=call.id, tool=call.name, args_digest=digest,
                                                status=status, error_code=code, latency_ms=round(obs.latency_ms, 2)))
@@ -287,6 +286,8 @@ class Run:
         decided = {p.token for p, _ in answers.decided}
         self.record.pending = [p for p in self.record.pending if p.token not in decided]
         for pending, decision in answers.decided:
+            if decision.kind == "confirmed":  # kept in the record: a crash mid-change must not lose who approved
+                self.record.approvals[pending.call.id] = answers.by
             self.emit(CallDecided, call_id=pending.call.id, tool=pending.call.name, token=pending.token,
                       decision=decision.kind, by=answers.by, at=time.time())
         self.count("resumed", sum(1 for _, d in answers.decided if d.kind not in ("expired", "cancelled")))
@@ -295,9 +296,8 @@ class Run:
         """Run the decided calls through the batch path; returns any question they raise in turn."""
         calls = [p.call for p, _ in answers.decided]
         decisions = {p.call.id: d.for_tool(p, answers.by) for p, d in answers.decided}
-        approvals = {p.call.id: answers.by for p, d in answers.decided if d.kind == "confirmed"}
         batch = await self.act(calls, decisions=decisions)
-        return await self.observe(batch, step=answers.decided[0][0].step, approvals=approvals)
+        return await self.observe(batch, step=answers.decided[0][0].step)
 
     # --- leaving the loop ----------------------------------------------------------------------
 
@@ -355,10 +355,12 @@ class Run:
 
     def dangling_calls(self) -> list[ToolCall]:
         """Calls of the latest tool-using turn that have neither a result nor a pending question."""
-        answered = {m.call_id for m in self.transcript if isinstance(m, ToolResultMessage)}
         waiting = {p.call.id for p in self.record.pending}
-        for m in reversed(self.transcript):
+        for i in range(len(self.transcript) - 1, -1, -1):
+            m = self.transcript[i]
             if isinstance(m, AssistantMessage) and m.tool_calls:
+                # Only this turn's results count: an earlier turn may have used the same id.
+                answered = {r.call_id for r in self.transcript[i + 1:] if isinstance(r, ToolResultMessage)}
                 return [c for c in m.tool_calls if c.id not in answered and c.id not in waiting]
         return []
 
@@ -383,7 +385,7 @@ class Run:
         """Write a synthetic result for a call that did not (or may not have) run."""
         result = error_result(call, code, message, status=status)
         self.append(result)
-        self._audit_change(call, call.arguments, result, None)
+        self._audit_change(call, call.arguments, result, self.record.approvals.pop(call.id, None))
         self.emit(ToolResultEvent, step=self.record.step, call_id=call.id, tool=call.name, status=status,
                   error_code=code, summary=message, latency_ms=0.0)
 

@@ -62,6 +62,11 @@ class Renderer:
             return
         if event.type == "call_decided":
             await self.close_card(event.token, card_ending(event))
+            state = await self._state(event.run_id) if event.decision in ("confirmed", "submitted") else None
+            line = _line(state, event.call_id) if state is not None else None
+            if state is not None and line is not None:  # it runs now: no longer "waiting" while it does
+                line["status"] = "running"
+                await self._show(event.run_id, state)
             return
         state = await self._state(event.run_id)
         if state is None:
@@ -73,8 +78,12 @@ class Renderer:
             state["step"] = event.step
         elif event.type == "tool_call":
             detail = ", ".join(f"{k}={v}" for k, v in event.arguments.items())[:80]
-            state["lines"].append({"call_id": event.call_id, "tool": event.tool, "status": "running",
-                                   "detail": detail})
+            line = _line(state, event.call_id)  # a confirmed call already has its line (it was waiting)
+            if line is None:
+                state["lines"].append({"call_id": event.call_id, "tool": event.tool, "status": "running",
+                                       "detail": detail})
+            else:
+                line["status"], line["detail"] = "running", detail
         elif event.type == "tool_result":
             line = _line(state, event.call_id)
             if line is not None:

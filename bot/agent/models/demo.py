@@ -7,9 +7,9 @@ look up a service and its runbooks in parallel, answer with evidence, restart on
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,11 +21,11 @@ _RESTART = re.compile(r"restart|重启|bounce", re.I)
 _PROD = re.compile(r"\bprod\b|production|生产|线上", re.I)
 _STAGING = re.compile(r"staging|预发|测试环境", re.I)
 _CJK = re.compile(r"[\u3400-\u9fff]")
-_ids = itertools.count(1)
 
 
 def _call(name: str, **arguments: Any) -> ToolCall:
-    return ToolCall(id=f"demo_{next(_ids):05d}", name=name, arguments=arguments)
+    # Unique across processes and restarts, like a provider's ids: a thread outlives any one worker.
+    return ToolCall(id=f"demo_{uuid.uuid4().hex[:16]}", name=name, arguments=arguments)
 
 
 def _data(result: ToolResultMessage) -> dict[str, Any]:
@@ -109,6 +109,10 @@ def _answer_restart(result: ToolResultMessage, zh: bool) -> str:
                     "_来源: restart_service_")
         return (f"Restarted `{d['service_id']}` in {d['environment']}: rollout {d['rollout']}{who}. {verdict}. "
                 "_source: restart_service_")
+    if body.get("errorCode") == "outcome_unknown":  # it was started: never say it did not happen
+        return ("重启已开始，但不确定是否完成：请先检查服务的实际状态再决定是否重试。" if zh
+                else "The restart was started, but whether it completed is unknown: check the service's rollout "
+                     "before restarting it again (outcome_unknown).")
     return (f"未执行重启：{body.get('message')}" if zh
             else f"The restart did not run: {body.get('message')} ({body.get('errorCode')}).")
 
