@@ -8,13 +8,14 @@ import asyncio
 import platform
 import time
 
-from bench import ack_latency, burst, concurrency, overhead, slack_economy, storage
+from bench import ack_latency, burst, concurrency, overhead, scaleout, slack_economy, storage
 from bench.common import Table
 
 FULL = {
     "storage": lambda: storage.run((10, 20, 40)),
     "overhead": lambda: overhead.run(50, 5),
     "concurrency": lambda: concurrency.run(500),
+    "scaleout": lambda: scaleout.run(500),
     "slack_economy": lambda: slack_economy.run(50),
     "ack_latency": lambda: ack_latency.run(200, 200),
     "burst": lambda: burst.run(200, 10.0, 20),
@@ -23,6 +24,7 @@ SMALL = {
     "storage": lambda: storage.run((3, 5)),
     "overhead": lambda: overhead.run(6, 2),
     "concurrency": lambda: concurrency.run(20),
+    "scaleout": lambda: scaleout.run(10),
     "slack_economy": lambda: slack_economy.run(3),
     "ack_latency": lambda: ack_latency.run(10, 20, 1),
     "burst": lambda: burst.run(6, 1.0, 2),
