@@ -196,8 +196,8 @@ async def test_workers_killed_mid_run_are_replaced_and_the_answer_arrives_once(
 
 async def test_workers_killed_mid_confirmed_change_the_change_is_never_run_again(
         redis_url: str, prefix: str, slack: FakeSlack, tmp_path: Path) -> None:
-    """The restart backend (a webhook) has the request when both workers die: recovery reports the outcome as
-    unknown, Resume carries on, and the webhook is never called a second time."""
+    """Both workers die between pause and click, and again while the restart backend (a webhook) has the
+    request: recovery reports the outcome as unknown, Resume carries on, the webhook is never called again."""
     calls: list[dict[str, Any]] = []
 
     async def restart_hook(request: web.Request) -> web.Response:
@@ -226,6 +226,9 @@ async def test_workers_killed_mid_confirmed_change_the_change_is_never_run_again
         card = next(m for m in slack.thread(CHANNEL, "3200.1")
                     if any(b["action_id"] == "opspilot_confirm" for b in buttons(m)))
         token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
+        # Both workers die between the pause and the click: the paused run waits in Redis for whoever is next.
+        paused_by = _kill_workers(proc.pid)
+        await _eventually(lambda: len(set(_children(proc.pid)) - set(paused_by)) == 2, 30)
         await sender.action(block_action(user="UAPPROVER", channel=CHANNEL, message=card,
                                          action_id="opspilot_confirm", value=token))
         await _eventually(lambda: len(calls) == 1, 30)
