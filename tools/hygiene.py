@@ -7,41 +7,12 @@ model, Redis and Slack all see the same cleaned text.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
-_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S),
-     "[REDACTED private key]"),
-    (re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), "[REDACTED slack token]"),
-    (re.compile(r"\bxapp-[A-Za-z0-9-]{10,}"), "[REDACTED slack token]"),
-    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), "[REDACTED aws key]"),
-    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), "[REDACTED jwt]"),
-    (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{12,}"), r"\1 [REDACTED]"),
-    (re.compile(r"(?i)\b(password|passwd|pwd|secret|api[_-]?key|token)(\s*[=:]\s*)[^\s,;\"']{4,}"),
-     r"\1\2[REDACTED]"),
-    (re.compile(r"(\b[a-z][a-z0-9+.-]*://[^\s:/@]+:)[^\s@/]+@"), r"\1[REDACTED]@"),
-    (re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b"), "[REDACTED email]"),
-    (re.compile(r"(?<![\w.])(?:\+?\d{1,3}[ -]?)?(?:1[3-9]\d{9}|\(?\d{3}\)?[ -]\d{3}[ -]\d{4})(?![\w.])"),
-     "[REDACTED phone]"),
-)
+from core.redact import redact, redact_value
 
-
-def scrub_text(text: str) -> str:
-    for pattern, replacement in _PATTERNS:
-        text = pattern.sub(replacement, text)
-    return text
-
-
-def scrub(value: Any) -> Any:
-    """Scrub every string inside a JSON-like value (keys included)."""
-    if isinstance(value, str):
-        return scrub_text(value)
-    if isinstance(value, dict):
-        return {scrub_text(str(k)): scrub(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [scrub(v) for v in value]
-    return value
+scrub_text = redact
+scrub = redact_value
 
 
 def _shrink(value: Any, max_items: int, max_chars: int) -> Any:

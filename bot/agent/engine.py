@@ -25,6 +25,7 @@ from bot.agent.models.base import ModelError
 from bot.agent.run import Run, RunOutcome, preview
 from bot.agent.transcript import ThreadMemo
 from core.messages import Message, UserMessage
+from core.redact import redact
 from state.errors import StoreError
 from state.keys import new_run_id
 from state.records import PendingCall, RunRecord, Ticket
@@ -90,13 +91,13 @@ class Engine:
             else:
                 now = time.time()
                 record = RunRecord(run_id=new_run_id(thread_id), thread_id=thread_id, user_id=user_id,
-                                   text=preview(text), created_at=now, updated_at=now)
+                                   text=preview(redact(text)), created_at=now, updated_at=now)
                 # The transcript as it is now (a run closed out above appended to it).
                 run = Run(self.deps, record, transcript, self._memo(thread_id))
                 run.count("runs")
                 run.emit(RunStarted, user_id=user_id, text=text)
             run.record.status, run.record.request_id = "running", request_id
-            run.append(UserMessage(content=text, user_id=user_id, request_id=request_id))
+            run.append(UserMessage(content=redact(text), user_id=user_id, request_id=request_id))
             await run.commit()
             return await self._drive(run)
 

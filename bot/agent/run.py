@@ -44,6 +44,7 @@ from core.messages import (
     error_result,
     one_line_summary,
 )
+from core.redact import redact, redact_value
 from core.stops import STOP_WORDING, StopReason
 from state.keys import new_token
 from state.records import CallTrace, FinishTrace, PendingCall, RunRecord, StepTrace
@@ -55,6 +56,13 @@ log = logging.getLogger(__name__)
 
 OUTCOME_UNKNOWN = "the change was started and may or may not have completed; check its effect before retrying"
 
+
+
+def redacted(message: AssistantMessage) -> AssistantMessage:
+    calls = tuple(c.model_copy(update={"arguments": redact_value(c.arguments),
+                                       "raw_arguments": redact(c.raw_arguments) if c.raw_arguments else None})
+                  for c in message.tool_calls)
+    return message.model_copy(update={"content": redact(message.content), "tool_calls": calls})
 
 @dataclass(frozen=True)
 class RunOutcome:
@@ -187,7 +195,7 @@ class Run:
         """One model call. Its reply (and the calls it asks for) is durable before any call runs."""
         self.record.step += 1
         completion = await self.complete(AUTO)
-        assistant = completion.message
+        assistant = redacted(completion.message)  # what the model wrote is stored, shown and run: never a secret
         self.append(assistant)
         self.record.trace.append(StepTrace(
             step=self.record.step, model_latency_ms=round(completion.latency_ms, 2),
@@ -328,7 +336,7 @@ class Run:
         try:
             async with asyncio.timeout(self.deps.summary_timeout_s):
                 completion = await self.complete(NONE, instruction=STOP_INSTRUCTION.format(reason=reason))
-            summary = completion.message.content.strip() or self.plain_summary()
+            summary = redact(completion.message.content).strip() or self.plain_summary()
         except Exception as exc:
             log.warning("run %s: summary after %s failed: %r", self.id, reason, exc)
             summary = self.plain_summary()

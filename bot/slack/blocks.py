@@ -2,6 +2,11 @@
 
 Action ids start with ``opspilot_``; button values carry only an opaque token (or a run id):
 what a click does is always read back from Redis, never from the payload.
+
+Text we did not write ourselves — what people asked, tool arguments and results, the model's words — goes
+through :func:`escape` before it is put into mrkdwn, so it can never mention anyone (``<!channel>``,
+``<@U…>``, ``<!subteam^…>``) nor show a link whose text hides its target. Only the mentions our own
+templates compose stay live.
 """
 
 from __future__ import annotations
@@ -19,6 +24,11 @@ MAX_OPTIONS = 100
 HEADER_TEXT = 150
 
 Block = dict[str, Any]
+
+
+def escape(text: object) -> str:
+    """Slack's three control characters, escaped as its formatting rules say: the text shows as written."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _cut(text: str, limit: int) -> str:
@@ -79,15 +89,15 @@ def fallback_text(text: str) -> str:
 
 def _what_runs(payload: dict[str, Any]) -> str:
     args = payload.get("arguments") or {}
-    shown = ", ".join(f"{k}=`{v}`" for k, v in args.items() if v not in (None, ""))
-    lines = [f"*Tool:* `{payload.get('tool')}`"]
+    shown = ", ".join(f"{escape(k)}=`{escape(v)}`" for k, v in args.items() if v not in (None, ""))
+    lines = [f"*Tool:* `{escape(payload.get('tool'))}`"]
     if payload.get("target"):
-        lines.append(f"*Target:* `{payload['target']}`")
+        lines.append(f"*Target:* `{escape(payload['target'])}`")
     if payload.get("environment"):
-        lines.append(f"*Environment:* `{payload['environment']}`")
+        lines.append(f"*Environment:* `{escape(payload['environment'])}`")
     lines.append(f"*Arguments:* {shown or '(none)'}")
     if payload.get("model_reason"):
-        lines.append(f"*The model's reason:* {payload['model_reason']}")
+        lines.append(f"*The model's reason:* {escape(payload['model_reason'])}")
     return "\n".join(lines)
 
 
@@ -95,14 +105,14 @@ def confirm_card(token: str, reason: str, payload: dict[str, Any]) -> list[Block
     env = str(payload.get("environment") or "")
     dialog = {
         "title": {"type": "plain_text", "text": "Run this change?"},
-        "text": {"type": "mrkdwn", "text": _cut(f"`{payload.get('tool')}` on `{payload.get('target')}` "
-                                                 f"in `{env or 'n/a'}`. This changes a live system.", 300)},
+        "text": {"type": "mrkdwn", "text": _cut(f"`{escape(payload.get('tool'))}` on `{escape(payload.get('target'))}` "
+                                                 f"in `{escape(env or 'n/a')}`. This changes a live system.", 300)},
         "confirm": {"type": "plain_text", "text": "Confirm"},
         "deny": {"type": "plain_text", "text": "Back"},
         "style": "danger",
     }
     return [
-        mrkdwn(f":warning: *Confirmation needed* — {reason}"),
+        mrkdwn(f":warning: *Confirmation needed* — {escape(reason)}"),
         mrkdwn(_what_runs(payload)),
         {"type": "actions", "block_id": "opspilot_decide", "elements": [
             button("Confirm", "opspilot_confirm", token, style="danger", confirm=dialog),
@@ -112,7 +122,7 @@ def confirm_card(token: str, reason: str, payload: dict[str, Any]) -> list[Block
 
 
 def params_form(token: str, reason: str, payload: dict[str, Any], error: str | None = None) -> list[Block]:
-    blocks: list[Block] = [mrkdwn(f":pencil: *I need a bit more* — {reason}")]
+    blocks: list[Block] = [mrkdwn(f":pencil: *I need a bit more* — {escape(reason)}")]
     for field in payload.get("fields", []):
         name = str(field["name"])
         choices = [str(c) for c in (field.get("choices") or [])][:MAX_OPTIONS]
@@ -128,7 +138,7 @@ def params_form(token: str, reason: str, payload: dict[str, Any], error: str | N
         blocks.append({"type": "input", "block_id": f"opspilot_field:{name}"[:255],
                        "label": {"type": "plain_text", "text": name[:2000]}, "element": element})
     if error:
-        blocks.append(context(f":x: {error}"))
+        blocks.append(context(f":x: {escape(error)}"))
     blocks.append({"type": "actions", "block_id": "opspilot_form", "elements": [
         button("Submit", "opspilot_submit", token, style="primary"),
         button("Cancel", "opspilot_decline", token),
@@ -157,9 +167,9 @@ def decided_card(summary: str, outcome: str) -> list[Block]:
 
 def card_summary(interrupt_type: str, reason: str, payload: dict[str, Any]) -> str:
     if interrupt_type == "confirm_risky":
-        return f"*Confirmation* — {reason}\n{_what_runs(payload)}"
-    names = ", ".join(str(f["name"]) for f in payload.get("fields", []))
-    return f"*Needed:* {names} — {reason}"
+        return f"*Confirmation* — {escape(reason)}\n{_what_runs(payload)}"
+    names = ", ".join(escape(f["name"]) for f in payload.get("fields", []))
+    return f"*Needed:* {names} — {escape(reason)}"
 
 
 # --- the progress message ---------------------------------------------------------------------------------
@@ -176,8 +186,8 @@ def progress_blocks(state: dict[str, Any]) -> list[Block]:
     body = []
     for line in lines[-40:]:
         icon = _ICONS.get(line["status"], ":grey_question:")
-        detail = f" — {line['detail']}" if line.get("detail") else ""
-        body.append(f"{icon} `{line['tool']}`{detail}")
+        detail = f" — {escape(line['detail'])}" if line.get("detail") else ""
+        body.append(f"{icon} `{escape(line['tool'])}`{detail}")
     if len(lines) > 40:
         body.insert(0, f"… {len(lines) - 40} earlier calls")
     if body:

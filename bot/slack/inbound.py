@@ -114,7 +114,7 @@ class Inbound:
             await self.outbox.tell(channel, user,
                                    "Usage: `/opspilot <question>`, e.g. `/opspilot payments recent errors`")
             return
-        root = await self.outbox.post_now(channel, f"<@{user}> asked: {text}"[:3000])
+        root = await self.outbox.post_now(channel, f"<@{user}> asked: {kit.escape(text)}"[:3000])
         if root is None:
             await self.outbox.tell(channel, user, "Slack did not take my reply just now; send the command again.")
             return

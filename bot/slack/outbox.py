@@ -27,6 +27,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.slack import blocks as kit
 from bot.slack.metrics import Metrics, slack_error
 from bot.slack.pacer import Pacer
+from core.redact import redact, redact_blocks
 from state.errors import StoreError
 from state.outbox import OutboxRecord
 from state.store import Outbox
@@ -67,9 +68,11 @@ class SlackOutbox:
 
     async def message(self, key: str, channel: str, thread_ts: str | None, text: str,
                       blocks: list[kit.Block]) -> None:
-        """Post message ``key`` in the thread, or, if it was posted already, edit it to this state."""
+        """Post message ``key`` in the thread, or, if it was posted already, edit it to this state.
+        Everything that reaches Slack (and the outbox in Redis) is redacted here, whatever composed it."""
         await self._put(channel, thread_ts, key, {"kind": "message", "channel": channel, "thread_ts": thread_ts,
-                                                  "text": text, "blocks": json.dumps(blocks, ensure_ascii=False)})
+                                                  "text": redact(text),
+                                                  "blocks": json.dumps(redact_blocks(blocks), ensure_ascii=False)})
 
     async def say(self, channel: str, thread_ts: str, text: str, key: str | None = None) -> None:
         await self.message(key or f"say:{uuid.uuid4().hex}", channel, thread_ts, kit.fallback_text(text),
@@ -78,7 +81,8 @@ class SlackOutbox:
     async def tell(self, channel: str, user: str, text: str, thread_ts: str | None = None) -> None:
         """An ephemeral message only ``user`` sees."""
         await self._put(channel, thread_ts, f"tell:{uuid.uuid4().hex}",
-                        {"kind": "ephemeral", "channel": channel, "thread_ts": thread_ts, "user": user, "text": text})
+                        {"kind": "ephemeral", "channel": channel, "thread_ts": thread_ts, "user": user,
+                         "text": redact(text)})
 
     async def store_down(self, channel: str, text: str, *, thread_ts: str | None = None,
                          user: str | None = None) -> None:
@@ -95,7 +99,7 @@ class SlackOutbox:
         One attempt; None if Slack did not take it (the caller tells the user to try again)."""
         try:
             answer = await self._call("chat.postMessage", channel, lambda: self.client.chat_postMessage(
-                channel=channel, text=text))
+                channel=channel, text=redact(text)))
         except _Retry:
             return None
         return str(answer["ts"]) if answer is not None else None

@@ -14,6 +14,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from bot.agent.engine import Engine
 from bot.config import SlackConfig
+from bot.slack import blocks as kit
 from bot.slack.meta import THREAD
 from bot.slack.outbox import SlackOutbox
 from state import StoreError
@@ -66,6 +67,7 @@ class Reminders:
             if where and await self.meta.first_time(f"remind:{pending.token}"):
                 minutes = max(int((pending.expires_at - now) // 60), 1)
                 who = f"<@{ticket.requester}> " if ticket.requester else ""
+                tool = kit.escape(pending.call.name)
                 await self.outbox.say(where["channel"], where["thread_ts"],
-                                      f":alarm_clock: {who}still waiting for a decision on `{pending.call.name}`; "
+                                      f":alarm_clock: {who}still waiting for a decision on `{tool}`; "
                                       f"it expires in about {minutes} min.", key=f"remind:{pending.token}")

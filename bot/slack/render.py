@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 from bot.agent.events import CallDecided, Event, PendingView
@@ -20,6 +21,7 @@ from core.stops import STOP_WORDING
 from state.store import MetaStore, Reports
 
 log = logging.getLogger(__name__)
+_USER_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")
 
 _TONE_ICONS = {"done": ":white_check_mark:", "stopped": ":no_entry_sign:", "expired": ":hourglass:",
                "warning": ":warning:"}
@@ -40,8 +42,13 @@ def card_ending(event: CallDecided) -> str:
 
 def progress_text(state: dict[str, Any]) -> str:
     """The progress message as plain text (notifications, screen readers)."""
-    lines = [str(state.get("header", ""))] + [f"{ln['tool']}: {ln['status']}" for ln in state["lines"]]
+    lines = [str(state.get("header", ""))] + [f"{kit.escape(ln['tool'])}: {ln['status']}" for ln in state["lines"]]
     return kit.fallback_text("\n".join(lines))
+
+
+def _who(user_id: str) -> str:
+    """A live mention only of what is shaped like a Slack user id (ids come from signed payloads)."""
+    return f"<@{user_id}>" if _USER_ID.match(user_id) else kit.escape(user_id)
 
 
 def _line(state: dict[str, Any], call_id: str) -> dict[str, Any] | None:
@@ -158,21 +165,23 @@ class Renderer:
         await self.meta.put(CARD, pending.token, {
             "channel": state["channel"], "thread_ts": state["thread_ts"], "run_id": run_id,
             "call_id": pending.call_id, "summary": summary})
-        await self.outbox.message(f"card:{pending.token}", state["channel"], state["thread_ts"], pending.reason, card)
+        await self.outbox.message(f"card:{pending.token}", state["channel"], state["thread_ts"],
+                                  kit.escape(pending.reason), card)
         decided = (await self.meta.get(CARD, pending.token)).get("decided")
         if decided:  # answered elsewhere before the card was recorded: show it closed, never live
             await self.outbox.message(f"card:{pending.token}", state["channel"], state["thread_ts"], decided,
                                       kit.decided_card(summary, decided))
 
     async def _post_answer(self, state: dict[str, Any], run_id: str, answer: str) -> None:
-        text = answer
+        text = kit.escape(answer)  # the model's words: no mention, no disguised link
         changes = await self.reports.read_audit(200, run_id=run_id)
         if changes:
             text += "\n\n*Audit*\n" + "\n".join(
-                f"• `{a['tool']}` {a['arguments']} — requested by <@{a['requested_by']}>"
-                + (f", approved by <@{a['approved_by']}>" if a.get("approved_by") else "")
-                + f" — {a['status']}{' (' + a['error_code'] + ')' if a.get('error_code') else ''}"
+                f"• `{kit.escape(a['tool'])}` {kit.escape(a['arguments'])} — requested by {_who(a['requested_by'])}"
+                + (f", approved by {_who(a['approved_by'])}" if a.get("approved_by") else "")
+                + f" — {kit.escape(a['status'])}"
+                + (f" ({kit.escape(a['error_code'])})" if a.get("error_code") else "")
                 for a in reversed(changes))
         for i, chunk in enumerate(kit.split_answer(text)):
             await self.outbox.message(f"answer:{run_id}:{i}", state["channel"], state["thread_ts"],
-                                      kit.fallback_text(answer), chunk)
+                                      kit.fallback_text(kit.escape(answer)), chunk)

@@ -99,9 +99,10 @@ class Executor:
         except EngineError as exc:
             if isinstance(item, Converse):
                 log.warning("thread %s: %s", item.thread_ts, exc)
-                await self.outbox.say(item.channel, str(item.thread_ts), f":warning: I could not start: {exc}")
+                await self.outbox.say(item.channel, str(item.thread_ts),
+                                      f":warning: I could not start: {kit.escape(exc)}")
             else:
-                await self.outbox.tell(item.channel, item.user, f"Nothing changed: {exc}", item.thread_ts)
+                await self.outbox.tell(item.channel, item.user, f"Nothing changed: {kit.escape(exc)}", item.thread_ts)
         except StoreError as exc:
             log.error("%s dropped: %s", item.kind, exc)  # the operator gets the details, the person does not
             if isinstance(item, Converse):

@@ -102,12 +102,11 @@ def _answer_restart(result: ToolResultMessage, zh: bool) -> str:
     body = _data(result)
     if body.get("ok"):
         d = body["data"]
-        who = f" (confirmed by <@{d['confirmed_by']}>)" if d.get("confirmed_by") else ""
         verdict = d.get("verdict", "")
         if zh:
-            return (f"已重启 `{d['service_id']}`（{d['environment']}），rollout {d['rollout']}{who}。{verdict}。"
+            return (f"已重启 `{d['service_id']}`（{d['environment']}），rollout {d['rollout']}。{verdict}。"
                     "_来源: restart_service_")
-        return (f"Restarted `{d['service_id']}` in {d['environment']}: rollout {d['rollout']}{who}. {verdict}. "
+        return (f"Restarted `{d['service_id']}` in {d['environment']}: rollout {d['rollout']}. {verdict}. "
                 "_source: restart_service_")
     if body.get("errorCode") == "outcome_unknown":  # it was started: never say it did not happen
         return ("重启已开始，但不确定是否完成：请先检查服务的实际状态再决定是否重试。" if zh

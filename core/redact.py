@@ -1,0 +1,115 @@
+"""Redaction of secrets and personal data from text, applied wherever text leaves our hands: tool results and
+everything else bound for the model or Redis (questions, the model's own replies and arguments), and every
+message bound for Slack.
+
+Patterns, not an entropy detector: an ops bot reads log lines full of ids, hashes and base64 that an
+entropy check flags, and precision on ordinary lines matters as much as recall. The classes follow
+detect-secrets' plugin set (keyword assignments, AWS, GitHub, GitLab, Slack, Stripe, JWT, private keys,
+basic auth) plus Google, Azure, OpenAI/Anthropic keys, credentials in URLs, e-mail and phone numbers.
+Each match is replaced by ``[REDACTED <kind>]`` (or its value part only, so the line still reads).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+Replacement = str | Callable[[re.Match[str]], str]
+
+# A name that says "this value is a secret", in any case and with any of _ - . or space between its words.
+_SEP = r"[\s_.-]?"
+_SECRET_NAME = (rf"(?:[A-Za-z0-9]+[_.-])*(?:secret|passw(?:or)?d|pwd|pass{_SEP}phrase|token|api{_SEP}key|"
+                rf"access{_SEP}key|private{_SEP}key|account{_SEP}key|shared{_SEP}access{_SEP}key|client{_SEP}key|"
+                rf"credentials?|auth{_SEP}key|session{_SEP}key|signing{_SEP}key|encryption{_SEP}key)"
+                r"(?:[_.-][A-Za-z0-9]+)*")
+# Values that are ordinary, not secrets, even after such a name ("token: expired", "token_ttl=3600").
+_PLACEHOLDER = re.compile(r"(?i)^(?:true|false|null|none|nil|yes|no|empty|expired|invalid|missing|required|"
+                          r"set|unset|\*+|x+|redacted|\[redacted.*|<.*>|\$\{.*\}|%s|\{\})$")
+_NUMBER = re.compile(r"^(?:\d{1,8}|\d+(?:\.\d+)?(?:ms|s|m|h|d)?)$")
+_PASSWORD_LIKE = re.compile(r"(?i)pass|pwd|secret|private")
+
+
+def _assignment(match: re.Match[str]) -> str:
+    value = match.group("value")
+    if _PLACEHOLDER.match(value) or (_NUMBER.match(value) and not _PASSWORD_LIKE.search(match.group("name"))):
+        return match.group(0)
+    return f"{match.group('lead')}[REDACTED]"
+
+
+def _spoken(match: re.Match[str]) -> str:
+    """"the password is hunter2hunter2": only a value that looks made up (a digit or a symbol in it)."""
+    value = match.group("value")
+    if _PLACEHOLDER.match(value) or not re.search(r"[\d\W_]", value):
+        return match.group(0)
+    return f"{match.group('lead')}[REDACTED]"
+
+
+def _bare_aws_secret(match: re.Match[str]) -> str:
+    """40 base64 characters with upper case, lower case and a digit: not a hex digest, not a word."""
+    value = match.group(0)
+    if re.search(r"[A-Z]", value) and re.search(r"[a-z]", value) and re.search(r"\d", value):
+        return "[REDACTED aws secret]"
+    return value
+
+
+_PATTERNS: tuple[tuple[re.Pattern[str], Replacement], ...] = (
+    (re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----.*?(-----END [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----|\Z)",
+                re.S), "[REDACTED private key]"),
+    (re.compile(r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_-]+"),
+     "[REDACTED slack webhook]"),
+    (re.compile(r"\bxox[abposre]-[A-Za-z0-9-]{10,}"), "[REDACTED slack token]"),
+    (re.compile(r"\bxapp-[A-Za-z0-9-]{10,}"), "[REDACTED slack token]"),
+    (re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|ABIA|ACCA)[0-9A-Z]{16}\b"), "[REDACTED aws key]"),
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b"), "[REDACTED github token]"),
+    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,}"), "[REDACTED github token]"),
+    (re.compile(r"\bgl(?:pat|dt|rt|ptt|cbt|imt|agent|oas)-[A-Za-z0-9_-]{20,}"), "[REDACTED gitlab token]"),
+    (re.compile(r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}\b"), "[REDACTED stripe key]"),
+    (re.compile(r"\bwhsec_[A-Za-z0-9]{24,}\b"), "[REDACTED stripe key]"),
+    (re.compile(r"\bsk-ant-[A-Za-z0-9_-]{20,}"), "[REDACTED anthropic key]"),
+    (re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"), "[REDACTED openai key]"),
+    (re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"), "[REDACTED google key]"),
+    (re.compile(r"\bGOCSPX-[A-Za-z0-9_-]{20,}"), "[REDACTED google secret]"),
+    (re.compile(r"\bya29\.[A-Za-z0-9_-]{20,}"), "[REDACTED google token]"),
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), "[REDACTED jwt]"),
+    # Azure connection strings and SAS URLs: the key part only (base64 with '=', '/', '+').
+    (re.compile(r"(?i)((?:AccountKey|SharedAccessKey|SharedSecretValue)\s*=\s*)[^;\s\"']+"), r"\1[REDACTED]"),
+    (re.compile(r"(?i)([?&]sig=)[A-Za-z0-9%+/=]{16,}"), r"\1[REDACTED]"),
+    (re.compile(r"(?i)\b(bearer|basic|token|digest)(\s+)[A-Za-z0-9._~+/=-]{12,}"), r"\1\2[REDACTED]"),
+    (re.compile(r"(\b[a-z][a-z0-9+.-]*://[^\s:/@]+:)[^\s@/]+@"), r"\1[REDACTED]@"),
+    # name = value, name: value, "name": "value", name => value
+    (re.compile(rf"(?i)(?P<lead>\b(?P<name>{_SECRET_NAME})[\"']?\s*(?:=>|[=:])\s*[\"']?)"
+                r"(?P<value>[^\s\"',;}\]]{3,})"), _assignment),
+    (re.compile(rf"(?i)(?P<lead>\b(?P<name>{_SECRET_NAME})\s+(?:is|was)\s+[\"']?)(?P<value>[^\s\"',;]{{6,}})"),
+     _spoken),
+    (re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"), _bare_aws_secret),
+    (re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b"), "[REDACTED email]"),
+    (re.compile(r"(?<![\w.])(?:\+?\d{1,3}[ -]?)?(?:1[3-9]\d{9}|\(?\d{3}\)?[ -]\d{3}[ -]\d{4})(?![\w.])"),
+     "[REDACTED phone]"),
+)
+
+
+def redact(text: str) -> str:
+    for pattern, replacement in _PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def redact_value(value: Any) -> Any:
+    """Every string inside a JSON-like value redacted (keys included)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact(str(k)): redact_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_value(v) for v in value]
+    return value
+
+
+def redact_blocks(value: Any) -> Any:
+    """Block Kit with every ``text`` redacted, and nothing else: ids and button values must stay intact."""
+    if isinstance(value, dict):
+        return {k: redact(v) if k == "text" and isinstance(v, str) else redact_blocks(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_blocks(v) for v in value]
+    return value
