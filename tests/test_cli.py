@@ -46,7 +46,7 @@ async def test_chat_plays_the_opspilot_scenario_on_redis(redis_url: str, prefix:
     assert "the error rate fell from 4.30% to 0.30%" in out
     # The restart is gated, confirmed, executed and reported.
     assert "a person must confirm" in out and "confirm? [y/N]" in out
-    assert "Restarted `payments` in prod" in out and "<@U_ONCALL>" in out
+    assert "Restarted `payments` in prod: rollout complete" in out
     assert "Traceback" not in out + err
     stats = await store.stats(3600)
     assert stats.runs == 2 and stats.get("resumed") == 1

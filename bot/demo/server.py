@@ -22,7 +22,7 @@ from aiohttp import web
 from bot.config import Approvers, Settings
 from bot.demo.local_server import LocalServer
 from bot.demo.sender import SlackSender
-from bot.demo.workspace import BOT_USER, LocalSlack
+from bot.demo.workspace import BOT_USER, TEAM, LocalSlack
 from bot.slack.service import SlackService, build_service
 
 log = logging.getLogger(__name__)
@@ -148,7 +148,7 @@ class Demo:
         if user not in USERS or message is None:
             return web.json_response({"ok": False, "error": "unknown user or message"}, status=400)
         payload = {
-            "type": "block_actions", "team": {"id": "T0DEMO"}, "user": {"id": user, "username": USERS[user]["name"]},
+            "type": "block_actions", "team": {"id": TEAM}, "user": {"id": user, "username": USERS[user]["name"]},
             "api_app_id": "A0DEMO", "token": "unused", "trigger_id": f"{time.time():.3f}",
             "container": {"type": "message", "message_ts": message["ts"], "channel_id": CHANNEL},
             "channel": {"id": CHANNEL, "name": "ops-oncall"},
@@ -163,10 +163,10 @@ class Demo:
         return web.json_response({"ok": status == 200})
 
     async def _deliver_event(self, event: dict[str, Any]) -> None:
-        envelope = {"token": "unused", "team_id": "T0DEMO", "api_app_id": "A0DEMO", "type": "event_callback",
+        envelope = {"token": "unused", "team_id": TEAM, "api_app_id": "A0DEMO", "type": "event_callback",
                     "event_id": f"Ev{secrets.token_hex(6)}", "event_time": int(time.time()),
                     "event": {**event, "event_ts": event["ts"]},
-                    "authorizations": [{"team_id": "T0DEMO", "user_id": BOT_USER, "is_bot": True}]}
+                    "authorizations": [{"team_id": TEAM, "user_id": BOT_USER, "is_bot": True}]}
         await self._sender().post(json.dumps(envelope), "application/json")
 
     def _sender(self) -> SlackSender:

@@ -23,6 +23,7 @@ from aiohttp import web
 from bot.demo.local_server import LocalServer
 
 BOT_USER = "UBOT"
+TEAM = "T0001"  # the one workspace this fake Slack is; auth.test answers it, requests carry it
 
 
 def _text_len(obj: dict[str, Any] | None) -> int:
@@ -336,7 +337,7 @@ class LocalSlack:
 
     def _auth_test(self, body: dict[str, Any]) -> dict[str, Any]:
         answer = {"ok": True, "url": "https://fake.slack.test/", "team": "Fake", "user": "opspilot",
-                  "team_id": "T0001", "user_id": self.bot_user, "bot_id": "B0001", "is_enterprise_install": False}
+                  "team_id": TEAM, "user_id": self.bot_user, "bot_id": "B0001", "is_enterprise_install": False}
         return {k: v for k, v in answer.items() if v is not None}
 
     def _chat_postMessage(self, body: dict[str, Any]) -> dict[str, Any]:

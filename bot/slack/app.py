@@ -1,20 +1,25 @@
 """The Bolt app and the HTTP server around it: ``POST /slack/events``, ``GET /healthz``, ``GET /metrics``.
 
-Bolt verifies every request's signature (401 otherwise), acknowledges events by itself and
-actions/commands through ``ack()`` — always before any work, which runs in the background.
+Every request passes :mod:`bot.slack.gate` first (signature on the raw bytes, a well-formed body, the
+installed workspace); then Bolt acknowledges events by itself and actions/commands through ``ack()`` —
+always before any work, which runs in the background.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncAck, AsyncApp
+from slack_bolt.context.async_context import AsyncBoltContext
+from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.slack.gate import foreign, refusal
 from bot.slack.inbound import Inbound
 from bot.slack.metrics import Metrics
 from bot.slack.outbox import SlackOutbox
@@ -27,6 +32,16 @@ log = logging.getLogger(__name__)
 def build_bolt_app(*, client: AsyncWebClient, signing_secret: str, inbound: Inbound) -> AsyncApp:
     app = AsyncApp(client=client, signing_secret=signing_secret, process_before_response=False,
                    logger=logging.getLogger("opspilot.bolt"))
+
+    @app.middleware
+    async def installed_workspace_only(context: AsyncBoltContext, body: dict[str, Any],
+                                       next: Callable[[], Awaitable[None]]) -> BoltResponse | None:
+        elsewhere = foreign(context, body)
+        if elsewhere is not None:  # acknowledged (so Slack does not retry it) and otherwise ignored
+            log.warning("ignored a request from %s", elsewhere)
+            return BoltResponse(status=200, body="")
+        await next()
+        return None
 
     @app.event("app_mention")
     async def on_mention(event: dict[str, Any], body: dict[str, Any], context: dict[str, Any]) -> None:
@@ -59,9 +74,13 @@ def build_bolt_app(*, client: AsyncWebClient, signing_secret: str, inbound: Inbo
     return app
 
 
-def web_routes(*, bolt: AsyncApp, store: Store, outbox: SlackOutbox, queue: WorkQueue, metrics: Metrics,
-               path: str = "/slack/events") -> list[web.RouteDef]:
+def web_routes(*, bolt: AsyncApp, signing_secret: str, store: Store, outbox: SlackOutbox, queue: WorkQueue,
+               metrics: Metrics, path: str = "/slack/events") -> list[web.RouteDef]:
     async def events(request: web.Request) -> web.Response:
+        refused = refusal(signing_secret, await request.read(), request.headers, request.content_type)
+        if refused is not None:
+            metrics.inc("opspilot_requests_refused_total", status=str(refused[0]))
+            return web.Response(status=refused[0], text=refused[1])
         return await to_aiohttp_response(await bolt.async_dispatch(await to_bolt_request(request)))
 
     async def healthz(request: web.Request) -> web.Response:

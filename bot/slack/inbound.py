@@ -14,18 +14,20 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from bot.agent.engine import Engine
-from bot.agent.errors import NotPending
+from bot.agent.errors import EngineError, NotPending
 from bot.slack import blocks as kit
 from bot.slack.access import AccessPolicy, Verdict
-from bot.slack.meta import CARD, thread_key
+from bot.slack.meta import CARD, channel_of, thread_key
 from bot.slack.outbox import SlackOutbox
 from bot.slack.work import CLICK_LOST, STORE_DOWN, Answer, Converse, RunButton, WorkItem
+from core.redact import redact
 from state import StoreError, Ticket
 from state.store import MetaStore
 
 log = logging.getLogger(__name__)
 
 _MENTION = re.compile(r"<@[A-Z0-9]+>\s*")
+MISPLACED = "This button does not belong to this message. Nothing was changed."
 _IGNORED_SUBTYPES = {None, "thread_broadcast", "file_share"}
 Dispatch = Callable[[WorkItem], Awaitable[None]]
 """Hands work on: to this process's executor, or to the work queue for the workers."""
@@ -100,12 +102,18 @@ class Inbound:
         if not verdict.allowed:
             await self.outbox.tell(channel, event["user"], verdict.reason, thread_ts=thread_ts)
             return
-        text = _MENTION.sub("", raw).strip() or "hello"
+        text = redact(_MENTION.sub("", raw).strip()) or "hello"  # the queue is Redis too: no secret goes there
         await self.dispatch(Converse(channel=channel, thread_ts=thread_ts, user=event["user"], text=text,
                                      request_id=f"{channel}:{ts}"))
 
     async def on_command(self, command: dict[str, Any]) -> None:
-        channel, user, text = command["channel_id"], command["user_id"], str(command.get("text") or "").strip()
+        channel, user = command["channel_id"], command["user_id"]
+        text = redact(str(command.get("text") or "").strip())
+        # A command has no event id, but every invocation its own trigger: a replayed request is one run.
+        trigger = str(command.get("trigger_id") or "")
+        if trigger and not await self.meta.first_time(f"command:{trigger}"):
+            log.warning("a replayed /opspilot request (trigger %s) was ignored", trigger)
+            return
         verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))
         if not verdict.allowed:
             await self.outbox.tell(channel, user, verdict.reason)
@@ -142,6 +150,15 @@ class Inbound:
         if not verdict.allowed:
             await self.outbox.tell(channel, user, verdict.reason, thread_ts)
             return
+        try:
+            home = (await self.engine.run_record(run_id)).thread_id
+        except EngineError:
+            home = None
+        if home != thread_key(channel, str(thread_ts)):  # a run id from another thread's message
+            log.warning("%s by %s in %s/%s for run %s of thread %s refused", action_id, user, channel, thread_ts,
+                        run_id, home)
+            await self.outbox.tell(channel, user, MISPLACED, thread_ts)
+            return
         item = RunButton(kind="stop" if action_id == "opspilot_stop" else "resume", run_id=run_id, user=user,
                          channel=channel, thread_ts=thread_ts)
         await self.dispatch(item)
@@ -160,6 +177,11 @@ class Inbound:
         if not verdict.allowed:
             await self.outbox.tell(channel, user, verdict.reason, thread_ts)
             return
+        if ticket.thread_id != thread_key(channel, str(thread_ts)):  # a token lifted from another card
+            log.warning("%s by %s in %s/%s with a token of thread %s refused", action_id, user, channel, thread_ts,
+                        ticket.thread_id)
+            await self.outbox.tell(channel, user, MISPLACED, thread_ts)
+            return
         answer, verdict = await self._decision(action_id, ticket, user, channel, thread_ts, state)
         if not verdict.allowed:
             await self.outbox.tell(channel, user, verdict.reason, thread_ts)
@@ -173,9 +195,11 @@ class Inbound:
         env = pending.arguments.get("environment")
         answer = Answer(ticket=ticket, decision="decline", user=user, channel=channel, thread_ts=thread_ts)
         if action_id == "opspilot_submit":
-            return answer.model_copy(update={"decision": "submit", "values": kit.form_values(state)}), Verdict(True)
+            values = {k: redact(v) for k, v in kit.form_values(state).items()}
+            return answer.model_copy(update={"decision": "submit", "values": values}), Verdict(True)
         if action_id == "opspilot_confirm":
-            verdict = self.access.may_change_in(channel, direct=channel.startswith("D"))
+            home = channel_of(ticket.thread_id)  # the card's channel (the click's was checked to match it)
+            verdict = self.access.may_change_in(home, direct=home.startswith("D"))
             if verdict.allowed:
                 verdict = await self.access.may_confirm(user, pending.call.name, env, ticket.requester)
             return answer.model_copy(update={"decision": "confirm"}), verdict

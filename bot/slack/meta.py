@@ -13,3 +13,9 @@ THREAD, RUN, CARD = "slack-thread", "slack-run", "slack-card"
 def thread_key(channel: str, thread_ts: str) -> str:
     """The engine's thread id for a Slack thread."""
     return f"slack:{channel}:{thread_ts}"
+
+
+def channel_of(thread_id: str) -> str:
+    """The Slack channel of an engine thread id ("" for a thread that is not Slack's)."""
+    kind, _, rest = thread_id.partition(":")
+    return rest.partition(":")[0] if kind == "slack" else ""

@@ -125,8 +125,10 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     reminders = Reminders(engine=core.engine, meta=core.meta, outbox=outbox, config=slack,
                           interval_s=settings.sweeps.interval_s)
     # Socket Mode carries no signatures; Bolt still wants a secret string.
-    bolt = build_bolt_app(client=client, signing_secret=slack.signing_secret or "socket-mode", inbound=inbound)
-    routes = web_routes(bolt=bolt, store=core.store, outbox=outbox, queue=queue, metrics=metrics)
+    secret = slack.signing_secret or "socket-mode"
+    bolt = build_bolt_app(client=client, signing_secret=secret, inbound=inbound)
+    routes = web_routes(bolt=bolt, signing_secret=secret, store=core.store, outbox=outbox, queue=queue,
+                        metrics=metrics)
     return SlackService(core, client, inbound, renderer, outbox, reminders, bolt, routes, metrics, role, worker)
 
 
