@@ -76,7 +76,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], Replacement], ...] = (
     (re.compile(r"(?i)((?:AccountKey|SharedAccessKey|SharedSecretValue)\s*=\s*)[^;\s\"']+"), r"\1[REDACTED]"),
     (re.compile(r"(?i)([?&]sig=)[A-Za-z0-9%+/=]{16,}"), r"\1[REDACTED]"),
     (re.compile(r"(?i)\b(bearer|basic|token|digest)(\s+)[A-Za-z0-9._~+/=-]{12,}"), r"\1\2[REDACTED]"),
-    (re.compile(r"(\b[a-z][a-z0-9+.-]*://[^\s:/@]+:)[^\s@/]+@"), r"\1[REDACTED]@"),
+    (re.compile(r"(\b[a-z][a-z0-9+.-]*://[^\s:/@]*:)[^\s@/]+@"), r"\1[REDACTED]@"),  # user may be empty
     # name = value, name: value, "name": "value", name => value
     (re.compile(rf"(?i)(?P<lead>\b(?P<name>{_SECRET_NAME})[\"']?\s*(?:=>|[=:])\s*[\"']?)"
                 r"(?P<value>[^\s\"',;}\]]{3,})"), _assignment),
@@ -84,7 +84,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], Replacement], ...] = (
      _spoken),
     (re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"), _bare_aws_secret),
     (re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b"), "[REDACTED email]"),
-    (re.compile(r"(?<![\w.])(?:\+?\d{1,3}[ -]?)?(?:1[3-9]\d{9}|\(?\d{3}\)?[ -]\d{3}[ -]\d{4})(?![\w.])"),
+    (re.compile(r"(?<![\w.])(?:\+\d{1,3}[ -]?|\d{1,3}[ -])?(?:1[3-9]\d(?:[ -]?\d{4}){2}|\(?\d{3}\)?[ -]\d{3}[ -]\d{4})(?![\w.])"),
      "[REDACTED phone]"),
 )
 
@@ -95,15 +95,27 @@ def redact(text: str) -> str:
     return text
 
 
+_NAMED_SECRET = re.compile(rf"(?i){_SECRET_NAME}|authorization|cookie")
+
+
 def redact_value(value: Any) -> Any:
-    """Every string inside a JSON-like value redacted (keys included)."""
+    """Every string inside a JSON-like value redacted (keys included); a string under a key that names a secret
+    (``{"db_password": "..."}``, ``{"Authorization": "..."}``) is redacted whatever it looks like."""
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, dict):
-        return {redact(str(k)): redact_value(v) for k, v in value.items()}
+        return {redact(str(k)): _named(str(k), v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [redact_value(v) for v in value]
     return value
+
+
+def _named(key: str, value: Any) -> Any:
+    if not isinstance(value, str) or not value or not _NAMED_SECRET.fullmatch(key) or _PLACEHOLDER.match(value):
+        return redact_value(value)
+    if _NUMBER.match(value) and not _PASSWORD_LIKE.search(key):
+        return value  # token_ttl: 3600
+    return "[REDACTED]"
 
 
 def redact_blocks(value: Any) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -81,9 +82,10 @@ class Inbound:
             await self._message(event, event_id, channel, ts, thread_ts, mentioned=mentioned,
                                 bot_user_id=bot_user_id)
         except StoreError as exc:  # Redis stayed away longer than the grace period
-            log.error("message %s in %s dropped: %s", ts, channel, exc)
+            ref = uuid.uuid4().hex[:8]
+            log.error("message %s in %s dropped (ref %s): %s", ts, channel, ref, exc)
             if mentioned or event.get("channel_type") == "im":
-                await self.outbox.store_down(channel, STORE_DOWN, thread_ts=thread_ts)
+                await self.outbox.store_down(channel, STORE_DOWN, ref=ref, thread_ts=thread_ts)
 
     async def _message(self, event: dict[str, Any], event_id: str | None, channel: str, ts: str, thread_ts: str,
                        *, mentioned: bool, bot_user_id: str | None) -> None:
@@ -142,8 +144,9 @@ class Inbound:
             elif action_id in ("opspilot_confirm", "opspilot_decline", "opspilot_submit"):
                 await self._decide(action_id, value, user, channel, thread_ts, body.get("state") or {})
         except StoreError as exc:
-            log.error("click %s by %s dropped: %s", action_id, user, exc)
-            await self.outbox.store_down(channel, CLICK_LOST, thread_ts=thread_ts, user=user)
+            ref = uuid.uuid4().hex[:8]
+            log.error("click %s by %s dropped (ref %s): %s", action_id, user, ref, exc)
+            await self.outbox.store_down(channel, CLICK_LOST, ref=ref, thread_ts=thread_ts, user=user)
 
     async def _run_button(self, action_id: str, run_id: str, user: str, channel: str, thread_ts: str | None) -> None:
         verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))

@@ -84,10 +84,11 @@ class SlackOutbox:
                         {"kind": "ephemeral", "channel": channel, "thread_ts": thread_ts, "user": user,
                          "text": redact(text)})
 
-    async def store_down(self, channel: str, text: str, *, thread_ts: str | None = None,
+    async def store_down(self, channel: str, text: str, *, ref: str, thread_ts: str | None = None,
                          user: str | None = None) -> None:
         """The message that says the store is down: sent directly, once (recording it would wait out the very
-        outage it reports). To ``user`` only, when given."""
+        outage it reports). To ``user`` only, when given. ``ref`` ties it to the operator's log line."""
+        text = f"{text} (ref {ref})"
         fields: dict[str, Any] = {"kind": "ephemeral" if user else "message", "channel": channel,
                                   "thread_ts": thread_ts, "user": user, "text": text,
                                   "blocks": json.dumps([kit.mrkdwn(text)], ensure_ascii=False)}

@@ -104,11 +104,13 @@ class Executor:
             else:
                 await self.outbox.tell(item.channel, item.user, f"Nothing changed: {kit.escape(exc)}", item.thread_ts)
         except StoreError as exc:
-            log.error("%s dropped: %s", item.kind, exc)  # the operator gets the details, the person does not
+            ref = uuid.uuid4().hex[:8]  # the operator gets the details, the person a reference to them
+            log.error("%s dropped (ref %s): %s", item.kind, ref, exc)
             if isinstance(item, Converse):
-                await self.outbox.store_down(item.channel, STORE_DOWN, thread_ts=item.thread_ts)
+                await self.outbox.store_down(item.channel, STORE_DOWN, ref=ref, thread_ts=item.thread_ts)
             else:
-                await self.outbox.store_down(item.channel, CLICK_LOST, thread_ts=item.thread_ts, user=item.user)
+                await self.outbox.store_down(item.channel, CLICK_LOST, ref=ref, thread_ts=item.thread_ts,
+                                             user=item.user)
 
     async def _converse(self, item: Converse) -> None:
         thread_ts = str(item.thread_ts)

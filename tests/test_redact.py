@@ -1,0 +1,87 @@
+"""Redaction over a corpus: every real-shaped secret goes, wherever it sits; ordinary log lines stay as they were.
+And escaping: text we did not write can neither mention nor disguise a link."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bot.slack.blocks import escape
+from core.redact import redact, redact_blocks, redact_value
+from tests.redaction_corpus import SECRETS, ordinary_lines
+
+# Agreed over-scrub rate on ordinary lines: at most 1 in 100 lines changed at all.
+MAX_OVER_SCRUB = 0.01
+
+
+def test_the_corpus_is_big_enough_to_mean_something() -> None:
+    assert len(SECRETS) >= 40 and len({s for _, s in SECRETS}) == len(SECRETS)
+
+
+@pytest.mark.parametrize(("line", "secret"), SECRETS, ids=[s[:14] for _, s in SECRETS])
+def test_a_secret_in_a_log_line_is_redacted(line: str, secret: str) -> None:
+    out = redact(line.format(s=secret))
+    assert secret not in out and "[REDACTED" in out
+
+
+def test_secrets_in_a_runbook_are_redacted_and_the_prose_stays() -> None:
+    runbook = "# Payments: database timeouts\n\n" + "\n".join(
+        f"{i}. If the pool is exhausted, check this: {line.format(s=secret)}" for i, (line, secret) in
+        enumerate(SECRETS, 1)) + "\n\nRoll back first; restart only if the pool does not recover."
+    out = redact(runbook)
+    assert not [secret for _, secret in SECRETS if secret in out]
+    assert out.startswith("# Payments: database timeouts") and out.endswith("restart only if the pool does not "
+                                                                               "recover.")
+    assert out.count("If the pool is exhausted, check this:") == len(SECRETS)
+
+
+def test_secrets_in_tool_arguments_and_nested_results_are_redacted() -> None:
+    names = ["password", "DB_PASSWORD", "api_key", "apiKey", "client-secret", "Authorization", "X-Auth-Token",
+             "private_key", "credentials", "aws.secret.access.key", "cookie"]
+    args = {"query": [line.format(s=secret) for line, secret in SECRETS[::2]],
+            "env": [{names[i % len(names)]: secret} for i, (_, secret) in enumerate(SECRETS[1::2])],
+            "log": {"lines": [line.format(s=secret) for line, secret in SECRETS[1::2]]}}
+    out = json.dumps(redact_value(args))
+    assert not [secret for _, secret in SECRETS if secret in out]
+    # A value is judged by its name only when the name says "secret"; other fields keep theirs.
+    assert redact_value({"service_id": "payments", "token_ttl": "3600", "password": ""}) == {
+        "service_id": "payments", "token_ttl": "3600", "password": ""}
+
+
+def test_block_kit_texts_are_redacted_but_ids_and_button_values_are_not() -> None:
+    secret = SECRETS[0][1]
+    blocks = [{"type": "section", "block_id": "b1", "text": {"type": "mrkdwn", "text": f"key {secret}"}},
+              {"type": "actions", "elements": [{"type": "button", "action_id": "opspilot_confirm",
+                                                "value": "s3.token_value_with_token=abc12345"}]}]
+    out = redact_blocks(blocks)
+    assert secret not in json.dumps(out)
+    assert out[1] == blocks[1] and out[0]["block_id"] == "b1"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_ordinary_log_lines_are_left_alone(seed: int) -> None:
+    lines = ordinary_lines(250, seed=seed)
+    changed = [line for line in lines if redact(line) != line]
+    assert len(changed) / len(lines) <= MAX_OVER_SCRUB, changed[:5]
+
+
+@pytest.mark.parametrize("text", [
+    "token: expired", "password reset requested", "token_ttl=3600", "secret rotation done", "api_key_id=42",
+    "max_tokens=4096", "the token is invalid", "sha 3f786850e387550fdab836ed7e6dc881de23001b",
+    "s3://bucket/key.csv", "GET /v1/users/1234/orders?page=2", "10.0.3.7:9090", "pod payments-7d9f8b6c5-x2x7k",
+])
+def test_words_that_sound_secret_but_are_not(text: str) -> None:
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize("hostile", [
+    "<!channel> pay attention", "<!here>", "<!everyone>", "<!subteam^S0123ABCD|@sre>", "<@U0ALICE>",
+    "<#C0GENERAL>", "<https://evil.example/login|click to re-auth>", "<mailto:a@b.c|support>",
+])
+def test_escaped_text_can_neither_mention_nor_hide_a_link(hostile: str) -> None:
+    out = escape(hostile)
+    assert "<" not in out and ">" not in out
+    assert escape("a & b <c>") == "a &amp; b &lt;c&gt;"
+    if "https://evil.example/login" in hostile:
+        assert "https://evil.example/login" in out  # the real target stays visible
