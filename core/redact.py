@@ -84,8 +84,9 @@ _PATTERNS: tuple[tuple[re.Pattern[str], Replacement], ...] = (
      _spoken),
     (re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"), _bare_aws_secret),
     (re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b"), "[REDACTED email]"),
-    (re.compile(r"(?<![\w.])(?:\+\d{1,3}[ -]?|\d{1,3}[ -])?(?:1[3-9]\d(?:[ -]?\d{4}){2}|\(?\d{3}\)?[ -]\d{3}[ -]\d{4})(?![\w.])"),
-     "[REDACTED phone]"),
+    # A country code needs its "+" or a separator: "17" glued to a number is an epoch timestamp, not Morocco.
+    (re.compile(r"(?<![\w.])(?:\+\d{1,3}[ -]?|\d{1,3}[ -])?"
+                r"(?:1[3-9]\d(?:[ -]?\d{4}){2}|\(?\d{3}\)?[ -]\d{3}[ -]\d{4})(?![\w.])"), "[REDACTED phone]"),
 )
 
 

@@ -18,7 +18,8 @@ SECRETS: list[tuple[str, str]] = [
     ("git clone https://{s}@github.com/acme/payments.git", "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"),
     ("GITHUB_TOKEN: {s}", "gho_16C7e42F292c6912E7710c838347Ae178B4a"),
     ("runner registered with {s}", "ghs_aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z5A"),
-    ("fine-grained token {s} expires soon", "github_pat_11ABCDEFG0abcdefghijkl_mnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789ab"),
+    ("fine-grained token {s} expires soon",
+     "github_pat_11ABCDEFG0abcdefghijkl_mnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789ab"),
     ("curl --header 'PRIVATE-TOKEN: {s}' https://gitlab.example.com/api/v4/projects", "glpat-Xk9vQ2mZr7TbLw4NyH8c"),
     # Slack
     ("slack client init token={s}", "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx"),
@@ -45,7 +46,8 @@ SECRETS: list[tuple[str, str]] = [
     ("legacy key {s}", "sk-T3BlbkFJaBcDeFgHiJkLmNoPqRsTuVwXyZ012345678"),
     ("ANTHROPIC_API_KEY={s}", "sk-ant-api03-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789-_abcdefAA"),
     # private keys, JWTs, HTTP auth
-    ("{s}", "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7bq3x\nq2w3e4r5t6y7u8i9o0p\n-----END RSA PRIVATE KEY-----"),
+    ("{s}", "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7bq3x\nq2w3e4r5t6y7u8i9o0p\n"
+            "-----END RSA PRIVATE KEY-----"),
     ("deploy key: {s}", "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmU\n"
                         "-----END OPENSSH PRIVATE KEY-----"),
     ("session cookie {s}", "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJ1MTIzIiwicm9sZSI6ImFkbWluIn0."
@@ -133,5 +135,6 @@ def ordinary_lines(count: int = 250, seed: int = 7) -> list[str]:
             b64=chars("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789", 24),
             b36=chars("abcdefghijklmnopqrstuvwxyz0123456789", 12),
             b64long=chars("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", 76) + "=",
-            epoch_ms=rnd.randint(1_700_000_000_000, 1_800_000_000_000), epoch_s=rnd.randint(1_700_000_000, 1_800_000_000)))
+            epoch_ms=rnd.randint(1_700_000_000_000, 1_800_000_000_000),
+            epoch_s=rnd.randint(1_700_000_000, 1_800_000_000)))
     return lines
