@@ -80,6 +80,35 @@ async def test_an_ambiguous_name_returns_the_candidates(tmp_path: Path) -> None:
     assert error_code(await run(ops.build(), "search_resource", query="kafka")) == "not_found"
 
 
+@pytest.mark.parametrize(("query", "suggested"), [
+    ("billing-ledger", None),  # "ledger" holds the gateway's alias "edge": not a match, not even a suggestion
+    ("看看 billing-ledger 服务最近报错", None), ("ledger", None), ("账单服务", None), ("订餐服务", None),
+    ("api", None), ("service", None),
+    ("gatway", "gateway"), ("paymnets", "payments"), ("payments-db", "payments"), ("支付宝", "payments"),
+])
+async def test_a_near_miss_is_not_found_and_says_what_was_meant_perhaps(query: str, suggested: str | None) -> None:
+    obs = await run(ops.build(), "search_resource", query=query)
+    assert error_code(obs) == "not_found"
+    message = json.loads(obs.result.content)["message"] if obs.result else ""
+    assert "known services: payments, orders, gateway" in message
+    if suggested:
+        assert "did you mean" in message and f"({suggested})" in message
+    else:
+        assert "did you mean" not in message
+
+
+@pytest.mark.parametrize(("query", "expected", "score"), [
+    ("payments", "payments", 1.0), ("网关超时了", "gateway", 0.9), ("订单系统最近报错", "orders", 0.9),
+    ("why are orders failing after the deploy?", "orders", 0.9), ("restart payments in prod", "payments", 0.9),
+    ("gateway", "gateway", 1.0), ("gw", "gateway", 1.0),
+])
+async def test_a_match_is_a_whole_word_or_phrase_and_carries_its_score(query: str, expected: str,
+                                                                       score: float) -> None:
+    found = data(await run(ops.build(), "search_resource", query=query))
+    assert [c["id"] for c in found["candidates"]] == [expected]
+    assert found["candidates"][0]["score"] == score and found["candidates"][0]["matched"]
+
+
 async def test_runbook_search_ranks_in_chinese_and_english() -> None:
     toolbox = ops.build()
     zh = data(await run(toolbox, "search_docs", query="数据库连接池耗尽怎么处理"))["results"]

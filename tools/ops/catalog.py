@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,10 @@ class Service(BaseModel):
     metric_labels: dict[str, str] = Field(default_factory=dict, description="substituted into PromQL templates")
     runbooks: list[str] = Field(default_factory=list)
     recent_alerts: list[dict[str, Any]] = Field(default_factory=list)
+
+    def names(self) -> list[str]:
+        """Its id, name and aliases, normalised for matching."""
+        return [_normal(n) for n in (self.id, self.name, *self.aliases) if n.strip()]
 
     def card(self) -> dict[str, Any]:
         """What the model sees about a service."""
@@ -81,21 +88,79 @@ class Catalog:
     def environments(self) -> list[str]:
         return sorted({e for s in self.services for e in s.environments})
 
-    def search(self, query: str) -> list[tuple[float, Service]]:
-        q = query.strip().lower()
-        q_terms = set(terms(q))
+    def search(self, query: str) -> list[Match]:
+        """Services the query names, best first: the whole query is a name (1.0), or a name stands in it as a
+        whole word or known phrase (0.9), or the query is a whole word of a name (0.8). Never a substring
+        inside an unrelated word: "ledger" does not name the service whose alias is "edge"."""
+        q = _normal(query)
+        found: dict[str, Match] = {}
+        for service in self.services:
+            for name in service.names():
+                score = 1.0 if q == name else 0.9 if _stands_in(name, q) else \
+                    0.8 if q not in _GENERIC and _stands_in(q, name) else 0
+                if score and score > (found[service.id].score if service.id in found else 0):
+                    found[service.id] = Match(score, service, name)
+        return sorted(found.values(), key=lambda m: (-m.score, -len(m.matched)))
+
+    def suggest(self, query: str, limit: int = 3) -> list[Service]:
+        """Near misses, for "did you mean": names close in spelling to a word of the query, or sharing a part
+        of a hyphenated name, or a CJK name sharing two characters."""
+        query = _without_generic(_normal(query))
+        words = set(terms(query)) | set(_WORD.findall(query))
+        parts = {p for w in words for p in re.split(r"[-_.]", w) if len(p) > 2}
+        words = (words | parts) - _GENERIC
         scored: list[tuple[float, Service]] = []
         for service in self.services:
             best = 0.0
-            for name in (n.lower() for n in [service.id, service.name, *service.aliases]):
-                if q == name:
-                    best = max(best, 1.0)
-                elif name in q or q in name:
-                    best = max(best, 0.8)
-                else:
-                    name_terms = set(terms(name))
-                    if name_terms and q_terms:
-                        best = max(best, 0.6 * len(name_terms & q_terms) / len(name_terms))
-            if best >= 0.3:
-                scored.append((round(best, 2), service))
-        return sorted(scored, key=lambda pair: -pair[0])
+            for name in service.names():
+                name = _without_generic(name)
+                name_words = set(terms(name)) | {p for w in _WORD.findall(name) for p in re.split(r"[-_.]", w)}
+                for word in words:
+                    for candidate in name_words - _GENERIC:
+                        best = max(best, difflib.SequenceMatcher(None, word, candidate).ratio())
+            if best >= 0.85:  # gatway → gateway, paymnets → payments; not ledger → edge
+                scored.append((best, service))
+        return [s for _, s in sorted(scored, key=lambda pair: -pair[0])[:limit]]
+
+
+@dataclass(frozen=True)
+class Match:
+    score: float
+    service: Service
+    matched: str  # the id, name or alias that matched
+
+
+_WORD = re.compile(r"[a-z0-9][a-z0-9_.-]*[a-z0-9]|[a-z0-9]")
+_CJK = re.compile(r"[\u3400-\u9fff]")
+
+
+# Words that name no service on their own ("the api", "服务").
+_GENERIC = frozenset({"service", "services", "svc", "api", "app", "server", "system", "服务", "系统", "应用"})
+# Characters that commonly follow a service's name in a question (服务, 的, 最近, 报错, 超时, 挂了, 怎么…).
+_CJK_NEXT = ("服系的最近报有是出挂怎为在集接模应日告错超延慢一突又了吗呢和跟与"
+             "及还也都现今昨这那崩宕异问重查状情数指相故掉响不没正能会")
+
+
+def _without_generic(text: str) -> str:
+    """服务 and friends cut out, so 账单服务 and 订单服务 do not look alike for sharing 单服."""
+    for word in ("服务", "系统", "应用"):
+        text = text.replace(word, " ")
+    return text
+
+
+def _normal(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def _stands_in(name: str, text: str) -> bool:
+    """Whether ``name`` occurs in ``text`` as a whole word or phrase (for CJK, which has no spaces, as a
+    phrase of at least two characters)."""
+    if not name or len(name) > len(text):
+        return False
+    if _CJK.search(name):
+        # No spaces to tell words apart: a name followed by another CJK character counts only when that
+        # character commonly follows a service's name (支付服务, 支付最近报错), not when it makes a new word
+        # (支付宝 is not 支付).
+        return len(name) >= 2 and re.search(rf"{re.escape(name)}(?![\u3400-\u9fff])|{re.escape(name)}"
+                                            rf"(?=[{_CJK_NEXT}])", text) is not None
+    return re.search(rf"(?<![a-z0-9_-]){re.escape(name)}(?![a-z0-9_-])", text) is not None

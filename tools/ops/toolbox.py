@@ -149,10 +149,13 @@ def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox
         with the same score mean the query was ambiguous."""
         hits = catalog.search(args.query)
         if not hits:
-            raise NotFound(f"no service matches {args.query!r}; known services: {', '.join(catalog.ids)}")
-        top = hits[0][0]
-        return {"ambiguous": sum(1 for score, _ in hits if score == top) > 1,
-                "candidates": [{"score": score, **s.card()} for score, s in hits[:5]]}
+            near = catalog.suggest(args.query)
+            maybe = f"did you mean {' or '.join(f'{s.name} ({s.id})' for s in near)}? " if near else ""
+            raise NotFound(f"no service is named {args.query!r} (by id, name or alias); {maybe}"
+                           f"known services: {', '.join(catalog.ids)}. Ask the user which one they mean.")
+        top = hits[0].score
+        return {"ambiguous": sum(1 for h in hits if h.score == top) > 1,
+                "candidates": [{"score": h.score, "matched": h.matched, **h.service.card()} for h in hits[:5]]}
 
     @tool(timeout_s=10)
     async def search_docs(args: SearchDocsArgs, ctx: ToolContext) -> dict[str, Any]:
