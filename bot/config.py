@@ -48,6 +48,27 @@ class Approvers(BaseModel):
     usergroups: list[str] = Field(default_factory=list, description="Slack user group ids (S…)")
 
 
+class AlertSource(BaseModel):
+    """A channel where alerts land, and which of its bot messages are alerts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    channel: str = Field(description="the channel id (C…)")
+    bot_ids: list[str] = Field(default_factory=list, description="B… ids of the posting bots or webhooks")
+    app_ids: list[str] = Field(default_factory=list, description="A… ids of the posting apps")
+    usernames: list[str] = Field(default_factory=list, description="e.g. Alertmanager (a webhook's username)")
+    mode: Literal["investigate", "button"] = Field(
+        "button", description="investigate: start a run at once; button: offer an Investigate button")
+    dedupe_window_s: int = Field(3600, ge=0, description="the same alert group again within this: no new run")
+    max_runs: int = Field(5, ge=0, description="at most this many automatic runs per channel per rate window")
+    rate_window_s: int = Field(600, ge=1)
+
+    def posted(self, message: dict[str, Any]) -> bool:
+        """Whether ``message`` comes from one of this channel's alert sources."""
+        return (message.get("bot_id") in self.bot_ids or message.get("app_id") in self.app_ids
+                or (message.get("username") or (message.get("bot_profile") or {}).get("name")) in self.usernames)
+
+
 class SlackConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -70,6 +91,12 @@ class SlackConfig(BaseModel):
     reminder_before_s: int = Field(300, ge=0, description="remind this long before a question expires; 0: off")
     request_timeout_s: float = Field(10.0, gt=0, description="a Web API call not answered by then is retried")
     outbox_max_backoff_s: float = Field(30.0, gt=0, description="longest wait between delivery attempts")
+    thread_context_messages: int = Field(20, ge=0, description="read at most this many earlier thread messages")
+    thread_context_chars: int = Field(6000, ge=0, description="... and at most this many characters of them")
+    alert_sources: list[AlertSource] = Field(default_factory=list, description="channels where alerts land")
+
+    def alert_source(self, channel: str, message: dict[str, Any]) -> AlertSource | None:
+        return next((a for a in self.alert_sources if a.channel == channel and a.posted(message)), None)
 
 
 class SweepConfig(BaseModel):

@@ -4,6 +4,7 @@ message or card is) and first-time markers for event dedupe. Every key carries a
 from __future__ import annotations
 
 import os
+import time
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any, cast
@@ -42,11 +43,24 @@ class RedisMeta:
 
         return await retried("deduplicating", self.grace_s, attempt)
 
+    async def count(self, name: str, ttl_s: int) -> int:
+        key = self.keys.dedupe(f"count:{name}")
+
+        async def attempt() -> int:  # (a retry after a lost reply may count twice: a rate limit errs strict)
+            pipe = self.client.pipeline(transaction=True)
+            pipe.incr(key)
+            pipe.expire(key, ttl_s, nx=True)
+            value, _ = await pipe.execute()
+            return int(value)
+
+        return await retried("counting", self.grace_s, attempt)
+
 
 class MemoryMeta:
     def __init__(self) -> None:
         self._meta: dict[tuple[str, str], dict[str, str]] = defaultdict(dict)
-        self._seen: set[str] = set()
+        self._seen: dict[str, float] = {}  # name → when it lapses
+        self._counts: dict[str, tuple[int, float]] = {}
 
     async def put(self, kind: str, name: str, fields: Mapping[str, str]) -> None:
         self._meta[(kind, name)].update(fields)
@@ -55,7 +69,15 @@ class MemoryMeta:
         return dict(self._meta.get((kind, name), {}))
 
     async def first_time(self, name: str, ttl_s: int | None = None) -> bool:
-        if name in self._seen:
+        now = time.monotonic()
+        if self._seen.get(name, 0.0) > now:
             return False
-        self._seen.add(name)
+        self._seen[name] = now + (ttl_s or 7 * 24 * 3600)
         return True
+
+    async def count(self, name: str, ttl_s: int) -> int:
+        now = time.monotonic()
+        value, lapses = self._counts.get(name, (0, 0.0))
+        value, lapses = (value + 1, lapses) if lapses > now else (1, now + ttl_s)
+        self._counts[name] = (value, lapses)
+        return value

@@ -91,6 +91,8 @@ class RunRecord(_Record):
     stop_reason: StopReason | None = None
     event_seq: int = 0
     pending: list[PendingCall] = Field(default_factory=list)
+    unattended: bool = False
+    """Started by an alert, not by a person: every change it proposes needs a person's confirmation."""
     approvals: dict[str, str] = Field(default_factory=dict)
     """Who confirmed each decided call not yet answered (call id → user), for the audit, whatever happens."""
     answer: str = ""

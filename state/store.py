@@ -191,6 +191,9 @@ class MetaStore(Protocol):
     async def first_time(self, name: str, ttl_s: int | None = None) -> bool:
         """True the first time ``name`` is seen (within its TTL), False after: event and message dedupe."""
 
+    async def count(self, name: str, ttl_s: int) -> int:
+        """Adds one to a counter that lives ``ttl_s`` from its first count; its new value (rate limits)."""
+
 
 class Outbox(Protocol):
     """Per thread, in order: each message's desired state and what was delivered (see :mod:`state.outbox`)."""

@@ -28,6 +28,8 @@ class ToolContext:
     user_id: str | None
     call_id: str
     confirmed_by: str | None = None
+    unattended: bool = False
+    """No person asked for this run (an alert started it): every mutating call waits for a confirmation."""
 
 
 ToolFunc = Callable[[Any, ToolContext], Awaitable[Any]]

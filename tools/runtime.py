@@ -135,7 +135,7 @@ async def execute_one(
     plain_args = args.model_dump(mode="json")
 
     # The gate: code, not the prompt, decides. Only a person's confirmation (set by resume) opens it.
-    if spec.mutating and ctx.confirmed_by is None and spec.needs_confirmation(args):
+    if spec.mutating and ctx.confirmed_by is None and (ctx.unattended or spec.needs_confirmation(args)):
         reason = f"{spec.name} changes {plain_args.get('environment') or 'a system'}: a person must confirm"
         request = InterruptRequest("confirm_risky", reason, _confirm_payload(spec, plain_args, stated_reason))
         return done(None, interrupt=request, arguments=plain_args)

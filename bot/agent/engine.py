@@ -56,10 +56,12 @@ class Engine:
 
     # --- public API ------------------------------------------------------------------------------
 
-    async def ask(self, thread_id: str, text: str, *, user_id: str | None = None,
-                  request_id: str | None = None) -> RunOutcome:
+    async def ask(self, thread_id: str, text: str, *, user_id: str | None = None, request_id: str | None = None,
+                  context: str = "", unattended: bool = False) -> RunOutcome:
         """A new message in a thread. If the thread's run is waiting for a person, the message answers it.
-        ``request_id`` (e.g. the Slack message) makes a redelivered message a no-op."""
+        ``request_id`` (e.g. the Slack message) makes a redelivered message a no-op. ``context``: quoted
+        material the model reads before the question (the thread it was asked in). ``unattended``: no person
+        asked (an alert did), so every change waits for one."""
         by = user_id or "user"
         async with self._lease(thread_id):
             latest = await self._latest(thread_id)
@@ -91,13 +93,14 @@ class Engine:
             else:
                 now = time.time()
                 record = RunRecord(run_id=new_run_id(thread_id), thread_id=thread_id, user_id=user_id,
-                                   text=preview(redact(text)), created_at=now, updated_at=now)
+                                   text=preview(redact(text)), created_at=now, updated_at=now, unattended=unattended)
                 # The transcript as it is now (a run closed out above appended to it).
                 run = Run(self.deps, record, transcript, self._memo(thread_id))
                 run.count("runs")
                 run.emit(RunStarted, user_id=user_id, text=text)
             run.record.status, run.record.request_id = "running", request_id
-            run.append(UserMessage(content=redact(text), user_id=user_id, request_id=request_id))
+            content = f"{context}\n\n{text}" if context else text
+            run.append(UserMessage(content=redact(content), user_id=user_id, request_id=request_id))
             await run.commit()
             return await self._drive(run)
 

@@ -170,7 +170,7 @@ class Run:
 
     def _ctx(self, call: ToolCall, confirmed_by: str | None) -> ToolContext:
         return ToolContext(run_id=self.id, thread_id=self.record.thread_id, user_id=self.record.user_id,
-                           call_id=call.id, confirmed_by=confirmed_by)
+                           call_id=call.id, confirmed_by=confirmed_by, unattended=self.record.unattended)
 
     # --- Thought -------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import asyncio
 import json
 import time
 from collections import defaultdict, deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,6 +160,12 @@ class LocalSlack:
         app.router.add_post("/api/{method}", self._dispatch)
         app.router.add_get("/api/{method}", self._dispatch)
         app.router.add_get("/socket-mode", self._socket)
+        app.router.add_post("/services/{hook:.+}", self._incoming)
+        self.webhooks: dict[str, dict[str, str]] = {}
+        self._deliveries: set[asyncio.Task[Any]] = set()
+        self.deliver: Callable[[dict[str, Any]], Coroutine[Any, Any, Any]] | None = None
+        """Where events go (the app's Events API endpoint, through a signing sender), for messages Slack itself
+        makes: incoming webhooks."""
         self.app_token = "xapp-test-token"
         self.sockets: list[web.WebSocketResponse] = []
         self.acks: list[dict[str, Any]] = []
@@ -169,7 +175,7 @@ class LocalSlack:
     def routes(self) -> list[web.RouteDef]:
         """The Web API routes, to mount in another aiohttp app (the demo serves them next to its page)."""
         return [web.post("/api/{method}", self._dispatch), web.get("/api/{method}", self._dispatch),
-                web.get("/socket-mode", self._socket)]
+                web.get("/socket-mode", self._socket), web.post("/services/{hook:.+}", self._incoming)]
 
     async def _announce(self, change: dict[str, Any]) -> None:
         for watcher in list(self.watchers):
@@ -187,6 +193,36 @@ class LocalSlack:
                                    "thread_ts": thread_ts, "edits": 0}
         self.messages[(channel, ts)] = message
         return message
+
+    def add_webhook(self, channel: str, *, bot_id: str = "B0ALERTS", username: str = "Alertmanager") -> str:
+        """An incoming-webhook URL (as an alerting tool is configured with) that posts into ``channel``."""
+        hook = f"T0001/{bot_id}/{len(self.webhooks) + 1:04d}"
+        self.webhooks[hook] = {"channel": channel, "bot_id": bot_id, "username": username}
+        return f"{self.server.url}/services/{hook}"
+
+    async def _incoming(self, request: web.Request) -> web.Response:
+        """An incoming-webhook POST becomes a bot message in its channel, and Slack sends the app the
+        ``message`` event (``subtype: bot_message``, the webhook's ``bot_id``) as it does."""
+        hook = self.webhooks.get(request.match_info["hook"])
+        if hook is None:
+            return web.Response(status=404, text="no_service")
+        try:
+            body = await request.json()
+        except ValueError:
+            return web.Response(status=400, text="invalid_payload")
+        ts = self._next_ts()
+        message = {"type": "message", "subtype": "bot_message", "ts": ts, "channel": hook["channel"],
+                   "bot_id": hook["bot_id"], "username": body.get("username") or hook["username"],
+                   "text": str(body.get("text") or ""), "attachments": body.get("attachments") or [],
+                   "blocks": body.get("blocks") or [], "thread_ts": None, "edits": 0}
+        self.messages[(hook["channel"], ts)] = message
+        await self._announce({"type": "message", "message": message})
+        if self.deliver is not None:  # Slack sends events after answering the webhook: so do we
+            event = {k: v for k, v in message.items() if k not in ("thread_ts", "edits")}
+            task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(self.deliver(event))
+            self._deliveries.add(task)
+            task.add_done_callback(self._deliveries.discard)
+        return web.Response(text="ok")
 
     @property
     def api_url(self) -> str:
@@ -343,6 +379,7 @@ class LocalSlack:
     def _chat_postMessage(self, body: dict[str, Any]) -> dict[str, Any]:
         ts = self._next_ts()
         message = {"ts": ts, "channel": body["channel"], "text": body.get("text", ""), "bot": True,
+                   "user": self.bot_user or BOT_USER, "bot_id": "B0001",
                    "blocks": body.get("blocks") or [], "thread_ts": body.get("thread_ts"), "edits": 0}
         if body.get("metadata"):
             message["metadata"] = body["metadata"]
@@ -362,8 +399,11 @@ class LocalSlack:
     def _conversations_replies(self, body: dict[str, Any]) -> dict[str, Any]:
         channel, ts = str(body.get("channel")), str(body.get("ts"))
         with_metadata = str(body.get("include_all_metadata")).lower() in ("1", "true")
+        oldest = float(body.get("oldest") or 0)
+        inclusive = str(body.get("inclusive")).lower() in ("1", "true")
         found = [{k: v for k, v in m.items() if k != "metadata" or with_metadata}
-                 for m in self.thread(channel, ts)]
+                 for m in self.thread(channel, ts)
+                 if not oldest or float(m["ts"]) > oldest or (inclusive and float(m["ts"]) == oldest)]
         start, limit = int(body.get("cursor") or 0), int(body.get("limit") or 1000)
         more = start + limit < len(found)
         return {"ok": True, "messages": found[start:start + limit], "has_more": more,

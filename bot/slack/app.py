@@ -63,6 +63,11 @@ def build_bolt_app(*, client: AsyncWebClient, signing_secret: str, inbound: Inbo
         await ack()
         inbound.spawn(inbound.on_action(body, action), name=f"action-{action.get('action_id')}")
 
+    @app.shortcut("opspilot_investigate_message")
+    async def on_shortcut(ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        inbound.spawn(inbound.on_shortcut(body), name="shortcut")
+
     @app.action(re.compile(r"^value$"))
     async def on_select(ack: AsyncAck) -> None:
         await ack()  # choosing in a form's select: the Submit button carries the values

@@ -18,6 +18,8 @@ from bot.agent.engine import Engine
 from bot.agent.errors import EngineError, NotPending
 from bot.slack import blocks as kit
 from bot.slack.access import AccessPolicy, Verdict
+from bot.slack.alerts import INVESTIGATE, Alerts
+from bot.slack.history import render
 from bot.slack.meta import CARD, channel_of, thread_key
 from bot.slack.outbox import SlackOutbox
 from bot.slack.work import CLICK_LOST, STORE_DOWN, Answer, Converse, RunButton, WorkItem
@@ -36,8 +38,10 @@ Dispatch = Callable[[WorkItem], Awaitable[None]]
 
 class Inbound:
     def __init__(self, *, engine: Engine, meta: MetaStore, outbox: SlackOutbox, access: AccessPolicy,
-                 dispatch: Dispatch) -> None:
+                 dispatch: Dispatch, alerts: Alerts | None = None) -> None:
         self.engine = engine
+        self.alerts = alerts
+        self.alert_source = access.config.alert_source
         self.meta = meta
         self.outbox = outbox
         self.access = access
@@ -72,6 +76,10 @@ class Inbound:
 
     async def on_message(self, event: dict[str, Any], event_id: str | None, *, mentioned: bool,
                          bot_user_id: str | None) -> None:
+        source = self.alert_source(str(event.get("channel")), event) \
+            if event.get("subtype") in (None, "bot_message") else None
+        if source is not None and self.alerts is not None:
+            return await self.alerts.on_alert(event, source)
         if event.get("subtype") not in _IGNORED_SUBTYPES or event.get("bot_id") or not event.get("user"):
             return  # edits, deletions, joins, bots (ourselves included) never start a run
         if bot_user_id and event["user"] == bot_user_id:
@@ -106,7 +114,7 @@ class Inbound:
             return
         text = redact(_MENTION.sub("", raw).strip()) or "hello"  # the queue is Redis too: no secret goes there
         await self.dispatch(Converse(channel=channel, thread_ts=thread_ts, user=event["user"], text=text,
-                                     request_id=f"{channel}:{ts}"))
+                                     request_id=f"{channel}:{ts}", ts=ts))
 
     async def on_command(self, command: dict[str, Any]) -> None:
         channel, user = command["channel_id"], command["user_id"]
@@ -143,10 +151,39 @@ class Inbound:
                 await self._run_button(action_id, value, user, channel, thread_ts)
             elif action_id in ("opspilot_confirm", "opspilot_decline", "opspilot_submit"):
                 await self._decide(action_id, value, user, channel, thread_ts, body.get("state") or {})
+            elif action_id == INVESTIGATE:
+                await self._investigate(value, user, channel, thread_ts)
         except StoreError as exc:
             ref = uuid.uuid4().hex[:8]
             log.error("click %s by %s dropped (ref %s): %s", action_id, user, ref, exc)
             await self.outbox.store_down(channel, CLICK_LOST, ref=ref, thread_ts=thread_ts, user=user)
+
+    async def _investigate(self, alert_ts: str, user: str, channel: str, thread_ts: str | None) -> None:
+        verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))
+        if not verdict.allowed or self.alerts is None or thread_ts != alert_ts:
+            await self.outbox.tell(channel, user, verdict.reason if not verdict.allowed else MISPLACED, thread_ts)
+            return
+        problem = await self.alerts.investigate(channel, alert_ts, user)
+        if problem:
+            await self.outbox.tell(channel, user, problem, thread_ts)
+
+    async def on_shortcut(self, body: dict[str, Any]) -> None:
+        """"Investigate with OpsPilot" on any message: a run in that message's thread, about it."""
+        user, channel = str(body["user"]["id"]), str((body.get("channel") or {}).get("id"))
+        message = body.get("message") or {}
+        ts = str(message.get("ts") or "")
+        thread_ts = str(message.get("thread_ts") or ts)
+        trigger = str(body.get("trigger_id") or f"{channel}:{ts}:{user}")
+        if not ts or not await self.meta.first_time(f"shortcut:{trigger}"):
+            return
+        verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))
+        if not verdict.allowed:
+            await self.outbox.tell(channel, user, verdict.reason, thread_ts)
+            return
+        context = redact(render([message], ts, 1, self.access.config.thread_context_chars))
+        question = f"<@{user}> asked me to investigate the message quoted above: what is wrong, and what to do?"
+        await self.dispatch(Converse(channel=channel, thread_ts=thread_ts, user=user, text=question,
+                                     request_id=f"{channel}:{ts}:shortcut:{trigger}", context=context))
 
     async def _run_button(self, action_id: str, run_id: str, user: str, channel: str, thread_ts: str | None) -> None:
         verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))

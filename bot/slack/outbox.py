@@ -74,7 +74,7 @@ class SlackOutbox:
                                                   "text": redact(text),
                                                   "blocks": json.dumps(redact_blocks(blocks), ensure_ascii=False)})
 
-    async def say(self, channel: str, thread_ts: str, text: str, key: str | None = None) -> None:
+    async def say(self, channel: str, thread_ts: str | None, text: str, key: str | None = None) -> None:
         await self.message(key or f"say:{uuid.uuid4().hex}", channel, thread_ts, kit.fallback_text(text),
                            [kit.mrkdwn(text)])
 

@@ -15,7 +15,9 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.assembly import Assembly, assemble
 from bot.config import ConfigError, Settings
 from bot.slack.access import AccessPolicy
+from bot.slack.alerts import Alerts
 from bot.slack.app import build_bolt_app, web_routes
+from bot.slack.history import ThreadReader
 from bot.slack.inbound import Inbound
 from bot.slack.metrics import CountingRateLimitHandler, Metrics, retry_handlers
 from bot.slack.outbox import SlackOutbox
@@ -105,7 +107,9 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
                          pacer=Pacer(posts_per_second=slack.posts_per_second,
                                      updates_per_minute=slack.updates_per_minute),
                          update_interval_s=slack.progress_interval_s, max_backoff_s=slack.outbox_max_backoff_s)
-    executor = Executor(engine=core.engine, meta=core.meta, outbox=outbox, metrics=metrics)
+    reader = ThreadReader(client, core.meta, max_messages=slack.thread_context_messages,
+                          max_chars=slack.thread_context_chars) if slack.thread_context_messages else None
+    executor = Executor(engine=core.engine, meta=core.meta, outbox=outbox, metrics=metrics, reader=reader)
     queue = core.queue
     worker = Worker(queue=queue, executor=executor, reclaim_after_s=settings.sweeps.stale_after_s) \
         if role == "worker" else None
@@ -116,8 +120,10 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     async def here(item: WorkItem) -> None:
         inbound.spawn(executor(item), name=f"{item.kind}-{item.channel}")
 
+    dispatch = enqueue if role == "front" else here
+    alerts = Alerts(config=slack, meta=core.meta, outbox=outbox, dispatch=dispatch) if slack.alert_sources else None
     inbound = Inbound(engine=core.engine, meta=core.meta, outbox=outbox, access=AccessPolicy(slack, client),
-                      dispatch=enqueue if role == "front" else here)
+                      dispatch=dispatch, alerts=alerts)
     renderer = Renderer(outbox=outbox, meta=core.meta, reports=core.reports,
                         model_note=f"model: {core.model.label}" if core.model.scripted else "")
     if role != "front":  # runs happen where the engine works: the front only hands work on

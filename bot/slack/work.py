@@ -20,6 +20,7 @@ from bot.agent.decisions import Confirm, Decision, Decline, ProvideParams
 from bot.agent.engine import Engine
 from bot.agent.errors import AlreadyHandled, EngineError, InterruptExpired, InvalidDecision, NotPending, ThreadBusy
 from bot.slack import blocks as kit
+from bot.slack.history import ThreadReader
 from bot.slack.meta import CARD, THREAD, thread_key
 from bot.slack.metrics import Metrics
 from bot.slack.outbox import SlackOutbox
@@ -45,6 +46,12 @@ class Converse(_Item):
     kind: Literal["converse"] = "converse"
     text: str
     request_id: str
+    ts: str | None = None
+    """The message's own ts, when it is a reply in a thread: the thread before it is read for the model."""
+    context: str = ""
+    """Quoted material that comes with the question (the alert or message it is about); already redacted."""
+    unattended: bool = False
+    """No person asked (an alert did): every change waits for a person's Confirm."""
 
 
 class Answer(_Item):
@@ -74,8 +81,10 @@ WorkAdapter: TypeAdapter[WorkItem] = TypeAdapter(WorkItem)
 class Executor:
     """Does one work item; tells the person in words when it cannot. Never raises."""
 
-    def __init__(self, *, engine: Engine, meta: MetaStore, outbox: SlackOutbox, metrics: Metrics) -> None:
+    def __init__(self, *, engine: Engine, meta: MetaStore, outbox: SlackOutbox, metrics: Metrics,
+                 reader: ThreadReader | None = None) -> None:
         self.engine = engine
+        self.reader = reader
         self.meta = meta
         self.outbox = outbox
         self.metrics = metrics
@@ -116,7 +125,11 @@ class Executor:
         thread_ts = str(item.thread_ts)
         thread_id = thread_key(item.channel, thread_ts)
         await self.meta.put(THREAD, thread_id, {"channel": item.channel, "thread_ts": thread_ts})
-        await self.engine.ask(thread_id, item.text, user_id=item.user, request_id=item.request_id)
+        context = item.context
+        if self.reader is not None and not context:
+            context = await self.reader.context(item.channel, thread_ts, item.ts)
+        await self.engine.ask(thread_id, item.text, user_id=item.user, request_id=item.request_id, context=context,
+                              unattended=item.unattended)
 
     async def _answer(self, item: Answer) -> None:
         ticket, decision = item.ticket, item.to_decision()
