@@ -116,7 +116,7 @@ def _answer_restart(result: ToolResultMessage, zh: bool) -> str:
             else f"The restart did not run: {body.get('message')} ({body.get('errorCode')}).")
 
 
-def _follow_up(results: list[ToolResultMessage], text: str, tools: Sequence[str]) -> AssistantMessage | None:
+def _follow_up(results: list[ToolResultMessage], env: str | None, tools: Sequence[str]) -> AssistantMessage | None:
     """After finding the service: read its logs and metrics (a dependent second step)."""
     if any(r.name in ("query_logs", "query_metrics") for r in results) or "query_logs" not in tools:
         return None
@@ -124,7 +124,6 @@ def _follow_up(results: list[ToolResultMessage], text: str, tools: Sequence[str]
     if not found or not found.get("candidates"):
         return None
     service = found["candidates"][0]
-    env = "prod" if _PROD.search(text) else "staging" if _STAGING.search(text) else None
     if env is None:
         alerts = service.get("recent_alerts") or []
         env = alerts[0].get("env") if alerts else None
@@ -135,9 +134,33 @@ def _follow_up(results: list[ToolResultMessage], text: str, tools: Sequence[str]
     return AssistantMessage(content=f"Found {service['id']}; reading its logs and metrics.", tool_calls=tuple(calls))
 
 
+_SERVICE = re.compile(r"\bservice\s*(?::\s*`?|=\s*\"?|`)([a-z0-9][a-z0-9_.-]+)", re.I)
+_ENVIRONMENT = re.compile(r"\benv(?:ironment)?\s*(?::\s*`?|=\s*\"?|`)([a-z0-9_-]+)", re.I)
+
+
+def _subject(question: str, quoted: str) -> str:
+    """What to look up: a service the question or the quoted thread names (an alert's label), else the quoted
+    message when the question only points at it, else the question."""
+    named = _SERVICE.search(question) or _SERVICE.search(quoted)
+    if named:
+        return named.group(1)
+    body = [line for line in quoted.splitlines() if line and not line.startswith(("[", "<", "(", "</"))]
+    if body and (len(question.split()) <= 6 or "quoted above" in question):
+        return body[-1][:200]
+    return question[:200]
+
+
+def _environment(question: str, quoted: str) -> str | None:
+    env = "prod" if _PROD.search(question) else "staging" if _STAGING.search(question) else None
+    labelled = _ENVIRONMENT.search(quoted) or _ENVIRONMENT.search(question)
+    return env or (labelled.group(1) if labelled else None)
+
+
 def demo_reply(messages: Sequence[Message], tools: Sequence[str]) -> AssistantMessage:
     last_user = max((i for i, m in enumerate(messages) if isinstance(m, UserMessage)), default=-1)
-    text = messages[last_user].content if last_user >= 0 else ""
+    content = messages[last_user].content if last_user >= 0 else ""
+    quoted, _, question = content.rpartition("</slack_thread>")  # the thread it was asked in, then the question
+    text = question.strip()
     zh = bool(_CJK.search(text))
     since = messages[last_user + 1:]
     results = [m for m in since if isinstance(m, ToolResultMessage)]
@@ -147,18 +170,21 @@ def demo_reply(messages: Sequence[Message], tools: Sequence[str]) -> AssistantMe
         restarts = [r for r in results if r.name == "restart_service"]
         if restarts:
             return AssistantMessage(content=_answer_restart(restarts[-1], zh))
-        return _follow_up(results, text, tools) or AssistantMessage(content=_answer_lookup(results, zh))
+        return _follow_up(results, _environment(text, quoted), tools) or \
+            AssistantMessage(content=_answer_lookup(results, zh))
     if _RESTART.search(text) and "restart_service" in tools:
         service = _last_service(messages)
         if service is None:
             return AssistantMessage(content="Which service? Ask me about it first, e.g. “payments recent errors”.")
-        env = "prod" if _PROD.search(text) else "staging" if _STAGING.search(text) else None
+        env = _environment(text, quoted)
         args: dict[str, Any] = {"service_id": service, "reason": text[:200]}
         if env:
             args["environment"] = env
         restart = _call("restart_service", **args)
         return AssistantMessage(content=f"Restarting {service} as asked.", tool_calls=(restart,))
-    calls = [_call(name, query=text) for name in ("search_resource", "search_docs") if name in tools]
+    subject = _subject(text, quoted)
+    calls = [_call("search_resource", query=subject)] if "search_resource" in tools else []
+    calls += [_call("search_docs", query=f"{subject} {text}"[:500])] if "search_docs" in tools else []
     if not calls:
         return AssistantMessage(content="(scripted demo model) I have no tool for that.")
     return AssistantMessage(content="Looking up the service and the runbooks in parallel.", tool_calls=tuple(calls))

@@ -1,0 +1,178 @@
+"""Alerts where they fire: Alertmanager-shaped notifications through the fake Slack's incoming webhook, the
+``message`` events Slack would send, the real app over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import aiohttp
+import pytest
+
+from bot.agent.models.scripted import ScriptedModel, call, reply
+from bot.demo.sender import block_action, mention
+from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.demo.workspace import all_text, buttons
+from bot.slack.alert import parse
+from tests.slack_harness import Workspace, open_workspace
+from tests.toolkit import Probe, toolkit
+
+ALERTS = "C0ALERTS"
+
+
+def notification(status: str, name: str = "PaymentsHighErrorRate", service: str = "payments", env: str = "prod",
+                 firing: int = 1) -> dict[str, Any]:
+    """What Alertmanager posts with a common labels/annotations text template."""
+    head = f"[{status.upper()}{f':{firing}' if status == 'firing' else ''}] {name} {service} ({env} critical)"
+    return {"username": "Alertmanager", "attachments": [{
+        "title": head, "fallback": head, "color": "danger" if status == "firing" else "good",
+        "text": f"*Labels:*\n• alertname: `{name}`\n• service: `{service}`\n• environment: `{env}`\n"
+                f"*Annotations:*\n• summary: {service} 5xx above 2% for 5 minutes"}]}
+
+
+async def fire(slack: FakeSlack, hook: str, body: dict[str, Any]) -> str:
+    before = set(slack.messages)
+    async with aiohttp.ClientSession() as session, session.post(hook, json=body) as response:
+        assert response.status == 200
+    [(_, ts)] = [k for k in slack.messages if k not in before]
+    return ts
+
+
+def source(**overrides: Any) -> dict[str, Any]:
+    return {"channel": ALERTS, "bot_ids": ["B0ALERTS"], "mode": "investigate", **overrides}
+
+
+@pytest.fixture
+async def ws(redis_url: str, prefix: str, slack: FakeSlack) -> Any:
+    workspace = await open_workspace(redis_url, prefix, slack, alert_sources=[source()])
+    slack.deliver = workspace.sender.event
+    yield workspace
+    await workspace.stop()
+
+
+def test_alertmanager_notifications_are_read_with_their_labels() -> None:
+    alert = parse({"attachments": notification("firing", firing=3)["attachments"]})
+    assert alert is not None and alert.status == "firing" and alert.count == 3
+    assert (alert.service, alert.environment) == ("payments", "prod")
+    assert alert.annotations["summary"].startswith("payments 5xx")
+    resolved = parse({"attachments": notification("resolved")["attachments"]})
+    assert resolved is not None and resolved.status == "resolved" and resolved.key == alert.key
+    generic = parse({"text": "Triggered: High latency on checkout", "attachments": [
+        {"fields": [{"title": "service", "value": "checkout"}, {"title": "env", "value": "staging"}]}]})
+    assert generic is not None and (generic.service, generic.environment) == ("checkout", "staging")
+    assert parse({"text": "deploy of payments finished"}) is None
+
+
+async def test_a_firing_alert_is_investigated_once_and_its_thread_follows_it(ws: Workspace) -> None:
+    hook = ws.slack.add_webhook(ALERTS)
+    alert_ts = await fire(ws.slack, hook, notification("firing"))
+    await ws.settle()
+    thread = ws.slack.thread(ALERTS, alert_ts)
+    answer = all_text(thread[-1])
+    assert "Payment Service" in answer and "4.3%" in answer, answer  # it read the service's logs and metrics
+    assert (await ws.store.stats(3600)).runs == 1
+
+    again = await fire(ws.slack, hook, notification("firing", firing=2))
+    await ws.settle()
+    assert (await ws.store.stats(3600)).runs == 1  # the same group: no second run
+    assert "Fired again" in all_text(ws.slack.thread(ALERTS, alert_ts)[-1])
+    assert ws.slack.thread(ALERTS, again) == [ws.slack.messages[(ALERTS, again)]]  # nothing under the repeat
+
+    await fire(ws.slack, hook, notification("resolved"))
+    await ws.settle()
+    assert "Resolved at" in all_text(ws.slack.thread(ALERTS, alert_ts)[-1])
+
+    # A person in the thread: "restart it" proposes the alert's service and environment and waits.
+    await ws.sender.event(mention(ALERTS, "UONCALL", "restart it in prod", f"{alert_ts}1", thread_ts=alert_ts))
+    await ws.settle()
+    card = next(m for m in ws.slack.thread(ALERTS, alert_ts) if any(
+        b["action_id"] == "opspilot_confirm" for b in buttons(m)))
+    assert "`payments`" in all_text(card) and "`prod`" in all_text(card)
+    assert ws.toolbox.restarts.done == []
+
+
+async def test_an_alert_run_changes_nothing_without_a_person(redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    probe = Probe()
+    tools = toolkit(probe)
+    # "change" needs a confirmation only in prod; the alert asks for staging, where a person would not be asked.
+    model = ScriptedModel([reply("", call("change", "c1", target="payments", environment="staging")),
+                           reply("Changed.")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, specs=[tools["change"]],
+                              alert_sources=[source()], two_person_rule=["staging"])
+    slack.deliver = ws.sender.event
+    try:
+        alert_ts = await fire(slack, slack.add_webhook(ALERTS), notification("firing", env="staging"))
+        await ws.settle()
+        assert probe.count("change") == 0
+        card = next(m for m in slack.thread(ALERTS, alert_ts) if buttons(m) and any(
+            b["action_id"] == "opspilot_confirm" for b in buttons(m)))
+        token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
+        # The requester of record is the alert source: any person may be the second pair of eyes.
+        await ws.sender.action(block_action(user="UONCALL", channel=ALERTS, message=card,
+                                            action_id="opspilot_confirm", value=token))
+        await ws.settle()
+        assert probe.count("change") == 1
+        assert "requested by B0ALERTS" in all_text(slack.thread(ALERTS, alert_ts)[-1])
+    finally:
+        await ws.stop()
+
+
+async def test_an_alert_storm_is_held_back_and_said(redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    ws = await open_workspace(redis_url, prefix, slack, alert_sources=[source(max_runs=2)])
+    slack.deliver = ws.sender.event
+    try:
+        hook = slack.add_webhook(ALERTS)
+        stamps = [await fire(slack, hook, notification("firing", name=f"Alert{i}")) for i in range(5)]
+        await ws.settle()
+        assert (await ws.store.stats(3600)).runs == 2
+        storm = [m for m in slack.called("chat.postMessage") if "Many alerts at once" in str(m.get("text"))]
+        assert len(storm) == 1 and storm[0].get("thread_ts") is None  # said once, in the channel
+        held = [ts for ts in stamps[2:] if any(b["action_id"] == "opspilot_investigate"
+                                               for m in slack.thread(ALERTS, ts) for b in buttons(m))]
+        assert held == stamps[2:]
+
+        offer = next(m for m in slack.thread(ALERTS, held[0]) if buttons(m))
+        click = block_action(user="UONCALL", channel=ALERTS, message=copy.deepcopy(offer),
+                             action_id="opspilot_investigate", value=held[0])
+        await asyncio.gather(ws.sender.action(click), ws.sender.action(click))  # a double click: one run
+        await ws.settle()
+        assert (await ws.store.stats(3600)).runs == 3
+        assert "Payment Service" in all_text(slack.thread(ALERTS, held[0])[-1])
+        assert any("already on it" in t for t in slack.ephemeral_texts("UONCALL"))
+    finally:
+        await ws.stop()
+
+
+async def test_button_mode_offers_and_waits(redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    ws = await open_workspace(redis_url, prefix, slack, alert_sources=[source(mode="button")])
+    slack.deliver = ws.sender.event
+    try:
+        alert_ts = await fire(slack, slack.add_webhook(ALERTS), notification("firing"))
+        await ws.settle()
+        assert (await ws.store.stats(3600)).runs == 0
+        offer = next(m for m in slack.thread(ALERTS, alert_ts) if buttons(m))
+        assert [b["action_id"] for b in buttons(offer)] == ["opspilot_investigate"]
+    finally:
+        await ws.stop()
+
+
+async def test_other_bots_and_other_channels_start_nothing(ws: Workspace) -> None:
+    other = ws.slack.add_webhook(ALERTS, bot_id="B0CHATTY", username="deploy-bot")
+    await fire(ws.slack, other, notification("firing"))
+    elsewhere = ws.slack.add_webhook("C0RANDOM")
+    await fire(ws.slack, elsewhere, notification("firing"))
+    await ws.settle()
+    assert (await ws.store.stats(3600)).runs == 0 and ws.slack.called("chat.postMessage") == []
+
+
+async def test_the_message_shortcut_investigates_any_message(ws: Workspace) -> None:
+    message = ws.slack.post_as_user("C0OPS", "UALICE", "orders-api is throwing 500s since 10:02")
+    payload = {"type": "message_action", "callback_id": "opspilot_investigate_message", "trigger_id": "5.5",
+               "team": {"id": "T0001"}, "user": {"id": "UONCALL"}, "channel": {"id": "C0OPS"},
+               "message": {k: message[k] for k in ("ts", "text", "user")}, "response_url": "https://x.test/r"}
+    status, _ = await ws.sender.action(payload)
+    await ws.settle()
+    assert status == 200
+    answer = all_text(ws.slack.thread("C0OPS", message["ts"])[-1])
+    assert "Order Service" in answer, answer
