@@ -19,3 +19,7 @@ def test_scopes_events_command_and_modes() -> None:
     assert settings["interactivity"]["is_enabled"] is True and settings["socket_mode_enabled"] is True
     assert [c["command"] for c in MANIFEST["features"]["slash_commands"]] == ["/opspilot"]
     assert MANIFEST["features"]["bot_user"]["display_name"] == "OpsPilot"
+    [shortcut] = MANIFEST["features"]["shortcuts"]
+    assert shortcut["type"] == "message" and shortcut["callback_id"] == "opspilot_investigate_message"
+    app = (Path(__file__).parent.parent / "bot" / "slack" / "app.py").read_text(encoding="utf-8")
+    assert f'app.shortcut("{shortcut["callback_id"]}")' in app

@@ -176,7 +176,10 @@ def demo_reply(messages: Sequence[Message], tools: Sequence[str]) -> AssistantMe
         service = _last_service(messages)
         if service is None:
             return AssistantMessage(content="Which service? Ask me about it first, e.g. “payments recent errors”.")
-        env = _environment(text, quoted)
+        # Else where the thread's alert fired (an earlier turn's quoted labels).
+        env = _environment(text, quoted) or next(
+            (e for m in reversed(messages) if isinstance(m, UserMessage)
+             for e in [_environment("", m.content.rpartition("</slack_thread>")[0])] if e), None)
         args: dict[str, Any] = {"service_id": service, "reason": text[:200]}
         if env:
             args["environment"] = env
