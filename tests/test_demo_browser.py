@@ -100,3 +100,27 @@ async def test_the_whole_scenario_in_the_browser(demo_url: str, page: Page) -> N
     ARTIFACTS.mkdir(exist_ok=True)
     await page.screenshot(path=str(ARTIFACTS / "demo-scenario.png"), full_page=True)
     assert (ARTIFACTS / "demo-scenario.png").stat().st_size > 10_000
+
+
+async def test_the_demo_alert_is_investigated_in_its_thread(demo_url: str, page: Page) -> None:
+    await page.goto(demo_url)
+    await page.get_by_test_id("channel-ops-alerts").click()
+    await page.get_by_test_id("fire-alert").click()
+    channel = page.get_by_test_id("channel-messages")
+    alert = channel.locator(".msg", has_text="[FIRING:1] PaymentsHighErrorRate")
+    await expect(alert).to_be_visible()  # posted by "Alertmanager" through the incoming webhook
+    await expect(alert).to_contain_text("Alertmanager")
+    await alert.get_by_test_id("replies").click()
+    thread = page.get_by_test_id("thread")
+    await expect(thread.locator(".msg", has_text="Payment Service").last).to_be_visible()
+    await expect(thread).to_contain_text("error rate 4.3%")
+    await page.get_by_test_id("fire-alert").click()  # the same group again: one line, no second run
+    await expect(thread).to_contain_text("Fired again")
+    await page.get_by_test_id("resolve-alert").click()
+    await expect(thread).to_contain_text("Resolved at")
+    await expect(thread.locator(".msg", has_text="Payment Service")).to_have_count(1)
+    ARTIFACTS.mkdir(exist_ok=True)
+    await page.screenshot(path=str(ARTIFACTS / "demo-alert.png"), full_page=True)
+    await page.get_by_test_id("channel-ops-oncall").click()  # the other channel shows none of it
+    await expect(channel).not_to_contain_text("PaymentsHighErrorRate")
+    await expect(thread).to_be_hidden()

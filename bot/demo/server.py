@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
-from bot.config import Approvers, Settings
+from bot.config import AlertSource, Approvers, Settings
 from bot.demo.local_server import LocalServer
 from bot.demo.sender import SlackSender
 from bot.demo.workspace import BOT_USER, TEAM, LocalSlack
@@ -29,6 +30,11 @@ log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).parent / "static"
 CHANNEL = "C0OPSDEMO"
+ALERTS = "C0ALERTSDEMO"
+CHANNELS = {CHANNEL: {"name": "ops-oncall", "topic": "Ask @OpsPilot about an incident. Try: "
+                                                    "看看支付服务最近报错，顺便对照一下文档里的处理建议"},
+            ALERTS: {"name": "ops-alerts", "topic": "Alertmanager posts here; OpsPilot investigates each alert in "
+                                                    "its thread. Fire the demo alert to see it."}}
 USERS = {
     "U0ALICE": {"name": "Alice", "role": "on-call engineer (asks)"},
     "U0BOB": {"name": "Bob", "role": "SRE lead (approves prod changes)"},
@@ -43,6 +49,7 @@ def demo_settings(settings: Settings, port: int) -> Settings:
         "app_token": None, "api_url": f"http://127.0.0.1:{port}/api/", "port": port,
         "allowed_users": ["U0ALICE", "U0BOB"], "two_person_rule": ["prod"],
         "approvers": {"restart_service": {"prod": Approvers(users=["U0BOB"])}},
+        "alert_sources": [AlertSource(channel=ALERTS, bot_ids=["B0ALERTS"], mode="investigate")],
         "progress_interval_s": min(settings.slack.progress_interval_s, 0.5),
     })
     # Its own key prefix: demo threads never mix with a real bot's state in the same Redis.
@@ -55,6 +62,8 @@ class Demo:
         self.port = port
         self.slack = LocalSlack(token=str(self.settings.slack.bot_token))
         self.service: SlackService | None = None
+        self.hook = ""
+        self.slack.deliver = self._deliver_event  # the webhook's bot message, as Slack sends it to the app
         self._feeds: set[asyncio.Queue[dict[str, Any]]] = set()
         self.slack.watchers.append(self._broadcast)
 
@@ -69,8 +78,10 @@ class Demo:
         app.router.add_get("/demo/feed", self.feed)
         app.router.add_post("/demo/say", self.say)
         app.router.add_post("/demo/click", self.click)
+        app.router.add_post("/demo/alert", self.alert)
         server = await LocalServer(app, port=self.port).start()
         self.port = server.port
+        self.hook = self.slack.add_webhook(ALERTS, base_url=server.url)
         self.service.start()
         return server
 
@@ -89,6 +100,7 @@ class Demo:
         core = self.service.core
         return web.json_response({
             "channel": {"id": CHANNEL, "name": "ops-oncall"}, "bot": {"id": BOT_USER, "name": "OpsPilot"},
+            "channels": [{"id": c, **about} for c, about in CHANNELS.items()],
             "users": USERS, "model": core.model.label, "scripted": core.model.scripted,
             "store": "Redis (durable)" if core.store.durable else "in-process store — NOT durable",
             "messages": sorted(self.slack.messages.values(), key=lambda m: float(m["ts"])),
@@ -124,13 +136,13 @@ class Demo:
     async def say(self, request: web.Request) -> web.Response:
         body = await request.json()
         user, text = str(body.get("user", "")), str(body.get("text", "")).strip()
-        thread_ts = body.get("thread_ts") or None
-        if user not in USERS or not text:
+        thread_ts, channel = body.get("thread_ts") or None, str(body.get("channel") or CHANNEL)
+        if user not in USERS or not text or channel not in CHANNELS:
             return web.json_response({"ok": False, "error": "choose a user and write something"}, status=400)
         wire = text.replace("@OpsPilot", f"<@{BOT_USER}>")
-        message = self.slack.post_as_user(CHANNEL, user, wire, thread_ts)
+        message = self.slack.post_as_user(channel, user, wire, thread_ts)
         await self._broadcast({"type": "message", "message": message})
-        event: dict[str, Any] = {"type": "message", "channel": CHANNEL, "user": user, "text": wire,
+        event: dict[str, Any] = {"type": "message", "channel": channel, "user": user, "text": wire,
                                  "ts": message["ts"], "channel_type": "channel"}
         if thread_ts:
             event["thread_ts"] = thread_ts
@@ -143,15 +155,15 @@ class Demo:
 
     async def click(self, request: web.Request) -> web.Response:
         body = await request.json()
-        user = str(body.get("user", ""))
-        message = self.slack.messages.get((CHANNEL, str(body.get("message_ts"))))
+        user, channel = str(body.get("user", "")), str(body.get("channel") or CHANNEL)
+        message = self.slack.messages.get((channel, str(body.get("message_ts"))))
         if user not in USERS or message is None:
             return web.json_response({"ok": False, "error": "unknown user or message"}, status=400)
         payload = {
             "type": "block_actions", "team": {"id": TEAM}, "user": {"id": user, "username": USERS[user]["name"]},
             "api_app_id": "A0DEMO", "token": "unused", "trigger_id": f"{time.time():.3f}",
-            "container": {"type": "message", "message_ts": message["ts"], "channel_id": CHANNEL},
-            "channel": {"id": CHANNEL, "name": "ops-oncall"},
+            "container": {"type": "message", "message_ts": message["ts"], "channel_id": channel},
+            "channel": {"id": channel, "name": CHANNELS.get(channel, {}).get("name", channel)},
             "message": {"ts": message["ts"], "thread_ts": message.get("thread_ts"), "blocks": message["blocks"]},
             "state": {"values": body.get("values") or {}},
             "response_url": f"http://127.0.0.1:{self.port}/demo/response",
@@ -161,6 +173,14 @@ class Demo:
         }
         status, _ = await self._sender().action(payload)
         return web.json_response({"ok": status == 200})
+
+    async def alert(self, request: web.Request) -> web.Response:
+        """The demo's alert fires (or resolves): posted to the incoming webhook over HTTP, as Alertmanager
+        would, so it reaches the bot exactly as a real alert does."""
+        body = await request.json()
+        status = "resolved" if body.get("status") == "resolved" else "firing"
+        async with aiohttp.ClientSession() as session, session.post(self.hook, json=demo_alert(status)) as answer:
+            return web.json_response({"ok": answer.status == 200})
 
     async def _deliver_event(self, event: dict[str, Any]) -> None:
         envelope = {"token": "unused", "team_id": TEAM, "api_app_id": "A0DEMO", "type": "event_callback",
@@ -172,6 +192,15 @@ class Demo:
     def _sender(self) -> SlackSender:
         """Signed with the app's signing secret, to the bot's own endpoint, exactly as Slack would."""
         return SlackSender(f"http://127.0.0.1:{self.port}/slack/events", str(self.settings.slack.signing_secret))
+
+
+def demo_alert(status: str) -> dict[str, Any]:
+    """What Alertmanager posts for the demo's alert, with a common labels/annotations text template."""
+    head = f"[{status.upper()}{':1' if status == 'firing' else ''}] PaymentsHighErrorRate payments-api (prod critical)"
+    return {"username": "Alertmanager", "attachments": [{
+        "title": head, "fallback": head, "color": "danger" if status == "firing" else "good",
+        "text": "*Labels:*\n• alertname: `PaymentsHighErrorRate`\n• service: `payments-api`\n• env: `prod`\n"
+                "• severity: `critical`\n*Annotations:*\n• summary: payments-api answers more than 2% 5xx"}]}
 
 
 async def run_demo(settings: Settings, port: int) -> int:

@@ -194,11 +194,13 @@ class LocalSlack:
         self.messages[(channel, ts)] = message
         return message
 
-    def add_webhook(self, channel: str, *, bot_id: str = "B0ALERTS", username: str = "Alertmanager") -> str:
-        """An incoming-webhook URL (as an alerting tool is configured with) that posts into ``channel``."""
-        hook = f"T0001/{bot_id}/{len(self.webhooks) + 1:04d}"
+    def add_webhook(self, channel: str, *, bot_id: str = "B0ALERTS", username: str = "Alertmanager",
+                    base_url: str | None = None) -> str:
+        """An incoming-webhook URL (as an alerting tool is configured with) that posts into ``channel``;
+        ``base_url`` where these routes are served when not on this fake's own server (the demo)."""
+        hook = f"{TEAM}/{bot_id}/{len(self.webhooks) + 1:04d}"
         self.webhooks[hook] = {"channel": channel, "bot_id": bot_id, "username": username}
-        return f"{self.server.url}/services/{hook}"
+        return f"{base_url or self.server.url}/services/{hook}"
 
     async def _incoming(self, request: web.Request) -> web.Response:
         """An incoming-webhook POST becomes a bot message in its channel, and Slack sends the app the

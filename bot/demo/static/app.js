@@ -3,11 +3,11 @@
 "use strict";
 
 const state = { me: "U0ALICE", users: {}, bot: { id: "UBOT", name: "OpsPilot" }, messages: new Map(),
-                ephemerals: [], openThread: null, formValues: new Map() };
+                ephemerals: [], openThread: null, formValues: new Map(), channels: [], channel: null };
 
 const EMOJI = { white_check_mark: "✅", x: "❌", hourglass_flowing_sand: "⏳", raised_hand: "✋", no_entry_sign: "🚫",
   fast_forward: "⏩", hourglass: "⌛", warning: "⚠️", mag: "🔍", memo: "📝", pencil: "✏️", speech_balloon: "💬",
-  alarm_clock: "⏰", grey_question: "❔" };
+  alarm_clock: "⏰", grey_question: "❔", repeat: "🔁", rotating_light: "🚨" };
 
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 
@@ -29,6 +29,8 @@ function mrkdwn(text) {
   html = html.replace(/(^|[\s(>])_([^\n]+?)_(?=$|[\s.,;:!?)<&])/g, "$1<i>$2</i>");
   html = html.replace(/(^|[\s(>])~([^~\n]+?)~(?=$|[\s.,;:!?)<&])/g, "$1<s>$2</s>");
   html = html.replace(/:([a-z_]+):/g, (m, name) => EMOJI[name] || m);
+  // Slack's own escapes (&lt; &gt; &amp;) show as the characters, last, so they never become a mention or a link.
+  html = html.replace(/&amp;(lt|gt|amp);/g, "&$1;");
   return html.replace(/\n/g, "<br>");
 }
 
@@ -112,7 +114,7 @@ function formValues(message) {
 
 async function press(message, block, element) {
   if (element.confirm && !(await confirmDialog(element.confirm, element.style))) return;
-  await post("/demo/click", { user: state.me, message_ts: message.ts, block_id: block.block_id,
+  await post("/demo/click", { user: state.me, channel: message.channel, message_ts: message.ts, block_id: block.block_id,
     action_id: element.action_id, value: element.value, values: formValues(message) });
 }
 
@@ -139,21 +141,30 @@ function messageElement(message, { inThread }) {
   const row = document.createElement("div");
   row.className = "msg" + (message.ephemeral ? " ephemeral" : "");
   row.dataset.ts = message.ts;
-  const author = message.bot || message.ephemeral ? state.bot.id : message.user;
+  const webhook = message.subtype === "bot_message";  // an alerting tool's incoming webhook, not OpsPilot
+  const author = webhook ? message.username : message.bot || message.ephemeral ? state.bot.id : message.user;
   const avatar = document.createElement("div");
-  avatar.className = "avatar" + (author === state.bot.id ? " bot" : "");
+  avatar.className = "avatar" + (author === state.bot.id || webhook ? " bot" : "");
   avatar.textContent = nameOf(author).slice(0, 1);
   const body = document.createElement("div");
   body.className = "body";
   const time = new Date(parseFloat(message.ts) * 1000);
   body.innerHTML = `<span class="author">${esc(nameOf(author))}</span>` +
-    (author === state.bot.id ? '<span class="badge app">APP</span>' : "") +
+    (author === state.bot.id || webhook ? '<span class="badge app">APP</span>' : "") +
     `<span class="time">${esc(Number.isNaN(time.getTime()) ? "" : time.toLocaleTimeString())}</span>`;
   if (message.ephemeral) body.innerHTML += '<div class="only-you">Only visible to you</div>';
   const content = document.createElement("div");
   content.className = "text";
   if (message.blocks && message.blocks.length) renderBlocks(message, content);
   else content.innerHTML = mrkdwn(message.text);
+  for (const a of message.attachments || []) {  // how alerting tools post: a coloured box with a title
+    const box = document.createElement("div");
+    box.className = "attachment";
+    box.style.borderLeftColor = a.color === "danger" ? "#e01e5a" : a.color === "good" ? "#2eb67d" : "#ddd";
+    box.innerHTML = (a.title ? `<div class="title">${esc(a.title)}</div>` : "") + mrkdwn(a.text || "") +
+      (a.fields || []).map((f) => `<div><b>${esc(f.title)}</b>: ${esc(f.value)}</div>`).join("");
+    content.appendChild(box);
+  }
   body.appendChild(content);
   if (!inThread && !message.ephemeral) {
     const replies = threadOf(message.ts).length;
@@ -179,8 +190,9 @@ function threadOf(ts) {
 
 function render() {
   const channel = document.getElementById("messages");
-  const roots = [...state.messages.values()].filter((m) => !m.thread_ts || m.thread_ts === m.ts)
-    .concat(state.ephemerals.filter((e) => e.user === state.me && !e.thread_ts))
+  const here = (m) => m.channel === state.channel;
+  const roots = [...state.messages.values()].filter((m) => here(m) && (!m.thread_ts || m.thread_ts === m.ts))
+    .concat(state.ephemerals.filter((e) => here(e) && e.user === state.me && !e.thread_ts))
     .sort((a, b) => parseFloat(a.ts) - parseFloat(b.ts));
   channel.replaceChildren(...roots.map((m) => messageElement(m, { inThread: false })));
   channel.scrollTop = channel.scrollHeight;
@@ -198,6 +210,26 @@ function render() {
 }
 
 function openThread(ts) { state.openThread = ts; render(); }
+
+function renderChannels() {
+  const box = document.getElementById("channels");
+  box.replaceChildren(...state.channels.map((c) => {
+    const item = document.createElement("div");
+    item.className = "channel" + (c.id === state.channel ? " active" : "");
+    item.dataset.testid = `channel-${c.name}`;
+    item.textContent = `# ${c.name}`;
+    item.addEventListener("click", () => switchChannel(c.id));
+    return item;
+  }));
+  const current = state.channels.find((c) => c.id === state.channel) || { name: "", topic: "" };
+  document.getElementById("channel-name").textContent = `# ${current.name}`;
+  document.getElementById("channel-topic").textContent = current.topic;
+  document.getElementById("composer").placeholder = `Message #${current.name} — mention @OpsPilot to ask`;
+  document.getElementById("alert-controls").hidden = current.name !== "ops-alerts";
+  document.title = `OpsPilot demo — #${current.name}`;
+}
+
+function switchChannel(id) { state.channel = id; state.openThread = null; renderChannels(); render(); }
 
 function renderUsers() {
   const box = document.getElementById("users");
@@ -218,7 +250,7 @@ async function post(path, body) {
 
 async function say(text, threadTs) {
   if (!text.trim()) return;
-  const answer = await post("/demo/say", { user: state.me, text, thread_ts: threadTs });
+  const answer = await post("/demo/say", { user: state.me, channel: state.channel, text, thread_ts: threadTs });
   if (answer.ok && !threadTs) openThread(answer.ts);
 }
 
@@ -226,6 +258,8 @@ async function start() {
   const initial = await (await fetch("/demo/state")).json();
   state.users = initial.users;
   state.bot = initial.bot;
+  state.channels = initial.channels;
+  state.channel = initial.channel.id;
   for (const m of initial.messages) state.messages.set(m.ts, m);
   state.ephemerals = initial.ephemerals;
   document.getElementById("model").innerHTML = `model: ${esc(initial.model)} ` +
@@ -233,6 +267,7 @@ async function start() {
   document.getElementById("store").innerHTML = `store: ${esc(initial.store)} ` +
     (initial.store.includes("NOT durable") ? '<span class="badge volatile">NOT DURABLE</span>' : "");
   renderUsers();
+  renderChannels();
   render();
   const feed = new EventSource("/demo/feed");
   feed.onmessage = (event) => {
@@ -259,6 +294,8 @@ async function start() {
     });
   }
   document.getElementById("close-thread").addEventListener("click", () => { state.openThread = null; render(); });
+  document.getElementById("fire-alert").addEventListener("click", () => post("/demo/alert", { status: "firing" }));
+  document.getElementById("resolve-alert").addEventListener("click", () => post("/demo/alert", { status: "resolved" }));
   document.getElementById("composer").value = "@OpsPilot ";
   for (const e of state.ephemerals) e.ephemeral = true;
   render();
