@@ -99,12 +99,18 @@ async def test_an_alert_run_changes_nothing_without_a_person(redis_url: str, pre
     model = ScriptedModel([reply("", call("change", "c1", target="payments", environment="staging")),
                            reply("Changed.")])
     ws = await open_workspace(redis_url, prefix, slack, model=model, specs=[tools["change"]],
-                              alert_sources=[source()], two_person_rule=["staging"])
+                              alert_sources=[source(dedupe_window_s=0)], two_person_rule=["staging"])
     slack.deliver = ws.sender.event
     try:
-        alert_ts = await fire(slack, slack.add_webhook(ALERTS), notification("firing", env="staging"))
+        hook = slack.add_webhook(ALERTS)
+        alert_ts = await fire(slack, hook, notification("firing", env="staging"))
         await ws.settle()
         assert probe.count("change") == 0
+        # No dedupe window, but its run is still open (waiting for a person): a repeat is a line, not a run.
+        await fire(slack, hook, notification("firing", env="staging"))
+        await ws.settle()
+        assert (await ws.store.stats(3600)).runs == 1
+        assert any("Fired again" in all_text(m) for m in slack.thread(ALERTS, alert_ts))
         card = next(m for m in slack.thread(ALERTS, alert_ts) if buttons(m) and any(
             b["action_id"] == "opspilot_confirm" for b in buttons(m)))
         token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")

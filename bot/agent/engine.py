@@ -230,6 +230,11 @@ class Engine:
         """Whether this thread has had a run (a reply there needs no mention)."""
         return await self.deps.store.thread_run(thread_id) is not None
 
+    async def under_way(self, thread_id: str) -> bool:
+        """Whether the thread's latest run has not finished (running, or waiting for a person)."""
+        latest = await self._latest(thread_id)
+        return latest is not None and latest.status != "finished"
+
     async def run_record(self, run_id: str) -> RunRecord:
         return await self._load(run_id)
 

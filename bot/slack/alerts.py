@@ -12,10 +12,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from bot.agent.engine import Engine
 from bot.config import AlertSource, SlackConfig
 from bot.slack import blocks as kit
 from bot.slack.alert import Alert, parse
 from bot.slack.history import render
+from bot.slack.meta import thread_key
 from bot.slack.outbox import SlackOutbox
 from bot.slack.work import Converse, WorkItem
 from core.redact import redact
@@ -28,9 +30,10 @@ INVESTIGATE = "opspilot_investigate"
 
 
 class Alerts:
-    def __init__(self, *, config: SlackConfig, meta: MetaStore, outbox: SlackOutbox,
+    def __init__(self, *, config: SlackConfig, engine: Engine, meta: MetaStore, outbox: SlackOutbox,
                  dispatch: Callable[[WorkItem], Awaitable[None]]) -> None:
         self.config = config
+        self.engine = engine
         self.meta = meta
         self.outbox = outbox
         self.dispatch = dispatch
@@ -52,7 +55,8 @@ class Alerts:
             return
         window = source.dedupe_window_s
         fresh = await self.meta.first_time(f"alert-window:{group}", ttl_s=window) if window else True
-        if known.get("thread_ts") and not fresh:
+        if known.get("thread_ts") and (not fresh or await self.engine.under_way(thread_key(channel,
+                                                                                           known["thread_ts"]))):
             log.info("alert %s in %s fired again: noted in thread %s", alert.group, channel, known["thread_ts"])
             await self.outbox.say(channel, known["thread_ts"],
                                   f":repeat: Fired again at {when} ({alert.count} firing). Already looked at in "

@@ -121,7 +121,8 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
         inbound.spawn(executor(item), name=f"{item.kind}-{item.channel}")
 
     dispatch = enqueue if role == "front" else here
-    alerts = Alerts(config=slack, meta=core.meta, outbox=outbox, dispatch=dispatch) if slack.alert_sources else None
+    alerts = Alerts(config=slack, engine=core.engine, meta=core.meta, outbox=outbox, dispatch=dispatch) \
+        if slack.alert_sources else None
     inbound = Inbound(engine=core.engine, meta=core.meta, outbox=outbox, access=AccessPolicy(slack, client),
                       dispatch=dispatch, alerts=alerts)
     renderer = Renderer(outbox=outbox, meta=core.meta, reports=core.reports,
