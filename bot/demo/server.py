@@ -61,6 +61,7 @@ class Demo:
         self.settings = demo_settings(settings, port)
         self.port = port
         self.slack = LocalSlack(token=str(self.settings.slack.bot_token))
+        self.slack.profiles = {user: about["name"] for user, about in USERS.items()}
         self.service: SlackService | None = None
         self.hook = ""
         self.slack.deliver = self._deliver_event  # the webhook's bot message, as Slack sends it to the app

@@ -161,7 +161,12 @@ class LocalSlack:
         app.router.add_get("/api/{method}", self._dispatch)
         app.router.add_get("/socket-mode", self._socket)
         app.router.add_post("/services/{hook:.+}", self._incoming)
+        app.router.add_post("/response/{id}", self._response)
         self.webhooks: dict[str, dict[str, str]] = {}
+        self.profiles: dict[str, str] = {}
+        """Display names by user id, for users.info (anyone else: user_not_found)."""
+        self.responses: list[dict[str, Any]] = []
+        """What was posted to a command's or an action's response_url."""
         self._deliveries: set[asyncio.Task[Any]] = set()
         self.deliver: Callable[[dict[str, Any]], Coroutine[Any, Any, Any]] | None = None
         """Where events go (the app's Events API endpoint, through a signing sender), for messages Slack itself
@@ -193,6 +198,13 @@ class LocalSlack:
                                    "thread_ts": thread_ts, "edits": 0}
         self.messages[(channel, ts)] = message
         return message
+
+    async def _response(self, request: web.Request) -> web.Response:
+        self.responses.append(await request.json())
+        return web.json_response({"ok": True})
+
+    def response_url(self) -> str:
+        return f"{self.server.url}/response/{len(self.responses) + 1}"
 
     def add_webhook(self, channel: str, *, bot_id: str = "B0ALERTS", username: str = "Alertmanager",
                     base_url: str | None = None) -> str:
@@ -410,6 +422,14 @@ class LocalSlack:
         more = start + limit < len(found)
         return {"ok": True, "messages": found[start:start + limit], "has_more": more,
                 "response_metadata": {"next_cursor": str(start + limit) if more else ""}}
+
+    def _users_info(self, body: dict[str, Any]) -> dict[str, Any]:
+        user = str(body.get("user"))
+        if user not in self.profiles:
+            return {"ok": False, "error": "user_not_found"}
+        name = self.profiles[user]
+        return {"ok": True, "user": {"id": user, "name": name.lower(), "real_name": name,
+                                     "profile": {"display_name": name, "real_name": name}}}
 
     def _usergroups_users_list(self, body: dict[str, Any]) -> dict[str, Any]:
         group = str(body.get("usergroup"))

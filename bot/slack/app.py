@@ -72,6 +72,19 @@ def build_bolt_app(*, client: AsyncWebClient, signing_secret: str, inbound: Inbo
     async def on_select(ack: AsyncAck) -> None:
         await ack()  # choosing in a form's select: the Submit button carries the values
 
+    # Everything else Slack may send (reaction_added, member_joined_channel, an unknown view or shortcut):
+    # acknowledged and ignored. Bolt would answer 404, which Slack counts as a failed delivery and retries.
+    @app.event(re.compile(r".*"))
+    async def any_event() -> None:
+        return None
+
+    @app.action(re.compile(r".*"))
+    @app.view(re.compile(r".*"))
+    @app.shortcut(re.compile(r".*"))
+    async def any_interaction(ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        log.info("ignored a %s nobody here handles", body.get("type"))
+
     @app.error
     async def on_error(error: Exception, body: dict[str, Any]) -> None:
         log.error("unhandled error in a Slack listener: %r", error)

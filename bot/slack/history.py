@@ -125,8 +125,42 @@ def message_text(message: dict[str, Any]) -> str:
             own = [str(a["fallback"]).strip()]
         parts += own + ([str(a.get("footer")).strip()] if a.get("footer") else [])
     if not parts[0]:
-        parts += _block_texts(message.get("blocks") or [])
+        blocks = message.get("blocks") or []
+        parts += [rich_text(blocks)] if any(b.get("type") == "rich_text" for b in blocks) else _block_texts(blocks)
     return "\n".join(p for p in parts if p)
+
+
+def rich_text(blocks: list[dict[str, Any]]) -> str:
+    """What a person typed, from the ``rich_text`` blocks Slack clients send (mentions in Slack's own syntax,
+    so they are read like the ``text`` field's)."""
+    lines: list[str] = []
+    for block in blocks:
+        for section in block.get("elements") or [] if block.get("type") == "rich_text" else []:
+            items = section.get("elements") or []
+            if section.get("type") == "rich_text_list":
+                lines += ["• " + "".join(_inline(e) for e in item.get("elements") or []) for item in items]
+            else:
+                lines.append("".join(_inline(e) for e in items))
+    return "\n".join(line for line in lines if line.strip())
+
+
+def _inline(element: dict[str, Any]) -> str:
+    kind = element.get("type")
+    if kind == "user":
+        return f"<@{element.get('user_id')}>"
+    if kind == "channel":
+        return f"<#{element.get('channel_id')}>"
+    if kind == "usergroup":
+        return f"<!subteam^{element.get('usergroup_id')}>"
+    if kind == "broadcast":
+        return f"<!{element.get('range')}>"
+    if kind == "link":
+        return str(element.get("text") or element.get("url") or "")
+    if kind == "emoji":
+        return f":{element.get('name')}:"
+    if kind == "rich_text_section":
+        return "".join(_inline(e) for e in element.get("elements") or [])
+    return str(element.get("text") or "")
 
 
 def _block_texts(value: Any) -> list[str]:

@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
+
+import aiohttp
 
 from bot.agent.engine import Engine
 from bot.agent.errors import EngineError, NotPending
 from bot.slack import blocks as kit
 from bot.slack.access import AccessPolicy, Verdict
 from bot.slack.alerts import INVESTIGATE, Alerts
-from bot.slack.history import render
+from bot.slack.history import render, rich_text
 from bot.slack.meta import CARD, channel_of, thread_key
 from bot.slack.outbox import SlackOutbox
+from bot.slack.people import People
 from bot.slack.work import CLICK_LOST, STORE_DOWN, Answer, Converse, RunButton, WorkItem
 from core.redact import redact
 from state import StoreError, Ticket
@@ -29,7 +31,27 @@ from state.store import MetaStore
 
 log = logging.getLogger(__name__)
 
-_MENTION = re.compile(r"<@[A-Z0-9]+>\s*")
+_CANNOT_POST = {
+    "not_in_channel": "I am not in this channel, so I cannot answer here. Invite me with `/invite @OpsPilot`, "
+                      "or ask me in a direct message.",
+    "channel_not_found": "I cannot post in this conversation (a direct message between people, or a private "
+                         "channel I am not in). Ask me in a direct message with me, or in a channel I am in.",
+    "is_archived": "This channel is archived: ask me somewhere else.",
+}
+
+
+async def respond(response_url: str, text: str) -> None:
+    """An ephemeral answer through a command's ``response_url`` (works where the bot cannot post)."""
+    if not response_url.startswith(("https://", "http://")):
+        return
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session, session.post(
+                response_url, json={"response_type": "ephemeral", "text": text}) as answer:
+            if answer.status >= 300:
+                log.warning("response_url answered HTTP %s", answer.status)
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        log.warning("response_url could not be reached: %s", type(exc).__name__)
+
 MISPLACED = "This button does not belong to this message. Nothing was changed."
 _IGNORED_SUBTYPES = {None, "thread_broadcast", "file_share"}
 Dispatch = Callable[[WorkItem], Awaitable[None]]
@@ -38,8 +60,9 @@ Dispatch = Callable[[WorkItem], Awaitable[None]]
 
 class Inbound:
     def __init__(self, *, engine: Engine, meta: MetaStore, outbox: SlackOutbox, access: AccessPolicy,
-                 dispatch: Dispatch, alerts: Alerts | None = None) -> None:
+                 dispatch: Dispatch, alerts: Alerts | None = None, people: People | None = None) -> None:
         self.engine = engine
+        self.people = people or People(access.client)
         self.alerts = alerts
         self.alert_source = access.config.alert_source
         self.meta = meta
@@ -112,7 +135,15 @@ class Inbound:
         if not verdict.allowed:
             await self.outbox.tell(channel, event["user"], verdict.reason, thread_ts=thread_ts)
             return
-        text = redact(_MENTION.sub("", raw).strip()) or "hello"  # the queue is Redis too: no secret goes there
+        text = await self.people.plain(raw or rich_text(event.get("blocks") or []), me=bot_user_id)
+        files = [str(f.get("name") or f.get("title") or "a file") for f in event.get("files") or []]
+        if files and not text:
+            await self.outbox.tell(channel, event["user"], "I cannot read attached files yet: paste the text you "
+                                   "want me to look at, and mention me again.", thread_ts=thread_ts)
+            return
+        if files:
+            text += f"\n(Attached, not read: {', '.join(files)}.)"
+        text = redact(text) or "hello"  # the queue is Redis too: no secret goes there
         await self.dispatch(Converse(channel=channel, thread_ts=thread_ts, user=event["user"], text=text,
                                      request_id=f"{channel}:{ts}", ts=ts))
 
@@ -132,9 +163,12 @@ class Inbound:
             await self.outbox.tell(channel, user,
                                    "Usage: `/opspilot <question>`, e.g. `/opspilot payments recent errors`")
             return
-        root = await self.outbox.post_now(channel, f"<@{user}> asked: {kit.escape(text)}"[:3000])
+        root, error = await self.outbox.post_now(channel, f"<@{user}> asked: {kit.escape(text)}"[:3000])
         if root is None:
-            await self.outbox.tell(channel, user, "Slack did not take my reply just now; send the command again.")
+            # Not in this channel, or a DM between two people: the command's response_url still reaches them.
+            log.warning("/opspilot in %s could not start a thread: %s", channel, error)
+            await respond(str(command.get("response_url") or ""), _CANNOT_POST.get(
+                error, "Slack did not take my reply just now; send the command again."))
             return
         await self.dispatch(Converse(channel=channel, thread_ts=root, user=user, text=text,
                                      request_id=f"{channel}:{root}"))

@@ -95,15 +95,18 @@ class SlackOutbox:
         with contextlib.suppress(_Retry):
             await self._send_direct(fields)
 
-    async def post_now(self, channel: str, text: str) -> str | None:
+    async def post_now(self, channel: str, text: str) -> tuple[str | None, str]:
         """A new top-level message whose ts is needed at once (the thread a slash command answers in).
-        One attempt; None if Slack did not take it (the caller tells the user to try again)."""
+        One attempt: its ts, or None and why not (Slack's error code, or "unavailable")."""
+        await self.pacer.wait("chat.postMessage", channel)
         try:
-            answer = await self._call("chat.postMessage", channel, lambda: self.client.chat_postMessage(
-                channel=channel, text=redact(text)))
-        except _Retry:
-            return None
-        return str(answer["ts"]) if answer is not None else None
+            answer = await self.client.chat_postMessage(channel=channel, text=redact(text))
+        except SlackApiError as exc:
+            self.metrics.inc("opspilot_slack_api_errors_total", method="chat.postMessage")
+            return None, slack_error(exc)
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            return None, "unavailable"
+        return str(answer["ts"]), ""
 
     async def _put(self, channel: str, thread_ts: str | None, key: str, fields: dict[str, Any]) -> None:
         try:
