@@ -61,8 +61,9 @@ async def test_chat_without_redis_says_it_is_not_durable(tmp_path: Path) -> None
                                    {"REDIS_URL": "redis://127.0.0.1:9/0"}, tmp_path)
     assert code == 0, err
     assert "NOT durable" in out
-    # "restart payments" without a service looked up first: the demo model asks which service.
-    assert "Which service?" in out
+    # "restart payments" as a first message: the service is looked up, then the restart asks where.
+    assert "→ restart_service" in out and "environment — 1) prod / 2) staging" in out
+    assert "Restarted `payments` in staging" in out
 
 
 async def test_a_bad_config_is_one_readable_line(tmp_path: Path) -> None:

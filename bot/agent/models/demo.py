@@ -54,11 +54,51 @@ def _ok_data(results: list[ToolResultMessage], name: str) -> dict[str, Any] | No
     return None
 
 
+_STOPWORDS = frozenset({
+    "a", "an", "the", "is", "are", "was", "were", "why", "what", "whats", "how", "when", "where", "who", "which",
+    "look", "at", "on", "in", "of", "for", "to", "and", "or", "with", "me", "my", "our", "it", "its", "this",
+    "that", "there", "any", "recent", "errors", "error", "slow", "slowly", "down", "failing", "fails", "broken",
+    "service", "services", "logs", "log", "metrics", "please", "check", "show", "tell", "about", "compare",
+    "runbook", "runbooks", "advice", "doc", "docs", "wrong", "going", "happening", "can", "could", "you", "help",
+    "latest", "today", "now", "up", "since"
+})
+_NAME = re.compile(r"[a-z][a-z0-9]*(?:[-_.][a-z0-9]+)+|[a-z][a-z0-9]{2,}", re.I)
+
+
+def _named(text: str) -> str | None:
+    """The word of a question that would name a service: a hyphenated id first, else a word that is not
+    ordinary English."""
+    words = [w for w in _NAME.findall(text) if w.lower() not in _STOPWORDS]
+    return next((w for w in words if re.search(r"[-_.]", w)), words[0] if words else None)
+
+
+def _not_found(result: ToolResultMessage, text: str, zh: bool) -> str:
+    """search_resource found nothing: say so, with the catalog's services (from the tool's own message)."""
+    message = str(_data(result).get("message") or "")
+    known = message.partition("known services: ")[2].partition(".")[0]
+    maybe = message.partition("did you mean ")[2].partition("?")[0]
+    name = _named(text)
+    if zh:
+        head = f"服务目录里没有名为 `{name}` 的服务。" if name else "你的问题里没有我认识的服务名。"
+        return head + (f"你是指 {maybe} 吗？" if maybe else "") + (f"已知的服务：{known}。" if known else "")
+    head = f"There is no service named `{name}` in the catalog." if name else \
+        "Your question names no service I know."
+    return head + (f" Did you mean {maybe}?" if maybe else "") + (f" Known services: {known}." if known else "")
+
+
+def help_text(zh: bool) -> str:
+    if zh:
+        return ("我是 OpsPilot（演示模型）。可以这样问我：\n• 看看支付服务最近报错，顺便对照一下文档里的处理建议\n"
+                "• 订单服务部署后 5xx 变多了，怎么办？\n• 重启 payments（生产环境）")
+    return ("I'm OpsPilot (demo model). Try asking:\n• look at the payment service's recent errors and compare with "
+            "the runbook's advice\n• why do orders fail since the last deploy?\n• restart payments in prod")
+
+
 def _answer_lookup(results: list[ToolResultMessage], zh: bool) -> str:
     lines: list[str] = []
     for r in results:
         body = _data(r)
-        if not body.get("ok"):
+        if not body.get("ok") and not (r.name == "search_resource" and body.get("errorCode") == "not_found"):
             lines.append(f"• `{r.name}` failed: {body.get('errorCode')} — {body.get('message')}")
     found = _ok_data(results, "search_resource")
     if found and found.get("candidates"):
@@ -86,7 +126,7 @@ def _answer_lookup(results: list[ToolResultMessage], zh: bool) -> str:
         if parts:
             lines.append(f"{'*指标*' if zh else '*Metrics*'}: " + ", ".join(parts) + " — _source: query_metrics_")
     docs = _ok_data(results, "search_docs")
-    if docs:
+    if docs and docs.get("results"):
         lines.append(f"{'*文档建议*' if zh else '*Runbook advice*'}:")
         for hit in docs.get("results", [])[:2]:
             first = next((ln.strip("-• ").strip() for ln in str(hit["text"]).splitlines() if ln.strip()), "")
@@ -166,31 +206,43 @@ def demo_reply(messages: Sequence[Message], tools: Sequence[str]) -> AssistantMe
     results = [m for m in since if isinstance(m, ToolResultMessage)]
     if not tools:
         return AssistantMessage(content="(scripted demo model) I stop here.")
+    if text.lower() in ("", "hello", "hi", "help", "你好", "帮助"):
+        return AssistantMessage(content=help_text(zh))
     if results:
         restarts = [r for r in results if r.name == "restart_service"]
         if restarts:
             return AssistantMessage(content=_answer_restart(restarts[-1], zh))
+        missing = next((r for r in results if r.name == "search_resource" and r.status != "ok"
+                        and _data(r).get("errorCode") == "not_found"), None)
+        if missing is not None:
+            return AssistantMessage(content=_not_found(missing, text, zh))
+        service = _last_service(results)
+        if _RESTART.search(text) and service and "restart_service" in tools:  # "restart payments in prod"
+            return _restart(service, text, quoted, messages)
         return _follow_up(results, _environment(text, quoted), tools) or \
             AssistantMessage(content=_answer_lookup(results, zh))
-    if _RESTART.search(text) and "restart_service" in tools:
-        service = _last_service(messages)
-        if service is None:
-            return AssistantMessage(content="Which service? Ask me about it first, e.g. “payments recent errors”.")
-        # Else where the thread's alert fired (an earlier turn's quoted labels).
-        env = _environment(text, quoted) or next(
-            (e for m in reversed(messages) if isinstance(m, UserMessage)
-             for e in [_environment("", m.content.rpartition("</slack_thread>")[0])] if e), None)
-        args: dict[str, Any] = {"service_id": service, "reason": text[:200]}
-        if env:
-            args["environment"] = env
-        restart = _call("restart_service", **args)
-        return AssistantMessage(content=f"Restarting {service} as asked.", tool_calls=(restart,))
+    service = _last_service(messages)
+    if _RESTART.search(text) and "restart_service" in tools and service is not None:
+        return _restart(service, text, quoted, messages)
     subject = _subject(text, quoted)
     calls = [_call("search_resource", query=subject)] if "search_resource" in tools else []
-    calls += [_call("search_docs", query=f"{subject} {text}"[:500])] if "search_docs" in tools else []
+    docs_query = text if subject == text[:200] else f"{subject} {text}"
+    calls += [_call("search_docs", query=docs_query[:500])] if "search_docs" in tools else []
     if not calls:
         return AssistantMessage(content="(scripted demo model) I have no tool for that.")
     return AssistantMessage(content="Looking up the service and the runbooks in parallel.", tool_calls=tuple(calls))
+
+
+def _restart(service: str, text: str, quoted: str, messages: Sequence[Message]) -> AssistantMessage:
+    # The environment: asked for, else where the thread's alert fired (an earlier turn's quoted labels).
+    env = _environment(text, quoted) or next(
+        (e for m in reversed(messages) if isinstance(m, UserMessage)
+         for e in [_environment("", m.content.rpartition("</slack_thread>")[0])] if e), None)
+    args: dict[str, Any] = {"service_id": service, "reason": text[:200]}
+    if env:
+        args["environment"] = env
+    restart = _call("restart_service", **args)
+    return AssistantMessage(content=f"Restarting {service} as asked.", tool_calls=(restart,))
 
 
 def demo_model(latency_s: float = 0.0) -> ScriptedModel:
