@@ -68,23 +68,25 @@ class RedisLocks:
         async with guard("claiming a tick"):
             return bool(await self.client.set(self.keys.once(name), "1", nx=True, ex=ttl_s))
 
-    async def request_cancel(self, run_id: str) -> None:
-        async with guard("requesting a cancel"):
-            await self.client.set(self.keys.cancel(run_id), "1", ex=self.ttls.cancel_s)
+    async def request_cancel(self, run_id: str, by: str = "") -> None:
+        async with guard("requesting a cancel"):  # the flag's value says who asked
+            await self.client.set(self.keys.cancel(run_id), by or "1", ex=self.ttls.cancel_s)
 
     async def clear_cancel(self, run_id: str) -> None:
         async with guard("clearing a cancel"):
             await self.client.delete(self.keys.cancel(run_id))
 
-    async def cancel_requests(self, run_ids: Sequence[str]) -> set[str]:
+    async def cancel_requests(self, run_ids: Sequence[str]) -> dict[str, str]:
+        """The runs asked to stop, each with who asked ("" when unknown)."""
         if not run_ids:
-            return set()
+            return {}
         async with guard("checking for cancels"):
             pipe = self.client.pipeline(transaction=False)  # not MGET: the flags live in different slots
             for run_id in run_ids:
                 pipe.get(self.keys.cancel(run_id))
             flags: list[Any] = await pipe.execute()
-        return {run_id for run_id, flag in zip(run_ids, flags, strict=True) if flag}
+        return {run_id: "" if text(flag) == "1" else str(text(flag))
+                for run_id, flag in zip(run_ids, flags, strict=True) if flag}
 
 
 class MemoryLocks:
@@ -92,7 +94,7 @@ class MemoryLocks:
         self._claims: dict[str, tuple[str, float]] = {}
         self._leases: dict[str, tuple[str, float]] = {}
         self._once: dict[str, float] = {}
-        self._cancels: set[str] = set()
+        self._cancels: dict[str, str] = {}
 
     async def claim(self, token: str, holder: str) -> Claim:
         if token in self._claims:
@@ -134,11 +136,11 @@ class MemoryLocks:
         self._once[name] = now + ttl_s
         return True
 
-    async def request_cancel(self, run_id: str) -> None:
-        self._cancels.add(run_id)
+    async def request_cancel(self, run_id: str, by: str = "") -> None:
+        self._cancels[run_id] = by
 
     async def clear_cancel(self, run_id: str) -> None:
-        self._cancels.discard(run_id)
+        self._cancels.pop(run_id, None)
 
-    async def cancel_requests(self, run_ids: Sequence[str]) -> set[str]:
-        return {r for r in run_ids if r in self._cancels}
+    async def cancel_requests(self, run_ids: Sequence[str]) -> dict[str, str]:
+        return {r: self._cancels[r] for r in run_ids if r in self._cancels}

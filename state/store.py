@@ -134,12 +134,12 @@ class Locks(Protocol):
     async def once(self, name: str, ttl_s: int) -> bool:
         """True for the first caller of ``name`` within ``ttl_s`` (one instance per sweep tick)."""
 
-    async def request_cancel(self, run_id: str) -> None: ...
+    async def request_cancel(self, run_id: str, by: str = "") -> None: ...
 
     async def clear_cancel(self, run_id: str) -> None:
         """A request nobody will act on (the run paused or ended): it must not stop a later turn."""
 
-    async def cancel_requests(self, run_ids: Sequence[str]) -> set[str]:
+    async def cancel_requests(self, run_ids: Sequence[str]) -> dict[str, str]:
         """Which of these runs someone asked to cancel (one call for all of them)."""
 
 

@@ -109,7 +109,7 @@ async def test_limit_stop_falls_back_to_a_plain_message_when_the_summary_fails(s
     out = await h.engine.ask("t", "dig")
 
     assert out.stop_reason == "max_steps"
-    assert "What ran:" in out.answer and "`lookup_a`: ok" in out.answer
+    assert "What ran:" in out.answer and "`lookup_a`: done" in out.answer
 
 
 async def test_failures_in_a_row_stop_the_run(store: RedisStore) -> None:

@@ -136,7 +136,7 @@ async def test_a_pause_commit_drops_a_cancel_request_nobody_will_read(store: Red
     # …so a confirmation later runs to its end.
     out = await h.engine.resume_token(paused.pending[0].token, Confirm(), by="U2")
     assert out.answer == "changed" and probe.count("hang") == 1
-    assert await store.locks.cancel_requests(["not-yet"]) == {"not-yet"}
+    assert await store.locks.cancel_requests(["not-yet"]) == {"not-yet": ""}
 
 
 async def test_an_older_message_delivered_again_after_a_newer_one_does_not_run_again(store: RedisStore) -> None:

@@ -45,8 +45,7 @@ class Decline:
     kind: ClassVar[DecisionKind] = "declined"
 
     def for_tool(self, pending: PendingCall, by: str) -> ToolDecision:
-        why = f": {self.reason}" if self.reason else ""
-        return Denied("declined_by_user", f"{by} declined this call{why}")
+        return Denied("declined_by_user", self.reason or f"{by} declined this call")
 
 
 @dataclass(frozen=True)

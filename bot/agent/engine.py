@@ -158,7 +158,7 @@ class Engine:
         local = self._running.get(run_id)
         if local is not None:
             run, task = local
-            run.cancel_requested = True
+            run.cancel_requested, run.stopped_by = True, by
             task.cancel()
             return await asyncio.shield(task)
         record = await self._load(run_id)
@@ -176,7 +176,7 @@ class Engine:
         except ThreadBusy:
             if record.status != "running":
                 raise
-        await self.deps.store.locks.request_cancel(run_id)  # the instance running it polls for this
+        await self.deps.store.locks.request_cancel(run_id, by or "")  # the instance running it polls for this
         latest = await self._load(run_id)
         if latest.status != "running":  # it paused or ended meanwhile: nobody will read the flag
             await self.deps.store.locks.clear_cancel(run_id)
@@ -307,10 +307,10 @@ class Engine:
             except StoreError:
                 log.warning("could not poll for cancellations")
                 continue
-            for run_id in requested:
+            for run_id, by in requested.items():
                 run, task = running[run_id]
                 if not task.done():
-                    run.cancel_requested = True
+                    run.cancel_requested, run.stopped_by = True, by or None
                     task.cancel()
 
     # --- helpers ---------------------------------------------------------------------------------

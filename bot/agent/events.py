@@ -107,6 +107,8 @@ class RunFinished(_Event):
     stop_reason: StopReason
     steps: int
     answer: str
+    by: str | None = None
+    """Who stopped it (a Stop press), when someone did."""
 
 
 Event = Annotated[

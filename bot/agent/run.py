@@ -91,6 +91,7 @@ class Run:
         self.record = record
         self.transcript = transcript
         self.cancel_requested = False
+        self.stopped_by: str | None = None
         self._messages: list[Message] = []
         self._counters: Counter[str] = Counter()
         self._tokens: list[str] = []
@@ -324,7 +325,8 @@ class Run:
         self._answer = answer
         r.trace.append(FinishTrace(stop_reason=reason, steps=r.step, active_ms=round(self.active_s() * 1000, 1)))
         self.count(f"stop:{reason}")
-        self.emit(RunFinished, stop_reason=reason, steps=r.step, answer=answer)
+        self.emit(RunFinished, stop_reason=reason, steps=r.step, answer=answer,
+                  by=self.stopped_by)
         await self.commit()
         return self.outcome()
 
@@ -357,7 +359,8 @@ class Run:
             answers = Answers([(p, CancelRun()) for p in self.record.pending], by or "cancel")
             self.decide(answers)
             await self.settle(answers)
-        answer = f"_Stopped at your request._\n\n{self.plain_summary()}"
+        self.stopped_by = by or self.stopped_by
+        answer = f"_Stopped at {time.strftime('%H:%M UTC', time.gmtime())}._\n\n{self.plain_summary()}"
         self.append(AssistantMessage(content=answer))
         return await self.finish("cancelled", answer)
 
@@ -398,15 +401,35 @@ class Run:
                   error_code=code, summary=message, latency_ms=0.0)
 
     def plain_summary(self) -> str:
-        """What ran in this run, from the transcript alone (used when the model cannot summarise)."""
+        """What ran in this run (not earlier turns), from the transcript alone (used when the model cannot
+        summarise): each call with its target, in words."""
+        start = max((i for i, m in enumerate(self.transcript) if isinstance(m, UserMessage)), default=-1)
+        mine = self.transcript[start + 1:]
+        calls = {c.id: c for m in mine if isinstance(m, AssistantMessage) for c in m.tool_calls}
         lines, unknown = [], []
-        for m in self.transcript[-40:]:
+        for m in mine:
             if isinstance(m, ToolResultMessage):
-                outcome = "ok" if m.status == "ok" else f"{m.status} ({m.error_code})"
-                lines.append(f"• `{m.name}`: {outcome}")
+                call = calls.get(m.call_id)
+                target = "/".join(str(call.arguments[k]) for k in _TARGET_KEYS if call and call.arguments.get(k))
+                lines.append(f"• `{m.name}`{f' on {target}' if target else ''}: {_in_words(m)}")
                 if m.error_code == "outcome_unknown":
                     unknown.append(m)
         done = "\n".join(lines[-10:]) if lines else "• no tool calls completed"
         warnings = "".join(f"\n:warning: `{m.name}` was started and may or may not have completed: check its "
                            "effect before retrying." for m in unknown)
         return f"What ran:\n{done}{warnings}\nAsk me to continue, or narrow the question."
+
+
+_TARGET_KEYS = ("service_id", "service", "target", "environment")
+
+
+def _in_words(result: ToolResultMessage) -> str:
+    if result.status == "ok":
+        return "done"
+    if result.error_code == "outcome_unknown":
+        return "started, outcome unknown"
+    if result.status == "cancelled":  # waiting for a person when stopped, or under way
+        return "not started" if "nothing was run" in result.content else "stopped before it finished"
+    if result.error_code == "declined_by_user":
+        return "declined"
+    return f"failed ({result.error_code})" if result.status == "error" else str(result.status)

@@ -279,4 +279,5 @@ class Inbound:
             return answer.model_copy(update={"decision": "confirm"}), verdict
         verdict = Verdict(True) if user == ticket.requester else \
             await self.access.may_confirm(user, pending.call.name, env, None)
-        return answer.model_copy(update={"reason": f"declined in Slack by {user}"}), verdict
+        name = await self.people.name(user)  # the model reads this: a name, not an id
+        return answer.model_copy(update={"reason": f"declined in Slack by {name}"}), verdict

@@ -36,7 +36,8 @@ def card_ending(event: CallDecided) -> str:
         "declined": f":x: Declined by {by} at {at}",
         "replied": ":speech_balloon: Answered in the thread instead",
         "expired": ":hourglass: Expired — nothing was run",
-        "cancelled": ":no_entry_sign: Cancelled",
+        "cancelled": f":no_entry_sign: Cancelled: the run was stopped by {by} at {at}" if event.by and
+                     _USER_ID.match(event.by) else ":no_entry_sign: Cancelled: the run was stopped",
     }[event.decision]
 
 
@@ -109,13 +110,15 @@ class Renderer:
         elif event.type == "run_finished":
             wording = STOP_WORDING[event.stop_reason]
             state["header"] = f"{_TONE_ICONS[wording.tone]} {wording.headline}"
+            if event.stop_reason == "cancelled" and event.by:
+                state["header"] = f":no_entry_sign: Stopped by {_who(event.by)} at {kit.hhmm()}"
             state["stoppable"], leave = False, True
         await self._show(event.run_id, state)
         if event.type == "loop_interrupt":
             for pending in event.pending:
                 await self._post_card(state, event.run_id, pending)
         if event.type == "run_finished":
-            await self._post_answer(state, event.run_id, event.answer)
+            await self._post_answer(state, event.run_id, event.answer, stopped_by=event.by)
         if leave:
             self._runs.pop(event.run_id, None)
 
@@ -172,8 +175,12 @@ class Renderer:
             await self.outbox.message(f"card:{pending.token}", state["channel"], state["thread_ts"], decided,
                                       kit.decided_card(summary, decided))
 
-    async def _post_answer(self, state: dict[str, Any], run_id: str, answer: str) -> None:
+    async def _post_answer(self, state: dict[str, Any], run_id: str, answer: str,
+                           stopped_by: str | None = None) -> None:
         text = kit.escape(answer)  # the model's words: no mention, no disguised link
+        if stopped_by and text.startswith("_Stopped at "):  # ours, not the model's: who pressed Stop
+            text = f"_Stopped by {_who(stopped_by)} at " + text.removeprefix("_Stopped at ")
+        shown = text
         changes = await self.reports.read_audit(200, run_id=run_id)
         if changes:
             text += "\n\n*Audit*\n" + "\n".join(
@@ -184,4 +191,4 @@ class Renderer:
                 for a in reversed(changes))
         for i, chunk in enumerate(kit.split_answer(text)):
             await self.outbox.message(f"answer:{run_id}:{i}", state["channel"], state["thread_ts"],
-                                      kit.fallback_text(kit.escape(answer)), chunk)
+                                      kit.fallback_text(shown), chunk)

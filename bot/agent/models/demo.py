@@ -152,8 +152,9 @@ def _answer_restart(result: ToolResultMessage, zh: bool) -> str:
         return ("重启已开始，但不确定是否完成：请先检查服务的实际状态再决定是否重试。" if zh
                 else "The restart was started, but whether it completed is unknown: check the service's rollout "
                      "before restarting it again (outcome_unknown).")
-    return (f"未执行重启：{body.get('message')}" if zh
-            else f"The restart did not run: {body.get('message')} ({body.get('errorCode')}).")
+    code = "" if body.get("errorCode") == "declined_by_user" else f" ({body.get('errorCode')})"
+    return (f"未执行重启：{body.get('message')}{code}。" if zh
+            else f"The restart did not run: {body.get('message')}{code}.")
 
 
 def _follow_up(results: list[ToolResultMessage], env: str | None, tools: Sequence[str]) -> AssistantMessage | None:
