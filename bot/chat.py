@@ -14,6 +14,7 @@ from bot.agent.errors import EngineError
 from bot.agent.events import Event, PendingView
 from bot.agent.run import RunOutcome
 from bot.assembly import Assembly
+from bot.terminal import markup, printer
 from core.stops import STOP_WORDING
 from state import StoreError
 
@@ -21,11 +22,18 @@ from state import StoreError
 class Console:
     """Renders engine events as terminal lines."""
 
-    def __init__(self, out: TextIO) -> None:
+    def __init__(self, out: TextIO, user: str = "local-user") -> None:
         self.out = out
+        self.rich = printer(out)
+        self.names = {user: "you"}
 
     def say(self, line: str = "") -> None:
         self.out.write(line + "\n")
+        self.out.flush()
+
+    def answer(self, text: str) -> None:
+        """The bot's answer as a person reads it: bold, italics, code and names, not mrkdwn."""
+        self.rich.print(markup(text, self.names))
         self.out.flush()
 
     async def __call__(self, event: Event) -> None:
@@ -98,7 +106,7 @@ async def _settle(app: Assembly, console: Console, outcome: RunOutcome, user: st
 
 async def chat(app: Assembly, *, user: str = "local-user", out: TextIO = sys.stdout) -> int:
     """The conversation; this process hosts the engine, so it also runs the engine's sweeps."""
-    console = Console(out)
+    console = Console(out, user)
     app.bus.subscribe(console)
     app.sweeps.start()
     try:
@@ -133,4 +141,5 @@ async def _converse(app: Assembly, console: Console, user: str) -> int:
         if outcome is None:
             console.say("bye")
             return 0
-        console.say(f"\nopspilot> {outcome.answer}")
+        console.say("\nopspilot>")
+        console.answer(outcome.answer)

@@ -41,12 +41,13 @@ async def test_chat_plays_the_opspilot_scenario_on_redis(redis_url: str, prefix:
     assert "→ search_resource" in out and "→ search_docs" in out
     # Then the dependent step: logs and metrics of the service it found.
     assert '→ query_logs({"service_id": "payments", "environment": "prod"})' in out and "→ query_metrics" in out
-    assert "docs/payments-db-timeouts.md" in out and "83× `timeout acquiring connection from pool" in out
+    assert "docs/payments-db-timeouts.md" in out and "83× timeout acquiring connection from pool" in out
     assert "error rate 4.3% (rising)" in out
     assert "the error rate fell from 4.30% to 0.30%" in out
     # The restart is gated, confirmed, executed and reported.
     assert "a person must confirm" in out and "confirm? [y/N]" in out
-    assert "Restarted `payments` in prod: rollout complete" in out
+    assert "Restarted payments in prod: rollout complete" in out
+    assert "`" not in out.split("opspilot>")[-1] and "_source" not in out  # rendered, not raw mrkdwn
     assert "Traceback" not in out + err
     stats = await store.stats(3600)
     assert stats.runs == 2 and stats.get("resumed") == 1
@@ -63,7 +64,7 @@ async def test_chat_without_redis_says_it_is_not_durable(tmp_path: Path) -> None
     assert "NOT durable" in out
     # "restart payments" as a first message: the service is looked up, then the restart asks where.
     assert "→ restart_service" in out and "environment — 1) prod / 2) staging" in out
-    assert "Restarted `payments` in staging" in out
+    assert "Restarted payments in staging" in out
 
 
 async def test_a_bad_config_is_one_readable_line(tmp_path: Path) -> None:
