@@ -46,6 +46,7 @@ async def _stats(window: str, config: str | None) -> int:
     print(f"  tool calls / failures       {s.get('tool_calls')} / {s.get('tool_failures')}"
           f"  ({s.tool_failure_rate:.1%} failed)")
     print(f"  interrupts → resumed        {s.get('interrupts')} → {s.get('resumed')}  ({s.resume_rate:.1%})")
+    print(f"  answers rated 👍 / 👎        {s.get('feedback_up')} / {s.get('feedback_down')}")
     print("  stop reasons")
     for reason, count in s.stop_reasons.items() or {"(none yet)": 0}.items():
         print(f"    {reason:<24}  {count}")

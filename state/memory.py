@@ -80,6 +80,9 @@ class MemoryStore:
         entries = [e for e in reversed(self._audit) if run_id is None or e.get("run_id") == run_id]
         return entries[:count]
 
+    async def tally(self, thread_id: str, name: str) -> None:
+        self._stats[hour_now()][name] += 1
+
     async def stats(self, window_s: int) -> Stats:
         now = hour_now()
         hours = range(now - max(window_s // 3600, 1) + 1, now + 1)

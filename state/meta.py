@@ -43,6 +43,23 @@ class RedisMeta:
 
         return await retried("deduplicating", self.grace_s, attempt)
 
+    async def remember(self, name: str, value: str, *, keep: int) -> None:
+        key = self.keys.meta("list", name)
+
+        async def attempt() -> None:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.lpush(key, value)
+            pipe.ltrim(key, 0, keep - 1)
+            pipe.expire(key, self.ttls.thread_s)
+            await pipe.execute()
+
+        await retried("remembering", self.grace_s, attempt)
+
+    async def recall(self, name: str) -> list[str]:
+        key = self.keys.meta("list", name)
+        values = await retried("recalling", self.grace_s, lambda: self.client.lrange(key, 0, -1))
+        return [str(text(v)) for v in values]
+
     async def count(self, name: str, ttl_s: int) -> int:
         key = self.keys.dedupe(f"count:{name}")
 
@@ -61,6 +78,7 @@ class MemoryMeta:
         self._meta: dict[tuple[str, str], dict[str, str]] = defaultdict(dict)
         self._seen: dict[str, float] = {}  # name → when it lapses
         self._counts: dict[str, tuple[int, float]] = {}
+        self._lists: dict[str, list[str]] = defaultdict(list)
 
     async def put(self, kind: str, name: str, fields: Mapping[str, str]) -> None:
         self._meta[(kind, name)].update(fields)
@@ -74,6 +92,12 @@ class MemoryMeta:
             return False
         self._seen[name] = now + (ttl_s or 7 * 24 * 3600)
         return True
+
+    async def remember(self, name: str, value: str, *, keep: int) -> None:
+        self._lists[name] = [value, *self._lists[name]][:keep]
+
+    async def recall(self, name: str) -> list[str]:
+        return list(self._lists.get(name, []))
 
     async def count(self, name: str, ttl_s: int) -> int:
         now = time.monotonic()

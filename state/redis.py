@@ -236,6 +236,14 @@ class RedisStore:
             entries = [e for e in entries if e.get("run_id") == run_id]
         return entries[:count]
 
+    async def tally(self, thread_id: str, name: str) -> None:
+        key = self.keys.stats(shard_of(thread_id), hour_now())
+        async with guard("counting"):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hincrby(key, name, 1)
+            pipe.expire(key, self.ttls.stats_s)
+            await pipe.execute()
+
     async def stats(self, window_s: int) -> Stats:
         now = hour_now()
         hours = range(now - max(window_s // 3600, 1) + 1, now + 1)

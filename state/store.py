@@ -177,6 +177,9 @@ class Store(Protocol):
 class Reports(Protocol):
     async def stats(self, window_s: int) -> Stats: ...
 
+    async def tally(self, thread_id: str, name: str) -> None:
+        """One more ``name`` in this hour's stats (what happens outside a run: feedback on an answer)."""
+
     async def read_audit(self, count: int = 100, *, run_id: str | None = None) -> list[dict[str, str]]:
         """The newest ``count`` audit entries (of one run, if given), newest first."""
 
@@ -193,6 +196,12 @@ class MetaStore(Protocol):
 
     async def count(self, name: str, ttl_s: int) -> int:
         """Adds one to a counter that lives ``ttl_s`` from its first count; its new value (rate limits)."""
+
+    async def remember(self, name: str, value: str, *, keep: int) -> None:
+        """``value`` first in the list ``name``, which keeps its newest ``keep`` (a person's recent questions)."""
+
+    async def recall(self, name: str) -> list[str]:
+        """The list ``name``, newest first."""
 
 
 class Outbox(Protocol):

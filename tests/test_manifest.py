@@ -15,7 +15,8 @@ def test_scopes_events_command_and_modes() -> None:
         "im:write", "commands", "usergroups:read", "reactions:write", "users:read"}
     settings = MANIFEST["settings"]
     assert set(settings["event_subscriptions"]["bot_events"]) == {
-        "app_mention", "message.im", "message.channels", "message.groups"}
+        "app_mention", "app_home_opened", "message.im", "message.channels", "message.groups"}
+    assert MANIFEST["features"]["app_home"]["home_tab_enabled"] is True
     assert settings["interactivity"]["is_enabled"] is True and settings["socket_mode_enabled"] is True
     assert [c["command"] for c in MANIFEST["features"]["slash_commands"]] == ["/opspilot"]
     assert MANIFEST["features"]["bot_user"]["display_name"] == "OpsPilot"

@@ -164,6 +164,8 @@ class LocalSlack:
         app.router.add_post("/response/{id}", self._response)
         self.webhooks: dict[str, dict[str, str]] = {}
         self.profiles: dict[str, str] = {}
+        self.homes: dict[str, dict[str, Any]] = {}
+        """The App Home view published for each user."""
         """Display names by user id, for users.info (anyone else: user_not_found)."""
         self.responses: list[dict[str, Any]] = []
         """What was posted to a command's or an action's response_url."""
@@ -422,6 +424,19 @@ class LocalSlack:
         more = start + limit < len(found)
         return {"ok": True, "messages": found[start:start + limit], "has_more": more,
                 "response_metadata": {"next_cursor": str(start + limit) if more else ""}}
+
+    def _views_publish(self, body: dict[str, Any]) -> dict[str, Any]:
+        view = body.get("view")
+        view = json.loads(view) if isinstance(view, str) else view
+        if not isinstance(view, dict) or view.get("type") != "home" or not body.get("user_id"):
+            return {"ok": False, "error": "invalid_arguments"}
+        if len(view.get("blocks") or []) > 100:
+            return {"ok": False, "error": "invalid_blocks"}
+        problems = block_problems(view.get("blocks") or [])
+        if problems:
+            return {"ok": False, "error": "invalid_blocks: " + "; ".join(problems)}
+        self.homes[str(body["user_id"])] = view
+        return {"ok": True, "view": {"id": f"V{len(self.homes):04d}", **view}}
 
     def _users_info(self, body: dict[str, Any]) -> dict[str, Any]:
         user = str(body.get("user"))

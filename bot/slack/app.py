@@ -72,6 +72,10 @@ def build_bolt_app(*, client: AsyncWebClient, signing_secret: str, inbound: Inbo
     async def on_select(ack: AsyncAck) -> None:
         await ack()  # choosing in a form's select: the Submit button carries the values
 
+    @app.event("app_home_opened")
+    async def on_home(event: dict[str, Any]) -> None:
+        inbound.spawn(inbound.on_home_opened(event), name="home")
+
     # Everything else Slack may send (reaction_added, member_joined_channel, an unknown view or shortcut):
     # acknowledged and ignored. Bolt would answer 404, which Slack counts as a failed delivery and retries.
     @app.event(re.compile(r".*"))

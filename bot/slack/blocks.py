@@ -11,6 +11,7 @@ templates compose stay live.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -29,6 +30,24 @@ Block = dict[str, Any]
 def escape(text: object) -> str:
     """Slack's three control characters, escaped as its formatting rules say: the text shows as written."""
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+_USER_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")
+
+
+def who(user_id: str) -> str:
+    """A live mention only of what is shaped like a Slack user id (an alert source's bot id is shown as is)."""
+    return f"<@{user_id}>" if _USER_ID.match(user_id) else escape(user_id)
+
+
+FEEDBACK = "opspilot_feedback"
+
+
+def feedback(run_id: str) -> Block:
+    """Two buttons under an answer: was it useful? (Counted in /metrics and `opspilot stats`.)"""
+    return {"type": "actions", "block_id": f"feedback:{run_id}"[:255], "elements": [
+        button("👍 Helpful", f"{FEEDBACK}_up", f"up:{run_id}"),  # action ids are unique within a message
+        button("👎 Not helpful", f"{FEEDBACK}_down", f"down:{run_id}")]}
 
 
 def _cut(text: str, limit: int) -> str:

@@ -21,13 +21,15 @@ from bot.slack import blocks as kit
 from bot.slack.access import AccessPolicy, Verdict
 from bot.slack.alerts import INVESTIGATE, Alerts
 from bot.slack.history import render, rich_text
+from bot.slack.home import Home
 from bot.slack.meta import CARD, channel_of, thread_key
+from bot.slack.metrics import Metrics
 from bot.slack.outbox import SlackOutbox
 from bot.slack.people import People
 from bot.slack.work import CLICK_LOST, STORE_DOWN, Answer, Converse, RunButton, WorkItem
 from core.redact import redact
 from state import StoreError, Ticket
-from state.store import MetaStore
+from state.store import MetaStore, Reports
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +62,12 @@ Dispatch = Callable[[WorkItem], Awaitable[None]]
 
 class Inbound:
     def __init__(self, *, engine: Engine, meta: MetaStore, outbox: SlackOutbox, access: AccessPolicy,
-                 dispatch: Dispatch, alerts: Alerts | None = None, people: People | None = None) -> None:
+                 dispatch: Dispatch, alerts: Alerts | None = None, people: People | None = None,
+                 home: Home | None = None, reports: Reports | None = None, metrics: Metrics | None = None) -> None:
         self.engine = engine
+        self.home = home
+        self.reports = reports
+        self.metrics = metrics
         self.people = people or People(access.client)
         self.alerts = alerts
         self.alert_source = access.config.alert_source
@@ -146,6 +152,7 @@ class Inbound:
         text = redact(text) or "hello"  # the queue is Redis too: no secret goes there
         await self.dispatch(Converse(channel=channel, thread_ts=thread_ts, user=event["user"], text=text,
                                      request_id=f"{channel}:{ts}", ts=ts))
+        await self._asked(event["user"], channel, thread_ts, text)
 
     async def on_command(self, command: dict[str, Any]) -> None:
         channel, user = command["channel_id"], command["user_id"]
@@ -172,6 +179,7 @@ class Inbound:
             return
         await self.dispatch(Converse(channel=channel, thread_ts=root, user=user, text=text,
                                      request_id=f"{channel}:{root}"))
+        await self._asked(user, channel, root, text)
 
     # --- clicks ----------------------------------------------------------------------------------------------
 
@@ -187,6 +195,8 @@ class Inbound:
                 await self._decide(action_id, value, user, channel, thread_ts, body.get("state") or {})
             elif action_id == INVESTIGATE:
                 await self._investigate(value, user, channel, thread_ts)
+            elif action_id.startswith(kit.FEEDBACK):
+                await self._feedback(value, user, channel, thread_ts)
         except StoreError as exc:
             ref = uuid.uuid4().hex[:8]
             log.error("click %s by %s dropped (ref %s): %s", action_id, user, ref, exc)
@@ -200,6 +210,32 @@ class Inbound:
         problem = await self.alerts.investigate(channel, alert_ts, user)
         if problem:
             await self.outbox.tell(channel, user, problem, thread_ts)
+
+    async def _feedback(self, value: str, user: str, channel: str, thread_ts: str | None) -> None:
+        rating, _, run_id = value.partition(":")
+        if rating not in ("up", "down") or not run_id or not thread_ts:
+            return
+        if not await self.meta.first_time(f"feedback:{run_id}:{user}", ttl_s=30 * 86400):
+            await self.outbox.tell(channel, user, "You already rated this answer. Thanks!", thread_ts)
+            return
+        if self.reports is not None:
+            await self.reports.tally(thread_key(channel, thread_ts), f"feedback_{rating}")
+        if self.metrics is not None:
+            self.metrics.inc("opspilot_feedback_total", rating=rating)
+        await self.outbox.tell(channel, user, "Thanks for the feedback." if rating == "up" else
+                               "Thanks: noted. Tell me in the thread what was missing or wrong.", thread_ts)
+
+    async def on_home_opened(self, event: dict[str, Any]) -> None:
+        if event.get("tab") == "home" and event.get("user") and self.home is not None:
+            await self.home.publish(str(event["user"]))
+
+    async def _asked(self, user: str, channel: str, thread_ts: str, text: str) -> None:
+        if self.home is None:
+            return
+        try:
+            await self.home.asked(user, channel, thread_ts, text)
+        except StoreError as exc:  # the question itself went through: only the Home tab misses it
+            log.warning("recent question of %s not remembered: %s", user, exc)
 
     async def on_shortcut(self, body: dict[str, Any]) -> None:
         """"Investigate with OpsPilot" on any message: a run in that message's thread, about it."""

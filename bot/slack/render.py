@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from typing import Any
 
 from bot.agent.events import CallDecided, Event, PendingView
@@ -21,7 +20,6 @@ from core.stops import STOP_WORDING
 from state.store import MetaStore, Reports
 
 log = logging.getLogger(__name__)
-_USER_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")
 
 _TONE_ICONS = {"done": ":white_check_mark:", "stopped": ":no_entry_sign:", "expired": ":hourglass:",
                "warning": ":warning:"}
@@ -37,7 +35,7 @@ def card_ending(event: CallDecided) -> str:
         "replied": ":speech_balloon: Answered in the thread instead",
         "expired": ":hourglass: Expired — nothing was run",
         "cancelled": f":no_entry_sign: Cancelled: the run was stopped by {by} at {at}" if event.by and
-                     _USER_ID.match(event.by) else ":no_entry_sign: Cancelled: the run was stopped",
+                     kit.who(event.by).startswith("<@") else ":no_entry_sign: Cancelled: the run was stopped",
     }[event.decision]
 
 
@@ -47,9 +45,7 @@ def progress_text(state: dict[str, Any]) -> str:
     return kit.fallback_text("\n".join(lines))
 
 
-def _who(user_id: str) -> str:
-    """A live mention only of what is shaped like a Slack user id (ids come from signed payloads)."""
-    return f"<@{user_id}>" if _USER_ID.match(user_id) else kit.escape(user_id)
+_who = kit.who
 
 
 def _line(state: dict[str, Any], call_id: str) -> dict[str, Any] | None:
@@ -189,6 +185,9 @@ class Renderer:
                 + f" — {kit.escape(a['status'])}"
                 + (f" ({kit.escape(a['error_code'])})" if a.get("error_code") else "")
                 for a in reversed(changes))
-        for i, chunk in enumerate(kit.split_answer(text)):
+        chunks = kit.split_answer(text)
+        if len(chunks[-1]) < kit.MAX_BLOCKS:
+            chunks[-1] = [*chunks[-1], kit.feedback(run_id)]
+        for i, chunk in enumerate(chunks):
             await self.outbox.message(f"answer:{run_id}:{i}", state["channel"], state["thread_ts"],
                                       kit.fallback_text(shown), chunk)

@@ -18,6 +18,7 @@ from bot.slack.access import AccessPolicy
 from bot.slack.alerts import Alerts
 from bot.slack.app import build_bolt_app, web_routes
 from bot.slack.history import ThreadReader
+from bot.slack.home import Home
 from bot.slack.inbound import Inbound
 from bot.slack.metrics import CountingRateLimitHandler, Metrics, retry_handlers
 from bot.slack.outbox import SlackOutbox
@@ -124,7 +125,9 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     alerts = Alerts(config=slack, engine=core.engine, meta=core.meta, outbox=outbox, dispatch=dispatch) \
         if slack.alert_sources else None
     inbound = Inbound(engine=core.engine, meta=core.meta, outbox=outbox, access=AccessPolicy(slack, client),
-                      dispatch=dispatch, alerts=alerts)
+                      dispatch=dispatch, alerts=alerts, metrics=metrics, reports=core.reports,
+                      home=Home(client=client, engine=core.engine, meta=core.meta, reports=core.reports,
+                                access=AccessPolicy(slack, client)))
     renderer = Renderer(outbox=outbox, meta=core.meta, reports=core.reports,
                         model_note=f"model: {core.model.label}" if core.model.scripted else "")
     if role != "front":  # runs happen where the engine works: the front only hands work on

@@ -1,0 +1,71 @@
+"""App Home and feedback through the real endpoint: the Home tab shows what waits for the person who opens it
+(only cards they may answer), their recent questions and the last changes; feedback is counted once per person."""
+
+from __future__ import annotations
+
+import time
+
+from bot.demo.sender import block_action, mention
+from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.demo.workspace import all_text, buttons
+from tests.slack_harness import CHANNEL, Workspace, open_workspace
+from tests.test_slack import ask_restart
+
+
+def home_text(slack: FakeSlack, user: str) -> str:
+    return "\n".join(all_text({"text": "", "blocks": [b]}) for b in slack.homes[user]["blocks"])
+
+
+async def opened(ws: Workspace, user: str) -> None:
+    await ws.sender.event({"type": "app_home_opened", "user": user, "channel": "D0HOME", "tab": "home",
+                           "event_ts": f"{time.time():.6f}"})
+    await ws.settle()
+
+
+async def test_home_shows_what_waits_for_each_person(redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    ws = await open_workspace(redis_url, prefix, slack,
+                              approvers={"restart_service": {"prod": {"users": ["UBOSS"]}}})
+    try:
+        card = await ask_restart(ws, user="UREQ")
+        await opened(ws, "UBOSS")
+        boss = home_text(slack, "UBOSS")
+        assert "*Waiting for you*" in boss and "confirm `restart_service` on payments/prod" in boss
+        assert "asked by <@UREQ>" in boss and f"/archives/{CHANNEL}/p" in boss
+        await opened(ws, "UREQ")
+        requester = home_text(slack, "UREQ")
+        assert "Nothing is waiting for you" in requester  # not an approver of this change
+        assert "看看支付服务最近报错" in requester and "restart it in prod" in requester  # their questions
+
+        token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
+        await ws.sender.action(block_action(user="UBOSS", channel=CHANNEL, message=card,
+                                            action_id="opspilot_confirm", value=token))
+        await ws.settle()
+        await opened(ws, "UBOSS")
+        boss = home_text(slack, "UBOSS")
+        assert "Nothing is waiting for you" in boss
+        assert "`restart_service`" in boss.split("*Recent changes*")[1] and "approved by <@UBOSS>" in boss
+    finally:
+        await ws.stop()
+
+
+async def test_feedback_under_an_answer_is_counted_once_per_person(redis_url: str, prefix: str,
+                                                                   slack: FakeSlack) -> None:
+    ws = await open_workspace(redis_url, prefix, slack)
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "payments errors", "900.1"))
+        await ws.settle()
+        answer = slack.thread(CHANNEL, "900.1")[-1]
+        rate = {b["action_id"]: b for b in buttons(answer)}
+        assert set(rate) == {"opspilot_feedback_up", "opspilot_feedback_down"}
+        for user, action in (("UREQ", "opspilot_feedback_up"), ("UREQ", "opspilot_feedback_up"),
+                             ("UOTHER", "opspilot_feedback_down")):
+            await ws.sender.action(block_action(user=user, channel=CHANNEL, message=answer, action_id=action,
+                                                value=rate[action]["value"]))
+        await ws.settle()
+        stats = await ws.store.stats(3600)
+        assert (stats.get("feedback_up"), stats.get("feedback_down")) == (1, 1)
+        assert any("already rated" in t for t in slack.ephemeral_texts("UREQ"))
+        metrics = ws.service.metrics.render()
+        assert 'opspilot_feedback_total{rating="up"} 1' in metrics
+    finally:
+        await ws.stop()
