@@ -75,6 +75,8 @@ class PendingView(BaseModel):
     interrupt_type: Literal["params_required", "confirm_risky"]
     reason: str
     payload: dict[str, Any]
+    arguments: dict[str, Any] = {}
+    """The call's arguments as they stand (what will run once answered)."""
 
 
 class LoopInterrupt(_Event):
@@ -92,6 +94,8 @@ class CallDecided(_Event):
     token: str
     decision: DecisionKind
     by: str | None
+    values: dict[str, str] = {}
+    """What a form was answered with (shown on the closed form)."""
     at: float
 
 

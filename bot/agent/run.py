@@ -81,7 +81,7 @@ def preview(text: str, limit: int = 200) -> str:
 
 def pending_view(p: PendingCall) -> PendingView:
     return PendingView(call_id=p.call.id, tool=p.call.name, token=p.token, interrupt_type=p.interrupt_type,
-                       reason=p.reason, payload=p.payload)
+                       reason=p.reason, payload=p.payload, arguments=p.arguments)
 
 
 class Run:
@@ -297,8 +297,9 @@ class Run:
         for pending, decision in answers.decided:
             if decision.kind == "confirmed":  # kept in the record: a crash mid-change must not lose who approved
                 self.record.approvals[pending.call.id] = answers.by
+            values = {k: str(v) for k, v in getattr(decision, "values", {}).items()}
             self.emit(CallDecided, call_id=pending.call.id, tool=pending.call.name, token=pending.token,
-                      decision=decision.kind, by=answers.by, at=time.time())
+                      decision=decision.kind, by=answers.by, at=time.time(), values=values)
         self.count("resumed", sum(1 for _, d in answers.decided if d.kind not in ("expired", "cancelled")))
 
     async def settle(self, answers: Answers) -> list[PendingCall]:

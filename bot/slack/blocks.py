@@ -140,8 +140,11 @@ def confirm_card(token: str, reason: str, payload: dict[str, Any]) -> list[Block
     ]
 
 
-def params_form(token: str, reason: str, payload: dict[str, Any], error: str | None = None) -> list[Block]:
+def params_form(token: str, reason: str, payload: dict[str, Any], error: str | None = None,
+                subject: str = "") -> list[Block]:
     blocks: list[Block] = [mrkdwn(f":pencil: *I need a bit more* — {escape(reason)}")]
+    if subject:
+        blocks.append(context(subject))
     for field in payload.get("fields", []):
         name = str(field["name"])
         choices = [str(c) for c in (field.get("choices") or [])][:MAX_OPTIONS]
@@ -163,6 +166,14 @@ def params_form(token: str, reason: str, payload: dict[str, Any], error: str | N
         button("Cancel", "opspilot_decline", token),
     ]})
     return blocks
+
+
+def form_subject(tools: list[str], arguments: dict[str, Any]) -> str:
+    """What a form is for: the calls it answers and their target, so nobody has to guess."""
+    target = "/".join(str(arguments[k]) for k in ("service_id", "environment") if arguments.get(k))
+    calls = " and ".join(f"`{escape(t)}`" for t in tools)
+    return f"For {calls}{f' on `{escape(target)}`' if target else ''}: " + \
+        ("they run" if len(tools) > 1 else "it runs") + " as soon as you answer."
 
 
 def form_values(state: dict[str, Any]) -> dict[str, str]:

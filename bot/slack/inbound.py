@@ -297,6 +297,11 @@ class Inbound:
             await self.outbox.tell(channel, user, verdict.reason, thread_ts)
             return
         await self.dispatch(answer)
+        for sibling in filter(None, (await self.meta.get(CARD, token)).get("siblings", "").split(",")):
+            try:  # the other calls that asked the same fields in the same step: one answer for all
+                await self.dispatch(answer.model_copy(update={"ticket": await self.engine.ticket(sibling)}))
+            except NotPending:
+                continue
 
     async def _decision(self, action_id: str, ticket: Ticket, user: str, channel: str, thread_ts: str | None,
                         state: dict[str, Any]) -> tuple[Answer, Verdict]:

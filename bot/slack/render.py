@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from bot.agent.events import CallDecided, Event, PendingView
@@ -30,7 +31,9 @@ def card_ending(event: CallDecided) -> str:
     by, at = f"<@{event.by}>", kit.hhmm(event.at)
     return {
         "confirmed": f":white_check_mark: Confirmed by {by} at {at}",
-        "submitted": f":memo: Submitted by {by} at {at}",
+        "submitted": f":memo: Submitted by {by} at {at}"
+                     + (": " + ", ".join(f"{kit.escape(k)} = `{kit.escape(v)}`" for k, v in event.values.items())
+                        if event.values else ""),
         "declined": f":x: Declined by {by} at {at}",
         "replied": ":speech_balloon: Answered in the thread instead",
         "expired": ":hourglass: Expired — nothing was run",
@@ -111,8 +114,8 @@ class Renderer:
             state["stoppable"], leave = False, True
         await self._show(event.run_id, state)
         if event.type == "loop_interrupt":
-            for pending in event.pending:
-                await self._post_card(state, event.run_id, pending)
+            for group in _same_questions(event.pending):
+                await self._post_card(state, event.run_id, group[0], siblings=group[1:])
         if event.type == "run_finished":
             await self._post_answer(state, event.run_id, event.answer, stopped_by=event.by)
         if leave:
@@ -155,15 +158,22 @@ class Renderer:
         await self.outbox.message(f"progress:{run_id}", state["channel"], state["thread_ts"], progress_text(state),
                                   kit.progress_blocks(state))
 
-    async def _post_card(self, state: dict[str, Any], run_id: str, pending: PendingView) -> None:
+    async def _post_card(self, state: dict[str, Any], run_id: str, pending: PendingView,
+                         siblings: Sequence[PendingView] = ()) -> None:
+        """One card per question; calls of one step asking for the same fields share one form (``siblings``
+        are answered with it)."""
         if pending.interrupt_type == "confirm_risky":
             card = kit.confirm_card(pending.token, pending.reason, pending.payload)
         else:
-            card = kit.params_form(pending.token, pending.reason, pending.payload)
+            subject = kit.form_subject([pending.tool, *(s.tool for s in siblings)], pending.arguments)
+            card = kit.params_form(pending.token, pending.reason, pending.payload, subject=subject)
         summary = kit.card_summary(pending.interrupt_type, pending.reason, pending.payload)
+        for sibling in siblings:  # no card of its own: closing it is a no-op, the shared form shows the answer
+            await self.meta.put(CARD, sibling.token, {"run_id": run_id, "call_id": sibling.call_id,
+                                                      "summary": summary, "primary": pending.token})
         await self.meta.put(CARD, pending.token, {
             "channel": state["channel"], "thread_ts": state["thread_ts"], "run_id": run_id,
-            "call_id": pending.call_id, "summary": summary})
+            "call_id": pending.call_id, "summary": summary, "siblings": ",".join(s.token for s in siblings)})
         await self.outbox.message(f"card:{pending.token}", state["channel"], state["thread_ts"],
                                   kit.escape(pending.reason), card)
         decided = (await self.meta.get(CARD, pending.token)).get("decided")
@@ -191,3 +201,20 @@ class Renderer:
         for i, chunk in enumerate(chunks):
             await self.outbox.message(f"answer:{run_id}:{i}", state["channel"], state["thread_ts"],
                                       kit.fallback_text(shown), chunk)
+
+
+def _same_questions(pending: Sequence[PendingView]) -> list[list[PendingView]]:
+    """Forms of one step asking for the same fields, grouped (asked once); every other question alone."""
+    groups: dict[tuple[str, ...], list[PendingView]] = {}
+    out: list[list[PendingView]] = []
+    for p in pending:
+        if p.interrupt_type != "params_required":
+            out.append([p])
+            continue
+        fields = tuple(sorted(str(f.get("name")) for f in p.payload.get("fields", [])))
+        if fields in groups:
+            groups[fields].append(p)
+        else:
+            groups[fields] = [p]
+            out.append(groups[fields])
+    return out

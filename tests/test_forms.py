@@ -1,0 +1,48 @@
+"""One form per question: calls of one step that need the same field are asked once; the form says what it
+is for; the closed form shows what was chosen and by whom."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from bot.agent.models.scripted import ScriptedModel, call, reply
+from bot.demo.sender import block_action, mention
+from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.demo.workspace import all_text, buttons
+from core.messages import ToolResultMessage
+from tests.slack_harness import CHANNEL, open_workspace
+from tools import ops
+
+
+async def test_two_calls_needing_the_environment_share_one_form(redis_url: str, prefix: str,
+                                                                slack: FakeSlack) -> None:
+    toolbox = ops.build()
+    model = ScriptedModel([reply("", call("query_logs", "l1", service_id="payments"),
+                                 call("query_metrics", "m1", service_id="payments")),
+                           reply("Read both.")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, specs=toolbox.specs, toolbox=toolbox)
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "payments errors", "950.1"))
+        await ws.settle()
+        forms = [m for m in slack.thread(CHANNEL, "950.1") if any(b["action_id"] == "opspilot_submit"
+                                                                  for b in buttons(m))]
+        assert len(forms) == 1, [all_text(m) for m in slack.thread(CHANNEL, "950.1")]
+        form = forms[0]
+        assert "For `query_logs` and `query_metrics` on `payments`: they run as soon as you answer." in all_text(form)
+        token = next(b["value"] for b in buttons(form) if b["action_id"] == "opspilot_submit")
+        values = {"opspilot_field:environment": {"value": {"type": "static_select",
+                                                           "selected_option": {"value": "prod"}}}}
+        await ws.sender.action(block_action(user="UREQ", channel=CHANNEL, message=form, action_id="opspilot_submit",
+                                            value=token, state={"values": values}))
+        await ws.settle()
+        closed = all_text(slack.messages[(CHANNEL, form["ts"])])
+        assert re.search(r"Submitted by <@UREQ> at \d\d:\d\d UTC: environment = `prod`", closed), closed
+        assert buttons(slack.messages[(CHANNEL, form["ts"])]) == []
+        transcript = await ws.store.load_transcript("slack:C0OPS:950.1")
+        results = {m.call_id: json.loads(m.content) for m in transcript if isinstance(m, ToolResultMessage)}
+        assert results["l1"]["ok"] and results["m1"]["ok"], results
+        assert results["l1"]["data"]["environment"] == "prod"
+        assert "Read both." in all_text(slack.thread(CHANNEL, "950.1")[-1])
+    finally:
+        await ws.stop()
