@@ -126,7 +126,8 @@ def one_line_summary(content: str, limit: int = 120) -> str:
     if isinstance(data, dict):
         for key in ("candidates", "results", "items"):
             if isinstance(data.get(key), list):
-                return f"{len(data[key])} {key}"
+                n = len(data[key])
+                return f"{n} {key if n != 1 else key.removesuffix('s')}"  # "1 candidate", "3 results"
         text = ", ".join(f"{k}={v}" for k, v in list(data.items())[:3] if not isinstance(v, dict | list))
         return _clip(text or "done", limit)
     return _clip(str(data), limit)

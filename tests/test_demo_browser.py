@@ -51,8 +51,8 @@ async def page() -> AsyncIterator[Page]:
 
 async def confirm_as(page: Page, user: str) -> None:
     await page.locator(f'[data-user="{user}"]').click()
-    card = page.locator("#thread .msg", has_text="Confirmation needed").last
-    await card.get_by_role("button", name="Confirm").click()
+    card = page.locator("#thread .msg", has_text="需要确认").last  # a Chinese thread: its cards are Chinese
+    await card.get_by_role("button", name="确认").click()
     await expect(page.get_by_test_id("confirm-dialog")).to_be_visible()
     await page.get_by_test_id("dialog-confirm").click()
 
@@ -67,18 +67,20 @@ async def test_the_whole_scenario_in_the_browser(demo_url: str, page: Page) -> N
     thread = page.get_by_test_id("thread")
     await expect(thread).to_be_visible()
     await expect(thread.locator(".msg", has_text="query_logs")).to_be_visible()
-    await expect(thread.locator(".msg", has_text="Done")).to_be_visible()
+    await expect(thread.locator(".msg", has_text="完成")).to_be_visible()
+    await expect(thread.locator(".msg", has_text="Working on it")).to_have_count(0)  # one language throughout
     await expect(thread.locator(".msg", has_text="docs/payments-db-timeouts.md").last).to_be_visible()
     await expect(thread).to_contain_text("timeout acquiring connection")
 
     # "restart it" with no environment: a form with the catalog's environments.
     await page.get_by_test_id("thread-composer").fill("restart it")
     await page.get_by_test_id("thread-composer").press("Enter")
-    form = thread.locator(".msg", has_text="I need a bit more").last
+    form = thread.locator(".msg", has_text="还需要一点信息").last
     await form.locator("select").select_option("prod")
-    await form.get_by_role("button", name="Submit").click()
-    await expect(thread.locator(".msg", has_text="Confirmation needed")).to_be_visible()
-    await expect(thread.locator(".msg", has_text=re.compile(r"Submitted by @Alice at \d"))).to_be_visible()
+    await form.get_by_role("button", name="提交").click()
+    await expect(thread.locator(".msg", has_text="需要确认")).to_be_visible()
+    await expect(thread.locator(".msg", has_text=re.compile(r"@Alice 于 \d\d:\d\d UTC 提交: environment = prod"))
+                 ).to_be_visible()
 
     # The requester may not approve her own prod restart; someone not allowed is told so, privately.
     await confirm_as(page, "U0ALICE")
@@ -89,13 +91,12 @@ async def test_the_whole_scenario_in_the_browser(demo_url: str, page: Page) -> N
 
     # Bob, the approver, confirms: the card closes and the answer reports a verified restart.
     await confirm_as(page, "U0BOB")
-    # Case-sensitive: the answer itself says "confirmed by @Bob" too.
-    await expect(thread.locator(".msg", has_text=re.compile(r"Confirmed by @Bob at \d"))).to_be_visible()
-    await expect(thread.locator(".msg", has_text="Confirmation needed")).to_have_count(0)
-    answer = thread.locator(".msg", has_text="Restarted payments in prod")  # backticks render as <code>
+    await expect(thread.locator(".msg", has_text=re.compile(r"@Bob 于 \d\d:\d\d UTC 确认"))).to_be_visible()
+    await expect(thread.locator(".msg", has_text="需要确认")).to_have_count(0)
+    answer = thread.locator(".msg", has_text="已重启 payments（prod）")  # backticks render as <code>
     await expect(answer).to_be_visible()
-    await expect(answer).to_contain_text("the error rate fell from 4.30% to 0.30%")
-    await expect(answer).to_contain_text("approved by @Bob")
+    await expect(answer).to_contain_text("错误率从 4.30% 降到 0.30%")
+    await expect(answer).to_contain_text("批准人 @Bob")
 
     ARTIFACTS.mkdir(exist_ok=True)
     await page.screenshot(path=str(ARTIFACTS / "demo-scenario.png"), full_page=True)

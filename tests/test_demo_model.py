@@ -16,7 +16,7 @@ from tests.slack_harness import CHANNEL, Workspace, open_workspace
 
 @pytest.fixture
 async def ws(redis_url: str, prefix: str, slack: FakeSlack) -> AsyncIterator[Workspace]:
-    workspace = await open_workspace(redis_url, prefix, slack)
+    workspace = await open_workspace(redis_url, prefix, slack, language="auto")  # each thread in its language
     yield workspace
     await workspace.stop()
 

@@ -62,7 +62,7 @@ async def test_opspilot_serve_in_http_mode(redis_url: str, prefix: str, slack: F
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith(("OPSPILOT_",
                                                                                                     "SLACK_"))}
     env |= {"SLACK_BOT_TOKEN": slack.token, "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_URL": slack.api_url,
-            "PORT": str(port), "REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix}
+            "PORT": str(port), "REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix, "OPSPILOT_SLACK__LANGUAGE": "en"}
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", "serve", "--workers", "2", env=env,
                                                 cwd=tmp_path, stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.PIPE)
@@ -132,7 +132,7 @@ def _serve_env(slack: FakeSlack, redis_url: str, prefix: str, port: int) -> dict
     return env | {"SLACK_BOT_TOKEN": slack.token, "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_URL": slack.api_url,
                   "PORT": str(port), "REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix,
                   "OPSPILOT_SWEEPS__STALE_AFTER_S": "2", "OPSPILOT_SWEEPS__LEASE_TTL_S": "2",
-                  "OPSPILOT_SWEEPS__INTERVAL_S": "1"}
+                  "OPSPILOT_SWEEPS__INTERVAL_S": "1", "OPSPILOT_SLACK__LANGUAGE": "en"}
 
 
 async def _serve_with_workers(env: dict[str, str], cwd: Path) -> asyncio.subprocess.Process:

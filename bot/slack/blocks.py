@@ -15,6 +15,8 @@ import re
 import time
 from typing import Any
 
+from bot.slack.words import say
+
 SECTION_TEXT = 3000
 MESSAGE_TEXT = 40_000
 MAX_BLOCKS = 50
@@ -43,11 +45,11 @@ def who(user_id: str) -> str:
 FEEDBACK = "opspilot_feedback"
 
 
-def feedback(run_id: str) -> Block:
+def feedback(run_id: str, lang: str = "en") -> Block:
     """Two buttons under an answer: was it useful? (Counted in /metrics and `opspilot stats`.)"""
     return {"type": "actions", "block_id": f"feedback:{run_id}"[:255], "elements": [
-        button("👍 Helpful", f"{FEEDBACK}_up", f"up:{run_id}"),  # action ids are unique within a message
-        button("👎 Not helpful", f"{FEEDBACK}_down", f"down:{run_id}")]}
+        button(say(lang, "helpful"), f"{FEEDBACK}_up", f"up:{run_id}"),  # action ids: unique within a message
+        button(say(lang, "not_helpful"), f"{FEEDBACK}_down", f"down:{run_id}")]}
 
 
 def _cut(text: str, limit: int) -> str:
@@ -106,43 +108,51 @@ def fallback_text(text: str) -> str:
 
 # --- interrupts ---------------------------------------------------------------------------------------
 
-def _what_runs(payload: dict[str, Any]) -> str:
+def _what_runs(payload: dict[str, Any], lang: str = "en") -> str:
     args = payload.get("arguments") or {}
     shown = ", ".join(f"{escape(k)}=`{escape(v)}`" for k, v in args.items() if v not in (None, ""))
-    lines = [f"*Tool:* `{escape(payload.get('tool'))}`"]
+    lines = [f"*{say(lang, 'tool')}:* `{escape(payload.get('tool'))}`"]
     if payload.get("target"):
-        lines.append(f"*Target:* `{escape(payload['target'])}`")
+        lines.append(f"*{say(lang, 'target')}:* `{escape(payload['target'])}`")
     if payload.get("environment"):
-        lines.append(f"*Environment:* `{escape(payload['environment'])}`")
-    lines.append(f"*Arguments:* {shown or '(none)'}")
+        lines.append(f"*{say(lang, 'environment')}:* `{escape(payload['environment'])}`")
+    lines.append(f"*{say(lang, 'arguments')}:* {shown or say(lang, 'none')}")
     if payload.get("model_reason"):
-        lines.append(f"*The model's reason:* {escape(payload['model_reason'])}")
+        lines.append(f"*{say(lang, 'model_reason')}:* {escape(payload['model_reason'])}")
     return "\n".join(lines)
 
 
-def confirm_card(token: str, reason: str, payload: dict[str, Any]) -> list[Block]:
+def _gate(reason: str, payload: dict[str, Any], lang: str) -> str:
+    """The card's headline: the gate's own words in the thread's language (the tool is named, not quoted)."""
+    if payload.get("tool") and payload.get("environment"):
+        return say(lang, "gate", tool=escape(payload["tool"]), env=escape(payload["environment"]))
+    return escape(reason)
+
+
+def confirm_card(token: str, reason: str, payload: dict[str, Any], lang: str = "en") -> list[Block]:
     env = str(payload.get("environment") or "")
+    text = say(lang, "live_change", tool=escape(payload.get("tool")), target=escape(payload.get("target")),
+               env=escape(env or "n/a"))
     dialog = {
-        "title": {"type": "plain_text", "text": "Run this change?"},
-        "text": {"type": "mrkdwn", "text": _cut(f"`{escape(payload.get('tool'))}` on `{escape(payload.get('target'))}` "
-                                                 f"in `{escape(env or 'n/a')}`. This changes a live system.", 300)},
-        "confirm": {"type": "plain_text", "text": "Confirm"},
-        "deny": {"type": "plain_text", "text": "Back"},
+        "title": {"type": "plain_text", "text": say(lang, "run_this")},
+        "text": {"type": "mrkdwn", "text": _cut(text, 300)},
+        "confirm": {"type": "plain_text", "text": say(lang, "confirm")},
+        "deny": {"type": "plain_text", "text": say(lang, "back")},
         "style": "danger",
     }
     return [
-        mrkdwn(f":warning: *Confirmation needed* — {escape(reason)}"),
-        mrkdwn(_what_runs(payload)),
+        mrkdwn(f":warning: *{say(lang, 'confirmation_needed')}* — {_gate(reason, payload, lang)}"),
+        mrkdwn(_what_runs(payload, lang)),
         {"type": "actions", "block_id": "opspilot_decide", "elements": [
-            button("Confirm", "opspilot_confirm", token, style="danger", confirm=dialog),
-            button("Cancel", "opspilot_decline", token),
+            button(say(lang, "confirm"), "opspilot_confirm", token, style="danger", confirm=dialog),
+            button(say(lang, "cancel"), "opspilot_decline", token),
         ]},
     ]
 
 
 def params_form(token: str, reason: str, payload: dict[str, Any], error: str | None = None,
-                subject: str = "") -> list[Block]:
-    blocks: list[Block] = [mrkdwn(f":pencil: *I need a bit more* — {escape(reason)}")]
+                subject: str = "", lang: str = "en") -> list[Block]:
+    blocks: list[Block] = [mrkdwn(f":pencil: *{say(lang, 'need_more')}* — {escape(reason)}")]
     if subject:
         blocks.append(context(subject))
     for field in payload.get("fields", []):
@@ -151,7 +161,7 @@ def params_form(token: str, reason: str, payload: dict[str, Any], error: str | N
         if choices:
             element: dict[str, Any] = {
                 "type": "static_select", "action_id": "value",
-                "placeholder": {"type": "plain_text", "text": f"Choose {name}"[:150]},
+                "placeholder": {"type": "plain_text", "text": say(lang, "choose", name=name)[:150]},
                 "options": [{"text": {"type": "plain_text", "text": _cut(c, OPTION_TEXT)},
                              "value": c[:OPTION_VALUE]} for c in choices],
             }
@@ -162,18 +172,18 @@ def params_form(token: str, reason: str, payload: dict[str, Any], error: str | N
     if error:
         blocks.append(context(f":x: {escape(error)}"))
     blocks.append({"type": "actions", "block_id": "opspilot_form", "elements": [
-        button("Submit", "opspilot_submit", token, style="primary"),
-        button("Cancel", "opspilot_decline", token),
+        button(say(lang, "submit"), "opspilot_submit", token, style="primary"),
+        button(say(lang, "cancel"), "opspilot_decline", token),
     ]})
     return blocks
 
 
-def form_subject(tools: list[str], arguments: dict[str, Any]) -> str:
+def form_subject(tools: list[str], arguments: dict[str, Any], lang: str = "en") -> str:
     """What a form is for: the calls it answers and their target, so nobody has to guess."""
     target = "/".join(str(arguments[k]) for k in ("service_id", "environment") if arguments.get(k))
-    calls = " and ".join(f"`{escape(t)}`" for t in tools)
-    return f"For {calls}{f' on `{escape(target)}`' if target else ''}: " + \
-        ("they run" if len(tools) > 1 else "it runs") + " as soon as you answer."
+    calls = say(lang, "and").join(f"`{escape(t)}`" for t in tools)
+    on = say(lang, "on", target=escape(target)) if target else ""
+    return say(lang, "form_for_many" if len(tools) > 1 else "form_for_one", calls=calls, on=on)
 
 
 def form_values(state: dict[str, Any]) -> dict[str, str]:
@@ -195,11 +205,11 @@ def decided_card(summary: str, outcome: str) -> list[Block]:
     return [mrkdwn(summary), context(outcome)]
 
 
-def card_summary(interrupt_type: str, reason: str, payload: dict[str, Any]) -> str:
+def card_summary(interrupt_type: str, reason: str, payload: dict[str, Any], lang: str = "en") -> str:
     if interrupt_type == "confirm_risky":
-        return f"*Confirmation* — {escape(reason)}\n{_what_runs(payload)}"
+        return f"*{say(lang, 'confirmation')}* — {_gate(reason, payload, lang)}\n{_what_runs(payload, lang)}"
     names = ", ".join(escape(f["name"]) for f in payload.get("fields", []))
-    return f"*Needed:* {names} — {escape(reason)}"
+    return f"*{say(lang, 'needed')}:* {names} — {escape(reason)}"
 
 
 # --- the progress message ---------------------------------------------------------------------------------
@@ -211,24 +221,25 @@ _ICONS = {"running": ":hourglass_flowing_sand:", "ok": ":white_check_mark:", "er
 
 def progress_blocks(state: dict[str, Any]) -> list[Block]:
     lines = state.get("lines", [])
-    header = state.get("header") or ":mag: Working on it…"
-    blocks: list[Block] = [mrkdwn(f"{header}  _(step {state.get('step', 0)})_")]
+    lang = str(state.get("lang") or "en")
+    header = state.get("header") or f":mag: {say(lang, 'working')}"
+    blocks: list[Block] = [mrkdwn(f"{header}  _({say(lang, 'step', n=state.get('step', 0))})_")]
     body = []
     for line in lines[-40:]:
         icon = _ICONS.get(line["status"], ":grey_question:")
         detail = f" — {escape(line['detail'])}" if line.get("detail") else ""
         body.append(f"{icon} `{escape(line['tool'])}`{detail}")
     if len(lines) > 40:
-        body.insert(0, f"… {len(lines) - 40} earlier calls")
+        body.insert(0, say(lang, "earlier_calls", n=len(lines) - 40))
     if body:
         blocks.append(mrkdwn("\n".join(body)))
     if state.get("note"):
         blocks.append(context(state["note"]))
     actions = []
     if state.get("stoppable"):
-        actions.append(button("Stop", "opspilot_stop", state["run_id"], style="danger"))
+        actions.append(button(say(lang, "stop"), "opspilot_stop", state["run_id"], style="danger"))
     if state.get("resumable"):
-        actions.append(button("Resume", "opspilot_resume", state["run_id"], style="primary"))
+        actions.append(button(say(lang, "resume"), "opspilot_resume", state["run_id"], style="primary"))
     if actions:
         blocks.append({"type": "actions", "block_id": "opspilot_run", "elements": actions})
     return blocks

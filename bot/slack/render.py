@@ -17,6 +17,7 @@ from bot.agent.events import CallDecided, Event, PendingView
 from bot.slack import blocks as kit
 from bot.slack.meta import CARD, RUN, THREAD
 from bot.slack.outbox import SlackOutbox
+from bot.slack.words import headline, language_of, say
 from core.stops import STOP_WORDING
 from state.store import MetaStore, Reports
 
@@ -26,19 +27,19 @@ _TONE_ICONS = {"done": ":white_check_mark:", "stopped": ":no_entry_sign:", "expi
                "warning": ":warning:"}
 
 
-def card_ending(event: CallDecided) -> str:
+def card_ending(event: CallDecided, lang: str = "en") -> str:
     """A question card's final words: who decided what, and when."""
     by, at = f"<@{event.by}>", kit.hhmm(event.at)
+    chosen = ": " + ", ".join(f"{kit.escape(k)} = `{kit.escape(v)}`" for k, v in event.values.items()) \
+        if event.values else ""
+    person = bool(event.by) and kit.who(event.by or "").startswith("<@")
     return {
-        "confirmed": f":white_check_mark: Confirmed by {by} at {at}",
-        "submitted": f":memo: Submitted by {by} at {at}"
-                     + (": " + ", ".join(f"{kit.escape(k)} = `{kit.escape(v)}`" for k, v in event.values.items())
-                        if event.values else ""),
-        "declined": f":x: Declined by {by} at {at}",
-        "replied": ":speech_balloon: Answered in the thread instead",
-        "expired": ":hourglass: Expired — nothing was run",
-        "cancelled": f":no_entry_sign: Cancelled: the run was stopped by {by} at {at}" if event.by and
-                     kit.who(event.by).startswith("<@") else ":no_entry_sign: Cancelled: the run was stopped",
+        "confirmed": f":white_check_mark: {say(lang, 'confirmed_by', by=by, at=at)}",
+        "submitted": f":memo: {say(lang, 'submitted_by', by=by, at=at)}{chosen}",
+        "declined": f":x: {say(lang, 'declined_by', by=by, at=at)}",
+        "replied": f":speech_balloon: {say(lang, 'replied')}",
+        "expired": f":hourglass: {say(lang, 'expired')}",
+        "cancelled": f":no_entry_sign: {say(lang, 'cancelled_by', by=by, at=at) if person else say(lang, 'cancelled')}",
     }[event.decision]
 
 
@@ -56,7 +57,9 @@ def _line(state: dict[str, Any], call_id: str) -> dict[str, Any] | None:
 
 
 class Renderer:
-    def __init__(self, *, outbox: SlackOutbox, meta: MetaStore, reports: Reports, model_note: str) -> None:
+    def __init__(self, *, outbox: SlackOutbox, meta: MetaStore, reports: Reports, model_note: str,
+                 language: str = "auto") -> None:
+        self.language = language
         self.outbox = outbox
         self.meta = meta
         self.reports = reports
@@ -65,10 +68,11 @@ class Renderer:
 
     async def __call__(self, event: Event) -> None:
         if event.type == "run_started":
-            await self._open_progress(event.run_id, event.thread_id)
+            await self._open_progress(event.run_id, event.thread_id, language_of(event.text, self.language))
             return
         if event.type == "call_decided":
-            await self.close_card(event.token, card_ending(event))
+            lang = (await self.meta.get(CARD, event.token)).get("lang", "en")
+            await self.close_card(event.token, card_ending(event, lang))
             state = await self._state(event.run_id) if event.decision in ("confirmed", "submitted") else None
             line = _line(state, event.call_id) if state is not None else None
             if state is not None and line is not None:  # it runs now: no longer "waiting" while it does
@@ -79,6 +83,7 @@ class Renderer:
         if state is None:
             return  # not a Slack thread (e.g. the terminal chat sharing the engine)
         leave = False  # a run that pauses or ends may continue on any instance: its state lives in the store
+        lang = str(state.get("lang") or "en")
         if event.type != "run_stalled":
             state["resumable"] = False  # it moves again: the Resume button has done its job
         if event.type == "model_step":
@@ -96,21 +101,20 @@ class Renderer:
             if line is not None:
                 line["status"], line["detail"] = event.status, event.summary
         elif event.type == "loop_interrupt":
-            state["header"], leave = ":raised_hand: Waiting for you", True
+            state["header"], leave = f":raised_hand: {say(lang, 'waiting')}", True
             for pending in event.pending:
                 line = _line(state, pending.call_id)
                 if line is not None:
                     line["status"], line["detail"] = "waiting", pending.reason
         elif event.type == "run_stalled":
-            state.update(header=":warning: Interrupted by a restart", stoppable=False, resumable=True,
-                         note="The worker running this stopped. Finished steps are kept; a change that was "
-                              "running is reported as outcome unknown, never re-run.")
+            state.update(header=f":warning: {say(lang, 'interrupted')}", stoppable=False, resumable=True,
+                         note=say(lang, "interrupted_note"))
             leave = True
         elif event.type == "run_finished":
             wording = STOP_WORDING[event.stop_reason]
-            state["header"] = f"{_TONE_ICONS[wording.tone]} {wording.headline}"
+            state["header"] = f"{_TONE_ICONS[wording.tone]} {headline(lang, event.stop_reason)}"
             if event.stop_reason == "cancelled" and event.by:
-                state["header"] = f":no_entry_sign: Stopped by {_who(event.by)} at {kit.hhmm()}"
+                state["header"] = f":no_entry_sign: {say(lang, 'stopped_by', by=_who(event.by), at=kit.hhmm())}"
             state["stoppable"], leave = False, True
         await self._show(event.run_id, state)
         if event.type == "loop_interrupt":
@@ -132,13 +136,17 @@ class Renderer:
         await self.outbox.message(f"card:{token}", card["channel"], card.get("thread_ts"), outcome,
                                   kit.decided_card(card.get("summary", ""), outcome))
 
-    async def _open_progress(self, run_id: str, thread_id: str) -> None:
+    async def _open_progress(self, run_id: str, thread_id: str, lang: str) -> None:
         where = await self.meta.get(THREAD, thread_id)
         if not where:
             return
-        state: dict[str, Any] = {"run_id": run_id, "header": ":mag: Working on it…", "step": 0, "lines": [],
-                                 "stoppable": True, "note": self.model_note, "channel": where["channel"],
-                                 "thread_ts": where["thread_ts"]}
+        if where.get("lang"):
+            lang = where["lang"]  # a thread keeps the language of its first question
+        else:
+            await self.meta.put(THREAD, thread_id, {"lang": lang})
+        state: dict[str, Any] = {"run_id": run_id, "header": f":mag: {say(lang, 'working')}", "step": 0,
+                                 "lines": [], "stoppable": True, "note": self.model_note, "lang": lang,
+                                 "channel": where["channel"], "thread_ts": where["thread_ts"]}
         self._runs[run_id] = state
         await self._show(run_id, state)
 
@@ -162,18 +170,20 @@ class Renderer:
                          siblings: Sequence[PendingView] = ()) -> None:
         """One card per question; calls of one step asking for the same fields share one form (``siblings``
         are answered with it)."""
+        lang = str(state.get("lang") or "en")
         if pending.interrupt_type == "confirm_risky":
-            card = kit.confirm_card(pending.token, pending.reason, pending.payload)
+            card = kit.confirm_card(pending.token, pending.reason, pending.payload, lang)
         else:
-            subject = kit.form_subject([pending.tool, *(s.tool for s in siblings)], pending.arguments)
-            card = kit.params_form(pending.token, pending.reason, pending.payload, subject=subject)
-        summary = kit.card_summary(pending.interrupt_type, pending.reason, pending.payload)
+            subject = kit.form_subject([pending.tool, *(s.tool for s in siblings)], pending.arguments, lang)
+            card = kit.params_form(pending.token, pending.reason, pending.payload, subject=subject, lang=lang)
+        summary = kit.card_summary(pending.interrupt_type, pending.reason, pending.payload, lang)
         for sibling in siblings:  # no card of its own: closing it is a no-op, the shared form shows the answer
             await self.meta.put(CARD, sibling.token, {"run_id": run_id, "call_id": sibling.call_id,
-                                                      "summary": summary, "primary": pending.token})
+                                                      "summary": summary, "primary": pending.token, "lang": lang})
         await self.meta.put(CARD, pending.token, {
             "channel": state["channel"], "thread_ts": state["thread_ts"], "run_id": run_id,
-            "call_id": pending.call_id, "summary": summary, "siblings": ",".join(s.token for s in siblings)})
+            "call_id": pending.call_id, "summary": summary, "siblings": ",".join(s.token for s in siblings),
+            "lang": lang})
         await self.outbox.message(f"card:{pending.token}", state["channel"], state["thread_ts"],
                                   kit.escape(pending.reason), card)
         decided = (await self.meta.get(CARD, pending.token)).get("decided")
@@ -183,21 +193,24 @@ class Renderer:
 
     async def _post_answer(self, state: dict[str, Any], run_id: str, answer: str,
                            stopped_by: str | None = None) -> None:
+        lang = str(state.get("lang") or "en")
         text = kit.escape(answer)  # the model's words: no mention, no disguised link
         if stopped_by and text.startswith("_Stopped at "):  # ours, not the model's: who pressed Stop
-            text = f"_Stopped by {_who(stopped_by)} at " + text.removeprefix("_Stopped at ")
+            at = text.removeprefix("_Stopped at ").partition("._")[0]
+            text = f"_{say(lang, 'stopped_by', by=_who(stopped_by), at=at)}._" + text.partition("._")[2]
         shown = text
         changes = await self.reports.read_audit(200, run_id=run_id)
         if changes:
-            text += "\n\n*Audit*\n" + "\n".join(
-                f"• `{kit.escape(a['tool'])}` {kit.escape(a['arguments'])} — requested by {_who(a['requested_by'])}"
-                + (f", approved by {_who(a['approved_by'])}" if a.get("approved_by") else "")
+            text += f"\n\n*{say(lang, 'audit')}*\n" + "\n".join(
+                f"• `{kit.escape(a['tool'])}` {kit.escape(a['arguments'])} — "
+                + say(lang, "requested_by", by=_who(a["requested_by"]))
+                + (", " + say(lang, "approved_by", by=_who(a["approved_by"])) if a.get("approved_by") else "")
                 + f" — {kit.escape(a['status'])}"
                 + (f" ({kit.escape(a['error_code'])})" if a.get("error_code") else "")
                 for a in reversed(changes))
         chunks = kit.split_answer(text)
         if len(chunks[-1]) < kit.MAX_BLOCKS:
-            chunks[-1] = [*chunks[-1], kit.feedback(run_id)]
+            chunks[-1] = [*chunks[-1], kit.feedback(run_id, lang)]
         for i, chunk in enumerate(chunks):
             await self.outbox.message(f"answer:{run_id}:{i}", state["channel"], state["thread_ts"],
                                       kit.fallback_text(shown), chunk)

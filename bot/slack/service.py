@@ -110,7 +110,8 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
                          update_interval_s=slack.progress_interval_s, max_backoff_s=slack.outbox_max_backoff_s)
     reader = ThreadReader(client, core.meta, max_messages=slack.thread_context_messages,
                           max_chars=slack.thread_context_chars) if slack.thread_context_messages else None
-    executor = Executor(engine=core.engine, meta=core.meta, outbox=outbox, metrics=metrics, reader=reader)
+    executor = Executor(engine=core.engine, meta=core.meta, outbox=outbox, metrics=metrics, reader=reader,
+                        language=slack.language)
     queue = core.queue
     worker = Worker(queue=queue, executor=executor, reclaim_after_s=settings.sweeps.stale_after_s) \
         if role == "worker" else None
@@ -128,7 +129,7 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
                       dispatch=dispatch, alerts=alerts, metrics=metrics, reports=core.reports,
                       home=Home(client=client, engine=core.engine, meta=core.meta, reports=core.reports,
                                 access=AccessPolicy(slack, client)))
-    renderer = Renderer(outbox=outbox, meta=core.meta, reports=core.reports,
+    renderer = Renderer(outbox=outbox, meta=core.meta, reports=core.reports, language=slack.language,
                         model_note=f"model: {core.model.label}" if core.model.scripted else "")
     if role != "front":  # runs happen where the engine works: the front only hands work on
         core.bus.subscribe(renderer)

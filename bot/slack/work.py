@@ -24,6 +24,7 @@ from bot.slack.history import ThreadReader
 from bot.slack.meta import CARD, THREAD, thread_key
 from bot.slack.metrics import Metrics
 from bot.slack.outbox import SlackOutbox
+from bot.slack.words import language_of
 from state import StoreError, Ticket
 from state.store import MetaStore, WorkQueue
 
@@ -82,8 +83,9 @@ class Executor:
     """Does one work item; tells the person in words when it cannot. Never raises."""
 
     def __init__(self, *, engine: Engine, meta: MetaStore, outbox: SlackOutbox, metrics: Metrics,
-                 reader: ThreadReader | None = None) -> None:
+                 reader: ThreadReader | None = None, language: str = "auto") -> None:
         self.engine = engine
+        self.language = language
         self.reader = reader
         self.meta = meta
         self.outbox = outbox
@@ -124,10 +126,14 @@ class Executor:
     async def _converse(self, item: Converse) -> None:
         thread_ts = str(item.thread_ts)
         thread_id = thread_key(item.channel, thread_ts)
-        await self.meta.put(THREAD, thread_id, {"channel": item.channel, "thread_ts": thread_ts})
+        known = (await self.meta.get(THREAD, thread_id)).get("lang")
+        lang = known or language_of(item.text, self.language)  # a thread keeps its first question's language
+        await self.meta.put(THREAD, thread_id, {"channel": item.channel, "thread_ts": thread_ts, "lang": lang})
         context = item.context
         if self.reader is not None and not context:
             context = await self.reader.context(item.channel, thread_ts, item.ts)
+        if lang != language_of(item.text):  # e.g. "restart it" in a Chinese thread: say which to answer in
+            context = f"<reply_language>{'Chinese' if lang == 'zh' else 'English'}</reply_language>\n{context}"
         await self.engine.ask(thread_id, item.text, user_id=item.user, request_id=item.request_id, context=context,
                               unattended=item.unattended)
 

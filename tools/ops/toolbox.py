@@ -234,6 +234,8 @@ def _verdict(rollout: str, before: float | str | None, after: float | str | None
     if rollout == "unknown":
         return "restart issued; its progress could not be followed"
     if isinstance(before, float) and isinstance(after, float):
-        trend = "fell" if after < before else "rose" if after > before else "did not change"
+        if f"{before:.2%}" == f"{after:.2%}":
+            return f"restarted; the error rate stayed at {after:.2%}"
+        trend = "fell" if after < before else "rose"
         return f"restarted; the error rate {trend} from {before:.2%} to {after:.2%}"
     return "restarted; the error rate could not be compared"

@@ -130,7 +130,9 @@ def _answer_lookup(results: list[ToolResultMessage], zh: bool) -> str:
         lines.append(f"{'*文档建议*' if zh else '*Runbook advice*'}:")
         for hit in docs.get("results", [])[:2]:
             first = next((ln.strip("-• ").strip() for ln in str(hit["text"]).splitlines() if ln.strip()), "")
-            lines.append(f"  • {hit['title']} §{hit['section']} (`{hit['path']}`): {first}")
+            # A section named like its document is not said twice ("… roll back first §… roll back first").
+            where = hit["title"] if hit["section"] in (hit["title"], "") else f"{hit['title']} §{hit['section']}"
+            lines.append(f"  • {where} (`{hit['path']}`): {first}")
     if zh:
         lines.append("_以上结论来自演示数据；没有核实数据库本身的状态。_")
     else:
@@ -144,8 +146,15 @@ def _answer_restart(result: ToolResultMessage, zh: bool) -> str:
         d = body["data"]
         verdict = d.get("verdict", "")
         if zh:
-            return (f"已重启 `{d['service_id']}`（{d['environment']}），rollout {d['rollout']}。{verdict}。"
-                    "_来源: restart_service_")
+            before, after = d.get("error_rate_before"), d.get("error_rate_after")
+            rollout = {"complete": "已完成", "timed_out": "未在时限内完成", "failed": "失败"}.get(d["rollout"],
+                                                                                         d["rollout"])
+            trend = ""
+            if isinstance(before, int | float) and isinstance(after, int | float):
+                trend = (f"错误率保持在 {after:.2%}" if f"{before:.2%}" == f"{after:.2%}" else
+                         f"错误率从 {before:.2%} {'降到' if after < before else '升到'} {after:.2%}")
+            return (f"已重启 `{d['service_id']}`（{d['environment']}），滚动发布{rollout}"
+                    f"{'；' + trend if trend else ''}。_来源: restart_service_")
         return (f"Restarted `{d['service_id']}` in {d['environment']}: rollout {d['rollout']}. {verdict}. "
                 "_source: restart_service_")
     if body.get("errorCode") == "outcome_unknown":  # it was started: never say it did not happen
@@ -197,12 +206,23 @@ def _environment(question: str, quoted: str) -> str | None:
     return env or (labelled.group(1) if labelled else None)
 
 
+def _split(content: str) -> tuple[str, str]:
+    """A user message as the material that came with it (the quoted thread, the reply language) and the
+    question itself, which follows them."""
+    cut = max(content.rfind(tag) + len(tag) if tag in content else -1
+              for tag in ("</slack_thread>", "</reply_language>"))
+    return (content[:cut], content[cut:]) if cut >= 0 else ("", content)
+
+
 def demo_reply(messages: Sequence[Message], tools: Sequence[str]) -> AssistantMessage:
     last_user = max((i for i, m in enumerate(messages) if isinstance(m, UserMessage)), default=-1)
     content = messages[last_user].content if last_user >= 0 else ""
-    quoted, _, question = content.rpartition("</slack_thread>")  # the thread it was asked in, then the question
+    quoted, question = _split(content)
     text = question.strip()
-    zh = bool(_CJK.search(text))
+    # The thread's language: this question's, else an earlier one's (a Chinese thread stays Chinese).
+    # The thread's language when the front end names it (a Chinese thread stays Chinese), else the question's.
+    told = re.search(r"<reply_language>(\w+)</reply_language>", quoted)
+    zh = told.group(1) == "Chinese" if told else bool(_CJK.search(text))
     since = messages[last_user + 1:]
     results = [m for m in since if isinstance(m, ToolResultMessage)]
     if not tools:
@@ -238,7 +258,7 @@ def _restart(service: str, text: str, quoted: str, messages: Sequence[Message]) 
     # The environment: asked for, else where the thread's alert fired (an earlier turn's quoted labels).
     env = _environment(text, quoted) or next(
         (e for m in reversed(messages) if isinstance(m, UserMessage)
-         for e in [_environment("", m.content.rpartition("</slack_thread>")[0])] if e), None)
+         for e in [_environment("", _split(m.content)[0])] if e), None)
     args: dict[str, Any] = {"service_id": service, "reason": text[:200]}
     if env:
         args["environment"] = env

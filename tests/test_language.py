@@ -1,0 +1,86 @@
+"""One language per thread: a Chinese thread and an English thread, each in its own language throughout —
+progress, cards, forms, how cards end, stop headlines — with the exact words checked."""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bot.demo.sender import block_action, mention, message
+from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.demo.workspace import all_text, buttons
+from bot.slack.words import catalog
+from tests.slack_harness import CHANNEL, Workspace, open_workspace
+
+
+def test_every_entry_exists_in_both_languages_with_the_same_placeholders() -> None:
+    for key, (en, zh) in catalog().items():
+        fields = {f for _, f, _, _ in string.Formatter().parse(en) if f}
+        assert fields == {f for _, f, _, _ in string.Formatter().parse(zh) if f}, key
+        assert en and zh and (en != zh or key in ("and",)), key
+
+
+@pytest.fixture
+async def ws(redis_url: str, prefix: str, slack: FakeSlack) -> AsyncIterator[Workspace]:
+    workspace = await open_workspace(redis_url, prefix, slack, language="auto")
+    yield workspace
+    await workspace.stop()
+
+
+async def play(ws: Workspace, thread: str, question: str, restart: str) -> tuple[dict, dict, list[str]]:
+    """Ask, ask for a restart without an environment, fill the form with prod, confirm: every text seen."""
+    await ws.sender.event(mention(CHANNEL, "UREQ", question, thread))
+    await ws.settle()
+    await ws.sender.event(message(CHANNEL, "UREQ", restart, f"{thread}1", thread_ts=thread))
+    await ws.settle()
+    form = next(m for m in ws.slack.thread(CHANNEL, thread) if any(b["action_id"] == "opspilot_submit"
+                                                                   for b in buttons(m)))
+    token = next(b["value"] for b in buttons(form) if b["action_id"] == "opspilot_submit")
+    shown_form = all_text(form)  # (the fake edits its messages in place)
+    values = {"opspilot_field:environment": {"value": {"type": "static_select", "selected_option": {"value": "prod"}}}}
+    await ws.sender.action(block_action(user="UREQ", channel=CHANNEL, message=form, action_id="opspilot_submit",
+                                        value=token, state={"values": values}))
+    await ws.settle()
+    card = next(m for m in ws.slack.thread(CHANNEL, thread) if any(b["action_id"] == "opspilot_confirm"
+                                                                   for b in buttons(m)))
+    token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
+    shown_card = all_text(card)
+    await ws.sender.action(block_action(user="UBOSS", channel=CHANNEL, message=card, action_id="opspilot_confirm",
+                                        value=token))
+    await ws.settle()
+    texts = [all_text(m) for m in ws.slack.thread(CHANNEL, thread)]
+    return {"form": shown_form, "card": shown_card}, {
+        "form": all_text(ws.slack.messages[(CHANNEL, form["ts"])]),
+        "card": all_text(ws.slack.messages[(CHANNEL, card["ts"])])}, texts
+
+
+async def test_a_chinese_thread_stays_chinese(ws: Workspace) -> None:
+    asked, closed, texts = await play(ws, "1000.1", "看看支付服务最近报错，顺便对照一下文档里的处理建议", "restart it")
+    assert ":pencil: *还需要一点信息* — " in asked["form"]
+    assert "用于 `restart_service`（`payments`）：你回答后立即执行。" in asked["form"]
+    assert ":warning: *需要确认* — `restart_service` 会改动 `prod`，需要有人确认" in asked["card"]
+    assert "*工具:* `restart_service`" in asked["card"] and "*环境:* `prod`" in asked["card"]
+    assert re.search(r":memo: <@UREQ> 于 \d\d:\d\d UTC 提交: environment = `prod`", closed["form"])
+    assert re.search(r":white_check_mark: <@UBOSS> 于 \d\d:\d\d UTC 确认", closed["card"])
+    progress = next(t for t in texts if "第 " in t and " 步" in t)
+    assert ":white_check_mark: 完成" in progress
+    everything = "\n".join(texts)
+    for english in ("Working on it", "Waiting for you", "Confirmation needed", "I need a bit more", "Done",
+                    "Confirmed by", "Submitted by", "Restarted", "requested by", "step "):
+        assert english not in everything, english
+    assert "已重启 `payments`（prod）" in everything and "批准人 <@UBOSS>" in everything
+
+
+async def test_an_english_thread_stays_english(ws: Workspace) -> None:
+    asked, closed, texts = await play(ws, "1100.1", "look at the payment service's recent errors", "restart it")
+    assert ":pencil: *I need a bit more* — " in asked["form"]
+    assert "For `restart_service` on `payments`: it runs as soon as you answer." in asked["form"]
+    assert ":warning: *Confirmation needed* — `restart_service` changes `prod`: a person must confirm" in asked["card"]
+    assert re.search(r":memo: Submitted by <@UREQ> at \d\d:\d\d UTC: environment = `prod`", closed["form"])
+    assert re.search(r":white_check_mark: Confirmed by <@UBOSS> at \d\d:\d\d UTC", closed["card"])
+    everything = "\n".join(texts)
+    assert re.search(r"[\u3400-\u9fff]", everything) is None, everything
+    assert "Restarted `payments` in prod" in everything and "approved by <@UBOSS>" in everything
