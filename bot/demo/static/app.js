@@ -167,7 +167,7 @@ function messageElement(message, { inThread }) {
   }
   body.appendChild(content);
   if (!inThread && !message.ephemeral) {
-    const replies = threadOf(message.ts).length;
+    const replies = threadOf(message.ts).filter((m) => !m.ephemeral).length;  // as Slack counts: no ephemerals
     if (replies) {
       const link = document.createElement("div");
       link.className = "replies";
