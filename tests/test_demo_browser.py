@@ -125,3 +125,23 @@ async def test_the_demo_alert_is_investigated_in_its_thread(demo_url: str, page:
     await page.get_by_test_id("channel-ops-oncall").click()  # the other channel shows none of it
     await expect(channel).not_to_contain_text("PaymentsHighErrorRate")
     await expect(thread).to_be_hidden()
+
+
+async def test_app_home_shows_what_waits_for_the_approver(demo_url: str, page: Page) -> None:
+    await page.goto(demo_url)
+    await page.get_by_test_id("composer").fill("@OpsPilot restart payments in prod")
+    await page.get_by_test_id("composer").press("Enter")
+    thread = page.get_by_test_id("thread")
+    await expect(thread.locator(".msg", has_text="Confirmation needed")).to_be_visible()
+    await page.locator('[data-user="U0BOB"]').click()
+    await page.get_by_test_id("app-home").click()
+    home = page.get_by_test_id("home")
+    await expect(home).to_contain_text("Waiting for you")
+    await expect(home).to_contain_text("confirm restart_service on payments/prod")
+    await expect(home).to_contain_text("asked by @Alice")
+    await expect(home).to_contain_text("Recent changes")
+    ARTIFACTS.mkdir(exist_ok=True)
+    await page.screenshot(path=str(ARTIFACTS / "demo-home.png"), full_page=True)
+    await page.locator('[data-user="U0ALICE"]').click()  # Alice is not an approver: nothing waits for her
+    await expect(home).to_contain_text("Nothing is waiting for you")
+    await expect(home).to_contain_text("restart payments in prod")  # her recent question

@@ -80,6 +80,7 @@ class Demo:
         app.router.add_post("/demo/say", self.say)
         app.router.add_post("/demo/click", self.click)
         app.router.add_post("/demo/alert", self.alert)
+        app.router.add_post("/demo/home", self.home)
         server = await LocalServer(app, port=self.port).start()
         self.port = server.port
         self.hook = self.slack.add_webhook(ALERTS, base_url=server.url)
@@ -174,6 +175,22 @@ class Demo:
         }
         status, _ = await self._sender().action(payload)
         return web.json_response({"ok": status == 200})
+
+    async def home(self, request: web.Request) -> web.Response:
+        """The Home tab opened: Slack's app_home_opened event to the bot, then the view it published."""
+        user = str((await request.json()).get("user", ""))
+        if user not in USERS:
+            return web.json_response({"ok": False, "error": "unknown user"}, status=400)
+        before = self.slack.homes.pop(user, None)
+        await self._deliver_event({"type": "app_home_opened", "user": user, "channel": f"D{user}", "tab": "home",
+                                   "ts": f"{time.time():.6f}"})
+        for _ in range(100):  # the bot answers after the acknowledgement, in the background
+            if user in self.slack.homes:
+                return web.json_response({"ok": True, "view": self.slack.homes[user]})
+            await asyncio.sleep(0.05)
+        if before is not None:
+            self.slack.homes[user] = before
+        return web.json_response({"ok": False, "error": "OpsPilot did not publish a Home view in time."})
 
     async def alert(self, request: web.Request) -> web.Response:
         """The demo's alert fires (or resolves): posted to the incoming webhook over HTTP, as Alertmanager

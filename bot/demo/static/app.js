@@ -229,7 +229,38 @@ function renderChannels() {
   document.title = `OpsPilot demo — #${current.name}`;
 }
 
-function switchChannel(id) { state.channel = id; state.openThread = null; renderChannels(); render(); }
+function switchChannel(id) {
+  state.channel = id;
+  state.openThread = null;
+  showHome(false);
+  renderChannels();
+  render();
+}
+
+// App Home: the page sends app_home_opened as Slack would; the bot publishes the view (views.publish).
+function showHome(on) {
+  document.getElementById("home").hidden = !on;
+  document.getElementById("messages").hidden = on;
+  document.getElementById("composer-form").hidden = on;
+  document.getElementById("home-link").classList.toggle("active", on);
+  if (on) {
+    document.getElementById("channel-name").textContent = "OpsPilot";
+    document.getElementById("channel-topic").textContent = "Home";
+    document.getElementById("alert-controls").hidden = true;
+    for (const c of document.querySelectorAll("#channels .channel")) c.classList.remove("active");
+  }
+}
+
+async function openHome() {
+  state.openThread = null;
+  render();
+  showHome(true);
+  const answer = await post("/demo/home", { user: state.me });
+  const box = document.getElementById("home");
+  box.replaceChildren();
+  if (answer.ok) renderBlocks({ ts: "home", blocks: answer.view.blocks }, box);
+  else box.textContent = answer.error || "OpsPilot did not publish a Home view.";
+}
 
 function renderUsers() {
   const box = document.getElementById("users");
@@ -238,7 +269,12 @@ function renderUsers() {
     button.className = "user" + (id === state.me ? " active" : "");
     button.dataset.user = id;
     button.innerHTML = `${esc(user.name)}<small>${esc(user.role)}</small>`;
-    button.addEventListener("click", () => { state.me = id; renderUsers(); render(); });
+    button.addEventListener("click", () => {
+      state.me = id;
+      renderUsers();
+      render();
+      if (!document.getElementById("home").hidden) openHome();  // each person has their own Home
+    });
     return button;
   }));
 }
@@ -294,6 +330,7 @@ async function start() {
     });
   }
   document.getElementById("close-thread").addEventListener("click", () => { state.openThread = null; render(); });
+  document.getElementById("home-link").addEventListener("click", openHome);
   document.getElementById("fire-alert").addEventListener("click", () => post("/demo/alert", { status: "firing" }));
   document.getElementById("resolve-alert").addEventListener("click", () => post("/demo/alert", { status: "resolved" }));
   document.getElementById("composer").value = "@OpsPilot ";
