@@ -84,3 +84,28 @@ async def test_an_english_thread_stays_english(ws: Workspace) -> None:
     everything = "\n".join(texts)
     assert re.search(r"[\u3400-\u9fff]", everything) is None, everything
     assert "Restarted `payments` in prod" in everything and "approved by <@UBOSS>" in everything
+
+
+async def test_refusals_are_said_in_the_threads_language(redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    ws = await open_workspace(redis_url, prefix, slack, language="auto", allowed_users=["UREQ", "UBOSS"],
+                              two_person_rule=["prod"])
+    try:
+        await ws.sender.event(mention(CHANNEL, "UOUTSIDER", "帮我看看支付服务", "1200.1"))
+        await ws.settle()
+        assert slack.ephemeral_texts("UOUTSIDER") == [
+            "你不在可以使用 OpsPilot 的名单里（`slack.allowed_users` / `slack.allowed_usergroups`）。"]
+        await ws.sender.event(mention(CHANNEL, "UREQ", "看看支付服务最近报错", "1300.1"))
+        await ws.settle()
+        await ws.sender.event(message(CHANNEL, "UREQ", "restart it in prod", "1300.2", thread_ts="1300.1"))
+        await ws.settle()
+        card = next(m for m in slack.thread(CHANNEL, "1300.1") if any(b["action_id"] == "opspilot_confirm"
+                                                                      for b in buttons(m)))
+        token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
+        await ws.sender.action(block_action(user="UREQ", channel=CHANNEL, message=card, action_id="opspilot_confirm",
+                                            value=token))
+        await ws.settle()
+        assert slack.ephemeral_texts("UREQ")[-1] == \
+            "双人规则：发起人不能批准自己在 `prod` 的 `restart_service`。请另一位批准人确认。"
+        assert ws.toolbox.restarts.done == []
+    finally:
+        await ws.stop()

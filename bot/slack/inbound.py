@@ -22,10 +22,11 @@ from bot.slack.access import AccessPolicy, Verdict
 from bot.slack.alerts import INVESTIGATE, Alerts
 from bot.slack.history import render, rich_text
 from bot.slack.home import Home
-from bot.slack.meta import CARD, channel_of, thread_key
+from bot.slack.meta import CARD, THREAD, channel_of, thread_key
 from bot.slack.metrics import Metrics
 from bot.slack.outbox import SlackOutbox
 from bot.slack.people import People
+from bot.slack.words import language_of
 from bot.slack.work import CLICK_LOST, STORE_DOWN, Answer, Converse, RunButton, WorkItem
 from core.redact import redact
 from state import StoreError, Ticket
@@ -55,6 +56,7 @@ async def respond(response_url: str, text: str) -> None:
         log.warning("response_url could not be reached: %s", type(exc).__name__)
 
 MISPLACED = "This button does not belong to this message. Nothing was changed."
+_MISPLACED = Verdict(False, MISPLACED, "这个按钮不属于这条消息。什么都没有改变。")
 _IGNORED_SUBTYPES = {None, "thread_broadcast", "file_share"}
 Dispatch = Callable[[WorkItem], Awaitable[None]]
 """Hands work on: to this process's executor, or to the work queue for the workers."""
@@ -139,7 +141,7 @@ class Inbound:
             return  # the same message as app_mention and message, or redelivered
         verdict = await self.access.may_use(event["user"], channel, direct=direct)
         if not verdict.allowed:
-            await self.outbox.tell(channel, event["user"], verdict.reason, thread_ts=thread_ts)
+            await self._refuse(channel, event["user"], verdict, thread_ts, asked=raw)
             return
         text = await self.people.plain(raw or rich_text(event.get("blocks") or []), me=bot_user_id)
         files = [str(f.get("name") or f.get("title") or "a file") for f in event.get("files") or []]
@@ -164,7 +166,7 @@ class Inbound:
             return
         verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))
         if not verdict.allowed:
-            await self.outbox.tell(channel, user, verdict.reason)
+            await self._refuse(channel, user, verdict, None, asked=text)
             return
         if not text:
             await self.outbox.tell(channel, user,
@@ -205,7 +207,7 @@ class Inbound:
     async def _investigate(self, alert_ts: str, user: str, channel: str, thread_ts: str | None) -> None:
         verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))
         if not verdict.allowed or self.alerts is None or thread_ts != alert_ts:
-            await self.outbox.tell(channel, user, verdict.reason if not verdict.allowed else MISPLACED, thread_ts)
+            await self._refuse(channel, user, verdict if not verdict.allowed else _MISPLACED, thread_ts)
             return
         problem = await self.alerts.investigate(channel, alert_ts, user)
         if problem:
@@ -237,6 +239,13 @@ class Inbound:
         except StoreError as exc:  # the question itself went through: only the Home tab misses it
             log.warning("recent question of %s not remembered: %s", user, exc)
 
+    async def _refuse(self, channel: str, user: str, verdict: Verdict, thread_ts: str | None,
+                      asked: str = "") -> None:
+        """A refusal, privately, in the thread's language (in a new thread, the question's)."""
+        known = (await self.meta.get(THREAD, thread_key(channel, thread_ts))).get("lang") if thread_ts else None
+        lang = known or language_of(asked, self.access.config.language)
+        await self.outbox.tell(channel, user, verdict.words(lang), thread_ts)
+
     async def on_shortcut(self, body: dict[str, Any]) -> None:
         """"Investigate with OpsPilot" on any message: a run in that message's thread, about it."""
         user, channel = str(body["user"]["id"]), str((body.get("channel") or {}).get("id"))
@@ -248,7 +257,7 @@ class Inbound:
             return
         verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))
         if not verdict.allowed:
-            await self.outbox.tell(channel, user, verdict.reason, thread_ts)
+            await self._refuse(channel, user, verdict, thread_ts)
             return
         context = redact(render([message], ts, 1, self.access.config.thread_context_chars))
         question = f"<@{user}> asked me to investigate the message quoted above: what is wrong, and what to do?"
@@ -258,7 +267,7 @@ class Inbound:
     async def _run_button(self, action_id: str, run_id: str, user: str, channel: str, thread_ts: str | None) -> None:
         verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))
         if not verdict.allowed:
-            await self.outbox.tell(channel, user, verdict.reason, thread_ts)
+            await self._refuse(channel, user, verdict, thread_ts)
             return
         try:
             home = (await self.engine.run_record(run_id)).thread_id
@@ -267,7 +276,7 @@ class Inbound:
         if home != thread_key(channel, str(thread_ts)):  # a run id from another thread's message
             log.warning("%s by %s in %s/%s for run %s of thread %s refused", action_id, user, channel, thread_ts,
                         run_id, home)
-            await self.outbox.tell(channel, user, MISPLACED, thread_ts)
+            await self._refuse(channel, user, _MISPLACED, thread_ts)
             return
         item = RunButton(kind="stop" if action_id == "opspilot_stop" else "resume", run_id=run_id, user=user,
                          channel=channel, thread_ts=thread_ts)
@@ -285,16 +294,16 @@ class Inbound:
             return
         verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))
         if not verdict.allowed:
-            await self.outbox.tell(channel, user, verdict.reason, thread_ts)
+            await self._refuse(channel, user, verdict, thread_ts)
             return
         if ticket.thread_id != thread_key(channel, str(thread_ts)):  # a token lifted from another card
             log.warning("%s by %s in %s/%s with a token of thread %s refused", action_id, user, channel, thread_ts,
                         ticket.thread_id)
-            await self.outbox.tell(channel, user, MISPLACED, thread_ts)
+            await self._refuse(channel, user, _MISPLACED, thread_ts)
             return
         answer, verdict = await self._decision(action_id, ticket, user, channel, thread_ts, state)
         if not verdict.allowed:
-            await self.outbox.tell(channel, user, verdict.reason, thread_ts)
+            await self._refuse(channel, user, verdict, thread_ts)
             return
         await self.dispatch(answer)
         for sibling in filter(None, (await self.meta.get(CARD, token)).get("siblings", "").split(",")):
