@@ -26,7 +26,7 @@ from bot.slack.meta import CARD, THREAD, channel_of, thread_key
 from bot.slack.metrics import Metrics
 from bot.slack.outbox import SlackOutbox
 from bot.slack.people import People
-from bot.slack.words import language_of
+from bot.slack.words import language_of, say
 from bot.slack.work import CLICK_LOST, STORE_DOWN, Answer, Converse, RunButton, WorkItem
 from core.redact import redact
 from state import StoreError, Ticket
@@ -218,14 +218,14 @@ class Inbound:
         if rating not in ("up", "down") or not run_id or not thread_ts:
             return
         if not await self.meta.first_time(f"feedback:{run_id}:{user}", ttl_s=30 * 86400):
-            await self.outbox.tell(channel, user, "You already rated this answer. Thanks!", thread_ts)
+            await self._refuse(channel, user, Verdict(False, say("en", "rated"), say("zh", "rated")), thread_ts)
             return
         if self.reports is not None:
             await self.reports.tally(thread_key(channel, thread_ts), f"feedback_{rating}")
         if self.metrics is not None:
             self.metrics.inc("opspilot_feedback_total", rating=rating)
-        await self.outbox.tell(channel, user, "Thanks for the feedback." if rating == "up" else
-                               "Thanks: noted. Tell me in the thread what was missing or wrong.", thread_ts)
+        key = "thanks_up" if rating == "up" else "thanks_down"
+        await self._refuse(channel, user, Verdict(True, say("en", key), say("zh", key)), thread_ts)
 
     async def on_home_opened(self, event: dict[str, Any]) -> None:
         if event.get("tab") == "home" and event.get("user") and self.home is not None:
@@ -241,7 +241,7 @@ class Inbound:
 
     async def _refuse(self, channel: str, user: str, verdict: Verdict, thread_ts: str | None,
                       asked: str = "") -> None:
-        """A refusal, privately, in the thread's language (in a new thread, the question's)."""
+        """A refusal (or a private note), to one person, in the thread's language (new thread: the question's)."""
         known = (await self.meta.get(THREAD, thread_key(channel, thread_ts))).get("lang") if thread_ts else None
         lang = known or language_of(asked, self.access.config.language)
         await self.outbox.tell(channel, user, verdict.words(lang), thread_ts)
@@ -287,9 +287,10 @@ class Inbound:
         try:
             ticket = await self.engine.ticket(token)  # the one read a click needs before it is claimed
         except NotPending:
-            decided = (await self.meta.get(CARD, token)).get("decided", "")
-            text = "This request expired." if decided.startswith(":hourglass:") else \
-                f"This request was already handled{f' ({decided})' if decided else ''}."
+            card = await self.meta.get(CARD, token)
+            decided, lang = card.get("decided", ""), card.get("lang", "en")
+            text = say(lang, "request_expired") if decided.startswith(":hourglass:") else \
+                say(lang, "handled", how=f" ({decided})" if decided else "")
             await self.outbox.tell(channel, user, text, thread_ts)
             return
         verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))

@@ -65,6 +65,17 @@ _WORDS: dict[str, tuple[str, str]] = {
     "expired": ("Expired — nothing was run", "已过期，什么都没有执行"),
     "cancelled_by": ("Cancelled: the run was stopped by {by} at {at}", "已取消：{by} 于 {at} 停止了这次运行"),
     "cancelled": ("Cancelled: the run was stopped", "已取消：运行已停止"),
+    # private notes to one person
+    "still_working": ("I am still working on the previous message in this thread; send it again in a moment.",
+                      "我还在处理这个对话里的上一条消息，请稍后再发一次。"),
+    "request_expired": ("This request expired.", "这个请求已过期。"),
+    "handled_by": ("Already handled by {by}.", "已由 {by} 处理。"),
+    "handled": ("This request was already handled{how}.", "这个请求已经处理过了{how}。"),
+    "not_pending": ("This request is no longer pending.", "这个请求已不在等待中。"),
+    "rated": ("You already rated this answer. Thanks!", "你已经评价过这个回答了，谢谢！"),
+    "thanks_up": ("Thanks for the feedback.", "谢谢反馈。"),
+    "thanks_down": ("Thanks: noted. Tell me in the thread what was missing or wrong.",
+                    "谢谢，已记录。请在对话里告诉我缺了什么或哪里不对。"),
     # the answer
     "helpful": ("👍 Helpful", "👍 有用"),
     "not_helpful": ("👎 Not helpful", "👎 没用"),

@@ -24,7 +24,7 @@ from bot.slack.history import ThreadReader
 from bot.slack.meta import CARD, THREAD, thread_key
 from bot.slack.metrics import Metrics
 from bot.slack.outbox import SlackOutbox
-from bot.slack.words import language_of
+from bot.slack.words import language_of, say
 from state import StoreError, Ticket
 from state.store import MetaStore, WorkQueue
 
@@ -105,8 +105,8 @@ class Executor:
             if isinstance(item, Converse) and await self.engine.handled(
                     thread_key(item.channel, str(item.thread_ts)), item.request_id):
                 return  # the same message, taken meanwhile by another worker: nothing to tell
-            await self.outbox.tell(item.channel, item.user, "I am still working on the previous message in this "
-                                                            "thread; send it again in a moment.", item.thread_ts)
+            await self.outbox.tell(item.channel, item.user, say(await self._lang(item), "still_working"),
+                                   item.thread_ts)
         except EngineError as exc:
             if isinstance(item, Converse):
                 log.warning("thread %s: %s", item.thread_ts, exc)
@@ -137,6 +137,12 @@ class Executor:
         await self.engine.ask(thread_id, item.text, user_id=item.user, request_id=item.request_id, context=context,
                               unattended=item.unattended)
 
+    async def _lang(self, item: WorkItem) -> str:
+        """The thread's language, for what is said to one person in it."""
+        if item.thread_ts is None:
+            return "zh" if self.language == "zh" else "en"
+        return (await self.meta.get(THREAD, thread_key(item.channel, item.thread_ts))).get("lang") or "en"
+
     async def _answer(self, item: Answer) -> None:
         ticket, decision = item.ticket, item.to_decision()
         try:
@@ -144,12 +150,16 @@ class Executor:
             self.metrics.inc("opspilot_interrupts_resolved_total", how=type(decision).__name__.lower())
         except AlreadyHandled as exc:
             # (A decision redelivered after its worker died lands here too: applied once, its author told so.)
-            text = "This request expired." if exc.holder == "expiry" else f"Already handled by <@{exc.holder}>."
+            lang = await self._lang(item)
+            text = say(lang, "request_expired") if exc.holder == "expiry" else \
+                say(lang, "handled_by", by=f"<@{exc.holder}>")
             await self.outbox.tell(item.channel, item.user, text, item.thread_ts)
         except InterruptExpired:
-            await self.outbox.tell(item.channel, item.user, "This request expired.", item.thread_ts)
+            await self.outbox.tell(item.channel, item.user, say(await self._lang(item), "request_expired"),
+                                   item.thread_ts)
         except NotPending:
-            await self.outbox.tell(item.channel, item.user, "This request is no longer pending.", item.thread_ts)
+            await self.outbox.tell(item.channel, item.user, say(await self._lang(item), "not_pending"),
+                                   item.thread_ts)
         except InvalidDecision as exc:
             problem, token = str(exc), ticket.pending.token
             card = await self.meta.get(CARD, token)
