@@ -122,7 +122,7 @@ def _what_runs(payload: dict[str, Any], lang: str = "en") -> str:
     return "\n".join(lines)
 
 
-def _gate(reason: str, payload: dict[str, Any], lang: str) -> str:
+def gate(reason: str, payload: dict[str, Any], lang: str) -> str:
     """The card's headline: the gate's own words in the thread's language (the tool is named, not quoted)."""
     if payload.get("tool") and payload.get("environment"):
         return say(lang, "gate", tool=escape(payload["tool"]), env=escape(payload["environment"]))
@@ -141,7 +141,7 @@ def confirm_card(token: str, reason: str, payload: dict[str, Any], lang: str = "
         "style": "danger",
     }
     return [
-        mrkdwn(f":warning: *{say(lang, 'confirmation_needed')}* — {_gate(reason, payload, lang)}"),
+        mrkdwn(f":warning: *{say(lang, 'confirmation_needed')}* — {gate(reason, payload, lang)}"),
         mrkdwn(_what_runs(payload, lang)),
         {"type": "actions", "block_id": "opspilot_decide", "elements": [
             button(say(lang, "confirm"), "opspilot_confirm", token, style="danger", confirm=dialog),
@@ -207,7 +207,7 @@ def decided_card(summary: str, outcome: str) -> list[Block]:
 
 def card_summary(interrupt_type: str, reason: str, payload: dict[str, Any], lang: str = "en") -> str:
     if interrupt_type == "confirm_risky":
-        return f"*{say(lang, 'confirmation')}* — {_gate(reason, payload, lang)}\n{_what_runs(payload, lang)}"
+        return f"*{say(lang, 'confirmation')}* — {gate(reason, payload, lang)}\n{_what_runs(payload, lang)}"
     names = ", ".join(escape(f["name"]) for f in payload.get("fields", []))
     return f"*{say(lang, 'needed')}:* {names} — {escape(reason)}"
 

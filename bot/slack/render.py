@@ -105,7 +105,8 @@ class Renderer:
             for pending in event.pending:
                 line = _line(state, pending.call_id)
                 if line is not None:
-                    line["status"], line["detail"] = "waiting", pending.reason
+                    line["status"], line["detail"] = "waiting", kit.gate(pending.reason, pending.payload, lang) \
+                        if pending.interrupt_type == "confirm_risky" else pending.reason
         elif event.type == "run_stalled":
             state.update(header=f":warning: {say(lang, 'interrupted')}", stoppable=False, resumable=True,
                          note=say(lang, "interrupted_note"))
