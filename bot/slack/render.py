@@ -8,9 +8,10 @@ run resumed on another instance keeps editing the same progress message (its sta
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from bot.agent.events import CallDecided, Event, PendingView
@@ -71,8 +72,7 @@ class Renderer:
             await self._open_progress(event.run_id, event.thread_id, language_of(event.text, self.language))
             return
         if event.type == "call_decided":
-            lang = (await self.meta.get(CARD, event.token)).get("lang", "en")
-            await self.close_card(event.token, card_ending(event, lang))
+            await self.close_card(event.token, functools.partial(card_ending, event))
             state = await self._state(event.run_id) if event.decision in ("confirmed", "submitted") else None
             line = _line(state, event.call_id) if state is not None else None
             if state is not None and line is not None:  # it runs now: no longer "waiting" while it does
@@ -126,11 +126,13 @@ class Renderer:
         if leave:
             self._runs.pop(event.run_id, None)
 
-    async def close_card(self, token: str, outcome: str) -> None:
-        """Bring a question's card to its final state, once, with no buttons left."""
+    async def close_card(self, token: str, ending: Callable[[str], str]) -> None:
+        """Bring a question's card to its final state (``ending`` in the card's language), once, with no
+        buttons left."""
         card = await self.meta.get(CARD, token)
         if card.get("decided"):
             return
+        outcome = ending(card.get("lang", "en"))
         await self.meta.put(CARD, token, {"decided": outcome})  # even before the card exists: see _post_card
         if not card.get("channel"):
             return
