@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import re
 
+from bot.agent.decisions import ProvideParams
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.demo.sender import block_action, mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
+from bot.slack.work import Answer
 from core.messages import ToolResultMessage
 from tests.slack_harness import CHANNEL, open_workspace
 from tools import ops
@@ -44,5 +46,35 @@ async def test_two_calls_needing_the_environment_share_one_form(redis_url: str, 
         assert results["l1"]["ok"] and results["m1"]["ok"], results
         assert results["l1"]["data"]["environment"] == "prod"
         assert "Read both." in all_text(slack.thread(CHANNEL, "950.1")[-1])
+    finally:
+        await ws.stop()
+
+
+async def test_a_redelivered_answer_finishes_the_calls_sharing_its_form(redis_url: str, prefix: str,
+                                                                        slack: FakeSlack) -> None:
+    """The worker applied the form to its first call and died: the work comes again and answers the rest."""
+    toolbox = ops.build()
+    model = ScriptedModel([reply("", call("query_logs", "l1", service_id="payments"),
+                                 call("query_metrics", "m1", service_id="payments")),
+                           reply("Read both.")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, specs=toolbox.specs, toolbox=toolbox)
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "payments errors", "960.1"))
+        await ws.settle()
+        form = next(m for m in slack.thread(CHANNEL, "960.1") if any(b["action_id"] == "opspilot_submit"
+                                                                     for b in buttons(m)))
+        token = next(b["value"] for b in buttons(form) if b["action_id"] == "opspilot_submit")
+        engine = ws.service.core.engine
+        ticket = await engine.ticket(token)
+        await engine.answer(ticket, ProvideParams({"environment": "prod"}), by="UREQ")  # then the worker died
+        await ws.settle()
+        assert "Read both." not in all_text(slack.thread(CHANNEL, "960.1")[-1])  # the sibling still waits
+        await ws.service.inbound.dispatch(Answer(ticket=ticket, decision="submit", values={"environment": "prod"},
+                                                 user="UREQ", channel=CHANNEL, thread_ts="960.1"))
+        await ws.settle()
+        transcript = await ws.store.load_transcript("slack:C0OPS:960.1")
+        results = {m.call_id: json.loads(m.content) for m in transcript if isinstance(m, ToolResultMessage)}
+        assert results["l1"]["ok"] and results["m1"]["ok"], results
+        assert "Read both." in all_text(slack.thread(CHANNEL, "960.1")[-1])
     finally:
         await ws.stop()

@@ -11,6 +11,7 @@ from bot.agent.models.scripted import ScriptedModel, reply
 from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
+from bot.slack.history import ThreadReader
 from core.messages import Message, UserMessage
 from tests.slack_harness import CHANNEL, open_workspace
 
@@ -108,5 +109,23 @@ async def test_an_unreadable_thread_is_said_and_the_run_goes_on(redis_url: str, 
         [text] = user_texts(model)
         assert "could not be read" in text and "something is off" not in text
         assert "Looked at it." in all_text(slack.thread(CHANNEL, parent["ts"])[-1])
+    finally:
+        await ws.stop()
+
+
+async def test_a_question_read_again_after_a_crash_sees_the_same_thread(redis_url: str, prefix: str,
+                                                                        slack: FakeSlack) -> None:
+    """Its worker read the thread and died before the engine took the question: the redelivered work reads
+    the same messages, not "nothing new"."""
+    ws = await open_workspace(redis_url, prefix, slack, model=ScriptedModel(answer), specs=[])
+    try:
+        parent = slack.post_as_user(CHANNEL, "UALICE", "db failover at 10:02")
+        question = slack.post_as_user(CHANNEL, "UREQ", "what happened?", thread_ts=parent["ts"])
+        reader = ThreadReader(ws.service.client, ws.service.core.meta)
+        first = await reader.context(CHANNEL, parent["ts"], question["ts"])
+        again = await reader.context(CHANNEL, parent["ts"], question["ts"])
+        assert "db failover at 10:02" in first and again == first
+        later = slack.post_as_user(CHANNEL, "UREQ", "and now?", thread_ts=parent["ts"])
+        assert "db failover" not in await reader.context(CHANNEL, parent["ts"], later["ts"])
     finally:
         await ws.stop()

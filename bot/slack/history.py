@@ -51,9 +51,11 @@ class ThreadReader:
         thread_id = thread_key(channel, thread_ts)
         if ts is None or ts == thread_ts:
             if ts is not None:  # the question starts its own thread: nothing came before it, and later
-                await self.meta.put(SEEN, thread_id, {"ts": ts})  # replies need not quote it back
+                await self.meta.put(SEEN, thread_id, {"ts": ts, "before": ""})  # replies need not quote it
             return ""
-        seen = (await self.meta.get(SEEN, thread_id)).get("ts", "")
+        marker = await self.meta.get(SEEN, thread_id)
+        # This very question read before (its worker died, the work came again): the same window again.
+        seen = marker.get("before", "") if marker.get("ts") == ts else marker.get("ts", "")
         try:
             me = await self._identity()
             messages = await self._replies(channel, thread_ts, oldest=seen)
@@ -61,7 +63,8 @@ class ThreadReader:
             reason = exc.response.get("error", "error") if isinstance(exc, SlackApiError) else type(exc).__name__
             log.warning("thread %s could not be read (%s): the run goes on without it", thread_id, reason)
             return f"{OPEN}\n(The earlier messages of this thread could not be read.)\n{CLOSE}"
-        await self.meta.put(SEEN, thread_id, {"ts": max(ts, seen)})
+        if float(ts) >= float(marker.get("ts") or 0):  # a late, older message does not move the marker back
+            await self.meta.put(SEEN, thread_id, {"ts": ts, "before": seen})
         earlier = [m for m in messages if _ts(m) < float(ts) and _ts(m) > (float(seen) if seen else 0.0)
                    and not _mine(m, me)]
         return render(earlier, thread_ts, self.max_messages, self.max_chars)

@@ -218,14 +218,13 @@ class Inbound:
         if rating not in ("up", "down") or not run_id or not thread_ts:
             return
         if not await self.meta.first_time(f"feedback:{run_id}:{user}", ttl_s=30 * 86400):
-            await self._refuse(channel, user, Verdict(False, say("en", "rated"), say("zh", "rated")), thread_ts)
+            await self._tell(channel, user, "rated", thread_ts)
             return
         if self.reports is not None:
             await self.reports.tally(thread_key(channel, thread_ts), f"feedback_{rating}")
         if self.metrics is not None:
             self.metrics.inc("opspilot_feedback_total", rating=rating)
-        key = "thanks_up" if rating == "up" else "thanks_down"
-        await self._refuse(channel, user, Verdict(True, say("en", key), say("zh", key)), thread_ts)
+        await self._tell(channel, user, "thanks_up" if rating == "up" else "thanks_down", thread_ts)
 
     async def on_home_opened(self, event: dict[str, Any]) -> None:
         if event.get("tab") == "home" and event.get("user") and self.home is not None:
@@ -239,12 +238,19 @@ class Inbound:
         except StoreError as exc:  # the question itself went through: only the Home tab misses it
             log.warning("recent question of %s not remembered: %s", user, exc)
 
+    async def _lang(self, channel: str, thread_ts: str | None, asked: str = "") -> str:
+        """The thread's language (a new thread: the question's)."""
+        known = (await self.meta.get(THREAD, thread_key(channel, thread_ts))).get("lang") if thread_ts else None
+        return known or language_of(asked, self.access.config.language)
+
     async def _refuse(self, channel: str, user: str, verdict: Verdict, thread_ts: str | None,
                       asked: str = "") -> None:
-        """A refusal (or a private note), to one person, in the thread's language (new thread: the question's)."""
-        known = (await self.meta.get(THREAD, thread_key(channel, thread_ts))).get("lang") if thread_ts else None
-        lang = known or language_of(asked, self.access.config.language)
-        await self.outbox.tell(channel, user, verdict.words(lang), thread_ts)
+        """A refusal, to one person, in the thread's language."""
+        await self.outbox.tell(channel, user, verdict.words(await self._lang(channel, thread_ts, asked)), thread_ts)
+
+    async def _tell(self, channel: str, user: str, key: str, thread_ts: str | None) -> None:
+        """One of OpsPilot's own private notes (``words``), in the thread's language."""
+        await self.outbox.tell(channel, user, say(await self._lang(channel, thread_ts), key), thread_ts)
 
     async def on_shortcut(self, body: dict[str, Any]) -> None:
         """"Investigate with OpsPilot" on any message: a run in that message's thread, about it."""
@@ -307,11 +313,6 @@ class Inbound:
             await self._refuse(channel, user, verdict, thread_ts)
             return
         await self.dispatch(answer)
-        for sibling in filter(None, (await self.meta.get(CARD, token)).get("siblings", "").split(",")):
-            try:  # the other calls that asked the same fields in the same step: one answer for all
-                await self.dispatch(answer.model_copy(update={"ticket": await self.engine.ticket(sibling)}))
-            except NotPending:
-                continue
 
     async def _decision(self, action_id: str, ticket: Ticket, user: str, channel: str, thread_ts: str | None,
                         state: dict[str, Any]) -> tuple[Answer, Verdict]:

@@ -4,6 +4,7 @@ the name for each reader."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
@@ -18,8 +19,9 @@ TTL_S = 3600.0
 
 
 class People:
-    def __init__(self, client: AsyncWebClient, *, max_size: int = 5000) -> None:
+    def __init__(self, client: AsyncWebClient, *, max_size: int = 5000, timeout_s: float = 2.0) -> None:
         self.client = client
+        self.timeout_s = timeout_s
         self.max_size = max_size
         self._names: dict[str, tuple[str, float]] = {}
 
@@ -29,7 +31,8 @@ class People:
         if cached and cached[1] > time.monotonic():
             return cached[0]
         try:
-            user = (await self.client.users_info(user=user_id)).get("user") or {}
+            async with asyncio.timeout(self.timeout_s):  # a name is cosmetic: never hold a question for it
+                user = (await self.client.users_info(user=user_id)).get("user") or {}
         except (SlackApiError, OSError, TimeoutError) as exc:
             log.info("users.info %s failed (%s): shown as its id", user_id, type(exc).__name__)
             return user_id

@@ -18,7 +18,15 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from bot.agent.decisions import Confirm, Decision, Decline, ProvideParams
 from bot.agent.engine import Engine
-from bot.agent.errors import AlreadyHandled, EngineError, InterruptExpired, InvalidDecision, NotPending, ThreadBusy
+from bot.agent.errors import (
+    AlreadyHandled,
+    EngineError,
+    InterruptExpired,
+    InvalidDecision,
+    NotPending,
+    ResumeRefused,
+    ThreadBusy,
+)
 from bot.slack import blocks as kit
 from bot.slack.history import ThreadReader
 from bot.slack.meta import CARD, THREAD, thread_key
@@ -137,6 +145,16 @@ class Executor:
         await self.engine.ask(thread_id, item.text, user_id=item.user, request_id=item.request_id, context=context,
                               unattended=item.unattended)
 
+    async def _siblings(self, item: Answer) -> None:
+        """The other calls of the step that asked for the same fields on the same form: the same answer,
+        here in the work item (so a worker dying half-way leaves them to the redelivery, not to expiry)."""
+        card = await self.meta.get(CARD, item.ticket.pending.token)
+        for token in filter(None, card.get("siblings", "").split(",")):
+            try:
+                await self.engine.answer(await self.engine.ticket(token), item.to_decision(), by=item.user)
+            except (ResumeRefused, InvalidDecision):
+                continue  # answered already (the claim holds), expired, or no longer pending
+
     async def _lang(self, item: WorkItem) -> str:
         """The thread's language, for what is said to one person in it."""
         if item.thread_ts is None:
@@ -148,7 +166,10 @@ class Executor:
         try:
             await self.engine.answer(ticket, decision, by=item.user)
             self.metrics.inc("opspilot_interrupts_resolved_total", how=type(decision).__name__.lower())
+            await self._siblings(item)
         except AlreadyHandled as exc:
+            if exc.holder == item.user:  # redelivered after its worker died: finish what it left
+                await self._siblings(item)
             # (A decision redelivered after its worker died lands here too: applied once, its author told so.)
             lang = await self._lang(item)
             text = say(lang, "request_expired") if exc.holder == "expiry" else \
