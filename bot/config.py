@@ -92,6 +92,9 @@ class SlackConfig(BaseModel):
     request_timeout_s: float = Field(10.0, gt=0, description="a Web API call not answered by then is retried")
     outbox_max_backoff_s: float = Field(30.0, gt=0, description="longest wait between delivery attempts")
     language: Literal["auto", "en", "zh"] = Field("auto", description="auto: each thread in its question's")
+    progress: Literal["stream", "update", "auto"] = Field(
+        "auto", description="stream: Slack's streaming (task cards); update: an edited message; "
+                            "auto: stream where the workspace can, else update")
     thread_context_messages: int = Field(20, ge=0, description="read at most this many earlier thread messages")
     thread_context_chars: int = Field(6000, ge=0, description="... and at most this many characters of them")
     alert_sources: list[AlertSource] = Field(default_factory=list, description="channels where alerts land")

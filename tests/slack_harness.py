@@ -65,6 +65,7 @@ class Workspace:
 
 def slack_settings(redis_url: str, prefix: str, api_url: str, **slack: Any) -> Settings:
     slack.setdefault("posts_per_second", 0)  # pacing has its own tests; here it would only slow things down
+    slack.setdefault("progress", "update")  # streamed progress has its own tests (test_streaming.py)
     slack.setdefault("language", "en")  # the UI language has its own tests (test_language.py); others read English
     config = SlackConfig(bot_token="xoxb-test-token", signing_secret=SECRET, api_url=api_url,
                          progress_interval_s=0.05, **slack)

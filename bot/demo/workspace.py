@@ -15,131 +15,22 @@ import json
 import time
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
+from bot.demo.limits import Fault, block_problems
 from bot.demo.local_server import LocalServer
+from bot.demo.streams import STREAM_METHODS, TIERS, StreamMethods
 
 BOT_USER = "UBOT"
 TEAM = "T0001"  # the one workspace this fake Slack is; auth.test answers it, requests carry it
 
 
-def _text_len(obj: dict[str, Any] | None) -> int:
-    return len(str((obj or {}).get("text", "")))
-
-
-def _check_confirm(confirm: dict[str, Any], where: str, errors: list[str]) -> None:
-    for key, limit in (("title", 100), ("text", 300), ("confirm", 30), ("deny", 30)):
-        if key in confirm and _text_len(confirm[key]) > limit:
-            errors.append(f"{where}.confirm.{key} must be at most {limit} characters")
-
-
-def _check_element(el: dict[str, Any], where: str, errors: list[str], action_ids: set[str]) -> None:
-    action_id = el.get("action_id")
-    if action_id is not None:
-        if len(action_id) > 255:
-            errors.append(f"{where}.action_id too long")
-        if action_id in action_ids:
-            errors.append(f"{where}.action_id {action_id!r} is not unique")
-        action_ids.add(action_id)
-    if el.get("type") == "button":
-        if _text_len(el.get("text")) > 75:
-            errors.append(f"{where}.text must be at most 75 characters")
-        if len(str(el.get("value", ""))) > 2000:
-            errors.append(f"{where}.value must be at most 2000 characters")
-        if el.get("style") not in (None, "primary", "danger"):
-            errors.append(f"{where}.style is invalid")
-    if el.get("type") in ("static_select", "multi_static_select"):
-        options = el.get("options") or []
-        if not options or len(options) > 100:
-            errors.append(f"{where}.options must have 1 to 100 items")
-        for i, option in enumerate(options):
-            if _text_len(option.get("text")) > 75 or len(str(option.get("value", ""))) > 150:
-                errors.append(f"{where}.options[{i}] text/value too long")
-    if "confirm" in el:
-        _check_confirm(el["confirm"], where, errors)
-
-
-def block_problems(blocks: list[dict[str, Any]]) -> list[str]:
-    errors: list[str] = []
-    if len(blocks) > 50:
-        errors.append(f"no more than 50 items allowed [json-pointer:/blocks] (got {len(blocks)})")
-    block_ids: set[str] = set()
-    action_ids: set[str] = set()
-    for i, block in enumerate(blocks):
-        where = f"/blocks/{i}"
-        kind = block.get("type")
-        block_id = block.get("block_id")
-        if block_id is not None:
-            if len(block_id) > 255 or block_id in block_ids:
-                errors.append(f"{where}.block_id is too long or not unique")
-            block_ids.add(block_id)
-        if kind == "section":
-            if block.get("text") is None and not block.get("fields"):
-                errors.append(f"{where} needs text or fields")
-            if _text_len(block.get("text")) > 3000:
-                errors.append(f"must be less than 3001 characters [json-pointer:{where}/text/text]")
-            fields = block.get("fields") or []
-            if len(fields) > 10 or any(_text_len(f) > 2000 for f in fields):
-                errors.append(f"{where}.fields: at most 10, each at most 2000 characters")
-            if block.get("accessory"):
-                _check_element(block["accessory"], f"{where}.accessory", errors, action_ids)
-        elif kind == "header":
-            if _text_len(block.get("text")) > 150:
-                errors.append(f"{where}.text must be at most 150 characters")
-        elif kind == "context":
-            elements = block.get("elements") or []
-            if not elements or len(elements) > 10:
-                errors.append(f"{where}.elements must have 1 to 10 items")
-            if any(_text_len(e) > 3000 for e in elements):
-                errors.append(f"{where}.elements text too long")
-        elif kind == "actions":
-            elements = block.get("elements") or []
-            if not elements or len(elements) > 25:
-                errors.append(f"{where}.elements must have 1 to 25 items")
-            for j, el in enumerate(elements):
-                _check_element(el, f"{where}/elements/{j}", errors, action_ids)
-        elif kind == "input":
-            if _text_len(block.get("label")) > 2000 or "element" not in block:
-                errors.append(f"{where}: an input needs a label (≤2000) and an element")
-            else:
-                _check_element(block["element"], f"{where}/element", errors, set())
-        elif kind not in ("divider", "image", "rich_text", "markdown", "file", "video"):
-            errors.append(f"{where}.type {kind!r} is not a valid block type")
-        for key in ("text",):
-            value = block.get(key)
-            if isinstance(value, dict) and value.get("type") == "mrkdwn" and not str(value.get("text", "")).strip():
-                errors.append(f"{where}.text must not be empty")
-    return errors
-
-
 Watcher = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-@dataclass
-class Fault:
-    """A test's fault switch: Slack failing some methods for a while or a number of times.
-
-    ``error``: answer ``status`` without doing anything. ``hang``: answer only after ``hang_s`` (the
-    client has given up by then), without doing anything. ``lost``: do it, then answer ``status`` —
-    the message landed but the caller cannot know. ``refuse``: answer 200 with ``ok: false`` and
-    ``error`` (Slack refusing this one message, e.g. a locked thread)."""
-
-    kind: str
-    methods: frozenset[str]
-    until: float = float("inf")
-    times: float = float("inf")
-    status: int = 500
-    hang_s: float = 30.0
-    error: str = "fatal_error"
-
-    def applies(self, method: str) -> bool:
-        return (not self.methods or method in self.methods) and self.times > 0 and time.monotonic() < self.until
-
-
-class LocalSlack:
+class LocalSlack(StreamMethods):
     def __init__(self, token: str = "xoxb-test-token") -> None:
         self.token = token
         self.calls: list[tuple[str, dict[str, Any]]] = []
@@ -155,6 +46,14 @@ class LocalSlack:
         self.rate_limited = 0
         self.faults: list[Fault] = []
         self.bot_user: str | None = BOT_USER
+        self._budget.update(TIERS)  # the streaming methods' rate tiers hold by default, as in Slack
+        self.stream_timeout_s = 300.0
+        self.streams_supported = True
+        """False: a workspace without the streaming methods (``unknown_method``)."""
+        self.members: dict[str, set[str]] = {}
+        """Channel members, where a test needs them (a stream's recipient must be one); unlisted: anyone."""
+        self.statuses: dict[tuple[str, str], str] = {}
+        self.status_log: list[tuple[str, str, str]] = []
         """The bot's user id as auth.test reports it; None: auth.test leaves it out (tests of that case)."""
         app = web.Application()
         app.router.add_post("/api/{method}", self._dispatch)
@@ -193,9 +92,10 @@ class LocalSlack:
         self._last_ts = max(time.time(), self._last_ts + 0.000001)
         return f"{self._last_ts:.6f}"
 
-    def post_as_user(self, channel: str, user: str, text: str, thread_ts: str | None = None) -> dict[str, Any]:
-        """A person writes in the channel (the demo page's composer)."""
-        ts = self._next_ts()
+    def post_as_user(self, channel: str, user: str, text: str, thread_ts: str | None = None,
+                     ts: str | None = None) -> dict[str, Any]:
+        """A person writes in the channel (the demo page's composer; a test may choose the ``ts``)."""
+        ts = ts or self._next_ts()
         message: dict[str, Any] = {"ts": ts, "channel": channel, "user": user, "text": text, "blocks": [],
                                    "thread_ts": thread_ts, "edits": 0}
         self.messages[(channel, ts)] = message
@@ -285,7 +185,7 @@ class LocalSlack:
             body = await request.json()
         else:
             body = dict(await request.post())
-        for key in ("blocks", "attachments", "metadata"):
+        for key in ("blocks", "attachments", "metadata", "chunks"):
             if isinstance(body.get(key), str):
                 body[key] = json.loads(body[key])
         self.calls.append((method, body))
@@ -309,7 +209,7 @@ class LocalSlack:
             self.rate_limited += 1
             return web.json_response({"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"})
         handler = getattr(self, "_" + method.replace(".", "_"), None)
-        if handler is None:
+        if handler is None or (method in STREAM_METHODS and not self.streams_supported):
             return web.json_response({"ok": False, "error": "unknown_method"})
         problem = self._validate(method, body)
         if problem is not None:
@@ -318,7 +218,7 @@ class LocalSlack:
         answer = handler(body)
         if fault is not None and fault.kind == "lost":
             return web.json_response({"ok": False, "error": "fatal_error"}, status=fault.status)
-        if answer.get("ok") and method in ("chat.postMessage", "chat.update"):
+        if answer.get("ok") and method in ("chat.postMessage", "chat.update", *STREAM_METHODS):
             await self._announce({"type": "message", "message": self.messages[(body["channel"], answer["ts"])]})
         elif answer.get("ok") and method == "chat.postEphemeral":
             await self._announce({"type": "ephemeral", "ephemeral": self.ephemerals[-1]})
@@ -370,6 +270,8 @@ class LocalSlack:
         return False
 
     def _validate(self, method: str, body: dict[str, Any]) -> str | None:
+        if method in STREAM_METHODS:
+            return self.stream_problem(method, body, TEAM)
         if method not in ("chat.postMessage", "chat.update", "chat.postEphemeral"):
             return None
         if not body.get("channel"):
@@ -400,10 +302,15 @@ class LocalSlack:
         if body.get("metadata"):
             message["metadata"] = body["metadata"]
         self.messages[(body["channel"], ts)] = message
+        self.statuses.pop((body["channel"], str(body.get("thread_ts"))), None)  # the app replied: status clears
         return {"ok": True, "channel": body["channel"], "ts": ts, "message": message}
 
     def _chat_update(self, body: dict[str, Any]) -> dict[str, Any]:
         message = self.messages[(body["channel"], body["ts"])]
+        if message.get("stream") and self._streaming(message):
+            return {"ok": False, "error": "message_is_streaming"}
+        if message.pop("stream", None) is not None:
+            message["was_stream"] = True  # its content is now these blocks
         message.update(text=body.get("text", ""), blocks=body.get("blocks") or [], edits=message["edits"] + 1)
         return {"ok": True, "channel": body["channel"], "ts": body["ts"], "text": message["text"]}
 

@@ -20,6 +20,7 @@ from bot.slack.words import say
 SECTION_TEXT = 3000
 MESSAGE_TEXT = 40_000
 MAX_BLOCKS = 50
+STREAM_TEXT = 12_000  # markdown per streaming call
 BUTTON_TEXT = 75
 OPTION_TEXT = 75
 OPTION_VALUE = 150
@@ -35,6 +36,10 @@ def escape(text: object) -> str:
 
 
 _USER_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")
+
+
+def is_user(user_id: str) -> bool:
+    return bool(_USER_ID.match(user_id))
 
 
 def who(user_id: str) -> str:
@@ -217,6 +222,32 @@ def card_summary(interrupt_type: str, reason: str, payload: dict[str, Any], lang
 _ICONS = {"running": ":hourglass_flowing_sand:", "ok": ":white_check_mark:", "error": ":x:",
           "waiting": ":raised_hand:", "cancelled": ":no_entry_sign:", "skipped": ":fast_forward:",
           "expired": ":hourglass:"}
+
+
+_TASK_STATUS = {"running": "in_progress", "ok": "complete", "waiting": "pending", "skipped": "complete"}
+_LINK = re.compile(r"<((?:https?|mailto):[^|>]+)\|([^>]+)>")
+_BOLD = re.compile(r"(?<![*\w])\*(?=\S)([^*\n]+?)(?<=\S)\*(?![*\w])")
+_STRIKE = re.compile(r"(?<![~\w])~(?=\S)([^~\n]+?)(?<=\S)~(?![~\w])")
+
+
+def task(line: dict[str, Any]) -> dict[str, Any]:
+    """A progress line as a stream's ``task_update``: one card per call, its status moving in place."""
+    title = str(line["tool"]) + (f" · {line['target']}" if line.get("target") else "")
+    status = _TASK_STATUS.get(line["status"], "error")
+    chunk = {"id": line["call_id"], "title": _cut(title, 256), "status": status}
+    if line.get("detail"):
+        chunk["output" if status in ("complete", "error") else "details"] = _cut(str(line["detail"]), 256)
+    return chunk
+
+
+def to_markdown(text: str) -> str:
+    """Our mrkdwn as the markdown a stream takes: ``*bold*`` → ``**bold**``, ``~x~`` → ``~~x~~``, ``<url|label>``
+    → ``[label](url)``. Escapes (``&lt;``) stay: markdown shows them as the characters."""
+    parts = re.split(r"(```.*?```|`[^`\n]*`)", text, flags=re.S)  # code stays as written
+    for i in range(0, len(parts), 2):
+        part = _LINK.sub(lambda m: f"[{m.group(2)}]({m.group(1)})", parts[i])
+        parts[i] = _STRIKE.sub(r"~~\1~~", _BOLD.sub(r"**\1**", part))
+    return "".join(parts)
 
 
 def progress_blocks(state: dict[str, Any]) -> list[Block]:

@@ -18,6 +18,7 @@ import logging
 import random
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
@@ -27,6 +28,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.slack import blocks as kit
 from bot.slack.metrics import Metrics, slack_error
 from bot.slack.pacer import Pacer
+from bot.slack.streams import StreamRefused, Streams
 from core.redact import redact, redact_blocks
 from state.errors import StoreError
 from state.outbox import OutboxRecord
@@ -36,6 +38,7 @@ log = logging.getLogger(__name__)
 
 METADATA_TYPE = "opspilot_message"
 _LEASE_MS = 20_000
+_STREAM_SPACING_S = 0.2
 # Slack answered but refused: only these are worth another try; any other refusal is final, and the message
 # is dropped (and logged) so that the thread's later messages still go out.
 _TRANSIENT = {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout",
@@ -50,10 +53,12 @@ class _Retry(Exception):
 
 class SlackOutbox:
     def __init__(self, *, store: Outbox, client: AsyncWebClient, pacer: Pacer, metrics: Metrics,
-                 update_interval_s: float = 1.0, poll_s: float = 1.0, max_backoff_s: float = 30.0) -> None:
+                 update_interval_s: float = 1.0, poll_s: float = 1.0, max_backoff_s: float = 30.0,
+                 streams: Streams | None = None) -> None:
         self.store = store
         self.client = client
         self.pacer = pacer
+        self.streams = streams or Streams(client=client, pacer=pacer, metrics=metrics, mode="update")
         self.metrics = metrics
         self.update_interval_s = update_interval_s
         self.poll_s = poll_s
@@ -73,6 +78,29 @@ class SlackOutbox:
         await self._put(channel, thread_ts, key, {"kind": "message", "channel": channel, "thread_ts": thread_ts,
                                                   "text": redact(text),
                                                   "blocks": json.dumps(redact_blocks(blocks), ensure_ascii=False)})
+
+    async def stream(self, key: str, channel: str, thread_ts: str, *, recipient: str | None, text: str,
+                     blocks: list[kit.Block], tasks: list[dict[str, Any]], plan: str = "",
+                     head: Sequence[kit.Block] = (), final: bool = False, final_md: str = "",
+                     final_blocks: Sequence[kit.Block] = (),
+                     then: Sequence[tuple[str, str, list[kit.Block]]] = ()) -> None:
+        """Message ``key`` as a stream of ``tasks`` (see :mod:`bot.slack.streams`); ``text``/``blocks`` are the
+        same state as a plain message, shown if streaming does not work. ``head``: blocks the stream starts
+        with; ``final``: stop it with ``final_md`` and ``final_blocks``; ``then``: messages (key, text, blocks)
+        to post after it if it had to fall back by then (what ``final_md`` would have said)."""
+        await self._put(channel, thread_ts, key, {
+            "kind": "stream", "channel": channel, "thread_ts": thread_ts, "recipient": recipient or "",
+            "text": redact(text), "blocks": json.dumps(redact_blocks(blocks), ensure_ascii=False),
+            "tasks": json.dumps([{k: redact(v) if isinstance(v, str) else v for k, v in t.items()} for t in tasks],
+                                ensure_ascii=False),
+            "plan": redact(plan), "head": json.dumps(redact_blocks(list(head)), ensure_ascii=False),
+            "final": final, "final_md": redact(final_md),
+            "final_blocks": json.dumps(redact_blocks(list(final_blocks)), ensure_ascii=False),
+            "then": json.dumps([[k, redact(t), redact_blocks(b)] for k, t, b in then], ensure_ascii=False)})
+
+    def status(self, channel: str, thread_ts: str, text: str) -> None:
+        """The thread's "is working…" status, where Slack shows one (cosmetic: not recorded)."""
+        self.streams.status(channel, thread_ts, redact(text))
 
     async def say(self, channel: str, thread_ts: str | None, text: str, key: str | None = None) -> None:
         await self.message(key or f"say:{uuid.uuid4().hex}", channel, thread_ts, kit.fallback_text(text),
@@ -136,6 +164,7 @@ class SlackOutbox:
             self._task = asyncio.create_task(self._forever(), name="slack-outbox")
 
     async def stop(self) -> None:
+        await self.streams.stop()
         for task in [self._task, *self._busy.values()]:
             if task is not None:
                 task.cancel()
@@ -228,14 +257,30 @@ class SlackOutbox:
 
     def _edit_wait(self, record: OutboxRecord) -> float:
         """Edits of one message are spaced by ``update_interval_s``, and never queue for Slack's edit budget
-        ahead of new messages (answers, cards): what changes meanwhile coalesces into the next edit."""
-        if record.get("kind") != "message" or not record.get("ts"):
+        ahead of new messages (answers, cards): what changes meanwhile coalesces into the next edit. A stream's
+        appends are spaced less (they show every step; Tier 4) and coalesce the same way."""
+        if record.get("kind") == "ephemeral" or not record.get("ts"):
             return 0.0
+        if record.get("kind") == "stream" and not record.get("fallback"):
+            if record.get("final") or record.get("stopped"):
+                return 0.0
+            spacing = float(record.get("sent_at", 0.0)) + _STREAM_SPACING_S - time.time()
+            return max(spacing, self.pacer.ready_in("chat.appendStream"))
         spacing = float(record.get("sent_at", 0.0)) + self.update_interval_s - time.time()
         return max(spacing, self.pacer.edit_ready_in())
 
     async def _send(self, thread: str, record: OutboxRecord) -> None:
         f = record.fields
+        if f["kind"] == "stream" and not f.get("fallback"):
+            try:
+                await self.streams.send(thread, record, self._call, self.store)
+                await self.store.patch(thread, record.key, {"sent_at": time.time()})
+                return
+            except StreamRefused as exc:
+                log.info("progress %s as a plain message (%s)", record.key, exc.error)
+                self.metrics.inc("opspilot_stream_fallbacks_total", reason=exc.error)
+                await self.streams.abandon(record)
+                await self.store.patch(thread, record.key, {"fallback": exc.error})
         blocks = json.loads(f["blocks"]) if f.get("blocks") else None
         if f["kind"] == "ephemeral":
             await self._call("chat.postEphemeral", f["channel"], lambda: self.client.chat_postEphemeral(
@@ -259,6 +304,10 @@ class SlackOutbox:
                 await self.store.patch(thread, record.key, {"ts": ts, "attempted": False})
                 await self._call("chat.update", f["channel"], lambda: self.client.chat_update(
                     channel=f["channel"], ts=landed, text=f["text"], blocks=blocks))
+        if f["kind"] == "stream" and f.get("final") and not f.get("then_put"):
+            for key, text, then_blocks in json.loads(f.get("then") or "[]"):  # what the stream's end would have said
+                await self.message(key, f["channel"], f.get("thread_ts"), text, then_blocks)
+            await self.store.patch(thread, record.key, {"then_put": True})
         await self.store.patch(thread, record.key, {"ts": ts, "attempted": False, "sent_at": time.time()},
                                delivered=record.version)
 
@@ -282,8 +331,9 @@ class SlackOutbox:
                 return None
         return None
 
-    async def _call(self, method: str, channel: str | None, call: Any) -> Any:
-        """The call's response; :class:`_Retry` when it may succeed later; None when it never can."""
+    async def _call(self, method: str, channel: str | None, call: Any, refusals: bool = False) -> Any:
+        """The call's response; :class:`_Retry` when it may succeed later; None when it never can (or, with
+        ``refusals``, :class:`StreamRefused` saying why)."""
         await self.pacer.wait(method, channel)
         try:
             return await call()
@@ -292,6 +342,8 @@ class SlackOutbox:
             self.metrics.inc("opspilot_slack_api_errors_total", method=method)
             status = exc.response.status_code
             if status != 429 and status < 500 and error not in _TRANSIENT:
+                if refusals:
+                    raise StreamRefused(error) from exc
                 log.error("Slack %s refused a message for good (%s): dropped", method, error)
                 self.metrics.inc("opspilot_outbox_dropped_total")
                 return None

@@ -1,8 +1,9 @@
 """Client-side pacing under Slack's rate limits, so bursts queue instead of meeting 429s.
 
 ``chat.postMessage``: about one message per second per channel. ``chat.update``: Tier 3, about 50 a
-minute. Each call reserves the next free slot of a token bucket (FIFO: tokens may go negative) and
-waits for it; a progress message takes its snapshot only after the wait, so edits that queue
+minute. ``chat.startStream`` / ``stopStream``: Tier 2 (20 a minute); ``chat.appendStream``: Tier 4 (100);
+``assistant.threads.setStatus``: 50. Each call reserves the next free slot of a token bucket (FIFO: tokens
+may go negative) and waits for it; a progress message takes its snapshot only after the wait, so edits that queue
 behind others coalesce into the latest state.
 """
 
@@ -39,6 +40,8 @@ class Pacer:
         self.enabled = posts_per_second > 0 and updates_per_minute > 0
         self._post = (posts_per_second, post_burst)
         self._update = (updates_per_minute / 60, update_burst)
+        self._tiers = {"chat.update": self._update, "chat.startStream": (18 / 60, 3), "chat.stopStream": (18 / 60, 3),
+                       "chat.appendStream": (90 / 60, 10), "assistant.threads.setStatus": (45 / 60, 5)}
         self._buckets: dict[str, Bucket] = {}
 
     def _bucket(self, key: str, rate: float, capacity: float) -> Bucket:
@@ -52,15 +55,19 @@ class Pacer:
             return 0.0
         if method == "chat.postMessage" and channel:
             return self._bucket(f"post:{channel}", *self._post).reserve(time.monotonic())
-        if method == "chat.update":
-            return self._bucket("update", *self._update).reserve(time.monotonic())
+        if method in self._tiers:
+            return self._bucket(method, *self._tiers[method]).reserve(time.monotonic())
         return 0.0
+
+    def ready_in(self, method: str) -> float:
+        """Seconds until a call of ``method`` may go without queueing."""
+        if not self.enabled or method not in self._tiers:
+            return 0.0
+        return self._bucket(method, *self._tiers[method]).ready_in(time.monotonic())
 
     def edit_ready_in(self) -> float:
         """Seconds until an edit may go without queueing (edits can wait: a newer state coalesces them)."""
-        if not self.enabled:
-            return 0.0
-        return self._bucket("update", *self._update).ready_in(time.monotonic())
+        return self.ready_in("chat.update")
 
     async def wait(self, method: str, channel: str | None = None) -> None:
         delay = self.delay(method, channel)

@@ -12,6 +12,7 @@ import functools
 import json
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from bot.agent.events import CallDecided, Event, PendingView
@@ -53,14 +54,20 @@ def progress_text(state: dict[str, Any]) -> str:
 _who = kit.who
 
 
+def _seg_now(state: dict[str, Any]) -> int:
+    """The stream segment the next piece of work shows in (a new one once the last was stopped)."""
+    return int(state.get("seg", 0)) + (1 if state.get("closed") else 0)
+
+
 def _line(state: dict[str, Any], call_id: str) -> dict[str, Any] | None:
     return next((ln for ln in state["lines"] if ln["call_id"] == call_id), None)
 
 
 class Renderer:
     def __init__(self, *, outbox: SlackOutbox, meta: MetaStore, reports: Reports, model_note: str,
-                 language: str = "auto") -> None:
+                 language: str = "auto", progress: str = "update") -> None:
         self.language = language
+        self.progress = progress
         self.outbox = outbox
         self.meta = meta
         self.reports = reports
@@ -69,14 +76,15 @@ class Renderer:
 
     async def __call__(self, event: Event) -> None:
         if event.type == "run_started":
-            await self._open_progress(event.run_id, event.thread_id, language_of(event.text, self.language))
+            await self._open_progress(event.run_id, event.thread_id, language_of(event.text, self.language),
+                                      event.user_id)
             return
         if event.type == "call_decided":
             await self.close_card(event.token, functools.partial(card_ending, event))
             state = await self._state(event.run_id) if event.decision in ("confirmed", "submitted") else None
             line = _line(state, event.call_id) if state is not None else None
             if state is not None and line is not None:  # it runs now: no longer "waiting" while it does
-                line["status"] = "running"
+                line["status"], line["seg"] = "running", _seg_now(state)  # a stream goes on below the card
                 await self._show(event.run_id, state)
             return
         state = await self._state(event.run_id)
@@ -88,14 +96,18 @@ class Renderer:
             state["resumable"] = False  # it moves again: the Resume button has done its job
         if event.type == "model_step":
             state["step"] = event.step
+            if event.asked_for_tools and event.text.strip() and not state.get("plan"):
+                state["plan"] = event.text.strip().splitlines()[0][:200]  # what the model said it would do
         elif event.type == "tool_call":
             detail = ", ".join(f"{k}={v}" for k, v in event.arguments.items())[:80]
             line = _line(state, event.call_id)  # a confirmed call already has its line (it was waiting)
+            target = "/".join(str(event.arguments[k]) for k in ("service_id", "environment")
+                              if event.arguments.get(k))
             if line is None:
                 state["lines"].append({"call_id": event.call_id, "tool": event.tool, "status": "running",
-                                       "detail": detail})
+                                       "detail": detail, "target": target, "seg": _seg_now(state)})
             else:
-                line["status"], line["detail"] = "running", detail
+                line.update(status="running", detail=detail, target=target, seg=_seg_now(state))
         elif event.type == "tool_result":
             line = _line(state, event.call_id)
             if line is not None:
@@ -117,12 +129,18 @@ class Renderer:
             if event.stop_reason == "cancelled" and event.by:
                 state["header"] = f":no_entry_sign: {say(lang, 'stopped_by', by=_who(event.by), at=kit.hhmm())}"
             state["stoppable"], leave = False, True
-        await self._show(event.run_id, state)
-        if event.type == "loop_interrupt":
+        if event.type == "run_finished":
+            await self._finish(state, event.run_id, event.answer, stopped_by=event.by)
+        elif event.type == "loop_interrupt":
+            await self._show(event.run_id, state, end=_End(md=f":raised_hand: {say(lang, 'waiting_below')}"))
             for group in _same_questions(event.pending):
                 await self._post_card(state, event.run_id, group[0], siblings=group[1:])
-        if event.type == "run_finished":
-            await self._post_answer(state, event.run_id, event.answer, stopped_by=event.by)
+        elif event.type == "run_stalled":
+            resume = kit.button(say(lang, "resume"), "opspilot_resume", event.run_id, style="primary")
+            await self._show(event.run_id, state, end=_End(md=f"{state['header']}\n\n{state['note']}", blocks=[
+                {"type": "actions", "block_id": "opspilot_run", "elements": [resume]}]))
+        else:
+            await self._show(event.run_id, state)
         if leave:
             self._runs.pop(event.run_id, None)
 
@@ -139,7 +157,7 @@ class Renderer:
         await self.outbox.message(f"card:{token}", card["channel"], card.get("thread_ts"), outcome,
                                   kit.decided_card(card.get("summary", ""), outcome))
 
-    async def _open_progress(self, run_id: str, thread_id: str, lang: str) -> None:
+    async def _open_progress(self, run_id: str, thread_id: str, lang: str, user_id: str | None = None) -> None:
         where = await self.meta.get(THREAD, thread_id)
         if not where:
             return
@@ -150,8 +168,11 @@ class Renderer:
         state: dict[str, Any] = {"run_id": run_id, "header": f":mag: {say(lang, 'working')}", "step": 0,
                                  "lines": [], "stoppable": True, "note": self.model_note, "lang": lang,
                                  "channel": where["channel"], "thread_ts": where["thread_ts"]}
+        if self.progress != "update" and kit.is_user(user_id or ""):  # Slack streams to a person, not a bot
+            state.update(mode="stream", recipient=user_id, seg=0, closed=False)
         self._runs[run_id] = state
         await self._show(run_id, state)
+        self._status(state, say(lang, "status_working"))
 
     async def _state(self, run_id: str) -> dict[str, Any] | None:
         if run_id in self._runs:
@@ -163,11 +184,37 @@ class Renderer:
         self._runs[run_id] = state
         return state
 
-    async def _show(self, run_id: str, state: dict[str, Any]) -> None:
-        """Save the state (any instance may render the next event) and queue the message's new state."""
+    def _status(self, state: dict[str, Any], text: str) -> None:
+        if state.get("mode") == "stream":
+            self.outbox.status(state["channel"], state["thread_ts"], text)
+
+    async def _show(self, run_id: str, state: dict[str, Any], end: _End | None = None) -> None:
+        """Save the state (any instance may render the next event) and queue the message's new state.
+
+        Streamed progress is one stream per stretch of work: a pause or the end stops it (``end``: what it
+        stops with), and work after a pause streams on in a new message below the question's card."""
+        streamed = state.get("mode") == "stream"
+        if streamed and state.get("closed") and end is None:  # moving again after a pause
+            state["seg"], state["closed"] = state["seg"] + 1, False
+            self._status(state, say(str(state.get("lang") or "en"), "status_working"))
+        if streamed and end is not None:
+            state["closed"] = True
+            self._status(state, "")
         await self.meta.put(RUN, run_id, {"progress": json.dumps(state, ensure_ascii=False)})
-        await self.outbox.message(f"progress:{run_id}", state["channel"], state["thread_ts"], progress_text(state),
-                                  kit.progress_blocks(state))
+        if not streamed:
+            await self.outbox.message(f"progress:{run_id}", state["channel"], state["thread_ts"],
+                                      progress_text(state), kit.progress_blocks(state))
+            return
+        seg = state["seg"]
+        shown = {**state, "lines": [ln for ln in state["lines"] if ln.get("seg", 0) == seg]}
+        stop = kit.button(say(str(state.get("lang") or "en"), "stop"), "opspilot_stop", run_id, style="danger")
+        end = end or _End()
+        await self.outbox.stream(
+            f"progress:{run_id}" + (f":{seg}" if seg else ""), state["channel"], state["thread_ts"],
+            recipient=state.get("recipient"), text=progress_text(shown), blocks=kit.progress_blocks(shown),
+            tasks=[kit.task(ln) for ln in shown["lines"]], plan=str(state.get("plan") or ""),
+            head=[{"type": "actions", "block_id": "opspilot_run", "elements": [stop]}],
+            final=state["closed"], final_md=end.md, final_blocks=end.blocks, then=end.then)
 
     async def _post_card(self, state: dict[str, Any], run_id: str, pending: PendingView,
                          siblings: Sequence[PendingView] = ()) -> None:
@@ -194,8 +241,9 @@ class Renderer:
             await self.outbox.message(f"card:{pending.token}", state["channel"], state["thread_ts"], decided,
                                       kit.decided_card(summary, decided))
 
-    async def _post_answer(self, state: dict[str, Any], run_id: str, answer: str,
-                           stopped_by: str | None = None) -> None:
+    async def _finish(self, state: dict[str, Any], run_id: str, answer: str, stopped_by: str | None = None) -> None:
+        """The progress's final state and the answer: as separate messages, or streamed at the stream's end
+        (posted as messages all the same if the stream had to fall back by then)."""
         lang = str(state.get("lang") or "en")
         text = kit.escape(answer)  # the model's words: no mention, no disguised link
         if stopped_by and text.startswith("_Stopped at "):  # ours, not the model's: who pressed Stop
@@ -214,9 +262,26 @@ class Renderer:
         chunks = kit.split_answer(text)
         if len(chunks[-1]) < kit.MAX_BLOCKS:
             chunks[-1] = [*chunks[-1], kit.feedback(run_id, lang)]
-        for i, chunk in enumerate(chunks):
-            await self.outbox.message(f"answer:{run_id}:{i}", state["channel"], state["thread_ts"],
-                                      kit.fallback_text(shown), chunk)
+        posts = [(f"answer:{run_id}:{i}", kit.fallback_text(shown), chunk) for i, chunk in enumerate(chunks)]
+        markdown = kit.to_markdown(text)
+        if state.get("mode") == "stream" and len(markdown) <= kit.STREAM_TEXT:
+            note = [kit.context(state["note"])] if state.get("note") else []
+            await self._show(run_id, state, end=_End(md=markdown, blocks=[kit.feedback(run_id, lang), *note],
+                                                      then=posts))
+            return
+        await self._show(run_id, state, end=_End(md=state["header"]))
+        for key, fallback, blocks in posts:
+            await self.outbox.message(key, state["channel"], state["thread_ts"], fallback, blocks)
+
+
+@dataclass(frozen=True)
+class _End:
+    """How a stream stops: the markdown it ends with, blocks under it, and the messages to post instead if it
+    had to fall back to a plain message."""
+
+    md: str = ""
+    blocks: list[kit.Block] = field(default_factory=list)
+    then: list[tuple[str, str, list[kit.Block]]] = field(default_factory=list)
 
 
 def _same_questions(pending: Sequence[PendingView]) -> list[list[PendingView]]:

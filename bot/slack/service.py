@@ -25,6 +25,7 @@ from bot.slack.outbox import SlackOutbox
 from bot.slack.pacer import Pacer
 from bot.slack.reminders import Reminders
 from bot.slack.render import Renderer
+from bot.slack.streams import Streams
 from bot.slack.work import Executor, Worker, WorkItem
 
 log = logging.getLogger(__name__)
@@ -104,10 +105,10 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     # (Slack did not take those), never a 5xx or a dropped connection (which may have landed).
     delivery = AsyncWebClient(token=slack.bot_token, base_url=api_url, timeout=int(max(slack.request_timeout_s, 1)),
                               retry_handlers=[CountingRateLimitHandler(metrics)])
-    outbox = SlackOutbox(store=core.outbox, client=delivery, metrics=metrics,
-                         pacer=Pacer(posts_per_second=slack.posts_per_second,
-                                     updates_per_minute=slack.updates_per_minute),
-                         update_interval_s=slack.progress_interval_s, max_backoff_s=slack.outbox_max_backoff_s)
+    pacer = Pacer(posts_per_second=slack.posts_per_second, updates_per_minute=slack.updates_per_minute)
+    outbox = SlackOutbox(store=core.outbox, client=delivery, metrics=metrics, pacer=pacer,
+                         update_interval_s=slack.progress_interval_s, max_backoff_s=slack.outbox_max_backoff_s,
+                         streams=Streams(client=delivery, pacer=pacer, metrics=metrics, mode=slack.progress))
     reader = ThreadReader(client, core.meta, max_messages=slack.thread_context_messages,
                           max_chars=slack.thread_context_chars) if slack.thread_context_messages else None
     executor = Executor(engine=core.engine, meta=core.meta, outbox=outbox, metrics=metrics, reader=reader,
@@ -130,6 +131,7 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
                       home=Home(client=client, engine=core.engine, meta=core.meta, reports=core.reports,
                                 access=AccessPolicy(slack, client)))
     renderer = Renderer(outbox=outbox, meta=core.meta, reports=core.reports, language=slack.language,
+                        progress=slack.progress,
                         model_note=f"model: {core.model.label}" if core.model.scripted else "")
     if role != "front":  # runs happen where the engine works: the front only hands work on
         core.bus.subscribe(renderer)

@@ -32,6 +32,9 @@ _WORDS: dict[str, tuple[str, str]] = {
                          "reported as outcome unknown, never re-run.",
                          "运行它的进程停止了。已完成的步骤都保留；正在执行的变更记为结果未知，绝不会重跑。"),
     "stopped_by": ("Stopped by {by} at {at}", "已被 {by} 于 {at} 停止"),
+    "waiting_below": ("Waiting for a person: see the question below.", "等人处理：见下方的问题。"),
+    # the thread's status line ("OpsPilot is looking into it…") until the stream shows the steps
+    "status_working": ("is looking into it…", "正在排查…"),
     # confirm cards
     "confirmation_needed": ("Confirmation needed", "需要确认"),
     "gate": ("`{tool}` changes `{env}`: a person must confirm", "`{tool}` 会改动 `{env}`，需要有人确认"),

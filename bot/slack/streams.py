@@ -1,0 +1,177 @@
+"""A run's progress as a Slack stream (``chat.startStream`` / ``appendStream`` / ``stopStream``), and the
+"is investigating…" status (``assistant.threads.setStatus``).
+
+The outbox keeps the desired state of a streamed message like any other: every task with its status,
+the plan's title, and at the end the markdown to close with. Delivering sends only what Slack has not
+seen (a task whose state changed since the last call), so a newer state coalesces with an older one,
+and a call repeated after a lost reply changes nothing: a ``task_update`` replaces its task in place.
+Text is sent only with ``chat.stopStream``; a stop repeated after a lost reply meets a stream no
+longer streaming and the message falls back, so no text is ever shown twice.
+
+Whenever streaming does not work — the workspace has no such methods, Slack refused a call, the stream
+timed out (``message_not_in_streaming_state``), the answer to ``startStream`` was lost (whether it
+landed cannot be known: no metadata to look for) — :class:`StreamRefused` tells the outbox to show the
+same state as a plain message instead (``chat.update`` on the stream's ts, or a new post), so no step is
+lost or repeated. A stream that landed unseen after a lost start answer ends by Slack's timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack.metrics import Metrics
+from bot.slack.pacer import Pacer
+from state.outbox import OutboxRecord
+from state.store import Outbox
+
+log = logging.getLogger(__name__)
+
+Progress = Literal["stream", "update", "auto"]
+Call = Callable[..., Awaitable[Any]]
+
+# Refusals that mean this workspace (or token) has no streaming at all: in ``auto`` mode, stop trying.
+UNSUPPORTED = frozenset({"unknown_method", "not_allowed_token_type", "missing_scope", "method_deprecated",
+                         "feature_not_enabled", "no_permission", "not_allowed"})
+_START_WAIT_S = 1.0  # auto: a start that would wait longer than this for Slack's Tier 2 budget goes as a message
+
+
+class StreamRefused(Exception):
+    """Streaming this message does not work (``error`` says why): show it as a plain message."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+def _digest(task: dict[str, Any]) -> str:
+    return hashlib.sha1(json.dumps(task, sort_keys=True).encode(), usedforsecurity=False).hexdigest()[:12]
+
+
+class Streams:
+    def __init__(self, *, client: AsyncWebClient, pacer: Pacer, metrics: Metrics, mode: Progress = "auto") -> None:
+        self.client = client
+        self.pacer = pacer
+        self.metrics = metrics
+        self.mode = mode
+        self.available = True
+        """False once the workspace said it has no streaming (``auto`` stops trying; ``stream`` keeps trying)."""
+        self.status_available = True
+        self._team: str | None = None
+        self._status_want: dict[tuple[str, str], str] = {}
+        self._status_tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
+
+    async def send(self, thread: str, record: OutboxRecord, call: Call, store: Outbox) -> None:
+        """Bring the streamed message to the record's state, or raise :class:`StreamRefused`."""
+        f = record.fields
+        if f.get("stopped"):  # nothing can change a stopped stream: later states are moot
+            await store.patch(thread, record.key, {}, delivered=record.version)
+            return
+        tasks: list[dict[str, Any]] = json.loads(f.get("tasks") or "[]")
+        sent: dict[str, str] = dict(json.loads(f.get("streamed") or "{}"))
+        chunks: list[dict[str, Any]] = []
+        if f.get("plan") and f.get("plan") != f.get("plan_sent"):
+            chunks.append({"type": "plan_update", "title": f["plan"]})
+        for task in tasks:
+            if sent.get(task["id"]) != _digest(task):
+                chunks.append({"type": "task_update", **task})
+                sent[task["id"]] = _digest(task)
+        progress = {"streamed": json.dumps(sent), "plan_sent": f.get("plan") or ""}
+        ts = f.get("ts")
+        if not ts:
+            ts = await self._start(thread, record, call, store, chunks)
+            await store.patch(thread, record.key, {"ts": ts, "attempted": False, **progress})
+            chunks = []
+        if f.get("final"):
+            await call("chat.stopStream", f["channel"], lambda: self.client.chat_stopStream(
+                channel=f["channel"], ts=ts, chunks=chunks or None, markdown_text=f.get("final_md") or None,
+                blocks=json.loads(f.get("final_blocks") or "[]") or None), refusals=True)
+            await store.patch(thread, record.key, {"stopped": True, **progress}, delivered=record.version)
+            return
+        if chunks:
+            await call("chat.appendStream", f["channel"], lambda: self.client.chat_appendStream(
+                channel=f["channel"], ts=ts, chunks=chunks), refusals=True)
+        await store.patch(thread, record.key, progress, delivered=record.version)
+
+    async def _start(self, thread: str, record: OutboxRecord, call: Call, store: Outbox,
+                     chunks: list[dict[str, Any]]) -> str:
+        f = record.fields
+        if f.get("attempted"):
+            raise StreamRefused("start_answer_lost")
+        if self.mode == "update" or not self.available:
+            raise StreamRefused("streaming_unavailable")
+        if not f.get("recipient"):
+            raise StreamRefused("no_recipient")  # nobody asked (an alert did): Slack streams to one person
+        if self.mode == "auto" and self.pacer.ready_in("chat.startStream") > _START_WAIT_S:
+            raise StreamRefused("start_budget_spent")  # a burst: plain messages rather than a wait
+        team = await self._team_id(call)
+        head = json.loads(f.get("head") or "[]")
+        await store.patch(thread, record.key, {"attempted": True})
+        try:
+            answer = await call("chat.startStream", f["channel"], lambda: self.client.chat_startStream(
+                channel=f["channel"], thread_ts=f["thread_ts"], recipient_user_id=f["recipient"],
+                recipient_team_id=team, task_display_mode="timeline",
+                chunks=[*chunks, *([{"type": "blocks", "blocks": head}] if head else [])]), refusals=True)
+        except StreamRefused as exc:
+            if exc.error in UNSUPPORTED and self.mode == "auto":
+                log.warning("Slack streaming is not available (%s): progress as edited messages from now on",
+                            exc.error)
+                self.available = False
+            await store.patch(thread, record.key, {"attempted": False})  # refused: it did not land
+            raise
+        self.metrics.inc("opspilot_streams_started_total")
+        return str(answer["ts"])
+
+    async def _team_id(self, call: Call) -> str:
+        if self._team is None:
+            answer = await call("auth.test", None, self.client.auth_test, refusals=True)
+            self._team = str(answer.get("team_id") or "")
+        return self._team
+
+    async def abandon(self, record: OutboxRecord) -> None:
+        """End a stream that is being replaced by a plain message, if it still streams (one try)."""
+        f = record.fields
+        if not f.get("ts") or f.get("stopped"):
+            return
+        with contextlib.suppress(Exception):
+            await self.client.chat_stopStream(channel=f["channel"], ts=f["ts"])
+
+    # --- "is investigating…" ---------------------------------------------------------------------------------
+
+    def status(self, channel: str, thread_ts: str, text: str) -> None:
+        """Show (``""``: clear) the thread's status. Cosmetic, so not durable: the latest wins, one try each."""
+        if not self.status_available or self.mode == "update":
+            return
+        where = (channel, thread_ts)
+        self._status_want[where] = text
+        if where not in self._status_tasks:
+            self._status_tasks[where] = asyncio.create_task(self._set_status(where), name=f"status-{thread_ts}")
+
+    async def _set_status(self, where: tuple[str, str]) -> None:
+        try:
+            while where in self._status_want and self.status_available:
+                text = self._status_want.pop(where)
+                await self.pacer.wait("assistant.threads.setStatus")
+                try:
+                    await self.client.assistant_threads_setStatus(channel_id=where[0], thread_ts=where[1], status=text)
+                except Exception as exc:
+                    error = getattr(getattr(exc, "response", None), "data", {}) or {}
+                    code = error.get("error") if isinstance(error, dict) else None
+                    if code in UNSUPPORTED or code in ("channel_not_found", "invalid_arguments"):
+                        log.info("assistant.threads.setStatus is not available here (%s): no status", code)
+                        self.status_available = False
+        finally:
+            self._status_tasks.pop(where, None)
+
+    async def stop(self) -> None:
+        for task in list(self._status_tasks.values()):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

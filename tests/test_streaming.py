@@ -1,0 +1,192 @@
+"""Progress as a Slack stream (``slack.progress: stream | auto``): task cards that move pending → in progress →
+complete/error in place, the answer as markdown at the stream's end, the thread's status while working, a new
+stream below a question's card after a pause — and the fall back to an edited message whenever streaming does
+not work, with no step lost or shown twice."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from bot.agent.models.scripted import ScriptedModel, call, reply
+from bot.demo.sender import block_action, mention
+from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.demo.workspace import all_text, buttons
+from bot.slack.meta import THREAD, thread_key
+from tests.conftest import until
+from tests.slack_harness import CHANNEL, open_workspace
+from tests.test_slack import card_of
+from tests.toolkit import Probe, toolkit
+
+
+def ask(slack: FakeSlack, text: str, ts: str, user: str = "UREQ") -> dict[str, Any]:
+    """The question as Slack has it (a stream must answer a message that exists), and its mention event."""
+    slack.post_as_user(CHANNEL, user, text, ts=ts)
+    return mention(CHANNEL, user, text, ts)
+
+
+def streamed(slack: FakeSlack, thread_ts: str) -> list[dict[str, Any]]:
+    return [m for m in slack.thread(CHANNEL, thread_ts) if m.get("stream") or m.get("was_stream")]
+
+
+def task_states(slack: FakeSlack, task_id: str) -> list[str]:
+    """Every status Slack was sent for one task, in order."""
+    return [c["status"] for method in ("chat.startStream", "chat.appendStream", "chat.stopStream")
+            for body in slack.called(method) for c in body.get("chunks") or []
+            if c.get("type") == "task_update" and c["id"] == task_id]
+
+
+async def test_steps_stream_as_task_cards_and_the_answer_ends_the_stream(redis_url: str, prefix: str,
+                                                                         slack: FakeSlack) -> None:
+    probe = Probe()
+    tools = toolkit(probe)
+    model = ScriptedModel([reply("Check the two lookups first.", call("blocker", "b1"), call("lookup_a", "a1")),
+                           reply("", call("broken", "x1")),
+                           reply("*Payments* looks fine: `a` answered, the `broken` check failed.")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, progress="stream",
+                              specs=[tools["blocker"], tools["lookup_a"], tools["broken"]])
+    try:
+        await ws.sender.event(ask(slack, "how is payments?", "900.1"))
+        await asyncio.wait_for(probe.started.setdefault("blocker", asyncio.Event()).wait(), 10)
+        await until(lambda: any(t["id"] == "a1" and t["status"] == "complete"
+                                for m in streamed(slack, "900.1") for t in m["stream"]["tasks"]))
+        live = streamed(slack, "900.1")[0]
+        assert live["stream"]["state"] == "streaming"
+        assert {t["id"]: t["status"] for t in live["stream"]["tasks"]} == {"b1": "in_progress", "a1": "complete"}
+        assert slack.status_log[0] == (CHANNEL, "900.1", "is looking into it…")  # until the stream shows steps
+        assert live["stream"]["plan"] == "Check the two lookups first."
+        stop = [b for b in buttons(live) if b["action_id"] == "opspilot_stop"]
+        assert stop, "a streaming run can be stopped"
+        probe.release.set()
+        await ws.settle()
+
+        start = slack.called("chat.startStream")
+        assert len(start) == 1 and start[0]["recipient_user_id"] == "UREQ" and start[0]["recipient_team_id"] == "T0001"
+        assert start[0]["thread_ts"] == "900.1"
+        [message] = streamed(slack, "900.1")
+        assert message["stream"]["state"] == "stopped"
+        tasks = {t["id"]: t for t in message["stream"]["tasks"]}
+        assert [t for t in tasks] == ["b1", "a1", "x1"]
+        assert tasks["b1"]["status"] == "complete" and tasks["x1"]["status"] == "error"
+        assert "internal_error" in tasks["x1"]["output"] or tasks["x1"]["output"], tasks["x1"]
+        assert "hunter2" not in str(slack.calls)  # scrubbed like everything else
+        assert task_states(slack, "b1")[0] == "in_progress" and task_states(slack, "b1")[-1] == "complete"
+        # The answer is the stream's markdown (mrkdwn bold became markdown bold), feedback under it.
+        assert "**Payments** looks fine" in message["stream"]["markdown"]
+        assert any(b["action_id"] == "opspilot_feedback_up" for b in buttons(message))
+        # No edited progress message, no separate answer: one message carries the run.
+        assert not slack.called("chat.update")
+        assert [m["ts"] for m in slack.thread(CHANNEL, "900.1") if m.get("bot")] == [message["ts"]]
+        assert (CHANNEL, "900.1") not in slack.statuses  # the status cleared at the end
+    finally:
+        probe.release.set()
+        await ws.stop()
+
+
+async def test_a_pause_stops_the_stream_and_work_after_it_streams_below_the_card(redis_url: str, prefix: str,
+                                                                               slack: FakeSlack) -> None:
+    ws = await open_workspace(redis_url, prefix, slack, progress="stream")
+    try:
+        await ws.sender.event(ask(slack, "restart payments in prod", "910.1"))
+        await ws.settle()
+        first = streamed(slack, "910.1")
+        assert len(first) == 1 and first[0]["stream"]["state"] == "stopped"
+        waiting = [t for t in first[0]["stream"]["tasks"] if t["status"] == "pending"]
+        assert waiting and waiting[0]["title"].startswith("restart_service")
+        assert "Waiting for a person" in first[0]["stream"]["markdown"]
+        card = card_of(slack, "910.1")
+        assert float(card["ts"]) > float(first[0]["ts"])
+        token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
+        await ws.sender.action(block_action(user="UAPPROVER", channel=CHANNEL, message=card,
+                                            action_id="opspilot_confirm", value=token))
+        await ws.settle()
+        first_stream, second = streamed(slack, "910.1")
+        assert float(second["ts"]) > float(card["ts"])  # the rest reads below the card, in order
+        restart = [t for t in second["stream"]["tasks"] if t["title"].startswith("restart_service")]
+        assert restart and restart[0]["status"] == "complete", second["stream"]["tasks"]
+        assert second["stream"]["state"] == "stopped" and "payments" in second["stream"]["markdown"]
+        assert len(ws.toolbox.restarts.done) == 1
+        assert not slack.called("chat.update") or all(
+            b["ts"] not in (first_stream["ts"], second["ts"]) for b in slack.called("chat.update"))
+    finally:
+        await ws.stop()
+
+
+async def test_a_workspace_without_streaming_gets_edited_messages_in_auto_mode(redis_url: str, prefix: str,
+                                                                              slack: FakeSlack) -> None:
+    slack.streams_supported = False
+    ws = await open_workspace(redis_url, prefix, slack, progress="auto")
+    try:
+        for ts in ("920.1", "921.1"):
+            await ws.sender.event(mention(CHANNEL, "UREQ", "看看支付服务最近报错", ts))
+            await ws.settle()
+            thread = slack.thread(CHANNEL, ts)
+            progress = next(m for m in thread if m.get("bot") and "query_logs" in all_text(m))
+            assert all_text(progress).count("`query_logs`") == 1
+            assert any("feedback" in str(b.get("block_id")) for m in thread for b in m.get("blocks", []))
+        # Tried once; the workspace said it has no streaming, so the second run did not try again.
+        assert len(slack.called("chat.startStream")) == 1
+    finally:
+        await ws.stop()
+
+
+async def test_a_stream_that_times_out_falls_back_to_the_same_message_without_losing_a_step(
+        redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    probe = Probe()
+    tools = toolkit(probe)
+    model = ScriptedModel([reply("", call("lookup_a", "a1")), reply("", call("blocker", "b1")),
+                           reply("", call("lookup_b", "c1")), reply("All three answered.")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, progress="stream",
+                              specs=[tools["blocker"], tools["lookup_a"], tools["lookup_b"]])
+    try:
+        await ws.sender.event(ask(slack, "check", "930.1"))
+        await asyncio.wait_for(probe.started.setdefault("blocker", asyncio.Event()).wait(), 10)
+        await until(lambda: any(len(m.get("stream", {}).get("tasks", [])) == 2 for m in streamed(slack, "930.1")))
+        slack.stream_timeout_s = 0.0  # Slack ends the stream while a step takes long
+        probe.release.set()
+        await ws.settle()
+        [message] = streamed(slack, "930.1")
+        assert message.get("was_stream") and "stream" not in message  # now a plain message on the same ts
+        text = all_text(message)
+        for tool in ("lookup_a", "blocker", "lookup_b"):
+            assert text.count(f"`{tool}`") == 1, text
+        answers = [m for m in slack.thread(CHANNEL, "930.1") if "All three answered." in all_text(m)]
+        assert len(answers) == 1 and answers[0]["ts"] != message["ts"]
+        assert any(b["action_id"] == "opspilot_feedback_up" for b in buttons(answers[0]))
+    finally:
+        probe.release.set()
+        await ws.stop()
+
+
+async def test_a_lost_answer_to_stop_shows_the_answer_once(redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    model = ScriptedModel([reply("", call("lookup_a", "a1")), reply("The answer, once.")])
+    tools = toolkit(Probe())
+    ws = await open_workspace(redis_url, prefix, slack, model=model, progress="stream", specs=[tools["lookup_a"]])
+    try:
+        slack.fault("lost", "chat.stopStream", times=1)  # it stopped, but the reply never came
+        await ws.sender.event(ask(slack, "check", "940.1"))
+        await ws.settle()
+        thread = slack.thread(CHANNEL, "940.1")
+        shown = [m for m in thread if "The answer, once." in all_text(m) + str(m.get("stream", {}).get("markdown"))]
+        assert len(shown) == 1, thread
+        assert sum(all_text(m).count("`lookup_a`") + sum(t["title"].startswith("lookup_a")
+                   for t in m.get("stream", {}).get("tasks", [])) for m in thread) == 1
+    finally:
+        await ws.stop()
+
+
+async def test_runs_nobody_asked_and_alert_runs_are_not_streamed(redis_url: str, prefix: str,
+                                                                  slack: FakeSlack) -> None:
+    """Slack streams to one person; a run an alert started has nobody to stream to: an edited message."""
+    ws = await open_workspace(redis_url, prefix, slack, progress="stream")
+    try:
+        parent = slack.post_as_user(CHANNEL, "UREQ", "[FIRING:1] payments errors")
+        thread = thread_key(CHANNEL, parent["ts"])
+        await ws.service.core.meta.put(THREAD, thread, {"channel": CHANNEL, "thread_ts": parent["ts"]})
+        await ws.service.core.engine.ask(thread, "check payments", user_id="B0ALERTS", request_id="r1",
+                                         unattended=True)
+        await ws.settle()
+        assert not slack.called("chat.startStream")
+        assert any("query_logs" in all_text(m) for m in slack.thread(CHANNEL, parent["ts"]) if m.get("bot"))
+    finally:
+        await ws.stop()
