@@ -124,6 +124,8 @@ def one_line_summary(content: str, limit: int = 120) -> str:
         return _clip(f"{body.get('errorCode')}: {body.get('message', '')}", limit)
     data = body.get("data") if isinstance(body, dict) else body
     if isinstance(data, dict):
+        if isinstance(data.get("summary"), str) and data["summary"]:  # the tool's own gist
+            return _clip(data["summary"], limit)
         for key in ("candidates", "results", "items"):
             if isinstance(data.get(key), list):
                 n = len(data[key])

@@ -61,13 +61,15 @@ async def test_the_whole_scenario_in_the_browser(demo_url: str, page: Page) -> N
     await page.goto(demo_url)
     await expect(page.get_by_test_id("scripted")).to_be_visible()  # the model is labelled as scripted
 
-    # Alice asks in the channel; the thread opens and the progress message is edited live.
+    # Alice asks in the channel; the thread opens and the steps stream in as task cards.
     await page.get_by_test_id("composer").fill(f"@OpsPilot {QUESTION}")
     await page.get_by_test_id("composer").press("Enter")
     thread = page.get_by_test_id("thread")
     await expect(thread).to_be_visible()
     await expect(thread.locator(".msg", has_text="query_logs")).to_be_visible()
-    await expect(thread.locator(".msg", has_text="完成")).to_be_visible()
+    logs = thread.get_by_test_id("task").filter(has_text="query_logs · payments/prod")
+    await expect(logs).to_have_attribute("data-status", "complete")
+    await expect(logs).to_contain_text("timeout acquiring connection")  # the call's output on its card
     await expect(thread.locator(".msg", has_text="Working on it")).to_have_count(0)  # one language throughout
     await expect(thread.locator(".msg", has_text="docs/payments-db-timeouts.md").last).to_be_visible()
     await expect(thread).to_contain_text("timeout acquiring connection")

@@ -132,7 +132,8 @@ def _serve_env(slack: FakeSlack, redis_url: str, prefix: str, port: int) -> dict
     return env | {"SLACK_BOT_TOKEN": slack.token, "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_URL": slack.api_url,
                   "PORT": str(port), "REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix,
                   "OPSPILOT_SWEEPS__STALE_AFTER_S": "2", "OPSPILOT_SWEEPS__LEASE_TTL_S": "2",
-                  "OPSPILOT_SWEEPS__INTERVAL_S": "1", "OPSPILOT_SLACK__LANGUAGE": "en"}
+                  "OPSPILOT_SWEEPS__INTERVAL_S": "1", "OPSPILOT_SLACK__LANGUAGE": "en",
+                  "OPSPILOT_SLACK__PROGRESS": "update"}
 
 
 async def _serve_with_workers(env: dict[str, str], cwd: Path) -> asyncio.subprocess.Process:

@@ -78,6 +78,12 @@ async def test_steps_stream_as_task_cards_and_the_answer_ends_the_stream(redis_u
         assert not slack.called("chat.update")
         assert [m["ts"] for m in slack.thread(CHANNEL, "900.1") if m.get("bot")] == [message["ts"]]
         assert (CHANNEL, "900.1") not in slack.statuses  # the status cleared at the end
+        # A stream cannot take its Stop button back: pressed after the end, it says so and changes nothing.
+        await ws.sender.action(block_action(user="UREQ", channel=CHANNEL, message=message,
+                                            action_id="opspilot_stop", value=stop[0]["value"]))
+        await ws.settle()
+        assert slack.ephemeral_texts("UREQ")[-1] == "This run has already finished: there is nothing to stop."
+        assert message["stream"]["markdown"].startswith("**Payments** looks fine")
     finally:
         probe.release.set()
         await ws.stop()

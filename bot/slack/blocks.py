@@ -236,7 +236,8 @@ def task(line: dict[str, Any]) -> dict[str, Any]:
     status = _TASK_STATUS.get(line["status"], "error")
     chunk = {"id": line["call_id"], "title": _cut(title, 256), "status": status}
     if line.get("detail"):
-        chunk["output" if status in ("complete", "error") else "details"] = _cut(str(line["detail"]), 256)
+        # Tool output is not ours: escaped like every such text, so it can neither mention nor link.
+        chunk["output" if status in ("complete", "error") else "details"] = _cut(escape(line["detail"]), 256)
     return chunk
 
 

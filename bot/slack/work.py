@@ -106,6 +106,11 @@ class Executor:
             elif isinstance(item, Answer):
                 await self._answer(item)
             elif item.kind == "stop":
+                if (await self.engine.run_record(item.run_id)).status == "finished":
+                    # A Stop under a finished stream (a stream cannot take its button back): say so.
+                    await self.outbox.tell(item.channel, item.user, say(await self._lang(item), "already_finished"),
+                                           item.thread_ts)
+                    return
                 await self.engine.cancel(item.run_id, by=item.user)
             else:
                 await self.engine.recover(item.run_id)

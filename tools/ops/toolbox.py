@@ -173,9 +173,10 @@ def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox
         q = LogQuery(service, env, args.minutes, args.contains)
         lines = await logs.errors(q)
         patterns = group(lines)
+        top = f"; top: {patterns[0]['pattern'][:80]} ×{patterns[0]['count']}" if patterns else ""
         return {"service_id": service.id, "environment": env, "window_minutes": args.minutes,
                 "query": logs.describe(q), "error_lines": len(lines), "patterns": patterns[:10],
-                "more_patterns": max(len(patterns) - 10, 0)}
+                "more_patterns": max(len(patterns) - 10, 0), "summary": f"{len(lines)} error lines{top}"}
 
     @tool(timeout_s=30)
     async def query_metrics(args: QueryMetricsArgs, ctx: ToolContext) -> dict[str, Any]:
@@ -187,9 +188,12 @@ def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox
         if unknown:
             raise InvalidArguments(f"unknown metrics {unknown}; available: {', '.join(metrics.names)}")
         series = await asyncio.gather(*(metrics.series(service, env, n, args.minutes) for n in names))
+        figures = {n: summarise(s) for n, s in zip(names, series, strict=True)}
+        gist = ", ".join(f"{n} {f['current']} ({f['trend']})" if "current" in f else f"{n}: no data"
+                         for n, f in figures.items())
         return {"service_id": service.id, "environment": env, "window_minutes": args.minutes,
-                "metrics": {n: {**summarise(s), "query": metrics.describe(service, env, n)}
-                            for n, s in zip(names, series, strict=True)}}
+                "metrics": {n: {**f, "query": metrics.describe(service, env, n)} for n, f in figures.items()},
+                "summary": gist}
 
     @tool(mutating=True, confirm=confirm_in("prod"), timeout_s=verify.timeout_s + verify.settle_s + 60)
     async def restart_service(args: RestartArgs, ctx: ToolContext) -> dict[str, Any]:

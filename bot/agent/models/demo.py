@@ -166,7 +166,8 @@ def _answer_restart(result: ToolResultMessage, zh: bool) -> str:
             else f"The restart did not run: {body.get('message')}{code}.")
 
 
-def _follow_up(results: list[ToolResultMessage], env: str | None, tools: Sequence[str]) -> AssistantMessage | None:
+def _follow_up(results: list[ToolResultMessage], env: str | None, tools: Sequence[str],
+               zh: bool = False) -> AssistantMessage | None:
     """After finding the service: read its logs and metrics (a dependent second step)."""
     if any(r.name in ("query_logs", "query_metrics") for r in results) or "query_logs" not in tools:
         return None
@@ -181,7 +182,9 @@ def _follow_up(results: list[ToolResultMessage], env: str | None, tools: Sequenc
     if env:
         args["environment"] = env
     calls = [_call(name, **args) for name in ("query_logs", "query_metrics") if name in tools]
-    return AssistantMessage(content=f"Found {service['id']}; reading its logs and metrics.", tool_calls=tuple(calls))
+    plan = f"找到了 {service['id']}，接着看它的日志和指标。" if zh else \
+        f"Found {service['id']}; reading its logs and metrics."
+    return AssistantMessage(content=plan, tool_calls=tuple(calls))
 
 
 _SERVICE = re.compile(r"\bservice\s*(?::\s*`?|=\s*\"?|`)([a-z0-9][a-z0-9_.-]+)", re.I)
@@ -239,22 +242,23 @@ def demo_reply(messages: Sequence[Message], tools: Sequence[str]) -> AssistantMe
             return AssistantMessage(content=_not_found(missing, text, zh))
         service = _last_service(results)
         if _RESTART.search(text) and service and "restart_service" in tools:  # "restart payments in prod"
-            return _restart(service, text, quoted, messages)
-        return _follow_up(results, _environment(text, quoted), tools) or \
+            return _restart(service, text, quoted, messages, zh)
+        return _follow_up(results, _environment(text, quoted), tools, zh) or \
             AssistantMessage(content=_answer_lookup(results, zh))
     service = _last_service(messages)
     if _RESTART.search(text) and "restart_service" in tools and service is not None:
-        return _restart(service, text, quoted, messages)
+        return _restart(service, text, quoted, messages, zh)
     subject = _subject(text, quoted)
     calls = [_call("search_resource", query=subject)] if "search_resource" in tools else []
     docs_query = text if subject == text[:200] else f"{subject} {text}"
     calls += [_call("search_docs", query=docs_query[:500])] if "search_docs" in tools else []
     if not calls:
         return AssistantMessage(content="(scripted demo model) I have no tool for that.")
-    return AssistantMessage(content="Looking up the service and the runbooks in parallel.", tool_calls=tuple(calls))
+    plan = "同时查找服务和相关文档。" if zh else "Looking up the service and the runbooks in parallel."
+    return AssistantMessage(content=plan, tool_calls=tuple(calls))
 
 
-def _restart(service: str, text: str, quoted: str, messages: Sequence[Message]) -> AssistantMessage:
+def _restart(service: str, text: str, quoted: str, messages: Sequence[Message], zh: bool = False) -> AssistantMessage:
     # The environment: asked for, else where the thread's alert fired (an earlier turn's quoted labels).
     env = _environment(text, quoted) or next(
         (e for m in reversed(messages) if isinstance(m, UserMessage)
@@ -263,7 +267,8 @@ def _restart(service: str, text: str, quoted: str, messages: Sequence[Message]) 
     if env:
         args["environment"] = env
     restart = _call("restart_service", **args)
-    return AssistantMessage(content=f"Restarting {service} as asked.", tool_calls=(restart,))
+    plan = f"按要求重启 {service}。" if zh else f"Restarting {service} as asked."
+    return AssistantMessage(content=plan, tool_calls=(restart,))
 
 
 def demo_model(latency_s: float = 0.0) -> ScriptedModel:

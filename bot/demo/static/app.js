@@ -34,6 +34,48 @@ function mrkdwn(text) {
   return html.replace(/\n/g, "<br>");
 }
 
+// A stream's markdown (standard markdown, as chat.*Stream take it) → HTML, escaped first like mrkdwn.
+function markdown(text) {
+  const slackish = String(text ?? "").replace(/\*\*([^*\n]+?)\*\*/g, "*$1*").replace(/~~([^~\n]+?)~~/g, "~$1~")
+    .replace(/\[([^\]\n]+)\]\((https?:[^)\s]+)\)/g, "<$2|$1>");
+  return mrkdwn(slackish);
+}
+
+const TASK_ICONS = { pending: "⏸️", in_progress: "⏳", complete: "✅", error: "❌" };
+
+// A streamed message as Slack shows it: the plan, a card per task (its status changing in place), the text.
+function renderStream(message, container) {
+  const stream = message.stream;
+  if (stream.plan) {
+    const plan = document.createElement("div");
+    plan.className = "plan";
+    plan.innerHTML = `📋 ${esc(stream.plan)}`;
+    container.appendChild(plan);
+  }
+  for (const task of stream.tasks || []) {
+    const card = document.createElement("div");
+    card.className = `task ${task.status}`;
+    card.dataset.testid = "task";
+    card.dataset.status = task.status;
+    const note = task.output || task.details || "";
+    card.innerHTML = `<span class="icon">${TASK_ICONS[task.status] || "❔"}</span><span class="title">${esc(task.title)}</span>` +
+      (note ? `<div class="note">${mrkdwn(note)}</div>` : "");
+    container.appendChild(card);
+  }
+  if (stream.markdown) {
+    const text = document.createElement("div");
+    text.className = "markdown";
+    text.innerHTML = markdown(stream.markdown);
+    container.appendChild(text);
+  }
+  if (stream.state === "streaming") {
+    const live = document.createElement("div");
+    live.className = "streaming";
+    live.textContent = "● streaming";
+    container.appendChild(live);
+  }
+}
+
 function textOf(obj) { return obj ? (obj.type === "plain_text" ? esc(obj.text) : mrkdwn(obj.text)) : ""; }
 
 // --- Block Kit ---------------------------------------------------------------------------------------
@@ -155,8 +197,9 @@ function messageElement(message, { inThread }) {
   if (message.ephemeral) body.innerHTML += '<div class="only-you">Only visible to you</div>';
   const content = document.createElement("div");
   content.className = "text";
+  if (message.stream) renderStream(message, content);
   if (message.blocks && message.blocks.length) renderBlocks(message, content);
-  else content.innerHTML = mrkdwn(message.text);
+  else if (!message.stream) content.innerHTML = mrkdwn(message.text);
   for (const a of message.attachments || []) {  // how alerting tools post: a coloured box with a title
     const box = document.createElement("div");
     box.className = "attachment";
