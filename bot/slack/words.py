@@ -32,7 +32,8 @@ _WORDS: dict[str, tuple[str, str]] = {
                          "reported as outcome unknown, never re-run.",
                          "运行它的进程停止了。已完成的步骤都保留；正在执行的变更记为结果未知，绝不会重跑。"),
     "stopped_by": ("Stopped by {by} at {at}", "已被 {by} 于 {at} 停止"),
-    "already_finished": ("This run has already finished: there is nothing to stop.", "这次运行已经结束，没有可停止的。"),
+    "already_finished": ("This run has already finished: there is nothing to stop.",
+                         "这次运行已经结束，没有可停止的。"),
     "waiting_below": ("Waiting for a person: see the question below.", "等人处理：见下方的问题。"),
     # the thread's status line ("OpsPilot is looking into it…") until the stream shows the steps
     "status_working": ("is looking into it…", "正在排查…"),
