@@ -12,7 +12,7 @@ MANIFEST = yaml.safe_load((Path(__file__).parent.parent / "manifest.yml").read_t
 def test_scopes_events_command_and_modes() -> None:
     assert set(MANIFEST["oauth_config"]["scopes"]["bot"]) == {
         "app_mentions:read", "chat:write", "channels:history", "groups:history", "im:history", "im:read",
-        "im:write", "commands", "usergroups:read", "reactions:write", "users:read"}
+        "im:write", "commands", "usergroups:read", "reactions:write", "users:read", "assistant:write"}
     settings = MANIFEST["settings"]
     assert set(settings["event_subscriptions"]["bot_events"]) == {
         "app_mention", "app_home_opened", "message.im", "message.channels", "message.groups"}
