@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.agent.deps import RunDeps
@@ -17,8 +18,9 @@ from state import Keys, MemoryStore, RedisStore, StoreError, Ttls, connect
 from state.store import MetaStore, Outbox, Reports, Store, WorkQueue
 from tools import ops
 from tools.errors import ToolError
+from tools.mcp import McpHub, McpStartupError
 from tools.plugins import PluginError, load_plugins
-from tools.registry import Registry
+from tools.registry import Registry, ToolSpec
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +54,9 @@ def build_model(settings: Settings) -> ChatModel:
     return OpenAIModel(name, max_tokens=llm.max_tokens, timeout_s=llm.timeout_s, max_retries=llm.max_retries)
 
 
-def build_registry(settings: Settings, toolbox: ops.Toolbox) -> Registry:
+def build_registry(settings: Settings, toolbox: ops.Toolbox, extra: Sequence[ToolSpec] = ()) -> Registry:
     try:
-        registry = Registry.of([*toolbox.specs, *load_plugins(settings.plugins, {})])
+        registry = Registry.of([*toolbox.specs, *load_plugins(settings.plugins, {}), *extra])
     except (PluginError, ValueError) as exc:
         raise ConfigError(str(exc)) from exc
     for name, policy in settings.tools.items():
@@ -99,6 +101,12 @@ class Assembly:
     model: ChatModel
     toolbox: ops.Toolbox
     sweeps: Sweeps
+    mcp: McpHub | None = None
+    """The MCP servers this engine's tools come from (connections to close at the end)."""
+
+    async def close_tools(self) -> None:
+        if self.mcp is not None:
+            await self.mcp.stop()
 
     @classmethod
     def around(cls, engine: Engine, store: RedisStore | MemoryStore, model: ChatModel,
@@ -108,13 +116,22 @@ class Assembly:
                    Sweeps(engine))
 
 
-async def assemble(settings: Settings, *, fallback_store: bool = True) -> Assembly:
+async def assemble(settings: Settings, *, fallback_store: bool = True, with_mcp: bool = True) -> Assembly:
+    """Everything an engine needs. ``with_mcp``: connect the MCP servers (where runs happen; a Slack front
+    that only hands work on does not need them)."""
     model = build_model(settings)
     try:
         toolbox = ops.build(settings.toolbox)
     except (ops.CatalogError, ValueError, ToolError) as exc:
         raise ConfigError(f"toolbox: {exc}") from exc
-    registry = build_registry(settings, toolbox)
+    hub = McpHub(settings.mcp_servers) if with_mcp and settings.mcp_servers else None
+    try:
+        extra = await hub.start() if hub is not None else []
+        registry = build_registry(settings, toolbox, extra)
+    except (McpStartupError, ConfigError) as exc:
+        if hub is not None:
+            await hub.stop()
+        raise ConfigError(str(exc)) from exc
     verify = settings.toolbox.verify
     if verify.timeout_s + verify.settle_s >= settings.limits.max_wall_time_s:
         log.warning("toolbox.verify (%gs + %gs settle) does not fit limits.max_wall_time_s (%gs): a restart run "
@@ -127,4 +144,4 @@ async def assemble(settings: Settings, *, fallback_store: bool = True) -> Assemb
                    interrupt_ttl_s=float(settings.interrupt_ttl_s))
     engine = Engine(deps, EngineOptions(lease_ttl_ms=int(settings.sweeps.lease_ttl_s * 1000)))
     sweeps = Sweeps(engine, interval_s=settings.sweeps.interval_s, stale_after_s=settings.sweeps.stale_after_s)
-    return Assembly(engine, bus, store, store.meta, store, store.outbox, store.queue, model, toolbox, sweeps)
+    return Assembly(engine, bus, store, store.meta, store, store.outbox, store.queue, model, toolbox, sweeps, hub)

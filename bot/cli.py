@@ -1,4 +1,5 @@
-"""The ``opspilot`` command: ``chat`` (terminal conversation) and ``stats`` (figures from Redis)."""
+"""The ``opspilot`` command: ``chat`` (terminal conversation), ``serve``/``worker``/``demo`` (Slack), ``tools``
+(what the model may call) and ``stats`` (figures from Redis)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ import asyncio
 import logging
 import sys
 
-from bot.assembly import assemble, open_store
+from bot.assembly import assemble, build_registry, open_store
 from bot.chat import chat
 from bot.config import ConfigError, load_settings
 from state import StoreError
+from tools import ops
+from tools.errors import ToolError
+from tools.mcp import McpHub, McpStartupError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,6 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     worker_cmd.add_argument("--port", type=int, default=None, help="serve /healthz and /metrics on this port")
     demo_cmd = sub.add_parser("demo", help="a Slack-like channel in your browser, no Slack workspace needed")
     demo_cmd.add_argument("--port", type=int, default=None, help="default: $PORT or 3000")
+    sub.add_parser("tools", help="every tool: where it comes from, read-only or a change, when a person confirms")
     stats_cmd = sub.add_parser("stats", help="runs, steps, failure and resume rates, stop reasons")
     stats_cmd.add_argument("--window", choices=["1h", "1d", "7d"], default="1d")
     return parser
@@ -53,11 +58,36 @@ async def _stats(window: str, config: str | None) -> int:
     return 0
 
 
+async def _tools(config: str | None) -> int:
+    settings = load_settings(config)
+    try:
+        toolbox = ops.build(settings.toolbox)
+    except (ops.CatalogError, ValueError, ToolError) as exc:
+        raise ConfigError(f"toolbox: {exc}") from exc
+    hub = McpHub(settings.mcp_servers)
+    try:
+        registry = build_registry(settings, toolbox, await hub.start())
+        print(f"{'tool':<34} {'source':<16} {'kind':<10} confirmation")
+        for spec in registry:
+            kind = "change" if spec.mutating else "read-only"
+            rule = spec.confirmation_rule() + (" (destructive)" if spec.destructive else "")
+            print(f"{spec.name:<34} {spec.source:<16} {kind:<10} {rule}")
+        for name, health in hub.health().items():
+            if health["state"] != "up":
+                print(f"\nMCP server {name}: {health['state']} ({health.get('error', '')}): its tools are missing")
+    except McpStartupError as exc:
+        raise ConfigError(str(exc)) from exc
+    finally:
+        await hub.stop()
+    return 0
+
+
 async def _chat(user: str, config: str | None) -> int:
     app = await assemble(load_settings(config))
     try:
         return await chat(app, user=user)
     finally:
+        await app.close_tools()
         await app.store.close()
 
 
@@ -66,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        if args.command == "tools":
+            return asyncio.run(_tools(args.config))
         if args.command == "chat":
             return asyncio.run(_chat(args.user, args.config))
         if args.command == "demo":

@@ -16,6 +16,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from bot.agent.limits import Limits
+from tools.mcp.config import McpServerConfig
 from tools.ops.config import OpsConfig
 
 
@@ -126,6 +127,7 @@ class Settings(BaseSettings):
     context_budget_tokens: int = Field(60_000, ge=1000)
     redis_outage_grace_s: float = Field(30.0, ge=0, description="Redis calls are retried this long through an outage")
     plugins: list[str] = Field(default_factory=list, description="extra modules whose tools are registered")
+    mcp_servers: list[McpServerConfig] = Field(default_factory=list, description="MCP servers whose tools join")
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
     toolbox: OpsConfig = Field(default_factory=OpsConfig)
     sweeps: SweepConfig = Field(default_factory=SweepConfig)

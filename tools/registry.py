@@ -69,9 +69,24 @@ class ToolSpec:
     needs_confirmation: ConfirmPolicy = never
     timeout_s: float = 20.0
     max_result_chars: int = 6000
+    schema: dict[str, Any] | None = None
+    """The argument schema shown to the model, when not the pydantic model's own (an MCP server's)."""
+    source: str = "builtin"
+    """Where the tool comes from: builtin, a plugin module, ``mcp:<server>``."""
+    destructive: bool = False
+    """Said to be destructive by its server (shown on its confirmation card)."""
 
     def definition(self) -> ToolDefinition:
-        return ToolDefinition(self.name, self.description, self.args_model.model_json_schema())
+        return ToolDefinition(self.name, self.description, self.schema or self.args_model.model_json_schema())
+
+    def confirmation_rule(self) -> str:
+        """The confirmation rule in words (``opspilot tools``)."""
+        if not self.mutating:
+            return "-"
+        policy = self.needs_confirmation
+        if isinstance(policy, InEnvironments):
+            return f"in {', '.join(sorted(policy.environments))} ({policy.field})"
+        return "never" if policy is never else "always" if policy is always else "by the tool's rule"
 
 
 @dataclass(frozen=True)

@@ -103,7 +103,8 @@ def _confirm_payload(spec: ToolSpec, args: dict[str, Any], stated_reason: str) -
         "arguments": args,
         "environment": args.get("environment"),
         "target": args.get("service_id") or args.get("target") or args.get("name"),
-        "description": spec.description.splitlines()[0],
+        "description": spec.description.splitlines()[0] if spec.description else spec.name,
+        "destructive": spec.destructive,
         "model_reason": scrub_text(stated_reason)[:500],
     }
 

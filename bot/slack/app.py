@@ -97,7 +97,8 @@ def build_bolt_app(*, client: AsyncWebClient, signing_secret: str, inbound: Inbo
 
 
 def web_routes(*, bolt: AsyncApp, signing_secret: str, store: Store, outbox: SlackOutbox, queue: WorkQueue,
-               metrics: Metrics, path: str = "/slack/events") -> list[web.RouteDef]:
+               metrics: Metrics, path: str = "/slack/events",
+               tools_health: Callable[[], dict[str, Any]] | None = None) -> list[web.RouteDef]:
     async def events(request: web.Request) -> web.Response:
         refused = refusal(signing_secret, await request.read(), request.headers, request.content_type)
         if refused is not None:
@@ -110,7 +111,10 @@ def web_routes(*, bolt: AsyncApp, signing_secret: str, store: Store, outbox: Sla
             await store.ping()
         except StoreError as exc:
             return web.json_response({"ok": False, "redis": str(exc)}, status=503)
-        return web.json_response({"ok": True, "redis": "ok" if store.durable else "in-process (not durable)"})
+        health: dict[str, Any] = {"ok": True, "redis": "ok" if store.durable else "in-process (not durable)"}
+        if tools_health is not None:  # a down MCP server is reported, not fatal: its calls fail as observations
+            health["mcp_servers"] = tools_health()
+        return web.json_response(health)
 
     async def prometheus(request: web.Request) -> web.Response:
         try:

@@ -122,6 +122,8 @@ def _what_runs(payload: dict[str, Any], lang: str = "en") -> str:
     if payload.get("environment"):
         lines.append(f"*{say(lang, 'environment')}:* `{escape(payload['environment'])}`")
     lines.append(f"*{say(lang, 'arguments')}:* {shown or say(lang, 'none')}")
+    if payload.get("destructive"):
+        lines.append(f":rotating_light: {say(lang, 'destructive')}")
     if payload.get("model_reason"):
         lines.append(f"*{say(lang, 'model_reason')}:* {escape(payload['model_reason'])}")
     return "\n".join(lines)

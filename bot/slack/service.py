@@ -68,6 +68,7 @@ class SlackService:
             await self.worker.stop()
         await self.drain(timeout_s)
         await self.outbox.stop()
+        await self.core.close_tools()
 
     def busy(self) -> bool:
         return self.inbound.busy() or self.core.bus.busy() or bool(self.worker and self.worker.busy())
@@ -96,7 +97,7 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
         raise ConfigError("SLACK_BOT_TOKEN is not set (the bot token, xoxb-…); see README, 'Running in Slack'")
     if role != "worker" and not socket_mode and not slack.signing_secret:
         raise ConfigError("SLACK_SIGNING_SECRET is not set: HTTP mode verifies every request's signature")
-    core = core or await assemble(settings, fallback_store=fallback_store)
+    core = core or await assemble(settings, fallback_store=fallback_store, with_mcp=role != "front")
     metrics = Metrics()
     core.bus.listen(metrics.observe)
     api_url = slack.api_url if slack.api_url.endswith("/") else slack.api_url + "/"
@@ -141,7 +142,7 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     secret = slack.signing_secret or "socket-mode"
     bolt = build_bolt_app(client=client, signing_secret=secret, inbound=inbound)
     routes = web_routes(bolt=bolt, signing_secret=secret, store=core.store, outbox=outbox, queue=queue,
-                        metrics=metrics)
+                        metrics=metrics, tools_health=core.mcp.health if core.mcp is not None else None)
     return SlackService(core, client, inbound, renderer, outbox, reminders, bolt, routes, metrics, role, worker)
 
 

@@ -41,6 +41,7 @@ _WORDS: dict[str, tuple[str, str]] = {
     "confirmation_needed": ("Confirmation needed", "需要确认"),
     "gate": ("`{tool}` changes `{env}`: a person must confirm", "`{tool}` 会改动 `{env}`，需要有人确认"),
     "tool": ("Tool", "工具"),
+    "destructive": ("Its server marks this tool as destructive.", "它的服务端把这个工具标为破坏性操作。"),
     "target": ("Target", "对象"),
     "environment": ("Environment", "环境"),
     "arguments": ("Arguments", "参数"),

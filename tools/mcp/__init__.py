@@ -1,0 +1,59 @@
+"""Tools from MCP servers (``mcp_servers:``), with the official ``mcp`` SDK.
+
+:class:`McpHub` opens every configured server where the engine runs, lists their tools as
+:class:`~tools.registry.ToolSpec` (see :mod:`tools.mcp.toolset` for gating), keeps the connections
+alive (:mod:`tools.mcp.session`) and reports them for ``/healthz``. A server that does not start is a
+warning and its tools are absent — unless it is ``required``, then :class:`McpStartupError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from tools.mcp.config import ConfirmIn, McpServerConfig, McpToolRule
+from tools.mcp.session import McpServer
+from tools.mcp.toolset import describe, specs
+from tools.registry import ToolSpec
+
+__all__ = ["ConfirmIn", "McpHub", "McpServerConfig", "McpStartupError", "McpToolRule"]
+
+log = logging.getLogger(__name__)
+
+
+class McpStartupError(Exception):
+    """A server marked ``required`` did not start."""
+
+
+class McpHub:
+    def __init__(self, configs: Sequence[McpServerConfig]) -> None:
+        names = [c.name for c in configs]
+        duplicates = {n for n in names if names.count(n) > 1}
+        if duplicates:
+            raise ValueError(f"mcp_servers: names must be unique ({', '.join(sorted(duplicates))})")
+        self.servers = [McpServer(c) for c in configs]
+
+    async def start(self) -> list[ToolSpec]:
+        """Connect every server (concurrently) and return the tools of those that came up."""
+        up = await asyncio.gather(*(s.start() for s in self.servers))
+        tools: list[ToolSpec] = []
+        for server, ok in zip(self.servers, up, strict=True):
+            if ok:
+                found = specs(server)
+                log.info("MCP server %s: %d tools (%s)", server.name, len(found), describe(server.config))
+                tools += found
+                continue
+            message = f"MCP server {server.name!r} ({describe(server.config)}) did not start: {server.error}"
+            if server.config.required:
+                await self.stop()
+                raise McpStartupError(message)
+            log.warning("%s; its tools are not available (it is retried in the background)", message)
+        return tools
+
+    def health(self) -> dict[str, Any]:
+        return {s.name: s.health() for s in self.servers}
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(s.stop() for s in self.servers))

@@ -1,0 +1,58 @@
+"""How MCP tool servers are configured (``mcp_servers:`` in the settings)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class ConfirmIn(BaseModel):
+    """Ask a person only when the argument ``field`` names one of these environments."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    environments: list[str] = Field(alias="in", min_length=1)
+    field: str = "environment"
+
+
+class McpToolRule(BaseModel):
+    """Per-tool rules. Annotations come from a server we do not control: ``read_only`` can only make a tool
+    stricter (``false`` treats a tool the server calls read-only as a change), never looser."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    read_only: bool | None = None
+    confirm: Literal["always", "never"] | ConfirmIn = "always"
+    """For a tool that changes things: ask a person always (default), never, or in some environments."""
+    timeout_s: float | None = Field(None, gt=0)
+
+
+class McpServerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9-]{1,24}$", description="prefix of its tools: <name>__<tool>")
+    command: str | None = Field(None, description="stdio: the program to start")
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict, description="stdio: environment values for the server")
+    env_from: dict[str, str] = Field(default_factory=dict,
+                                     description="stdio: server variable -> name of our environment variable")
+    cwd: str | None = None
+    url: str | None = Field(None, description="streamable HTTP: the server's MCP endpoint")
+    headers_from_env: dict[str, str] = Field(default_factory=dict,
+                                             description="HTTP header -> name of the environment variable holding it")
+    allow: list[str] = Field(default_factory=list, description="only these tools (server names); empty: all")
+    deny: list[str] = Field(default_factory=list, description="never these tools")
+    tools: dict[str, McpToolRule] = Field(default_factory=dict)
+    required: bool = Field(False, description="true: OpsPilot does not start without this server")
+    timeout_s: float = Field(30.0, gt=0, description="per call")
+    startup_timeout_s: float = Field(20.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError(f"mcp server {self.name!r}: give exactly one of command (stdio) or url (HTTP)")
+        return self
+
+    def rule(self, tool: str) -> McpToolRule:
+        return self.tools.get(tool) or McpToolRule()

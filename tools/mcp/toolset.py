@@ -1,0 +1,148 @@
+"""An MCP server's tools as OpsPilot tools: ``<server>__<tool>``, the server's JSON schema as the argument
+schema (checked before the call), gating decided here, in code.
+
+Gating: a tool is read-only only when its server says so (``readOnlyHint: true``) and the config does not
+say otherwise; every other tool changes things — at most one per step, journaled, and confirmed by a
+person unless its rule says ``never`` or names the environments where it must be.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from mcp import types
+from pydantic import BaseModel, ConfigDict, create_model, model_validator
+
+from tools.errors import ToolError
+from tools.mcp.config import ConfirmIn, McpServerConfig
+from tools.mcp.session import McpServer
+from tools.registry import ConfirmPolicy, ToolContext, ToolSpec, always, confirm_in, never
+
+log = logging.getLogger(__name__)
+
+SEPARATOR = "__"
+
+
+class McpToolError(ToolError):
+    """The server answered ``isError``: its message is the observation."""
+
+    code = "tool_error"
+
+
+class _McpArguments(BaseModel):
+    """Whatever the server's schema allows (checked against it), kept as given."""
+
+    model_config = ConfigDict(extra="allow")
+    __validator__: Draft202012Validator | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check(cls, data: Any) -> Any:
+        validator = cls.__validator__
+        if validator is not None:
+            problems = sorted(validator.iter_errors(data), key=lambda e: list(e.path))
+            if problems:
+                raise ValueError("; ".join(_problem(p) for p in problems[:5]))
+        return data
+
+
+def _problem(error: Any) -> str:
+    where = "/".join(str(p) for p in error.path)
+    return f"{where}: {error.message}" if where else str(error.message)
+
+
+def specs(server: McpServer) -> list[ToolSpec]:
+    """The server's tools that the config admits, as tool specs (listed once, at connection)."""
+    config = server.config
+    out: list[ToolSpec] = []
+    for tool in server.tools:
+        if (config.allow and tool.name not in config.allow) or tool.name in config.deny:
+            continue
+        spec = _spec(server, tool)
+        if spec is not None:
+            out.append(spec)
+    for name in config.allow:
+        if name not in {t.name for t in server.tools}:
+            log.warning("mcp_servers.%s.allow: the server has no tool %r", config.name, name)
+    return out
+
+
+def _spec(server: McpServer, tool: types.Tool) -> ToolSpec | None:
+    config = server.config
+    name = f"{config.name}{SEPARATOR}{tool.name}"
+    if len(name) > 64 or not all(c.isalnum() or c in "_-" for c in name):
+        log.warning("MCP tool %r of %s left out: %r is not a valid tool name", tool.name, config.name, name)
+        return None
+    schema = dict(tool.input_schema or {"type": "object"})
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        log.warning("MCP tool %s left out: its input schema is invalid (%s)", name, exc.message)
+        return None
+    hints = tool.annotations or types.ToolAnnotations()
+    rule = config.rule(tool.name)
+    server_says_read_only = hints.read_only_hint is True
+    if rule.read_only is True and not server_says_read_only:
+        log.warning("mcp_servers.%s.tools.%s.read_only: true ignored: config can make a tool stricter, never "
+                    "looser, and the server does not say it is read-only", config.name, tool.name)
+    read_only = server_says_read_only and rule.read_only is not False
+    model = create_model(f"Mcp_{name}", __base__=_McpArguments)
+    model.__validator__ = Draft202012Validator(schema)
+    timeout_s = rule.timeout_s or config.timeout_s
+    description = (tool.description or tool.title or tool.name).strip()
+    return ToolSpec(name=name, description=f"{description}\n(from the MCP server {config.name!r})",
+                    args_model=model, func=_caller(server, tool.name, timeout_s), mutating=not read_only,
+                    needs_confirmation=_policy(rule.confirm) if not read_only else never,
+                    timeout_s=timeout_s + 1.0, schema=schema, source=f"mcp:{config.name}",
+                    destructive=not read_only and hints.destructive_hint is not False)
+
+
+def _policy(confirm: str | ConfirmIn) -> ConfirmPolicy:
+    if isinstance(confirm, ConfirmIn):
+        return confirm_in(*confirm.environments, field=confirm.field)
+    return never if confirm == "never" else always
+
+
+def _caller(server: McpServer, tool: str, timeout_s: float) -> Any:
+    async def call(args: BaseModel, ctx: ToolContext) -> Any:
+        result = await server.call(tool, dict(args.model_extra or {}), timeout_s)
+        return observation(result)
+
+    return call
+
+
+def observation(result: types.CallToolResult) -> Any:
+    """A tool result as the model reads it: structured content or text (JSON parsed when it is JSON), images
+    and resources summarised; ``isError`` raised as the server's message."""
+    texts: list[str] = []
+    other: list[str] = []
+    for item in result.content:
+        if isinstance(item, types.TextContent):
+            texts.append(item.text)
+        elif isinstance(item, types.ImageContent | types.AudioContent):
+            other.append(f"[{item.type} {item.mime_type}, {len(item.data) * 3 // 4} bytes, not shown]")
+        elif isinstance(item, types.EmbeddedResource):
+            resource = item.resource
+            body = getattr(resource, "text", None)
+            other.append(f"[resource {resource.uri}]" + (f"\n{body}" if isinstance(body, str) else " (binary)"))
+        elif isinstance(item, types.ResourceLink):
+            other.append(f"[resource link {item.uri} {item.name}]")
+    text = "\n".join(texts)
+    if result.is_error:
+        raise McpToolError(text or "the MCP server reported an error without a message")
+    if result.structured_content is not None and not other:
+        return result.structured_content
+    if len(texts) == 1 and not other:
+        try:
+            return json.loads(texts[0])
+        except ValueError:
+            pass
+    return {"text": "\n".join([*texts, *other])}
+
+
+def describe(config: McpServerConfig) -> str:
+    return f"{config.command} {' '.join(config.args)}".strip() if config.command else str(config.url)
