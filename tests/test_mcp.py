@@ -242,3 +242,51 @@ async def test_a_promql_query_through_prometheus_mcp_server_reaches_the_answer(
         prometheus.stop()
         await target.stop()
         await fake.server.stop()
+
+
+async def test_a_streamable_http_server(store: RedisStore) -> None:
+    """prometheus-mcp-server over streamable HTTP (its own HTTP transport), against a real Prometheus."""
+    target, prometheus = MetricsTarget(), Prometheus()
+    await target.start()
+    port = free_port()
+    server: asyncio.subprocess.Process | None = None
+    hub: McpHub | None = None
+    try:
+        await prometheus.start(target.server.url.removeprefix("http://") if target.server else "", "127.0.0.1:9")
+        env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), "PROMETHEUS_URL": prometheus.url,
+               "PROMETHEUS_MCP_SERVER_TRANSPORT": "http", "PROMETHEUS_MCP_BIND_HOST": "127.0.0.1",
+               "PROMETHEUS_MCP_BIND_PORT": str(port)}
+        server = await asyncio.create_subprocess_exec(
+            server_bin("prometheus-mcp-server", "prometheus-mcp-server"), env=env,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        for _ in range(150):  # the server takes a moment to listen
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.close()
+                break
+            except OSError:
+                await asyncio.sleep(0.1)
+        hub = McpHub([McpServerConfig(name="prom", url=f"http://127.0.0.1:{port}/mcp",
+                                      headers_from_env={"X-Scope-OrgID": "HOME"})])
+        registry = Registry.of(await hub.start())
+        query = registry.get("prom__execute_query")
+        assert query is not None and not query.mutating
+        content = ""
+        for i in range(60):  # until Prometheus has scraped the target once
+            ctx = ToolContext(run_id="r", thread_id="t", user_id="U1", call_id=f"q{i}")
+            answer = await execute_one(ToolCall(id=f"q{i}", name="prom__execute_query", arguments={"query": "up"}),
+                                       registry=registry, ctx=ctx, journal=store.journal)
+            assert answer.result is not None and '"ok": true' in answer.result.content
+            content = answer.result.content
+            if '"job": "payments"' in content:
+                break
+            await asyncio.sleep(0.5)
+        assert '"job": "payments"' in content, content[:500]
+    finally:
+        if hub is not None:
+            await hub.stop()
+        if server is not None and server.returncode is None:
+            server.terminate()
+            await server.wait()
+        prometheus.stop()
+        await target.stop()
