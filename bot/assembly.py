@@ -51,7 +51,8 @@ def build_model(settings: Settings) -> ChatModel:
 
     if not has_openai:
         raise ConfigError("llm.provider is 'openai' but OPENAI_API_KEY is not set")
-    return OpenAIModel(name, max_tokens=llm.max_tokens, timeout_s=llm.timeout_s, max_retries=llm.max_retries)
+    return OpenAIModel(name, max_tokens=llm.max_tokens, timeout_s=llm.timeout_s, max_retries=llm.max_retries,
+                       token_field=llm.token_field)
 
 
 def build_registry(settings: Settings, toolbox: ops.Toolbox, extra: Sequence[ToolSpec] = ()) -> Registry:

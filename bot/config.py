@@ -30,6 +30,9 @@ class LLMConfig(BaseModel):
     provider: Literal["auto", "anthropic", "openai", "scripted"] = "auto"
     name: str | None = Field(None, description="model name; OPSPILOT_MODEL overrides")
     max_tokens: int = Field(2048, ge=64)
+    token_field: Literal["auto", "max_completion_tokens", "max_tokens"] = Field(
+        "auto", description="OpenAI-compatible: the name of the output-token limit; auto: max_completion_tokens "
+                            "for api.openai.com, max_tokens for any other endpoint")
     timeout_s: float = Field(60.0, gt=0)
     max_retries: int = Field(2, ge=0, le=10)
     scripted_latency_s: float = Field(0.0, ge=0, le=60,

@@ -87,3 +87,34 @@ async def test_length_cut_tool_call_is_retried_then_reported(fake: FakeOpenAI, s
     out = await h.engine.ask("t", "go")
     assert out.stop_reason == "model_error" and "cut off" in out.answer and probe.log == []
     assert fake.requests[1]["max_tokens"] == 2 * fake.requests[0]["max_tokens"]
+
+
+async def test_the_output_token_limit_goes_by_the_name_each_endpoint_knows() -> None:
+    """OpenAI's newer models take only max_completion_tokens; older compatible servers only max_tokens."""
+    openai_like = FakeOpenAI(new_models=frozenset({"gpt-new"}))
+    compatible = FakeOpenAI(compatible=True)
+    await openai_like.server.start()
+    await compatible.server.start()
+    try:
+        openai_like.queue(text("fine"))
+        new = OpenAIModel("gpt-new", api_key="sk-test", base_url=f"{openai_like.server.url}/v1", max_retries=0,
+                          token_field="max_completion_tokens", max_tokens=300)
+        assert (await new.complete([UserMessage(content="hi")], [])).message.content == "fine"
+        assert openai_like.requests[-1]["max_completion_tokens"] == 300 and "max_tokens" not in openai_like.requests[-1]
+
+        wrong = OpenAIModel("gpt-new", api_key="sk-test", base_url=f"{openai_like.server.url}/v1", max_retries=0,
+                            token_field="max_tokens")
+        with pytest.raises(ModelError) as refused:  # what the real API says, classified, not a crash
+            await wrong.complete([UserMessage(content="hi")], [])
+        assert refused.value.kind == "bad_request" and "max_completion_tokens" in str(refused.value)
+
+        compatible.queue(text("ok"))
+        auto = OpenAIModel("llama3", api_key="sk-test", base_url=f"{compatible.server.url}/v1", max_retries=0)
+        assert auto.token_field == "max_tokens"  # any endpoint but OpenAI's own
+        assert (await auto.complete([UserMessage(content="hi")], [])).message.content == "ok"
+        assert compatible.requests[-1]["max_tokens"] == 2048
+        own = OpenAIModel("gpt-new", api_key="sk-test")  # no request made: just which name it would send
+        assert own.token_field == "max_completion_tokens"
+    finally:
+        await openai_like.server.stop()
+        await compatible.server.stop()

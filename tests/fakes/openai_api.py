@@ -52,7 +52,12 @@ def violations(body: dict[str, Any]) -> str | None:
 
 
 class FakeOpenAI:
-    def __init__(self) -> None:
+    """``new_models``: models that take only ``max_completion_tokens`` (OpenAI's newer ones); ``compatible``: a
+    compatible server (older vLLM, Ollama) that knows only ``max_tokens``."""
+
+    def __init__(self, *, new_models: frozenset[str] = frozenset(), compatible: bool = False) -> None:
+        self.new_models = new_models
+        self.compatible = compatible
         self.replies: list[dict[str, Any]] = []
         self.requests: list[dict[str, Any]] = []
         self.rejections: list[str] = []
@@ -67,6 +72,11 @@ class FakeOpenAI:
         body = await request.json()
         self.requests.append(body)
         problem = violations(body)
+        if body.get("model") in self.new_models and "max_tokens" in body:
+            problem = ("Unsupported parameter: 'max_tokens' is not supported with this model. "
+                       "Use 'max_completion_tokens' instead.")
+        if self.compatible and "max_completion_tokens" in body:
+            problem = "Unrecognized request argument supplied: max_completion_tokens"
         if problem is not None:
             self.rejections.append(problem)
             return web.json_response({"error": {"message": problem, "type": "invalid_request_error"}}, status=400)

@@ -11,7 +11,7 @@ import json
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import openai
 
@@ -69,6 +69,9 @@ def _tool_choice(choice: ToolChoice) -> Any:
 
 
 
+TokenField = Literal["auto", "max_completion_tokens", "max_tokens"]
+
+
 class OpenAIModel:
     scripted = False
 
@@ -81,6 +84,7 @@ class OpenAIModel:
         max_tokens: int = 2048,
         timeout_s: float = 60.0,
         max_retries: int = 2,
+        token_field: TokenField = "auto",
     ) -> None:
         self.model = model
         self.max_tokens = max_tokens
@@ -88,6 +92,12 @@ class OpenAIModel:
         self._client = openai.AsyncOpenAI(
             api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=max_retries,
         )
+        if token_field == "auto":
+            # OpenAI's own API rejects max_tokens for its newer models; compatible servers (older vLLM, Ollama)
+            # may know only max_tokens.
+            own = self._client.base_url.host == "api.openai.com"
+            token_field = "max_completion_tokens" if own else "max_tokens"
+        self.token_field: str = token_field
 
     async def complete(
         self,
@@ -105,9 +115,10 @@ class OpenAIModel:
             kwargs["tool_choice"] = _tool_choice(tool_choice)
         budget = max_tokens or self.max_tokens
         for attempt in range(2):
+            kwargs[self.token_field] = budget
             try:
                 response = await self._client.chat.completions.create(
-                    model=self.model, messages=cast(Any, to_wire(messages)), max_tokens=budget, **kwargs,
+                    model=self.model, messages=cast(Any, to_wire(messages)), **kwargs,
                 )
             except openai.APIError as exc:
                 raise classify_api_error(exc, openai, "OpenAI-compatible") from exc
