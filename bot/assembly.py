@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bot.agent.deps import RunDeps
 from bot.agent.engine import Engine, EngineOptions
@@ -21,6 +23,9 @@ from tools.errors import ToolError
 from tools.mcp import McpHub, McpStartupError
 from tools.plugins import PluginError, load_plugins
 from tools.registry import Registry, ToolSpec
+
+if TYPE_CHECKING:  # imported only when traces are on
+    from bot.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +109,14 @@ class Assembly:
     sweeps: Sweeps
     mcp: McpHub | None = None
     """The MCP servers this engine's tools come from (connections to close at the end)."""
+    telemetry: Telemetry | None = None
 
     async def close_tools(self) -> None:
+        """Close what the engine holds besides the store: MCP sessions; flush the traces not yet exported."""
         if self.mcp is not None:
             await self.mcp.stop()
+        if self.telemetry is not None:
+            await asyncio.to_thread(self.telemetry.shutdown)
 
     @classmethod
     def around(cls, engine: Engine, store: RedisStore | MemoryStore, model: ChatModel,
@@ -140,9 +149,29 @@ async def assemble(settings: Settings, *, fallback_store: bool = True, with_mcp:
                     settings.limits.max_wall_time_s)
     store = await open_store(settings, fallback=fallback_store)
     bus = EventBus()
+    telemetry = tracing(settings, model)
+    if telemetry is not None:
+        bus.listen(telemetry.observe)
     deps = RunDeps(model=model, registry=registry, store=store, bus=bus, limits=settings.limits,
                    context_budget_tokens=settings.context_budget_tokens,
                    interrupt_ttl_s=float(settings.interrupt_ttl_s))
     engine = Engine(deps, EngineOptions(lease_ttl_ms=int(settings.sweeps.lease_ttl_s * 1000)))
     sweeps = Sweeps(engine, interval_s=settings.sweeps.interval_s, stale_after_s=settings.sweeps.stale_after_s)
-    return Assembly(engine, bus, store, store.meta, store, store.outbox, store.queue, model, toolbox, sweeps, hub)
+    return Assembly(engine, bus, store, store.meta, store, store.outbox, store.queue, model, toolbox, sweeps, hub,
+                    telemetry)
+
+
+def tracing(settings: Settings, model: ChatModel) -> Telemetry | None:
+    """Traces when an OTLP endpoint is configured; None (and nothing of OpenTelemetry imported) otherwise."""
+    endpoint = settings.telemetry.otlp_endpoint
+    if not (endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+            or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")):
+        return None
+    from bot.telemetry import Telemetry, otlp
+
+    provider, _, name = model.label.partition(":")
+    if model.scripted:
+        provider, name = "scripted", "demo"
+    return Telemetry(otlp(endpoint), provider_name=provider.removesuffix("-compatible"), model_name=name,
+                     capture_content=settings.telemetry.capture_content,
+                     service_name=settings.telemetry.service_name)

@@ -107,6 +107,16 @@ class SlackConfig(BaseModel):
         return next((a for a in self.alert_sources if a.channel == channel and a.posted(message)), None)
 
 
+class TelemetryConfig(BaseModel):
+    """OpenTelemetry traces (off unless an endpoint is set here or in OTEL_EXPORTER_OTLP_ENDPOINT)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    otlp_endpoint: str | None = Field(None, description="OTLP/HTTP base URL; traces go to <it>/v1/traces")
+    capture_content: bool = Field(False, description="put tool arguments and results (scrubbed) on spans")
+    service_name: str = "opspilot"
+
+
 class SweepConfig(BaseModel):
     """The engine's periodic duties, run by whatever process hosts it (serve, demo, chat)."""
 
@@ -134,6 +144,7 @@ class Settings(BaseSettings):
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
     toolbox: OpsConfig = Field(default_factory=OpsConfig)
     sweeps: SweepConfig = Field(default_factory=SweepConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     slack: SlackConfig = Field(default_factory=SlackConfig)
 
 

@@ -42,6 +42,8 @@ class ModelStep(_Event):
     asked_for_tools: bool
     stop: str
     text: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
 
 
 class ToolCallEvent(_Event):
@@ -97,6 +99,8 @@ class CallDecided(_Event):
     values: dict[str, str] = {}
     """What a form was answered with (shown on the closed form)."""
     at: float
+    asked_at: float = 0.0
+    """When the question was asked (how long the run waited for a person)."""
 
 
 class RunStalled(_Event):

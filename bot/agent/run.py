@@ -206,7 +206,8 @@ class Run:
         self.count("steps")
         self.emit(ModelStep, step=self.record.step, latency_ms=round(completion.latency_ms, 2),
                   asked_for_tools=bool(assistant.tool_calls), stop=completion.stop,
-                  text=assistant.content if assistant.tool_calls else "")
+                  text=assistant.content if assistant.tool_calls else "",
+                  input_tokens=completion.usage.input_tokens, output_tokens=completion.usage.output_tokens)
         if assistant.tool_calls:
             await self.commit()  # the calls are durable before any of them runs; an answer is saved by finish()
         return assistant
@@ -299,7 +300,8 @@ class Run:
                 self.record.approvals[pending.call.id] = answers.by
             values = {k: str(v) for k, v in getattr(decision, "values", {}).items()}
             self.emit(CallDecided, call_id=pending.call.id, tool=pending.call.name, token=pending.token,
-                      decision=decision.kind, by=answers.by, at=time.time(), values=values)
+                      decision=decision.kind, by=answers.by, at=time.time(), values=values,
+                      asked_at=pending.created_at)
         self.count("resumed", sum(1 for _, d in answers.decided if d.kind not in ("expired", "cancelled")))
 
     async def settle(self, answers: Answers) -> list[PendingCall]:
