@@ -29,7 +29,9 @@ class OpsFakes:
     deployment: dict[str, Any] = field(default_factory=lambda: {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "payments-api", "namespace": "payments", "generation": 7},
-        "spec": {"replicas": 3, "template": {"metadata": {"annotations": {}}}},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "payments-api"}},
+                 "template": {"metadata": {"labels": {"app": "payments-api"}, "annotations": {}},
+                              "spec": {"containers": [{"name": "api", "image": "payments-api:1.4.2"}]}}},
         "status": {"observedGeneration": 7, "replicas": 3, "updatedReplicas": 3, "availableReplicas": 3},
     })
     _polls: int = 0

@@ -61,7 +61,10 @@ class DemoRestarts(_Section):
 class KubernetesRestarts(_Section):
     backend: Literal["kubernetes"]
     in_cluster: bool = Field(False, description="use the pod's service account")
-    kubeconfig: Path | None = Field(None, description="a kubeconfig with a token user (current context)")
+    service_account_dir: Path = Field(Path("/var/run/secrets/kubernetes.io/serviceaccount"),
+                                      description="in_cluster: where the service account is mounted")
+    kubeconfig: Path | None = Field(None, description="any kubeconfig: token, client certificate, exec plugin, OIDC")
+    context: str | None = Field(None, description="kubeconfig: this context instead of the current one")
     api_url: str | None = Field(None, description="explicit API server URL (with token_env)")
     token_env: str | None = None
     ca_file: Path | None = None

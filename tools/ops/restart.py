@@ -4,22 +4,16 @@ job), and an in-memory demo. Each can also wait for the result, so the tool can 
 from __future__ import annotations
 
 import asyncio
-import base64
-import os
-import ssl
-import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urljoin
 
-import yaml
-
-from tools.errors import InvalidArguments, PermissionDenied
+from tools.errors import InvalidArguments
 from tools.ops.catalog import Service
 from tools.ops.http import Http
+from tools.ops.kube import KubeClient
 
 
 @dataclass(frozen=True)
@@ -82,31 +76,27 @@ class KubernetesRestarts:
     name = "kubernetes"
     settles = True
 
-    def __init__(self, http: Http) -> None:
-        self.http = http
+    def __init__(self, kube: KubeClient) -> None:
+        self.kube = kube
 
     @staticmethod
-    def _path(service: Service) -> str:
+    def _where(service: Service) -> tuple[str, str]:
         if service.kubernetes is None:
             raise InvalidArguments(f"the catalog has no kubernetes namespace/deployment for {service.id}")
-        k = service.kubernetes
-        return f"/apis/apps/v1/namespaces/{k.namespace}/deployments/{k.deployment}"
+        return service.kubernetes.namespace, service.kubernetes.deployment
 
     async def restart(self, req: RestartRequest) -> dict[str, Any]:
         stamp = datetime.now(UTC).isoformat(timespec="seconds")
-        patch = {"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": stamp}}}}}
-        body = await self.http.request("PATCH", self._path(req.service), body=patch,
-                                       content_type="application/strategic-merge-patch+json")
-        k = req.service.kubernetes
-        assert k is not None
-        return {"namespace": k.namespace, "deployment": k.deployment, "restartedAt": stamp,
+        namespace, deployment = self._where(req.service)
+        body = await self.kube.restart(namespace, deployment, stamp)
+        return {"namespace": namespace, "deployment": deployment, "restartedAt": stamp,
                 "generation": (body.get("metadata") or {}).get("generation")}
 
     async def wait(self, req: RestartRequest, action: dict[str, Any], timeout_s: float, poll_s: float) -> Rollout:
         started = time.monotonic()
         detail = "no status yet"
         while True:
-            deployment = await self.http.get(self._path(req.service))
+            deployment = await self.kube.deployment(*self._where(req.service))
             done, detail = rollout_state(deployment, action.get("generation"))
             waited = round(time.monotonic() - started, 1)
             if done:
@@ -169,53 +159,3 @@ class WebhookRestarts:
             if waited >= timeout_s:
                 return Rollout("timed_out", f"the job was still {state or 'running'} after {timeout_s:g}s", waited)
             await asyncio.sleep(poll_s)
-
-
-@dataclass(frozen=True)
-class KubeCredentials:
-    api_url: str
-    token: str
-    ssl: ssl.SSLContext | bool
-
-
-def kube_credentials(*, in_cluster: bool, kubeconfig: Path | None, api_url: str | None, token: str | None,
-                     ca_file: Path | None, insecure: bool) -> KubeCredentials:
-    """From the pod's service account, a kubeconfig (token users), or an explicit URL and token."""
-    if in_cluster:
-        root = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-        host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-        if not host or not (root / "token").is_file():
-            raise PermissionDenied("in_cluster is set but this process does not run in a Kubernetes pod")
-        return KubeCredentials(f"https://{host}:{port}", (root / "token").read_text().strip(),
-                               ssl.create_default_context(cafile=str(root / "ca.crt")))
-    if kubeconfig is not None:
-        return _from_kubeconfig(kubeconfig, insecure)
-    if not api_url or not token:
-        raise PermissionDenied("kubernetes restarts need in_cluster, a kubeconfig, or api_url with token_env")
-    context: ssl.SSLContext | bool = False if insecure else (
-        ssl.create_default_context(cafile=str(ca_file)) if ca_file else True)
-    return KubeCredentials(api_url, token, context)
-
-
-def _from_kubeconfig(path: Path, insecure: bool) -> KubeCredentials:
-    try:
-        config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        current = config["current-context"]
-        context = next(c["context"] for c in config["contexts"] if c["name"] == current)
-        cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
-        user = next(u["user"] for u in config["users"] if u["name"] == context["user"])
-    except (OSError, yaml.YAMLError, KeyError, StopIteration, TypeError) as exc:
-        raise PermissionDenied(f"cannot use kubeconfig {path}: {type(exc).__name__} {exc}") from exc
-    token = user.get("token") or (Path(user["tokenFile"]).read_text().strip() if user.get("tokenFile") else None)
-    if not token:
-        raise PermissionDenied(f"kubeconfig {path}: only users with a token (or tokenFile) are supported")
-    tls: ssl.SSLContext | bool = True
-    if insecure or cluster.get("insecure-skip-tls-verify"):
-        tls = False
-    elif cluster.get("certificate-authority-data"):
-        with tempfile.NamedTemporaryFile("wb", suffix=".crt", delete=False) as ca:
-            ca.write(base64.b64decode(cluster["certificate-authority-data"]))
-        tls = ssl.create_default_context(cafile=ca.name)
-    elif cluster.get("certificate-authority"):
-        tls = ssl.create_default_context(cafile=str(cluster["certificate-authority"]))
-    return KubeCredentials(str(cluster["server"]), str(token), tls)

@@ -16,6 +16,7 @@ from tools.ops import config as cfg
 from tools.ops.catalog import Catalog, Service
 from tools.ops.docs import DocIndex
 from tools.ops.http import Http
+from tools.ops.kube import KubeClient
 from tools.ops.logs import FileBackend, LogBackend, LogQuery, LokiBackend, group
 from tools.ops.metrics import FixtureBackend, MetricsBackend, PrometheusBackend, summarise
 from tools.ops.restart import (
@@ -24,7 +25,6 @@ from tools.ops.restart import (
     RestartBackend,
     RestartRequest,
     WebhookRestarts,
-    kube_credentials,
 )
 from tools.registry import ToolContext, ToolSpec, confirm_in, tool
 
@@ -101,10 +101,10 @@ def _metrics(conf: cfg.OpsConfig, data: Path) -> MetricsBackend:
 def _restarts(conf: cfg.OpsConfig) -> RestartBackend:
     r = conf.restart
     if isinstance(r, cfg.KubernetesRestarts):
-        creds = kube_credentials(in_cluster=r.in_cluster, kubeconfig=r.kubeconfig, api_url=r.api_url,
-                                 token=_token(r.token_env), ca_file=r.ca_file, insecure=r.insecure_skip_tls_verify)
-        return KubernetesRestarts(Http(creds.api_url, name="Kubernetes API", token=creds.token,
-                                       timeout_s=r.timeout_s, ssl_context=creds.ssl))
+        return KubernetesRestarts(KubeClient(
+            in_cluster=r.in_cluster, service_account=r.service_account_dir, kubeconfig=r.kubeconfig,
+            context=r.context, api_url=r.api_url, token=_token(r.token_env), ca_file=r.ca_file,
+            insecure=r.insecure_skip_tls_verify, timeout_s=r.timeout_s))
     if isinstance(r, cfg.WebhookRestarts):
         return WebhookRestarts(Http(r.url, name="restart webhook", token=_token(r.token_env), timeout_s=r.timeout_s),
                                r.url)

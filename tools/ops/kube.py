@@ -1,0 +1,124 @@
+"""The Kubernetes API, through ``kubernetes_asyncio``: whatever credentials the cluster uses — the pod's
+service account, any kubeconfig (token, client certificate, exec credential plugins such as EKS's and
+GKE's, OIDC), or an explicit URL and token.
+
+The client is made on first use (loading a kubeconfig may run an exec plugin, which takes time and may
+fail: that is the call's error, not a startup crash). Every failure is classified for the model:
+401/403 → ``permission_denied``, 404 → ``not_found``, anything else the server or the network did →
+``upstream_error``; a credential that cannot be loaded → ``permission_denied`` saying why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import ssl
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.config.config_exception import ConfigException
+from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
+
+from tools.errors import NotFound, PermissionDenied, ToolTimeout, UpstreamError
+
+T = TypeVar("T")
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+_NAME = "the Kubernetes API"
+
+
+class KubeClient:
+    def __init__(self, *, in_cluster: bool = False, service_account: Path = SERVICE_ACCOUNT,
+                 kubeconfig: Path | None = None, context: str | None = None, api_url: str | None = None,
+                 token: str | None = None, ca_file: Path | None = None, insecure: bool = False,
+                 timeout_s: float = 15.0) -> None:
+        if not (in_cluster or kubeconfig or (api_url and token)):
+            raise ValueError("kubernetes restarts need in_cluster, a kubeconfig, or api_url with token_env")
+        self.in_cluster, self.service_account = in_cluster, service_account
+        self.kubeconfig, self.context = kubeconfig, context
+        self.api_url, self.token, self.ca_file, self.insecure = api_url, token, ca_file, insecure
+        self.timeout_s = timeout_s
+        self._api: client.ApiClient | None = None
+        self._lock = asyncio.Lock()
+
+    async def _client(self) -> client.ApiClient:
+        async with self._lock:
+            if self._api is None:
+                self._api = client.ApiClient(configuration=await self._configuration())
+            return self._api
+
+    async def _configuration(self) -> client.Configuration:
+        cfg = client.Configuration()
+        try:
+            if self.in_cluster:
+                InClusterConfigLoader(token_filename=str(self.service_account / "token"),
+                                      cert_filename=str(self.service_account / "ca.crt")).load_and_set(cfg)
+            elif self.kubeconfig is not None:
+                await config.load_kube_config(config_file=str(self.kubeconfig), context=self.context,
+                                              client_configuration=cfg, persist_config=False)
+            else:
+                cfg.host = str(self.api_url).rstrip("/")
+                cfg.api_key["BearerToken"] = f"Bearer {self.token}"
+                cfg.ssl_ca_cert = str(self.ca_file) if self.ca_file else None
+        except (ConfigException, OSError, ValueError, KeyError, TypeError) as exc:
+            where = "the pod's service account" if self.in_cluster else f"kubeconfig {self.kubeconfig}"
+            raise PermissionDenied(f"cannot use {where}: {_first_line(exc)}") from exc
+        except Exception as exc:  # an exec plugin that fails, hangs or prints garbage
+            raise PermissionDenied(f"cannot get credentials from kubeconfig {self.kubeconfig}: "
+                                   f"{type(exc).__name__}: {_first_line(exc)}") from exc
+        if self.insecure:
+            cfg.verify_ssl = False
+        return cfg
+
+    async def deployment(self, namespace: str, name: str) -> dict[str, Any]:
+        options: dict[str, Any] = {"_request_timeout": self.timeout_s}
+        return await self._call(lambda apps: apps.read_namespaced_deployment(name, namespace, **options))
+
+    async def restart(self, namespace: str, name: str, stamp: str) -> dict[str, Any]:
+        """``kubectl rollout restart``: the pod template's restartedAt annotation, as a strategic merge patch."""
+        patch = {"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": stamp}}}}}
+        # (_content_type and _request_timeout are real keyword arguments the generated stubs leave out)
+        options: dict[str, Any] = {"_content_type": "application/strategic-merge-patch+json",
+                                   "_request_timeout": self.timeout_s}
+        return await self._call(lambda apps: apps.patch_namespaced_deployment(name, namespace, patch, **options))
+
+    async def _call(self, call: Callable[[client.AppsV1Api], Awaitable[Any]]) -> dict[str, Any]:
+        api = await self._client()
+        try:
+            result = await call(client.AppsV1Api(api))
+        except ApiException as exc:
+            raise _classified(exc) from exc
+        except TimeoutError as exc:
+            raise ToolTimeout(f"{_NAME} did not answer within {self.timeout_s:g}s") from exc
+        except (aiohttp.ClientError, ssl.SSLError, OSError) as exc:
+            raise UpstreamError(f"cannot reach {_NAME}: {type(exc).__name__}: {_first_line(exc)}") from exc
+        except (ValueError, TypeError) as exc:  # an answer that is not the Deployment it should be
+            raise UpstreamError(f"{_NAME} sent an answer that could not be read: {_first_line(exc)}") from exc
+        body = api.sanitize_for_serialization(result)
+        return body if isinstance(body, dict) else {}
+
+    async def close(self) -> None:
+        if self._api is not None:
+            await self._api.close()
+            self._api = None
+
+
+def _classified(exc: ApiException) -> Exception:
+    message = exc.reason or "error"
+    with contextlib.suppress(ValueError, AttributeError):
+        message = json.loads(exc.body or "{}").get("message") or message
+    status = int(exc.status or 0)
+    if status in (401, 403):
+        word = "refused the credentials" if status == 401 else "forbids this"
+        return PermissionDenied(f"{_NAME} {word} ({status}): {message}")
+    if status == 404:
+        return NotFound(f"{_NAME}: {message}")
+    return UpstreamError(f"{_NAME} answered {status}: {message}")
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0][:300]
