@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,11 @@ from bot.demo.local_server import LocalServer
 @dataclass
 class OpsFakes:
     token: str = "secret-token"
+    read_only_token: str = "viewer-token"
+    """A token the API server knows but that may not change deployments (403 on PATCH)."""
+    tls: ssl.SSLContext | None = None
+    """Serve HTTPS; a client certificate it verifies authenticates as its common name (``client_cn``)."""
+    client_cn: str = "opspilot"
     loki_lines: list[tuple[float, str]] = field(default_factory=list)
     loki_status: int = 200
     loki_delay_s: float = 0.0
@@ -44,14 +50,22 @@ class OpsFakes:
         app.router.add_route("*", "/apis/apps/v1/namespaces/{ns}/deployments/{name}", self.deployment_api)
         app.router.add_post("/hooks/restart", self.webhook)
         app.router.add_get("/hooks/jobs/{job}", self.job)
-        self.server = LocalServer(app)
+        self.server = LocalServer(app, ssl_context=self.tls)
 
     @property
     def url(self) -> str:
         return self.server.url
 
     def _auth(self, request: web.Request) -> web.Response | None:
-        if request.headers.get("Authorization") != f"Bearer {self.token}":
+        peer = request.transport.get_extra_info("peercert") if request.transport is not None else None
+        subject = dict(item for rdn in (peer or {}).get("subject", ()) for item in rdn)
+        if subject.get("commonName") == self.client_cn:
+            return None  # a client certificate signed by the cluster's CA (the TLS layer verified it)
+        if request.method == "PATCH" and request.headers.get("Authorization") == f"Bearer {self.read_only_token}":
+            return web.json_response({"kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403,
+                                      "message": 'deployments.apps "payments-api" is forbidden: User "viewer" '
+                                                 'cannot patch resource "deployments"'}, status=403)
+        if request.headers.get("Authorization") not in (f"Bearer {self.token}", f"Bearer {self.read_only_token}"):
             return web.json_response({"kind": "Status", "status": "Failure", "message": "Unauthorized",
                                       "reason": "Unauthorized", "code": 401}, status=401)
         return None
