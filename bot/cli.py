@@ -52,6 +52,10 @@ async def _stats(window: str, config: str | None) -> int:
           f"  ({s.tool_failure_rate:.1%} failed)")
     print(f"  interrupts → resumed        {s.get('interrupts')} → {s.get('resumed')}  ({s.resume_rate:.1%})")
     print(f"  answers rated 👍 / 👎        {s.get('feedback_up')} / {s.get('feedback_down')}")
+    read, written, full = s.get("cache_read_tokens"), s.get("cache_write_tokens"), s.get("input_tokens")
+    total = read + written + full
+    print(f"  input tokens                {total}: {full} at full price, {read} read from the prompt cache "
+          f"({read / total if total else 0:.0%}), {written} written to it; output {s.get('output_tokens')}")
     print("  stop reasons")
     for reason, count in s.stop_reasons.items() or {"(none yet)": 0}.items():
         print(f"    {reason:<24}  {count}")

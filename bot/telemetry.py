@@ -109,6 +109,8 @@ class Telemetry:
                     "gen_ai.operation.name": "chat", "gen_ai.provider.name": self.provider_name,
                     "gen_ai.request.model": self.model_name, "gen_ai.usage.input_tokens": event.input_tokens,
                     "gen_ai.usage.output_tokens": event.output_tokens, "gen_ai.response.finish_reasons": [event.stop],
+                    "gen_ai.usage.cache_read.input_tokens": event.cache_read_tokens,
+                    "gen_ai.usage.cache_creation.input_tokens": event.cache_write_tokens,
                     "opspilot.step": event.step, "opspilot.latency_ms": event.latency_ms})
             span.end(now)
         elif event.type == "tool_call" and self.capture_content:

@@ -51,6 +51,8 @@ class StepTrace(_Record):
     model_stop: str
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 class CallTrace(_Record):

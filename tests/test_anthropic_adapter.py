@@ -78,7 +78,7 @@ async def test_parallel_tools_failures_and_an_answer_through_the_sdk(fake: FakeA
     last_user = second["messages"][-1]
     assert last_user["role"] == "user" and [b["type"] for b in last_user["content"]] == ["tool_result"] * 2
     assert json.loads(results[1]["content"])["errorCode"] == "internal_error"
-    assert second["system"].startswith("You are OpsPilot")
+    assert second["system"][0]["text"].startswith("You are OpsPilot")
     assert {t["name"] for t in second["tools"]} == {"lookup_a", "broken"}
     assert second["tools"][0]["input_schema"]["type"] == "object"
 
@@ -210,3 +210,31 @@ def test_wire_format_merges_results_into_one_user_message() -> None:
     assert [b["type"] for b in wire[1]["content"]] == ["tool_use", "tool_use"]  # no empty text block
     assert [(b["type"], b.get("is_error")) for b in wire[2]["content"]] == [
         ("tool_result", False), ("tool_result", True), ("text", None)]
+
+
+async def test_prompt_caching_pays_full_price_only_for_what_is_new(fake: FakeAnthropic, store: RedisStore) -> None:
+    """Six steps of an investigation: the tools, the system prompt and the conversation so far are read from
+    Anthropic's prompt cache (breakpoints within the API's limit of four); only each step's new part is not."""
+    steps = [("search_resource", {"query": "payments"}), ("search_docs", {"query": "payments timeouts"}),
+             ("query_logs", {"service_id": "payments", "environment": "prod"}),
+             ("query_metrics", {"service_id": "payments", "environment": "prod"}),
+             ("query_logs", {"service_id": "payments", "environment": "prod", "minutes": 15})]
+    fake.queue(*(tool_use(step) for step in steps), text("Payments: pool timeouts; see the runbook."))
+    h = make_harness(model_for(fake), store)
+    out = await h.engine.ask("t-cache", "看看支付服务最近报错", user_id="U1")
+    assert out.stop_reason == "final_answer" and not fake.rejections and len(fake.requests) == 6
+    for body in fake.requests:
+        assert "cache_control" in body["tools"][-1] and "cache_control" in body["system"][-1]
+        assert "cache_control" in body["messages"][-1]["content"][-1]  # the end: written for the next step
+    full = sum(u["input_tokens"] for u in fake.usages)
+    read = sum(u["cache_read_input_tokens"] for u in fake.usages)
+    written = sum(u["cache_creation_input_tokens"] for u in fake.usages)
+    total = full + read + written
+    assert read > 0 and all(u["cache_read_input_tokens"] > 0 for u in fake.usages[1:])
+    assert (full + written) / total <= 0.30, (full, read, written)  # not read from the cache: ≤ 30%
+    # What the engine recorded, for `opspilot stats` and /metrics.
+    stats = await store.stats(3600)
+    assert stats.get("cache_read_tokens") == read and stats.get("cache_write_tokens") == written
+    assert stats.get("input_tokens") == full
+    steps_seen = [e for e in h.events if e.type == "model_step"]
+    assert sum(e.cache_read_tokens for e in steps_seen) == read

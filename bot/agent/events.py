@@ -44,6 +44,8 @@ class ModelStep(_Event):
     text: str = ""
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 class ToolCallEvent(_Event):

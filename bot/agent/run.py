@@ -198,16 +198,22 @@ class Run:
         completion = await self.complete(AUTO)
         assistant = redacted(completion.message)  # what the model wrote is stored, shown and run: never a secret
         self.append(assistant)
+        u = completion.usage
         self.record.trace.append(StepTrace(
             step=self.record.step, model_latency_ms=round(completion.latency_ms, 2),
             asked_for_tools=bool(assistant.tool_calls), model_stop=completion.stop,
-            input_tokens=completion.usage.input_tokens, output_tokens=completion.usage.output_tokens,
+            input_tokens=u.input_tokens, output_tokens=u.output_tokens, cache_read_tokens=u.cache_read_tokens,
+            cache_write_tokens=u.cache_write_tokens,
         ))
         self.count("steps")
+        for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"):
+            if getattr(u, name):  # (a zero would still cost a write)
+                self.count(name, getattr(u, name))
         self.emit(ModelStep, step=self.record.step, latency_ms=round(completion.latency_ms, 2),
                   asked_for_tools=bool(assistant.tool_calls), stop=completion.stop,
                   text=assistant.content if assistant.tool_calls else "",
-                  input_tokens=completion.usage.input_tokens, output_tokens=completion.usage.output_tokens)
+                  input_tokens=u.input_tokens, output_tokens=u.output_tokens, cache_read_tokens=u.cache_read_tokens,
+                  cache_write_tokens=u.cache_write_tokens)
         if assistant.tool_calls:
             await self.commit()  # the calls are durable before any of them runs; an answer is saved by finish()
         return assistant

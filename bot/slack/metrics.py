@@ -18,6 +18,7 @@ from bot.agent.events import Event
 _HELP = {
     "opspilot_runs_total": "Runs started",
     "opspilot_steps_total": "Model steps",
+    "opspilot_model_tokens_total": "Model tokens by kind: input (full price), cache_read, cache_write, output",
     "opspilot_tool_calls_total": "Tool results by status",
     "opspilot_runs_finished_total": "Finished runs by stop reason",
     "opspilot_interrupts_total": "Questions asked to a person",
@@ -44,6 +45,10 @@ class Metrics:
             self.inc("opspilot_runs_total")
         elif event.type == "model_step":
             self.inc("opspilot_steps_total")
+            for kind, n in (("input", event.input_tokens), ("cache_read", event.cache_read_tokens),
+                            ("cache_write", event.cache_write_tokens), ("output", event.output_tokens)):
+                if n:
+                    self.inc("opspilot_model_tokens_total", n, kind=kind)
         elif event.type == "tool_result":
             self.inc("opspilot_tool_calls_total", status=event.status)
             if event.status == "expired":

@@ -8,7 +8,9 @@ gets the API's 400. Replies come from a queue the test fills.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -92,9 +94,61 @@ def violations(body: dict[str, Any]) -> str | None:
                         return (f"messages.{i}.content: unexpected `tool_use_id` found in `tool_result` blocks: "
                                 f"{b.get('tool_use_id')}. Each `tool_result` block must have a corresponding "
                                 "`tool_use` block in the previous message.")
+    marks = _breakpoints(body)
+    if len(marks) > 4:
+        return f"A maximum of 4 blocks with cache_control may be provided. Found {len(marks)}."
+    if any(m.get("type") != "ephemeral" for m in marks):
+        return "cache_control.type: Input should be 'ephemeral'"
     if uses_tools and not tools:
         return "Requests which include `tool_use` or `tool_result` blocks must define tools."
     return None
+
+
+def _breakpoints(body: dict[str, Any]) -> list[dict[str, Any]]:
+    system = body.get("system")
+    blocks = [*(body.get("tools") or []), *(system if isinstance(system, list) else []),
+              *(b for m in body.get("messages") or [] for b in _blocks(m))]
+    return [b["cache_control"] for b in blocks if isinstance(b, dict) and b.get("cache_control")]
+
+
+MIN_CACHEABLE = 1024  # tokens: a shorter prefix is not cached (Sonnet's minimum), silently, as the API does
+
+
+def _tokens(part: Any) -> int:
+    return max(len(json.dumps(part, ensure_ascii=False, sort_keys=True)) // 4, 1)
+
+
+class PromptCache:
+    """Anthropic's prompt cache as the API bills it: the prefix (tools, then system, then messages) up to a
+    ``cache_control`` breakpoint is written at that breakpoint and read by a later request whose prefix up to a
+    breakpoint is identical; ``input_tokens`` is only what was neither read nor written."""
+
+    def __init__(self) -> None:
+        self.prefixes: set[str] = set()
+
+    def usage(self, body: dict[str, Any]) -> dict[str, int]:
+        system = body.get("system")
+        parts: list[tuple[Any, bool]] = [(t, bool(t.get("cache_control"))) for t in body.get("tools") or []]
+        parts += [(b, bool(b.get("cache_control"))) for b in (system if isinstance(system, list)
+                                                                 else [{"text": system}] if system else [])]
+        parts += [(b, isinstance(b, dict) and bool(b.get("cache_control")))
+                  for m in body["messages"] for b in _blocks(m)]
+        total, running = 0, hashlib.sha256()
+        marks: list[tuple[int, str]] = []  # (tokens up to here, prefix hash) at each breakpoint
+        for part, mark in parts:
+            clean = {k: v for k, v in part.items() if k != "cache_control"} if isinstance(part, dict) else part
+            running.update(json.dumps(clean, sort_keys=True).encode())
+            total += _tokens(clean)
+            if mark:
+                marks.append((total, running.copy().hexdigest()))
+        read = max((n for n, h in marks if h in self.prefixes), default=0)
+        written = 0
+        for n, h in marks:
+            if n > read and n >= MIN_CACHEABLE:
+                self.prefixes.add(h)
+                written = n - read
+        return {"input_tokens": total - read - written, "cache_read_input_tokens": read,
+                "cache_creation_input_tokens": written}
 
 
 class FakeAnthropic:
@@ -102,6 +156,8 @@ class FakeAnthropic:
         self.replies: list[Reply] = []
         self.requests: list[dict[str, Any]] = []
         self.rejections: list[str] = []
+        self.cache = PromptCache()
+        self.usages: list[dict[str, int]] = []
         app = web.Application()
         app.router.add_post("/v1/messages", self._messages)
         self.server = LocalServer(app)
@@ -126,9 +182,11 @@ class FakeAnthropic:
             return web.json_response(payload, status=status, headers={"retry-after-ms": "5"})
         if callable(reply):
             reply = reply(body)
+        usage = self.cache.usage(body)
+        self.usages.append(usage)
         message = {
             "id": f"msg_{next(_ids):06d}", "type": "message", "role": "assistant", "model": body["model"],
             "content": reply["content"], "stop_reason": reply["stop_reason"], "stop_sequence": None,
-            "usage": {"input_tokens": 10, "output_tokens": 5},
+            "usage": {**usage, "output_tokens": 5},
         }
         return web.json_response(message)

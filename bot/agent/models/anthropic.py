@@ -69,6 +69,25 @@ def to_wire(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
     return "\n\n".join(system), wire
 
 
+_CACHE = {"type": "ephemeral"}
+
+
+def cached(wire: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Prompt-cache breakpoints on the conversation (with the tools' and the system prompt's, four in all, the
+    API's limit): at the end of the previous request's prefix (its last user turn, read from the cache) and at
+    the end of this one (written for the next step). Each step then pays full price only for what is new."""
+    users = [i for i, m in enumerate(wire) if m["role"] == "user"]
+    marks = users[-2:] if len(users) >= 2 else users
+    if wire and wire[-1]["role"] != "user":
+        marks = [*users[-1:], len(wire) - 1]  # a continued (paused) turn ends with the assistant
+    out = list(wire)
+    for i in marks:
+        content = list(out[i]["content"])
+        content[-1] = {**content[-1], "cache_control": _CACHE}
+        out[i] = {**out[i], "content": content}
+    return out
+
+
 def _tool_choice(choice: ToolChoice) -> dict[str, Any]:
     if choice.mode == "tool":
         return {"type": "tool", "name": choice.name}
@@ -100,11 +119,13 @@ class AnthropicModel:
                       choice: ToolChoice, max_tokens: int) -> Any:
         kwargs: dict[str, Any] = {}
         if system:
-            kwargs["system"] = system
+            kwargs["system"] = [{"type": "text", "text": system, "cache_control": _CACHE}]
         if tools:
             kwargs["tools"] = [{"name": t.name, "description": t.description, "input_schema": t.input_schema}
                                for t in tools]
+            kwargs["tools"][-1] = {**kwargs["tools"][-1], "cache_control": _CACHE}
             kwargs["tool_choice"] = _tool_choice(choice)
+        wire = cached(wire)
         try:
             return await self._client.messages.create(
                 model=self.model, max_tokens=max_tokens, messages=cast(Any, wire), **kwargs,
@@ -125,13 +146,15 @@ class AnthropicModel:
         budget = max_tokens or self.max_tokens
         text_parts: list[str] = []
         calls: list[ToolCall] = []
-        usage_in = usage_out = 0
+        usage_in = usage_out = cache_read = cache_write = 0
         retried_truncation = False
         continuations = 0
         while True:
             response = await self._create(system, wire, tools, tool_choice, budget)
             usage_in += response.usage.input_tokens
             usage_out += response.usage.output_tokens
+            cache_read += response.usage.cache_read_input_tokens or 0
+            cache_write += response.usage.cache_creation_input_tokens or 0
             turn_text = [b.text for b in response.content if b.type == "text" and b.text]
             turn_calls = [ToolCall(id=b.id, name=b.name, arguments=dict(b.input or {}))
                           for b in response.content if b.type == "tool_use"]
@@ -157,4 +180,5 @@ class AnthropicModel:
             break
         stop: ModelStop = "tool_use" if calls else ("max_tokens" if reason == "max_tokens" else "end_turn")
         message = AssistantMessage(content="\n".join(text_parts).strip(), tool_calls=tuple(calls))
-        return Completion(message, stop, Usage(usage_in, usage_out), (time.perf_counter() - started) * 1000)
+        usage = Usage(usage_in, usage_out, cache_read, cache_write)
+        return Completion(message, stop, usage, (time.perf_counter() - started) * 1000)

@@ -35,7 +35,10 @@ NONE = ToolChoice("none")
 @dataclass(frozen=True)
 class Usage:
     input_tokens: int = 0
+    """Input billed at full price (not read from, nor written to, a prompt cache)."""
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 @dataclass(frozen=True)
