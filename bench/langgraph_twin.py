@@ -1,20 +1,19 @@
-"""The same agent in LangGraph (``create_react_agent`` + a checkpointer), with the same scripted model and
-tools, for side-by-side figures. Installed only through the ``bench`` extra."""
+"""The same agent in LangGraph as people build it today (langchain 1.x ``create_agent`` + a checkpointer), with
+the same scripted model and tools, for side-by-side figures. Installed only through the ``bench`` extra."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from langchain.agents import create_agent
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.prebuilt import create_react_agent
 
 _ids = itertools.count()
 
@@ -73,10 +72,8 @@ def tools(result_bytes: int, latency_s: float = 0.0) -> list[BaseTool]:
 def agent(result_bytes: int, *, tool_steps: int = 1, model_latency_s: float = 0.0, tool_latency_s: float = 0.0,
           checkpointer: InMemorySaver | None = None) -> tuple[Any, InMemorySaver]:
     saver = checkpointer or InMemorySaver()
-    with warnings.catch_warnings():  # the issue names create_react_agent; LangGraph 1.x marks it deprecated
-        warnings.simplefilter("ignore")
-        graph = create_react_agent(ScriptedChat(tool_steps=tool_steps, latency_s=model_latency_s),
-                                   tools(result_bytes, tool_latency_s), checkpointer=saver)
+    graph = create_agent(ScriptedChat(tool_steps=tool_steps, latency_s=model_latency_s),
+                         tools(result_bytes, tool_latency_s), checkpointer=saver)
     return graph, saver
 
 

@@ -267,7 +267,8 @@ def _dump_run(run: RunRecord) -> str:
     body = run.model_dump(mode="json", exclude_defaults=True, exclude={"trace"})
     body["schema_version"] = run.schema_version
     if run.trace:  # entries keep their discriminator ("kind"), which is a default
-        body["trace"] = [entry.model_dump(mode="json", exclude_none=True) for entry in run.trace]
+        body["trace"] = [{"kind": entry.kind, **entry.model_dump(mode="json", exclude_defaults=True)}
+                         for entry in run.trace]
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
 
