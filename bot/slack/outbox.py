@@ -241,6 +241,8 @@ class SlackOutbox:
         for record in await self.store.records(thread):
             if not record.dirty:
                 continue
+            if record.get("kind") == "stream" and record.get("fallback") and record.get("final"):
+                await self._put_then(thread, record)  # the answer never waits behind the edit's budget
             wait = self._edit_wait(record)
             if wait > 0:  # an edit waits for its interval; later posts need not wait for it
                 retry_at = min(retry_at, time.time() + wait)
@@ -279,7 +281,7 @@ class SlackOutbox:
             except StreamRefused as exc:
                 log.info("progress %s as a plain message (%s)", record.key, exc.error)
                 self.metrics.inc("opspilot_stream_fallbacks_total", reason=exc.error)
-                await self.streams.abandon(record)
+                await self.streams.abandon(thread, record)
                 await self.store.patch(thread, record.key, {"fallback": exc.error})
         blocks = json.loads(f["blocks"]) if f.get("blocks") else None
         if f["kind"] == "ephemeral":
@@ -304,12 +306,20 @@ class SlackOutbox:
                 await self.store.patch(thread, record.key, {"ts": ts, "attempted": False})
                 await self._call("chat.update", f["channel"], lambda: self.client.chat_update(
                     channel=f["channel"], ts=landed, text=f["text"], blocks=blocks))
-        if f["kind"] == "stream" and f.get("final") and not f.get("then_put"):
-            for key, text, then_blocks in json.loads(f.get("then") or "[]"):  # what the stream's end would have said
-                await self.message(key, f["channel"], f.get("thread_ts"), text, then_blocks)
-            await self.store.patch(thread, record.key, {"then_put": True})
+        if f["kind"] == "stream" and f.get("final"):
+            await self._put_then(thread, record)
         await self.store.patch(thread, record.key, {"ts": ts, "attempted": False, "sent_at": time.time()},
                                delivered=record.version)
+
+    async def _put_then(self, thread: str, record: OutboxRecord) -> None:
+        """A fallen-back stream's end: post what the stream would have said at its end (the answer), once."""
+        f = record.fields
+        if f.get("then_put"):
+            return
+        for key, text, then_blocks in json.loads(f.get("then") or "[]"):
+            await self.message(key, f["channel"], f.get("thread_ts"), text, then_blocks)
+        await self.store.patch(thread, record.key, {"then_put": True})
+        f["then_put"] = True  # this round's copy too
 
     async def _find_posted(self, record: OutboxRecord) -> str | None:
         """The ts of an earlier attempt of this post that landed after all, or None."""
@@ -331,10 +341,12 @@ class SlackOutbox:
                 return None
         return None
 
-    async def _call(self, method: str, channel: str | None, call: Any, refusals: bool = False) -> Any:
+    async def _call(self, method: str, channel: str | None, call: Any, refusals: bool = False,
+                    paced: bool = True) -> Any:
         """The call's response; :class:`_Retry` when it may succeed later; None when it never can (or, with
-        ``refusals``, :class:`StreamRefused` saying why)."""
-        await self.pacer.wait(method, channel)
+        ``refusals``, :class:`StreamRefused` saying why). ``paced``: False when the caller reserved its slot."""
+        if paced:
+            await self.pacer.wait(method, channel)
         try:
             return await call()
         except SlackApiError as exc:

@@ -40,8 +40,9 @@ class Pacer:
         self.enabled = posts_per_second > 0 and updates_per_minute > 0
         self._post = (posts_per_second, post_burst)
         self._update = (updates_per_minute / 60, update_burst)
-        self._tiers = {"chat.update": self._update, "chat.startStream": (18 / 60, 3), "chat.stopStream": (18 / 60, 3),
-                       "chat.appendStream": (90 / 60, 10), "assistant.threads.setStatus": (45 / 60, 5)}
+        # Below Slack's figures (a rolling minute lets a full burst plus a full rate through, Slack does not).
+        self._tiers = {"chat.update": self._update, "chat.startStream": (15 / 60, 2), "chat.stopStream": (15 / 60, 2),
+                       "chat.appendStream": (80 / 60, 5), "assistant.threads.setStatus": (40 / 60, 3)}
         self._buckets: dict[str, Bucket] = {}
 
     def _bucket(self, key: str, rate: float, capacity: float) -> Bucket:
@@ -58,6 +59,17 @@ class Pacer:
         if method in self._tiers:
             return self._bucket(method, *self._tiers[method]).reserve(time.monotonic())
         return 0.0
+
+    def try_reserve(self, method: str, max_wait_s: float) -> float | None:
+        """Reserve a slot for ``method`` only if it comes within ``max_wait_s``: the wait, or None (nothing
+        reserved). Checking and reserving at once, so concurrent callers cannot all pass the check."""
+        if not self.enabled or method not in self._tiers:
+            return 0.0
+        bucket = self._bucket(method, *self._tiers[method])
+        now = time.monotonic()
+        if bucket.ready_in(now) > max_wait_s:
+            return None
+        return bucket.reserve(now)
 
     def ready_in(self, method: str) -> float:
         """Seconds until a call of ``method`` may go without queueing."""

@@ -41,6 +41,10 @@ Call = Callable[..., Awaitable[Any]]
 UNSUPPORTED = frozenset({"unknown_method", "not_allowed_token_type", "missing_scope", "method_deprecated",
                          "feature_not_enabled", "no_permission", "not_allowed"})
 _START_WAIT_S = 1.0  # auto: a start that would wait longer than this for Slack's Tier 2 budget goes as a message
+# auto: at most this many streams open at once per process. Every stream must also be stopped, at Tier 2
+# (~20 a minute): more open streams would make answers queue for that budget under a burst; the rest of a
+# burst gets edited messages, whose Tier-3 edits coalesce.
+_AUTO_MAX_OPEN = 3
 
 
 class StreamRefused(Exception):
@@ -64,6 +68,7 @@ class Streams:
         self.available = True
         """False once the workspace said it has no streaming (``auto`` stops trying; ``stream`` keeps trying)."""
         self.status_available = True
+        self._open: set[str] = set()  # records (thread/key) of streams started and not yet stopped, here
         self._team: str | None = None
         self._status_want: dict[tuple[str, str], str] = {}
         self._status_tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
@@ -74,6 +79,7 @@ class Streams:
         if f.get("stopped"):  # nothing can change a stopped stream: later states are moot
             await store.patch(thread, record.key, {}, delivered=record.version)
             return
+        opened = f"{thread}/{record.key}"
         tasks: list[dict[str, Any]] = json.loads(f.get("tasks") or "[]")
         sent: dict[str, str] = dict(json.loads(f.get("streamed") or "{}"))
         chunks: list[dict[str, Any]] = []
@@ -94,6 +100,7 @@ class Streams:
                 channel=f["channel"], ts=ts, chunks=chunks or None, markdown_text=f.get("final_md") or None,
                 blocks=json.loads(f.get("final_blocks") or "[]") or None), refusals=True)
             await store.patch(thread, record.key, {"stopped": True, **progress}, delivered=record.version)
+            self._open.discard(opened)
             return
         if chunks:
             await call("chat.appendStream", f["channel"], lambda: self.client.chat_appendStream(
@@ -109,16 +116,19 @@ class Streams:
             raise StreamRefused("streaming_unavailable")
         if not f.get("recipient"):
             raise StreamRefused("no_recipient")  # nobody asked (an alert did): Slack streams to one person
-        if self.mode == "auto" and self.pacer.ready_in("chat.startStream") > _START_WAIT_S:
-            raise StreamRefused("start_budget_spent")  # a burst: plain messages rather than a wait
         team = await self._team_id(call)
+        wait = self.pacer.try_reserve("chat.startStream", _START_WAIT_S if self.mode == "auto" else float("inf"))
+        if self.mode == "auto" and (wait is None or len(self._open) >= _AUTO_MAX_OPEN):
+            raise StreamRefused("busy")  # a burst: plain messages rather than a wait for Tier-2 budget
+        await asyncio.sleep(wait or 0.0)
         head = json.loads(f.get("head") or "[]")
         await store.patch(thread, record.key, {"attempted": True})
         try:
             answer = await call("chat.startStream", f["channel"], lambda: self.client.chat_startStream(
                 channel=f["channel"], thread_ts=f["thread_ts"], recipient_user_id=f["recipient"],
                 recipient_team_id=team, task_display_mode="timeline",
-                chunks=[*chunks, *([{"type": "blocks", "blocks": head}] if head else [])]), refusals=True)
+                chunks=[*chunks, *([{"type": "blocks", "blocks": head}] if head else [])]), refusals=True,
+                paced=False)  # (reserved above)
         except StreamRefused as exc:
             if exc.error in UNSUPPORTED and self.mode == "auto":
                 log.warning("Slack streaming is not available (%s): progress as edited messages from now on",
@@ -127,6 +137,7 @@ class Streams:
             await store.patch(thread, record.key, {"attempted": False})  # refused: it did not land
             raise
         self.metrics.inc("opspilot_streams_started_total")
+        self._open.add(f"{thread}/{record.key}")
         return str(answer["ts"])
 
     async def _team_id(self, call: Call) -> str:
@@ -135,8 +146,9 @@ class Streams:
             self._team = str(answer.get("team_id") or "")
         return self._team
 
-    async def abandon(self, record: OutboxRecord) -> None:
+    async def abandon(self, thread: str, record: OutboxRecord) -> None:
         """End a stream that is being replaced by a plain message, if it still streams (one try)."""
+        self._open.discard(f"{thread}/{record.key}")
         f = record.fields
         if not f.get("ts") or f.get("stopped"):
             return
@@ -146,8 +158,9 @@ class Streams:
     # --- "is investigating…" ---------------------------------------------------------------------------------
 
     def status(self, channel: str, thread_ts: str, text: str) -> None:
-        """Show (``""``: clear) the thread's status. Cosmetic, so not durable: the latest wins, one try each."""
-        if not self.status_available or self.mode == "update":
+        """Show (``""``: clear) the thread's status. Cosmetic, so not durable: the latest wins, one try each;
+        skipped when its budget is spent (a burst), so it never costs a message its place."""
+        if not self.status_available or self.mode == "update" or self.pacer.ready_in("assistant.threads.setStatus"):
             return
         where = (channel, thread_ts)
         self._status_want[where] = text
