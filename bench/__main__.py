@@ -1,12 +1,19 @@
-"""``python -m bench`` runs every benchmark and prints its tables (markdown); ``--small`` runs tiny sizes,
-which is what CI does to check that they still run. ``--only storage,overhead`` picks some."""
+"""``python -m bench`` runs every benchmark, prints its tables (markdown) and writes every figure as JSON
+under ``bench/results/`` (machine, versions, date), from which ``python -m bench.readme`` regenerates the
+README's tables. ``--small`` runs tiny sizes (what CI does to check that they still run; no file unless
+``--json``). ``--only storage,overhead`` picks some."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import platform
 import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
 
 from bench import ack_latency, burst, concurrency, overhead, scaleout, slack_economy, storage
 from bench.common import Table
@@ -41,14 +48,42 @@ async def main(small: bool, only: list[str]) -> list[Table]:
     return tables
 
 
+RESULTS = Path(__file__).parent / "results"
+_PACKAGES = ("redis", "pydantic", "slack-bolt", "slack-sdk", "aiohttp", "anthropic", "langgraph", "langchain",
+             "langchain-core", "langgraph-checkpoint")
+
+
+def machine() -> dict[str, Any]:
+    versions: dict[str, str] = {}
+    for package in _PACKAGES:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    return {"python": platform.python_version(), "implementation": platform.python_implementation(),
+            "machine": platform.machine(), "platform": platform.platform(), "cpus": os.cpu_count(),
+            "versions": versions}
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--small", action="store_true", help="tiny sizes (CI)")
     parser.add_argument("--only", default="", help="comma-separated: " + ",".join(FULL))
+    parser.add_argument("--json", default=None, help="where to write the results (default for full runs: "
+                                                     "bench/results/<UTC date-time>.json)")
     args = parser.parse_args()
     started = time.time()
     results = asyncio.run(main(args.small, [s for s in args.only.split(",") if s]))
-    print(f"<!-- {time.strftime('%Y-%m-%d %H:%M', time.gmtime(started))} UTC, {platform.python_version()}, "
-          f"{platform.machine()}, one run, all figures from this run -->\n")
+    stamp = time.strftime("%Y-%m-%d %H:%M", time.gmtime(started))
+    print(f"<!-- {stamp} UTC, {platform.python_version()}, {platform.machine()}, one run, all figures from "
+          "this run -->\n")
     for table in results:
         print(table.render())
+    target = Path(args.json) if args.json else None if args.small else \
+        RESULTS / f"{time.strftime('%Y-%m-%dT%H%MZ', time.gmtime(started))}.json"
+    if target is not None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        body = {"date": f"{stamp} UTC", "small": args.small, "only": args.only, "machine": machine(),
+                "seconds": round(time.time() - started, 1), "tables": [t.to_json() for t in results]}
+        target.write_text(json.dumps(body, indent=1, ensure_ascii=False) + "\n")
+        print(f"<!-- results written to {target} -->")

@@ -141,6 +141,13 @@ class Table:
     rows: list[list[Any]]
     notes: list[str] = field(default_factory=list)
 
+    def to_json(self) -> dict[str, Any]:
+        return {"title": self.title, "header": self.header, "rows": self.rows, "notes": self.notes}
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Table:
+        return cls(str(body["title"]), list(body["header"]), [list(r) for r in body["rows"]], list(body["notes"]))
+
     def render(self) -> str:
         cells = [self.header] + [[_fmt(c) for c in row] for row in self.rows]
         widths = [max(len(str(r[i])) for r in cells) for i in range(len(self.header))]
