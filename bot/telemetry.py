@@ -94,10 +94,13 @@ class Telemetry:
     def _observe(self, event: Event) -> None:
         if event.type == "run_started":
             self._ids.pinned = run_context(event.run_id)
-            span = self.tracer.start_span("invoke_agent opspilot", kind=SpanKind.INTERNAL, attributes={
-                "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "opspilot",
-                "gen_ai.conversation.id": event.thread_id, "opspilot.run_id": event.run_id,
-                "enduser.id": event.user_id or ""})
+            try:
+                span = self.tracer.start_span("invoke_agent opspilot", kind=SpanKind.INTERNAL, attributes={
+                    "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "opspilot",
+                    "gen_ai.conversation.id": event.thread_id, "opspilot.run_id": event.run_id,
+                    "enduser.id": event.user_id or ""})
+            finally:
+                self._ids.pinned = None  # only this span takes the run's ids
             self._runs[event.run_id] = _Stretch(span, event.run_id)
             return
         stretch = self._stretch(event)

@@ -13,17 +13,22 @@ from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
 from bot.slack.work import Answer
 from core.messages import ToolResultMessage
-from tests.slack_harness import CHANNEL, open_workspace
+from tests.slack_harness import CHANNEL, Workspace, open_workspace
 from tools import ops
 
 
-async def test_two_calls_needing_the_environment_share_one_form(redis_url: str, prefix: str,
-                                                                slack: FakeSlack) -> None:
+async def two_reads_without_environment(redis_url: str, prefix: str, slack: FakeSlack) -> Workspace:
+    """A step with two calls that both lack the environment (so both ask for it), then an answer."""
     toolbox = ops.build()
     model = ScriptedModel([reply("", call("query_logs", "l1", service_id="payments"),
                                  call("query_metrics", "m1", service_id="payments")),
                            reply("Read both.")])
-    ws = await open_workspace(redis_url, prefix, slack, model=model, specs=toolbox.specs, toolbox=toolbox)
+    return await open_workspace(redis_url, prefix, slack, model=model, specs=toolbox.specs, toolbox=toolbox)
+
+
+async def test_two_calls_needing_the_environment_share_one_form(redis_url: str, prefix: str,
+                                                                slack: FakeSlack) -> None:
+    ws = await two_reads_without_environment(redis_url, prefix, slack)
     try:
         await ws.sender.event(mention(CHANNEL, "UREQ", "payments errors", "950.1"))
         await ws.settle()
@@ -53,11 +58,7 @@ async def test_two_calls_needing_the_environment_share_one_form(redis_url: str, 
 async def test_a_redelivered_answer_finishes_the_calls_sharing_its_form(redis_url: str, prefix: str,
                                                                         slack: FakeSlack) -> None:
     """The worker applied the form to its first call and died: the work comes again and answers the rest."""
-    toolbox = ops.build()
-    model = ScriptedModel([reply("", call("query_logs", "l1", service_id="payments"),
-                                 call("query_metrics", "m1", service_id="payments")),
-                           reply("Read both.")])
-    ws = await open_workspace(redis_url, prefix, slack, model=model, specs=toolbox.specs, toolbox=toolbox)
+    ws = await two_reads_without_environment(redis_url, prefix, slack)
     try:
         await ws.sender.event(mention(CHANNEL, "UREQ", "payments errors", "960.1"))
         await ws.settle()

@@ -15,7 +15,7 @@ from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.assembly import tracing
 from bot.config import Settings
 from bot.demo.local_server import LocalServer
-from bot.telemetry import Telemetry, otlp, run_context
+from bot.telemetry import Telemetry, run_context
 from state import RedisStore
 from tests.conftest import make_harness
 from tests.toolkit import Probe, toolkit
@@ -131,4 +131,3 @@ def test_off_by_default(monkeypatch: Any) -> None:
     telemetry = tracing(Settings(), ScriptedModel([]))
     assert telemetry is not None and telemetry.model_name == "demo"
     telemetry.provider.shutdown()
-    assert otlp(None) is not None

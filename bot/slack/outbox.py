@@ -45,6 +45,12 @@ _TRANSIENT = {"ratelimited", "internal_error", "fatal_error", "service_unavailab
               "team_added_to_org", "http_500", "http_502", "http_503", "http_504"}
 
 
+def _message(channel: str, thread_ts: str | None, text: str, blocks: list[kit.Block]) -> dict[str, Any]:
+    """A message record's fields; everything bound for Slack (and the outbox in Redis) redacted here."""
+    return {"kind": "message", "channel": channel, "thread_ts": thread_ts, "text": redact(text),
+            "blocks": json.dumps(redact_blocks(blocks), ensure_ascii=False)}
+
+
 class _Retry(Exception):
     def __init__(self, after_s: float | None = None) -> None:
         super().__init__(after_s)
@@ -75,9 +81,7 @@ class SlackOutbox:
                       blocks: list[kit.Block]) -> None:
         """Post message ``key`` in the thread, or, if it was posted already, edit it to this state.
         Everything that reaches Slack (and the outbox in Redis) is redacted here, whatever composed it."""
-        await self._put(channel, thread_ts, key, {"kind": "message", "channel": channel, "thread_ts": thread_ts,
-                                                  "text": redact(text),
-                                                  "blocks": json.dumps(redact_blocks(blocks), ensure_ascii=False)})
+        await self._put(channel, thread_ts, key, _message(channel, thread_ts, text, blocks))
 
     async def stream(self, key: str, channel: str, thread_ts: str, *, recipient: str | None, text: str,
                      blocks: list[kit.Block], tasks: list[dict[str, Any]], plan: str = "",
@@ -276,7 +280,6 @@ class SlackOutbox:
         if f["kind"] == "stream" and not f.get("fallback"):
             try:
                 await self.streams.send(thread, record, self._call, self.store)
-                await self.store.patch(thread, record.key, {"sent_at": time.time()})
                 return
             except StreamRefused as exc:
                 log.info("progress %s as a plain message (%s)", record.key, exc.error)
@@ -317,7 +320,9 @@ class SlackOutbox:
         if f.get("then_put"):
             return
         for key, text, then_blocks in json.loads(f.get("then") or "[]"):
-            await self.message(key, f["channel"], f.get("thread_ts"), text, then_blocks)
+            # Recorded, never sent directly: during an outage this raises and the next round puts it again.
+            await self.store.put(thread, key, _message(f["channel"], f.get("thread_ts"), text, then_blocks),
+                                 due=time.time())
         await self.store.patch(thread, record.key, {"then_put": True})
         f["then_put"] = True  # this round's copy too
 

@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
@@ -45,6 +46,7 @@ _START_WAIT_S = 1.0  # auto: a start that would wait longer than this for Slack'
 # (~20 a minute): more open streams would make answers queue for that budget under a burst; the rest of a
 # burst gets edited messages, whose Tier-3 edits coalesce.
 _AUTO_MAX_OPEN = 3
+_STREAM_LIFETIME_S = 300.0  # Slack ends a stream nobody appends to within minutes
 
 
 class StreamRefused(Exception):
@@ -68,7 +70,9 @@ class Streams:
         self.available = True
         """False once the workspace said it has no streaming (``auto`` stops trying; ``stream`` keeps trying)."""
         self.status_available = True
-        self._open: set[str] = set()  # records (thread/key) of streams started and not yet stopped, here
+        # Streams this process started and has not seen stopped, with when: a stream stopped by another
+        # instance (or never, its run gone) stops counting once Slack would have timed it out.
+        self._open: dict[str, float] = {}
         self._team: str | None = None
         self._status_want: dict[tuple[str, str], str] = {}
         self._status_tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
@@ -89,7 +93,7 @@ class Streams:
             if sent.get(task["id"]) != _digest(task):
                 chunks.append({"type": "task_update", **task})
                 sent[task["id"]] = _digest(task)
-        progress = {"streamed": json.dumps(sent), "plan_sent": f.get("plan") or ""}
+        progress = {"streamed": json.dumps(sent), "plan_sent": f.get("plan") or "", "sent_at": time.time()}
         ts = f.get("ts")
         if not ts:
             ts = await self._start(thread, record, call, store, chunks)
@@ -100,7 +104,7 @@ class Streams:
                 channel=f["channel"], ts=ts, chunks=chunks or None, markdown_text=f.get("final_md") or None,
                 blocks=json.loads(f.get("final_blocks") or "[]") or None), refusals=True)
             await store.patch(thread, record.key, {"stopped": True, **progress}, delivered=record.version)
-            self._open.discard(opened)
+            self._open.pop(opened, None)
             return
         if chunks:
             await call("chat.appendStream", f["channel"], lambda: self.client.chat_appendStream(
@@ -118,7 +122,7 @@ class Streams:
             raise StreamRefused("no_recipient")  # nobody asked (an alert did): Slack streams to one person
         team = await self._team_id(call)
         wait = self.pacer.try_reserve("chat.startStream", _START_WAIT_S if self.mode == "auto" else float("inf"))
-        if self.mode == "auto" and (wait is None or len(self._open) >= _AUTO_MAX_OPEN):
+        if self.mode == "auto" and (wait is None or self._open_now() >= _AUTO_MAX_OPEN):
             raise StreamRefused("busy")  # a burst: plain messages rather than a wait for Tier-2 budget
         await asyncio.sleep(wait or 0.0)
         head = json.loads(f.get("head") or "[]")
@@ -137,8 +141,14 @@ class Streams:
             await store.patch(thread, record.key, {"attempted": False})  # refused: it did not land
             raise
         self.metrics.inc("opspilot_streams_started_total")
-        self._open.add(f"{thread}/{record.key}")
+        self._open[f"{thread}/{record.key}"] = time.monotonic()
         return str(answer["ts"])
+
+    def _open_now(self) -> int:
+        cutoff = time.monotonic() - _STREAM_LIFETIME_S
+        for key in [k for k, started in self._open.items() if started < cutoff]:
+            del self._open[key]
+        return len(self._open)
 
     async def _team_id(self, call: Call) -> str:
         if self._team is None:
@@ -148,7 +158,7 @@ class Streams:
 
     async def abandon(self, thread: str, record: OutboxRecord) -> None:
         """End a stream that is being replaced by a plain message, if it still streams (one try)."""
-        self._open.discard(f"{thread}/{record.key}")
+        self._open.pop(f"{thread}/{record.key}", None)
         f = record.fields
         if not f.get("ts") or f.get("stopped"):
             return
