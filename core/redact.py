@@ -19,10 +19,23 @@ Replacement = str | Callable[[re.Match[str]], str]
 
 # A name that says "this value is a secret", in any case and with any of _ - . or space between its words.
 _SEP = r"[\s_.-]?"
-_SECRET_NAME = (rf"(?:[A-Za-z0-9]+[_.-])*(?:secret|passw(?:or)?d|pwd|pass{_SEP}phrase|token|api{_SEP}key|"
+_SECRET_WORD = (rf"(?:secret|passw(?:or)?d|pwd|pass{_SEP}phrase|token|api{_SEP}key|"
                 rf"access{_SEP}key|private{_SEP}key|account{_SEP}key|shared{_SEP}access{_SEP}key|client{_SEP}key|"
                 rf"credentials?|auth{_SEP}key|session{_SEP}key|signing{_SEP}key|encryption{_SEP}key)"
                 r"(?:[_.-][A-Za-z0-9]+)*")
+_SECRET_NAME = rf"(?:[A-Za-z0-9]+[_.-])*{_SECRET_WORD}"
+# Searching text, a match starts at the secret word itself: a leading ``(?:word[_.-])*`` there would be retried
+# from every position of a line full of dashed names (k8s pods, ids): quadratic, seconds for 8 KB of log.
+_WORD_START = r"(?<![A-Za-z0-9])"
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
+def _full_name(match: re.Match[str]) -> str:
+    """The whole name a secret word ends (``db_password``), found backwards from the match."""
+    start, text = match.start(), match.string
+    while start > 0 and text[start - 1] in _NAME_CHARS:
+        start -= 1
+    return text[start:match.start()] + match.group("name")
 # Values that are ordinary, not secrets, even after such a name ("token: expired", "token_ttl=3600").
 _PLACEHOLDER = re.compile(r"(?i)^(?:true|false|null|none|nil|yes|no|empty|expired|invalid|missing|required|"
                           r"set|unset|\*+|x+|redacted|\[redacted.*|<.*>|\$\{.*\}|%s|\{\})$")
@@ -32,7 +45,7 @@ _PASSWORD_LIKE = re.compile(r"(?i)pass|pwd|secret|private")
 
 def _assignment(match: re.Match[str]) -> str:
     value = match.group("value")
-    if _PLACEHOLDER.match(value) or (_NUMBER.match(value) and not _PASSWORD_LIKE.search(match.group("name"))):
+    if _PLACEHOLDER.match(value) or (_NUMBER.match(value) and not _PASSWORD_LIKE.search(_full_name(match))):
         return match.group(0)
     return f"{match.group('lead')}[REDACTED]"
 
@@ -78,12 +91,13 @@ _PATTERNS: tuple[tuple[re.Pattern[str], Replacement], ...] = (
     (re.compile(r"(?i)\b(bearer|basic|token|digest)(\s+)[A-Za-z0-9._~+/=-]{12,}"), r"\1\2[REDACTED]"),
     (re.compile(r"(\b[a-z][a-z0-9+.-]*://[^\s:/@]*:)[^\s@/]+@"), r"\1[REDACTED]@"),  # user may be empty
     # name = value, name: value, "name": "value", name => value
-    (re.compile(rf"(?i)(?P<lead>\b(?P<name>{_SECRET_NAME})[\"']?\s*(?:=>|[=:])\s*[\"']?)"
+    (re.compile(rf"(?i)(?P<lead>{_WORD_START}(?P<name>{_SECRET_WORD})[\"']?\s*(?:=>|[=:])\s*[\"']?)"
                 r"(?P<value>[^\s\"',;}\]]{3,})"), _assignment),
-    (re.compile(rf"(?i)(?P<lead>\b(?P<name>{_SECRET_NAME})\s+(?:is|was)\s+[\"']?)(?P<value>[^\s\"',;]{{6,}})"),
+    (re.compile(rf"(?i)(?P<lead>{_WORD_START}(?P<name>{_SECRET_WORD})\s+(?:is|was)\s+[\"']?)(?P<value>[^\s\"',;]{{6,}})"),
      _spoken),
     (re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"), _bare_aws_secret),
-    (re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b"), "[REDACTED email]"),
+    # Tried only where a run of address characters starts (not from inside one: quadratic on long ids).
+    (re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b"), "[REDACTED email]"),
     # A country code needs its "+" or a separator: "17" glued to a number is an epoch timestamp, not Morocco.
     (re.compile(r"(?<![\w.])(?:\+\d{1,3}[ -]?|\d{1,3}[ -])?"
                 r"(?:1[3-9]\d(?:[ -]?\d{4}){2}|\(?\d{3}\)?[ -]\d{3}[ -]\d{4})(?![\w.])"), "[REDACTED phone]"),
