@@ -11,6 +11,7 @@ Each match is replaced by ``[REDACTED <kind>]`` (or its value part only, so the 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from typing import Any
@@ -66,47 +67,65 @@ def _bare_aws_secret(match: re.Match[str]) -> str:
     return value
 
 
-_PATTERNS: tuple[tuple[re.Pattern[str], Replacement], ...] = (
+_PATTERNS: tuple[tuple[re.Pattern[str], Replacement, tuple[str, ...]], ...] = (
     (re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----.*?(-----END [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----|\Z)",
-                re.S), "[REDACTED private key]"),
+                re.S), "[REDACTED private key]", ("PRIVATE KEY",)),
     (re.compile(r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_-]+"),
-     "[REDACTED slack webhook]"),
-    (re.compile(r"\bxox[abposre]-[A-Za-z0-9-]{10,}"), "[REDACTED slack token]"),
-    (re.compile(r"\bxapp-[A-Za-z0-9-]{10,}"), "[REDACTED slack token]"),
-    (re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|ABIA|ACCA)[0-9A-Z]{16}\b"), "[REDACTED aws key]"),
-    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b"), "[REDACTED github token]"),
-    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,}"), "[REDACTED github token]"),
-    (re.compile(r"\bgl(?:pat|dt|rt|ptt|cbt|imt|agent|oas)-[A-Za-z0-9_-]{20,}"), "[REDACTED gitlab token]"),
-    (re.compile(r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}\b"), "[REDACTED stripe key]"),
-    (re.compile(r"\bwhsec_[A-Za-z0-9]{24,}\b"), "[REDACTED stripe key]"),
-    (re.compile(r"\bsk-ant-[A-Za-z0-9_-]{20,}"), "[REDACTED anthropic key]"),
-    (re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"), "[REDACTED openai key]"),
-    (re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"), "[REDACTED google key]"),
-    (re.compile(r"\bGOCSPX-[A-Za-z0-9_-]{20,}"), "[REDACTED google secret]"),
-    (re.compile(r"\bya29\.[A-Za-z0-9_-]{20,}"), "[REDACTED google token]"),
-    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), "[REDACTED jwt]"),
+     "[REDACTED slack webhook]", ("hooks.slack.com",)),
+    (re.compile(r"\bxox[abposre]-[A-Za-z0-9-]{10,}"), "[REDACTED slack token]", ("xox",)),
+    (re.compile(r"\bxapp-[A-Za-z0-9-]{10,}"), "[REDACTED slack token]", ("xapp-",)),
+    (re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|ABIA|ACCA)[0-9A-Z]{16}\b"), "[REDACTED aws key]", ()),
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b"), "[REDACTED github token]", ("gh",)),
+    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,}"), "[REDACTED github token]", ("github_pat_",)),
+    (re.compile(r"\bgl(?:pat|dt|rt|ptt|cbt|imt|agent|oas)-[A-Za-z0-9_-]{20,}"), "[REDACTED gitlab token]", ("gl",)),
+    (re.compile(r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}\b"), "[REDACTED stripe key]", ("_live_", "_test_")),
+    (re.compile(r"\bwhsec_[A-Za-z0-9]{24,}\b"), "[REDACTED stripe key]", ("whsec_",)),
+    (re.compile(r"\bsk-ant-[A-Za-z0-9_-]{20,}"), "[REDACTED anthropic key]", ("sk-ant-",)),
+    (re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"), "[REDACTED openai key]", ("sk-",)),
+    (re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"), "[REDACTED google key]", ("AIza",)),
+    (re.compile(r"\bGOCSPX-[A-Za-z0-9_-]{20,}"), "[REDACTED google secret]", ("GOCSPX-",)),
+    (re.compile(r"\bya29\.[A-Za-z0-9_-]{20,}"), "[REDACTED google token]", ("ya29.",)),
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), "[REDACTED jwt]", ("eyJ",)),
     # Azure connection strings and SAS URLs: the key part only (base64 with '=', '/', '+').
-    (re.compile(r"(?i)((?:AccountKey|SharedAccessKey|SharedSecretValue)\s*=\s*)[^;\s\"']+"), r"\1[REDACTED]"),
-    (re.compile(r"(?i)([?&]sig=)[A-Za-z0-9%+/=]{16,}"), r"\1[REDACTED]"),
-    (re.compile(r"(?i)\b(bearer|basic|token|digest)(\s+)[A-Za-z0-9._~+/=-]{12,}"), r"\1\2[REDACTED]"),
-    (re.compile(r"(\b[a-z][a-z0-9+.-]*://[^\s:/@]*:)[^\s@/]+@"), r"\1[REDACTED]@"),  # user may be empty
+    (re.compile(r"(?i)((?:AccountKey|SharedAccessKey|SharedSecretValue)\s*=\s*)[^;\s\"']+"), r"\1[REDACTED]", ()),
+    (re.compile(r"(?i)([?&]sig=)[A-Za-z0-9%+/=]{16,}"), r"\1[REDACTED]", ()),
+    (re.compile(r"(?i)\b(bearer|basic|token|digest)(\s+)[A-Za-z0-9._~+/=-]{12,}"), r"\1\2[REDACTED]", ()),
+    (re.compile(r"(\b[a-z][a-z0-9+.-]*://[^\s:/@]*:)[^\s@/]+@"), r"\1[REDACTED]@", ("://",)),  # user may be empty
     # name = value, name: value, "name": "value", name => value
     (re.compile(rf"(?i)(?P<lead>{_WORD_START}(?P<name>{_SECRET_WORD})[\"']?\s*(?:=>|[=:])\s*[\"']?)"
-                r"(?P<value>[^\s\"',;}\]]{3,})"), _assignment),
+                r"(?P<value>[^\s\"',;}\]]{3,})"), _assignment, ()),
     (re.compile(rf"(?i)(?P<lead>{_WORD_START}(?P<name>{_SECRET_WORD})\s+(?:is|was)\s+[\"']?)(?P<value>[^\s\"',;]{{6,}})"),
-     _spoken),
-    (re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"), _bare_aws_secret),
+     _spoken, ()),
+    (re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"), _bare_aws_secret, ()),
     # Tried only where a run of address characters starts (not from inside one: quadratic on long ids).
-    (re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b"), "[REDACTED email]"),
+    (re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b"), "[REDACTED email]", ("@",)),
     # A country code needs its "+" or a separator: "17" glued to a number is an epoch timestamp, not Morocco.
     (re.compile(r"(?<![\w.])(?:\+\d{1,3}[ -]?|\d{1,3}[ -])?"
-                r"(?:1[3-9]\d(?:[ -]?\d{4}){2}|\(?\d{3}\)?[ -]\d{3}[ -]\d{4})(?![\w.])"), "[REDACTED phone]"),
+                r"(?:1[3-9]\d(?:[ -]?\d{4}){2}|\(?\d{3}\)?[ -]\d{3}[ -]\d{4})(?![\w.])"), "[REDACTED phone]", ()),
 )
 
 
+_SHORTEST_SECRET = 6
+"""No pattern matches fewer characters ("a@b.io", "pwd=ab1")."""
+
+
 def redact(text: str) -> str:
-    for pattern, replacement in _PATTERNS:
-        text = pattern.sub(replacement, text)
+    if len(text) < _SHORTEST_SECRET:
+        return text
+    if len(text) <= 200:  # names, ids, arguments: the same few strings again and again
+        return _redact_short(text)
+    return _redact(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _redact_short(text: str) -> str:
+    return _redact(text)
+
+
+def _redact(text: str) -> str:
+    for pattern, replacement, needs in _PATTERNS:
+        if not needs or any(literal in text for literal in needs):  # most patterns need a literal: check first
+            text = pattern.sub(replacement, text)
     return text
 
 

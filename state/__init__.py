@@ -19,7 +19,7 @@ from state.records import (
     TraceEntry,
 )
 from state.redis import RedisStore
-from state.store import Claim, Journal, Locks, MetaStore, Outbox, Reports, Stats, Store, Write
+from state.store import Claim, Journal, Locks, MetaStore, Opened, Outbox, Reports, Stats, Store, Write
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -31,6 +31,7 @@ __all__ = [
     "Locks",
     "MemoryStore",
     "MetaStore",
+    "Opened",
     "Outbox",
     "PendingCall",
     "RedisStore",

@@ -82,6 +82,14 @@ class Keys:
     def run(self, run_id: str) -> str:
         return f"{self._by_id(run_id)}:run:{run_id}"
 
+    def run_trace(self, run_id: str) -> str:
+        return f"{self.run(run_id)}:trace"
+
+    def runs_of(self, thread_id: str) -> str:
+        """What ``run(run_id)`` starts with for the thread's runs (their ids carry the thread's shard), so a
+        script that reads the thread's run pointer can name the run's keys: ``runs_of(t) + run_id``."""
+        return f"{self.prefix}:{{{shard_of(thread_id)}}}:run:"
+
     def journal(self, run_id: str) -> str:
         return f"{self._by_id(run_id)}:run:{run_id}:journal"
 

@@ -11,7 +11,7 @@ from state.meta import MemoryMeta
 from state.outbox import MemoryOutbox
 from state.queue import MemoryQueue
 from state.records import RunRecord, Ticket
-from state.store import Stats, Write, hour_now, merge_stats
+from state.store import Opened, Stats, Write, hour_now, merge_stats
 
 
 class MemoryStore:
@@ -38,6 +38,12 @@ class MemoryStore:
     async def close(self) -> None:
         return None
 
+    async def open_turn(self, thread_id: str, owner: str, ttl_ms: int, *, run_id: str | None = None) -> Opened | None:
+        if not await self.locks.acquire_lease(thread_id, owner, ttl_ms) and self.locks.holder(thread_id) != owner:
+            return None
+        run_id = run_id or self._thread_runs.get(thread_id)
+        return Opened(await self.load_run(run_id) if run_id else None, await self.load_transcript(thread_id))
+
     async def commit(self, write: Write) -> None:
         run = write.run
         self._transcripts[run.thread_id].extend(write.messages)
@@ -58,10 +64,16 @@ class MemoryStore:
         bucket = self._stats[hour_now()]
         for name, value in write.counters.items():
             bucket[name] += value
+        if write.release_lease:
+            await self.locks.release_lease(run.thread_id, write.release_lease)
 
     async def load_run(self, run_id: str) -> RunRecord | None:
         raw = self._runs.get(run_id)
-        return RunRecord.model_validate_json(raw) if raw else None
+        if not raw:
+            return None
+        record = RunRecord.model_validate_json(raw)  # the trace is stored inside it here: all of it saved
+        record.trace_saved()
+        return record
 
     async def load_transcript(self, thread_id: str) -> list[Message]:
         return list(self._transcripts.get(thread_id, ()))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter
 
 from core.messages import ToolCall
 from core.stops import StopReason
@@ -101,7 +101,15 @@ class RunRecord(_Record):
     created_at: float
     updated_at: float
     trace: list[TraceEntry] = Field(default_factory=list)
-    """Per step the model latency; per call its status and latency; the stop reason. Kept in the record
-    (bounded by max_steps): one key per run instead of two."""
+    """Per step the model latency; per call its status and latency; the stop reason. Stored as a list beside
+    the record and appended to (a step never rewrites the earlier steps' entries)."""
+    _trace_saved: int = PrivateAttr(0)
+
+    def unsaved_trace(self) -> list[TraceEntry]:
+        return self.trace[self._trace_saved:]
+
+    def trace_saved(self, count: int | None = None) -> None:
+        """The first ``count`` entries (all, by default) are in the store's list."""
+        self._trace_saved = len(self.trace) if count is None else count
 
 

@@ -23,14 +23,15 @@ from state.meta import RedisMeta
 from state.migrate import migrate
 from state.outbox import RedisOutbox
 from state.queue import RedisQueue
-from state.records import SCHEMA_VERSION, RunRecord, Ticket
-from state.store import Stats, Write, hour_now, merge_stats
+from state.records import SCHEMA_VERSION, RunRecord, Ticket, TraceAdapter, TraceEntry
+from state.store import Opened, Stats, Write, hour_now, merge_stats
 
 # The commit. ARGV[1] is a named header (JSON), ARGV[2] the run record, then the new transcript messages,
-# then one ticket per new token. KEYS: transcript, run, thread's run, paused index, active index, stats
-# bucket, audit stream, cancel flag, last commit id, then one key per new token. A commit whose id is already
-# applied (retried after its reply was lost) does nothing. A run that stops running drops any cancel
-# request: nobody is left to act on it, and it must not stop the run's next turn.
+# then the new trace entries, then one ticket per new token. KEYS: transcript, run, thread's run, paused
+# index, active index, stats bucket, audit stream, cancel flag, last commit id, run trace, thread lease, then
+# one key per new token. A commit whose id is already applied (retried after its reply was lost) does nothing.
+# A run that stops running drops any cancel request: nobody is left to act on it, and it must not stop the
+# run's next turn. The turn's last write lets go of the thread's lease, if it still holds it.
 _COMMIT = """
 local h = cjson.decode(ARGV[1])
 if redis.call('GET', KEYS[9]) == h.commit_id then return redis.call('LLEN', KEYS[1]) end
@@ -43,6 +44,11 @@ if h.messages > 0 then
   i = i + h.messages
 end
 redis.call('SET', KEYS[2], ARGV[2], 'EX', h.ttl)
+if h.trace > 0 then
+  redis.call('RPUSH', KEYS[10], unpack(ARGV, i, i + h.trace - 1))
+  redis.call('EXPIRE', KEYS[10], h.ttl)
+  i = i + h.trace
+end
 if h.status_changed then
   redis.call('SET', KEYS[3], h.run_id, 'EX', h.ttl)
   if h.paused_score then redis.call('ZADD', KEYS[4], h.paused_score, h.run_id)
@@ -67,9 +73,33 @@ for _, entry in ipairs(h.audit) do
 end
 if h.status_changed and not h.active_score then redis.call('DEL', KEYS[8]) end
 for j = 0, h.tickets - 1 do
-  redis.call('SET', KEYS[10 + j], ARGV[i + j], 'EX', h.ticket_ttl)
+  redis.call('SET', KEYS[12 + j], ARGV[i + j], 'EX', h.ticket_ttl)
 end
+if h.release and redis.call('GET', KEYS[11]) == h.release then redis.call('DEL', KEYS[11]) end
 return length
+"""
+
+# A turn opens: take the thread's lease (a retry after a lost reply finds its own owner there), then read the
+# run (ARGV[5], or the thread's latest), its trace and the transcript from ARGV[3] on (all of it if it is
+# shorter now: expired and recreated). KEYS: lease, thread's run, transcript. The run's keys are named from
+# ARGV[4] (the thread's run key prefix) when its id carries the thread's shard (ARGV[6]): same hash slot.
+# Returns {0, holder} when busy, else {1, run id, run record, trace, transcript length, first index, rows}.
+_OPEN_TURN = """
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local holder = redis.call('GET', KEYS[1])
+  if holder ~= ARGV[1] then return {0, holder or ''} end
+end
+local run_id = ARGV[5]
+if run_id == '' then run_id = redis.call('GET', KEYS[2]) or '' end
+local raw, trace = '', {}
+if run_id ~= '' and string.sub(run_id, 1, #ARGV[6]) == ARGV[6] then
+  raw = redis.call('GET', ARGV[4] .. run_id) or ''
+  trace = redis.call('LRANGE', ARGV[4] .. run_id .. ':trace', 0, -1)
+end
+local length = redis.call('LLEN', KEYS[3])
+local start = tonumber(ARGV[3])
+if length < start then start = 0 end
+return {1, run_id, raw, trace, length, start, redis.call('LRANGE', KEYS[3], start, -1)}
 """
 
 
@@ -90,6 +120,7 @@ class RedisStore:
         self._transcripts: OrderedDict[str, list[Message]] = OrderedDict()
         self.transcript_cache_size = 512
         self._commit = client.register_script(_COMMIT)
+        self._open_turn = client.register_script(_OPEN_TURN)
 
     @property
     def cluster(self) -> bool:
@@ -123,27 +154,53 @@ class RedisStore:
             "active_score": repr(run.updated_at) if run.status == "running" else False,
             "counters": dict(write.counters), "stats_ttl": ttls.stats_s,
             "audit": [dict(e) for e in write.audit], "audit_ttl": ttls.audit_s, "audit_max": ttls.audit_max_entries,
-            "messages": len(write.messages), "tickets": len(tickets),
-            "ticket_ttl": ttls.interrupt_s + ttls.claim_margin_s,
+            "messages": len(write.messages), "tickets": len(tickets), "trace": len(write.trace),
+            "ticket_ttl": ttls.interrupt_s + ttls.claim_margin_s, "release": write.release_lease or False,
         }
         shard = shard_of(run.thread_id)  # one hash slot for every key (see state.keys)
         keys = [k.transcript(run.thread_id), k.run(run.run_id), k.thread_run(run.thread_id), k.index(shard, "paused"),
                 k.index(shard, "active"), k.stats(shard, hour_now()), k.audit(shard), k.cancel(run.run_id),
-                k.last_commit(run.run_id), *(k.token(t.pending.token) for t in tickets)]
+                k.last_commit(run.run_id), k.run_trace(run.run_id), k.lease(run.thread_id),
+                *(k.token(t.pending.token) for t in tickets)]
         args: list[Any] = [json.dumps(header, ensure_ascii=False, separators=(",", ":")), _dump_run(run),
-                           *(dump_message(m) for m in write.messages),
+                           *(dump_message(m) for m in write.messages), *(_dump_entry(e) for e in write.trace),
                            *(t.model_dump_json() for t in tickets)]
         length = await retried(f"saving run {run.run_id}", self.outage_grace_s,
                                lambda: self._commit(keys=keys, args=args))
         if write.messages:
             self._cache_append(run.thread_id, write.messages, int(length))
 
+    async def open_turn(self, thread_id: str, owner: str, ttl_ms: int, *, run_id: str | None = None) -> Opened | None:
+        k = self.keys
+        cached = self._cached(thread_id)
+        keys = [k.lease(thread_id), k.thread_run(thread_id), k.transcript(thread_id)]
+        own_shard = f"{shard_of(thread_id)}."
+        args: list[str | int] = [owner, ttl_ms, len(cached) if cached is not None else 0, k.runs_of(thread_id),
+                                 run_id or "", own_shard]
+        reply: list[Any] = await retried("taking the thread lease", self.outage_grace_s,
+                                         lambda: self._open_turn(keys=keys, args=args))
+        if not int(reply[0]):
+            return None
+        found, raw, trace, length, start, rows = str(reply[1]), str(reply[2]), reply[3], reply[4], reply[5], reply[6]
+        record = _parse_run(k.run(found), raw, trace) if raw else None
+        if record is None and found and not found.startswith(own_shard):
+            record = await self.load_run(found)  # an id minted before shards: its keys live elsewhere
+        return Opened(record, self._transcript_rows(thread_id, cached, int(start), int(length), rows))
+
     async def load_run(self, run_id: str) -> RunRecord | None:
         key = self.keys.run(run_id)
-        raw = text(await retried(f"loading run {run_id}", self.outage_grace_s, lambda: self.client.get(key)))
+
+        async def fetch() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.get(key)
+            pipe.lrange(self.keys.run_trace(run_id), 0, -1)
+            result: list[Any] = await pipe.execute()
+            return result
+
+        raw, trace = await retried(f"loading run {run_id}", self.outage_grace_s, fetch)
         if raw is None:
             return None
-        return _parse_run(key, raw)
+        return _parse_run(key, str(text(raw)), trace)
 
     def _cache_append(self, thread_id: str, messages: Sequence[Message], new_length: int) -> None:
         cached = self._transcripts.get(thread_id)
@@ -156,7 +213,7 @@ class RedisStore:
         """The thread's messages. Transcripts are append-only, so a cached copy is a valid prefix and only
         the entries after it are fetched (an expired and recreated thread is shorter: refetched whole)."""
         key = self.keys.transcript(thread_id)
-        cached = self._transcripts.get(thread_id)
+        cached = self._cached(thread_id)
         start = len(cached) if cached is not None else 0
 
         async def fetch() -> list[Any]:
@@ -171,11 +228,26 @@ class RedisStore:
             cached, start = None, 0
             rows = await retried(f"loading thread {thread_id}", self.outage_grace_s,
                                  lambda: self.client.lrange(key, 0, -1))
+            length = len(rows)
+        return self._transcript_rows(thread_id, cached, start, int(length), rows)
+
+    def _cached(self, thread_id: str) -> list[Message] | None:
+        """A copy of the cached prefix: a commit may extend the cache while a read is under way."""
+        cached = self._transcripts.get(thread_id)
+        return list(cached) if cached is not None else None
+
+    def _transcript_rows(self, thread_id: str, cached: list[Message] | None, start: int, length: int,
+                         rows: Sequence[Any]) -> list[Message]:
+        """The transcript: the cached prefix (when the read started at its end) plus ``rows``, read atomically
+        from index ``start`` of a list ``length`` long."""
+        key = self.keys.transcript(thread_id)
         try:
             fresh = [load_message(r) for r in rows]
         except ValidationError as exc:
             raise CorruptRecord(key, _first_problem(exc)) from exc
-        messages = (cached or []) + fresh
+        messages = (cached if cached is not None and start else []) + fresh
+        if len(messages) != length:  # each read is atomic, so this is a bug, never a race: say so
+            raise CorruptRecord(key, f"read {len(messages)} messages of {length}")
         self._transcripts[thread_id] = messages
         self._transcripts.move_to_end(thread_id)
         while len(self._transcripts) > self.transcript_cache_size:
@@ -263,16 +335,20 @@ def _entry_order(entry_id: Any) -> tuple[int, int]:
 
 
 def _dump_run(run: RunRecord) -> str:
-    """Compact: defaults are left out (they are restored on load), the schema version never is."""
+    """Compact: defaults are left out (they are restored on load), the schema version never is. The trace
+    lives in its own list (see :func:`_dump_entry`)."""
     body = run.model_dump(mode="json", exclude_defaults=True, exclude={"trace"})
     body["schema_version"] = run.schema_version
-    if run.trace:  # entries keep their discriminator ("kind"), which is a default
-        body["trace"] = [{"kind": entry.kind, **entry.model_dump(mode="json", exclude_defaults=True)}
-                         for entry in run.trace]
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
 
-def _parse_run(key: str, raw: str) -> RunRecord:
+def _dump_entry(entry: TraceEntry) -> str:
+    # The discriminator ("kind") is a default: kept.
+    return json.dumps({"kind": entry.kind, **entry.model_dump(mode="json", exclude_defaults=True)},
+                      separators=(",", ":"), ensure_ascii=False)
+
+
+def _parse_run(key: str, raw: str, trace: Sequence[Any] = ()) -> RunRecord:
     try:
         body = json.loads(raw)
     except ValueError as exc:
@@ -281,9 +357,14 @@ def _parse_run(key: str, raw: str) -> RunRecord:
     if version != SCHEMA_VERSION:
         raise CorruptRecord(key, f"schema version {version!r}, this build reads {SCHEMA_VERSION}")
     try:
-        return RunRecord.model_validate(body)
+        record = RunRecord.model_validate(body)
+        # Records written before the trace had its own list keep theirs inline: saved again, into the list.
+        inline = len(record.trace)
+        record.trace.extend(TraceAdapter.validate_json(row) for row in trace)
     except ValidationError as exc:
         raise CorruptRecord(key, _first_problem(exc)) from exc
+    record.trace_saved(len(trace) if not inline else len(record.trace) if trace else 0)
+    return record
 
 
 def _first_problem(exc: ValidationError) -> str:

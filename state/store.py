@@ -22,12 +22,13 @@ from typing import Any, Protocol
 from core.messages import Message
 from state.outbox import OutboxRecord
 from state.queue import Entry, QueueStats
-from state.records import RunRecord, Ticket
+from state.records import RunRecord, Ticket, TraceEntry
 
 
 @dataclass(frozen=True)
 class Write:
-    """One atomic write: what a step (or a pause, or a finish) adds. Nothing is rewritten."""
+    """One atomic write: what a step (or a pause, or a finish) adds. Only the run's small record is rewritten;
+    messages and trace entries are appended."""
 
     run: RunRecord
     messages: Sequence[Message] = ()
@@ -36,6 +37,10 @@ class Write:
     audit: Sequence[Mapping[str, str]] = ()
     status_changed: bool = True
     """False when the run's status is what the last write stored: indexes need no update."""
+    trace: Sequence[TraceEntry] = ()
+    """The run's trace entries added since the last write."""
+    release_lease: str | None = None
+    """The thread lease's owner, when this is the turn's last write: the lease goes with it (no extra trip)."""
 
     def tickets(self) -> list[Ticket]:
         """What each new token opens, stored beside it so a click needs one read."""
@@ -45,6 +50,15 @@ class Write:
         by_token = {p.token: p for p in run.pending}
         return [Ticket(run_id=run.run_id, thread_id=run.thread_id, requester=run.user_id, pending=by_token[t])
                 for t in self.new_tokens if t in by_token]  # a question answered before it was saved needs none
+
+
+@dataclass(frozen=True)
+class Opened:
+    """What a turn starts from, read together with taking the thread's lease."""
+
+    run: RunRecord | None
+    """The thread's latest run (or the run asked for); None if there is none."""
+    transcript: list[Message]
 
 
 @dataclass(frozen=True)
@@ -156,6 +170,10 @@ class Store(Protocol):
     async def ping(self) -> None: ...
 
     async def close(self) -> None: ...
+
+    async def open_turn(self, thread_id: str, owner: str, ttl_ms: int, *, run_id: str | None = None) -> Opened | None:
+        """Take the thread's lease for ``owner`` and read the run (the thread's latest, or ``run_id``) and the
+        transcript, in one round trip. None while someone else holds the lease."""
 
     async def commit(self, write: Write) -> None:
         """Apply ``write`` atomically: append messages, save the run, store the new tickets."""

@@ -213,7 +213,8 @@ async def test_a_prompt_injected_log_line_cannot_restart_without_confirmation(st
 
 
 async def test_a_click_reads_its_ticket_once_and_the_run_record_once(store: RedisStore) -> None:
-    """The click path: one ticket read (before the claim), one run read (under the lease)."""
+    """The click path: one ticket read (before the claim), one read of the run and its transcript together with
+    the lease, and no other read of the run."""
     from typing import Any
 
     from state.records import RunRecord, Ticket
@@ -237,6 +238,10 @@ async def test_a_click_reads_its_ticket_once_and_the_run_record_once(store: Redi
             reads.append("ticket")
             return await self.inner.load_ticket(token)
 
+        async def open_turn(self, thread_id: str, owner: str, ttl_ms: int, *, run_id: str | None = None) -> Any:
+            reads.append("turn")
+            return await self.inner.open_turn(thread_id, owner, ttl_ms, run_id=run_id)
+
     toolbox = ops.build()
     paused = await make_harness(ScriptedModel(restart_script()), store, toolbox=toolbox).engine.ask("t", "restart")
     h = make_harness(ScriptedModel(restart_script()[1:]), Counting(store), toolbox=toolbox)
@@ -244,4 +249,4 @@ async def test_a_click_reads_its_ticket_once_and_the_run_record_once(store: Redi
     out = await h.engine.resume_token(paused.pending[0].token, Confirm(), by="U2")
 
     assert out.answer == "restarted" and len(toolbox.restarts.done) == 1
-    assert reads == ["ticket", "run"]
+    assert reads == ["ticket", "turn"]

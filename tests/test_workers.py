@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from bot.agent.models.scripted import ScriptedModel, call, reply
+from bot.agent.transcript import violations
 from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
@@ -64,9 +65,13 @@ async def test_a_worker_that_dies_mid_run_is_taken_over_by_another(redis_url: st
                                        for m in slack.thread(CHANNEL, "41.1")))
             await second.settle()
             transcript = await second.store.load_transcript("slack:C0OPS:41.1")
-            result = next(m for m in transcript if getattr(m, "call_id", None) == "b1")
-            assert result.error_code == "interrupted_by_restart"  # a read it did not finish, not re-run
+            # A read-only step is saved with its results: the dead worker's step left nothing behind, and the
+            # next worker thought it again (nothing ran twice, no call id lacks a result).
+            assert not any(getattr(m, "call_id", None) == "b1" for m in transcript)
+            assert violations(transcript) == []
             assert probe.count("blocker") == 1
+            progress = " ".join(all_text(m) for m in slack.thread(CHANNEL, "41.1"))
+            assert "blocker" in progress and "Interrupted by a restart" in progress  # its line is closed
             assert (await front.store.stats(3600)).runs == 1
         finally:
             await second.stop()

@@ -13,13 +13,13 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from bot.agent.decisions import Answers, CancelRun, Decision, Expire, ReplyInstead, check_fits
 from bot.agent.deps import RunDeps
 from bot.agent.errors import AlreadyHandled, InterruptExpired, NotPending, RunNotFound, ThreadBusy
 from bot.agent.events import RunStalled, RunStarted
+from bot.agent.lease import Lease, hold
 from bot.agent.loop import react_loop
 from bot.agent.models.base import ModelError
 from bot.agent.run import Run, RunOutcome, preview
@@ -63,22 +63,20 @@ class Engine:
         material the model reads before the question (the thread it was asked in). ``unattended``: no person
         asked (an alert did), so every change waits for one."""
         by = user_id or "user"
-        async with self._lease(thread_id):
-            latest = await self._latest(thread_id)
-            transcript = await self.deps.store.load_transcript(thread_id)  # read once for the whole turn
+        async with self._lease(thread_id) as lease:
+            latest, transcript = lease.run, lease.transcript  # read once for the whole turn
             if latest is not None and request_id is not None and _took(transcript, request_id):
                 # Taken already: the work was delivered again. If its worker died while on it (we hold the lease,
                 # so it is gone), this worker carries the turn on; otherwise there is nothing to do.
                 if latest.request_id != request_id or latest.status not in ("running", "stalled"):
                     return Run(self.deps, latest, []).outcome()
-                orphan = Run(self.deps, latest, transcript, self._memo(thread_id))
+                orphan = self._run(latest, lease)
                 await self._repair(orphan)
                 if orphan.record.pending:
                     return await orphan.pause(orphan.record.pending)
                 orphan.record.status = "running"
                 return await self._drive(orphan)
-            run = Run(self.deps, latest, transcript, self._memo(thread_id)) \
-                if latest is not None and latest.status != "finished" else None
+            run = self._run(latest, lease) if latest is not None and latest.status != "finished" else None
             if run is not None and run.record.status in ("running", "stalled"):
                 # We hold the lease, so the worker that ran it is gone: close it out first.
                 await self._repair(run)
@@ -95,7 +93,7 @@ class Engine:
                 record = RunRecord(run_id=new_run_id(thread_id), thread_id=thread_id, user_id=user_id,
                                    text=preview(redact(text)), created_at=now, updated_at=now, unattended=unattended)
                 # The transcript as it is now (a run closed out above appended to it).
-                run = Run(self.deps, record, transcript, self._memo(thread_id))
+                run = self._run(record, lease)
                 run.count("runs")
                 run.emit(RunStarted, user_id=user_id, text=text)
             run.record.status, run.record.request_id = "running", request_id
@@ -122,14 +120,13 @@ class Engine:
         if not claim.won and claim.age_s < self.options.claim_stale_s:
             raise AlreadyHandled(claim.holder)
         try:
-            async with self._lease(ticket.thread_id):
-                record = await self._load(ticket.run_id)  # the one read of the run record, under the lease
-                if record.status in ("running", "stalled"):
+            async with self._lease(ticket.thread_id, run_id=ticket.run_id) as lease:
+                run = self._opened(lease, ticket.run_id)  # the one read of the run record, under the lease
+                if run.record.status in ("running", "stalled"):
                     # We hold the lease, so its worker is gone: answer what it left (a started change is
                     # outcome_unknown) before this decision goes on.
-                    repaired = await self._open(record)
-                    await self._repair(repaired)
-                    record = repaired.record
+                    await self._repair(run)
+                record = run.record
                 current = next((p for p in record.pending if p.token == pending.token), None)
                 if current is None and not claim.won:
                     raise AlreadyHandled(claim.holder)
@@ -139,7 +136,6 @@ class Engine:
                     log.warning("run %s: %s claimed %s %.0fs ago and never decided; %s takes over", record.run_id,
                                 claim.holder, pending.call.name, claim.age_s, by)
                     await self.deps.store.locks.take_claim(pending.token, by)
-                run = await self._open(record)
                 answers = Answers([(current, decision)], by)
                 run.decide(answers)
                 run.record.status = "running"
@@ -166,8 +162,8 @@ class Engine:
             return None
         try:
             # A running run's lease is held by its worker; if we get it, that worker is gone.
-            async with self._lease(record.thread_id, wait=record.status != "running"):
-                run = await self._open(await self._load(run_id))
+            async with self._lease(record.thread_id, run_id=run_id, wait=record.status != "running") as lease:
+                run = self._opened(lease, run_id)
                 if run.record.status == "running":
                     await self._repair(run)  # a change it had started is answered outcome_unknown
                 if run.record.status != "finished":
@@ -199,8 +195,8 @@ class Engine:
         and park the run as ``stalled`` until someone resumes it. None if its worker is still alive."""
         record = await self._load(run_id)
         try:
-            async with self._lease(record.thread_id, wait=False):
-                run = await self._open(await self._load(run_id))
+            async with self._lease(record.thread_id, run_id=run_id, wait=False) as lease:
+                run = self._opened(lease, run_id)
                 if run.record.status != "running":
                     return None
                 await self._repair(run, park=True)
@@ -211,8 +207,8 @@ class Engine:
     async def recover(self, run_id: str) -> RunOutcome:
         """Repair a run whose worker died (never re-running a started change) and carry on with it."""
         record = await self._load(run_id)
-        async with self._lease(record.thread_id, wait=False):
-            run = await self._open(await self._load(run_id))
+        async with self._lease(record.thread_id, run_id=run_id, wait=False) as lease:
+            run = self._opened(lease, run_id)
             if run.record.status in ("finished", "paused"):
                 return run.outcome()
             if run.record.status == "running":
@@ -315,38 +311,12 @@ class Engine:
 
     # --- helpers ---------------------------------------------------------------------------------
 
-    @contextlib.asynccontextmanager
-    async def _lease(self, thread_id: str, *, wait: bool = True) -> AsyncIterator[None]:
-        """One turn at a time per thread; a crashed worker's lease lapses after ``lease_ttl_ms``."""
-        locks, ttl = self.deps.store.locks, self.options.lease_ttl_ms
-        owner = f"{self.instance}:{uuid.uuid4().hex[:8]}"
-        deadline = time.monotonic() + (self.options.lease_wait_s if wait else 0)
-        while not await locks.acquire_lease(thread_id, owner, ttl):
-            if time.monotonic() >= deadline:
-                raise ThreadBusy("this thread is busy with another turn; try again in a moment")
-            await asyncio.sleep(0.05)
-
-        async def renew() -> None:
-            while True:
-                await asyncio.sleep(ttl / 3000)
-                try:
-                    if not await locks.renew_lease(thread_id, owner, ttl):
-                        log.error("lost the lease on thread %s", thread_id)
-                        return
-                except StoreError as exc:  # the run's own writes will fail loudly; keep trying meanwhile
-                    log.warning("could not renew the lease on thread %s: %s", thread_id, exc)
-
-        renewer = asyncio.create_task(renew())
-        try:
-            yield
-            # Front ends record a turn's events (cards, progress) before another instance may take the
-            # thread and act on them; they only write to the store, so this is short, and bounded.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.deps.bus.drain(thread_id=thread_id), self.options.handover_s)
-        finally:
-            renewer.cancel()
-            with contextlib.suppress(StoreError):
-                await asyncio.shield(locks.release_lease(thread_id, owner))
+    def _lease(self, thread_id: str, *, run_id: str | None = None,
+               wait: bool = True) -> contextlib.AbstractAsyncContextManager[Lease]:
+        """Hold the thread for one turn (see :mod:`bot.agent.lease`), with the run and transcript it starts from."""
+        o = self.options
+        return hold(self.deps.store, self.deps.bus, self.instance, thread_id, run_id=run_id, ttl_ms=o.lease_ttl_ms,
+                    wait_s=o.lease_wait_s if wait else 0, handover_s=o.handover_s)
 
     async def _load(self, run_id: str) -> RunRecord:
         record = await self.deps.store.load_run(run_id)
@@ -358,9 +328,13 @@ class Engine:
         run_id = await self.deps.store.thread_run(thread_id)
         return await self.deps.store.load_run(run_id) if run_id else None
 
-    async def _open(self, record: RunRecord) -> Run:
-        transcript = await self.deps.store.load_transcript(record.thread_id)
-        return Run(self.deps, record, transcript, self._memo(record.thread_id))
+    def _run(self, record: RunRecord, lease: Lease) -> Run:
+        return Run(self.deps, record, lease.transcript, self._memo(record.thread_id), lease)
+
+    def _opened(self, lease: Lease, run_id: str) -> Run:
+        if lease.run is None or lease.run.run_id != run_id:
+            raise RunNotFound(f"run {run_id} not found (it may have expired)")
+        return self._run(lease.run, lease)
 
     def _memo(self, thread_id: str) -> ThreadMemo:
         memo = self._memos.pop(thread_id, None) or ThreadMemo([])

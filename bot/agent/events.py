@@ -159,6 +159,15 @@ class EventBus:
         for deliveries in self._subscribers:
             deliveries.put(event)
 
+    @property
+    def quiet(self) -> bool:
+        """Nobody listens: a run need not even build its events."""
+        return not self._listeners and not self._subscribers
+
+    @property
+    def has_subscribers(self) -> bool:
+        return bool(self._subscribers)
+
     def busy(self) -> bool:
         """Whether some subscriber still has events to handle."""
         return any(d.tasks() for d in self._subscribers)

@@ -29,9 +29,11 @@ from bot.agent.events import (
     ToolCallEvent,
     ToolResultEvent,
 )
+from bot.agent.lease import Lease
 from bot.agent.limits import call_digest, should_stop
 from bot.agent.models.base import AUTO, NONE, Completion, ModelError, ToolChoice
 from bot.agent.prompt import STOP_INSTRUCTION
+from bot.agent.summary import what_ran
 from bot.agent.transcript import ThreadMemo, sendable
 from core.messages import (
     AssistantMessage,
@@ -86,10 +88,11 @@ def pending_view(p: PendingCall) -> PendingView:
 
 class Run:
     def __init__(self, deps: RunDeps, record: RunRecord, transcript: list[Message],
-                 memo: ThreadMemo | None = None) -> None:
+                 memo: ThreadMemo | None = None, lease: Lease | None = None) -> None:
         self.deps = deps
         self.record = record
         self.transcript = transcript
+        self.lease = lease
         self.cancel_requested = False
         self.stopped_by: str | None = None
         self._messages: list[Message] = []
@@ -134,9 +137,11 @@ class Run:
         self._messages.append(message)
 
     def emit(self, event_type: type[Any], **fields: Any) -> None:
-        """Stage an event with the next sequence number; published after the next commit or flush."""
-        self._outbox.append(event_type(run_id=self.id, thread_id=self.record.thread_id,
-                                       seq=self.record.event_seq, **fields))
+        """Stage an event with the next sequence number; published after the next commit or flush. Nobody
+        listening: only the number is taken (another instance may go on with the run, and a listener)."""
+        if not self.deps.bus.quiet:
+            self._outbox.append(event_type(run_id=self.id, thread_id=self.record.thread_id,
+                                           seq=self.record.event_seq, **fields))
         self.record.event_seq += 1
 
     def flush_events(self) -> None:
@@ -144,15 +149,17 @@ class Run:
         for event in outbox:
             self.deps.bus.publish(event)
 
-    async def commit(self) -> None:
-        """Persist what this run added since the last commit in one atomic write, then publish events."""
+    async def commit(self, *, final: bool = False) -> None:
+        """Persist what this run added since the last commit in one atomic write, then publish events.
+        ``final``: the turn's last write (a pause or the end), which may let go of the thread's lease too."""
         now = time.monotonic()
         self.record.active_ms += (now - self._segment_start) * 1000
         self._segment_start = now
         self.record.updated_at = time.time()
+        release = self.lease.release_by(final) if self.lease is not None else None
         write = Write(run=self.record, messages=self._messages, counters=dict(self._counters),
-                      new_tokens=self._tokens, audit=self._audit,
-                      status_changed=self.record.status != self._committed_status)
+                      new_tokens=self._tokens, audit=self._audit, trace=self.record.unsaved_trace(),
+                      status_changed=self.record.status != self._committed_status, release_lease=release)
         self._messages, self._counters, self._tokens, self._audit = [], Counter(), [], []
         self._committed_status = self.record.status
         # A Stop arriving meanwhile waits for this write: what it sent must not be sent twice, nor half.
@@ -162,6 +169,11 @@ class Run:
         except asyncio.CancelledError:
             await saving
             raise
+        finally:
+            if saving.done() and not saving.cancelled() and saving.exception() is None:
+                self.record.trace_saved()
+                if release is not None and self.lease is not None:
+                    self.lease.released = True
         self.flush_events()
 
     def outcome(self) -> RunOutcome:
@@ -214,8 +226,10 @@ class Run:
                   text=assistant.content if assistant.tool_calls else "",
                   input_tokens=u.input_tokens, output_tokens=u.output_tokens, cache_read_tokens=u.cache_read_tokens,
                   cache_write_tokens=u.cache_write_tokens)
-        if assistant.tool_calls:
-            await self.commit()  # the calls are durable before any of them runs; an answer is saved by finish()
+        if any((spec := self.deps.registry.get(c.name)) is not None and spec.mutating for c in assistant.tool_calls):
+            # A change's call is durable before it runs. Read-only calls are saved with their results (one write
+            # per step): if this worker dies meanwhile, the step is thought again and nothing was changed.
+            await self.commit()
         return assistant
 
     # --- Action --------------------------------------------------------------------------------
@@ -324,7 +338,7 @@ class Run:
         pause is always announced, so front ends let go of the run until someone answers, on any instance."""
         self.record.status = "paused"
         self.emit(LoopInterrupt, step=self.record.step, pending=tuple(pending_view(p) for p in questions))
-        await self.commit()
+        await self.commit(final=True)
         return self.outcome()
 
     async def finish(self, reason: StopReason, answer: str) -> RunOutcome:
@@ -336,7 +350,7 @@ class Run:
         self.count(f"stop:{reason}")
         self.emit(RunFinished, stop_reason=reason, steps=r.step, answer=answer,
                   by=self.stopped_by)
-        await self.commit()
+        await self.commit(final=True)
         return self.outcome()
 
     async def stop_early(self, reason: StopReason) -> RunOutcome:
@@ -410,35 +424,5 @@ class Run:
                   error_code=code, summary=message, latency_ms=0.0)
 
     def plain_summary(self) -> str:
-        """What ran in this run (not earlier turns), from the transcript alone (used when the model cannot
-        summarise): each call with its target, in words."""
-        start = max((i for i, m in enumerate(self.transcript) if isinstance(m, UserMessage)), default=-1)
-        mine = self.transcript[start + 1:]
-        calls = {c.id: c for m in mine if isinstance(m, AssistantMessage) for c in m.tool_calls}
-        lines, unknown = [], []
-        for m in mine:
-            if isinstance(m, ToolResultMessage):
-                call = calls.get(m.call_id)
-                target = "/".join(str(call.arguments[k]) for k in _TARGET_KEYS if call and call.arguments.get(k))
-                lines.append(f"• `{m.name}`{f' on {target}' if target else ''}: {_in_words(m)}")
-                if m.error_code == "outcome_unknown":
-                    unknown.append(m)
-        done = "\n".join(lines[-10:]) if lines else "• no tool calls completed"
-        warnings = "".join(f"\n:warning: `{m.name}` was started and may or may not have completed: check its "
-                           "effect before retrying." for m in unknown)
-        return f"What ran:\n{done}{warnings}\nAsk me to continue, or narrow the question."
-
-
-_TARGET_KEYS = ("service_id", "service", "target", "environment")
-
-
-def _in_words(result: ToolResultMessage) -> str:
-    if result.status == "ok":
-        return "done"
-    if result.error_code == "outcome_unknown":
-        return "started, outcome unknown"
-    if result.status == "cancelled":  # waiting for a person when stopped, or under way
-        return "not started" if "nothing was run" in result.content else "stopped before it finished"
-    if result.error_code == "declined_by_user":
-        return "declined"
-    return f"failed ({result.error_code})" if result.status == "error" else str(result.status)
+        """What ran in this run (used when the model cannot summarise)."""
+        return what_ran(self.transcript)

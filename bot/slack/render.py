@@ -59,6 +59,15 @@ def _seg_now(state: dict[str, Any]) -> int:
     return int(state.get("seg", 0)) + (1 if state.get("closed") else 0)
 
 
+def _close_lines(state: dict[str, Any], lang: str) -> bool:
+    """A call still shown running when its run stops or ends was cut off by a restart: its step was thought
+    again (read-only calls are saved with their results), so no result for it will ever come."""
+    for line in state["lines"]:
+        if line["status"] == "running":
+            line["status"], line["detail"] = "cancelled", say(lang, "interrupted")
+    return True
+
+
 def _line(state: dict[str, Any], call_id: str) -> dict[str, Any] | None:
     return next((ln for ln in state["lines"] if ln["call_id"] == call_id), None)
 
@@ -122,8 +131,9 @@ class Renderer:
         elif event.type == "run_stalled":
             state.update(header=f":warning: {say(lang, 'interrupted')}", stoppable=False, resumable=True,
                          note=say(lang, "interrupted_note"))
-            leave = True
+            leave = _close_lines(state, lang)
         elif event.type == "run_finished":
+            _close_lines(state, lang)
             wording = STOP_WORDING[event.stop_reason]
             state["header"] = f"{_TONE_ICONS[wording.tone]} {headline(lang, event.stop_reason)}"
             if event.stop_reason == "cancelled" and event.by:

@@ -1,0 +1,130 @@
+"""What a model step costs in Redis: at most two round trips and one durable write per step, the lease let go by
+the turn's last write, the trace appended rather than rewritten. Counted at the client (a Redis subclass that
+counts the requests it sends), against the real server."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from redis.asyncio.client import Pipeline
+
+from bench.common import payload_tools, steps_script
+from bot.agent.deps import RunDeps
+from bot.agent.engine import Engine, EngineOptions
+from bot.agent.events import Event, EventBus
+from bot.agent.limits import Limits
+from bot.agent.models.scripted import ScriptedModel, call, reply
+from bot.agent.transcript import violations
+from state import Keys, RedisStore
+from tests.toolkit import Change
+from tools import ToolContext, tool
+from tools.registry import Registry
+
+
+class CountingPipeline(Pipeline):
+    trips: list[str]
+
+    async def execute(self, raise_on_error: bool = True) -> list[Any]:
+        self.trips.append("pipeline")
+        return await super().execute(raise_on_error)
+
+
+class CountingRedis(aioredis.Redis):
+    """Counts every request it sends: a command (a script call included) or a whole pipeline."""
+
+    trips: list[str]
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.trips.append(str(args[0]))
+        return await super().execute_command(*args, **options)
+
+    def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> Pipeline:
+        pipe = CountingPipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+        pipe.trips = self.trips
+        return pipe
+
+
+@pytest.fixture
+async def counted(redis_url: str, prefix: str) -> AsyncIterator[tuple[RedisStore, list[str]]]:
+    client = CountingRedis.from_url(redis_url, decode_responses=True)
+    client.trips = []
+    store = RedisStore(client, keys=Keys(prefix))
+    yield store, client.trips
+    keys = [k async for k in store.client.scan_iter(match=f"{prefix}:*")]
+    if keys:
+        await store.client.delete(*keys)
+    await store.close()
+
+
+def _engine(store: RedisStore, model: ScriptedModel, specs: Any, bus: EventBus | None = None) -> Engine:
+    deps = RunDeps(model=model, registry=Registry.of(specs), store=store,
+                   bus=bus or EventBus(), limits=Limits(max_steps=20, identical_call_limit=100))
+    return Engine(deps, EngineOptions(lease_wait_s=5))
+
+
+@pytest.mark.parametrize("tool_steps", [1, 3])
+async def test_a_step_costs_at_most_two_round_trips(counted: tuple[RedisStore, list[str]], tool_steps: int) -> None:
+    store, trips = counted
+    engine = _engine(store, ScriptedModel(steps_script(tool_steps), strict=False), payload_tools(64))
+    await engine.ask("thread", "warm up")  # scripts loaded into the server once
+    for turn in range(3):
+        trips.clear()
+        out = await engine.ask("thread", f"question {turn}")
+        assert out.answer == "done"
+        steps = tool_steps + 1
+        # open the turn (lease + run + transcript), save the question, one write per step (the last one also
+        # lets go of the lease): nothing else.
+        assert trips == ["EVALSHA"] * (2 + steps), trips
+        assert len(trips) / steps <= 2
+    assert not await store.client.exists(store.keys.lease("thread"))  # let go by the last write
+    record = await store.load_run(out.run_id)
+    assert record is not None
+    assert [e.kind for e in record.trace] == (["step", "call", "call"] * tool_steps) + ["step", "finish"]
+    stored = json.loads(str(await store.client.get(store.keys.run(out.run_id))))
+    assert "trace" not in stored  # appended to its own list, not rewritten with the record
+    assert await store.client.llen(store.keys.run_trace(out.run_id)) == len(record.trace)
+    assert await store.client.ttl(store.keys.run_trace(out.run_id)) > 0
+    assert violations(await store.load_transcript("thread")) == []
+
+
+async def test_front_ends_recording_events_keep_the_lease_until_they_have(counted: tuple[RedisStore, list[str]]
+                                                                           ) -> None:
+    """With a subscriber (Slack rendering) the lease is let go after its events are recorded: one more trip."""
+    store, trips = counted
+    seen: list[str] = []
+
+    async def sink(event: Event) -> None:
+        held = await store.client.get(store.keys.lease("thread"))
+        seen.append(f"{event.type}:{'held' if held else 'free'}")
+
+    bus = EventBus()
+    bus.subscribe(sink)
+    engine = _engine(store, ScriptedModel(steps_script(1), strict=False), payload_tools(64), bus)
+    await engine.ask("thread", "warm up")
+    trips.clear()
+    seen.clear()
+    await engine.ask("thread", "question")
+    assert trips.count("EVALSHA") == 2 + 2 + 1  # the release after the front end is done
+    assert seen[-1] == "run_finished:held"  # recorded before another instance could take the thread
+    assert not await store.client.exists(store.keys.lease("thread"))
+
+
+async def test_a_change_is_durable_before_it_runs(counted: tuple[RedisStore, list[str]]) -> None:
+    """Read-only calls are saved with their results; a change's call is saved before it runs (and journaled)."""
+    store, _ = counted
+    stored_before: list[int] = []
+
+    @tool(description="Changes something.", mutating=True)
+    async def mutate(args: Change, ctx: ToolContext) -> dict[str, Any]:
+        stored_before.append(int(await store.client.llen(store.keys.transcript("thread"))))
+        return {"changed": args.target}
+
+    model = ScriptedModel([reply("", call("mutate", "m1", target="db", environment="staging")), reply("changed")])
+    out = await _engine(store, model, [mutate]).ask("thread", "change it")
+    assert out.answer == "changed"
+    assert stored_before == [2]  # the question and the model's call were stored before the change began
+    assert await store.journal.states(out.run_id) == {"m1": "finished"}
