@@ -29,7 +29,7 @@ FULL = {
 }
 SMALL = {
     "storage": lambda: storage.run((3, 5)),
-    "overhead": lambda: overhead.run(6, 2),
+    "overhead": lambda: overhead.run(6, 2, 1),
     "concurrency": lambda: concurrency.run(20),
     "scaleout": lambda: scaleout.run(10),
     "slack_economy": lambda: slack_economy.run(3),
@@ -50,7 +50,7 @@ async def main(small: bool, only: list[str]) -> list[Table]:
 
 RESULTS = Path(__file__).parent / "results"
 _PACKAGES = ("redis", "pydantic", "slack-bolt", "slack-sdk", "aiohttp", "anthropic", "langgraph", "langchain",
-             "langchain-core", "langgraph-checkpoint")
+             "langchain-core", "langgraph-checkpoint", "uvloop")
 
 
 def machine() -> dict[str, Any]:

@@ -13,7 +13,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis.asyncio as aioredis
 from pydantic import BaseModel
+from redis.asyncio.client import Pipeline
 
 from bot.agent.deps import RunDeps
 from bot.agent.engine import Engine, EngineOptions
@@ -112,6 +114,36 @@ def engine(store: RedisStore, model: ScriptedModel, specs: list[ToolSpec], *, li
 
 def redis_store(url: str, prefix: str) -> RedisStore:
     return RedisStore(connect(url, timeout_s=60, max_connections=128), keys=Keys(prefix))
+
+
+class CountingPipeline(Pipeline):
+    trips: list[str]
+
+    async def execute(self, raise_on_error: bool = True) -> list[Any]:
+        self.trips.append("pipeline")
+        return await super().execute(raise_on_error)
+
+
+class CountingRedis(aioredis.Redis):
+    """A Redis client that records every request it sends (a command, a script call, or a whole pipeline):
+    round trips counted at the client, through the public API."""
+
+    trips: list[str]
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.trips.append(str(args[0]))
+        return await super().execute_command(*args, **options)
+
+    def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> Pipeline:
+        pipe = CountingPipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+        pipe.trips = self.trips
+        return pipe
+
+
+def counting_store(url: str, prefix: str) -> tuple[RedisStore, list[str]]:
+    client = CountingRedis.from_url(url, decode_responses=True)
+    client.trips = []
+    return RedisStore(client, keys=Keys(prefix)), client.trips
 
 
 def unique_bytes(messages: Sequence[Message]) -> int:

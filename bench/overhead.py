@@ -1,20 +1,50 @@
 """2. Engine overhead per step: a zero-latency scripted model, no-op tools, real Redis persistence.
-CPU time of this process per model step, early and late in a long thread; LangGraph side by side."""
+
+CPU time per model step, early and late in a long thread, for each side in a fresh process of its own (so
+neither warms the other's imports and caches), in alternating order over the rounds; the median per side:
+
+* ``opspilot``         the engine with the Redis store (and, on a few more turns, its round trips counted);
+* ``floor``            what no engine can go below: per step one script call (EVALSHA) and one dump of a message;
+* ``langgraph``        langchain 1.x ``create_agent`` with ``InMemorySaver``, same tools and payloads;
+* ``opspilot-uvloop``  the engine again under uvloop (when installed), to see whether it pays.
+
+``python -m bench.overhead --side S --url U`` is what each process runs (it prints one JSON line).
+"""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import json
+import statistics
+import sys
 import uuid
+from typing import Any
 
-from bench import langgraph_twin as lg
-from bench.common import Table, cpu, engine, isolated_redis, payload_tools, redis_store, steps_script, verdict
+from bench.common import (
+    Table,
+    counting_store,
+    cpu,
+    engine,
+    isolated_redis,
+    payload_tools,
+    redis_store,
+    steps_script,
+    verdict,
+)
 from bot.agent.models.scripted import ScriptedModel
+from core.messages import ToolResultMessage, dump_message
 
 STEPS_PER_TURN = 2  # one step asking for two calls, one step answering
+SIDES = ("opspilot", "floor", "langgraph", "opspilot-uvloop")
 
 
-async def ours(url: str, turns: int, window: int) -> tuple[float, float]:
-    """CPU ms per step over the first and the last ``window`` turns of a ``turns``-turn thread."""
+def _per_step(marks: list[float], window: int) -> tuple[float, float]:
+    per_step = [m * 1000 / STEPS_PER_TURN for m in marks]
+    return sum(per_step[:window]) / window, sum(per_step[-window:]) / window
+
+
+async def ours(url: str, turns: int, window: int) -> dict[str, float]:
     store = redis_store(url, f"bench-{uuid.uuid4().hex[:6]}")
     eng = engine(store, ScriptedModel(steps_script(1), strict=False, keep_requests=False), payload_tools(64))
     await eng.ask("warmup", "hi")
@@ -24,11 +54,40 @@ async def ours(url: str, turns: int, window: int) -> tuple[float, float]:
         await eng.ask("thread", f"question {i}")
         marks.append(cpu() - start)
     await store.close()
-    per_step = [m * 1000 / STEPS_PER_TURN for m in marks]
-    return sum(per_step[:window]) / window, sum(per_step[-window:]) / window
+    early, late = _per_step(marks, window)
+    counted, trips = counting_store(url, f"bench-{uuid.uuid4().hex[:6]}")
+    eng = engine(counted, ScriptedModel(steps_script(1), strict=False, keep_requests=False), payload_tools(64))
+    await eng.ask("thread", "warm up")
+    trips.clear()
+    for i in range(5):
+        await eng.ask("thread", f"question {i}")
+    await counted.close()
+    return {"early": early, "late": late, "round_trips_per_step": len(trips) / (5 * STEPS_PER_TURN)}
 
 
-async def langgraph(turns: int, window: int) -> tuple[float, float]:
+async def floor(url: str, turns: int, window: int) -> dict[str, float]:
+    """One EVALSHA (append the step's message, set its TTL) and one message dump per step, nothing else."""
+    store = redis_store(url, f"bench-{uuid.uuid4().hex[:6]}")
+    script = store.client.register_script(
+        "redis.call('RPUSH', KEYS[1], ARGV[1]) redis.call('EXPIRE', KEYS[1], 3600) return 1")
+    key = store.keys.transcript("floor")
+    body = ("lookup_a-0-" * 7)[:64]
+    await script(keys=[key], args=["warm"])
+    marks: list[float] = []
+    for i in range(turns):
+        start = cpu()
+        for step in range(STEPS_PER_TURN):
+            message = ToolResultMessage(call_id=f"c{i}-{step}", name="lookup_a", content=body, status="ok")
+            await script(keys=[key], args=[dump_message(message)])
+        marks.append(cpu() - start)
+    await store.close()
+    early, late = _per_step(marks, window)
+    return {"early": early, "late": late}
+
+
+async def langgraph(turns: int, window: int) -> dict[str, float]:
+    from bench import langgraph_twin as lg
+
     graph, _ = lg.agent(64)
     await lg.turn(graph, "warmup", "hi")
     marks: list[float] = []
@@ -36,23 +95,83 @@ async def langgraph(turns: int, window: int) -> tuple[float, float]:
         start = cpu()
         await lg.turn(graph, "thread", f"question {i}")
         marks.append(cpu() - start)
-    per_step = [m * 1000 / STEPS_PER_TURN for m in marks]
-    return sum(per_step[:window]) / window, sum(per_step[-window:]) / window
+    early, late = _per_step(marks, window)
+    return {"early": early, "late": late}
 
 
-async def run(turns: int = 50, window: int = 5) -> list[Table]:
+def side_main(side: str, url: str, turns: int, window: int) -> dict[str, Any]:
+    if side == "opspilot-uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            return {"skipped": "uvloop is not installed"}
+        return dict(uvloop.run(ours(url, turns, window)))
+    runs = {"opspilot": lambda: ours(url, turns, window), "floor": lambda: floor(url, turns, window),
+            "langgraph": lambda: langgraph(turns, window)}
+    return dict(asyncio.run(runs[side]()))
+
+
+async def _fresh_process(side: str, url: str, turns: int, window: int) -> dict[str, Any]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.overhead", "--side", side, "--url", url, "--turns", str(turns),
+        "--window", str(window), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench side {side} failed: {err.decode()[-2000:]}")
+    result: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+    return result
+
+
+async def run(turns: int = 50, window: int = 5, rounds: int = 3) -> list[Table]:
+    measured: dict[str, list[dict[str, Any]]] = {side: [] for side in SIDES}
+    orders = []
     async with isolated_redis() as url:
-        mine = await ours(url, turns, window)
-    theirs = await langgraph(turns, window)
-    rows = [[f"turns 1–{window}", mine[0], theirs[0], theirs[0] / mine[0]],
-            [f"turns {turns - window + 1}–{turns}", mine[1], theirs[1], theirs[1] / mine[1]]]
-    notes = [verdict("OpsPilot CPU per model step", max(mine), 0.25, " ms"),
-             verdict("OpsPilot late / early in the thread", mine[1] / mine[0], 1.1)]
+        for r in range(rounds):
+            order = SIDES if r % 2 == 0 else tuple(reversed(SIDES))
+            orders.append(" → ".join(order))
+            for side in order:
+                measured[side].append(await _fresh_process(side, url, turns, window))
+
+    def median(side: str, figure: str) -> float:
+        return statistics.median(m[figure] for m in measured[side])
+
+    mine = (median("opspilot", "early"), median("opspilot", "late"))
+    base = (median("floor", "early"), median("floor", "late"))
+    theirs = (median("langgraph", "early"), median("langgraph", "late"))
+    rows = [[f"turns {a}–{b}", mine[i], base[i], mine[i] / base[i], theirs[i], theirs[i] / mine[i]]
+            for i, (a, b) in enumerate(((1, window), (turns - window + 1, turns)))]
+    trips = median("opspilot", "round_trips_per_step")
+    notes = [verdict("OpsPilot / floor, CPU per model step", max(mine[0] / base[0], mine[1] / base[1]), 2.5),
+             verdict("OpsPilot late / early in the thread", mine[1] / mine[0], 1.1),
+             verdict("LangGraph create_agent / OpsPilot late in the thread", theirs[1] / mine[1], 5,
+                     lower_is_better=False),
+             verdict("Redis round trips per model step", trips, 2, ""),
+             f"floor: one EVALSHA + one message dump per step, measured in the same run ({base[1]:.3f} ms here); "
+             f"each side in a fresh process, median of {rounds} rounds in alternating order ({'; '.join(orders)})"]
+    notes.append("LangGraph's Redis checkpointer (langgraph-checkpoint-redis 0.5.2) installs but needs the RediSearch "
+                 "and RedisJSON modules (Redis 8 or Redis Stack); Debian's redis-server 7.0 answers "
+                 "`unknown command 'FT.INFO'`: not measured")
+    if all("skipped" not in m for m in measured["opspilot-uvloop"]):
+        fast = (median("opspilot-uvloop", "early"), median("opspilot-uvloop", "late"))
+        gain = (mine[0] + mine[1]) / (fast[0] + fast[1])
+        notes.append(f"under uvloop: {fast[0]:.3f} / {fast[1]:.3f} ms per step (early / late), "
+                     f"{gain:.2f}× the default event loop's speed")
+    else:
+        notes.append(f"uvloop: {measured['opspilot-uvloop'][0]['skipped']}")
     return [Table(f"CPU per model step (ms), {turns}-turn thread, Redis persistence included for OpsPilot",
-                  ["where in the thread", "OpsPilot", "LangGraph (in-memory checkpointer)", "LangGraph / OpsPilot"],
-                  rows, notes)]
+                  ["where in the thread", "OpsPilot", "floor", "OpsPilot / floor",
+                   "LangGraph create_agent (InMemorySaver)", "LangGraph / OpsPilot"], rows, notes)]
 
 
 if __name__ == "__main__":
-    for table in asyncio.run(run()):
-        print(table.render())
+    parser = argparse.ArgumentParser(prog="python -m bench.overhead")
+    parser.add_argument("--side", choices=SIDES)
+    parser.add_argument("--url", default="")
+    parser.add_argument("--turns", type=int, default=50)
+    parser.add_argument("--window", type=int, default=5)
+    args = parser.parse_args()
+    if args.side:
+        print(json.dumps(side_main(args.side, args.url, args.turns, args.window)))
+    else:
+        for table in asyncio.run(run(args.turns, args.window)):
+            print(table.render())

@@ -10,6 +10,7 @@ keep their old, untagged key names, which a single Redis still serves.
 
 from __future__ import annotations
 
+import functools
 import re
 import secrets
 import uuid
@@ -21,6 +22,7 @@ SHARDS = 16
 _SHARDED_ID = re.compile(r"^(s[0-9a-f])\.")
 
 
+@functools.lru_cache(maxsize=65536)  # every key of a write names its shard: computed once per thread
 def shard_of(thread_id: str) -> str:
     return f"s{zlib.crc32(thread_id.encode()) % SHARDS:x}"
 
@@ -92,10 +94,6 @@ class Keys:
 
     def journal(self, run_id: str) -> str:
         return f"{self._by_id(run_id)}:run:{run_id}:journal"
-
-    def last_commit(self, run_id: str) -> str:
-        """The id of the run's last applied commit, so a commit retried after a lost reply applies once."""
-        return f"{self._by_id(run_id)}:run:{run_id}:commit"
 
     def cancel(self, run_id: str) -> str:
         return f"{self._by_id(run_id)}:run:{run_id}:cancel"

@@ -81,7 +81,7 @@ async def _run_index(client: Client, keys: Keys, name: str, ttl_s: int) -> int:
     for member, score in rows:
         run_id = str(text(member))
         raw = text(await client.get(keys.run(run_id)))
-        thread_id = json.loads(raw).get("thread_id") if raw else None
+        thread_id = json.loads(raw[raw.find("{"):]).get("thread_id") if raw else None  # after a commit id
         if isinstance(thread_id, str):
             new = keys.index(shard_of(thread_id), name)
             await client.zadd(new, {run_id: score}, nx=True)

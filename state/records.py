@@ -101,8 +101,8 @@ class RunRecord(_Record):
     created_at: float
     updated_at: float
     trace: list[TraceEntry] = Field(default_factory=list)
-    """Per step the model latency; per call its status and latency; the stop reason. Stored as a list beside
-    the record and appended to (a step never rewrites the earlier steps' entries)."""
+    """Per step the model latency; per call its status and latency; the stop reason. Stored beside the record
+    as JSON lines, appended to (a step never rewrites the earlier steps' entries)."""
     _trace_saved: int = PrivateAttr(0)
 
     def unsaved_trace(self) -> list[TraceEntry]:

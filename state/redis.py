@@ -26,16 +26,18 @@ from state.queue import RedisQueue
 from state.records import SCHEMA_VERSION, RunRecord, Ticket, TraceAdapter, TraceEntry
 from state.store import Opened, Stats, Write, hour_now, merge_stats
 
-# The commit. ARGV[1] is a named header (JSON), ARGV[2] the run record, then the new transcript messages,
-# then the new trace entries, then one ticket per new token. KEYS: transcript, run, thread's run, paused
-# index, active index, stats bucket, audit stream, cancel flag, last commit id, run trace, thread lease, then
-# one key per new token. A commit whose id is already applied (retried after its reply was lost) does nothing.
-# A run that stops running drops any cancel request: nobody is left to act on it, and it must not stop the
-# run's next turn. The turn's last write lets go of the thread's lease, if it still holds it.
+# The commit. ARGV[1] is a named header (JSON), ARGV[2] the run record behind this commit's id, then the new
+# transcript messages, then the new trace entries, then one ticket per new token. KEYS: transcript, run,
+# thread's run, paused index, active index, stats bucket, audit stream, cancel flag, run trace, thread lease,
+# then one key per new token. A commit whose id the run record already carries (retried after its reply was
+# lost) does nothing. A live run's trace entries are appended to a list; a finished run's record holds its whole
+# trace and the list goes (one key per run kept, not two). A run that stops running drops any cancel request:
+# nobody is left to act on it, and it must not stop the run's next turn. The turn's last write lets go of the
+# thread's lease, if it still holds it.
 _COMMIT = """
 local h = cjson.decode(ARGV[1])
-if redis.call('GET', KEYS[9]) == h.commit_id then return redis.call('LLEN', KEYS[1]) end
-redis.call('SET', KEYS[9], h.commit_id, 'EX', h.ttl)
+local stored = redis.call('GET', KEYS[2])
+if stored and string.sub(stored, 1, #h.commit_id) == h.commit_id then return redis.call('LLEN', KEYS[1]) end
 local i = 3
 local length = -1
 if h.messages > 0 then
@@ -44,11 +46,13 @@ if h.messages > 0 then
   i = i + h.messages
 end
 redis.call('SET', KEYS[2], ARGV[2], 'EX', h.ttl)
-if h.trace > 0 then
-  redis.call('RPUSH', KEYS[10], unpack(ARGV, i, i + h.trace - 1))
-  redis.call('EXPIRE', KEYS[10], h.ttl)
-  i = i + h.trace
+if h.fold then
+  redis.call('DEL', KEYS[9])
+elseif h.trace > 0 then
+  redis.call('RPUSH', KEYS[9], unpack(ARGV, i, i + h.trace - 1))
+  redis.call('EXPIRE', KEYS[9], h.ttl)
 end
+i = i + h.trace
 if h.status_changed then
   redis.call('SET', KEYS[3], h.run_id, 'EX', h.ttl)
   if h.paused_score then redis.call('ZADD', KEYS[4], h.paused_score, h.run_id)
@@ -73,9 +77,9 @@ for _, entry in ipairs(h.audit) do
 end
 if h.status_changed and not h.active_score then redis.call('DEL', KEYS[8]) end
 for j = 0, h.tickets - 1 do
-  redis.call('SET', KEYS[12 + j], ARGV[i + j], 'EX', h.ticket_ttl)
+  redis.call('SET', KEYS[11 + j], ARGV[i + j], 'EX', h.ticket_ttl)
 end
-if h.release and redis.call('GET', KEYS[11]) == h.release then redis.call('DEL', KEYS[11]) end
+if h.release and redis.call('GET', KEYS[10]) == h.release then redis.call('DEL', KEYS[10]) end
 return length
 """
 
@@ -145,8 +149,11 @@ class RedisStore:
         """One atomic write as one script call: a single round trip and a single reply to parse."""
         run, k, ttls = write.run, self.keys, self.ttls
         tickets = write.tickets()
+        fold = run.status == "finished"  # its trace is complete: kept in the record, the list goes
+        trace = () if fold else write.trace
+        commit_id = os.urandom(_COMMIT_ID_BYTES).hex()
         header = {
-            "commit_id": os.urandom(8).hex(), "ttl": ttls.thread_s, "run_id": run.run_id,
+            "commit_id": commit_id, "fold": fold, "trace": len(trace), "ttl": ttls.thread_s, "run_id": run.run_id,
             "status_changed": write.status_changed,
             # Scores travel as strings so that no float is rounded on its way through Lua.
             "paused_score": repr(min(p.expires_at for p in run.pending)) if run.status == "paused" and run.pending
@@ -154,16 +161,17 @@ class RedisStore:
             "active_score": repr(run.updated_at) if run.status == "running" else False,
             "counters": dict(write.counters), "stats_ttl": ttls.stats_s,
             "audit": [dict(e) for e in write.audit], "audit_ttl": ttls.audit_s, "audit_max": ttls.audit_max_entries,
-            "messages": len(write.messages), "tickets": len(tickets), "trace": len(write.trace),
+            "messages": len(write.messages), "tickets": len(tickets),
             "ticket_ttl": ttls.interrupt_s + ttls.claim_margin_s, "release": write.release_lease or False,
         }
         shard = shard_of(run.thread_id)  # one hash slot for every key (see state.keys)
         keys = [k.transcript(run.thread_id), k.run(run.run_id), k.thread_run(run.thread_id), k.index(shard, "paused"),
                 k.index(shard, "active"), k.stats(shard, hour_now()), k.audit(shard), k.cancel(run.run_id),
-                k.last_commit(run.run_id), k.run_trace(run.run_id), k.lease(run.thread_id),
+                k.run_trace(run.run_id), k.lease(run.thread_id),
                 *(k.token(t.pending.token) for t in tickets)]
-        args: list[Any] = [json.dumps(header, ensure_ascii=False, separators=(",", ":")), _dump_run(run),
-                           *(dump_message(m) for m in write.messages), *(_dump_entry(e) for e in write.trace),
+        args: list[Any] = [json.dumps(header, ensure_ascii=False, separators=(",", ":")),
+                           commit_id + _dump_run(run, with_trace=fold), *(dump_message(m) for m in write.messages),
+                           *(_dump_entry(e) for e in trace),
                            *(t.model_dump_json() for t in tickets)]
         length = await retried(f"saving run {run.run_id}", self.outage_grace_s,
                                lambda: self._commit(keys=keys, args=args))
@@ -181,7 +189,7 @@ class RedisStore:
                                          lambda: self._open_turn(keys=keys, args=args))
         if not int(reply[0]):
             return None
-        found, raw, trace, length, start, rows = str(reply[1]), str(reply[2]), reply[3], reply[4], reply[5], reply[6]
+        found, raw, trace, length, start, rows = str(reply[1]), str(reply[2]), reply[3], *reply[4:7]
         record = _parse_run(k.run(found), raw, trace) if raw else None
         if record is None and found and not found.startswith(own_shard):
             record = await self.load_run(found)  # an id minted before shards: its keys live elsewhere
@@ -334,11 +342,18 @@ def _entry_order(entry_id: Any) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
-def _dump_run(run: RunRecord) -> str:
-    """Compact: defaults are left out (they are restored on load), the schema version never is. The trace
-    lives in its own list (see :func:`_dump_entry`)."""
+_COMMIT_ID_BYTES = 8
+"""A stored run record starts with the hex id of the commit that wrote it (records written before start with
+``{``): a retried commit finds it there, and no key per run holds it."""
+
+
+def _dump_run(run: RunRecord, *, with_trace: bool) -> str:
+    """Compact: defaults are left out (they are restored on load), the schema version never is. A live run's
+    trace lives in its own list (see :func:`_dump_entry`)."""
     body = run.model_dump(mode="json", exclude_defaults=True, exclude={"trace"})
     body["schema_version"] = run.schema_version
+    if with_trace and run.trace:
+        body["trace"] = [{"kind": e.kind, **e.model_dump(mode="json", exclude_defaults=True)} for e in run.trace]
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -349,6 +364,8 @@ def _dump_entry(entry: TraceEntry) -> str:
 
 
 def _parse_run(key: str, raw: str, trace: Sequence[Any] = ()) -> RunRecord:
+    if not raw.startswith("{"):
+        raw = raw[_COMMIT_ID_BYTES * 2:]
     try:
         body = json.loads(raw)
     except ValueError as exc:
@@ -358,7 +375,8 @@ def _parse_run(key: str, raw: str, trace: Sequence[Any] = ()) -> RunRecord:
         raise CorruptRecord(key, f"schema version {version!r}, this build reads {SCHEMA_VERSION}")
     try:
         record = RunRecord.model_validate(body)
-        # Records written before the trace had its own list keep theirs inline: saved again, into the list.
+        # A finished run's trace is inline (and so is one written before the trace had its own list: saved
+        # again, into the list, if it goes on).
         inline = len(record.trace)
         record.trace.extend(TraceAdapter.validate_json(row) for row in trace)
     except ValidationError as exc:

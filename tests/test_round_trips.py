@@ -1,6 +1,6 @@
 """What a model step costs in Redis: at most two round trips and one durable write per step, the lease let go by
-the turn's last write, the trace appended rather than rewritten. Counted at the client (a Redis subclass that
-counts the requests it sends), against the real server."""
+the turn's last write, the trace appended rather than rewritten. Counted at the client (``bench.common.CountingRedis``,
+a client that records the requests it sends), against the real server."""
 
 from __future__ import annotations
 
@@ -9,51 +9,24 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
-from redis.asyncio.client import Pipeline
 
-from bench.common import payload_tools, steps_script
+from bench.common import counting_store, payload_tools, steps_script
 from bot.agent.deps import RunDeps
 from bot.agent.engine import Engine, EngineOptions
 from bot.agent.events import Event, EventBus
 from bot.agent.limits import Limits
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.agent.transcript import violations
-from state import Keys, RedisStore
+from state import RedisStore
 from tests.toolkit import Change
 from tools import ToolContext, tool
 from tools.registry import Registry
 
 
-class CountingPipeline(Pipeline):
-    trips: list[str]
-
-    async def execute(self, raise_on_error: bool = True) -> list[Any]:
-        self.trips.append("pipeline")
-        return await super().execute(raise_on_error)
-
-
-class CountingRedis(aioredis.Redis):
-    """Counts every request it sends: a command (a script call included) or a whole pipeline."""
-
-    trips: list[str]
-
-    async def execute_command(self, *args: Any, **options: Any) -> Any:
-        self.trips.append(str(args[0]))
-        return await super().execute_command(*args, **options)
-
-    def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> Pipeline:
-        pipe = CountingPipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
-        pipe.trips = self.trips
-        return pipe
-
-
 @pytest.fixture
 async def counted(redis_url: str, prefix: str) -> AsyncIterator[tuple[RedisStore, list[str]]]:
-    client = CountingRedis.from_url(redis_url, decode_responses=True)
-    client.trips = []
-    store = RedisStore(client, keys=Keys(prefix))
-    yield store, client.trips
+    store, trips = counting_store(redis_url, prefix)
+    yield store, trips
     keys = [k async for k in store.client.scan_iter(match=f"{prefix}:*")]
     if keys:
         await store.client.delete(*keys)
@@ -84,10 +57,11 @@ async def test_a_step_costs_at_most_two_round_trips(counted: tuple[RedisStore, l
     record = await store.load_run(out.run_id)
     assert record is not None
     assert [e.kind for e in record.trace] == (["step", "call", "call"] * tool_steps) + ["step", "finish"]
-    stored = json.loads(str(await store.client.get(store.keys.run(out.run_id))))
-    assert "trace" not in stored  # appended to its own list, not rewritten with the record
-    assert await store.client.llen(store.keys.run_trace(out.run_id)) == len(record.trace)
-    assert await store.client.ttl(store.keys.run_trace(out.run_id)) > 0
+    stored = str(await store.client.get(store.keys.run(out.run_id)))
+    finished = json.loads(stored[stored.index("{"):])
+    assert len(finished["trace"]) == len(record.trace)  # a finished run holds its whole trace: one key
+    assert not await store.client.exists(store.keys.run_trace(out.run_id))
+    assert await store.client.ttl(store.keys.run(out.run_id)) > 0
     assert violations(await store.load_transcript("thread")) == []
 
 
@@ -117,14 +91,20 @@ async def test_a_change_is_durable_before_it_runs(counted: tuple[RedisStore, lis
     """Read-only calls are saved with their results; a change's call is saved before it runs (and journaled)."""
     store, _ = counted
     stored_before: list[int] = []
+    live: list[Any] = []
 
     @tool(description="Changes something.", mutating=True)
     async def mutate(args: Change, ctx: ToolContext) -> dict[str, Any]:
         stored_before.append(int(await store.client.llen(store.keys.transcript("thread"))))
+        raw = str(await store.client.get(store.keys.run(ctx.run_id)))
+        live.append((json.loads(raw[raw.index("{"):]).get("trace"),
+                     await store.client.lrange(store.keys.run_trace(ctx.run_id), 0, -1)))
         return {"changed": args.target}
 
     model = ScriptedModel([reply("", call("mutate", "m1", target="db", environment="staging")), reply("changed")])
     out = await _engine(store, model, [mutate]).ask("thread", "change it")
     assert out.answer == "changed"
     assert stored_before == [2]  # the question and the model's call were stored before the change began
+    inline, appended = live[0]
+    assert inline is None and [json.loads(e)["kind"] for e in appended] == ["step"]  # a live run appends
     assert await store.journal.states(out.run_id) == {"m1": "finished"}
