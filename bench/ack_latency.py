@@ -90,6 +90,7 @@ async def opspilot(slack: LocalSlack, url: str, active: int, samples: int) -> tu
     finally:
         await service.drain(120)
         await service.outbox.stop()
+        await service.close_sessions()
         await server.stop()
         await store.close()
 

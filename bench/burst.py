@@ -77,6 +77,7 @@ async def run(mentions: int = 200, over_s: float = 10.0, channels: int = 20) -> 
         wall = time.perf_counter() - start
         stops = (await store.stats(3600)).stop_reasons
         await service.outbox.stop()
+        await service.close_sessions()
         await server.stop()
         await store.close()
     await slack.server.stop()

@@ -63,6 +63,7 @@ async def run(runs: int = 50) -> list[Table]:
         answered = sum(1 for ts in threads if any(m["text"] == "done" for m in slack.thread(CHANNEL, ts)))
         final = sum(1 for ts in threads for m in slack.thread(CHANNEL, ts) if ":white_check_mark: Done" in all_text(m))
         await server.stop()
+        await service.close_sessions()
         await store.close()
     await slack.server.stop()
     per_run = sum(calls.values()) / runs

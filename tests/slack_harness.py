@@ -59,6 +59,7 @@ class Workspace:
         if self.service.worker is not None:
             await self.service.worker.stop()
         await self.service.outbox.stop()
+        await self.service.close_sessions()
         await self.server.stop()
         await self.store.close()
 

@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass
 from typing import Literal
 
+import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
@@ -44,6 +45,8 @@ class SlackService:
     metrics: Metrics
     role: Role = "all"
     worker: Worker | None = None
+    sessions: tuple[aiohttp.ClientSession, ...] = ()
+    """The Web API clients' HTTP sessions: connections are kept and reused (one TLS handshake, not one a call)."""
 
     @property
     def web_app(self) -> web.Application:
@@ -69,6 +72,11 @@ class SlackService:
         await self.drain(timeout_s)
         await self.outbox.stop()
         await self.core.close_tools()
+        await self.close_sessions()
+
+    async def close_sessions(self) -> None:
+        for session in self.sessions:
+            await session.close()
 
     def busy(self) -> bool:
         return self.inbound.busy() or self.core.bus.busy() or bool(self.worker and self.worker.busy())
@@ -101,11 +109,16 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     metrics = Metrics()
     core.bus.listen(metrics.observe)
     api_url = slack.api_url if slack.api_url.endswith("/") else slack.api_url + "/"
-    client = AsyncWebClient(token=slack.bot_token, base_url=api_url, retry_handlers=retry_handlers(metrics))
+    # Without a session of its own, slack-sdk opens a new one (a new connection, a new TLS handshake) per call.
+    # A kept session takes its timeout from the session, not from the client.
+    sessions = (aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)),
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=max(slack.request_timeout_s, 1))))
+    client = AsyncWebClient(token=slack.bot_token, base_url=api_url, retry_handlers=retry_handlers(metrics),
+                            session=sessions[0])
     # Deliveries retry on their own, after checking whether a post landed: this client retries 429s only
     # (Slack did not take those), never a 5xx or a dropped connection (which may have landed).
     delivery = AsyncWebClient(token=slack.bot_token, base_url=api_url, timeout=int(max(slack.request_timeout_s, 1)),
-                              retry_handlers=[CountingRateLimitHandler(metrics)])
+                              retry_handlers=[CountingRateLimitHandler(metrics)], session=sessions[1])
     pacer = Pacer(posts_per_second=slack.posts_per_second, updates_per_minute=slack.updates_per_minute)
     outbox = SlackOutbox(store=core.outbox, client=delivery, metrics=metrics, pacer=pacer,
                          update_interval_s=slack.progress_interval_s, max_backoff_s=slack.outbox_max_backoff_s,
@@ -143,7 +156,8 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     bolt = build_bolt_app(client=client, signing_secret=secret, inbound=inbound)
     routes = web_routes(bolt=bolt, signing_secret=secret, store=core.store, outbox=outbox, queue=queue,
                         metrics=metrics, tools_health=core.mcp.health if core.mcp is not None else None)
-    return SlackService(core, client, inbound, renderer, outbox, reminders, bolt, routes, metrics, role, worker)
+    return SlackService(core, client, inbound, renderer, outbox, reminders, bolt, routes, metrics, role, worker,
+                        sessions)
 
 
 def socket_mode_handler(service: SlackService, app_token: str) -> AsyncSocketModeHandler:
