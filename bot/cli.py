@@ -1,5 +1,5 @@
 """The ``opspilot`` command: ``chat`` (terminal conversation), ``serve``/``worker``/``demo`` (Slack), ``tools``
-(what the model may call) and ``stats`` (figures from Redis)."""
+(what the model may call), ``eval`` (investigation quality over scenarios) and ``stats`` (figures from Redis)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,16 @@ def _parser() -> argparse.ArgumentParser:
     demo_cmd = sub.add_parser("demo", help="a Slack-like channel in your browser, no Slack workspace needed")
     demo_cmd.add_argument("--port", type=int, default=None, help="default: $PORT or 3000")
     sub.add_parser("tools", help="every tool: where it comes from, read-only or a change, when a person confirms")
+    eval_cmd = sub.add_parser("eval", help="score investigations over incident scenarios (evals/), with any model")
+    eval_cmd.add_argument("--model", default=None, help="'demo' (the scripted model), or a model name for the "
+                                                          "configured provider (default: as configured)")
+    eval_cmd.add_argument("--dir", default="evals", help="where the scenarios are (default: ./evals)")
+    eval_cmd.add_argument("--only", default="", help="comma-separated scenario names")
+    eval_cmd.add_argument("--repeat", type=int, default=1, help="play each scenario N times (pass rate, variance)")
+    eval_cmd.add_argument("--min-pass", type=float, default=1.0, help="exit 1 below this pass rate (default 1.0)")
+    eval_cmd.add_argument("--json", default=None, help="also write the results here")
+    eval_cmd.add_argument("--record", default=None, help="save every model request/response under this directory")
+    eval_cmd.add_argument("--replay", default=None, help="answer from a recording instead of a model (offline)")
     stats_cmd = sub.add_parser("stats", help="runs, steps, failure and resume rates, stop reasons")
     stats_cmd.add_argument("--window", choices=["1h", "1d", "7d"], default="1d")
     return parser
@@ -104,6 +114,16 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_tools(args.config))
         if args.command == "chat":
             return asyncio.run(_chat(args.user, args.config))
+        if args.command == "eval":
+            from pathlib import Path
+
+            from bot.eval import evaluate
+
+            return asyncio.run(evaluate(
+                load_settings(args.config), directory=Path(args.dir), model_name=args.model, repeat=args.repeat,
+                only=[s for s in args.only.split(",") if s], min_pass=args.min_pass,
+                json_out=Path(args.json) if args.json else None, record=Path(args.record) if args.record else None,
+                replay=Path(args.replay) if args.replay else None))
         if args.command == "demo":
             from bot.demo.server import run_demo
 

@@ -107,6 +107,15 @@ class SlackConfig(BaseModel):
         return next((a for a in self.alert_sources if a.channel == channel and a.posted(message)), None)
 
 
+class EvalConfig(BaseModel):
+    """``opspilot eval``: prices in USD per million tokens (input, output, cache read, cache write), by a name
+    the model's label contains; they extend and override the built-in table (bot.eval.suite.PRICES)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prices: dict[str, tuple[float, float, float, float]] = Field(default_factory=dict)
+
+
 class TelemetryConfig(BaseModel):
     """OpenTelemetry traces (off unless an endpoint is set here or in OTEL_EXPORTER_OTLP_ENDPOINT)."""
 
@@ -145,6 +154,7 @@ class Settings(BaseSettings):
     toolbox: OpsConfig = Field(default_factory=OpsConfig)
     sweeps: SweepConfig = Field(default_factory=SweepConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
     slack: SlackConfig = Field(default_factory=SlackConfig)
 
 

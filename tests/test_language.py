@@ -82,7 +82,9 @@ async def test_an_english_thread_stays_english(ws: Workspace) -> None:
     assert re.search(r":memo: Submitted by <@UREQ> at \d\d:\d\d UTC: environment = `prod`", closed["form"])
     assert re.search(r":white_check_mark: Confirmed by <@UBOSS> at \d\d:\d\d UTC", closed["card"])
     everything = "\n".join(texts)
-    assert re.search(r"[\u3400-\u9fff]", everything) is None, everything
+    # Our words are English; a runbook is quoted as it is written (the payments one is in Chinese).
+    ours = "\n".join(line for line in everything.splitlines() if "(`docs/" not in line)
+    assert re.search(r"[\u3400-\u9fff]", ours) is None, ours
     assert "Restarted `payments` in prod" in everything and "approved by <@UBOSS>" in everything
 
 

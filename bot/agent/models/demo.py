@@ -120,7 +120,8 @@ def _answer_lookup(results: list[ToolResultMessage], zh: bool) -> str:
         m = metrics.get("metrics", {})
         parts = []
         if "error_rate" in m and "current" in m["error_rate"]:
-            parts.append(f"error rate {m['error_rate']['current']:.1%} ({m['error_rate']['trend']})")
+            parts.append(f"{'错误率' if zh else 'error rate'} {m['error_rate']['current']:.1%} "
+                         f"({m['error_rate']['trend']})")
         if "p95_latency_ms" in m and "current" in m["p95_latency_ms"]:
             parts.append(f"p95 {m['p95_latency_ms']['current']:.0f} ms ({m['p95_latency_ms']['trend']})")
         if parts:
@@ -128,7 +129,10 @@ def _answer_lookup(results: list[ToolResultMessage], zh: bool) -> str:
     docs = _ok_data(results, "search_docs")
     if docs and docs.get("results"):
         lines.append(f"{'*文档建议*' if zh else '*Runbook advice*'}:")
-        for hit in docs.get("results", [])[:2]:
+        # The service's own runbooks (the catalog lists them) before any other document that matched.
+        own = set(found["candidates"][0].get("runbooks") or []) if found and found.get("candidates") else set()
+        hits = sorted(docs.get("results", []), key=lambda h: not any(str(h["path"]).endswith(r) for r in own))
+        for hit in hits[:2]:
             first = next((ln.strip("-• ").strip() for ln in str(hit["text"]).splitlines() if ln.strip()), "")
             # A section named like its document is not said twice ("… roll back first §… roll back first").
             where = hit["title"] if hit["section"] in (hit["title"], "") else f"{hit['title']} §{hit['section']}"
@@ -182,6 +186,14 @@ def _follow_up(results: list[ToolResultMessage], env: str | None, tools: Sequenc
     if env:
         args["environment"] = env
     calls = [_call(name, **args) for name in ("query_logs", "query_metrics") if name in tools]
+    own = [str(r) for r in service.get("runbooks") or []]
+    docs = _ok_data(results, "search_docs") or {}
+    if own and "search_docs" in tools and not any(str(h.get("path", "")).endswith(own[0])
+                                                  for h in docs.get("results", [])):
+        # The question's words missed the service's main runbook (the catalog lists it first; it may be written
+        # in another language): look it up by what the service's alerts say.
+        alerts = " ".join(str(a.get("summary", "")) for a in service.get("recent_alerts") or [])
+        calls.append(_call("search_docs", query=f"{service['id']} {alerts}"[:500]))
     plan = f"找到了 {service['id']}，接着看它的日志和指标。" if zh else \
         f"Found {service['id']}; reading its logs and metrics."
     return AssistantMessage(content=plan, tool_calls=tuple(calls))

@@ -1,0 +1,36 @@
+"""The eval's table (one row per scenario: pass/fail per expectation, steps, calls, tokens, latency, cost) and
+what failed, in plain words."""
+
+from __future__ import annotations
+
+from bot.eval.suite import EvalResult
+
+
+def render(result: EvalResult) -> str:
+    rows = [["scenario", "pass", "checks", "steps", "model calls", "tokens in/out", "latency s", "cost $"]]
+    failures: list[str] = []
+    for r in result.results:
+        attempts = r.attempts
+        checks = attempts[-1].checks
+        passed = sum(c.passed for c in checks)
+        costs = [result.cost(a.played) for a in attempts]
+        cost = "n/a" if any(c is None for c in costs) else f"{sum(c or 0.0 for c in costs) / len(costs):.4f}"
+        rows.append([r.scenario.name, f"{r.pass_rate:.0%}" if len(attempts) > 1 else
+                     ("PASS" if attempts[0].passed else "FAIL"), f"{passed}/{len(checks)}",
+                     f"{r.mean('steps'):.1f}", f"{r.mean('model_calls'):.1f}",
+                     f"{r.mean('input_tokens'):.0f}/{r.mean('output_tokens'):.0f}", f"{r.mean('latency_s'):.2f}",
+                     cost])
+        for i, attempt in enumerate(attempts):
+            for check in attempt.checks:
+                if not check.passed:
+                    tag = f" (attempt {i + 1})" if len(attempts) > 1 else ""
+                    failures.append(f"- {r.scenario.name}{tag}: {check.name} — {check.detail}")
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [" | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    total = sum(len(r.attempts) for r in result.results)
+    passed = sum(a.passed for r in result.results for a in r.attempts)
+    summary = f"\nmodel: {result.model}\npassed: {passed}/{total} ({result.pass_rate:.0%})"
+    if result.prices is None:
+        summary += "\ncost: no price for this model (add it under eval.prices in the config)"
+    return "\n".join(lines) + summary + ("\n\nFailed checks:\n" + "\n".join(failures) if failures else "")
