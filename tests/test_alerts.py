@@ -134,9 +134,10 @@ async def test_an_alert_storm_is_held_back_and_said(redis_url: str, prefix: str,
         assert (await ws.store.stats(3600)).runs == 2
         storm = [m for m in slack.called("chat.postMessage") if "Many alerts at once" in str(m.get("text"))]
         assert len(storm) == 1 and storm[0].get("thread_ts") is None  # said once, in the channel
-        held = [ts for ts in stamps[2:] if any(b["action_id"] == "opspilot_investigate"
-                                               for m in slack.thread(ALERTS, ts) for b in buttons(m))]
-        assert held == stamps[2:]
+        # Slack delivers the five events concurrently, in no promised order: any two run, the other three wait.
+        held = [ts for ts in stamps if any(b["action_id"] == "opspilot_investigate"
+                                           for m in slack.thread(ALERTS, ts) for b in buttons(m))]
+        assert len(held) == 3
 
         offer = next(m for m in slack.thread(ALERTS, held[0]) if buttons(m))
         click = block_action(user="UONCALL", channel=ALERTS, message=copy.deepcopy(offer),

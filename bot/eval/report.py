@@ -1,13 +1,17 @@
-"""The eval's table (one row per scenario: pass/fail per expectation, steps, calls, tokens, latency, cost) and
+"""The eval's table (one row per scenario: pass/fail or the pass rate ± its standard deviation, checks passed,
+steps, model calls, input tokens with those read from the prompt cache, output tokens, latency, cost) and
 what failed, in plain words."""
 
 from __future__ import annotations
+
+import statistics
 
 from bot.eval.suite import EvalResult
 
 
 def render(result: EvalResult) -> str:
-    rows = [["scenario", "pass", "checks", "steps", "model calls", "tokens in/out", "latency s", "cost $"]]
+    rows = [["scenario", "pass", "checks", "steps", "model calls", "input (cached) / output tokens", "latency s",
+             "cost $"]]
     failures: list[str] = []
     for r in result.results:
         attempts = r.attempts
@@ -15,11 +19,13 @@ def render(result: EvalResult) -> str:
         passed = sum(c.passed for c in checks)
         costs = [result.cost(a.played) for a in attempts]
         cost = "n/a" if any(c is None for c in costs) else f"{sum(c or 0.0 for c in costs) / len(costs):.4f}"
-        rows.append([r.scenario.name, f"{r.pass_rate:.0%}" if len(attempts) > 1 else
-                     ("PASS" if attempts[0].passed else "FAIL"), f"{passed}/{len(checks)}",
-                     f"{r.mean('steps'):.1f}", f"{r.mean('model_calls'):.1f}",
-                     f"{r.mean('input_tokens'):.0f}/{r.mean('output_tokens'):.0f}", f"{r.mean('latency_s'):.2f}",
-                     cost])
+        cached = r.mean("cache_read_tokens") + r.mean("cache_write_tokens")
+        tokens = f"{r.mean('input_tokens') + cached:.0f} ({r.mean('cache_read_tokens'):.0f}) / " \
+                 f"{r.mean('output_tokens'):.0f}"
+        outcome = f"{r.pass_rate:.0%} ±{statistics.pstdev([float(a.passed) for a in attempts]):.2f}" \
+            if len(attempts) > 1 else ("PASS" if attempts[0].passed else "FAIL")
+        rows.append([r.scenario.name, outcome, f"{passed}/{len(checks)}", f"{r.mean('steps'):.1f}",
+                     f"{r.mean('model_calls'):.1f}", tokens, f"{r.mean('latency_s'):.2f}", cost])
         for i, attempt in enumerate(attempts):
             for check in attempt.checks:
                 if not check.passed:
