@@ -22,6 +22,7 @@ from bot.assembly import Assembly
 from bot.config import Settings, SlackConfig
 from bot.demo.local_server import LocalServer
 from bot.demo.sender import SlackSender, block_action, mention
+from bot.demo.streams import TIERS
 from bot.demo.workspace import LocalSlack
 from bot.slack.service import build_service
 from state import Keys, RedisStore, connect
@@ -157,6 +158,8 @@ async def split(url: str, active: int, samples: int, workers: int) -> tuple[Meas
 
 async def run(active: int = 200, samples: int = 200, workers: int = 2) -> list[Table]:
     slack = LocalSlack()
+    for method in TIERS:  # no limits here (pacing is off, see opspilot()): the streaming tiers included
+        slack.per_minute(method, 1_000_000)
     await slack.server.start()
     try:
         async with isolated_redis() as url:
