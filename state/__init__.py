@@ -6,7 +6,7 @@ records, and :class:`StoreError` / :class:`StoreUnavailable` / :class:`CorruptRe
 """
 
 from state.client import connect, is_cluster_url
-from state.errors import CorruptRecord, StoreError, StoreUnavailable
+from state.errors import CorruptRecord, LeaseLost, StoreError, StoreUnavailable
 from state.keys import Keys, Ttls
 from state.memory import MemoryStore
 from state.records import (
@@ -28,6 +28,7 @@ __all__ = [
     "CorruptRecord",
     "Journal",
     "Keys",
+    "LeaseLost",
     "Locks",
     "MemoryStore",
     "MetaStore",

@@ -2,7 +2,8 @@
 
     StoreError            the state layer could not do what was asked
     ├── StoreUnavailable  Redis is unreachable or timed out
-    └── CorruptRecord     a stored record is unreadable or of an unknown schema (affects that run only)
+    ├── CorruptRecord     a stored record is unreadable or of an unknown schema (affects that run only)
+    └── LeaseLost         another worker holds the thread now: this one's write was refused (it stops quietly)
 """
 
 
@@ -12,6 +13,11 @@ class StoreError(Exception):
 
 class StoreUnavailable(StoreError):
     pass
+
+
+class LeaseLost(StoreError):
+    """This worker's lease on the thread lapsed (it could not renew in time) and another worker took the thread:
+    its writes are refused, so two workers never write one thread's transcript."""
 
 
 class CorruptRecord(StoreError):

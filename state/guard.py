@@ -15,15 +15,19 @@ from redis.exceptions import (
     InvalidPipelineStack,
     RedisClusterException,
     RedisError,
+    ResponseError,
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from state.errors import StoreError, StoreUnavailable
+from state.errors import LeaseLost, StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+LEASE_LOST = "OPSPILOT_LEASE_LOST"
+"""What a script answers (as an error) when the writer no longer holds the thread's lease."""
 
 # Compare-and-delete: only the holder lets go of a lease (threads' leases, the outbox's delivery leases).
 RELEASE_IF_HELD = """
@@ -42,6 +46,11 @@ async def guard(what: str) -> AsyncIterator[None]:
         raise StoreError(f"Redis Cluster refused a request while {what}: {exc}") from exc
     except RedisClusterException as exc:  # no node answers, a slot is not served (a cluster in failover)
         raise StoreUnavailable(f"Redis Cluster unavailable while {what}: {exc}") from exc
+    except ResponseError as exc:
+        if str(exc).startswith(LEASE_LOST):  # a script refused a write: someone else holds the thread
+            raise LeaseLost(f"{what}: refused, {str(exc).removeprefix(LEASE_LOST).strip()} holds the thread "
+                            "now") from exc
+        raise StoreError(f"Redis error while {what}: {exc}") from exc
     except RedisError as exc:
         raise StoreError(f"Redis error while {what}: {exc}") from exc
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from core.messages import Message
+from state.errors import LeaseLost
 from state.journal import MemoryJournal
 from state.locks import MemoryLocks
 from state.meta import MemoryMeta
@@ -46,6 +47,9 @@ class MemoryStore:
 
     async def commit(self, write: Write) -> None:
         run = write.run
+        holder = self.locks.holder(run.thread_id)
+        if write.lease_owner and holder not in (None, write.lease_owner):
+            raise LeaseLost(f"saving run {run.run_id}: refused, {holder} holds the thread now")
         self._transcripts[run.thread_id].extend(write.messages)
         # Stored serialised, like Redis, so callers never share a mutable record.
         self._runs[run.run_id] = run.model_dump_json()

@@ -31,13 +31,18 @@ from state.store import Opened, Stats, Write, hour_now, merge_stats
 # thread's run, paused index, active index, stats bucket, audit stream, cancel flag, run trace, thread lease,
 # then one key per new token. A commit whose id the run record already carries (retried after its reply was
 # lost) does nothing. A live run's trace entries are appended to a list; a finished run's record holds its whole
-# trace and the list goes (one key per run kept, not two). A run that stops running drops any cancel request:
+# trace and the list goes (one key per run kept, not two). A writer that no longer holds the thread's lease
+# (another worker took it after it lapsed) is refused. A run that stops running drops any cancel request:
 # nobody is left to act on it, and it must not stop the run's next turn. The turn's last write lets go of the
 # thread's lease, if it still holds it.
 _COMMIT = """
 local h = cjson.decode(ARGV[1])
 local stored = redis.call('GET', KEYS[2])
 if stored and string.sub(stored, 1, #h.commit_id) == h.commit_id then return redis.call('LLEN', KEYS[1]) end
+if h.owner then
+  local holder = redis.call('GET', KEYS[10])
+  if holder and holder ~= h.owner then return redis.error_reply('OPSPILOT_LEASE_LOST ' .. holder) end
+end
 local i = 3
 local length = -1
 if h.messages > 0 then
@@ -163,6 +168,7 @@ class RedisStore:
             "audit": [dict(e) for e in write.audit], "audit_ttl": ttls.audit_s, "audit_max": ttls.audit_max_entries,
             "messages": len(write.messages), "tickets": len(tickets),
             "ticket_ttl": ttls.interrupt_s + ttls.claim_margin_s, "release": write.release_lease or False,
+            "owner": write.lease_owner or False,
         }
         shard = shard_of(run.thread_id)  # one hash slot for every key (see state.keys)
         keys = [k.transcript(run.thread_id), k.run(run.run_id), k.thread_run(run.thread_id), k.index(shard, "paused"),

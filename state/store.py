@@ -41,6 +41,8 @@ class Write:
     """The run's trace entries added since the last write."""
     release_lease: str | None = None
     """The thread lease's owner, when this is the turn's last write: the lease goes with it (no extra trip)."""
+    lease_owner: str | None = None
+    """Who writes: refused (:class:`state.errors.LeaseLost`) if another owner holds the thread's lease."""
 
     def tickets(self) -> list[Ticket]:
         """What each new token opens, stored beside it so a click needs one read."""

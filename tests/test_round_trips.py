@@ -4,6 +4,7 @@ a client that records the requests it sends), against the real server."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,7 +18,7 @@ from bot.agent.events import Event, EventBus
 from bot.agent.limits import Limits
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.agent.transcript import violations
-from state import RedisStore
+from state import LeaseLost, RedisStore, Write
 from tests.toolkit import Change
 from tools import ToolContext, tool
 from tools.registry import Registry
@@ -108,3 +109,32 @@ async def test_a_change_is_durable_before_it_runs(counted: tuple[RedisStore, lis
     inline, appended = live[0]
     assert inline is None and [json.loads(e)["kind"] for e in appended] == ["step"]  # a live run appends
     assert await store.journal.states(out.run_id) == {"m1": "finished"}
+
+
+async def test_a_worker_that_lost_its_lease_writes_nothing_more(counted: tuple[RedisStore, list[str]]) -> None:
+    """Its lease lapsed (it could not renew in time) and another worker took the thread: its next write is
+    refused, so two workers never write one transcript; the taker's writes go through."""
+    store, _ = counted
+    started, release = asyncio.Event(), asyncio.Event()
+
+    @tool(description="Slow read.")
+    async def slow(args: Change, ctx: ToolContext) -> dict[str, Any]:
+        started.set()
+        await release.wait()
+        return {"read": args.target}
+
+    model = ScriptedModel([reply("", call("slow", "s1", target="db")), reply("done")])
+    engine = _engine(store, model, [slow])
+    turn = asyncio.create_task(engine.ask("thread", "look"))
+    await started.wait()
+    lease = store.keys.lease("thread")
+    await store.client.set(lease, "another-worker:1", px=30_000)  # the lapse and the takeover, as Redis sees them
+    before = await store.client.llen(store.keys.transcript("thread"))
+    release.set()
+    with pytest.raises(LeaseLost, match="another-worker:1 holds the thread"):
+        await turn
+    assert await store.client.llen(store.keys.transcript("thread")) == before
+    assert await store.client.get(lease) == "another-worker:1"  # not released by the loser either
+    opened = await store.open_turn("thread", "another-worker:1", 30_000)  # the taker reads and writes on
+    assert opened is not None and opened.run is not None
+    await store.commit(Write(run=opened.run, lease_owner="another-worker:1"))

@@ -159,7 +159,8 @@ class Run:
         release = self.lease.release_by(final) if self.lease is not None else None
         write = Write(run=self.record, messages=self._messages, counters=dict(self._counters),
                       new_tokens=self._tokens, audit=self._audit, trace=self.record.unsaved_trace(),
-                      status_changed=self.record.status != self._committed_status, release_lease=release)
+                      status_changed=self.record.status != self._committed_status, release_lease=release,
+                      lease_owner=self.lease.owner if self.lease is not None else None)
         self._messages, self._counters, self._tokens, self._audit = [], Counter(), [], []
         self._committed_status = self.record.status
         # A Stop arriving meanwhile waits for this write: what it sent must not be sent twice, nor half.

@@ -33,7 +33,7 @@ from bot.slack.meta import CARD, THREAD, thread_key
 from bot.slack.metrics import Metrics
 from bot.slack.outbox import SlackOutbox
 from bot.slack.words import language_of, say
-from state import StoreError, Ticket
+from state import LeaseLost, StoreError, Ticket
 from state.store import MetaStore, WorkQueue
 
 log = logging.getLogger(__name__)
@@ -127,6 +127,8 @@ class Executor:
                                       f":warning: I could not start: {kit.escape(exc)}")
             else:
                 await self.outbox.tell(item.channel, item.user, f"Nothing changed: {kit.escape(exc)}", item.thread_ts)
+        except LeaseLost as exc:  # it could not renew in time and another worker took the thread: that one goes on
+            log.warning("%s in thread %s stopped here: %s", item.kind, item.thread_ts, exc)
         except StoreError as exc:
             ref = uuid.uuid4().hex[:8]  # the operator gets the details, the person a reference to them
             log.error("%s dropped (ref %s): %s", item.kind, ref, exc)
