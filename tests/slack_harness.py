@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +22,8 @@ from bot.slack.service import Role, SlackService, build_service
 from state import Keys, RedisStore, Ttls, connect
 from tools import ops
 from tools.registry import Registry, ToolSpec
+
+log = logging.getLogger(__name__)
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 CHANNEL = "C0OPS"
@@ -55,13 +59,21 @@ class Workspace:
         await self.service.drain(1)
 
     async def stop(self) -> None:
-        await self.settle()
+        """Each step bounded: a test that passed never hangs in its teardown (one full run once did, after an
+        outage test); a step that does not finish is logged with every task's stack and left behind."""
+        steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = [("settle", self.settle)]
         if self.service.worker is not None:
-            await self.service.worker.stop()
-        await self.service.outbox.stop()
-        await self.service.close_sessions()
-        await self.server.stop()
-        await self.store.close()
+            steps.append(("worker", self.service.worker.stop))
+        steps += [("outbox", self.service.outbox.stop), ("sessions", self.service.close_sessions),
+                  ("server", self.server.stop), ("store", self.store.close)]
+        for name, step in steps:
+            task = asyncio.ensure_future(step())
+            done, _ = await asyncio.wait({task}, timeout=90)
+            if not done:
+                stacks = "\n".join(f"{t.get_name()}: {t.get_stack(limit=8)}" for t in asyncio.all_tasks())
+                log.error("workspace stop: %s did not finish in 90 s; tasks:\n%s", name, stacks)
+            elif (error := task.exception()) is not None:
+                raise error
 
 
 def slack_settings(redis_url: str, prefix: str, api_url: str, **slack: Any) -> Settings:
