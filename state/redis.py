@@ -205,7 +205,7 @@ class RedisStore:
         key = self.keys.run(run_id)
 
         async def fetch() -> list[Any]:
-            pipe = self.client.pipeline(transaction=False)
+            pipe = self.client.pipeline(transaction=True)  # a finishing commit folds the list into the record
             pipe.get(key)
             pipe.lrange(self.keys.run_trace(run_id), 0, -1)
             result: list[Any] = await pipe.execute()

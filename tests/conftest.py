@@ -26,6 +26,7 @@ from bot.agent.models.base import ChatModel
 from bot.demo.workspace import LocalSlack as FakeSlack
 from state import Keys, RedisStore, Ttls, connect
 from tests.cluster import RedisClusterProcess
+from tests.fakes.anthropic_api import FakeAnthropic
 from tools import ops
 from tools.registry import Registry, ToolSpec
 
@@ -118,6 +119,15 @@ async def store(redis_url: str, prefix: str) -> AsyncIterator[RedisStore]:
     if keys:
         await s.client.delete(*keys)
     await s.close()
+
+
+@pytest.fixture
+async def fake_anthropic() -> AsyncIterator[FakeAnthropic]:
+    """The local Anthropic Messages API (the real SDK talks to it; it enforces the API's tool-use rules)."""
+    fake = FakeAnthropic()
+    await fake.server.start()
+    yield fake
+    await fake.server.stop()
 
 
 @pytest.fixture

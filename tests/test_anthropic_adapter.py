@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -21,11 +20,8 @@ from tools import ops
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeAnthropic]:
-    f = FakeAnthropic()
-    await f.server.start()
-    yield f
-    await f.server.stop()
+def fake(fake_anthropic: FakeAnthropic) -> FakeAnthropic:
+    return fake_anthropic
 
 
 def model_for(fake: FakeAnthropic, **kw: Any) -> AnthropicModel:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,7 @@ def test_the_demo_model_plays_every_scenario_meant_for_it(tmp_path: Path, capsys
     assert main(["eval", "--model", "demo", "--dir", str(EVALS), "--json", str(out)]) == 0
     body = json.loads(out.read_text())
     played = {s["name"]: s for s in body["scenarios"]}
-    assert len(played) + len(body["skipped"]) >= 12 and len(played) >= 12
+    assert len(played) >= 12
     assert all(s["pass_rate"] == 1.0 for s in played.values()), [
         (n, [c for c in s["attempts"][0]["checks"] if not c["passed"]]) for n, s in played.items()]
     assert {"runbook-says-do-not-restart", "ambiguous-service", "two-services"} <= set(body["skipped"])
@@ -63,16 +62,9 @@ def test_a_broken_scenario_is_refused_with_its_path_and_field(tmp_path: Path, ca
     assert "no scenario named no-such" in capsys.readouterr().err
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeAnthropic]:
-    f = FakeAnthropic()
-    await f.server.start()
-    yield f
-    await f.server.stop()
-
-
-async def test_a_recorded_model_run_replays_offline_and_a_divergence_is_named(fake: FakeAnthropic,
+async def test_a_recorded_model_run_replays_offline_and_a_divergence_is_named(fake_anthropic: FakeAnthropic,
                                                                               tmp_path: Path) -> None:
+    fake = fake_anthropic
     scenario = load_scenarios(EVALS, ["unknown-service"])
     fake.queue(tool_use(("search_resource", {"query": "billing-svc"}), say="Looking it up."),
                text("There is no service named `billing-svc` in the catalog. Known services: payments, orders, "

@@ -54,10 +54,8 @@ class Played:
             self.proposed.append((event.tool, dict(event.arguments)))
         elif event.type == "tool_result":
             self.results[event.tool] = event.status
-        elif event.type == "loop_interrupt":
+        elif event.type == "loop_interrupt":  # (its calls were announced as tool calls when proposed)
             self.asked += [p.interrupt_type for p in event.pending]
-            self.proposed += [(p.tool, dict(p.arguments)) for p in event.pending
-                              if (p.tool, dict(p.arguments)) not in self.proposed]
         elif event.type == "model_step":
             self.model_calls += 1
             self.input_tokens += event.input_tokens

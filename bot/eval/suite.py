@@ -12,7 +12,9 @@ from bot.eval.runner import Played, play
 from bot.eval.scenario import Scenario
 from bot.eval.score import Check, score
 
-PRICES: dict[str, tuple[float, float, float, float]] = {
+Price = tuple[float, float, float, float]
+
+PRICES: dict[str, Price] = {
     # USD per million tokens: input, output, cache read, cache write (5-minute). Anthropic's list prices at the
     # time of writing; override or add models with eval.prices in the config.
     "claude-opus-4-1": (15.0, 75.0, 1.50, 18.75),
@@ -49,7 +51,7 @@ class ScenarioResult:
 class EvalResult:
     model: str
     results: list[ScenarioResult]
-    prices: tuple[float, float, float, float] | None
+    prices: Price | None
 
     @property
     def pass_rate(self) -> float:
@@ -83,7 +85,7 @@ class EvalResult:
         }
 
 
-def price_of(model: ChatModel, prices: dict[str, tuple[float, float, float, float]]) -> tuple[float, ...] | None:
+def price_of(model: ChatModel, prices: dict[str, Price]) -> Price | None:
     """The price row whose name the model's label contains (the scripted model costs nothing)."""
     if model.scripted and not isinstance(model, Replayer):
         return (0.0, 0.0, 0.0, 0.0)
@@ -92,7 +94,7 @@ def price_of(model: ChatModel, prices: dict[str, tuple[float, float, float, floa
 
 
 async def run_eval(scenarios: list[Scenario], model: ChatModel, *, repeat: int = 1,
-                   prices: dict[str, tuple[float, float, float, float]] | None = None) -> EvalResult:
+                   prices: dict[str, Price] | None = None) -> EvalResult:
     results = []
     for scenario in scenarios:
         result = ScenarioResult(scenario)
@@ -102,5 +104,4 @@ async def run_eval(scenarios: list[Scenario], model: ChatModel, *, repeat: int =
             played = await play(scenario, model)
             result.attempts.append(Attempt(played, score(scenario, played)))
         results.append(result)
-    price = price_of(model, {**PRICES, **(prices or {})})
-    return EvalResult(model.label, results, price if price is None else (price[0], price[1], price[2], price[3]))
+    return EvalResult(model.label, results, price_of(model, {**PRICES, **(prices or {})}))
