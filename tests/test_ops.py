@@ -213,7 +213,8 @@ async def test_prometheus_bad_query_and_demo_fixtures(fakes: OpsFakes) -> None:
     obs = await run(live(fakes, metrics=broken), "query_metrics", service_id="payments", environment="prod")
     assert error_code(obs) == "validation_error"
     demo = data(await run(ops.build(), "query_metrics", service_id="payments", environment="prod"))
-    assert demo["metrics"]["error_rate"]["trend"] == "rising" and demo["metrics"]["error_rate"]["current"] == 0.043
+    rate = demo["metrics"]["error_rate"]
+    assert (rate["trend"], rate["current"], rate["onset_at"]) == ("steady high", 0.043, "2026-12-02T09:43:00Z")
     assert error_code(await run(ops.build(), "query_metrics", service_id="payments", environment="prod",
                                 metrics=["cpu"])) == "validation_error"
 

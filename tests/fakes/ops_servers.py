@@ -40,6 +40,10 @@ class OpsFakes:
                               "spec": {"containers": [{"name": "api", "image": "payments-api:1.4.2"}]}}},
         "status": {"observedGeneration": 7, "replicas": 3, "updatedReplicas": 3, "availableReplicas": 3},
     })
+    replica_sets: list[dict[str, Any]] = field(default_factory=list)
+    """The deployment's rollout history (see :func:`replica_set`)."""
+    change_events: list[Any] = field(default_factory=list)
+    """What the deploy-events endpoint answers (it ignores the query parameters, as some do)."""
     _polls: int = 0
 
     def __post_init__(self) -> None:
@@ -48,6 +52,8 @@ class OpsFakes:
         app.router.add_get("/api/v1/query_range", self.prom_range)
         app.router.add_get("/api/v1/query", self.prom_instant)
         app.router.add_route("*", "/apis/apps/v1/namespaces/{ns}/deployments/{name}", self.deployment_api)
+        app.router.add_get("/apis/apps/v1/namespaces/{ns}/replicasets", self.replica_set_list)
+        app.router.add_get("/hooks/changes", self.changes)
         app.router.add_post("/hooks/restart", self.webhook)
         app.router.add_get("/hooks/jobs/{job}", self.job)
         self.server = LocalServer(app, ssl_context=self.tls)
@@ -161,6 +167,23 @@ class OpsFakes:
             return web.json_response(self.deployment)
         return web.Response(status=405)
 
+    async def replica_set_list(self, request: web.Request) -> web.Response:
+        self.requests.append(("k8s_replicasets", request.path, dict(request.query)))
+        if (denied := self._auth(request)) is not None:
+            return denied
+        wanted = dict(p.split("=", 1) for p in request.query.get("labelSelector", "").split(",") if "=" in p)
+        items = [rs for rs in self.replica_sets
+                 if rs["metadata"]["namespace"] == request.match_info["ns"]
+                 and wanted.items() <= rs["metadata"].get("labels", {}).items()]
+        return web.json_response({"apiVersion": "apps/v1", "kind": "ReplicaSetList", "metadata": {},
+                                  "items": items})
+
+    async def changes(self, request: web.Request) -> web.Response:
+        self.requests.append(("changes", request.path, dict(request.query)))
+        if (denied := self._auth(request)) is not None:
+            return denied
+        return web.json_response(self.change_events)
+
     # --- webhook ---------------------------------------------------------------------------------------
 
     async def webhook(self, request: web.Request) -> web.Response:
@@ -179,3 +202,26 @@ class OpsFakes:
 
 def loki_line(ts: float, level: str, msg: str) -> tuple[float, str]:
     return ts, json.dumps({"ts": ts, "level": level, "msg": msg})
+
+
+def replica_set(revision: int, created: str, image: str, *, cause: str | None = None, restarted_at: str | None = None,
+                owner: str = "payments-api", namespace: str = "payments", app: str = "payments-api",
+                history: str | None = None) -> dict[str, Any]:
+    """A ReplicaSet as the API server returns it for one revision of a deployment's rollout history."""
+    annotations = {"deployment.kubernetes.io/revision": str(revision)}
+    if cause:
+        annotations["kubernetes.io/change-cause"] = cause
+    if history:
+        annotations["deployment.kubernetes.io/revision-history"] = history
+    template: dict[str, Any] = {"labels": {"app": app, "pod-template-hash": f"h{revision}"}}
+    if restarted_at:
+        template["annotations"] = {"kubectl.kubernetes.io/restartedAt": restarted_at}
+    return {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "metadata": {"name": f"{owner}-h{revision}", "namespace": namespace, "creationTimestamp": created,
+                         "labels": {"app": app, "pod-template-hash": f"h{revision}"}, "annotations": annotations,
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": owner,
+                                              "uid": "d-1", "controller": True}]},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": app, "pod-template-hash": f"h{revision}"}},
+                     "template": {"metadata": template,
+                                  "spec": {"containers": [{"name": "api", "image": image}]}}},
+            "status": {"replicas": 3}}

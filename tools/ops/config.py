@@ -4,9 +4,9 @@ restarts come from. Every backend has a demo/file variant so everything runs off
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
 DEFAULT_QUERIES = {
     "error_rate": 'sum(rate(http_requests_total{$labels,code=~"5.."}[5m]))'
@@ -51,6 +51,8 @@ class PrometheusMetrics(_Section):
     step_s: int = Field(60, ge=1)
     queries: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_QUERIES),
                                     description="PromQL per metric; $labels, $namespace, $deployment, $env")
+    counters: list[str] = Field(default_factory=list, description="metrics whose query returns a raw counter "
+                                "(read as increases, resets counted); names ending in _total always are")
     timeout_s: float = Field(15.0, gt=0)
 
 
@@ -58,8 +60,9 @@ class DemoRestarts(_Section):
     backend: Literal["demo"] = "demo"
 
 
-class KubernetesRestarts(_Section):
-    backend: Literal["kubernetes"]
+class KubeConnection(_Section):
+    """How to reach a Kubernetes API server (shared by the restart and the change-history backends)."""
+
     in_cluster: bool = Field(False, description="use the pod's service account")
     service_account_dir: Path = Field(Path("/var/run/secrets/kubernetes.io/serviceaccount"),
                                       description="in_cluster: where the service account is mounted")
@@ -70,6 +73,10 @@ class KubernetesRestarts(_Section):
     ca_file: Path | None = None
     insecure_skip_tls_verify: bool = False
     timeout_s: float = Field(15.0, gt=0)
+
+
+class KubernetesRestarts(KubeConnection):
+    backend: Literal["kubernetes"]
 
 
 class WebhookRestarts(_Section):
@@ -85,6 +92,35 @@ class Verification(_Section):
     settle_s: float = Field(30.0, ge=0, description="pause after the rollout before re-checking the error rate")
 
 
+_SCOPE = Field(None, description="the environments this source knows about (default: all)")
+
+
+class FileChanges(_Section):
+    backend: Literal["files"] = "files"
+    file: Path | None = Field(None, description="JSON lines of deploy events; default: <data_dir>/changes.jsonl")
+    environments: list[str] | None = _SCOPE
+
+
+class HttpChanges(_Section):
+    backend: Literal["http"]
+    url: str = Field(description="GET with ?service=&environment=&since=&until=, answering a JSON list")
+    token_env: str | None = None
+    timeout_s: float = Field(15.0, gt=0)
+    environments: list[str] | None = _SCOPE
+
+
+class KubernetesChanges(KubeConnection):
+    backend: Literal["kubernetes"]
+    environments: list[str] | None = _SCOPE
+
+
+ChangeSource = Annotated[FileChanges | HttpChanges | KubernetesChanges, Field(discriminator="backend")]
+
+
+def _default_changes() -> list[FileChanges | HttpChanges | KubernetesChanges]:
+    return [FileChanges()]
+
+
 class OpsConfig(_Section):
     data_dir: Path | None = Field(None, description="catalog.yml, docs/, logs/, metrics.yml (default: bundled demo)")
     catalog: Path | None = None
@@ -95,4 +131,15 @@ class OpsConfig(_Section):
         default_factory=FixtureMetrics)
     restart: Annotated[DemoRestarts | KubernetesRestarts | WebhookRestarts, Field(discriminator="backend")] = Field(
         default_factory=DemoRestarts)
+    changes: list[ChangeSource] = Field(
+        default_factory=_default_changes,
+        description="where recent_changes reads what changed: one source or a list (merged, newest first)")
+    now: AwareDatetime | None = Field(
+        None, description="replayed data: the moment treated as now by fixture metrics and file change history "
+        "(default: now: in <data_dir>/dataset.yml, else the real clock)")
     verify: Verification = Field(default_factory=Verification)
+
+    @field_validator("changes", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, dict) else value

@@ -37,7 +37,7 @@ class KubeClient:
                  token: str | None = None, ca_file: Path | None = None, insecure: bool = False,
                  timeout_s: float = 15.0) -> None:
         if not (in_cluster or kubeconfig or (api_url and token)):
-            raise ValueError("kubernetes restarts need in_cluster, a kubeconfig, or api_url with token_env")
+            raise ValueError("the Kubernetes backend needs in_cluster, a kubeconfig, or api_url with token_env")
         self.in_cluster, self.service_account = in_cluster, service_account
         self.kubeconfig, self.context = kubeconfig, context
         self.api_url, self.token, self.ca_file, self.insecure = api_url, token, ca_file, insecure
@@ -78,6 +78,13 @@ class KubeClient:
         options: dict[str, Any] = {"_request_timeout": self.timeout_s}
         return await self._call(lambda apps: apps.read_namespaced_deployment(name, namespace, **options))
 
+    async def replica_sets(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        """The ReplicaSets a deployment's selector matches (its rollout history)."""
+        options: dict[str, Any] = {"label_selector": selector, "_request_timeout": self.timeout_s}
+        body = await self._call(lambda apps: apps.list_namespaced_replica_set(namespace, **options))
+        items = body.get("items")
+        return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+
     async def restart(self, namespace: str, name: str, stamp: str) -> dict[str, Any]:
         """``kubectl rollout restart``: the pod template's restartedAt annotation, as a strategic merge patch."""
         patch = {"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": stamp}}}}}
@@ -96,7 +103,7 @@ class KubeClient:
             raise ToolTimeout(f"{_NAME} did not answer within {self.timeout_s:g}s") from exc
         except (aiohttp.ClientError, ssl.SSLError, OSError) as exc:
             raise UpstreamError(f"cannot reach {_NAME}: {type(exc).__name__}: {_first_line(exc)}") from exc
-        except (ValueError, TypeError) as exc:  # an answer that is not the Deployment it should be
+        except (ValueError, TypeError) as exc:  # an answer that is not the object it should be
             raise UpstreamError(f"{_NAME} sent an answer that could not be read: {_first_line(exc)}") from exc
         body = api.sanitize_for_serialization(result)
         return body if isinstance(body, dict) else {}

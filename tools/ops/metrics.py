@@ -1,4 +1,4 @@
-"""query_metrics backends: the Prometheus HTTP API and YAML fixtures, summarised as numbers with a trend."""
+"""query_metrics backends: the Prometheus HTTP API and YAML fixtures (described by ``tools.ops.series``)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import asyncio
 import math
 import string
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -21,6 +22,8 @@ Series = list[tuple[float, float]]
 class MetricsBackend(Protocol):
     names: list[str]
 
+    def is_counter(self, metric: str) -> bool: ...
+
     def describe(self, service: Service, environment: str, metric: str) -> str: ...
 
     async def series(self, service: Service, environment: str, metric: str, minutes: int) -> Series: ...
@@ -28,25 +31,18 @@ class MetricsBackend(Protocol):
     async def current(self, service: Service, environment: str, metric: str) -> float | None: ...
 
 
-def summarise(series: Series) -> dict[str, Any]:
-    values = [v for _, v in series if not math.isnan(v)]
-    if not values:
-        return {"points": 0, "note": "no data in this window"}
-    first, last = values[0], values[-1]
-    change = (last - first) / abs(first) if first else (0.0 if last == first else math.inf)
-    trend = "rising" if change > 0.1 else "falling" if change < -0.1 else "flat"
-    return {"current": round(last, 4), "min": round(min(values), 4), "max": round(max(values), 4),
-            "avg": round(sum(values) / len(values), 4), "first": round(first, 4), "trend": trend,
-            "points": len(values)}
-
-
 class PrometheusBackend:
-    def __init__(self, http: Http, *, queries: dict[str, str], env_label: str = "env", step_s: int = 60) -> None:
+    def __init__(self, http: Http, *, queries: dict[str, str], env_label: str = "env", step_s: int = 60,
+                 counters: list[str] | None = None) -> None:
         self.http = http
         self.queries = queries
         self.names = list(queries)
         self.env_label = env_label
         self.step_s = step_s
+        self.counters = set(counters or ())
+
+    def is_counter(self, metric: str) -> bool:
+        return metric in self.counters or metric.endswith("_total")
 
     def describe(self, service: Service, environment: str, metric: str) -> str:
         template = self.queries.get(metric)
@@ -92,10 +88,12 @@ def _result(body: Any, kind: str) -> list[dict[str, Any]]:
 
 class FixtureBackend:
     """``metrics.yml``: ``<service>: <env>: <metric>: [values…]`` at one-minute steps ending now; an optional
-    ``after_restart:`` block replaces the series once the demo restart backend restarted that service."""
+    ``after_restart:`` block replaces the series once the demo restart backend restarted that service. A metric
+    named ``*_total`` is a raw counter. The last point is at ``now()`` (a replayed dataset's clock)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, now: Callable[[], float] = time.time) -> None:
         self.path = path
+        self.now = now
         try:
             self.data: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         except (OSError, yaml.YAMLError) as exc:
@@ -103,6 +101,9 @@ class FixtureBackend:
         self.names = sorted({m for envs in self.data.values() for env in envs.values() for m in env
                              if m != "after_restart"})
         self.restarted: set[tuple[str, str]] = set()
+
+    def is_counter(self, metric: str) -> bool:
+        return metric.endswith("_total")
 
     def describe(self, service: Service, environment: str, metric: str) -> str:
         return f"fixture {self.path.name}: {service.id}/{environment}/{metric}"
@@ -119,7 +120,7 @@ class FixtureBackend:
 
     async def series(self, service: Service, environment: str, metric: str, minutes: int) -> Series:
         values = self._values(service, environment, metric)[-minutes:]
-        now = time.time()
+        now = self.now()
         await asyncio.sleep(0)
         return [(now - (len(values) - 1 - i) * 60, v) for i, v in enumerate(values)]
 

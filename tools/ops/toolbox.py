@@ -1,4 +1,4 @@
-"""The five ops tools, bound to the backends the config chooses."""
+"""The six ops tools, bound to the backends the config chooses."""
 
 from __future__ import annotations
 
@@ -14,11 +14,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from tools.errors import InvalidArguments, NotFound, ParamsRequired, ToolError
 from tools.ops import config as cfg
 from tools.ops.catalog import Catalog, Service
+from tools.ops.changes import ChangeSource, FileChanges, HttpChanges, KubernetesChanges
+from tools.ops.clock import Clock
 from tools.ops.docs import DocIndex
+from tools.ops.history import recent
 from tools.ops.http import Http
 from tools.ops.kube import KubeClient
 from tools.ops.logs import FileBackend, LogBackend, LogQuery, LokiBackend, group
-from tools.ops.metrics import FixtureBackend, MetricsBackend, PrometheusBackend, summarise
+from tools.ops.metrics import FixtureBackend, MetricsBackend, PrometheusBackend
 from tools.ops.restart import (
     DemoRestarts,
     KubernetesRestarts,
@@ -26,6 +29,7 @@ from tools.ops.restart import (
     RestartRequest,
     WebhookRestarts,
 )
+from tools.ops.series import describe, figures, gist
 from tools.registry import ToolContext, ToolSpec, confirm_in, tool
 
 log = logging.getLogger(__name__)
@@ -61,6 +65,10 @@ class QueryMetricsArgs(ServiceArgs):
     minutes: int = Field(60, ge=5, le=7 * 24 * 60)
 
 
+class RecentChangesArgs(ServiceArgs):
+    minutes: int = Field(24 * 60, ge=5, le=30 * 24 * 60, description="how far back (default: 24 hours)")
+
+
 class RestartArgs(_Args):
     service_id: str = Field(min_length=1, description="the service id from search_resource")
     environment: str | None = Field(None, description="where to restart")
@@ -75,6 +83,8 @@ class Toolbox:
     logs: LogBackend
     metrics: MetricsBackend
     restarts: Any  # a RestartBackend; DemoRestarts in the demo, whose .done tests read
+    changes: list[ChangeSource]
+    clock: Clock
 
 
 def _token(env: str | None) -> str | None:
@@ -90,21 +100,38 @@ def _logs(conf: cfg.OpsConfig, data: Path) -> LogBackend:
     return FileBackend(conf.logs.dir or data / "logs", anchor=conf.logs.anchor)
 
 
-def _metrics(conf: cfg.OpsConfig, data: Path) -> MetricsBackend:
+def _metrics(conf: cfg.OpsConfig, data: Path, clock: Clock) -> MetricsBackend:
     if isinstance(conf.metrics, cfg.PrometheusMetrics):
         m = conf.metrics
         http = Http(m.url, name="Prometheus", token=_token(m.token_env), timeout_s=m.timeout_s)
-        return PrometheusBackend(http, queries=m.queries, env_label=m.env_label, step_s=m.step_s)
-    return FixtureBackend(conf.metrics.file or data / "metrics.yml")
+        return PrometheusBackend(http, queries=m.queries, env_label=m.env_label, step_s=m.step_s,
+                                 counters=m.counters)
+    return FixtureBackend(conf.metrics.file or data / "metrics.yml", now=clock.now)
+
+
+def _kube(r: cfg.KubeConnection) -> KubeClient:
+    return KubeClient(in_cluster=r.in_cluster, service_account=r.service_account_dir, kubeconfig=r.kubeconfig,
+                      context=r.context, api_url=r.api_url, token=_token(r.token_env), ca_file=r.ca_file,
+                      insecure=r.insecure_skip_tls_verify, timeout_s=r.timeout_s)
+
+
+def _changes(conf: cfg.OpsConfig, data: Path) -> list[ChangeSource]:
+    sources: list[ChangeSource] = []
+    for c in conf.changes:
+        if isinstance(c, cfg.KubernetesChanges):
+            sources.append(KubernetesChanges(_kube(c), c.environments))
+        elif isinstance(c, cfg.HttpChanges):
+            sources.append(HttpChanges(Http(c.url, name="deploy events API", token=_token(c.token_env),
+                                            timeout_s=c.timeout_s), c.environments))
+        else:
+            sources.append(FileChanges(c.file or data / "changes.jsonl", c.environments))
+    return sources
 
 
 def _restarts(conf: cfg.OpsConfig) -> RestartBackend:
     r = conf.restart
     if isinstance(r, cfg.KubernetesRestarts):
-        return KubernetesRestarts(KubeClient(
-            in_cluster=r.in_cluster, service_account=r.service_account_dir, kubeconfig=r.kubeconfig,
-            context=r.context, api_url=r.api_url, token=_token(r.token_env), ca_file=r.ca_file,
-            insecure=r.insecure_skip_tls_verify, timeout_s=r.timeout_s))
+        return KubernetesRestarts(_kube(r))
     if isinstance(r, cfg.WebhookRestarts):
         return WebhookRestarts(Http(r.url, name="restart webhook", token=_token(r.token_env), timeout_s=r.timeout_s),
                                r.url)
@@ -117,8 +144,10 @@ def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox
     catalog = Catalog.load(conf.catalog or data / "catalog.yml")
     docs = DocIndex(conf.docs_dir or data / "docs", link_base=conf.docs_link_base)
     docs.refresh()
+    clock = Clock.for_data(conf.now, data)
     logs = _logs(conf, data)
-    metrics = _metrics(conf, data)
+    metrics = _metrics(conf, data, clock)
+    changes = _changes(conf, data)
     backend: RestartBackend = restarts or _restarts(conf)
     if isinstance(backend, DemoRestarts) and isinstance(metrics, FixtureBackend):
         # Demo fixtures switch to their after-restart series once the demo backend restarted a service.
@@ -180,20 +209,31 @@ def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox
 
     @tool(timeout_s=30)
     async def query_metrics(args: QueryMetricsArgs, ctx: ToolContext) -> dict[str, Any]:
-        """Key metrics of a service in one environment over a window (error rate, p95 latency in ms, restarts):
-        current, min, max, average and trend, with the query used for each."""
+        """Key metrics of a service in one environment over a window (error rate, p95 latency in ms, restarts).
+        Per metric: current value, baseline (before any change), peak (or low) and when, onset (when it
+        clearly left the baseline, UTC) and recovery time if it came back, and a trend word from those facts
+        (flat, rising, falling, steady high, spiked and recovered…), with the query used. Compare onset_at with
+        recent_changes to tell whether a change preceded a problem."""
         service, env = service_and_env(args, "read the metrics")
         names = args.metrics or metrics.names
         unknown = [n for n in names if n not in metrics.names]
         if unknown:
             raise InvalidArguments(f"unknown metrics {unknown}; available: {', '.join(metrics.names)}")
         series = await asyncio.gather(*(metrics.series(service, env, n, args.minutes) for n in names))
-        figures = {n: summarise(s) for n, s in zip(names, series, strict=True)}
-        gist = ", ".join(f"{n} {f['current']} ({f['trend']})" if "current" in f else f"{n}: no data"
-                         for n, f in figures.items())
+        shapes = {n: describe(s, counter=metrics.is_counter(n)) for n, s in zip(names, series, strict=True)}
         return {"service_id": service.id, "environment": env, "window_minutes": args.minutes,
-                "metrics": {n: {**f, "query": metrics.describe(service, env, n)} for n, f in figures.items()},
-                "summary": gist}
+                "metrics": {n: {**figures(sh), "query": metrics.describe(service, env, n)} for n, sh in shapes.items()},
+                "summary": ", ".join(gist(n, sh) for n, sh in shapes.items())}
+
+    @tool(timeout_s=30)
+    async def recent_changes(args: RecentChangesArgs, ctx: ToolContext) -> dict[str, Any]:
+        """What changed for a service in one environment in a window, newest first: deploys and rollouts
+        (version or revision, time in UTC, images, change cause, author) from the deploy pipeline's events and
+        the Kubernetes rollout history, plus the last change before the window. Use it for "was it the deploy?":
+        put the change times beside the onset query_metrics reports. Sources that could not be read are listed
+        under unavailable: "no changes" only holds for the sources that answered."""
+        service, env = service_and_env(args, "look at its changes")
+        return await recent(changes, service, env, args.minutes, clock.now())
 
     @tool(mutating=True, confirm=confirm_in("prod"), timeout_s=verify.timeout_s + verify.settle_s + 60)
     async def restart_service(args: RestartArgs, ctx: ToolContext) -> dict[str, Any]:
@@ -215,8 +255,8 @@ def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox
                 "error_rate_before": before, "error_rate_after": after,
                 "verdict": _verdict(rollout.status, before, after), "confirmed_by": ctx.confirmed_by}
 
-    specs = [search_resource, search_docs, query_logs, query_metrics, restart_service]
-    return Toolbox(specs, catalog, docs, logs, metrics, backend)
+    specs = [search_resource, search_docs, query_logs, query_metrics, recent_changes, restart_service]
+    return Toolbox(specs, catalog, docs, logs, metrics, backend, changes, clock)
 
 
 async def _error_rate(metrics: MetricsBackend, service: Service, env: str) -> float | str | None:

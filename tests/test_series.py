@@ -1,0 +1,96 @@
+"""query_metrics' description of a series, on series whose truth is known: what a person reading the graph
+would say, never the first point against the last."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tools.ops.series import Series, describe, figures, gist, iso
+
+T0 = 1_796_202_000.0  # 2026-12-02T09:00:00Z
+MIN = 60.0
+
+
+def at(values: list[float], step: float = MIN) -> Series:
+    return [(T0 + i * step, v) for i, v in enumerate(values)]
+
+
+def hm(minutes: int) -> str:
+    return f"09:{minutes:02d}"
+
+
+def test_a_spike_that_recovered_is_not_flat() -> None:
+    shape = describe(at([0, 0, .12, .11, .13, .01, 0]))
+    assert shape.trend == "spiked and recovered"
+    assert (shape.baseline, shape.extreme) == (0, .13)
+    assert (shape.onset_at, shape.extreme_at, shape.recovered_at) == (T0 + 2 * MIN, T0 + 4 * MIN, T0 + 5 * MIN)
+    line = gist("error_rate", shape)
+    assert "flat" not in line and f"began {hm(2)}" in line and f"back by {hm(5)}" in line and "peak 0.13" in line
+
+
+def test_a_step_up_stays_high() -> None:
+    shape = describe(at([1, 1, 1, 1, 5, 5, 5, 5, 5]))
+    assert shape.trend == "steady high" and shape.onset_at == T0 + 4 * MIN and shape.recovered_at is None
+    assert gist("m", shape).startswith(f"m 5, steady high since {hm(4)}")
+
+
+def test_a_slow_drift_is_rising() -> None:
+    shape = describe(at([1 + 0.1 * i for i in range(12)]))
+    assert shape.trend == "rising" and shape.direction == "up" and shape.recovered_at is None
+
+
+@pytest.mark.parametrize("values", [[0.1, 0.12, 0.09, 0.11, 0.1, 0.13, 0.1], [0, 0, 0, 0], [0.0005, 0.0004, 0.0007],
+                                    [180, 185, 181, 183]])
+def test_noise_is_flat(values: list[float]) -> None:
+    shape = describe(at(values))
+    assert shape.trend == "flat" and shape.onset_at is None and "onset_at" not in figures(shape)
+
+
+def test_all_nan_and_nothing_are_no_data() -> None:
+    for series in (at([math.nan] * 4), []):
+        shape = describe(series)
+        assert shape.trend == "no data" and shape.current is None
+        assert figures(shape)["note"] == "no data in this window"
+    assert describe(at([math.nan] * 4)).gaps == 4
+
+
+def test_a_single_point_claims_no_trend() -> None:
+    shape = describe(at([3]))
+    assert shape.trend == "single point" and shape.current == 3 and "trend" not in gist("m", shape).split("(")[0]
+
+
+def test_gaps_are_counted_never_filled() -> None:
+    series = at([0, 0, 0, .1, .1, .1, .1, .1])
+    del series[4:6]  # two missing minutes
+    series.insert(2, (T0 + 2 * MIN, math.nan))
+    del series[3]
+    shape = describe(series)
+    assert shape.gaps == 3 and shape.trend == "steady high" and shape.points == 5
+    assert gist("m", shape).endswith("3 missing points")
+
+
+def test_coming_down_but_not_back_is_falling() -> None:
+    shape = describe(at([0, 0, 5, 5, 5, 4, 3, 2]))
+    assert shape.trend == "falling" and shape.recovered_at is None
+    assert "not back yet" in gist("m", shape)
+
+
+def test_a_dip_is_described_as_a_dip() -> None:
+    shape = describe(at([100, 100, 100, 20, 20, 100, 100]))
+    assert shape.trend == "dipped and recovered" and shape.direction == "down"
+    assert figures(shape)["low"] == 20 and "peak" not in figures(shape)
+
+
+def test_a_counter_reset_is_read_as_an_increase() -> None:
+    shape = describe(at([10, 20, 30, 5, 15, 25]), counter=True)
+    assert shape.resets == 1 and shape.minimum == 5 and shape.maximum == 10  # no negative increase
+    assert figures(shape)["counter_resets"] == 1
+
+
+def test_the_demo_incident_is_described_truthfully() -> None:
+    payments = [0.002] * 42 + [0.011, 0.024, 0.031, 0.038, 0.042, 0.041, 0.044, 0.043, 0.042, 0.044, 0.043]
+    shape = describe([(T0 + (i + 1) * MIN, v) for i, v in enumerate(payments)])
+    assert shape.trend == "steady high" and iso(shape.onset_at) == "2026-12-02T09:43:00Z"
+    assert figures(shape)["baseline"] == 0.002

@@ -1,0 +1,236 @@
+"""recent_changes backends: what changed for a service, when — Kubernetes rollout history (the deployment's
+ReplicaSets) and CI/CD deploy events (a JSONL file or a URL answering JSON).
+
+A change record is the same whatever its source, so the tool can merge sources and sort by time. A record that
+cannot be read is counted, never guessed at; an unconfigured or unreachable source is reported as such, so
+"nothing changed" is only ever said about sources that answered."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from tools.errors import InvalidArguments, ToolError
+from tools.ops.catalog import Service
+from tools.ops.http import Http
+from tools.ops.kube import KubeClient
+from tools.ops.series import iso
+
+_AT = ("at", "ts", "time", "timestamp", "created_at", "finished_at")
+_SERVICE = ("service", "service_id", "app")
+_ENV = ("environment", "env")
+_REVISION = "deployment.kubernetes.io/revision"
+_CAUSE = "kubernetes.io/change-cause"
+_RESTARTED = "kubectl.kubernetes.io/restartedAt"
+
+
+class NotConfigured(ToolError):
+    code = "not_configured"
+
+
+@dataclass(frozen=True)
+class Change:
+    at: float
+    kind: str
+    source: str
+    version: str | None = None
+    description: str | None = None
+    author: str | None = None
+    images: tuple[str, ...] = ()
+    environment: str | None = None
+    url: str | None = None
+    note: str | None = None
+
+    def record(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"at": iso(self.at), "kind": self.kind, "version": self.version,
+                               "description": self.description, "author": self.author,
+                               "images": list(self.images), "environment": self.environment, "url": self.url,
+                               "note": self.note, "source": self.source}
+        return {k: v for k, v in out.items() if v not in (None, [], "")}
+
+
+@dataclass
+class Found:
+    """One source's answer: its changes for the service (any time: the tool picks the window) and how many of
+    its records could not be read."""
+
+    changes: list[Change] = field(default_factory=list)
+    unreadable: int = 0
+
+
+class ChangeSource(Protocol):
+    name: str
+
+    def serves(self, environment: str) -> bool: ...
+
+    async def changes(self, service: Service, environment: str, start: float, end: float) -> Found: ...
+
+
+def _timestamp(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        stamp = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return stamp.timestamp() if stamp.tzinfo is not None else None  # a time without a zone is not a time
+
+
+def _first(record: dict[str, Any], keys: Iterable[str]) -> Any:
+    return next((record[k] for k in keys if record.get(k) not in (None, "")), None)
+
+
+def _text(value: Any, limit: int = 300) -> str | None:
+    return None if value in (None, "") else str(value)[:limit]
+
+
+def from_record(record: Any, service: Service, environment: str, source: str) -> Change | bool | None:
+    """A CI/CD event as a change; ``False`` when it is not about this service and environment, ``None`` when
+    it cannot be read (no time, no service)."""
+    if not isinstance(record, dict):
+        return None
+    at, named = _timestamp(_first(record, _AT)), _first(record, _SERVICE)
+    if at is None or named is None:
+        return None
+    if str(named).lower() != service.id.lower():
+        return False
+    env = _first(record, _ENV)
+    if env is not None and str(env).lower() != environment.lower():
+        return False
+    images = record.get("images") or ([record["image"]] if record.get("image") else [])
+    return Change(at=at, kind=str(record.get("kind") or "deploy")[:40], source=source,
+                  version=_text(_first(record, ("version", "release", "revision", "tag")), 100),
+                  description=_text(_first(record, ("description", "summary", "message", "title"))),
+                  author=_text(_first(record, ("author", "by", "user", "actor")), 100),
+                  images=tuple(str(i)[:200] for i in images if isinstance(i, str))[:10],
+                  environment=_text(env, 50), url=_text(record.get("url"), 500))
+
+
+def _collect(records: Iterable[Any], service: Service, environment: str, source: str) -> Found:
+    found = Found()
+    for record in records:
+        change = from_record(record, service, environment, source)
+        if change is None:
+            found.unreadable += 1
+        elif isinstance(change, Change):
+            found.changes.append(change)
+    return found
+
+
+class _Scoped:
+    environments: list[str] | None = None
+
+    def serves(self, environment: str) -> bool:
+        return self.environments is None or environment.lower() in (e.lower() for e in self.environments)
+
+
+class FileChanges(_Scoped):
+    """One JSON object per line: ``{"at": "2026-12-02T09:10:01Z", "service": "orders", "environment":
+    "staging", "kind": "deploy", "version": "2026.12.02-1", "description": …, "author": …, "images": […]}``."""
+
+    def __init__(self, path: Path, environments: list[str] | None = None) -> None:
+        self.path = path
+        self.name = f"deploy events ({path.name})"
+        self.environments = environments
+
+    async def changes(self, service: Service, environment: str, start: float, end: float) -> Found:
+        try:
+            text = await asyncio.to_thread(self.path.read_text, encoding="utf-8")
+        except FileNotFoundError as exc:
+            raise NotConfigured(f"no change history file at {self.path}") from exc
+        except OSError as exc:
+            raise ToolError(f"cannot read {self.path.name}: {exc.strerror}", code="upstream_error") from exc
+        records: list[Any] = []
+        for line in text.splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                try:
+                    records.append(json.loads(line))
+                except ValueError:
+                    records.append(None)
+        return _collect(records, service, environment, self.name)
+
+
+class HttpChanges(_Scoped):
+    """``GET <url>?service=…&environment=…&since=…&until=…`` answering a JSON list of events, or an object with
+    them under ``changes``, ``events`` or ``items``. The answer is filtered here too (a service may ignore the
+    parameters)."""
+
+    def __init__(self, http: Http, environments: list[str] | None = None) -> None:
+        self.http = http
+        self.name = f"deploy events ({http.name})"
+        self.environments = environments
+
+    async def changes(self, service: Service, environment: str, start: float, end: float) -> Found:
+        body = await self.http.get("", {"service": service.id, "environment": environment,
+                                        "since": iso(start) or "", "until": iso(end) or ""})
+        if isinstance(body, dict):
+            body = next((body[k] for k in ("changes", "events", "items") if isinstance(body.get(k), list)), None)
+        if not isinstance(body, list):
+            raise ToolError(f"{self.http.name} answered without a list of changes", code="upstream_error")
+        return _collect(body, service, environment, self.name)
+
+
+class KubernetesChanges(_Scoped):
+    """The deployment's rollout history, as ``kubectl rollout history`` reads it: one ReplicaSet per revision,
+    with its creation time, images and ``kubernetes.io/change-cause``."""
+
+    def __init__(self, kube: KubeClient, environments: list[str] | None = None) -> None:
+        self.kube = kube
+        self.name = "Kubernetes rollout history"
+        self.environments = environments
+
+    async def changes(self, service: Service, environment: str, start: float, end: float) -> Found:
+        if service.kubernetes is None:
+            raise InvalidArguments(f"the catalog has no kubernetes namespace/deployment for {service.id}")
+        namespace, name = service.kubernetes.namespace, service.kubernetes.deployment
+        deployment = await self.kube.deployment(namespace, name)
+        labels = ((deployment.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+        sets = await self.kube.replica_sets(namespace, selector)
+        return rollout_history(sets, name, f"{self.name} ({namespace}/{name})")
+
+
+def _images(replica_set: dict[str, Any]) -> tuple[str, ...]:
+    pod = ((replica_set.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return tuple(str(c.get("image")) for c in pod.get("containers") or [] if c.get("image"))
+
+
+def rollout_history(replica_sets: list[dict[str, Any]], deployment: str, source: str) -> Found:
+    found = Found()
+    owned = []
+    for rs in replica_sets:
+        meta = rs.get("metadata") or {}
+        owners = meta.get("ownerReferences") or []
+        if not any(o.get("kind") == "Deployment" and o.get("name") == deployment for o in owners):
+            continue
+        annotations = meta.get("annotations") or {}
+        at = _timestamp(meta.get("creationTimestamp"))
+        try:
+            revision = int(annotations.get(_REVISION, ""))
+        except ValueError:
+            revision = None
+        if at is None or revision is None:
+            found.unreadable += 1
+            continue
+        owned.append((revision, at, rs, annotations))
+    owned.sort(key=lambda item: item[0])
+    previous: tuple[str, ...] | None = None
+    for revision, at, rs, annotations in owned:
+        images = _images(rs)
+        template = (((rs.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("annotations") or {}
+        restart = previous is not None and images == previous and _RESTARTED in template
+        reused = annotations.get("deployment.kubernetes.io/revision-history")
+        note = (f"this ReplicaSet was rolled out again later (revisions {reused}, e.g. a rollback): the time is "
+                "when it was first created") if reused else None
+        found.changes.append(Change(
+            at=at, kind="restart" if restart else "rollout", source=source, version=f"revision {revision}",
+            description=_text(annotations.get(_CAUSE)), images=images, note=note))
+        previous = images
+    return found

@@ -1,0 +1,199 @@
+"""A metric's series described as an on-call engineer reads a graph: where it sat before (baseline), when it
+left that level (onset), how far it went (peak) and when, whether it came back (recovery), and one trend word
+derived from those facts — never from the first and last point alone (a spike that recovered is not "flat").
+
+Only the points the backend returned are used: NaN and missing steps are counted as gaps, never filled in;
+a counter's resets are counted and its increases used instead of its raw values."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from itertools import pairwise
+from typing import Any
+
+Series = list[tuple[float, float]]
+
+# A level is a point's distance from the baseline as a share of the whole excursion (0 = baseline, 1 = peak).
+ONSET_LEVEL = 0.2  # "clearly above baseline" (and, coming back below it, recovered), with the noise test
+HIGH_LEVEL = 0.7  # still near the peak
+TAIL_MOVE = 0.2  # how much the last stretch must move (as a share of the excursion) to be rising or falling
+NOISE_FACTOR = 3.0  # an excursion within 3× the typical step-to-step jitter is noise
+RELATIVE_FLOOR = 0.5  # …or within half the baseline itself (0.04% → 0.06% errors is not news)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a series did. ``direction`` is the way it left its baseline (None: it did not)."""
+
+    trend: str
+    points: int
+    current: float | None = None
+    baseline: float | None = None
+    direction: str | None = None
+    extreme: float | None = None
+    extreme_at: float | None = None
+    onset_at: float | None = None
+    recovered_at: float | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    mean: float | None = None
+    gaps: int = 0
+    resets: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return self.direction is not None
+
+
+def iso(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def hhmm(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%H:%M")
+
+
+def _gaps(times: list[float]) -> int:
+    """Missing steps: intervals longer than 1.5× the usual step, counted in steps."""
+    if len(times) < 3:
+        return 0
+    deltas = [b - a for a, b in pairwise(times) if b > a]
+    if not deltas:
+        return 0
+    step = statistics.median(deltas)
+    return sum(round(d / step) - 1 for d in deltas if d > 1.5 * step)
+
+
+def _increases(points: Series) -> tuple[Series, int]:
+    """A counter's per-step increases; a drop is a reset (the counter restarted from zero), as Prometheus'
+    ``increase()`` reads it."""
+    out: Series = []
+    resets = 0
+    for (_, before), (t, after) in pairwise(points):
+        if after >= before:
+            out.append((t, after - before))
+        else:
+            resets += 1
+            out.append((t, after))
+    return out, resets
+
+
+def _typical_step(values: list[float]) -> float:
+    steps = [abs(b - a) for a, b in pairwise(values)]
+    return statistics.median(steps) if steps else 0.0  # one point: no jitter to measure
+
+
+def describe(series: Series, *, counter: bool = False) -> Shape:
+    ordered = sorted(series)
+    gaps = _gaps([t for t, _ in ordered]) + sum(1 for _, v in ordered if not math.isfinite(v))
+    points = [(t, v) for t, v in ordered if math.isfinite(v)]
+    resets = 0
+    if counter:
+        points, resets = _increases(points)
+    if not points:
+        return Shape("no data", 0, gaps=gaps, resets=resets)
+    times, values = [t for t, _ in points], [v for _, v in points]
+    current = values[-1]
+    plain = Shape("single point", len(values), current=current, minimum=min(values), maximum=max(values),
+                  mean=sum(values) / len(values), gaps=gaps, resets=resets)
+    if len(values) == 1:
+        return plain
+    quiet = values[:max(1, len(values) // 3)]
+    baseline = statistics.median(quiet)
+    up, down = max(values) - baseline, baseline - min(values)
+    sign = 1.0 if up >= down else -1.0
+    excursion = max(up, down)
+    # Jitter: the smaller of the quiet start's and the whole window's typical step, so that neither a ramp
+    # nor a step caught in the first third passes for noise.
+    noise = NOISE_FACTOR * min(_typical_step(quiet), _typical_step(values))
+    if excursion <= max(noise, RELATIVE_FLOOR * abs(baseline), 1e-12):
+        return replace(plain, trend="flat", baseline=baseline)
+
+    def level(v: float) -> float:
+        return sign * (v - baseline) / excursion
+
+    def clear(v: float) -> bool:  # clearly away from the baseline: a real share of the excursion, above the noise
+        return level(v) >= ONSET_LEVEL and sign * (v - baseline) > noise
+
+    onset = next(i for i, v in enumerate(values) if clear(v))
+    if onset > 0:  # the baseline is what came before the change, not a fixed share of the window
+        baseline = statistics.median(values[:onset])
+        excursion = max(sign * (v - baseline) for v in values)
+    extreme = max(range(len(values)), key=lambda i: level(values[i]))
+    recovered = None
+    if not clear(current):
+        recovered = len(values) - 1
+        while recovered > extreme + 1 and not clear(values[recovered - 1]):
+            recovered -= 1
+    tail = values[max(onset, len(values) - max(3, len(values) // 3)):]
+    move = sign * (tail[-1] - tail[0]) / excursion if len(tail) > 1 else 1.0
+    away, back = ("rising", "falling") if sign > 0 else ("falling", "rising")
+    if recovered is not None:
+        trend = "spiked and recovered" if sign > 0 else "dipped and recovered"
+    elif level(current) >= HIGH_LEVEL:
+        # Near the peak: still climbing, or holding since it first got this far?
+        reached = next(i for i in range(onset, len(values)) if level(values[i]) >= HIGH_LEVEL)
+        held = values[reached:]
+        climbing = len(held) < 3 or sign * (held[-1] - held[0]) / excursion >= TAIL_MOVE
+        trend = away if climbing else ("steady high" if sign > 0 else "steady low")
+    elif move <= -TAIL_MOVE:
+        trend = back
+    elif move >= TAIL_MOVE:
+        trend = away
+    else:
+        trend = "elevated" if sign > 0 else "lowered"
+    return replace(plain, trend=trend, baseline=baseline, direction="up" if sign > 0 else "down",
+                   extreme=values[extreme], extreme_at=times[extreme], onset_at=times[onset],
+                   recovered_at=times[recovered] if recovered is not None else None)
+
+
+def _n(value: float) -> float:
+    return round(value, 4) if abs(value) >= 1e-4 or value == 0 else float(f"{value:.3g}")
+
+
+def figures(shape: Shape) -> dict[str, Any]:
+    """The shape as the tool's result: every fact with its time."""
+    if shape.current is None:
+        return {"points": 0, "trend": shape.trend, "note": "no data in this window", "gaps": shape.gaps}
+    out: dict[str, Any] = {"current": _n(shape.current), "trend": shape.trend, "points": shape.points}
+    if shape.baseline is not None:
+        out["baseline"] = _n(shape.baseline)
+    if shape.minimum is not None and shape.maximum is not None and shape.mean is not None:
+        out.update(min=_n(shape.minimum), max=_n(shape.maximum), avg=_n(shape.mean))
+    if shape.changed:
+        key = "peak" if shape.direction == "up" else "low"
+        assert shape.extreme is not None
+        out.update({key: _n(shape.extreme), f"{key}_at": iso(shape.extreme_at), "onset_at": iso(shape.onset_at),
+                    "recovered_at": iso(shape.recovered_at)})
+    if shape.gaps:
+        out["gaps"] = shape.gaps
+    if shape.resets:
+        out["counter_resets"] = shape.resets
+    return out
+
+
+def gist(name: str, shape: Shape) -> str:
+    """One line from the same facts: ``error_rate 0.043, steady high since 09:42 (baseline 0.002, peak 0.044 at
+    09:56)``."""
+    if shape.current is None:
+        return f"{name}: no data"
+    head = f"{name} {_n(shape.current):g}"
+    if not shape.changed or shape.extreme is None or shape.extreme_at is None or shape.onset_at is None:
+        return f"{head} ({shape.trend}){_gaps_note(shape)}"
+    what = "peak" if shape.direction == "up" else "low"
+    base = f"baseline {_n(shape.baseline or 0):g}, {what} {_n(shape.extreme):g} at {hhmm(shape.extreme_at)}"
+    if shape.recovered_at is not None:
+        story = f"{shape.trend}: began {hhmm(shape.onset_at)}, back by {hhmm(shape.recovered_at)}"
+    elif (shape.trend in ("rising", "steady high") and shape.direction == "up") or \
+            (shape.trend in ("falling", "steady low") and shape.direction == "down"):
+        story = f"{shape.trend} since {hhmm(shape.onset_at)}"
+    else:  # on its way back (or part way): when it left the baseline, and that it is not back yet
+        story = f"{shape.trend}, not back yet: began {hhmm(shape.onset_at)}"
+    return f"{head}, {story} ({base}){_gaps_note(shape)}"
+
+
+def _gaps_note(shape: Shape) -> str:
+    return f", {shape.gaps} missing point{'s' if shape.gaps != 1 else ''}" if shape.gaps else ""
