@@ -11,6 +11,7 @@ import sys
 from bot.assembly import assemble, build_registry, open_store
 from bot.chat import chat
 from bot.config import ConfigError, load_settings
+from bot.slack.words import say
 from state import StoreError
 from tools import ops
 from tools.errors import ToolError
@@ -84,7 +85,8 @@ async def _tools(config: str | None) -> int:
         print(f"{'tool':<34} {'source':<16} {'kind':<10} confirmation")
         for spec in registry:
             kind = "change" if spec.mutating else "read-only"
-            rule = spec.confirmation_rule() + (" (destructive)" if spec.destructive else "")
+            rule = spec.confirmation_rule() + (f" ({say('en', 'provenance_' + spec.provenance)})"
+                                               if spec.provenance else "")
             print(f"{spec.name:<34} {spec.source:<16} {kind:<10} {rule}")
         for name, health in hub.health().items():
             if health["state"] != "up":

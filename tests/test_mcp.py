@@ -19,6 +19,7 @@ from bot.cli import main as opspilot
 from bot.demo.sender import SlackSender, block_action, mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
+from bot.slack.blocks import confirm_card
 from core.messages import ToolCall
 from state import RedisStore
 from tests.conftest import free_port, until
@@ -63,6 +64,14 @@ def git_server(repo: Path, **kw: Any) -> McpServerConfig:
                            args=["--repository", str(repo)], **kw)
 
 
+def am_server(**kw: Any) -> dict[str, Any]:
+    """The local alertmanager-mcp-server look-alike: its tools unannotated, ``delete_silence`` destructive."""
+    return {"name": "am", "command": sys.executable, "args": [str(ROOT / "tests/fakes/alertmanager_mcp.py")], **kw}
+
+
+UNANNOTATED = "not annotated by its server: treated as a change"
+
+
 async def test_tools_gating_and_schema_come_from_the_server_but_the_rules_from_us(repo: Path,
                                                                                 store: RedisStore) -> None:
     hub = McpHub([git_server(repo, deny=["git_checkout"], tools={
@@ -76,11 +85,13 @@ async def test_tools_gating_and_schema_come_from_the_server_but_the_rules_from_u
             registry.get("git__git_reset")
         assert status is not None and commit is not None and reset is not None
         assert not status.mutating and status.source == "mcp:git"
-        assert commit.mutating and commit.confirmation_rule() == "always" and not commit.destructive
-        assert reset.destructive  # the server says so; shown on its card
+        assert commit.mutating and commit.confirmation_rule() == "always" and commit.provenance is None
+        assert reset.provenance == "server_destructive"  # the server says so; shown on its card
+        assert status.provenance == "server_read_only"
         assert "git__git_checkout" not in registry
         log, add = registry.get("git__git_log"), registry.get("git__git_add")
         assert log is not None and log.mutating and add is not None and add.mutating
+        assert log.provenance is None and add.provenance is None  # neither says "read-only" nor "destructive"
         branch = registry.get("git__git_create_branch")
         assert branch is not None and branch.mutating and branch.confirmation_rule() == "never"
         assert status.definition().input_schema["required"] == ["repo_path"]  # the server's own schema
@@ -115,6 +126,52 @@ async def test_tools_gating_and_schema_come_from_the_server_but_the_rules_from_u
         await hub.stop()
 
 
+async def test_a_card_says_what_the_server_said_and_config_trusts_only_what_it_left_unsaid(
+        repo: Path, store: RedisStore, caplog: pytest.LogCaptureFixture) -> None:
+    trust = McpToolRule(read_only=True)
+    hub = McpHub([McpServerConfig.model_validate(am_server(tools={"get_alerts": trust, "delete_silence": trust})),
+                  git_server(repo, tools={"git_add": trust, "git_reset": trust})])
+    try:
+        registry = Registry.of(await hub.start())
+        spec = {name: registry.get(name) for name in ("am__get_alerts", "am__post_silence", "am__delete_silence",
+                                                       "git__git_add", "git__git_reset")}
+        assert all(s is not None for s in spec.values())
+        kinds = {n: (s.mutating, s.provenance) for n, s in spec.items() if s is not None}
+        assert kinds == {"am__get_alerts": (False, "config_read_only"), "am__post_silence": (True, "unannotated"),
+                         "am__delete_silence": (True, "server_destructive"),  # destructiveHint: trust ignored
+                         "git__git_add": (True, None),  # readOnlyHint false: trust ignored
+                         "git__git_reset": (True, "server_destructive")}
+        ignored = {m.split(".")[3] for r in caplog.records if "ignored" in (m := r.getMessage())}
+        assert ignored == {"delete_silence", "git_add", "git_reset"}
+
+        # An alert's run (unattended) reads a trusted tool at once; an unannotated one waits for a person.
+        ctx = ToolContext(run_id="r", thread_id="t", user_id=None, call_id="c1", unattended=True)
+        read = await execute_one(ToolCall(id="c1", name="am__get_alerts", arguments={}), registry=registry,
+                                 ctx=ctx, journal=store.journal)
+        assert read.interrupt is None and read.result is not None and "PaymentsHighErrorRate" in read.result.content
+        cards: dict[str, dict[str, str]] = {}
+        for name, arguments in (("am__post_silence", {"matchers": [{"name": "service", "value": "payments-api"}],
+                                                      "comment": "deploying the fix"}),
+                                ("am__delete_silence", {"silence_id": "s1"})):
+            gated = await execute_one(ToolCall(id=name, name=name, arguments=arguments), registry=registry,
+                                      ctx=ctx, journal=store.journal)
+            assert gated.interrupt is not None and gated.result is None
+            cards[name] = {lang: all_text({"blocks": confirm_card("tok", gated.interrupt.reason,
+                                                                  gated.interrupt.payload, lang)})
+                           for lang in ("en", "zh")}
+        silence, delete = cards["am__post_silence"], cards["am__delete_silence"]
+        assert UNANNOTATED in silence["en"] and "destructive" not in silence["en"]
+        assert "其服务端未作标注：按变更处理" in silence["zh"] and "破坏" not in silence["zh"]
+        assert ":rotating_light: marked destructive by its server" in delete["en"]
+        assert "其服务端标为破坏性操作" in delete["zh"]
+    finally:
+        await hub.stop()
+    # A card paused before provenance was carried: its bare ``destructive: true`` also meant "unannotated",
+    # so nothing is claimed for it.
+    old = all_text({"blocks": confirm_card("tok", "r", {"tool": "am__post_silence", "destructive": True})})
+    assert "am__post_silence" in old and "destructive" not in old and "annotated" not in old
+
+
 async def test_a_server_that_cannot_start_is_a_warning_unless_required(caplog: pytest.LogCaptureFixture) -> None:
     broken = McpServerConfig(name="nope", command="/nonexistent/mcp-server", startup_timeout_s=5)
     hub = McpHub([broken])
@@ -128,20 +185,28 @@ async def test_a_server_that_cannot_start_is_a_warning_unless_required(caplog: p
         await McpHub([broken.model_copy(update={"required": True})]).start()
 
 
-def test_opspilot_tools_lists_every_tool_with_its_source_kind_and_rule(repo: Path, tmp_path: Path,
-                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_opspilot_tools_lists_every_tool_with_its_source_kind_and_rule(
+        repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
     config = tmp_path / "opspilot.yml"
     config.write_text(json.dumps({"mcp_servers": [{
         "name": "git", "command": server_bin("mcp-server-git", "mcp-server-git"), "args": ["--repository", str(repo)],
-        "tools": {"git_commit": {"confirm": {"in": ["prod"], "field": "repo_path"}}}}]}))
+        "tools": {"git_commit": {"confirm": {"in": ["prod"], "field": "repo_path"}}}},
+        am_server(tools={"get_alerts": {"read_only": True}})]}))
     assert opspilot(["--config", str(config), "tools"]) == 0
     out = capsys.readouterr().out
     rows = {line.split()[0]: line for line in out.splitlines()[1:] if line.strip()}
-    assert rows["query_logs"].split()[1:3] == ["builtin", "read-only"]
+    assert rows["query_logs"].split()[1:3] == ["builtin", "read-only"] and "(" not in rows["query_logs"]
     assert rows["restart_service"].split()[2] == "change"
     assert rows["git__git_status"].split()[1:4] == ["mcp:git", "read-only", "-"]
-    assert "change" in rows["git__git_reset"] and "always (destructive)" in rows["git__git_reset"]
-    assert "in prod (repo_path)" in rows["git__git_commit"]
+    assert rows["git__git_status"].endswith("- (read-only per its server)")
+    assert rows["git__git_reset"].split()[2] == "change"
+    assert rows["git__git_reset"].endswith("always (marked destructive by its server)")
+    assert rows["git__git_commit"].endswith("in prod (repo_path)")  # the server: a change, not destructive
+    assert rows["am__get_alerts"].split()[1:4] == ["mcp:am", "read-only", "-"]
+    assert rows["am__get_alerts"].endswith("(read-only per your config)")
+    assert rows["am__post_silence"].endswith(f"always ({UNANNOTATED})")
+    assert any(r.levelname == "WARNING" and "mcp_servers.am.tools.get_alerts.read_only" in r.getMessage()
+               and "trusted" in r.getMessage() for r in caplog.records)  # the operator's trust, said at start
 
 
 async def serve(cwd: Path, slack: FakeSlack, fake: FakeAnthropic, redis_url: str, prefix: str,
@@ -202,6 +267,42 @@ async def test_a_git_commit_through_mcp_waits_for_confirm_in_slack_and_runs_once
         await until(lambda: any("Committed:" in all_text(m) for m in slack.thread(CHANNEL, "700.1")), 60)
         assert git(repo, "rev-list", "--count", "HEAD").strip() == "2"  # exactly once
         assert git(repo, "log", "-1", "--format=%s").strip() == "Ship the fix"
+        assert not fake.rejections
+    finally:
+        proc.terminate()
+        await proc.wait()
+        await fake.server.stop()
+
+
+async def test_an_alert_run_reads_a_trusted_unannotated_tool_unasked_and_cards_the_rest_as_unannotated(
+        tmp_path: Path, slack: FakeSlack, redis_url: str, prefix: str) -> None:
+    """As alertmanager-mcp-server would be configured: ``get_alerts`` trusted read-only, the rest left alone."""
+    alerts, fake = "C0ALERTS", FakeAnthropic()
+    await fake.server.start()
+    fake.queue(tool_use(("am__get_alerts", {}), say="Reading Alertmanager."),
+               tool_use(("am__post_silence", {"matchers": [{"name": "service", "value": "payments-api"}],
+                                              "comment": "while the fix rolls out"})))
+    proc, port = await serve(tmp_path, slack, fake, redis_url, prefix, {
+        "slack": {"alert_sources": [{"channel": alerts, "bot_ids": ["B0ALERTS"], "mode": "investigate"}]},
+        "mcp_servers": [am_server(tools={"get_alerts": {"read_only": True}})]})
+    try:
+        slack.deliver = SlackSender(f"http://127.0.0.1:{port}/slack/events", SECRET).event
+        head = "[FIRING:1] PaymentsHighErrorRate payments (prod critical)"
+        async with aiohttp.ClientSession() as http, http.post(slack.add_webhook(alerts), json={
+                "username": "Alertmanager", "attachments": [{"title": head, "fallback": head, "text": (
+                    "*Labels:*\n• alertname: `PaymentsHighErrorRate`\n• service: `payments`\n"
+                    "• environment: `prod`")}]}) as answer:
+            assert answer.status == 200
+        [alert_ts] = [ts for (channel, ts) in slack.messages if channel == alerts]
+
+        def card() -> dict[str, Any] | None:
+            return next((m for m in slack.thread(alerts, alert_ts)
+                         if any(b["action_id"] == "opspilot_confirm" for b in buttons(m))), None)
+
+        await until(lambda: card() is not None, 60)
+        assert "PaymentsHighErrorRate" in tool_results(fake.requests[1])[0]  # read at once, nobody asked
+        shown = all_text(card() or {})
+        assert "am__post_silence" in shown and UNANNOTATED in shown and "destructive" not in shown
         assert not fake.rejections
     finally:
         proc.terminate()

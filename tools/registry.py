@@ -12,7 +12,7 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any, get_type_hints
+from typing import Any, Literal, get_type_hints
 
 from pydantic import BaseModel
 
@@ -33,6 +33,9 @@ class ToolContext:
 
 
 ToolFunc = Callable[[Any, ToolContext], Awaitable[Any]]
+Provenance = Literal["server_destructive", "unannotated", "server_read_only", "config_read_only"]
+"""Who says what an MCP tool does: its server (``destructiveHint``/``readOnlyHint``), nobody (no hint, so
+treated as a change), or the operator's config (``read_only: true`` on a tool the server left unannotated)."""
 ConfirmPolicy = Callable[[Any], bool]
 
 
@@ -73,8 +76,9 @@ class ToolSpec:
     """The argument schema shown to the model, when not the pydantic model's own (an MCP server's)."""
     source: str = "builtin"
     """Where the tool comes from: builtin, a plugin module, ``mcp:<server>``."""
-    destructive: bool = False
-    """Said to be destructive by its server (shown on its confirmation card)."""
+    provenance: Provenance | None = None
+    """For an MCP tool: whose word its gating rests on, shown on its card and by ``opspilot tools``. None for
+    our own tools, and for an MCP tool the server calls a non-destructive change or the config made stricter."""
 
     def definition(self) -> ToolDefinition:
         return ToolDefinition(self.name, self.description, self.schema or self.args_model.model_json_schema())

@@ -104,7 +104,7 @@ def _confirm_payload(spec: ToolSpec, args: dict[str, Any], stated_reason: str) -
         "environment": args.get("environment"),
         "target": args.get("service_id") or args.get("target") or args.get("name"),
         "description": spec.description.splitlines()[0] if spec.description else spec.name,
-        "destructive": spec.destructive,
+        "provenance": spec.provenance,
         "model_reason": scrub_text(stated_reason)[:500],
     }
 

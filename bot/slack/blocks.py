@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from typing import Any, get_args
 
 from bot.slack.words import say
+from tools.registry import Provenance
 
 SECTION_TEXT = 3000
 MESSAGE_TEXT = 40_000
@@ -122,8 +123,13 @@ def _what_runs(payload: dict[str, Any], lang: str = "en") -> str:
     if payload.get("environment"):
         lines.append(f"*{say(lang, 'environment')}:* `{escape(payload['environment'])}`")
     lines.append(f"*{say(lang, 'arguments')}:* {shown or say(lang, 'none')}")
-    if payload.get("destructive"):
-        lines.append(f":rotating_light: {say(lang, 'destructive')}")
+    # Only the payload's provenance is said: an older payload's bare ``destructive: true`` also stood for an
+    # unannotated tool, so it is left unsaid rather than guessed.
+    provenance = payload.get("provenance")
+    if isinstance(provenance, str) and provenance in get_args(Provenance):
+        icon = {"server_destructive": ":rotating_light:", "unannotated": ":grey_question:"}.get(
+            provenance, ":information_source:")
+        lines.append(f"{icon} {say(lang, 'provenance_' + provenance)}")
     if payload.get("model_reason"):
         lines.append(f"*{say(lang, 'model_reason')}:* {escape(payload['model_reason'])}")
     return "\n".join(lines)

@@ -41,7 +41,11 @@ _WORDS: dict[str, tuple[str, str]] = {
     "confirmation_needed": ("Confirmation needed", "需要确认"),
     "gate": ("`{tool}` changes `{env}`: a person must confirm", "`{tool}` 会改动 `{env}`，需要有人确认"),
     "tool": ("Tool", "工具"),
-    "destructive": ("Its server marks this tool as destructive.", "它的服务端把这个工具标为破坏性操作。"),
+    # whose word an MCP tool's gating rests on (tools.registry.Provenance): the card and `opspilot tools`
+    "provenance_server_destructive": ("marked destructive by its server", "其服务端标为破坏性操作"),
+    "provenance_unannotated": ("not annotated by its server: treated as a change", "其服务端未作标注：按变更处理"),
+    "provenance_server_read_only": ("read-only per its server", "其服务端标为只读"),
+    "provenance_config_read_only": ("read-only per your config", "按你的配置视为只读"),
     "target": ("Target", "对象"),
     "environment": ("Environment", "环境"),
     "arguments": ("Arguments", "参数"),

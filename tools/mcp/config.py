@@ -17,8 +17,10 @@ class ConfirmIn(BaseModel):
 
 
 class McpToolRule(BaseModel):
-    """Per-tool rules. Annotations come from a server we do not control: ``read_only`` can only make a tool
-    stricter (``false`` treats a tool the server calls read-only as a change), never looser."""
+    """Per-tool rules. Annotations come from a server we do not control: ``read_only: false`` treats a tool
+    the server calls read-only as a change; ``read_only: true`` is the operator's trust for a tool whose
+    server says nothing (no ``readOnlyHint``, no ``destructiveHint: true``), and is ignored for one the server
+    marks as a change: config never overrides what the server said to loosen it."""
 
     model_config = ConfigDict(extra="forbid")
 

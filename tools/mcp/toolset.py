@@ -1,9 +1,11 @@
 """An MCP server's tools as OpsPilot tools: ``<server>__<tool>``, the server's JSON schema as the argument
 schema (checked before the call), gating decided here, in code.
 
-Gating: a tool is read-only only when its server says so (``readOnlyHint: true``) and the config does not
-say otherwise; every other tool changes things — at most one per step, journaled, and confirmed by a
-person unless its rule says ``never`` or names the environments where it must be.
+Gating: a tool is read-only when its server says so (``readOnlyHint: true``) and the config does not say
+otherwise, or when the server says nothing either way (no ``readOnlyHint``, no ``destructiveHint: true``)
+and the config trusts it (``read_only: true``, logged); every other tool changes things — at most one per
+step, journaled, and confirmed by a person unless its rule says ``never`` or names the environments where
+it must be.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, create_model, model_validator
 from tools.errors import ToolError
 from tools.mcp.config import ConfirmIn, McpServerConfig
 from tools.mcp.session import McpServer
-from tools.registry import ConfirmPolicy, ToolContext, ToolSpec, always, confirm_in, never
+from tools.registry import ConfirmPolicy, Provenance, ToolContext, ToolSpec, always, confirm_in, never
 
 log = logging.getLogger(__name__)
 
@@ -85,11 +87,19 @@ def _spec(server: McpServer, tool: types.Tool) -> ToolSpec | None:
         return None
     hints = tool.annotations or types.ToolAnnotations()
     rule = config.rule(tool.name)
-    server_says_read_only = hints.read_only_hint is True
-    if rule.read_only is True and not server_says_read_only:
-        log.warning("mcp_servers.%s.tools.%s.read_only: true ignored: config can make a tool stricter, never "
-                    "looser, and the server does not say it is read-only", config.name, tool.name)
-    read_only = server_says_read_only and rule.read_only is not False
+    provenance = _server_says(hints)
+    if rule.read_only is True and provenance != "server_read_only":
+        if hints.read_only_hint is None and hints.destructive_hint is not True:
+            log.warning("mcp_servers.%s.tools.%s.read_only: true: its server does not say whether it is "
+                        "read-only; trusted as read-only per your config", config.name, tool.name)
+            provenance = "config_read_only"
+        else:
+            log.warning("mcp_servers.%s.tools.%s.read_only: true ignored: its server marks it as a change "
+                        "(readOnlyHint false or destructiveHint true), and config can never loosen that",
+                        config.name, tool.name)
+    if provenance == "server_read_only" and rule.read_only is False:
+        provenance = None  # a change by our config, not by anything the server said
+    read_only = provenance in ("server_read_only", "config_read_only")
     model = create_model(f"Mcp_{name}", __base__=_McpArguments)
     model.__validator__ = Draft202012Validator(schema)
     timeout_s = rule.timeout_s or config.timeout_s
@@ -97,8 +107,18 @@ def _spec(server: McpServer, tool: types.Tool) -> ToolSpec | None:
     return ToolSpec(name=name, description=f"{description}\n(from the MCP server {config.name!r})",
                     args_model=model, func=_caller(server, tool.name, timeout_s), mutating=not read_only,
                     needs_confirmation=_policy(rule.confirm) if not read_only else never,
-                    timeout_s=timeout_s + 1.0, schema=schema, source=f"mcp:{config.name}",
-                    destructive=not read_only and hints.destructive_hint is not False)
+                    timeout_s=timeout_s + 1.0, schema=schema, source=f"mcp:{config.name}", provenance=provenance)
+
+
+def _server_says(hints: types.ToolAnnotations) -> Provenance | None:
+    """The server's own word; None when it calls the tool a change without marking it destructive."""
+    if hints.read_only_hint is True:
+        return "server_read_only"
+    if hints.destructive_hint is True:
+        return "server_destructive"
+    if hints.read_only_hint is None and hints.destructive_hint is None:
+        return "unannotated"
+    return None
 
 
 def _policy(confirm: str | ConfirmIn) -> ConfirmPolicy:
