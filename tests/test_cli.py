@@ -42,7 +42,7 @@ async def test_chat_plays_the_opspilot_scenario_on_redis(redis_url: str, prefix:
     # Then the dependent step: logs and metrics of the service it found.
     assert '→ query_logs({"service_id": "payments", "environment": "prod"})' in out and "→ query_metrics" in out
     assert "docs/payments-db-timeouts.md" in out and "83× timeout acquiring connection from pool" in out
-    assert "错误率 4.3% (rising)" in out  # the question is Chinese: so is the answer's wording
+    assert "错误率 4.3% (持续偏高" in out  # the question is Chinese: so is the answer's wording, trend words too
     assert "the error rate fell from 4.30% to 0.30%" in out
     # The restart is gated, confirmed, executed and reported.
     assert "a person must confirm" in out and "confirm? [y/N]" in out

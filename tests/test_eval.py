@@ -28,7 +28,8 @@ def test_the_demo_model_plays_every_scenario_meant_for_it(tmp_path: Path, capsys
     assert len(played) >= 12
     assert all(s["pass_rate"] == 1.0 for s in played.values()), [
         (n, [c for c in s["attempts"][0]["checks"] if not c["passed"]]) for n, s in played.items()]
-    assert {"runbook-says-do-not-restart", "ambiguous-service", "two-services"} <= set(body["skipped"])
+    assert {"runbook-says-do-not-restart", "ambiguous-service"} <= set(body["skipped"])
+    assert {"two-services", "deploy-preceded-errors", "errors-before-deploy", "spike-recovered"} <= set(played)
     confirmed = played["restart-confirmed"]["attempts"][0]
     assert any(c["name"] == "runs restart_service" and c["passed"] for c in confirmed["checks"])
     kept = played["restart-needs-confirmation"]["attempts"][0]

@@ -86,6 +86,14 @@ def _typical_step(values: list[float]) -> float:
     return statistics.median(steps) if steps else 0.0  # one point: no jitter to measure
 
 
+def _slope(values: list[float]) -> float:
+    """Theil–Sen: the median of the slopes between every pair of points, so that the end of the climb into a
+    plateau does not pass for a plateau still climbing."""
+    recent = values[-120:]
+    slopes = [(b - a) / (j - i) for i, a in enumerate(recent) for j, b in enumerate(recent) if j > i]
+    return statistics.median(slopes)
+
+
 def describe(series: Series, *, counter: bool = False) -> Shape:
     ordered = sorted(series)
     gaps = _gaps([t for t, _ in ordered]) + sum(1 for _, v in ordered if not math.isfinite(v))
@@ -137,7 +145,7 @@ def describe(series: Series, *, counter: bool = False) -> Shape:
         # Near the peak: still climbing, or holding since it first got this far?
         reached = next(i for i in range(onset, len(values)) if level(values[i]) >= HIGH_LEVEL)
         held = values[reached:]
-        climbing = len(held) < 3 or sign * (held[-1] - held[0]) / excursion >= TAIL_MOVE
+        climbing = len(held) < 3 or sign * _slope(held) * (len(held) - 1) / excursion >= TAIL_MOVE
         trend = away if climbing else ("steady high" if sign > 0 else "steady low")
     elif move <= -TAIL_MOVE:
         trend = back

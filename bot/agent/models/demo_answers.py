@@ -1,0 +1,284 @@
+"""The demo model's answers, composed only from what its tools returned: every figure has its source, a trend
+is the tool's own word, and "was it the deploy?" puts the onset and the change times side by side before
+saying yes, no or can't tell — with the reason."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from core.messages import ToolResultMessage
+
+TIE_S = 30 * 60  # a change more than 30 minutes before the errors began is not tied to them by timing alone
+_TRENDS_ZH = {"flat": "平稳", "rising": "上升", "falling": "下降", "steady high": "持续偏高", "steady low": "持续偏低",
+              "spiked and recovered": "曾飙升，已恢复", "dipped and recovered": "曾下跌，已恢复", "elevated": "偏高",
+              "lowered": "偏低", "single point": "只有一个数据点", "no data": "无数据"}
+
+
+def data(result: ToolResultMessage) -> dict[str, Any]:
+    try:
+        body = json.loads(result.content)
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def ok_data(results: list[ToolResultMessage], name: str, service: str | None = None) -> dict[str, Any] | None:
+    for r in reversed(results):
+        body = data(r)
+        found = body.get("data")
+        if r.name == name and body.get("ok") and isinstance(found, dict) and \
+                (service is None or found.get("service_id") in (None, service)):
+            return found
+    return None
+
+
+def failed(results: list[ToolResultMessage], name: str) -> dict[str, Any] | None:
+    return next((data(r) for r in reversed(results) if r.name == name and not data(r).get("ok")), None)
+
+
+def _ts(stamp: Any) -> float | None:
+    try:
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _clock(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _span(seconds: float, zh: bool) -> str:
+    minutes = round(abs(seconds) / 60)
+    if minutes < 1:
+        return f"{round(abs(seconds))} 秒" if zh else f"{round(abs(seconds))} s"
+    if minutes < 120:
+        return f"{minutes} 分钟" if zh else f"{minutes} min"
+    return f"{round(minutes / 60)} 小时" if zh else f"{round(minutes / 60)} h"
+
+
+def trend_word(word: str, zh: bool) -> str:
+    return _TRENDS_ZH.get(word, word) if zh else word
+
+
+def metric_part(figures: dict[str, Any], label: str, unit: str, zh: bool) -> str:
+    """``error rate 0.0% (spiked and recovered: peak 13.0% at 09:13, 09:11–09:15)``."""
+    pct = unit == "%"
+
+    def show(v: float) -> str:
+        return f"{v:.1%}" if pct else f"{v:.0f} {unit}"
+
+    text = f"{label} {show(figures['current'])} ({trend_word(str(figures['trend']), zh)}"
+    peak = figures.get("peak") if figures.get("peak_at") else None
+    if peak is not None and figures.get("onset_at"):
+        at, began = str(figures["peak_at"])[11:16], str(figures["onset_at"])[11:16]
+        back = str(figures["recovered_at"])[11:16] if figures.get("recovered_at") else None
+        if zh:
+            text += f"：峰值 {show(peak)}（{at}），{began} 开始" + (f"，{back} 恢复" if back else "")
+        else:
+            text += f": peak {show(peak)} at {at}, since {began}" + (f", back by {back}" if back else "")
+    return text + ")"
+
+
+def error_onset(results: list[ToolResultMessage], service: str) -> tuple[float, str] | None:
+    """When the errors began: the error rate's onset, sharpened by the first error log line when that line
+    falls in the onset's minute (a metric point covers the step before it)."""
+    metrics = ok_data(results, "query_metrics", service)
+    rate = ((metrics or {}).get("metrics") or {}).get("error_rate") or {}
+    onset = _ts(rate.get("onset_at")) if rate.get("onset_at") else None
+    if onset is None or "peak" not in rate:
+        return None
+    logs = ok_data(results, "query_logs", service) or {}
+    firsts = [t for p in logs.get("patterns") or [] if (t := _ts(p.get("first_seen"))) is not None]
+    first = min(firsts, default=None)
+    if first is not None and onset - 60 <= first <= onset:
+        return first, "first error log line"
+    return onset, "error rate first clearly above its baseline"
+
+
+def deploy_verdict(results: list[ToolResultMessage], service: str, zh: bool) -> list[str]:
+    """The onset and the changes side by side, then yes / no / can't tell with the reason."""
+    head = "*和发布有关吗？*" if zh else "*Was it the deploy?*"
+    changes = ok_data(results, "recent_changes", service)
+    if changes is None:
+        why = (failed(results, "recent_changes") or {}).get("message") or "no change history"
+        return [head, (f"  • 无法判断：读不到变更记录（{why}）。" if zh else
+                       f"  • Can't tell: I could not read the change history ({why}).")]
+    listed = [(t, c) for c in changes.get("changes") or [] if (t := _ts(c.get("at"))) is not None]
+    lines = [head]
+    for t, c in listed[:3]:
+        what = " ".join(str(x) for x in (c.get("kind"), c.get("version")) if x)
+        lines.append(f"  • {'变更' if zh else 'Change'}: {what} — {_clock(t)} UTC ({c.get('source')})")
+    window = (changes.get("window") or {}).get("minutes")
+    if not listed:
+        lines.append(f"  • 最近 {window} 分钟内没有变更记录" if zh else
+                     f"  • No change recorded in the last {window} min")
+    onset = error_onset(results, service)
+    metrics_ok = ok_data(results, "query_metrics", service) is not None
+    if onset is None:
+        if not metrics_ok:
+            lines.append("  • 无法判断：读不到错误率。" if zh else "  • Can't tell: I could not read the error rate.")
+        elif listed:
+            lines.append("  • 看不出影响：这段时间错误率没有明显上升。" if zh else
+                         "  • No sign of it: the error rate did not clearly rise in this window.")
+        else:
+            lines.append("  • 不是：没有变更，错误率也没有明显上升。" if zh else
+                         "  • No: nothing changed, and the error rate did not clearly rise.")
+        return lines
+    began, how = onset
+    how_zh = "第一条错误日志" if how.startswith("first error log") else "错误率首次明显高于基线"
+    lines.append(f"  • 报错开始：{_clock(began)} UTC（{how_zh}）" if zh else
+                 f"  • Errors began: {_clock(began)} UTC ({how})")
+    before = [(t, c) for t, c in listed if t <= began]
+    after = [(t, c) for t, c in listed if t > began]
+    if before and began - before[0][0] <= TIE_S:
+        t, c = before[0]
+        lines.append(f"  • 是：报错在 {_name(c)} 之后 {_span(began - t, zh)} 开始，之前错误率处于基线。" if zh else
+                     f"  • Yes: the errors began {_span(began - t, zh)} after {_name(c)}, and the error rate was at "
+                     "its baseline before it.")
+    elif after:
+        t, c = after[-1]
+        lines.append(f"  • 不是：报错比 {_name(c)} 早 {_span(t - began, zh)} 就开始了。" if zh
+                     else f"  • No: the errors began {_span(t - began, zh)} before {_name(c)}.")
+        if before:
+            t, c = before[0]
+            lines.append(f"    更早的变更 {_name(c)} 比报错早 {_span(began - t, zh)}。" if zh else
+                         f"    The change before them, {_name(c)}, came {_span(began - t, zh)} earlier.")
+    elif before:
+        t, c = before[0]
+        lines.append(f"  • 无法判断：最近的变更 {_name(c)} 比报错早 {_span(began - t, zh)}，时间上对不上。" if zh else
+                     f"  • Can't tell: the last change before the errors, {_name(c)}, came {_span(began - t, zh)} "
+                     "earlier — too long before to tie them by timing alone.")
+    else:
+        lines.append("  • 不是：这段时间没有任何变更。" if zh else "  • No: nothing changed in this window.")
+    return lines
+
+
+def _name(change: dict[str, Any]) -> str:
+    return str(change.get("version") or change.get("kind") or "?")
+
+
+_UNSEEN = (("cpu|处理器", "CPU usage", "CPU 使用率"), ("memory|\\bram\\b|内存", "memory use", "内存"),
+           ("\\bdisk|磁盘", "disk use", "磁盘"), ("on[- ]?call|值班", "the on-call rota", "值班表"),
+           ("\\btraces?\\b|链路", "traces", "链路追踪"))
+_CAN = {"query_logs": ("error logs", "错误日志"),
+        "query_metrics": ("error rate, p95 latency and restarts", "错误率、p95 延迟和重启次数"),
+        "recent_changes": ("recent deploys and rollouts", "最近的发布和变更"),
+        "search_docs": ("the runbooks", "运维文档"),
+        "search_resource": ("the service catalog (owners, environments)", "服务目录（负责团队、环境）")}
+
+
+def cannot_see(question: str, tools: Sequence[str], zh: bool) -> str | None:
+    """A question about something no tool reads: say so, and what can be checked instead."""
+    topics = [zh_name if zh else name for pattern, name, zh_name in _UNSEEN if re.search(pattern, question, re.I)]
+    if not topics:
+        return None
+    can = [_CAN[t][1 if zh else 0] for t in tools if t in _CAN]
+    if zh:
+        return f"我看不到{'、'.join(topics)}：我的工具都读不到它。我能查的是：{'；'.join(can)}。"
+    return f"I can't see {' or '.join(topics)}: none of my tools reads it. What I can check: {'; '.join(can)}."
+
+
+def _service_part(results: list[ToolResultMessage], c: dict[str, Any], zh: bool, several: bool) -> list[str]:
+    sid = str(c["id"])
+    lines = [f"{'*服务*' if zh else '*Service*'}: {c['name']} (`{sid}`, team {c.get('team', '?')})"
+             " — _source: search_resource_"]
+    logs = ok_data(results, "query_logs", sid)
+    if logs:
+        head = "*近期错误日志*" if zh else "*Recent errors*"
+        lines.append(f"{head} ({logs['environment']}, {logs['window_minutes']} min, {logs['error_lines']} lines)"
+                     f" — _query: `{logs['query']}`_")
+        for p in logs.get("patterns", [])[:2 if several else 3]:
+            lines.append(f"  • {p['count']}× `{p['pattern']}` (first {p['first_seen'][11:16]}, "
+                         f"last {p.get('last_seen', '')[11:16]})")
+        if not logs.get("patterns"):
+            lines.append("  • " + ("这段时间没有错误日志" if zh else "no error lines in this window"))
+    metrics = ok_data(results, "query_metrics", sid)
+    if metrics:
+        m = metrics.get("metrics", {})
+        parts = []
+        if "current" in m.get("error_rate", {}):
+            parts.append(metric_part(m["error_rate"], "错误率" if zh else "error rate", "%", zh))
+        if "current" in m.get("p95_latency_ms", {}):
+            parts.append(metric_part(m["p95_latency_ms"], "p95", "ms", zh))
+        if parts:
+            lines.append(f"{'*指标*' if zh else '*Metrics*'} ({metrics['environment']}): " + ", ".join(parts)
+                         + " — _source: query_metrics_")
+    return lines
+
+
+def _comparison(results: list[ToolResultMessage], chosen: list[dict[str, Any]], zh: bool) -> list[str]:
+    rates = []
+    for c in chosen:
+        rate = ((ok_data(results, "query_metrics", str(c["id"])) or {}).get("metrics") or {}).get("error_rate") or {}
+        if "current" in rate:
+            rates.append((float(rate["current"]), f"{c['id']} {rate['current']:.1%} ({trend_word(rate['trend'], zh)})"))
+        else:
+            rates.append((-1.0, f"{c['id']}: {'没有读到' if zh else 'not read'}"))
+    if sum(1 for r, _ in rates if r >= 0) < 2:
+        return []
+    highest = max(rates)[1].split()[0]
+    return [f"*对比*：错误率 {' vs '.join(t for _, t in rates)}；{highest} 最高。" if zh else
+            f"*Comparison*: error rate {' vs '.join(t for _, t in rates)}; {highest} is highest."]
+
+
+def answer_lookup(results: list[ToolResultMessage], zh: bool, *, question: str = "",
+                  tools: Sequence[str] = (), services: list[str] | None = None,
+                  deploy: bool = False) -> str:
+    lines: list[str] = [note] if (note := cannot_see(question, tools, zh)) else []
+    for r in results:
+        body = data(r)
+        if not body.get("ok") and not (r.name == "search_resource" and body.get("errorCode") == "not_found"):
+            lines.append(f"• `{r.name}` {'失败' if zh else 'failed'}: {body.get('errorCode')} — {body.get('message')}")
+    found = ok_data(results, "search_resource")
+    candidates = list((found or {}).get("candidates") or [])
+    chosen = [c for c in candidates if c["id"] in (services or [])] or candidates[:1]
+    for c in chosen:
+        lines += _service_part(results, c, zh, several=len(chosen) > 1)
+        if deploy:
+            lines += deploy_verdict(results, str(c["id"]), zh)
+    if len(chosen) > 1:
+        lines += _comparison(results, chosen, zh)
+    docs = ok_data(results, "search_docs")
+    if docs and docs.get("results"):
+        lines.append(f"{'*文档建议*' if zh else '*Runbook advice*'}:")
+        # The service's own runbooks (the catalog lists them) before any other document that matched.
+        own = {r for c in chosen for r in c.get("runbooks") or []}
+        hits = sorted(docs.get("results", []), key=lambda h: not any(str(h["path"]).endswith(r) for r in own))
+        for hit in hits[:2]:
+            first = next((ln.strip("-• ").strip() for ln in str(hit["text"]).splitlines() if ln.strip()), "")
+            # A section named like its document is not said twice ("… roll back first §… roll back first").
+            where = hit["title"] if hit["section"] in (hit["title"], "") else f"{hit['title']} §{hit['section']}"
+            lines.append(f"  • {where} (`{hit['path']}`): {first}")
+    lines.append("_以上结论来自演示数据；没有核实数据库本身的状态。_" if zh else
+                 "_From the demo dataset; I did not check the database itself._")
+    return "\n".join(lines)
+def answer_restart(result: ToolResultMessage, zh: bool) -> str:
+    body = data(result)
+    if body.get("ok"):
+        d = body["data"]
+        verdict = d.get("verdict", "")
+        if zh:
+            before, after = d.get("error_rate_before"), d.get("error_rate_after")
+            rollout = {"complete": "已完成", "timed_out": "未在时限内完成", "failed": "失败"}.get(d["rollout"],
+                                                                                         d["rollout"])
+            trend = ""
+            if isinstance(before, int | float) and isinstance(after, int | float):
+                trend = (f"错误率保持在 {after:.2%}" if f"{before:.2%}" == f"{after:.2%}" else
+                         f"错误率从 {before:.2%} {'降到' if after < before else '升到'} {after:.2%}")
+            return (f"已重启 `{d['service_id']}`（{d['environment']}），滚动发布{rollout}"
+                    f"{'；' + trend if trend else ''}。_来源: restart_service_")
+        return (f"Restarted `{d['service_id']}` in {d['environment']}: rollout {d['rollout']}. {verdict}. "
+                "_source: restart_service_")
+    if body.get("errorCode") == "outcome_unknown":  # it was started: never say it did not happen
+        return ("重启已开始，但不确定是否完成：请先检查服务的实际状态再决定是否重试。" if zh
+                else "The restart was started, but whether it completed is unknown: check the service's rollout "
+                     "before restarting it again (outcome_unknown).")
+    code = "" if body.get("errorCode") == "declined_by_user" else f" ({body.get('errorCode')})"
+    return (f"未执行重启：{body.get('message')}{code}。" if zh
+            else f"The restart did not run: {body.get('message')}{code}.")
+
+
