@@ -81,6 +81,9 @@ _PATTERNS: tuple[tuple[re.Pattern[str], Replacement, tuple[str, ...]], ...] = (
     (re.compile(r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}\b"), "[REDACTED stripe key]", ("_live_", "_test_")),
     (re.compile(r"\bwhsec_[A-Za-z0-9]{24,}\b"), "[REDACTED stripe key]", ("whsec_",)),
     (re.compile(r"\bsk-ant-[A-Za-z0-9_-]{20,}"), "[REDACTED anthropic key]", ("sk-ant-",)),
+    (re.compile(r"\bnpm_[A-Za-z0-9]{36}\b"), "[REDACTED npm token]", ("npm_",)),
+    # .npmrc credentials: //registry/:_authToken=…, :_auth=…, :_password=… (camelCase hides the word "token")
+    (re.compile(r"(:_(?:authToken|auth|password)\s*=\s*)[^\s\"']+"), r"\1[REDACTED]", (":_auth", ":_password")),
     (re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"), "[REDACTED openai key]", ("sk-",)),
     (re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"), "[REDACTED google key]", ("AIza",)),
     (re.compile(r"\bGOCSPX-[A-Za-z0-9_-]{20,}"), "[REDACTED google secret]", ("GOCSPX-",)),
@@ -148,7 +151,7 @@ def _named(key: str, value: Any) -> Any:
     if not isinstance(value, str) or not value or not _NAMED_SECRET.fullmatch(key) or _PLACEHOLDER.match(value):
         return redact_value(value)
     if _NUMBER.match(value) and not _PASSWORD_LIKE.search(key):
-        return value  # token_ttl: 3600
+        return redact(value)  # token_ttl: 3600 stays; a phone number under "credentials" still goes
     return "[REDACTED]"
 
 

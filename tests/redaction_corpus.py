@@ -45,6 +45,18 @@ SECRETS: list[tuple[str, str]] = [
     ("openai.api_key set to {s}", "sk-proj-Ab3dEf5gHi7jKl9mNo1pQr3sTu5vWx7yZa9bCd1eFg3hIj5kLm7n"),
     ("legacy key {s}", "sk-T3BlbkFJaBcDeFgHiJkLmNoPqRsTuVwXyZ012345678"),
     ("ANTHROPIC_API_KEY={s}", "sk-ant-api03-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789-_abcdefAA"),
+    ("tool output: {s}", "sk-ant-api03-Zq8Xy2Wv4Ut6Sr8Qp0On2Ml4Kj6Ih8Gf0Ed2Cb4Az6Yx8Wv0Ut2Sr4Qp6On8Ml0Kj2Ih4Gf6Ed8"
+                         "Cb0Az2Yx4Wv6Ut8Sr0Qp2On4Ml6_-AA"),
+    ('{{"anthropic": "{s}"}}', "sk-ant-admin01-Hq3Jw5Ke7Lr9Mt1Ny3Pu5Qi7Ro9Sp1Ta3Ub5Vc7Wd9Xe1Yf3Zg5Ah7Bi9Cj1Dk3El5"
+                               "Fm7Gn9"),
+    # npm
+    ("//registry.npmjs.org/:_authToken={s}", "npm_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"),
+    ("NPM publish with {s} failed: 403", "npm_Zz9Yy8Xx7Ww6Vv5Uu4Tt3Ss2Rr1Qq0Pp9Oo8"),
+    ("//npm.internal.example.com/:_authToken={s}", "3f1c9a2e-77b4-4d0e-9c51-8a6b2f0e4d71"),
+    ("//registry.example.com/:_auth={s}", "dXNlcjpzM2NyM3RwYXNzd29yZA=="),
+    # HTTP Token scheme (Rails, DRF and friends)
+    ("Authorization: Token {s}", "9944b09199c62bcf9418ad846dd0e4bbdfc6ee4b"),
+    ("curl -H 'Authorization: Token {s}' https://api.internal/v1", "tok_5f3b2a1c9d8e7f6a5b4c3d2e"),
     # private keys, JWTs, HTTP auth
     ("{s}", "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7bq3x\nq2w3e4r5t6y7u8i9o0p\n"
             "-----END RSA PRIVATE KEY-----"),

@@ -51,3 +51,25 @@ async def test_touch_never_takes_back_an_entry_another_worker_claimed(queue: Wor
     assert [e.id for e in await queue.reclaim("w2", idle_ms=100)] == [entry.id]
     assert not await queue.touch("w1", entry.id)  # w1 learns it lost the entry
     assert await queue.touch("w2", entry.id)
+
+
+async def test_a_dead_workers_entry_behind_many_live_ones_is_reached(queue: WorkQueue) -> None:
+    """XAUTOCLAIM scans a window of the pending list per call (COUNT × 10 entries); the next call must go on
+    from where the last one stopped, or an orphan behind more than a window of live entries is never found."""
+    live_count = 130
+    for n in range(live_count):
+        await queue.put(f"live-{n}")
+    live = await queue.take("w1", count=live_count, block_ms=100)
+    assert len(live) == live_count
+    await queue.put("orphan")
+    assert len(await queue.take("dead", block_ms=100)) == 1
+    idle_ms = 1000  # long enough that touching 130 entries, even on a busy machine, ends well within it
+    await asyncio.sleep(idle_ms / 1000 + 0.05)  # the orphan is idle from here on (idle time only grows)
+    for entry in live:  # w1 is alive and working on every one of its entries
+        assert await queue.touch("w1", entry.id)
+    found: list[str] = []
+    for _ in range(4):  # 130 live entries ahead of it: a window of 100 cannot cover them in one call
+        found += [e.body for e in await queue.reclaim("w2", idle_ms=idle_ms, count=10)]
+        if "orphan" in found:
+            break
+    assert "orphan" in found and not any(b.startswith("live-") for b in found), found

@@ -80,3 +80,19 @@ def test_fit_condenses_old_outputs_first_then_drops_whole_turns() -> None:
     assert sum(message_tokens(m) for m in small) <= 400
     assert isinstance(small[0], UserMessage) and "left out" in small[0].content
     assert small[-1] == messages[-1]
+
+
+def test_a_call_id_reused_by_a_later_turn_is_flagged_and_repaired() -> None:
+    """Some providers (and buggy proxies) reuse a call id in a later turn: sent as is, the second result would
+    pair with the first call. The check flags it and the repair keeps each id once, every call answered."""
+    first, again = turn(1), turn(2)
+    reused = ToolCall(id="c1", name="t", arguments={"i": 2})
+    again[1] = AssistantMessage(tool_calls=(reused,))
+    again[2] = ToolResultMessage(call_id="c1", name="t", content=json.dumps({"ok": True, "data": "second"}))
+    messages = first + again
+    assert "a call id was issued twice" in violations(messages)
+    fixed = repair(messages)
+    assert violations(fixed.messages) == [] and fixed.problems
+    ids = [c.id for m in fixed.messages if isinstance(m, AssistantMessage) for c in m.tool_calls]
+    assert ids == ["c1"]
+    assert [m.call_id for m in fixed.messages if isinstance(m, ToolResultMessage)] == ["c1"]
