@@ -227,6 +227,22 @@ async def test_every_key_has_a_ttl_after_a_slack_flow_and_a_cancel_through_redis
         assert await store.client.ttl(key) > 0, f"{key} has no TTL"
 
 
+async def test_every_key_has_a_ttl_while_a_run_is_paused(redis_url: str, prefix: str, slack: FakeSlack,
+                                                         store: RedisStore) -> None:
+    """Not only after a run ends: a paused run keeps its trace as a list beside its record (folded in only when
+    it finishes), and that list, like every other key, must expire if nobody ever answers."""
+    ws = await open_workspace(redis_url, prefix, slack)
+    try:
+        await ask_restart(ws)  # the Confirm card is out; the run waits for a person
+        keys = [k async for k in store.client.scan_iter(match=f"{prefix}:*")]
+        assert any(k.endswith(":trace") for k in keys), "a paused run keeps its trace as a list"
+        assert {"token", "run"} <= {p for k in keys for p in k.split(":")[1:] if not p.startswith("{")}
+        for key in keys:
+            assert await store.client.ttl(key) > 0, f"{key} has no TTL while its run is paused"
+    finally:
+        await ws.stop()
+
+
 async def test_stop_after_a_worker_died_mid_change_never_says_nothing_ran(store: RedisStore) -> None:
     probe = Probe()
 
