@@ -15,7 +15,7 @@ from bot.agent.events import EventBus
 from bot.agent.models.base import ChatModel
 from bot.agent.models.demo import demo_model
 from bot.agent.sweeps import Sweeps
-from bot.config import ConfigError, Settings
+from bot.config import ConfigError, Settings, environment_problems
 from state import Keys, MemoryStore, RedisStore, StoreError, Ttls, connect
 from state.store import MetaStore, Outbox, Reports, Store, WorkQueue
 from tools import ops
@@ -73,6 +73,8 @@ def build_registry(settings: Settings, toolbox: ops.Toolbox, extra: Sequence[Too
                 registry.require_confirmation_in(name, policy.confirm_in)
             except ValueError as exc:
                 raise ConfigError(f"tools.{name}.confirm_in: {exc}") from exc
+    for problem in environment_problems(settings, toolbox.catalog.environments, [s.name for s in registry]):
+        log.warning("config: %s", problem)
     return registry
 
 

@@ -12,12 +12,22 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from bot.agent.limits import Limits
 from tools.mcp.config import McpServerConfig
 from tools.ops.config import OpsConfig
+
+
+def environments(names: list[str]) -> list[str]:
+    """Environment names as every comparison sees them: ``Prod``, ``PROD`` and `` prod`` are ``prod``."""
+    return list(dict.fromkeys(n.strip().lower() for n in names if n.strip()))
+
+
+def slack_ids(ids: list[str]) -> list[str]:
+    """Slack ids (U…, S…, C…) are upper case; a hand-written ``u0boss`` is the same user."""
+    return list(dict.fromkeys(i.strip().upper() for i in ids if i.strip()))
 
 
 class ConfigError(Exception):
@@ -44,12 +54,22 @@ class ToolPolicy(BaseModel):
 
     confirm_in: list[str] | None = Field(None, description="environments where a person must confirm")
 
+    @field_validator("confirm_in")
+    @classmethod
+    def _environments(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else environments(value)
+
 
 class Approvers(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     users: list[str] = Field(default_factory=list, description="Slack user ids")
     usergroups: list[str] = Field(default_factory=list, description="Slack user group ids (S…)")
+
+    @field_validator("users", "usergroups")
+    @classmethod
+    def _ids(cls, value: list[str]) -> list[str]:
+        return slack_ids(value)
 
 
 class AlertSource(BaseModel):
@@ -102,6 +122,31 @@ class SlackConfig(BaseModel):
     thread_context_messages: int = Field(20, ge=0, description="read at most this many earlier thread messages")
     thread_context_chars: int = Field(6000, ge=0, description="... and at most this many characters of them")
     alert_sources: list[AlertSource] = Field(default_factory=list, description="channels where alerts land")
+
+    @field_validator("approvers")
+    @classmethod
+    def _approvers(cls, value: dict[str, dict[str, Approvers]]) -> dict[str, dict[str, Approvers]]:
+        out: dict[str, dict[str, Approvers]] = {}
+        for tool, by_env in value.items():
+            merged: dict[str, Approvers] = {}
+            for env, who in by_env.items():
+                key = env.strip().lower()
+                if key in merged:  # "Prod" and "prod" both written: one rule with both lists
+                    who = Approvers(users=merged[key].users + who.users,
+                                    usergroups=merged[key].usergroups + who.usergroups)
+                merged[key] = who
+            out[tool.strip()] = merged
+        return out
+
+    @field_validator("two_person_rule")
+    @classmethod
+    def _two_person(cls, value: list[str]) -> list[str]:
+        return environments(value)
+
+    @field_validator("allowed_channels", "allowed_users", "allowed_usergroups", "mutating_channels")
+    @classmethod
+    def _slack_ids(cls, value: list[str]) -> list[str]:
+        return slack_ids(value)
 
     def alert_source(self, channel: str, message: dict[str, Any]) -> AlertSource | None:
         return next((a for a in self.alert_sources if a.channel == channel and a.posted(message)), None)
@@ -156,6 +201,24 @@ class Settings(BaseSettings):
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     slack: SlackConfig = Field(default_factory=SlackConfig)
+
+
+def environment_problems(settings: Settings, known: list[str], tools: list[str] | None = None) -> list[str]:
+    """Authorisation rules that can never match: an environment no catalog service has (a typo leaves the real
+    one unprotected), an approvers entry for a tool that does not exist. Each with the key and what is known."""
+    problems: list[str] = []
+    where = ", ".join(known) or "none"
+    for tool, by_env in settings.slack.approvers.items():
+        if tools is not None and tool not in tools:
+            problems.append(f"slack.approvers.{tool}: there is no tool named {tool!r}")
+        problems += [f"slack.approvers.{tool}.{env}: no service in the catalog has environment {env!r} "
+                     f"(known: {where})" for env in by_env if env != "*" and env not in known]
+    problems += [f"slack.two_person_rule: no service in the catalog has environment {env!r} (known: {where})"
+                 for env in settings.slack.two_person_rule if env not in known]
+    for name, policy in settings.tools.items():
+        problems += [f"tools.{name}.confirm_in: no service in the catalog has environment {env!r} (known: {where})"
+                     for env in policy.confirm_in or [] if env not in known]
+    return problems
 
 
 def config_path(explicit: str | None = None) -> Path | None:

@@ -89,6 +89,44 @@ def test_tool_policy_from_config_changes_where_confirmation_is_needed(tmp_path: 
                        ops.build())
 
 
+def test_environment_keys_are_case_folded_once_at_load(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, """
+slack:
+  approvers: {restart_service: {Prod: {users: [uboss]}, " PROD": {usergroups: [s0ops]}, "*": {users: [UANY]}}}
+  two_person_rule: [PROD, Staging]
+  mutating_channels: [c0ops]
+tools:
+  restart_service: {confirm_in: [STAGING]}
+mcp_servers:
+  - {name: am, command: /bin/true, tools: {post_silence: {confirm: {in: [Prod]}}}}
+"""))
+    prod = settings.slack.approvers["restart_service"]["prod"]
+    assert set(settings.slack.approvers["restart_service"]) == {"prod", "*"}  # Prod and " PROD" are one rule
+    assert (prod.users, prod.usergroups) == (["UBOSS"], ["S0OPS"])
+    assert settings.slack.two_person_rule == ["prod", "staging"] and settings.slack.mutating_channels == ["C0OPS"]
+    assert settings.tools["restart_service"].confirm_in == ["staging"]
+    rule = settings.mcp_servers[0].tools["post_silence"].confirm
+    assert not isinstance(rule, str) and rule.environments == ["prod"]
+    spec = build_registry(settings, ops.build()).get("restart_service")
+    assert spec is not None
+    assert spec.needs_confirmation(spec.args_model.model_validate({"service_id": "orders", "environment": "Staging"}))
+
+
+def test_rules_that_can_never_match_are_reported_at_start(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    settings = load_settings(write(tmp_path, """
+slack:
+  approvers: {restart_service: {prdo: {users: [UBOSS]}}, restart_servce: {prod: {users: [UBOSS]}}}
+  two_person_rule: [production]
+"""))
+    build_registry(settings, ops.build())
+    warned = [r.getMessage() for r in caplog.records]
+    assert "config: slack.approvers.restart_service.prdo: no service in the catalog has environment 'prdo' " \
+           "(known: prod, staging)" in warned
+    assert "config: slack.approvers.restart_servce: there is no tool named 'restart_servce'" in warned
+    assert any(w.startswith("config: slack.two_person_rule: no service in the catalog has environment "
+                            "'production'") for w in warned)
+
+
 def test_plugin_tools_register_and_run(tmp_path: Path) -> None:
     settings = load_settings(write(tmp_path, "plugins: [tests.plugins.oncall]\n"))
     registry = build_registry(settings, ops.build())

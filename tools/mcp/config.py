@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class ConfirmIn(BaseModel):
@@ -14,6 +14,11 @@ class ConfirmIn(BaseModel):
 
     environments: list[str] = Field(alias="in", min_length=1)
     field: str = "environment"
+
+    @field_validator("environments")
+    @classmethod
+    def _folded(cls, value: list[str]) -> list[str]:
+        return [e.strip().lower() for e in value]  # compared case-folded, like every environment
 
 
 class McpToolRule(BaseModel):
