@@ -1,4 +1,4 @@
-"""Observation hygiene: scrub secrets and personal data, bound the size.
+"""Observation hygiene: scrub secrets and personal data, defuse look-alikes of our prompt's tags, bound the size.
 
 Applied to every tool result before it is written to the transcript, so the
 model, Redis and Slack all see the same cleaned text.
@@ -9,10 +9,27 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from core.quote import defuse
 from core.redact import redact, redact_value
 
-scrub_text = redact
-scrub = redact_value
+
+def scrub_text(text: str) -> str:
+    """Redacted, and no tag of ours left live (a log line cannot pose as a quoted Slack thread)."""
+    return defuse(redact(text))
+
+
+def scrub(value: Any) -> Any:
+    return _defused(redact_value(value))
+
+
+def _defused(value: Any) -> Any:
+    if isinstance(value, str):
+        return defuse(value)
+    if isinstance(value, dict):
+        return {defuse(k) if isinstance(k, str) else k: _defused(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_defused(v) for v in value]
+    return value
 
 
 def _shrink(value: Any, max_items: int, max_chars: int) -> Any:

@@ -16,7 +16,7 @@ from bot.agent.events import Event, EventBus
 from bot.agent.limits import Limits
 from bot.agent.models.base import ChatModel
 from bot.eval.scenario import Scenario
-from bot.slack.history import CLOSE, OPEN
+from bot.slack.history import quote_thread
 from state import MemoryStore
 from tools import ops
 from tools.ops.config import OpsConfig, PrometheusMetrics, Verification
@@ -80,7 +80,7 @@ def toolbox_for(scenario: Scenario) -> ops.Toolbox:
 
 def quoted(thread: list[str]) -> str:
     """The thread as the Slack front end quotes it to the model."""
-    return f"{OPEN}\n" + "\n".join(thread) + f"\n{CLOSE}" if thread else ""
+    return quote_thread("\n".join(thread)) if thread else ""
 
 
 async def play(scenario: Scenario, model: ChatModel, *, max_steps: int = 10) -> Played:

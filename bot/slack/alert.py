@@ -21,6 +21,7 @@ _BRACES = re.compile(r"(\w+)\s*=\s*\"([^\"]*)\"")
 _ANNOTATIONS = {"summary", "description", "runbook_url", "runbook", "message", "dashboard", "value", "impact"}
 _SERVICE_LABELS = ("service", "app", "application", "app_kubernetes_io_name", "job", "deployment", "container")
 _ENV_LABELS = ("environment", "env", "stage", "deployment_environment")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 
 
 @dataclass(frozen=True)
@@ -46,11 +47,12 @@ class Alert:
         return next((self.labels[k] for k in _ENV_LABELS if self.labels.get(k)), None)
 
     def question(self) -> str:
-        """What an automatic investigation asks."""
-        known = [f"service `{self.service}`" if self.service else "",
-                 f"environment `{self.environment}`" if self.environment else ""]
-        about = f" It is about {' and '.join(k for k in known if k)}." if any(known) else ""
-        return (f"An alert fired: {self.title}.{about} Investigate it: find the affected service, read its recent "
+        """What an automatic investigation asks. The alert's own words stay in the quote above it: the question is
+        ours, so only label values shaped like names (``payments``, ``prod``) are repeated in it."""
+        known = [f"{what} `{value}`" for what, value in (("service", self.service), ("environment", self.environment))
+                 if value and _NAME.fullmatch(value)]
+        about = f" It is about {' and '.join(known)}." if known else ""
+        return (f"An alert fired (quoted above).{about} Investigate it: find the affected service, read its recent "
                 "errors, metrics and runbook, and say what is wrong and what the runbook advises. Change nothing.")
 
 

@@ -16,7 +16,7 @@ from bot.agent.engine import Engine
 from bot.config import AlertSource, SlackConfig
 from bot.slack import blocks as kit
 from bot.slack.alert import Alert, parse
-from bot.slack.history import render
+from bot.slack.history import material, quote_thread
 from bot.slack.meta import thread_key
 from bot.slack.outbox import SlackOutbox
 from bot.slack.work import Converse, WorkItem
@@ -62,7 +62,8 @@ class Alerts:
                                   f":repeat: Fired again at {when} ({alert.count} firing). Already looked at in "
                                   "this thread; mention me for a fresh look.")
             return
-        context = redact(render([event], ts, 1, self.config.thread_context_chars))
+        # Kept unquoted: each run quotes it afresh (a new nonce per request, the Investigate button's included).
+        context = redact(material([event], ts, 1, self.config.thread_context_chars))
         await self.meta.put(ALERT, group, {"thread_ts": ts, "title": alert.title[:300], "context": context})
         await self.meta.put(ALERT, f"{channel}:{ts}", {"group": group})
         if source.mode == "button":
@@ -90,7 +91,7 @@ class Alerts:
     def _converse(self, alert: Alert, channel: str, ts: str, context: str, *, requester: str,
                   unattended: bool = True) -> Converse:
         return Converse(channel=channel, thread_ts=ts, user=requester, text=alert.question(),
-                        request_id=f"{channel}:{ts}:alert", context=context, unattended=unattended)
+                        request_id=f"{channel}:{ts}:alert", context=quote_thread(context), unattended=unattended)
 
     async def _within_rate(self, source: AlertSource) -> bool:
         bucket = int(time.time() // source.rate_window_s)

@@ -16,6 +16,7 @@ import time
 from typing import Any, get_args
 
 from bot.slack.words import say
+from core.text import hides_any, reveal
 from tools.registry import Provenance
 
 SECTION_TEXT = 3000
@@ -32,8 +33,9 @@ Block = dict[str, Any]
 
 
 def escape(text: object) -> str:
-    """Slack's three control characters, escaped as its formatting rules say: the text shows as written."""
-    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """Slack's three control characters, escaped as its formatting rules say, and hidden characters (bidi controls,
+    zero-width) shown as ``<U+202E>``: the text shows as written, and all of it."""
+    return reveal(str(text)).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 _USER_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")
@@ -123,6 +125,8 @@ def _what_runs(payload: dict[str, Any], lang: str = "en") -> str:
     if payload.get("environment"):
         lines.append(f"*{say(lang, 'environment')}:* `{escape(payload['environment'])}`")
     lines.append(f"*{say(lang, 'arguments')}:* {shown or say(lang, 'none')}")
+    if hides_any([payload.get("tool"), payload.get("target"), payload.get("environment"), args]):
+        lines.append(f":warning: {say(lang, 'hidden_chars')}")
     # Only the payload's provenance is said: an older payload's bare ``destructive: true`` also stood for an
     # unannotated tool, so it is left unsaid rather than guessed.
     provenance = payload.get("provenance")
@@ -240,7 +244,8 @@ _STRIKE = re.compile(r"(?<![~\w])~(?=\S)([^~\n]+?)(?<=\S)~(?![~\w])")
 
 def task(line: dict[str, Any]) -> dict[str, Any]:
     """A progress line as a stream's ``task_update``: one card per call, its status moving in place."""
-    title = str(line["tool"]) + (f" · {line['target']}" if line.get("target") else "")
+    # A title is shown as written (not mrkdwn): hidden characters as raw markers, before the outbox sees it.
+    title = reveal(str(line["tool"]) + (f" · {line['target']}" if line.get("target") else ""))
     status = _TASK_STATUS.get(line["status"], "error")
     chunk = {"id": line["call_id"], "title": _cut(title, 256), "status": status}
     if line.get("detail"):

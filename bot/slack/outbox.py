@@ -29,7 +29,8 @@ from bot.slack import blocks as kit
 from bot.slack.metrics import Metrics, slack_error
 from bot.slack.pacer import Pacer
 from bot.slack.streams import StreamRefused, Streams
-from core.redact import redact, redact_blocks
+from core import redact as scrub
+from core.text import reveal, reveal_blocks
 from state.errors import StoreError
 from state.outbox import OutboxRecord
 from state.store import Outbox
@@ -43,6 +44,17 @@ _STREAM_SPACING_S = 0.2
 # is dropped (and logged) so that the thread's later messages still go out.
 _TRANSIENT = {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout",
               "team_added_to_org", "http_500", "http_502", "http_503", "http_504"}
+
+
+def redact(text: str) -> str:
+    """Every text bound for Slack passes here: scrubbed (core.redact), and its hidden characters (bidi controls,
+    zero-width) shown as markers, written escaped since Slack reads these texts as mrkdwn."""
+    return reveal(scrub.redact(text), escaped=True)
+
+
+def redact_blocks(blocks: Any) -> Any:
+    """Every Block Kit ``text`` bound for Slack: scrubbed, hidden characters shown (see :func:`redact`)."""
+    return reveal_blocks(scrub.redact_blocks(blocks))
 
 
 def _message(channel: str, thread_ts: str | None, text: str, blocks: list[kit.Block]) -> dict[str, Any]:

@@ -51,6 +51,11 @@ _WORDS: dict[str, tuple[str, str]] = {
     "arguments": ("Arguments", "参数"),
     "none": ("(none)", "（无）"),
     "model_reason": ("The model's reason", "模型给出的理由"),
+    # mrkdwn: the markers are written escaped, as the card shows them
+    "hidden_chars": ("The tool, target or arguments contain invisible or text-direction characters, shown as "
+                     "`&lt;U+…&gt;`: check exactly what will run before you confirm.",
+                     "工具、对象或参数中含有不可见字符或改变文字方向的字符（显示为 `&lt;U+…&gt;`），"
+                     "确认前请核对实际要执行的内容。"),
     "confirm": ("Confirm", "确认"),
     "cancel": ("Cancel", "取消"),
     "back": ("Back", "返回"),

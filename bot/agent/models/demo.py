@@ -15,6 +15,7 @@ from typing import Any
 
 from bot.agent.models.scripted import ScriptedModel
 from core.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
+from core.quote import split as _split
 
 LABEL = "scripted demo model (no API key configured; rule-based, not an LLM)"
 _RESTART = re.compile(r"restart|重启|bounce", re.I)
@@ -219,14 +220,6 @@ def _environment(question: str, quoted: str) -> str | None:
     env = "prod" if _PROD.search(question) else "staging" if _STAGING.search(question) else None
     labelled = _ENVIRONMENT.search(quoted) or _ENVIRONMENT.search(question)
     return env or (labelled.group(1) if labelled else None)
-
-
-def _split(content: str) -> tuple[str, str]:
-    """A user message as the material that came with it (the quoted thread, the reply language) and the
-    question itself, which follows them."""
-    cut = max(content.rfind(tag) + len(tag) if tag in content else -1
-              for tag in ("</slack_thread>", "</reply_language>"))
-    return (content[:cut], content[cut:]) if cut >= 0 else ("", content)
 
 
 def demo_reply(messages: Sequence[Message], tools: Sequence[str]) -> AssistantMessage:
