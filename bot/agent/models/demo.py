@@ -1,18 +1,21 @@
 """The scripted demo model: a rule-based stand-in for an LLM, so OpsPilot runs offline.
 
 It is a :class:`ScriptedModel` and says so in its label; it is never chosen when an API
-key is configured. It knows the three demo tools and plays the OpsPilot scenario:
-look up a service and its runbooks in parallel, answer with evidence, restart on request.
+key is configured. It knows the demo tools and plays the OpsPilot scenario: look up a service
+and its runbooks in parallel, read its logs and metrics (and its changes for a deploy question;
+every service a comparison names), answer with evidence, restart on request.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from bot.agent.models.demo_answers import answer_lookup, answer_restart, cannot_see
+from bot.agent.models.demo_answers import data as _data
+from bot.agent.models.demo_answers import ok_data as _ok_data
 from bot.agent.models.scripted import ScriptedModel
 from core.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from core.quote import split as _split
@@ -22,19 +25,13 @@ _RESTART = re.compile(r"restart|重启|bounce", re.I)
 _PROD = re.compile(r"\bprod\b|production|生产|线上", re.I)
 _STAGING = re.compile(r"staging|预发|测试环境", re.I)
 _CJK = re.compile(r"[\u3400-\u9fff]")
+_DEPLOY = re.compile(r"deploy|release|roll ?out|rollback|\bchanges?\b|发布|部署|上线|变更|回滚", re.I)
+_COMPARE = re.compile(r"compar|\bvs\.?\b|versus|\band\b|\bboth\b|对比|比较|和|与|跟", re.I)
 
 
 def _call(name: str, **arguments: Any) -> ToolCall:
     # Unique across processes and restarts, like a provider's ids: a thread outlives any one worker.
     return ToolCall(id=f"demo_{uuid.uuid4().hex[:16]}", name=name, arguments=arguments)
-
-
-def _data(result: ToolResultMessage) -> dict[str, Any]:
-    try:
-        body = json.loads(result.content)
-    except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}
 
 
 def _last_service(messages: Sequence[Message]) -> str | None:
@@ -43,15 +40,6 @@ def _last_service(messages: Sequence[Message]) -> str | None:
             candidates = _data(m).get("data", {}).get("candidates", [])
             if candidates:
                 return str(candidates[0]["id"])
-    return None
-
-
-def _ok_data(results: list[ToolResultMessage], name: str) -> dict[str, Any] | None:
-    for r in reversed(results):
-        body = _data(r)
-        if r.name == name and body.get("ok"):
-            data = body.get("data")
-            return data if isinstance(data, dict) else None
     return None
 
 
@@ -95,98 +83,40 @@ def help_text(zh: bool) -> str:
             "the runbook's advice\n• why do orders fail since the last deploy?\n• restart payments in prod")
 
 
-def _answer_lookup(results: list[ToolResultMessage], zh: bool) -> str:
-    lines: list[str] = []
-    for r in results:
-        body = _data(r)
-        if not body.get("ok") and not (r.name == "search_resource" and body.get("errorCode") == "not_found"):
-            lines.append(f"• `{r.name}` failed: {body.get('errorCode')} — {body.get('message')}")
+def _services(results: list[ToolResultMessage], question: str) -> list[dict[str, Any]]:
+    """The services a question names: the best match, or — when it asks about several ("compare A and B") —
+    every service it names outright, so that no part of the question is dropped."""
     found = _ok_data(results, "search_resource")
-    if found and found.get("candidates"):
-        c = found["candidates"][0]
-        lines.append(f"{'*服务*' if zh else '*Service*'}: {c['name']} (`{c['id']}`, team {c.get('team', '?')})"
-                     " — _source: search_resource_")
-    logs = _ok_data(results, "query_logs")
-    if logs:
-        head = "*近期错误日志*" if zh else "*Recent errors*"
-        lines.append(f"{head} ({logs['environment']}, {logs['window_minutes']} min, {logs['error_lines']} lines)"
-                     f" — _query: `{logs['query']}`_")
-        for p in logs.get("patterns", [])[:3]:
-            lines.append(f"  • {p['count']}× `{p['pattern']}` (first {p['first_seen'][11:16]}, "
-                         f"last {p.get('last_seen', '')[11:16]})")
-        if not logs.get("patterns"):
-            lines.append("  • " + ("这段时间没有错误日志" if zh else "no error lines in this window"))
-    metrics = _ok_data(results, "query_metrics")
-    if metrics:
-        m = metrics.get("metrics", {})
-        parts = []
-        if "error_rate" in m and "current" in m["error_rate"]:
-            parts.append(f"{'错误率' if zh else 'error rate'} {m['error_rate']['current']:.1%} "
-                         f"({m['error_rate']['trend']})")
-        if "p95_latency_ms" in m and "current" in m["p95_latency_ms"]:
-            parts.append(f"p95 {m['p95_latency_ms']['current']:.0f} ms ({m['p95_latency_ms']['trend']})")
-        if parts:
-            lines.append(f"{'*指标*' if zh else '*Metrics*'}: " + ", ".join(parts) + " — _source: query_metrics_")
-    docs = _ok_data(results, "search_docs")
-    if docs and docs.get("results"):
-        lines.append(f"{'*文档建议*' if zh else '*Runbook advice*'}:")
-        # The service's own runbooks (the catalog lists them) before any other document that matched.
-        own = set(found["candidates"][0].get("runbooks") or []) if found and found.get("candidates") else set()
-        hits = sorted(docs.get("results", []), key=lambda h: not any(str(h["path"]).endswith(r) for r in own))
-        for hit in hits[:2]:
-            first = next((ln.strip("-• ").strip() for ln in str(hit["text"]).splitlines() if ln.strip()), "")
-            # A section named like its document is not said twice ("… roll back first §… roll back first").
-            where = hit["title"] if hit["section"] in (hit["title"], "") else f"{hit['title']} §{hit['section']}"
-            lines.append(f"  • {where} (`{hit['path']}`): {first}")
-    if zh:
-        lines.append("_以上结论来自演示数据；没有核实数据库本身的状态。_")
-    else:
-        lines.append("_From the demo dataset; I did not check the database itself._")
-    return "\n".join(lines)
+    candidates = list((found or {}).get("candidates") or [])
+    if not candidates:
+        return []
+    top = [c for c in candidates if c.get("score") == candidates[0].get("score")]
+    if len(top) > 1 and _COMPARE.search(question):
+        return top[:3]
+    return candidates[:1]
 
 
-def _answer_restart(result: ToolResultMessage, zh: bool) -> str:
-    body = _data(result)
-    if body.get("ok"):
-        d = body["data"]
-        verdict = d.get("verdict", "")
-        if zh:
-            before, after = d.get("error_rate_before"), d.get("error_rate_after")
-            rollout = {"complete": "已完成", "timed_out": "未在时限内完成", "failed": "失败"}.get(d["rollout"],
-                                                                                         d["rollout"])
-            trend = ""
-            if isinstance(before, int | float) and isinstance(after, int | float):
-                trend = (f"错误率保持在 {after:.2%}" if f"{before:.2%}" == f"{after:.2%}" else
-                         f"错误率从 {before:.2%} {'降到' if after < before else '升到'} {after:.2%}")
-            return (f"已重启 `{d['service_id']}`（{d['environment']}），滚动发布{rollout}"
-                    f"{'；' + trend if trend else ''}。_来源: restart_service_")
-        return (f"Restarted `{d['service_id']}` in {d['environment']}: rollout {d['rollout']}. {verdict}. "
-                "_source: restart_service_")
-    if body.get("errorCode") == "outcome_unknown":  # it was started: never say it did not happen
-        return ("重启已开始，但不确定是否完成：请先检查服务的实际状态再决定是否重试。" if zh
-                else "The restart was started, but whether it completed is unknown: check the service's rollout "
-                     "before restarting it again (outcome_unknown).")
-    code = "" if body.get("errorCode") == "declined_by_user" else f" ({body.get('errorCode')})"
-    return (f"未执行重启：{body.get('message')}{code}。" if zh
-            else f"The restart did not run: {body.get('message')}{code}.")
-
-
-def _follow_up(results: list[ToolResultMessage], env: str | None, tools: Sequence[str],
-               zh: bool = False) -> AssistantMessage | None:
-    """After finding the service: read its logs and metrics (a dependent second step)."""
+def _follow_up(results: list[ToolResultMessage], env: str | None, tools: Sequence[str], zh: bool,
+               question: str) -> AssistantMessage | None:
+    """After finding the service(s): read logs and metrics — and the change history when the question is about
+    a deploy (a dependent second step)."""
     if any(r.name in ("query_logs", "query_metrics") for r in results) or "query_logs" not in tools:
         return None
-    found = _ok_data(results, "search_resource")
-    if not found or not found.get("candidates"):
+    services = _services(results, question)
+    if not services:
         return None
-    service = found["candidates"][0]
-    if env is None:
-        alerts = service.get("recent_alerts") or []
-        env = alerts[0].get("env") if alerts else None
-    args: dict[str, Any] = {"service_id": service["id"]}
-    if env:
-        args["environment"] = env
-    calls = [_call(name, **args) for name in ("query_logs", "query_metrics") if name in tools]
+    reads = ["query_logs", "query_metrics"] + (["recent_changes"] if _DEPLOY.search(question) else [])
+    calls = []
+    for service in services:
+        where = env
+        if where is None:
+            alerts = service.get("recent_alerts") or []
+            where = alerts[0].get("env") if alerts else None
+        args: dict[str, Any] = {"service_id": service["id"]}
+        if where:
+            args["environment"] = where
+        calls += [_call(name, **args) for name in reads if name in tools]
+    service = services[0]
     own = [str(r) for r in service.get("runbooks") or []]
     docs = _ok_data(results, "search_docs") or {}
     if own and "search_docs" in tools and not any(str(h.get("path", "")).endswith(own[0])
@@ -195,8 +125,10 @@ def _follow_up(results: list[ToolResultMessage], env: str | None, tools: Sequenc
         # in another language): look it up by what the service's alerts say.
         alerts = " ".join(str(a.get("summary", "")) for a in service.get("recent_alerts") or [])
         calls.append(_call("search_docs", query=f"{service['id']} {alerts}"[:500]))
-    plan = f"找到了 {service['id']}，接着看它的日志和指标。" if zh else \
-        f"Found {service['id']}; reading its logs and metrics."
+    names = ", ".join(s["id"] for s in services)
+    what = ("日志、指标和最近的变更" if zh else "logs, metrics and recent changes") if "recent_changes" in reads else \
+        ("日志和指标" if zh else "logs and metrics")
+    plan = f"找到了 {names}，接着看{what}。" if zh else f"Found {names}; reading {what}."
     return AssistantMessage(content=plan, tool_calls=tuple(calls))
 
 
@@ -240,16 +172,18 @@ def demo_reply(messages: Sequence[Message], tools: Sequence[str]) -> AssistantMe
     if results:
         restarts = [r for r in results if r.name == "restart_service"]
         if restarts:
-            return AssistantMessage(content=_answer_restart(restarts[-1], zh))
+            return AssistantMessage(content=answer_restart(restarts[-1], zh))
         missing = next((r for r in results if r.name == "search_resource" and r.status != "ok"
                         and _data(r).get("errorCode") == "not_found"), None)
         if missing is not None:
-            return AssistantMessage(content=_not_found(missing, text, zh))
+            return AssistantMessage(content=cannot_see(text, tools, zh) or _not_found(missing, text, zh))
         service = _last_service(results)
         if _RESTART.search(text) and service and "restart_service" in tools:  # "restart payments in prod"
             return _restart(service, text, quoted, messages, zh)
-        return _follow_up(results, _environment(text, quoted), tools, zh) or \
-            AssistantMessage(content=_answer_lookup(results, zh))
+        return _follow_up(results, _environment(text, quoted), tools, zh, text) or AssistantMessage(
+            content=answer_lookup(results, zh, question=text, tools=tools,
+                                  services=[s["id"] for s in _services(results, text)],
+                                  deploy=any(r.name == "recent_changes" for r in results)))
     service = _last_service(messages)
     if _RESTART.search(text) and "restart_service" in tools and service is not None:
         return _restart(service, text, quoted, messages, zh)
