@@ -89,7 +89,7 @@ async def test_the_whole_scenario_in_the_browser(demo_url: str, page: Page) -> N
     await expect(thread).to_contain_text("双人规则：发起人不能批准自己")  # refusals speak the thread's language
     await confirm_as(page, "U0MALLORY")
     await expect(thread).to_contain_text("你不在可以使用 OpsPilot 的名单里")
-    await expect(thread).not_to_contain_text("双人规则")  # Alice's ephemeral is hers alone
+    await expect(thread).not_to_contain_text("双人规则：发起人不能批准自己")  # Alice's ephemeral is hers alone
 
     # Bob, the approver, confirms: the card closes and the answer reports a verified restart.
     await confirm_as(page, "U0BOB")

@@ -69,3 +69,21 @@ async def test_feedback_under_an_answer_is_counted_once_per_person(redis_url: st
         assert 'opspilot_feedback_total{rating="up"} 1' in metrics
     finally:
         await ws.stop()
+
+
+async def test_home_tells_someone_who_may_not_use_opspilot_whom_to_ask(redis_url: str, prefix: str,
+                                                                        slack: FakeSlack) -> None:
+    slack.profiles = {"UAL": "Al"}
+    slack.usergroups["S0SRE"] = ["USRE"]
+    slack.usergroup_handles["S0SRE"] = "sre-oncall"
+    ws = await open_workspace(redis_url, prefix, slack, allowed_users=["UAL"], allowed_usergroups=["S0SRE"])
+    try:
+        await opened(ws, "UOUT")
+        outside = home_text(slack, "UOUT")
+        assert "You are not on the list of people who may use OpsPilot, so it will not answer you." in outside
+        assert "It answers Al, members of @sre-oncall." in outside and "To be added, ask one of them" in outside
+        assert "Ask me in any channel" not in outside and "Waiting for you" not in outside
+        await opened(ws, "USRE")  # in an allowed group: the usual Home
+        assert "Ask me in any channel" in home_text(slack, "USRE")
+    finally:
+        await ws.stop()

@@ -29,6 +29,11 @@ def streamed(slack: FakeSlack, thread_ts: str) -> list[dict[str, Any]]:
     return [m for m in slack.thread(CHANNEL, thread_ts) if m.get("stream") or m.get("was_stream")]
 
 
+def stop_buttons(slack: FakeSlack, thread_ts: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Every Stop button the thread shows now, with its message."""
+    return [(m, b) for m in slack.thread(CHANNEL, thread_ts) for b in buttons(m) if b["action_id"] == "opspilot_stop"]
+
+
 def task_states(slack: FakeSlack, task_id: str) -> list[str]:
     """Every status Slack was sent for one task, in order."""
     return [c["status"] for method in ("chat.startStream", "chat.appendStream", "chat.stopStream")
@@ -55,8 +60,10 @@ async def test_steps_stream_as_task_cards_and_the_answer_ends_the_stream(redis_u
         assert {t["id"]: t["status"] for t in live["stream"]["tasks"]} == {"b1": "in_progress", "a1": "complete"}
         assert slack.status_log[0] == (CHANNEL, "900.1", "is looking into it…")  # until the stream shows steps
         assert live["stream"]["plan"] == "Check the two lookups first."
-        stop = [b for b in buttons(live) if b["action_id"] == "opspilot_stop"]
-        assert stop, "a streaming run can be stopped"
+        # A stream cannot take a button back: Stop is a message of its own under the stream, not in it.
+        assert not any(b["action_id"] == "opspilot_stop" for b in buttons(live))
+        [(control, stop)] = stop_buttons(slack, "900.1")
+        assert float(control["ts"]) > float(live["ts"]) and "stream" not in control
         probe.release.set()
         await ws.settle()
 
@@ -77,10 +84,11 @@ async def test_steps_stream_as_task_cards_and_the_answer_ends_the_stream(redis_u
         # No edited progress message, no separate answer: one message carries the run.
         assert not slack.called("chat.update")
         assert [m["ts"] for m in slack.thread(CHANNEL, "900.1") if m.get("bot")] == [message["ts"]]
+        assert [d["ts"] for d in slack.deleted] == [control["ts"]]  # the run ended: its Stop is gone
         assert (CHANNEL, "900.1") not in slack.statuses  # the status cleared at the end
-        # A stream cannot take its Stop button back: pressed after the end, it says so and changes nothing.
-        await ws.sender.action(block_action(user="UREQ", channel=CHANNEL, message=message,
-                                            action_id="opspilot_stop", value=stop[0]["value"]))
+        # Pressed in a client that still showed it as the run ended: it says so and changes nothing.
+        await ws.sender.action(block_action(user="UREQ", channel=CHANNEL, message=control,
+                                            action_id="opspilot_stop", value=stop["value"]))
         await ws.settle()
         assert slack.ephemeral_texts("UREQ")[-1] == "This run has already finished: there is nothing to stop."
         assert message["stream"]["markdown"].startswith("**Payments** looks fine")
@@ -89,31 +97,74 @@ async def test_steps_stream_as_task_cards_and_the_answer_ends_the_stream(redis_u
         await ws.stop()
 
 
-async def test_a_pause_stops_the_stream_and_work_after_it_streams_below_the_card(redis_url: str, prefix: str,
-                                                                               slack: FakeSlack) -> None:
-    ws = await open_workspace(redis_url, prefix, slack, progress="stream")
+async def test_a_pause_stops_the_stream_and_once_answered_it_says_by_whom_and_work_streams_below_the_card(
+        redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    probe = Probe()
+    tools = toolkit(probe)
+    model = ScriptedModel([reply("Look, then change.", call("blocker", "b1")),
+                           reply("", call("change", "c1", target="payments", environment="prod")),
+                           reply("Changed payments in prod.")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, progress="stream",
+                              specs=[tools["blocker"], tools["change"]])
     try:
-        await ws.sender.event(ask(slack, "restart payments in prod", "910.1"))
+        await ws.sender.event(ask(slack, "change payments in prod", "910.1"))
+        await asyncio.wait_for(probe.started.setdefault("blocker", asyncio.Event()).wait(), 10)
+        await until(lambda: bool(stop_buttons(slack, "910.1")))  # while it works, it can be stopped
+        probe.release.set()
         await ws.settle()
-        first = streamed(slack, "910.1")
-        assert len(first) == 1 and first[0]["stream"]["state"] == "stopped"
-        waiting = [t for t in first[0]["stream"]["tasks"] if t["status"] == "pending"]
-        assert waiting and waiting[0]["title"].startswith("restart_service")
-        assert "Waiting for a person" in first[0]["stream"]["markdown"]
+        [first] = streamed(slack, "910.1")
+        assert first["stream"]["state"] == "stopped"
+        waiting = [t for t in first["stream"]["tasks"] if t["status"] == "pending"]
+        assert waiting and waiting[0]["title"].startswith("change")
+        assert "Waiting for a person" in first["stream"]["markdown"]
+        assert not stop_buttons(slack, "910.1")  # paused: nothing to stop but the question, which has Cancel
+        assert [b["action_id"] for m in slack.deleted for b in buttons(m)] == ["opspilot_stop"]
         card = card_of(slack, "910.1")
-        assert float(card["ts"]) > float(first[0]["ts"])
+        assert float(card["ts"]) > float(first["ts"])
         token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
-        await ws.sender.action(block_action(user="UAPPROVER", channel=CHANNEL, message=card,
+        await ws.sender.action(block_action(user="UBOB", channel=CHANNEL, message=card,
                                             action_id="opspilot_confirm", value=token))
         await ws.settle()
-        first_stream, second = streamed(slack, "910.1")
+        assert probe.count("change") == 1
+        past, second = streamed(slack, "910.1")
+        # The paused stretch is closed out: it says who answered, no longer that it waits.
+        assert past["ts"] == first["ts"] and past.get("was_stream")
+        text = all_text(past)
+        assert text.startswith(":arrow_down: Answered by <@UBOB> — continued below") and "Waiting" not in text
+        assert "`blocker`" in text and "`change`" not in text  # its own steps; the change ran below
         assert float(second["ts"]) > float(card["ts"])  # the rest reads below the card, in order
-        restart = [t for t in second["stream"]["tasks"] if t["title"].startswith("restart_service")]
-        assert restart and restart[0]["status"] == "complete", second["stream"]["tasks"]
-        assert second["stream"]["state"] == "stopped" and "payments" in second["stream"]["markdown"]
-        assert len(ws.toolbox.restarts.done) == 1
-        assert not slack.called("chat.update") or all(
-            b["ts"] not in (first_stream["ts"], second["ts"]) for b in slack.called("chat.update"))
+        change = [t for t in second["stream"]["tasks"] if t["title"].startswith("change")]
+        assert change and change[0]["status"] == "complete", second["stream"]["tasks"]
+        assert second["stream"]["state"] == "stopped" and "Changed payments" in second["stream"]["markdown"]
+        # No Stop was ever part of a stream, and none is left now the run is over (a stretch's own Stop message is
+        # deleted when it stops, or never posted if it stopped first).
+        assert "opspilot_stop" not in str([slack.called(m) for m in ("chat.startStream", "chat.appendStream",
+                                                                     "chat.stopStream")])
+        assert not stop_buttons(slack, "910.1")
+    finally:
+        probe.release.set()
+        await ws.stop()
+
+
+async def test_a_declined_question_closes_its_stretch_out_in_chinese(redis_url: str, prefix: str,
+                                                                           slack: FakeSlack) -> None:
+    probe = Probe()
+    tools = toolkit(probe)
+    model = ScriptedModel([reply("", call("change", "c1", target="payments", environment="prod"))])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, progress="stream", language="zh",
+                              specs=[tools["change"]])
+    try:
+        await ws.sender.event(ask(slack, "重启 payments", "915.1"))
+        await ws.settle()
+        card = card_of(slack, "915.1")
+        assert not stop_buttons(slack, "915.1")
+        decline = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_decline")
+        await ws.sender.action(block_action(user="UREQ", channel=CHANNEL, message=card,
+                                            action_id="opspilot_decline", value=decline))
+        await ws.settle()
+        past = streamed(slack, "915.1")[0]
+        assert all_text(past).startswith(":arrow_down: 已由 <@UREQ> 回答，下文继续"), all_text(past)
+        assert probe.count("change") == 0 and not stop_buttons(slack, "915.1")
     finally:
         await ws.stop()
 

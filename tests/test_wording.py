@@ -76,3 +76,52 @@ async def test_a_declined_change_names_the_person_and_stop_on_a_waiting_card_say
         assert re.search(r"Cancelled: the run was stopped by <@UREQ> at \d\d:\d\d UTC", ending), ending
     finally:
         await ws.stop()
+
+
+async def test_the_audit_list_says_each_change_in_words_in_the_threads_language(redis_url: str, prefix: str,
+                                                                                slack: FakeSlack) -> None:
+    cases = [  # (the question, whose language the thread speaks; the first run's audit; the second's)
+        ("change payments", [
+            "• `change` on `payments` in `prod` — requested by <@UREQ>, approved by <@UBOB> — done",
+            "• `change` on `orders` in `prod` — requested by <@UREQ> — declined: not run"],
+            "• `change` on `cart` in `prod` — requested by <@UREQ> — not run: the run stopped first"),
+        ("改一下 payments", [
+            "• 在 `prod` 对 `payments` 执行 `change` — 发起人 <@UREQ>，批准人 <@UBOB> — 已完成",
+            "• 在 `prod` 对 `orders` 执行 `change` — 发起人 <@UREQ> — 已拒绝，未执行"],
+            "• 在 `prod` 对 `cart` 执行 `change` — 发起人 <@UREQ> — 未执行：运行先停止了"),
+    ]
+    for n, (question, first, stopped) in enumerate(cases):
+        probe = Probe()
+        model = ScriptedModel([reply("", call("change", "c1", target="payments", environment="prod")),
+                               reply("", call("change", "c2", target="orders", environment="prod")),
+                               reply("Done."), reply("", call("change", "c3", target="cart", environment="prod"))])
+        ws = await open_workspace(redis_url, f"{prefix}{n}", slack, model=model, specs=[toolkit(probe)["change"]],
+                                  language="auto")
+        thread = f"83{n}.1"
+        try:
+            await ws.sender.event(mention(CHANNEL, "UREQ", question, thread))
+            await ws.settle()
+            for action in ("opspilot_confirm", "opspilot_decline"):
+                card = card_of(slack, thread) if action == "opspilot_confirm" else next(
+                    m for m in reversed(slack.thread(CHANNEL, thread)) if any(
+                        b["action_id"] == action for b in buttons(m)))
+                await ws.sender.action(block_action(user="UBOB", channel=CHANNEL, message=card, action_id=action,
+                                                    value=next(b["value"] for b in buttons(card)
+                                                               if b["action_id"] == action)))
+                await ws.settle()
+            answer = all_text(slack.thread(CHANNEL, thread)[-1])
+            assert "\n".join(first) in answer, answer
+
+            await ws.sender.event(message(CHANNEL, "UREQ", question, f"83{n}.2", thread_ts=thread))
+            await ws.settle()
+            progress = next(m for m in reversed(slack.thread(CHANNEL, thread)) if any(
+                b["action_id"] == "opspilot_stop" for b in buttons(m)))
+            await ws.sender.action(block_action(user="UREQ", channel=CHANNEL, message=progress,
+                                                action_id="opspilot_stop", value=next(
+                                                    b["value"] for b in buttons(progress))))
+            await ws.settle()
+            answer = all_text(slack.thread(CHANNEL, thread)[-1])
+            assert stopped in answer and "(cancelled)" not in answer, answer
+            assert probe.count("change") == 1
+        finally:
+            await ws.stop()

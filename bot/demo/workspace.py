@@ -37,6 +37,10 @@ class LocalSlack(StreamMethods):
         self.messages: dict[tuple[str, str], dict[str, Any]] = {}
         self.ephemerals: list[dict[str, Any]] = []
         self.usergroups: dict[str, list[str]] = {}
+        self.usergroup_handles: dict[str, str] = {}
+        """User groups' handles (``sre-oncall``) by id, for usergroups.list (unlisted: the id)."""
+        self.deleted: list[dict[str, Any]] = []
+        """Messages removed with chat.delete, in order."""
         self.rejected: list[tuple[str, str]] = []
         self._last_ts = 0.0
         self._fail_next: dict[str, int] = defaultdict(int)
@@ -185,6 +189,8 @@ class LocalSlack(StreamMethods):
             body = await request.json()
         else:
             body = dict(await request.post())
+        if request.method == "POST":  # slack-sdk sends some methods' arguments in the query (chat.delete)
+            body = {**dict(request.query), **body}
         for key in ("blocks", "attachments", "metadata", "chunks"):
             if isinstance(body.get(key), str):
                 body[key] = json.loads(body[key])
@@ -220,6 +226,8 @@ class LocalSlack(StreamMethods):
             return web.json_response({"ok": False, "error": "fatal_error"}, status=fault.status)
         if answer.get("ok") and method in ("chat.postMessage", "chat.update", *STREAM_METHODS):
             await self._announce({"type": "message", "message": self.messages[(body["channel"], answer["ts"])]})
+        elif answer.get("ok") and method == "chat.delete":
+            await self._announce({"type": "deleted", "channel": answer["channel"], "ts": answer["ts"]})
         elif answer.get("ok") and method == "chat.postEphemeral":
             await self._announce({"type": "ephemeral", "ephemeral": self.ephemerals[-1]})
         return web.json_response(answer)
@@ -314,6 +322,16 @@ class LocalSlack(StreamMethods):
         message.update(text=body.get("text", ""), blocks=body.get("blocks") or [], edits=message["edits"] + 1)
         return {"ok": True, "channel": body["channel"], "ts": body["ts"], "text": message["text"]}
 
+    def _chat_delete(self, body: dict[str, Any]) -> dict[str, Any]:
+        key = (str(body.get("channel")), str(body.get("ts")))
+        message = self.messages.get(key)
+        if message is None:
+            return {"ok": False, "error": "message_not_found"}
+        if not message.get("bot"):  # a bot token deletes only the bot's own messages
+            return {"ok": False, "error": "cant_delete_message"}
+        self.deleted.append(self.messages.pop(key))
+        return {"ok": True, "channel": key[0], "ts": key[1]}
+
     def _chat_postEphemeral(self, body: dict[str, Any]) -> dict[str, Any]:
         self.ephemerals.append({"channel": body["channel"], "user": body.get("user"), "text": body.get("text", ""),
                                 "thread_ts": body.get("thread_ts"), "ts": f"{time.time():.6f}"})
@@ -358,6 +376,11 @@ class LocalSlack(StreamMethods):
         if group not in self.usergroups:
             return {"ok": False, "error": "no_such_subteam"}
         return {"ok": True, "users": self.usergroups[group]}
+
+    def _usergroups_list(self, body: dict[str, Any]) -> dict[str, Any]:
+        ids = sorted({*self.usergroups, *self.usergroup_handles})
+        return {"ok": True, "usergroups": [{"id": g, "handle": self.usergroup_handles.get(g, g),
+                                            "name": self.usergroup_handles.get(g, g)} for g in ids]}
 
     def _reactions_add(self, body: dict[str, Any]) -> dict[str, Any]:
         return {"ok": True}

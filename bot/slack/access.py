@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -9,8 +10,11 @@ from dataclasses import dataclass
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.config import SlackConfig
+from bot.config import Approvers, SlackConfig
+from bot.slack.blocks import escape, is_user
 from bot.slack.metrics import slack_error
+from bot.slack.people import People
+from bot.slack.words import say
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +31,7 @@ class Verdict:
 
 
 ALLOW = Verdict(True)
+_LISTED = 10  # people (and groups) named before "N more"
 
 
 class AccessPolicy:
@@ -76,14 +81,21 @@ class AccessPolicy:
             return Verdict(False, f"Changes can only be confirmed in {where}.", f"变更只能在 {where} 确认。")
         return ALLOW
 
+    def approvers_for(self, tool: str, environment: str | None) -> Approvers | None:
+        """Who may confirm ``tool`` in ``environment``; None: no rule (anyone allowed to use the bot)."""
+        rules = self.config.approvers.get(tool, {})
+        return rules.get((environment or "").lower()) or rules.get("*")
+
+    def two_person(self, environment: str | None) -> bool:
+        return (environment or "").lower() in {e.lower() for e in self.config.two_person_rule}
+
     async def may_confirm(self, user: str, tool: str, environment: str | None, requester: str | None) -> Verdict:
         env = (environment or "").lower()
-        if requester and user == requester and env in {e.lower() for e in self.config.two_person_rule}:
+        if requester and user == requester and self.two_person(env):
             return Verdict(False, f"Two-person rule: the person who asked cannot approve a `{tool}` in `{env}`. "
                                   "Ask another approver.",
                            f"双人规则：发起人不能批准自己在 `{env}` 的 `{tool}`。请另一位批准人确认。")
-        rules = self.config.approvers.get(tool, {})
-        rule = rules.get(env) or rules.get("*")
+        rule = self.approvers_for(tool, env)
         if rule is None:
             return ALLOW  # no approvers configured for this tool/environment: anyone allowed to use the bot
         if user in rule.users or await self._in_any_group(user, rule.usergroups):
@@ -91,3 +103,37 @@ class AccessPolicy:
         return Verdict(False, f"You are not an approver for `{tool}` in `{env or 'any environment'}`. "
                               "Nothing was changed.",
                        f"你不是 `{env or '任何环境'}` 中 `{tool}` 的批准人。什么都没有改变。")
+
+    async def who_may_confirm(self, people: People, *, tool: str, environment: str | None, requester: str | None,
+                              channel: str, lang: str) -> list[str]:
+        """What a confirm card says about who may confirm it, before anyone clicks: the same rules
+        :meth:`may_confirm` and :meth:`may_change_in` apply to the click, from the config as it stands."""
+        env = (environment or "").lower()
+        rule = self.approvers_for(tool, env)
+        if rule is None:
+            lines = [say(lang, "anyone_confirms")]
+        elif not rule.users and not rule.usergroups:
+            lines = [say(lang, "nobody_confirms", tool=escape(tool), env=escape(env or "*"))]
+        else:
+            lines = [say(lang, "who_confirms", names=await self._names(people, rule.users, rule.usergroups, lang))]
+        if requester and is_user(requester) and self.two_person(env):
+            lines.append(say(lang, "two_person", env=escape(env), name=escape(await people.name(requester))))
+        where = self.may_change_in(channel, direct=channel.startswith("D"))
+        if not where.allowed:
+            lines.append(where.words(lang))
+        return lines
+
+    async def who_may_use(self, people: People, lang: str) -> str:
+        """Whom OpsPilot answers, by name (empty: anyone)."""
+        return await self._names(people, self.config.allowed_users, self.config.allowed_usergroups, lang)
+
+    @staticmethod
+    async def _names(people: People, users: list[str], groups: list[str], lang: str) -> str:
+        """Names, not mentions: a card must not notify everyone it lists. Looked up at once (each is cached; a
+        slow users.info costs one timeout, not one per name)."""
+        found = await asyncio.gather(*(people.name(u) for u in users[:_LISTED]),
+                                     *(people.group(g) for g in groups[:_LISTED]))
+        names = [escape(n) for n in found[:len(users[:_LISTED])]]
+        names += [say(lang, "group_members", group=escape(g)) for g in found[len(users[:_LISTED]):]]
+        extra = max(len(users) - _LISTED, 0) + max(len(groups) - _LISTED, 0)
+        return say(lang, "comma").join([*names, *([say(lang, "more", n=extra)] if extra else [])])

@@ -146,7 +146,10 @@ def gate(reason: str, payload: dict[str, Any], lang: str) -> str:
     return escape(reason)
 
 
-def confirm_card(token: str, reason: str, payload: dict[str, Any], lang: str = "en") -> list[Block]:
+def confirm_card(token: str, reason: str, payload: dict[str, Any], lang: str = "en",
+                 who: list[str] | None = None) -> list[Block]:
+    """The card asking for a change: what would run, who may confirm it (``who``: said before anyone clicks),
+    Confirm and Cancel."""
     env = str(payload.get("environment") or "")
     text = say(lang, "live_change", tool=escape(payload.get("tool")), target=escape(payload.get("target")),
                env=escape(env or "n/a"))
@@ -160,6 +163,7 @@ def confirm_card(token: str, reason: str, payload: dict[str, Any], lang: str = "
     return [
         mrkdwn(f":warning: *{say(lang, 'confirmation_needed')}* — {gate(reason, payload, lang)}"),
         mrkdwn(_what_runs(payload, lang)),
+        *([mrkdwn("\n".join(f":bust_in_silhouette: {line}" for line in who))] if who else []),
         {"type": "actions", "block_id": "opspilot_decide", "elements": [
             button(say(lang, "confirm"), "opspilot_confirm", token, style="danger", confirm=dialog),
             button(say(lang, "cancel"), "opspilot_decline", token),

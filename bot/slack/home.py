@@ -1,5 +1,6 @@
 """App Home: what OpsPilot has for the person who opens it — the questions waiting for them (cards they may
-answer, with a link to the thread), their recent questions, and the last changes from the audit stream."""
+answer, with a link to the thread), their recent questions, and the last changes from the audit stream; for
+someone who may not use OpsPilot, that they may not and whom to ask."""
 
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.agent.engine import Engine
 from bot.slack import blocks as kit
 from bot.slack.access import AccessPolicy
+from bot.slack.audit import audit_line
 from bot.slack.meta import channel_of
+from bot.slack.people import People
+from bot.slack.words import say
 from state.store import MetaStore, Reports
 
 log = logging.getLogger(__name__)
@@ -32,8 +36,9 @@ def thread_link(channel: str, thread_ts: str, label: str) -> str:
 
 class Home:
     def __init__(self, *, client: AsyncWebClient, engine: Engine, meta: MetaStore, reports: Reports,
-                 access: AccessPolicy) -> None:
+                 access: AccessPolicy, people: People | None = None) -> None:
         self.client = client
+        self.people = people or People(client)
         self.engine = engine
         self.meta = meta
         self.reports = reports
@@ -52,13 +57,21 @@ class Home:
             log.warning("App Home for %s not published: %s", user, exc.response.get("error"))
 
     async def blocks(self, user: str) -> list[kit.Block]:
-        blocks: list[kit.Block] = [{"type": "header", "text": {"type": "plain_text", "text": "OpsPilot"}},
+        header: kit.Block = {"type": "header", "text": {"type": "plain_text", "text": "OpsPilot"}}
+        if not (await self.access.may_use(user, "", direct=True)).allowed:  # who they are, wherever they ask
+            return [header, kit.mrkdwn(await self._not_allowed())]
+        blocks: list[kit.Block] = [header,
                                    kit.context("Ask me in any channel I am in (mention @OpsPilot), in a DM, or "
                                                "with `/opspilot <question>`.")]
         blocks += [kit.mrkdwn("*Waiting for you*"), *await self._waiting(user)]
         blocks += [{"type": "divider"}, kit.mrkdwn("*Your recent questions*"), *await self._recent(user)]
         blocks += [{"type": "divider"}, kit.mrkdwn("*Recent changes*"), *await self._changes()]
         return blocks[:100]  # Slack's limit for a Home view
+
+    async def _not_allowed(self, lang: str = "en") -> str:
+        names = await self.access.who_may_use(self.people, lang)
+        return " ".join([f":no_entry: {say(lang, 'home_not_allowed')}",
+                         *([say(lang, "home_allowed_are", names=names)] if names else []), say(lang, "home_ask")])
 
     async def _waiting(self, user: str) -> list[kit.Block]:
         lines = []
@@ -96,8 +109,5 @@ class Home:
         return [kit.mrkdwn("\n".join(lines) if lines else "_No questions yet._")]
 
     async def _changes(self) -> list[kit.Block]:
-        lines = [f"• `{kit.escape(a.get('tool', '?'))}` {kit.escape(a.get('arguments', ''))} — "
-                 f"{kit.escape(a.get('status', '?'))}, requested by {kit.who(a.get('requested_by') or '?')}"
-                 + (f", approved by {kit.who(a['approved_by'])}" if a.get("approved_by") else "")
-                 for a in await self.reports.read_audit(5)]
+        lines = [audit_line(a, "en") for a in await self.reports.read_audit(5)]
         return [kit.mrkdwn("\n".join(lines) if lines else "_No changes recorded._")]

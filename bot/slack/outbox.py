@@ -28,7 +28,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.slack import blocks as kit
 from bot.slack.metrics import Metrics, slack_error
 from bot.slack.pacer import Pacer
-from bot.slack.streams import StreamRefused, Streams
+from bot.slack.streams import StreamRefused, Streams, control_key
 from core import redact as scrub
 from core.text import reveal, reveal_blocks
 from state.errors import StoreError
@@ -97,22 +97,30 @@ class SlackOutbox:
 
     async def stream(self, key: str, channel: str, thread_ts: str, *, recipient: str | None, text: str,
                      blocks: list[kit.Block], tasks: list[dict[str, Any]], plan: str = "",
-                     head: Sequence[kit.Block] = (), final: bool = False, final_md: str = "",
+                     control: tuple[str, list[kit.Block]] | None = None, final: bool = False, final_md: str = "",
                      final_blocks: Sequence[kit.Block] = (),
                      then: Sequence[tuple[str, str, list[kit.Block]]] = ()) -> None:
         """Message ``key`` as a stream of ``tasks`` (see :mod:`bot.slack.streams`); ``text``/``blocks`` are the
-        same state as a plain message, shown if streaming does not work. ``head``: blocks the stream starts
-        with; ``final``: stop it with ``final_md`` and ``final_blocks``; ``then``: messages (key, text, blocks)
-        to post after it if it had to fall back by then (what ``final_md`` would have said)."""
+        same state as a plain message, shown if streaming does not work. ``control``: (text, blocks) of a
+        message shown under the stream only while it streams; ``final``: stop it with ``final_md`` and
+        ``final_blocks``; ``then``: messages (key, text, blocks) to post after it if it had to fall back by
+        then (what ``final_md`` would have said)."""
         await self._put(channel, thread_ts, key, {
             "kind": "stream", "channel": channel, "thread_ts": thread_ts, "recipient": recipient or "",
             "text": redact(text), "blocks": json.dumps(redact_blocks(blocks), ensure_ascii=False),
             "tasks": json.dumps([{k: redact(v) if isinstance(v, str) else v for k, v in t.items()} for t in tasks],
                                 ensure_ascii=False),
-            "plan": redact(plan), "head": json.dumps(redact_blocks(list(head)), ensure_ascii=False),
+            "plan": redact(plan), "control_text": redact(control[0]) if control else "",
+            "control": json.dumps(redact_blocks(control[1]) if control else [], ensure_ascii=False),
             "final": final, "final_md": redact(final_md),
             "final_blocks": json.dumps(redact_blocks(list(final_blocks)), ensure_ascii=False),
             "then": json.dumps([[k, redact(t), redact_blocks(b)] for k, t, b in then], ensure_ascii=False)})
+
+    async def close_stream(self, key: str, channel: str, thread_ts: str, text: str, blocks: list[kit.Block]) -> None:
+        """A stopped stream's last word: its message edited to ``text``/``blocks`` (a stretch of work the run
+        has moved on from)."""
+        await self._put(channel, thread_ts, key, {"text": redact(text), "closed_out": True,
+                                                  "blocks": json.dumps(redact_blocks(blocks), ensure_ascii=False)})
 
     def status(self, channel: str, thread_ts: str, text: str) -> None:
         """The thread's "is working…" status, where Slack shows one (cosmetic: not recorded)."""
@@ -254,8 +262,9 @@ class SlackOutbox:
     async def _deliver_records(self, thread: str) -> float:
         """Send what is undelivered, posts strictly in order; returns when to come back if anything is left."""
         retry_at = float("inf")
+        skip: set[str] = set()
         for record in await self.store.records(thread):
-            if not record.dirty:
+            if not record.dirty or record.key in skip:
                 continue
             if record.get("kind") == "stream" and record.get("fallback") and record.get("final"):
                 await self._put_then(thread, record)  # the answer never waits behind the edit's budget
@@ -265,6 +274,8 @@ class SlackOutbox:
                 continue
             try:
                 await self._send(thread, record)
+                if record.get("control_gone"):  # this round's copy of its Stop message is stale: read it again
+                    skip.add(control_key(record.key))
             except _Retry as retry:
                 failures = self._failures[thread] = self._failures.get(thread, 0) + 1
                 backoff = min(2 ** failures * 0.25, self.max_backoff_s) * (0.75 + random.random() / 2)
@@ -289,6 +300,9 @@ class SlackOutbox:
 
     async def _send(self, thread: str, record: OutboxRecord) -> None:
         f = record.fields
+        if f.get("gone"):
+            await self._remove(thread, record)
+            return
         if f["kind"] == "stream" and not f.get("fallback"):
             try:
                 await self.streams.send(thread, record, self._call, self.store)
@@ -296,7 +310,7 @@ class SlackOutbox:
             except StreamRefused as exc:
                 log.info("progress %s as a plain message (%s)", record.key, exc.error)
                 self.metrics.inc("opspilot_stream_fallbacks_total", reason=exc.error)
-                await self.streams.abandon(thread, record)
+                await self.streams.abandon(thread, record, self.store)
                 await self.store.patch(thread, record.key, {"fallback": exc.error})
         blocks = json.loads(f["blocks"]) if f.get("blocks") else None
         if f["kind"] == "ephemeral":
@@ -325,6 +339,14 @@ class SlackOutbox:
             await self._put_then(thread, record)
         await self.store.patch(thread, record.key, {"ts": ts, "attempted": False, "sent_at": time.time()},
                                delivered=record.version)
+
+    async def _remove(self, thread: str, record: OutboxRecord) -> None:
+        """A message taken back: deleted if it was posted (or landed unseen), never posted if not yet."""
+        f = record.fields
+        ts = f.get("ts") or (await self._find_posted(record) if f.get("attempted") else None)
+        if ts:
+            await self._call("chat.delete", f["channel"], lambda: self.client.chat_delete(channel=f["channel"], ts=ts))
+        await self.store.patch(thread, record.key, {"ts": None, "attempted": False}, delivered=record.version)
 
     async def _put_then(self, thread: str, record: OutboxRecord) -> None:
         """A fallen-back stream's end: post what the stream would have said at its end (the answer), once."""

@@ -24,6 +24,7 @@ class People:
         self.timeout_s = timeout_s
         self.max_size = max_size
         self._names: dict[str, tuple[str, float]] = {}
+        self._groups: tuple[dict[str, str], float] = ({}, 0.0)
 
     async def name(self, user_id: str) -> str:
         """The person's display name (else real name, else the id: users.info failing is not an error)."""
@@ -43,6 +44,21 @@ class People:
             self._names.clear()
         self._names[user_id] = (name, time.monotonic() + TTL_S)
         return name
+
+    async def group(self, group_id: str) -> str:
+        """A user group's @handle (else its name, else the id). Written out, never ``<!subteam^…>``: that would
+        notify the whole group wherever it is shown."""
+        groups, until = self._groups
+        if until <= time.monotonic():
+            try:
+                async with asyncio.timeout(self.timeout_s):  # one call reads every group: cached together
+                    listed = (await self.client.usergroups_list()).get("usergroups") or []
+                groups = {str(g.get("id")): f"@{g['handle']}" if g.get("handle") else str(g.get("name") or g.get("id"))
+                          for g in listed}
+                self._groups = (groups, time.monotonic() + TTL_S)
+            except (SlackApiError, OSError, TimeoutError) as exc:
+                log.info("usergroups.list failed (%s): groups shown as their ids", type(exc).__name__)
+        return groups.get(group_id, group_id)
 
     async def plain(self, text: str, *, me: str | None) -> str:
         """``text`` with the bot's own mention removed and everyone else's written as @name."""

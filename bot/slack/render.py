@@ -17,8 +17,11 @@ from typing import Any
 
 from bot.agent.events import CallDecided, Event, PendingView
 from bot.slack import blocks as kit
+from bot.slack.access import AccessPolicy
+from bot.slack.audit import audit_line
 from bot.slack.meta import CARD, RUN, THREAD
 from bot.slack.outbox import SlackOutbox
+from bot.slack.people import People
 from bot.slack.words import headline, language_of, say
 from core.stops import STOP_WORDING
 from state.store import MetaStore, Reports
@@ -74,7 +77,9 @@ def _line(state: dict[str, Any], call_id: str) -> dict[str, Any] | None:
 
 class Renderer:
     def __init__(self, *, outbox: SlackOutbox, meta: MetaStore, reports: Reports, model_note: str,
-                 language: str = "auto", progress: str = "update") -> None:
+                 access: AccessPolicy, people: People, language: str = "auto", progress: str = "update") -> None:
+        self.access = access
+        self.people = people
         self.language = language
         self.progress = progress
         self.outbox = outbox
@@ -90,11 +95,17 @@ class Renderer:
             return
         if event.type == "call_decided":
             await self.close_card(event.token, functools.partial(card_ending, event))
-            state = await self._state(event.run_id) if event.decision in ("confirmed", "submitted") else None
-            line = _line(state, event.call_id) if state is not None else None
-            if state is not None and line is not None:  # it runs now: no longer "waiting" while it does
+            state = await self._state(event.run_id)
+            if state is None:
+                return
+            if state.get("mode") == "stream":  # the paused stretch will say who answered once the run moves on
+                state["answers"] = [*state.get("answers", []), [event.decision, event.by or ""]]
+            line = _line(state, event.call_id) if event.decision in ("confirmed", "submitted") else None
+            if line is not None:  # it runs now: no longer "waiting" while it does
                 line["status"], line["seg"] = "running", _seg_now(state)  # a stream goes on below the card
                 await self._show(event.run_id, state)
+            elif state.get("mode") == "stream":
+                await self.meta.put(RUN, event.run_id, {"progress": json.dumps(state, ensure_ascii=False)})
             return
         state = await self._state(event.run_id)
         if state is None:
@@ -177,7 +188,8 @@ class Renderer:
             await self.meta.put(THREAD, thread_id, {"lang": lang})
         state: dict[str, Any] = {"run_id": run_id, "header": f":mag: {say(lang, 'working')}", "step": 0,
                                  "lines": [], "stoppable": True, "note": self.model_note, "lang": lang,
-                                 "channel": where["channel"], "thread_ts": where["thread_ts"]}
+                                 "channel": where["channel"], "thread_ts": where["thread_ts"],
+                                 "requester": user_id or ""}
         if self.progress != "update" and kit.is_user(user_id or ""):  # Slack streams to a person, not a bot
             state.update(mode="stream", recipient=user_id, seg=0, closed=False)
         self._runs[run_id] = state
@@ -205,6 +217,7 @@ class Renderer:
         stops with), and work after a pause streams on in a new message below the question's card."""
         streamed = state.get("mode") == "stream"
         if streamed and state.get("closed") and end is None:  # moving again after a pause
+            await self._close_out(run_id, state)
             state["seg"], state["closed"] = state["seg"] + 1, False
             self._status(state, say(str(state.get("lang") or "en"), "status_working"))
         if streamed and end is not None:
@@ -215,16 +228,39 @@ class Renderer:
             await self.outbox.message(f"progress:{run_id}", state["channel"], state["thread_ts"],
                                       progress_text(state), kit.progress_blocks(state))
             return
-        seg = state["seg"]
-        shown = {**state, "lines": [ln for ln in state["lines"] if ln.get("seg", 0) == seg]}
-        stop = kit.button(say(str(state.get("lang") or "en"), "stop"), "opspilot_stop", run_id, style="danger")
+        seg, lang = state["seg"], str(state.get("lang") or "en")
+        # A stopped stretch offers no Stop, even as the plain message a stream may fall back to.
+        shown = {**state, "lines": [ln for ln in state["lines"] if ln.get("seg", 0) == seg],
+                 "stoppable": state.get("stoppable") and not state["closed"]}
+        # The Stop button goes in a message of its own under the stream, which the outbox deletes once the
+        # stream stops: a stream cannot take back a button it showed.
+        stop = kit.button(say(lang, "stop"), "opspilot_stop", run_id, style="danger")
         end = end or _End()
         await self.outbox.stream(
-            f"progress:{run_id}" + (f":{seg}" if seg else ""), state["channel"], state["thread_ts"],
+            _stream_key(run_id, seg), state["channel"], state["thread_ts"],
             recipient=state.get("recipient"), text=progress_text(shown), blocks=kit.progress_blocks(shown),
             tasks=[kit.task(ln) for ln in shown["lines"]], plan=str(state.get("plan") or ""),
-            head=[{"type": "actions", "block_id": "opspilot_run", "elements": [stop]}],
+            control=(say(lang, "stop_note"), [{"type": "actions", "block_id": "opspilot_run", "elements": [stop]}]),
             final=state["closed"], final_md=end.md, final_blocks=end.blocks, then=end.then)
+
+    async def _close_out(self, run_id: str, state: dict[str, Any]) -> None:
+        """The stretch that stopped at a pause (or a stall), now that the run moved on: edited (chat.update on
+        the stopped stream) to say who answered, so it no longer reads "Waiting for a person"."""
+        lang, seg = str(state.get("lang") or "en"), state["seg"]
+        answers: list[list[str]] = state.pop("answers", [])
+        people = say(lang, "comma").join(dict.fromkeys(_who(by) for _, by in answers if kit.is_user(by)))
+        if not answers:
+            header = say(lang, "resumed_continued")
+        elif any(decision == "cancelled" for decision, _ in answers) and people:
+            header = say(lang, "stopped_continued", by=people)
+        elif people:
+            header = say(lang, "answered_continued", by=people)
+        else:
+            header = say(lang, "expired_continued")
+        past = {**state, "header": f":arrow_down: {header}", "stoppable": False, "resumable": False,
+                "lines": [ln for ln in state["lines"] if ln.get("seg", 0) == seg]}
+        await self.outbox.close_stream(_stream_key(run_id, seg), state["channel"], state["thread_ts"],
+                                       progress_text(past), kit.progress_blocks(past))
 
     async def _post_card(self, state: dict[str, Any], run_id: str, pending: PendingView,
                          siblings: Sequence[PendingView] = ()) -> None:
@@ -232,7 +268,10 @@ class Renderer:
         are answered with it)."""
         lang = str(state.get("lang") or "en")
         if pending.interrupt_type == "confirm_risky":
-            card = kit.confirm_card(pending.token, pending.reason, pending.payload, lang)
+            who = await self.access.who_may_confirm(
+                self.people, tool=pending.tool, environment=pending.arguments.get("environment"),
+                requester=state.get("requester"), channel=state["channel"], lang=lang)
+            card = kit.confirm_card(pending.token, pending.reason, pending.payload, lang, who=who)
         else:
             subject = kit.form_subject([pending.tool, *(s.tool for s in siblings)], pending.arguments, lang)
             card = kit.params_form(pending.token, pending.reason, pending.payload, subject=subject, lang=lang)
@@ -262,13 +301,7 @@ class Renderer:
         shown = text
         changes = await self.reports.read_audit(200, run_id=run_id)
         if changes:
-            text += f"\n\n*{say(lang, 'audit')}*\n" + "\n".join(
-                f"• `{kit.escape(a['tool'])}` {kit.escape(a['arguments'])} — "
-                + say(lang, "requested_by", by=_who(a["requested_by"]))
-                + (", " + say(lang, "approved_by", by=_who(a["approved_by"])) if a.get("approved_by") else "")
-                + f" — {kit.escape(a['status'])}"
-                + (f" ({kit.escape(a['error_code'])})" if a.get("error_code") else "")
-                for a in reversed(changes))
+            text += f"\n\n*{say(lang, 'audit')}*\n" + "\n".join(audit_line(a, lang) for a in reversed(changes))
         chunks = kit.split_answer(text)
         if len(chunks[-1]) < kit.MAX_BLOCKS:
             chunks[-1] = [*chunks[-1], kit.feedback(run_id, lang)]
@@ -282,6 +315,10 @@ class Renderer:
         await self._show(run_id, state, end=_End(md=state["header"]))
         for key, fallback, blocks in posts:
             await self.outbox.message(key, state["channel"], state["thread_ts"], fallback, blocks)
+
+
+def _stream_key(run_id: str, seg: int) -> str:
+    return f"progress:{run_id}" + (f":{seg}" if seg else "")
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from bot.slack.inbound import Inbound
 from bot.slack.metrics import CountingRateLimitHandler, Metrics, retry_handlers
 from bot.slack.outbox import SlackOutbox
 from bot.slack.pacer import Pacer
+from bot.slack.people import People
 from bot.slack.reminders import Reminders
 from bot.slack.render import Renderer
 from bot.slack.streams import Streams
@@ -140,12 +141,13 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     dispatch = enqueue if role == "front" else here
     alerts = Alerts(config=slack, engine=core.engine, meta=core.meta, outbox=outbox, dispatch=dispatch) \
         if slack.alert_sources else None
-    inbound = Inbound(engine=core.engine, meta=core.meta, outbox=outbox, access=AccessPolicy(slack, client),
+    access, people = AccessPolicy(slack, client), People(client)  # one cache of groups and names per process
+    inbound = Inbound(engine=core.engine, meta=core.meta, outbox=outbox, access=access, people=people,
                       dispatch=dispatch, alerts=alerts, metrics=metrics, reports=core.reports,
                       home=Home(client=client, engine=core.engine, meta=core.meta, reports=core.reports,
-                                access=AccessPolicy(slack, client)))
+                                access=access, people=people))
     renderer = Renderer(outbox=outbox, meta=core.meta, reports=core.reports, language=slack.language,
-                        progress=slack.progress,
+                        progress=slack.progress, access=access, people=people,
                         model_note=f"model: {core.model.label}" if core.model.scripted else "")
     if role != "front":  # runs happen where the engine works: the front only hands work on
         core.bus.subscribe(renderer)

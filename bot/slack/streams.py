@@ -13,6 +13,12 @@ timed out (``message_not_in_streaming_state``), the answer to ``startStream`` wa
 landed cannot be known: no metadata to look for) — :class:`StreamRefused` tells the outbox to show the
 same state as a plain message instead (``chat.update`` on the stream's ts, or a new post), so no step is
 lost or repeated. A stream that landed unseen after a lost start answer ends by Slack's timeout.
+
+A stream cannot take back what it showed, so a control that is only true while it streams (Stop) is a small
+message of its own under it (``control``), recorded once the stream started and deleted once it stops or falls
+back (the plain message carries its own Stop). A stopped stream's message can still be edited (``chat.update``
+replaces its content, task cards included): ``closed_out`` brings a stretch the run moved on from to its last
+word.
 """
 
 from __future__ import annotations
@@ -57,6 +63,11 @@ class StreamRefused(Exception):
         self.error = error
 
 
+def control_key(key: str) -> str:
+    """The outbox key of the Stop message under stream ``key``."""
+    return f"{key}:control"
+
+
 def _digest(task: dict[str, Any]) -> str:
     return hashlib.sha1(json.dumps(task, sort_keys=True).encode(), usedforsecurity=False).hexdigest()[:12]
 
@@ -80,8 +91,8 @@ class Streams:
     async def send(self, thread: str, record: OutboxRecord, call: Call, store: Outbox) -> None:
         """Bring the streamed message to the record's state, or raise :class:`StreamRefused`."""
         f = record.fields
-        if f.get("stopped"):  # nothing can change a stopped stream: later states are moot
-            await store.patch(thread, record.key, {}, delivered=record.version)
+        if f.get("stopped"):  # no stream call changes a stopped stream: only its last word (an edit) remains
+            await self._after_stop(thread, record, call, store, str(f["ts"]))
             return
         opened = f"{thread}/{record.key}"
         tasks: list[dict[str, Any]] = json.loads(f.get("tasks") or "[]")
@@ -99,17 +110,41 @@ class Streams:
             ts = await self._start(thread, record, call, store, chunks)
             await store.patch(thread, record.key, {"ts": ts, "attempted": False, **progress})
             chunks = []
+            if not f.get("final") and json.loads(f.get("control") or "[]"):
+                await store.put(thread, control_key(record.key), {
+                    "kind": "message", "channel": f["channel"], "thread_ts": f["thread_ts"],
+                    "text": f.get("control_text") or " ", "blocks": f["control"]}, due=time.time())
+                await store.patch(thread, record.key, {"control_put": True})
+                f["control_put"] = True
         if f.get("final"):
             await call("chat.stopStream", f["channel"], lambda: self.client.chat_stopStream(
                 channel=f["channel"], ts=ts, chunks=chunks or None, markdown_text=f.get("final_md") or None,
                 blocks=json.loads(f.get("final_blocks") or "[]") or None), refusals=True)
-            await store.patch(thread, record.key, {"stopped": True, **progress}, delivered=record.version)
+            await store.patch(thread, record.key, {"stopped": True, **progress})
             self._open.pop(opened, None)
+            await self._after_stop(thread, record, call, store, ts)
             return
         if chunks:
             await call("chat.appendStream", f["channel"], lambda: self.client.chat_appendStream(
                 channel=f["channel"], ts=ts, chunks=chunks), refusals=True)
         await store.patch(thread, record.key, progress, delivered=record.version)
+
+    async def _after_stop(self, thread: str, record: OutboxRecord, call: Call, store: Outbox, ts: str) -> None:
+        """Once stopped: its Stop message taken back, and its content replaced if the run has moved on."""
+        f = record.fields
+        await self._retire_control(thread, record, store)
+        if f.get("closed_out") and f.get("blocks"):
+            await call("chat.update", f["channel"], lambda: self.client.chat_update(
+                channel=f["channel"], ts=ts, text=f.get("text") or " ", blocks=json.loads(f["blocks"])))
+        await store.patch(thread, record.key, {}, delivered=record.version)
+
+    @staticmethod
+    async def _retire_control(thread: str, record: OutboxRecord, store: Outbox) -> None:
+        f = record.fields
+        if f.get("control_put") and not f.get("control_gone"):
+            await store.put(thread, control_key(record.key), {"gone": True}, due=time.time())
+            await store.patch(thread, record.key, {"control_gone": True})
+            f["control_gone"] = True
 
     async def _start(self, thread: str, record: OutboxRecord, call: Call, store: Outbox,
                      chunks: list[dict[str, Any]]) -> str:
@@ -125,13 +160,11 @@ class Streams:
         if self.mode == "auto" and (wait is None or self._open_now() >= _AUTO_MAX_OPEN):
             raise StreamRefused("busy")  # a burst: plain messages rather than a wait for Tier-2 budget
         await asyncio.sleep(wait or 0.0)
-        head = json.loads(f.get("head") or "[]")
         await store.patch(thread, record.key, {"attempted": True})
         try:
             answer = await call("chat.startStream", f["channel"], lambda: self.client.chat_startStream(
                 channel=f["channel"], thread_ts=f["thread_ts"], recipient_user_id=f["recipient"],
-                recipient_team_id=team, task_display_mode="timeline",
-                chunks=[*chunks, *([{"type": "blocks", "blocks": head}] if head else [])]), refusals=True,
+                recipient_team_id=team, task_display_mode="timeline", chunks=chunks or None), refusals=True,
                 paced=False)  # (reserved above)
         except StreamRefused as exc:
             if exc.error in UNSUPPORTED and self.mode == "auto":
@@ -156,9 +189,11 @@ class Streams:
             self._team = str(answer.get("team_id") or "")
         return self._team
 
-    async def abandon(self, thread: str, record: OutboxRecord) -> None:
-        """End a stream that is being replaced by a plain message, if it still streams (one try)."""
+    async def abandon(self, thread: str, record: OutboxRecord, store: Outbox) -> None:
+        """End a stream that is being replaced by a plain message, if it still streams (one try); the plain
+        message carries its own Stop, so the stream's goes."""
         self._open.pop(f"{thread}/{record.key}", None)
+        await self._retire_control(thread, record, store)
         f = record.fields
         if not f.get("ts") or f.get("stopped"):
             return

@@ -35,6 +35,12 @@ _WORDS: dict[str, tuple[str, str]] = {
     "already_finished": ("This run has already finished: there is nothing to stop.",
                          "这次运行已经结束，没有可停止的。"),
     "waiting_below": ("Waiting for a person: see the question below.", "等人处理：见下方的问题。"),
+    # a paused (or interrupted) stretch once the run moved on: what it showed is past
+    "answered_continued": ("Answered by {by} — continued below", "已由 {by} 回答，下文继续"),
+    "expired_continued": ("Nobody answered in time — continued below", "无人及时回答，下文继续"),
+    "stopped_continued": ("Stopped by {by} — continued below", "已被 {by} 停止，见下文"),
+    "resumed_continued": ("Resumed — continued below", "已恢复运行，下文继续"),
+    "stop_note": ("Working on it: Stop ends this run.", "正在处理：按“停止”结束这次运行。"),
     # the thread's status line ("OpsPilot is looking into it…") until the stream shows the steps
     "status_working": ("is looking into it…", "正在排查…"),
     # confirm cards
@@ -63,6 +69,18 @@ _WORDS: dict[str, tuple[str, str]] = {
     "live_change": ("`{tool}` on `{target}` in `{env}`. This changes a live system.",
                     "在 `{env}` 对 `{target}` 执行 `{tool}`。这会改动线上系统。"),
     "confirmation": ("Confirmation", "确认"),
+    "who_confirms": ("Who may confirm: {names}", "可以确认的人：{names}"),
+    "nobody_confirms": ("Who may confirm: nobody (the approvers for `{tool}` in `{env}` list no one)",
+                        "可以确认的人：没有（`{env}` 中 `{tool}` 的批准人名单为空）"),
+    "anyone_confirms": ("Who may confirm: anyone who may use OpsPilot in this channel",
+                        "可以确认的人：任何可以在这个频道使用 OpsPilot 的人"),
+    "group_members": ("members of {group}", "{group} 的成员"),
+    "comma": (", ", "、"),  # between names
+    "sep": (", ", "，"),  # between parts of a sentence
+    "more": ("{n} more", "另外 {n} 位"),
+    "two_person": ("Two-person rule in `{env}`: {name} asked for this and cannot approve their own request; "
+                   "someone else must confirm.",
+                   "`{env}` 适用双人规则：这是 {name} 发起的，不能批准自己的请求，需要另一个人确认。"),
     # forms
     "need_more": ("I need a bit more", "还需要一点信息"),
     "needed": ("Needed", "需要"),
@@ -97,6 +115,26 @@ _WORDS: dict[str, tuple[str, str]] = {
     "audit": ("Audit", "变更记录"),
     "requested_by": ("requested by {by}", "发起人 {by}"),
     "approved_by": ("approved by {by}", "批准人 {by}"),
+    # an audit line: what ran where (the order each language reads it in), then how it ended
+    "audit_on_in": ("`{tool}` on `{target}` in `{env}`", "在 `{env}` 对 `{target}` 执行 `{tool}`"),
+    "audit_on": ("`{tool}` on `{target}`", "对 `{target}` 执行 `{tool}`"),
+    "audit_in": ("`{tool}` in `{env}`", "在 `{env}` 执行 `{tool}`"),
+    "audit_with": (" with {args}", "，参数 {args}"),
+    "audit_ok": ("done", "已完成"),
+    "audit_unknown": ("started, outcome unknown: check before retrying", "已开始，结果未知：重试前请先检查"),
+    "audit_declined": ("declined: not run", "已拒绝，未执行"),
+    "audit_expired": ("nobody answered in time: not run", "无人及时回答，未执行"),
+    "audit_replied": ("not run: answered in the thread instead", "未执行：已改为在对话中回复"),
+    "audit_stopped": ("not run: the run stopped first", "未执行：运行先停止了"),
+    "audit_failed": ("failed ({code})", "失败（{code}）"),
+    # App Home, for someone who may not use OpsPilot
+    "home_not_allowed": ("You are not on the list of people who may use OpsPilot, so it will not answer you.",
+                         "你不在可以使用 OpsPilot 的名单里，所以它不会回答你。"),
+    "home_allowed_are": ("It answers {names}.", "它只回答：{names}。"),
+    "home_ask": ("To be added, ask one of them or whoever runs OpsPilot for your team (its config: "
+                 "`slack.allowed_users` / `slack.allowed_usergroups`).",
+                 "如需加入，请找他们中的一位，或负责为你们团队运行 OpsPilot 的人（配置项 `slack.allowed_users` / "
+                 "`slack.allowed_usergroups`）。"),
 }
 
 _HEADLINES: dict[StopReason, tuple[str, str]] = {

@@ -107,7 +107,7 @@ class Executor:
                 await self._answer(item)
             elif item.kind == "stop":
                 if (await self.engine.run_record(item.run_id)).status == "finished":
-                    # A Stop under a finished stream (a stream cannot take its button back): say so.
+                    # A Stop pressed as the run ended, before its button was taken back: say so.
                     await self.outbox.tell(item.channel, item.user, say(await self._lang(item), "already_finished"),
                                            item.thread_ts)
                     return

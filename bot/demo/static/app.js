@@ -352,6 +352,7 @@ async function start() {
   feed.onmessage = (event) => {
     const change = JSON.parse(event.data);
     if (change.type === "message") state.messages.set(change.message.ts, change.message);
+    if (change.type === "deleted") state.messages.delete(change.ts);
     if (change.type === "ephemeral") state.ephemerals.push({ ...change.ephemeral, ephemeral: true });
     render();
   };

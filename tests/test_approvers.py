@@ -1,0 +1,80 @@
+"""A confirm card says who may confirm it before anyone clicks — the approvers by name (never a mention that
+would notify them all), the two-person rule where it applies, or, with no rule, who may under the config as it
+stands — and the clicks bear it out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bot.agent.models.scripted import ScriptedModel, call, reply
+from bot.demo.sender import block_action, mention
+from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.demo.workspace import all_text, buttons
+from tests.slack_harness import CHANNEL, Workspace, open_workspace
+from tests.test_slack import card_of
+from tests.toolkit import Probe, toolkit
+
+
+async def _card(redis_url: str, prefix: str, slack: FakeSlack, thread: str, **config: Any) -> tuple[Workspace, Probe]:
+    probe = Probe()
+    model = ScriptedModel([reply("", call("change", "c1", target="payments", environment="prod")),
+                           reply("Changed.")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, specs=[toolkit(probe)["change"]], **config)
+    await ws.sender.event(mention(CHANNEL, "UREQ", "change payments in prod", thread))
+    await ws.settle()
+    return ws, probe
+
+
+def _click(card: dict[str, Any], user: str) -> dict[str, Any]:
+    token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
+    return block_action(user=user, channel=CHANNEL, message=card, action_id="opspilot_confirm", value=token)
+
+
+async def test_the_card_names_the_approvers_and_the_two_person_rule(redis_url: str, prefix: str,
+                                                                    slack: FakeSlack) -> None:
+    slack.profiles = {"UBOSS": "Boss", "UREQ": "Ann"}
+    slack.usergroups["S0SRE"] = ["USRE", "UREQ"]
+    slack.usergroup_handles["S0SRE"] = "sre-oncall"
+    ws, probe = await _card(redis_url, prefix, slack, "300.1", two_person_rule=["prod"],
+                            approvers={"change": {"prod": {"users": ["UBOSS"], "usergroups": ["S0SRE"]}}})
+    try:
+        card = card_of(slack, "300.1")
+        text = all_text(card)
+        assert "Who may confirm: Boss, members of @sre-oncall" in text, text
+        assert ("Two-person rule in `prod`: Ann asked for this and cannot approve their own request; someone else "
+                "must confirm.") in text
+        assert "<@UBOSS>" not in text and "subteam" not in text  # names: listing them notifies nobody
+        # What the card says is what a click meets: the requester (in the group) is refused, a member is not.
+        await ws.sender.action(_click(card, "UREQ"))
+        await ws.settle()
+        assert probe.count("change") == 0
+        await ws.sender.action(_click(card, "USRE"))
+        await ws.settle()
+        assert probe.count("change") == 1
+    finally:
+        await ws.stop()
+
+
+async def test_without_a_rule_the_card_says_anyone_who_may_use_it_here(redis_url: str, prefix: str,
+                                                                       slack: FakeSlack) -> None:
+    ws, _ = await _card(redis_url, prefix, slack, "310.1", mutating_channels=["C0CHANGES"])
+    try:
+        text = all_text(card_of(slack, "310.1"))
+        assert "Who may confirm: anyone who may use OpsPilot in this channel" in text, text
+        assert "Two-person rule" not in text  # not configured for prod: not claimed
+        assert "Changes can only be confirmed in <#C0CHANGES>." in text  # nobody can, here: the card says so
+    finally:
+        await ws.stop()
+
+
+async def test_the_card_says_it_in_chinese(redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    slack.profiles = {"UBOSS": "Boss", "UOPS": "Ops", "UREQ": "Ann"}
+    slack.usergroup_handles["S0SRE"] = "sre-oncall"
+    ws, _ = await _card(redis_url, prefix, slack, "320.1", language="zh", two_person_rule=["prod"],
+                        approvers={"change": {"*": {"users": ["UBOSS", "UOPS"], "usergroups": ["S0SRE"]}}})
+    try:
+        text = all_text(card_of(slack, "320.1"))
+        assert "可以确认的人：Boss、Ops、@sre-oncall 的成员" in text, text
+        assert "`prod` 适用双人规则：这是 Ann 发起的，不能批准自己的请求，需要另一个人确认。" in text
+    finally:
+        await ws.stop()
