@@ -3,6 +3,8 @@ Every one of them expires by itself, so a dead process never holds one for good.
 
 from __future__ import annotations
 
+import itertools
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -23,6 +25,15 @@ return 0
 """
 
 
+_ATTEMPTS = itertools.count(1)
+_MARK = "\x1f"  # between a claim's holder and the attempt that wrote it
+
+
+def _attempt() -> str:
+    """Unique per claim attempt, across processes: a retry after a lost reply recognises its own write."""
+    return f"{os.getpid()}.{next(_ATTEMPTS)}"
+
+
 class RedisLocks:
     def __init__(self, client: Client, keys: Keys, ttls: Ttls, outage_grace_s: float = 30.0) -> None:
         self.client, self.keys, self.ttls, self.grace_s = client, keys, ttls, outage_grace_s
@@ -32,18 +43,25 @@ class RedisLocks:
 
     async def claim(self, token: str, holder: str) -> Claim:
         ttl = self.ttls.interrupt_s + self.ttls.claim_margin_s
-        async with guard("claiming an interrupt"):
-            won, who, left = await self._claim(keys=[self.keys.claim(token)], args=[holder, ttl])
+        mine = f"{holder}{_MARK}{_attempt()}"
+        keys = [self.keys.claim(token)]
+        # Retried through an outage (a Redis restart leaves stale pooled connections behind): the attempt id
+        # tells a retry whose first try landed (its own value is there) from a claim someone else won.
+        won, who, left = await retried("claiming an interrupt", self.grace_s,
+                                       lambda: self._claim(keys=keys, args=[mine, ttl]))
+        value = str(text(who) or "")
+        won = bool(won) or value == mine
         age_s = ttl - int(left) / 1000 if not won and int(left) >= 0 else 0.0
-        return Claim(bool(won), str(who or ""), age_s)
+        return Claim(won, value.split(_MARK, 1)[0], age_s)
 
     async def release_claim(self, token: str) -> None:
-        async with guard("releasing a claim"):
-            await self.client.delete(self.keys.claim(token))
+        key = self.keys.claim(token)
+        await retried("releasing a claim", self.grace_s, lambda: self.client.delete(key))
 
     async def take_claim(self, token: str, holder: str) -> None:
-        async with guard("taking over a claim"):
-            await self.client.set(self.keys.claim(token), holder, ex=self.ttls.interrupt_s + self.ttls.claim_margin_s)
+        key, ttl = self.keys.claim(token), self.ttls.interrupt_s + self.ttls.claim_margin_s
+        await retried("taking over a claim", self.grace_s,
+                      lambda: self.client.set(key, f"{holder}{_MARK}{_attempt()}", ex=ttl))
 
     async def acquire_lease(self, thread_id: str, owner: str, ttl_ms: int) -> bool:
         key = self.keys.lease(thread_id)
@@ -69,12 +87,13 @@ class RedisLocks:
             return bool(await self.client.set(self.keys.once(name), "1", nx=True, ex=ttl_s))
 
     async def request_cancel(self, run_id: str, by: str = "") -> None:
-        async with guard("requesting a cancel"):  # the flag's value says who asked
-            await self.client.set(self.keys.cancel(run_id), by or "1", ex=self.ttls.cancel_s)
+        key = self.keys.cancel(run_id)  # the flag's value says who asked
+        await retried("requesting a cancel", self.grace_s, lambda: self.client.set(key, by or "1",
+                                                                                     ex=self.ttls.cancel_s))
 
     async def clear_cancel(self, run_id: str) -> None:
-        async with guard("clearing a cancel"):
-            await self.client.delete(self.keys.cancel(run_id))
+        key = self.keys.cancel(run_id)
+        await retried("clearing a cancel", self.grace_s, lambda: self.client.delete(key))
 
     async def cancel_requests(self, run_ids: Sequence[str]) -> dict[str, str]:
         """The runs asked to stop, each with who asked ("" when unknown)."""

@@ -4,13 +4,16 @@ when Redis is back, and the user never sees an internal address or a stack trace
 from __future__ import annotations
 
 import asyncio
+import time
 
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
+from state import Keys, RedisStore, Ttls, connect
 from tests.conftest import OwnRedis
 from tests.slack_harness import CHANNEL, open_workspace
+from tests.test_slack import ask_restart, confirm
 from tests.toolkit import Probe, toolkit
 
 
@@ -58,3 +61,46 @@ async def test_a_longer_outage_is_told_to_the_user_plainly(own_redis: OwnRedis, 
     finally:
         own_redis.start()
         await ws.stop()
+
+
+async def test_a_confirm_right_after_a_redis_restart_runs_the_change_once(own_redis: OwnRedis, prefix: str,
+                                                                           slack: FakeSlack) -> None:
+    """Every pooled connection is dead after a restart: the claim, the decision and the ticket read must be
+    retried on fresh ones like every other write, not dropped with "Connection closed by server"."""
+    ws = await open_workspace(own_redis.url, prefix, slack)
+    try:
+        card = await ask_restart(ws, thread="40.1")
+        own_redis.stop()
+        click = asyncio.create_task(ws.sender.action(confirm(card, "UAPPROVER")))  # clicked during the restart
+        await asyncio.sleep(1.0)
+        own_redis.start()
+        status, _ = await click
+        assert status == 200
+        await ws.settle(60)
+        assert len(ws.toolbox.restarts.done) == 1
+        said = " ".join(all_text(m) for m in slack.thread(CHANNEL, "40.1")) + " ".join(slack.ephemeral_texts())
+        assert "Confirmed by" in said and "could not" not in said.lower() and "unavailable" not in said
+    finally:
+        await ws.stop()
+
+
+async def test_claims_cancels_and_takeovers_wait_out_a_restart(own_redis: OwnRedis, prefix: str) -> None:
+    """The claim-once write itself, asked while Redis is down and back a second later: it waits within the
+    outage grace instead of failing the click ("Redis unreachable while claiming an interrupt")."""
+    store = RedisStore(connect(own_redis.url, timeout_s=1.0), keys=Keys(prefix), ttls=Ttls(interrupt_s=600),
+                       outage_grace_s=20.0)
+    try:
+        assert (await store.locks.claim("s1.tok-a", "UANN")).won
+        own_redis.stop()
+        back = asyncio.create_task(asyncio.to_thread(lambda: (time.sleep(1.0), own_redis.start())))
+        claim = await store.locks.claim("s1.tok-b", "UBOB")
+        await store.locks.request_cancel("s1.run-x", "UBOB")
+        await back
+        assert claim.won and claim.holder == "UBOB"
+        again = await store.locks.claim("s1.tok-b", "UCAROL")
+        assert not again.won and again.holder == "UBOB"  # the winner is named without its attempt id
+        assert (await store.locks.cancel_requests(["s1.run-x"])) == {"s1.run-x": "UBOB"}
+    finally:
+        if own_redis.proc is None:
+            own_redis.start()
+        await store.close()
