@@ -73,6 +73,7 @@ def build_registry(settings: Settings, toolbox: ops.Toolbox, extra: Sequence[Too
                 registry.require_confirmation_in(name, policy.confirm_in)
             except ValueError as exc:
                 raise ConfigError(f"tools.{name}.confirm_in: {exc}") from exc
+    registry.know_environments(toolbox.catalog.environments)
     for problem in environment_problems(settings, toolbox.catalog.environments, [s.name for s in registry]):
         log.warning("config: %s", problem)
     return registry

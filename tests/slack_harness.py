@@ -99,8 +99,9 @@ async def open_workspace(redis_url: str, prefix: str, slack: FakeSlack, *, model
                            ttls=Ttls(interrupt_s=settings.interrupt_ttl_s), outage_grace_s=outage_grace_s)
         await store.ping()
         bus = EventBus()
-        deps = RunDeps(model=model, registry=Registry.of(specs if specs is not None else toolbox.specs),
-                       store=store, bus=bus, limits=limits or Limits())
+        registry = Registry.of(specs if specs is not None else toolbox.specs)
+        registry.know_environments(toolbox.catalog.environments)  # as build_registry does
+        deps = RunDeps(model=model, registry=registry, store=store, bus=bus, limits=limits or Limits())
         options = EngineOptions(lease_wait_s=5, cancel_poll_s=0.05, lease_ttl_ms=lease_ttl_ms)
         core = Assembly.around(Engine(deps, options), store, model, toolbox)
     else:

@@ -69,6 +69,7 @@ async def test_without_a_rule_the_card_says_anyone_who_may_use_it_here(redis_url
 
 async def test_the_card_says_it_in_chinese(redis_url: str, prefix: str, slack: FakeSlack) -> None:
     slack.profiles = {"UBOSS": "Boss", "UOPS": "Ops", "UREQ": "Ann"}
+    slack.usergroups["S0SRE"] = ["USRE"]
     slack.usergroup_handles["S0SRE"] = "sre-oncall"
     ws, _ = await _card(redis_url, prefix, slack, "320.1", language="zh", two_person_rule=["prod"],
                         approvers={"change": {"*": {"users": ["UBOSS", "UOPS"], "usergroups": ["S0SRE"]}}})
@@ -76,5 +77,62 @@ async def test_the_card_says_it_in_chinese(redis_url: str, prefix: str, slack: F
         text = all_text(card_of(slack, "320.1"))
         assert "可以确认的人：Boss、Ops、@sre-oncall 的成员" in text, text
         assert "`prod` 适用双人规则：这是 Ann 发起的，不能批准自己的请求，需要另一个人确认。" in text
+    finally:
+        await ws.stop()
+
+
+async def test_capitalised_config_keys_still_protect_prod(redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    """`Prod` / `PROD` written by hand: folded at load, so the rules still match the call's `prod`."""
+    ws, probe = await _card(redis_url, prefix, slack, "330.1", two_person_rule=["PROD"],
+                            approvers={"change": {"Prod": {"users": ["UREQ", "uboss"]}}})
+    try:
+        card = card_of(slack, "330.1")
+        assert "Two-person rule in `prod`" in all_text(card)
+        await ws.sender.action(_click(card, "UREQ"))  # the requester, though an approver: refused
+        await ws.settle()
+        assert probe.count("change") == 0
+        assert any("Two-person rule" in t for t in slack.ephemeral_texts())
+        await ws.sender.action(_click(card, "UBOSS"))
+        await ws.settle()
+        assert probe.count("change") == 1
+    finally:
+        await ws.stop()
+
+
+async def test_a_rule_that_cannot_match_lets_nobody_confirm_and_says_why(redis_url: str, prefix: str,
+                                                                          slack: FakeSlack) -> None:
+    probe = Probe()
+    model = ScriptedModel([reply("", call("change", "c1", target="payments", environment="Production")),
+                           reply("Changed.")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, specs=[toolkit(probe)["change"]],
+                              approvers={"change": {"prod": {"users": ["UBOSS"]}}})
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "change payments in production", "340.1"))
+        await ws.settle()
+        card = card_of(slack, "340.1")
+        text = all_text(card)
+        assert "Who may confirm: nobody — `production` is not an environment I know (known: prod, staging)" in text
+        assert "anyone" not in text
+        for user in ("UBOSS", "UREQ"):  # not even the prod approver: the rule does not match
+            await ws.sender.action(_click(card, user))
+            await ws.settle()
+        assert probe.count("change") == 0
+    finally:
+        await ws.stop()
+
+
+async def test_an_approver_group_slack_would_not_list_lets_none_of_it_confirm(redis_url: str, prefix: str,
+                                                                               slack: FakeSlack) -> None:
+    slack.usergroup_handles["S0GONE"] = "sre-oncall"  # listed by usergroups.list, its members not readable
+    ws, probe = await _card(redis_url, prefix, slack, "350.1",
+                            approvers={"change": {"prod": {"usergroups": ["S0GONE"]}}})
+    try:
+        card = card_of(slack, "350.1")
+        text = all_text(card)
+        assert "Who may confirm: no one — I could not read @sre-oncall from Slack" in text, text
+        await ws.sender.action(_click(card, "USRE"))
+        await ws.settle()
+        assert probe.count("change") == 0
+        assert any("could not read the approver group" in t for t in slack.ephemeral_texts())
     finally:
         await ws.stop()

@@ -53,9 +53,13 @@ class InEnvironments:
 
     environments: frozenset[str]
     field: str = "environment"
+    known: frozenset[str] | None = None
+    """Every environment there is (the catalog's): a value outside it is asked about too — fail closed, so
+    ``Production`` does not slip past a rule written for ``prod``."""
 
     def __call__(self, args: Any) -> bool:
-        return str(getattr(args, self.field, "") or "").lower() in self.environments
+        value = str(getattr(args, self.field, "") or "").strip().lower()
+        return value in self.environments or (self.known is not None and bool(value) and value not in self.known)
 
 
 def confirm_in(*environments: str, field: str = "environment") -> InEnvironments:
@@ -188,6 +192,14 @@ class Registry:
         if not spec.mutating:
             raise ValueError(f"tool {name!r} is read-only; confirmation applies to mutating tools")
         self._tools[name] = replace(spec, needs_confirmation=confirm_in(*environments))
+
+    def know_environments(self, environments: Iterable[str]) -> None:
+        """Tell every per-environment confirmation rule which environments exist (see :class:`InEnvironments`)."""
+        known = frozenset(e.lower() for e in environments)
+        for name, spec in self._tools.items():
+            # Only a rule on the environment itself: another field (a cluster, a region) has its own names.
+            if isinstance(spec.needs_confirmation, InEnvironments) and spec.needs_confirmation.field == "environment":
+                self._tools[name] = replace(spec, needs_confirmation=replace(spec.needs_confirmation, known=known))
 
     def definitions(self, only: Iterable[str] | None = None) -> list[ToolDefinition]:
         if only is None:

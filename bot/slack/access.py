@@ -35,11 +35,17 @@ _LISTED = 10  # people (and groups) named before "N more"
 
 
 class AccessPolicy:
-    def __init__(self, config: SlackConfig, client: AsyncWebClient, *, cache_s: float = 60.0) -> None:
+    """Fails closed: a rule that cannot be matched (an environment nobody knows, an approver group Slack would
+    not list) lets nobody confirm and says why — "no rule" means anyone only for a known environment."""
+
+    def __init__(self, config: SlackConfig, client: AsyncWebClient, *, cache_s: float = 60.0,
+                 environments: list[str] | None = None) -> None:
         self.config = config
         self.client = client
         self.cache_s = cache_s
+        self.environments = environments  # the catalog's; None: not known here (nothing is judged unknown)
         self._groups: dict[str, tuple[float, frozenset[str]]] = {}
+        self._unread: set[str] = set()  # groups Slack would not list, with nothing cached to fall back on
 
     async def members(self, usergroup: str) -> frozenset[str]:
         cached = self._groups.get(usergroup)
@@ -48,11 +54,23 @@ class AccessPolicy:
         try:
             response = await self.client.usergroups_users_list(usergroup=usergroup)
             users = frozenset(response.get("users") or [])
+            self._unread.discard(usergroup)
         except SlackApiError as exc:
             log.warning("could not read user group %s: %s", usergroup, slack_error(exc))
-            users = cached[1] if cached else frozenset()
+            if not cached:
+                self._unread.add(usergroup)
+                return frozenset()  # not cached: asked again next time
+            users = cached[1]
         self._groups[usergroup] = (time.monotonic() + self.cache_s, users)
         return users
+
+    def known(self, environment: str) -> bool:
+        return self.environments is None or not environment or environment in self.environments
+
+    def unmatched(self, tool: str, environment: str) -> bool:
+        """Rules exist for ``tool`` but none can match ``environment``, which no catalog service has."""
+        rules = self.config.approvers.get(tool) or {}
+        return bool(rules) and environment not in rules and "*" not in rules and not self.known(environment)
 
     async def _in_any_group(self, user: str, groups: list[str]) -> bool:
         for group in groups:
@@ -95,11 +113,22 @@ class AccessPolicy:
             return Verdict(False, f"Two-person rule: the person who asked cannot approve a `{tool}` in `{env}`. "
                                   "Ask another approver.",
                            f"双人规则：发起人不能批准自己在 `{env}` 的 `{tool}`。请另一位批准人确认。")
+        if self.unmatched(tool, env):
+            known = ", ".join(self.environments or [])
+            return Verdict(False, f"`{env}` is not an environment I know (known: {known}), so no approvers rule "
+                                  f"for `{tool}` can match it: nobody may confirm this. Nothing was changed.",
+                           f"`{env}` 不是已知的环境（已知：{known}），没有 `{tool}` 的批准规则能匹配它：无人可以确认。"
+                           "什么都没有改变。")
         rule = self.approvers_for(tool, env)
         if rule is None:
-            return ALLOW  # no approvers configured for this tool/environment: anyone allowed to use the bot
+            return ALLOW  # no approvers configured for this tool in this known environment: anyone who may use it
         if user in rule.users or await self._in_any_group(user, rule.usergroups):
             return ALLOW
+        unread = [g for g in rule.usergroups if g in self._unread]
+        if unread:
+            return Verdict(False, "I could not read the approver group from Slack, so I cannot tell whether you "
+                                  "are in it. Nothing was changed; try again in a minute.",
+                           "无法从 Slack 读取批准人用户组，无法判断你是否在其中。什么都没有改变；请稍后再试。")
         return Verdict(False, f"You are not an approver for `{tool}` in `{env or 'any environment'}`. "
                               "Nothing was changed.",
                        f"你不是 `{env or '任何环境'}` 中 `{tool}` 的批准人。什么都没有改变。")
@@ -110,12 +139,23 @@ class AccessPolicy:
         :meth:`may_confirm` and :meth:`may_change_in` apply to the click, from the config as it stands."""
         env = (environment or "").lower()
         rule = self.approvers_for(tool, env)
-        if rule is None:
+        if self.unmatched(tool, env):
+            lines = [say(lang, "unknown_env_confirms", env=escape(env), known=", ".join(self.environments or []))]
+        elif rule is None:
             lines = [say(lang, "anyone_confirms")]
         elif not rule.users and not rule.usergroups:
             lines = [say(lang, "nobody_confirms", tool=escape(tool), env=escape(env or "*"))]
         else:
-            lines = [say(lang, "who_confirms", names=await self._names(people, rule.users, rule.usergroups, lang))]
+            await asyncio.gather(*(self.members(g) for g in rule.usergroups))  # which can be read right now
+            unread = [g for g in rule.usergroups if g in self._unread]
+            if unread:
+                readable = [g for g in rule.usergroups if g not in unread]
+                names = await self._names(people, rule.users, readable, lang) or say(lang, "no_one")
+                groups = say(lang, "comma").join(escape(g) for g in await asyncio.gather(*map(people.group, unread)))
+                lines = [say(lang, "unread_group_confirms", names=names, groups=groups)]
+            else:
+                lines = [say(lang, "who_confirms", names=await self._names(people, rule.users, rule.usergroups,
+                                                                            lang))]
         if requester and is_user(requester) and self.two_person(env):
             lines.append(say(lang, "two_person", env=escape(env), name=escape(await people.name(requester))))
         where = self.may_change_in(channel, direct=channel.startswith("D"))

@@ -141,7 +141,9 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     dispatch = enqueue if role == "front" else here
     alerts = Alerts(config=slack, engine=core.engine, meta=core.meta, outbox=outbox, dispatch=dispatch) \
         if slack.alert_sources else None
-    access, people = AccessPolicy(slack, client), People(client)  # one cache of groups and names per process
+    # One cache of groups and names per process; the catalog's environments, so a rule that cannot match fails closed.
+    access = AccessPolicy(slack, client, environments=core.toolbox.catalog.environments)
+    people = People(client)
     inbound = Inbound(engine=core.engine, meta=core.meta, outbox=outbox, access=access, people=people,
                       dispatch=dispatch, alerts=alerts, metrics=metrics, reports=core.reports,
                       home=Home(client=client, engine=core.engine, meta=core.meta, reports=core.reports,

@@ -72,6 +72,14 @@ _WORDS: dict[str, tuple[str, str]] = {
     "who_confirms": ("Who may confirm: {names}", "可以确认的人：{names}"),
     "nobody_confirms": ("Who may confirm: nobody (the approvers for `{tool}` in `{env}` list no one)",
                         "可以确认的人：没有（`{env}` 中 `{tool}` 的批准人名单为空）"),
+    "unknown_env_confirms": ("Who may confirm: nobody — `{env}` is not an environment I know (known: {known}), so "
+                             "no approvers rule can match it; fix the request or the config",
+                             "可以确认的人：无 — `{env}` 不是已知的环境（已知：{known}），"
+                             "没有批准规则能匹配它；请修改请求或配置"),
+    "unread_group_confirms": ("Who may confirm: {names} — I could not read {groups} from Slack, so its members "
+                              "cannot confirm until it can be read",
+                              "可以确认的人：{names} — 无法从 Slack 读取 {groups}，在能读取之前其成员无法确认"),
+    "no_one": ("no one", "无人"),
     "anyone_confirms": ("Who may confirm: anyone who may use OpsPilot in this channel",
                         "可以确认的人：任何可以在这个频道使用 OpsPilot 的人"),
     "group_members": ("members of {group}", "{group} 的成员"),
