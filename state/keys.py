@@ -59,6 +59,8 @@ class Ttls:
     stats_s: int = 8 * 24 * 3600
     audit_s: int = 90 * 24 * 3600
     audit_max_entries: int = 100_000
+    readers_s: int = 60
+    """How long a worker that stopped reading stays in the list of the queue's readers."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,10 @@ class Keys:
     def queue(self) -> str:
         """The work stream fronts add to and workers read (one consumer group)."""
         return f"{self.prefix}:work"
+
+    def readers(self) -> str:
+        """The workers reading the work stream, scored by when each last read (Redis's clock): a front's readiness."""
+        return f"{self.prefix}:work-readers"
 
     def audit(self, shard: str) -> str:
         """One shard's part of the audit stream (readers merge the shards by entry id)."""

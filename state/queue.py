@@ -28,6 +28,19 @@ if p[1] and p[1][2] == ARGV[2] then
 end
 return 0
 """
+# Readers are scored by Redis's clock, so fronts and workers on different hosts agree on "recently".
+_BEAT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+_READERS = """
+local t = redis.call('TIME')
+return redis.call('ZCOUNT', KEYS[1], tonumber(t[1]) + tonumber(t[2]) / 1000000 - tonumber(ARGV[1]), '+inf')
+"""
 
 
 @dataclass(frozen=True)
@@ -53,6 +66,8 @@ class RedisQueue:
         self._ready = False
         self._cursor = "0-0"
         self._touch = client.register_script(_TOUCH)
+        self._beat = client.register_script(_BEAT)
+        self._readers = client.register_script(_READERS)
 
     async def _group(self) -> None:
         if self._ready:
@@ -143,6 +158,16 @@ class RedisQueue:
         redelivered = sum(1 for d in detail if d["times_delivered"] > 1)
         return QueueStats(length, int(summary["pending"]), oldest, redelivered)
 
+    async def beat(self, consumer: str) -> None:
+        """``consumer`` is reading the queue now (see :meth:`readers`)."""
+        async with guard("reporting a reader"):
+            await self._beat(keys=[self.keys.readers()], args=[consumer, self.ttls.readers_s])
+
+    async def readers(self, within_s: float) -> int:
+        """How many consumers reported reading within the last ``within_s`` seconds."""
+        async with guard("counting readers"):
+            return int(await self._readers(keys=[self.keys.readers()], args=[within_s]))
+
 
 class MemoryQueue:
     """The same semantics in one process (the in-process store): pending until acknowledged."""
@@ -150,6 +175,7 @@ class MemoryQueue:
     def __init__(self) -> None:
         self._entries: OrderedDict[str, str] = OrderedDict()
         self._pending: dict[str, tuple[str, float, int]] = {}
+        self._beats: dict[str, float] = {}
         self._seq = 0
 
     async def put(self, body: str) -> str:
@@ -193,3 +219,10 @@ class MemoryQueue:
         return QueueStats(len(self._entries), len(self._pending),
                           max((now - at for _, at, _ in self._pending.values()), default=0.0),
                           sum(1 for *_, n in self._pending.values() if n > 1))
+
+    async def beat(self, consumer: str) -> None:
+        self._beats[consumer] = time.monotonic()
+
+    async def readers(self, within_s: float) -> int:
+        since = time.monotonic() - within_s
+        return sum(1 for at in self._beats.values() if at >= since)

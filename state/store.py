@@ -259,3 +259,9 @@ class WorkQueue(Protocol):
     async def ack(self, entry_id: str) -> None: ...
 
     async def stats(self) -> QueueStats: ...
+
+    async def beat(self, consumer: str) -> None:
+        """``consumer`` is reading the queue now (its key expires: see ``Ttls.readers_s``)."""
+
+    async def readers(self, within_s: float) -> int:
+        """How many consumers reported reading within the last ``within_s`` seconds (a front's readiness)."""

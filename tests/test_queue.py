@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from state import MemoryStore, RedisStore
+from state.queue import RedisQueue
 from state.store import WorkQueue
 
 
@@ -73,3 +74,15 @@ async def test_a_dead_workers_entry_behind_many_live_ones_is_reached(queue: Work
         if "orphan" in found:
             break
     assert "orphan" in found and not any(b.startswith("live-") for b in found), found
+
+
+async def test_readers_are_the_workers_that_read_lately(queue: WorkQueue) -> None:
+    assert await queue.readers(10) == 0
+    for worker in ("w1", "w2", "w1"):
+        await queue.beat(worker)
+    assert await queue.readers(10) == 2
+    await asyncio.sleep(0.3)
+    await queue.beat("w2")
+    assert await queue.readers(0.2) == 1  # w1 has not read since
+    if isinstance(queue, RedisQueue):  # the list expires like every key
+        assert 0 < await queue.client.ttl(queue.keys.readers()) <= queue.ttls.readers_s

@@ -1,4 +1,5 @@
-"""The Bolt app and the HTTP server around it: ``POST /slack/events``, ``GET /healthz``, ``GET /metrics``.
+"""The Bolt app and the HTTP server around it: ``POST /slack/events``, ``GET /healthz`` (alive),
+``GET /readyz`` (able to do its part), ``GET /metrics``.
 
 Every request passes :mod:`bot.slack.gate` first (signature on the raw bytes, a well-formed body, the
 installed workspace); then Bolt acknowledges events by itself and actions/commands through ``ack()`` —
@@ -7,6 +8,7 @@ always before any work, which runs in the background.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -23,6 +25,7 @@ from bot.slack.gate import foreign, refusal
 from bot.slack.inbound import Inbound
 from bot.slack.metrics import Metrics
 from bot.slack.outbox import SlackOutbox
+from bot.slack.work import READ_WINDOW_S, Worker
 from state import StoreError
 from state.store import Store, WorkQueue
 
@@ -96,9 +99,33 @@ def build_bolt_app(*, client: AsyncWebClient, signing_secret: str, inbound: Inbo
     return app
 
 
+READY_TIMEOUT_S = 2.0
+Readiness = Callable[[], Awaitable[str | None]]
+
+
+def readiness(*, store: Store, queue: WorkQueue, front: bool, worker: Worker | None) -> Readiness:
+    """Why this process cannot do its part right now (one line), or None: Redis answers; a front also needs a
+    worker that read the queue lately (else its work would wait), a worker its own read loop running."""
+    async def check() -> str | None:
+        try:
+            await asyncio.wait_for(store.ping(), READY_TIMEOUT_S)
+            if front and not await asyncio.wait_for(queue.readers(READ_WINDOW_S), READY_TIMEOUT_S):
+                return f"no worker has read the work queue in the last {READ_WINDOW_S:g} s"
+        except TimeoutError:
+            return f"Redis did not answer within {READY_TIMEOUT_S:g} s"
+        except StoreError as exc:
+            return " ".join(str(exc).split())
+        if worker is not None and not worker.reading():
+            return f"this worker has not read the work queue in the last {READ_WINDOW_S:g} s"
+        return None
+
+    return check
+
+
 def web_routes(*, bolt: AsyncApp, signing_secret: str, store: Store, outbox: SlackOutbox, queue: WorkQueue,
                metrics: Metrics, path: str = "/slack/events",
-               tools_health: Callable[[], dict[str, Any]] | None = None) -> list[web.RouteDef]:
+               tools_health: Callable[[], dict[str, Any]] | None = None,
+               ready: Readiness | None = None) -> list[web.RouteDef]:
     async def events(request: web.Request) -> web.Response:
         refused = refusal(signing_secret, await request.read(), request.headers, request.content_type)
         if refused is not None:
@@ -107,14 +134,15 @@ def web_routes(*, bolt: AsyncApp, signing_secret: str, store: Store, outbox: Sla
         return await to_aiohttp_response(await bolt.async_dispatch(await to_bolt_request(request)))
 
     async def healthz(request: web.Request) -> web.Response:
-        try:
-            await store.ping()
-        except StoreError as exc:
-            return web.json_response({"ok": False, "redis": str(exc)}, status=503)
-        health: dict[str, Any] = {"ok": True, "redis": "ok" if store.durable else "in-process (not durable)"}
+        # Alive, nothing more: a Redis outage must not get a live process restarted (that is /readyz's to say).
+        health: dict[str, Any] = {"ok": True, "store": "redis" if store.durable else "in-process (not durable)"}
         if tools_health is not None:  # a down MCP server is reported, not fatal: its calls fail as observations
             health["mcp_servers"] = tools_health()
         return web.json_response(health)
+
+    async def readyz(request: web.Request) -> web.Response:
+        reason = await ready() if ready is not None else None
+        return web.Response(status=503 if reason else 200, text=f"{reason or 'ready'}\n")
 
     async def prometheus(request: web.Request) -> web.Response:
         try:
@@ -133,4 +161,5 @@ def web_routes(*, bolt: AsyncApp, signing_secret: str, store: Store, outbox: Sla
         return web.Response(text=body, content_type="text/plain", charset="utf-8",
                             headers={"X-Content-Type-Options": "nosniff"})
 
-    return [web.post(path, events), web.get("/healthz", healthz), web.get("/metrics", prometheus)]
+    return [web.post(path, events), web.get("/healthz", healthz), web.get("/readyz", readyz),
+            web.get("/metrics", prometheus)]

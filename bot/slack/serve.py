@@ -3,8 +3,9 @@ that run the engine, render and deliver.
 
 ``serve --workers N`` starts the front plus N worker processes on this machine and restarts any that
 dies; ``worker`` runs workers alone, so fronts and workers scale separately across machines on one
-Redis. ``--workers 0`` is one process that does everything. Each process serves ``/healthz`` and
-``/metrics`` (workers on ``PORT + i``).
+Redis. ``--workers 0`` is one process that does everything. Each process serves ``/healthz``, ``/readyz``
+and ``/metrics`` (workers on ``PORT + i``). A worker a front started exits when the front is gone
+(:mod:`bot.slack.tether`), so a front started again finds its ports free.
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
+import time
 
 from aiohttp import web
 
 from bot.config import Settings
+from bot.slack import tether
 from bot.slack.service import Role, SlackService, build_service, socket_mode_handler
 
 log = logging.getLogger(__name__)
@@ -29,19 +33,54 @@ def default_workers() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
-async def _listen(service: SlackService, port: int) -> web.AppRunner:
+class PortTaken(Exception):
+    """A port this process must listen on is held by another."""
+
+
+async def claim(ports: list[int], wait_s: float = 3.0) -> list[socket.socket]:
+    """Sockets bound to ``ports``, before anything else starts. A port still held is waited for a moment (the
+    workers of a front killed just now take up to 2 s to go); then :class:`PortTaken`, in one line."""
+    deadline, bound = time.monotonic() + wait_s, list[socket.socket]()
+    try:
+        for port in ports:
+            while True:
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp: TIME_WAIT does not count
+                try:
+                    sock.bind(("0.0.0.0", port))
+                    bound.append(sock)
+                    break
+                except OSError as exc:
+                    sock.close()
+                    if time.monotonic() >= deadline:
+                        raise PortTaken(f"port {port} is in use ({exc.strerror}): stop what listens there (an "
+                                        "earlier OpsPilot?) or set PORT to another") from exc
+                    await asyncio.sleep(0.1)
+    except BaseException:
+        for sock in bound:
+            sock.close()
+        raise
+    return bound
+
+
+async def _listen(service: SlackService, sock: socket.socket) -> web.AppRunner:
     runner = web.AppRunner(service.web_app)
     await runner.setup()
-    await web.TCPSite(runner, "0.0.0.0", port).start()
+    await web.SockSite(runner, sock).start()
     return runner
 
 
-async def _run(settings: Settings, role: Role, port: int | None, banner: str,
+async def _run(settings: Settings, role: Role, sock: socket.socket | None, banner: str,
                stopping: asyncio.Event | None = None) -> None:
     socket_mode = role != "worker" and bool(settings.slack.app_token)
-    service = await build_service(settings, socket_mode=socket_mode, role=role)
+    try:
+        service = await build_service(settings, socket_mode=socket_mode, role=role)
+    except BaseException:
+        if sock is not None:
+            sock.close()
+        raise
     service.start()
-    runner = await _listen(service, port) if port else None
+    runner = await _listen(service, sock) if sock is not None else None
     print(banner.format(model=service.core.model.label), flush=True)
     try:
         if socket_mode:
@@ -59,10 +98,13 @@ async def _run(settings: Settings, role: Role, port: int | None, banner: str,
 
 
 async def _supervise(index: int, argv: list[str], stopping: asyncio.Event) -> None:
-    """Keep one worker process alive: a worker that dies is started again (its work is claimed meanwhile).
-    Once the front is stopping, a worker that exits (Ctrl-C reaches the whole process group) stays stopped."""
+    """Keep one worker process alive: a worker that dies is started again (its work is claimed meanwhile),
+    after a wait that grows while it keeps dying young. Once the front is stopping, a worker that exits
+    (Ctrl-C reaches the whole process group) stays stopped."""
+    failures = 0
     while not stopping.is_set():
-        proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", *argv)
+        started = time.monotonic()
+        proc, pipe = await tether.spawn(sys.executable, "-m", "bot.cli", *argv)
         try:
             code = await proc.wait()
         except asyncio.CancelledError:
@@ -74,27 +116,38 @@ async def _supervise(index: int, argv: list[str], stopping: asyncio.Event) -> No
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
             raise
+        finally:
+            os.close(pipe)  # only once it has exited: to the worker, a closed pipe means the front is gone
         if not stopping.is_set():
-            log.error("worker %d exited with code %s; starting it again", index, code)
-            await asyncio.sleep(1.0)
+            failures = failures + 1 if time.monotonic() - started < 60 else 1
+            delay = min(30.0, 2.0 ** (failures - 1))
+            log.error("worker %d exited with code %s; starting it again in %gs", index, code, delay)
+            await asyncio.sleep(delay)
 
 
 async def serve(settings: Settings, *, workers: int | None = None, config: str | None = None) -> int:
     count = default_workers() if workers is None else workers
     port = settings.slack.port
     mode = "Socket Mode" if settings.slack.app_token else f"HTTP mode, POST http://0.0.0.0:{port}/slack/events"
+    try:  # every port this front and its workers need, now: a port in use is one line, not workers crash-looping
+        own, *theirs = await claim([port, *range(port + 1, port + 1 + count)])
+    except PortTaken as exc:
+        print(f"opspilot: {exc}", file=sys.stderr)
+        return 1
+    for sock in theirs:
+        sock.close()  # free for the worker that binds it in a moment
     if count == 0:
-        await _run(settings, "all", port, f"OpsPilot is serving Slack ({mode}), one process; /healthz and /metrics "
-                                          f"on port {port}; model: {{model}}")
+        await _run(settings, "all", own, f"OpsPilot is serving Slack ({mode}), one process; /healthz, /readyz and "
+                                         f"/metrics on port {port}; model: {{model}}")
         return 0
     base = [*(["--config", config] if config else []), "worker"]
     stopping = asyncio.Event()
     keepers = [asyncio.create_task(_supervise(i, [*base, "--port", str(port + 1 + i)], stopping))
                for i in range(count)]
     try:
-        await _run(settings, "front", port, f"OpsPilot is serving Slack ({mode}) with {count} worker process(es) "
-                                            f"on ports {port + 1}–{port + count}; /healthz and /metrics on port "
-                                            f"{port}; model: {{model}}", stopping)
+        await _run(settings, "front", own, f"OpsPilot is serving Slack ({mode}) with {count} worker process(es) "
+                                           f"on ports {port + 1}–{port + count}; /healthz, /readyz and /metrics "
+                                           f"on port {port}; model: {{model}}", stopping)
     finally:
         for keeper in keepers:
             keeper.cancel()
@@ -103,7 +156,14 @@ async def serve(settings: Settings, *, workers: int | None = None, config: str |
 
 
 async def work(settings: Settings, *, port: int | None = None) -> int:
-    where = f"; /healthz and /metrics on port {port}" if port else ""
-    await _run(settings, "worker", port, f"OpsPilot worker {os.getpid()} is reading the work queue{where}; "
-                                         "model: {model}")
+    stopping = asyncio.Event()
+    tether.hold(stopping.set)  # started by a front: leave with it
+    try:
+        sock = (await claim([port]))[0] if port else None
+    except PortTaken as exc:
+        print(f"opspilot worker: {exc}", file=sys.stderr)
+        return 1
+    where = f"; /healthz, /readyz and /metrics on port {port}" if port else ""
+    await _run(settings, "worker", sock, f"OpsPilot worker {os.getpid()} is reading the work queue{where}; "
+                                         "model: {model}", stopping)
     return 0

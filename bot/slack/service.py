@@ -17,7 +17,7 @@ from bot.assembly import Assembly, assemble
 from bot.config import ConfigError, Settings
 from bot.slack.access import AccessPolicy
 from bot.slack.alerts import Alerts
-from bot.slack.app import build_bolt_app, web_routes
+from bot.slack.app import build_bolt_app, readiness, web_routes
 from bot.slack.history import ThreadReader
 from bot.slack.home import Home
 from bot.slack.inbound import Inbound
@@ -159,7 +159,8 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     secret = slack.signing_secret or "socket-mode"
     bolt = build_bolt_app(client=client, signing_secret=secret, inbound=inbound)
     routes = web_routes(bolt=bolt, signing_secret=secret, store=core.store, outbox=outbox, queue=queue,
-                        metrics=metrics, tools_health=core.mcp.health if core.mcp is not None else None)
+                        metrics=metrics, tools_health=core.mcp.health if core.mcp is not None else None,
+                        ready=readiness(store=core.store, queue=queue, front=role == "front", worker=worker))
     return SlackService(core, client, inbound, renderer, outbox, reminders, bolt, routes, metrics, role, worker,
                         sessions)
 

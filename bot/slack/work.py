@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from typing import Annotated, Literal
 
@@ -197,6 +198,9 @@ class Executor:
 
 
 MAX_DELIVERIES = 5
+READ_WINDOW_S = 10.0
+"""A worker that has not read the queue for this long does not count as reading it (readiness)."""
+BEAT_S = 2.0
 
 
 class Worker:
@@ -211,21 +215,44 @@ class Worker:
         self._slots = asyncio.Semaphore(concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.Task[None] | None = None
+        self._beats: asyncio.Task[None] | None = None
+        self._read_at = float("-inf")
 
     def start(self) -> None:
         if self._loop is None or self._loop.done():
             self._loop = asyncio.create_task(self._forever(), name=self.name)
+        if self._beats is None or self._beats.done():
+            self._beats = asyncio.create_task(self._beat(), name=f"{self.name}-beat")
 
     async def stop(self) -> None:
-        if self._loop is not None:
-            self._loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop
+        for task in (self._beats, self._loop):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=10)
 
     def busy(self) -> bool:
         return bool(self._tasks)
+
+    def reading(self) -> bool:
+        """The read loop runs and read the queue lately (or waits for a free slot: busy, not stuck)."""
+        if self._loop is None or self._loop.done():
+            return False
+        return self._slots.locked() or time.monotonic() - self._read_at < READ_WINDOW_S
+
+    async def _beat(self) -> None:
+        """Tell fronts this worker reads the queue (what their readiness counts), while it does."""
+        told = False
+        while True:
+            if self.reading():
+                try:
+                    await self.queue.beat(self.name)
+                    told = True
+                except StoreError as exc:
+                    log.debug("%s: could not report reading (%s)", self.name, exc)
+            await asyncio.sleep(BEAT_S if told else 0.1)  # the first read is told at once
 
     async def _forever(self) -> None:
         while True:
@@ -244,6 +271,7 @@ class Worker:
         self._slots.release()
         entries = await self.queue.reclaim(self.name, idle_ms=int(self.reclaim_after_s * 1000))
         entries += await self.queue.take(self.name, count=8, block_ms=block_ms)
+        self._read_at = time.monotonic()
         for entry in entries:
             if entry.deliveries > MAX_DELIVERIES:  # it took down every worker that tried: set it aside
                 log.error("%s: %s was handed out %d times without finishing; dropped: %s", self.name, entry.id,
