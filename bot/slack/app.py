@@ -22,6 +22,7 @@ from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.gate import foreign, refusal
+from bot.slack.identity import Identity
 from bot.slack.inbound import Inbound
 from bot.slack.metrics import Metrics
 from bot.slack.outbox import SlackOutbox
@@ -32,9 +33,11 @@ from state.store import Store, WorkQueue
 log = logging.getLogger(__name__)
 
 
-def build_bolt_app(*, client: AsyncWebClient, signing_secret: str, inbound: Inbound) -> AsyncApp:
+def build_bolt_app(*, client: AsyncWebClient, signing_secret: str, inbound: Inbound,
+                   identity: Identity | None = None) -> AsyncApp:
+    # With an identity, Bolt authorizes from its cache instead of asking auth.test on a request's path.
     app = AsyncApp(client=client, signing_secret=signing_secret, process_before_response=False,
-                   logger=logging.getLogger("opspilot.bolt"))
+                   logger=logging.getLogger("opspilot.bolt"), authorize=identity.authorize() if identity else None)
 
     @app.middleware
     async def installed_workspace_only(context: AsyncBoltContext, body: dict[str, Any],
@@ -125,12 +128,19 @@ def readiness(*, store: Store, queue: WorkQueue, front: bool, worker: Worker | N
 def web_routes(*, bolt: AsyncApp, signing_secret: str, store: Store, outbox: SlackOutbox, queue: WorkQueue,
                metrics: Metrics, path: str = "/slack/events",
                tools_health: Callable[[], dict[str, Any]] | None = None,
-               ready: Readiness | None = None) -> list[web.RouteDef]:
+               ready: Readiness | None = None, identity: Identity | None = None) -> list[web.RouteDef]:
     async def events(request: web.Request) -> web.Response:
-        refused = refusal(signing_secret, await request.read(), request.headers, request.content_type)
+        raw = await request.read()
+        refused = refusal(signing_secret, raw, request.headers, request.content_type)
         if refused is not None:
             metrics.inc("opspilot_requests_refused_total", status=str(refused[0]))
             return web.Response(status=refused[0], text=refused[1])
+        if identity is not None and b'"url_verification"' not in raw[:300] and await identity.get() is None:
+            # Not acknowledged: Slack delivers an event again, and shows a click's or a command's sender an
+            # error to retry — better than a 200 for something that is then dropped.
+            metrics.inc("opspilot_requests_refused_total", status="503")
+            return web.Response(status=503, text="the bot's identity is not known yet (Slack's auth.test is "
+                                                 "failing); try again")
         return await to_aiohttp_response(await bolt.async_dispatch(await to_bolt_request(request)))
 
     async def healthz(request: web.Request) -> web.Response:

@@ -20,6 +20,7 @@ from bot.slack.alerts import Alerts
 from bot.slack.app import build_bolt_app, readiness, web_routes
 from bot.slack.history import ThreadReader
 from bot.slack.home import Home
+from bot.slack.identity import Identity
 from bot.slack.inbound import Inbound
 from bot.slack.metrics import CountingRateLimitHandler, Metrics, retry_handlers
 from bot.slack.outbox import SlackOutbox
@@ -157,10 +158,12 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
                           interval_s=settings.sweeps.interval_s)
     # Socket Mode carries no signatures; Bolt still wants a secret string.
     secret = slack.signing_secret or "socket-mode"
-    bolt = build_bolt_app(client=client, signing_secret=secret, inbound=inbound)
+    identity = Identity(client, core.meta)
+    bolt = build_bolt_app(client=client, signing_secret=secret, inbound=inbound, identity=identity)
     routes = web_routes(bolt=bolt, signing_secret=secret, store=core.store, outbox=outbox, queue=queue,
                         metrics=metrics, tools_health=core.mcp.health if core.mcp is not None else None,
-                        ready=readiness(store=core.store, queue=queue, front=role == "front", worker=worker))
+                        ready=readiness(store=core.store, queue=queue, front=role == "front", worker=worker),
+                        identity=identity)
     return SlackService(core, client, inbound, renderer, outbox, reminders, bolt, routes, metrics, role, worker,
                         sessions)
 
