@@ -7,11 +7,16 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Mapping
+from contextvars import ContextVar
 from typing import Any, cast
 
 from state.client import Client
 from state.guard import retried, text
 from state.keys import Keys, Ttls
+
+DEDUPE_MARK: ContextVar[str | None] = ContextVar("dedupe_mark", default=None)
+"""Set while one stored request is read: its dedupe markers carry its id, so reading it again (its worker died
+before it was acknowledged) passes the same dedupe it passed the first time instead of being dropped."""
 
 
 class RedisMeta:
@@ -35,7 +40,7 @@ class RedisMeta:
         return {str(text(k)): str(text(v)) for k, v in raw.items()}
 
     async def first_time(self, name: str, ttl_s: int | None = None) -> bool:
-        key, mark = self.keys.dedupe(name), os.urandom(6).hex()
+        key, mark = self.keys.dedupe(name), DEDUPE_MARK.get() or os.urandom(6).hex()
 
         async def attempt() -> bool:  # a retry after a lost reply recognises its own mark
             return bool(await self.client.set(key, mark, nx=True, ex=ttl_s or self.ttls.dedupe_s)) \
@@ -77,6 +82,7 @@ class MemoryMeta:
     def __init__(self) -> None:
         self._meta: dict[tuple[str, str], dict[str, str]] = defaultdict(dict)
         self._seen: dict[str, float] = {}  # name → when it lapses
+        self._marks: dict[str, str] = {}  # name → the stored request that set it (see DEDUPE_MARK)
         self._counts: dict[str, tuple[int, float]] = {}
         self._lists: dict[str, list[str]] = defaultdict(list)
 
@@ -87,10 +93,12 @@ class MemoryMeta:
         return dict(self._meta.get((kind, name), {}))
 
     async def first_time(self, name: str, ttl_s: int | None = None) -> bool:
-        now = time.monotonic()
+        now, mark = time.monotonic(), DEDUPE_MARK.get()
         if self._seen.get(name, 0.0) > now:
-            return False
+            return mark is not None and self._marks.get(name) == mark
         self._seen[name] = now + (ttl_s or 7 * 24 * 3600)
+        if mark is not None:
+            self._marks[name] = mark
         return True
 
     async def remember(self, name: str, value: str, *, keep: int) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from aiohttp import web
@@ -34,10 +34,19 @@ log = logging.getLogger(__name__)
 
 
 def build_bolt_app(*, client: AsyncWebClient, signing_secret: str, inbound: Inbound,
-                   identity: Identity | None = None) -> AsyncApp:
+                   identity: Identity | None = None, stored: bool = False) -> AsyncApp:
+    """``stored``: the app that reads requests a front stored before acknowledging them (their signature was
+    checked then): each listener finishes its work before the request counts as read."""
     # With an identity, Bolt authorizes from its cache instead of asking auth.test on a request's path.
-    app = AsyncApp(client=client, signing_secret=signing_secret, process_before_response=False,
-                   logger=logging.getLogger("opspilot.bolt"), authorize=identity.authorize() if identity else None)
+    app = AsyncApp(client=client, signing_secret=signing_secret, process_before_response=stored,
+                   request_verification_enabled=not stored, logger=logging.getLogger("opspilot.bolt"),
+                   authorize=identity.authorize() if identity else None)
+
+    async def handle(work: Coroutine[Any, Any, None], name: str) -> None:
+        if stored:
+            await inbound.now(work, name)
+        else:
+            inbound.spawn(work, name)
 
     @app.middleware
     async def installed_workspace_only(context: AsyncBoltContext, body: dict[str, Any],
@@ -51,28 +60,28 @@ def build_bolt_app(*, client: AsyncWebClient, signing_secret: str, inbound: Inbo
 
     @app.event("app_mention")
     async def on_mention(event: dict[str, Any], body: dict[str, Any], context: dict[str, Any]) -> None:
-        inbound.spawn(inbound.on_message(event, body.get("event_id"), mentioned=True,
-                                         bot_user_id=context.get("bot_user_id")), name="mention")
+        await handle(inbound.on_message(event, body.get("event_id"), mentioned=True,
+                                        bot_user_id=context.get("bot_user_id")), "mention")
 
     @app.event("message")
     async def on_message(event: dict[str, Any], body: dict[str, Any], context: dict[str, Any]) -> None:
-        inbound.spawn(inbound.on_message(event, body.get("event_id"), mentioned=False,
-                                         bot_user_id=context.get("bot_user_id")), name="message")
+        await handle(inbound.on_message(event, body.get("event_id"), mentioned=False,
+                                        bot_user_id=context.get("bot_user_id")), "message")
 
     @app.command("/opspilot")
     async def on_command(ack: AsyncAck, command: dict[str, Any]) -> None:
         await ack()
-        inbound.spawn(inbound.on_command(command), name="command")
+        await handle(inbound.on_command(command), "command")
 
     @app.action(re.compile(r"^opspilot_"))
     async def on_action(ack: AsyncAck, body: dict[str, Any], action: dict[str, Any]) -> None:
         await ack()
-        inbound.spawn(inbound.on_action(body, action), name=f"action-{action.get('action_id')}")
+        await handle(inbound.on_action(body, action), f"action-{action.get('action_id')}")
 
     @app.shortcut("opspilot_investigate_message")
     async def on_shortcut(ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
-        inbound.spawn(inbound.on_shortcut(body), name="shortcut")
+        await handle(inbound.on_shortcut(body), "shortcut")
 
     @app.action(re.compile(r"^value$"))
     async def on_select(ack: AsyncAck) -> None:
@@ -80,7 +89,7 @@ def build_bolt_app(*, client: AsyncWebClient, signing_secret: str, inbound: Inbo
 
     @app.event("app_home_opened")
     async def on_home(event: dict[str, Any]) -> None:
-        inbound.spawn(inbound.on_home_opened(event), name="home")
+        await handle(inbound.on_home_opened(event), "home")
 
     # Everything else Slack may send (reaction_added, member_joined_channel, an unknown view or shortcut):
     # acknowledged and ignored. Bolt would answer 404, which Slack counts as a failed delivery and retries.
@@ -100,6 +109,15 @@ def build_bolt_app(*, client: AsyncWebClient, signing_secret: str, inbound: Inbo
         log.error("unhandled error in a Slack listener: %r", error)
 
     return app
+
+
+StoreFirst = Callable[[bytes, str], Awaitable[bool]]
+"""A front's durable store for a request it is about to acknowledge: True once stored, False if not in time."""
+
+
+def _handshake(raw: bytes) -> bool:
+    """Slack's URL check and SSL check: answered here, nothing to store."""
+    return b'"url_verification"' in raw[:300] or raw.startswith(b"ssl_check=") or b"&ssl_check=1" in raw[:300]
 
 
 READY_TIMEOUT_S = 2.0
@@ -128,7 +146,8 @@ def readiness(*, store: Store, queue: WorkQueue, front: bool, worker: Worker | N
 def web_routes(*, bolt: AsyncApp, signing_secret: str, store: Store, outbox: SlackOutbox, queue: WorkQueue,
                metrics: Metrics, path: str = "/slack/events",
                tools_health: Callable[[], dict[str, Any]] | None = None,
-               ready: Readiness | None = None, identity: Identity | None = None) -> list[web.RouteDef]:
+               ready: Readiness | None = None, identity: Identity | None = None,
+               store_first: StoreFirst | None = None) -> list[web.RouteDef]:
     async def events(request: web.Request) -> web.Response:
         raw = await request.read()
         refused = refusal(signing_secret, raw, request.headers, request.content_type)
@@ -141,6 +160,11 @@ def web_routes(*, bolt: AsyncApp, signing_secret: str, store: Store, outbox: Sla
             metrics.inc("opspilot_requests_refused_total", status="503")
             return web.Response(status=503, text="the bot's identity is not known yet (Slack's auth.test is "
                                                  "failing); try again")
+        if store_first is not None and not _handshake(raw):
+            if not await store_first(raw, request.content_type):
+                metrics.inc("opspilot_requests_refused_total", status="503")
+                return web.Response(status=503, text="could not store this request in time; try again")
+            return web.Response(status=200, text="")  # acknowledged once stored: a worker reads it
         return await to_aiohttp_response(await bolt.async_dispatch(await to_bolt_request(request)))
 
     async def healthz(request: web.Request) -> web.Response:

@@ -25,7 +25,7 @@ from state.store import MetaStore
 log = logging.getLogger(__name__)
 
 KIND = "identity"
-FIELDS = ("team_id", "enterprise_id", "user_id", "bot_id", "bot_user_id", "url", "team")
+FIELDS = ("team_id", "enterprise_id", "user_id", "bot_id", "url", "team")
 
 
 class IdentityUnknown(Exception):
@@ -101,8 +101,9 @@ class Identity:
             raise IdentityUnknown("the bot's identity is not known (auth.test is failing)")
         return AuthorizeResult(enterprise_id=fields.get("enterprise_id") or None, team_id=fields.get("team_id"),
                                team=fields.get("team") or None, url=fields.get("url") or None,
-                               bot_user_id=fields.get("bot_user_id") or None, bot_id=fields.get("bot_id") or None,
-                               bot_token=self.client.token, user_id=fields.get("user_id") or None)
+                               # auth.test with a bot token: user_id is the bot's own user (as Bolt reads it)
+                               bot_user_id=fields.get("user_id") or None, bot_id=fields.get("bot_id") or None,
+                               bot_token=self.client.token)
 
     async def close(self) -> None:
         if self._refreshing is not None:

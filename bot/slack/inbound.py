@@ -93,6 +93,16 @@ class Inbound:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def now(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        """Run ``work`` before answering (a stored request read by a worker); a failure is logged, as in
+        :meth:`spawn`, except an outage, which leaves the request to be read again."""
+        try:
+            await work
+        except StoreError:
+            raise
+        except Exception:
+            log.exception("work %s failed", name)
+
     def busy(self) -> bool:
         return bool(self._tasks)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -11,13 +13,14 @@ import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.assembly import Assembly, assemble
 from bot.config import ConfigError, Settings
 from bot.slack.access import AccessPolicy
 from bot.slack.alerts import Alerts
-from bot.slack.app import build_bolt_app, readiness, web_routes
+from bot.slack.app import StoreFirst, build_bolt_app, readiness, web_routes
 from bot.slack.history import ThreadReader
 from bot.slack.home import Home
 from bot.slack.identity import Identity
@@ -29,7 +32,10 @@ from bot.slack.people import People
 from bot.slack.reminders import Reminders
 from bot.slack.render import Renderer
 from bot.slack.streams import Streams
-from bot.slack.work import Executor, Worker, WorkItem
+from bot.slack.work import Delivery, Executor, NotYet, Worker, WorkItem
+from state import StoreError
+from state.meta import DEDUPE_MARK
+from state.store import WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +145,8 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     async def here(item: WorkItem) -> None:
         inbound.spawn(executor(item), name=f"{item.kind}-{item.channel}")
 
-    dispatch = enqueue if role == "front" else here
+    # A worker hands on what a stored request means through the queue too: durable before the request is read.
+    dispatch = here if role == "all" else enqueue
     alerts = Alerts(config=slack, engine=core.engine, meta=core.meta, outbox=outbox, dispatch=dispatch) \
         if slack.alert_sources else None
     # One cache of groups and names per process; the catalog's environments, so a rule that cannot match fails closed.
@@ -160,12 +167,52 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     secret = slack.signing_secret or "socket-mode"
     identity = Identity(client, core.meta)
     bolt = build_bolt_app(client=client, signing_secret=secret, inbound=inbound, identity=identity)
+    store_first = None
+    if role == "front" and not socket_mode:
+        store_first = _store_first(queue)  # acknowledged only once stored; a worker reads it
+    if worker is not None:
+        worker.deliveries = _reader(build_bolt_app(client=client, signing_secret=secret, inbound=inbound,
+                                                   identity=identity, stored=True))
     routes = web_routes(bolt=bolt, signing_secret=secret, store=core.store, outbox=outbox, queue=queue,
                         metrics=metrics, tools_health=core.mcp.health if core.mcp is not None else None,
                         ready=readiness(store=core.store, queue=queue, front=role == "front", worker=worker),
-                        identity=identity)
+                        identity=identity, store_first=store_first)
     return SlackService(core, client, inbound, renderer, outbox, reminders, bolt, routes, metrics, role, worker,
                         sessions)
+
+
+STORE_DEADLINE_S = 2.5
+"""Slack waits 3 s for an acknowledgement: a request not stored by then is answered 503 (Slack delivers an
+event again; a click's or a command's sender sees an error and can try again)."""
+
+
+def _store_first(queue: WorkQueue) -> StoreFirst:
+    async def store(raw: bytes, content_type: str) -> bool:
+        item = Delivery(body=raw.decode("utf-8"), content_type=content_type, received_at=time.time())
+        try:
+            await asyncio.wait_for(queue.put(item.model_dump_json()), STORE_DEADLINE_S)
+        except (TimeoutError, StoreError) as exc:
+            log.warning("a Slack request was not acknowledged: it could not be stored in %gs (%s)",
+                        STORE_DEADLINE_S, type(exc).__name__)
+            return False
+        return True
+
+    return store
+
+
+def _reader(bolt: AsyncApp) -> Callable[[Delivery, str], Awaitable[None]]:
+    """A worker reads a stored request as the front would have, its dedupe markers carrying the entry's id."""
+    async def read(item: Delivery, entry_id: str) -> None:
+        mark = DEDUPE_MARK.set(f"stored:{entry_id}")
+        try:
+            request = AsyncBoltRequest(body=item.body, headers={"content-type": [item.content_type]})
+            response = await bolt.async_dispatch(request)
+        finally:
+            DEDUPE_MARK.reset(mark)
+        if response.status >= 500:  # e.g. the identity unknown while Slack is away: read it again later
+            raise NotYet(f"stored request answered {response.status}: {response.body[:200]}")
+
+    return read
 
 
 def socket_mode_handler(service: SlackService, app_token: str) -> AsyncSocketModeHandler:

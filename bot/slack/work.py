@@ -13,6 +13,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -84,7 +85,25 @@ class RunButton(_Item):
     run_id: str
 
 
+class NotYet(Exception):
+    """A stored request that could not be read just now (Slack or Redis away): left for a later round."""
+
+
+class Delivery(BaseModel):
+    """A Slack request exactly as a front received it (after its signature was checked), stored before it is
+    acknowledged; a worker reads it as the front would have and hands on what it means."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["delivery"] = "delivery"
+    body: str
+    content_type: str
+    received_at: float
+
+
 WorkItem = Annotated[Converse | Answer | RunButton, Field(discriminator="kind")]
+Stored = Annotated[Converse | Answer | RunButton | Delivery, Field(discriminator="kind")]
+StoredAdapter: TypeAdapter[Stored] = TypeAdapter(Stored)
 WorkAdapter: TypeAdapter[WorkItem] = TypeAdapter(WorkItem)
 
 
@@ -207,9 +226,11 @@ class Worker:
     """Reads the work queue and does each item, touching it while busy; claims what dead workers left."""
 
     def __init__(self, *, queue: WorkQueue, executor: Executor, concurrency: int = 64,
-                 reclaim_after_s: float = 45.0) -> None:
+                 reclaim_after_s: float = 45.0,
+                 deliveries: Callable[[Delivery, str], Awaitable[None]] | None = None) -> None:
         self.queue = queue
         self.executor = executor
+        self.deliveries = deliveries
         self.name = f"worker-{uuid.uuid4().hex[:8]}"
         self.reclaim_after_s = reclaim_after_s
         self._slots = asyncio.Semaphore(concurrency)
@@ -290,12 +311,22 @@ class Worker:
         try:
             async with self._slots:
                 try:
-                    item = WorkAdapter.validate_json(body)
+                    item = StoredAdapter.validate_json(body)
                 except ValidationError as exc:
                     log.error("%s: unreadable work %s dropped: %s", self.name, entry_id, exc)
                 else:
                     try:
-                        await self.executor(item)
+                        if isinstance(item, Delivery):
+                            if self.deliveries is None:
+                                raise RuntimeError("a stored Slack request, and nothing here reads those")
+                            # Its work items are enqueued before this one is acknowledged below: a worker that
+                            # dies in between leaves it to be read again (the dedupe recognises this entry).
+                            await self.deliveries(item, entry_id)
+                        else:
+                            await self.executor(item)
+                    except (StoreError, NotYet) as exc:  # an outage, not a bug: left unacknowledged, done again
+                        log.warning("%s: work %s (%s) waits for Redis: %s", self.name, entry_id, item.kind, exc)
+                        return
                     except Exception:  # a bug, not an outage: doing it again would fail again
                         log.exception("%s: work %s (%s) failed", self.name, entry_id, item.kind)
         finally:
