@@ -4,7 +4,6 @@ run they were doing is finished once by the next `serve`, and a port still taken
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import socket
@@ -12,15 +11,13 @@ import sys
 import time
 from pathlib import Path
 
-import aiohttp
-
 from bot.demo.sender import SlackSender, mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
 from tests.conftest import free_port
 from tests.slack_harness import CHANNEL, SECRET
 from tests.test_slack import QUESTION
-from tests.test_slack_modes import _children, _eventually, _serve_env
+from tests.test_slack_modes import _children, _eventually, _ready, _serve_env
 
 ANSWER = "docs/payments-db-timeouts.md"
 
@@ -31,17 +28,6 @@ def _alive(pid: int) -> bool:
         return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
-
-
-async def _ready(url: str, deadline_s: float = 60.0) -> None:
-    async with aiohttp.ClientSession() as session:
-        for _ in range(int(deadline_s / 0.1)):
-            with contextlib.suppress(aiohttp.ClientConnectionError):
-                async with session.get(f"{url}/readyz") as r:
-                    if r.status == 200:
-                        return
-            await asyncio.sleep(0.1)
-    raise AssertionError(f"{url}/readyz never answered 200")
 
 
 async def _serve(env: dict[str, str], cwd: Path, log: Path) -> asyncio.subprocess.Process:

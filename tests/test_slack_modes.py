@@ -57,6 +57,17 @@ async def test_socket_mode_acks_envelopes_and_a_redelivery_runs_once(redis_url: 
         await ws.stop()
 
 
+async def _ready(url: str, deadline_s: float = 120.0) -> None:
+    async with aiohttp.ClientSession() as session:
+        for _ in range(int(deadline_s / 0.1)):
+            with contextlib.suppress(aiohttp.ClientConnectionError):
+                async with session.get(f"{url}/readyz") as r:
+                    if r.status == 200:
+                        return
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"{url}/readyz never answered 200")
+
+
 async def test_opspilot_serve_in_http_mode(redis_url: str, prefix: str, slack: FakeSlack, tmp_path: Path) -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith(("OPSPILOT_",
@@ -72,10 +83,12 @@ async def test_opspilot_serve_in_http_mode(redis_url: str, prefix: str, slack: F
         assert "HTTP mode" in banner and "2 worker process(es)" in banner and "scripted demo model" in banner
         async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/healthz") as r:
             assert r.status == 200 and (await r.json())["ok"]
+        # Ready means a worker reads the queue: on a busy machine that takes a while after the banner.
+        await _ready(f"http://127.0.0.1:{port}")
         sender = SlackSender(f"http://127.0.0.1:{port}/slack/events", SECRET)
         status, _ = await sender.event(mention(CHANNEL, "UREQ", QUESTION, "3000.1"))
         assert status == 200
-        for _ in range(200):
+        for _ in range(1200):  # waiting for the answer, not timing it: a generous deadline
             thread = slack.thread(CHANNEL, "3000.1")
             if thread and "docs/payments-db-timeouts.md" in all_text(thread[-1]):
                 break
