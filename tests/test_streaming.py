@@ -62,6 +62,7 @@ async def test_steps_stream_as_task_cards_and_the_answer_ends_the_stream(redis_u
         assert live["stream"]["plan"] == "Check the two lookups first."
         # A stream cannot take a button back: Stop is a message of its own under the stream, not in it.
         assert not any(b["action_id"] == "opspilot_stop" for b in buttons(live))
+        await until(lambda: bool(stop_buttons(slack, "900.1")))  # posted once the stream has started
         [(control, stop)] = stop_buttons(slack, "900.1")
         assert float(control["ts"]) > float(live["ts"]) and "stream" not in control
         probe.release.set()
