@@ -14,8 +14,6 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-import aiohttp
-
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
@@ -24,6 +22,7 @@ from core.messages import AssistantMessage, Message, UserMessage
 from core.quote import defuse, quote, split
 from core.text import hides, hides_any, reveal, reveal_blocks
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
+from tests.test_alerts import fire
 from tools.hygiene import clean
 
 ALERTS = "C0ALERTS"
@@ -38,14 +37,6 @@ def notification(name: str, annotation: str) -> dict[str, Any]:
         "title": head, "fallback": head, "color": "danger",
         "text": f"*Labels:*\n• alertname: `{name}`\n• service: `payments`\n• environment: `prod`\n"
                 f"*Annotations:*\n• summary: {annotation}"}]}
-
-
-async def fire(slack: FakeSlack, hook: str, body: dict[str, Any]) -> str:
-    before = set(slack.messages)
-    async with aiohttp.ClientSession() as session, session.post(hook, json=body) as response:
-        assert response.status == 200
-    [(_, ts)] = [k for k in slack.messages if k not in before]
-    return ts
 
 
 def asked(model: ScriptedModel) -> list[str]:
