@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench import ack_latency, burst, concurrency, overhead, scaleout, slack_economy, storage
+from bench import ack_latency, burst, concurrency, overhead, scaleout, slack_economy, startup, storage
 from bench.common import Table
 
 FULL = {
@@ -26,6 +26,7 @@ FULL = {
     "slack_economy": lambda: slack_economy.run(50),
     "ack_latency": lambda: ack_latency.run(200, 200),
     "burst": lambda: burst.run(200, 10.0, 20),
+    "startup": lambda: startup.run(5),
 }
 SMALL = {
     "storage": lambda: storage.run((3, 5)),
@@ -35,6 +36,7 @@ SMALL = {
     "slack_economy": lambda: slack_economy.run(3),
     "ack_latency": lambda: ack_latency.run(10, 20, 1),
     "burst": lambda: burst.run(6, 1.0, 2),
+    "startup": lambda: startup.run(1),
 }
 
 

@@ -9,7 +9,6 @@ import logging
 import sys
 
 from bot.assembly import assemble, build_registry, open_store
-from bot.chat import chat
 from bot.config import ConfigError, load_settings
 from bot.slack.words import say
 from state import StoreError
@@ -33,6 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     demo_cmd = sub.add_parser("demo", help="a Slack-like channel in your browser, no Slack workspace needed")
     demo_cmd.add_argument("--port", type=int, default=None, help="default: $PORT or 3000")
     sub.add_parser("tools", help="every tool: where it comes from, read-only or a change, when a person confirms")
+    sub.add_parser("check", help="is this installation ready? config, Redis, Slack, model, MCP, backends",
+                   description="One line per check, with the fix when it fails; exit 1 when a required one fails.")
     eval_cmd = sub.add_parser("eval", help="score investigations over incident scenarios (evals/), with any model")
     eval_cmd.add_argument("--model", default=None, help="'demo' (the scripted model), or a model name for the "
                                                           "configured provider (default: as configured)")
@@ -98,7 +99,26 @@ async def _tools(config: str | None) -> int:
     return 0
 
 
+async def _check(config: str | None) -> int:
+    from bot import check
+
+    try:
+        settings = load_settings(config)
+    except ConfigError as exc:
+        print(f"✗ config: {exc}")
+        return 1
+    print("✓ config: valid")
+    checks = await check.run(settings)
+    for each in checks:
+        print(each.line())
+    failed = [c for c in checks if c.required and not c.ok]
+    print(f"{len(failed)} required check(s) failed" if failed else "ready")
+    return 1 if failed else 0
+
+
 async def _chat(user: str, config: str | None) -> int:
+    from bot.chat import chat  # the terminal's rich, not loaded by the serve and worker processes
+
     app = await assemble(load_settings(config))
     try:
         return await chat(app, user=user)
@@ -114,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "tools":
             return asyncio.run(_tools(args.config))
+        if args.command == "check":
+            return asyncio.run(_check(args.config))
         if args.command == "chat":
             return asyncio.run(_chat(args.user, args.config))
         if args.command == "eval":

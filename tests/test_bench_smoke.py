@@ -9,7 +9,7 @@ async def test_every_benchmark_runs_at_a_small_size() -> None:
     tables = await main(small=True, only=[])
     titles = " ".join(t.title for t in tables)
     for part in ("Storage", "CPU per model step", "concurrent runs in one process", "one channel", "Ack latency",
-                 "worker processes", "1 vs 2 worker processes", "A burst"):
+                 "worker processes", "1 vs 2 worker processes", "A burst", "Start-up", "Import cost"):
         assert part in titles
     assert all(t.rows for t in tables)
     economy = next(t for t in tables if "one channel" in t.title)

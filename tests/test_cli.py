@@ -87,3 +87,45 @@ async def test_declining_at_the_prompt_runs_nothing(redis_url: str, prefix: str,
     assert code == 0
     assert "environment — 1) prod / 2) staging" in out
     assert "The restart did not run" in out and "declined_by_user" in out
+
+
+# What a process loads only where it is configured. (Not "opentelemetry" itself: redis-py imports the OpenTelemetry
+# API and metrics SDK on its own whenever they are installed; the tracing SDK and bot.telemetry are ours.)
+INTEGRATIONS = ("kubernetes_asyncio", "mcp", "openai", "anthropic", "jsonschema", "bot.telemetry",
+                "opentelemetry.sdk.trace")
+_LOADED = """
+import asyncio, sys
+import bot.cli
+print(*sys.modules)
+from bot.assembly import assemble
+from bot.config import load_settings
+async def start() -> None:
+    app = await assemble(load_settings(None))
+    await app.close_tools()
+    await app.store.close()
+asyncio.run(start())
+print(*sys.modules)
+"""
+
+
+async def _loaded(env: dict[str, str], cwd: Path) -> tuple[set[str], set[str]]:
+    """The integrations a fresh process holds after importing the worker's entry module (`opspilot serve` runs
+    each worker as ``python -m bot.cli worker``), and after assembling the engine as a worker does at start."""
+    base = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("OPSPILOT_")}
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", _LOADED, env={**base, **env}, cwd=cwd,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    imported, started = (set(line.split()) for line in out.decode().splitlines()[-2:])
+    return set(INTEGRATIONS) & imported, set(INTEGRATIONS) & started
+
+
+async def test_a_worker_loads_no_integration_that_is_not_configured(redis_url: str, prefix: str, store: RedisStore,
+                                                                    tmp_path: Path) -> None:
+    env = {"REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix}
+    assert await _loaded(env, tmp_path) == (set(), set())
+
+    # Configured, it is loaded where its backend is built: at start, not by the import.
+    (tmp_path / "opspilot.yml").write_text("toolbox:\n  restart:\n    backend: kubernetes\n"
+                                           "    api_url: https://127.0.0.1:9\n    token_env: KUBE_TOKEN\n")
+    assert await _loaded(env | {"KUBE_TOKEN": "t"}, tmp_path) == (set(), {"kubernetes_asyncio"})

@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tools.mcp.config import ConfirmIn, McpServerConfig, McpToolRule
-from tools.mcp.session import McpServer
-from tools.mcp.toolset import describe, specs
 from tools.registry import ToolSpec
+
+if TYPE_CHECKING:
+    from tools.mcp.session import McpServer
 
 __all__ = ["ConfirmIn", "McpHub", "McpServerConfig", "McpStartupError", "McpToolRule"]
 
@@ -33,10 +34,14 @@ class McpHub:
         duplicates = {n for n in names if names.count(n) > 1}
         if duplicates:
             raise ValueError(f"mcp_servers: names must be unique ({', '.join(sorted(duplicates))})")
-        self.servers = [McpServer(c) for c in configs]
+        from tools.mcp.session import McpServer  # the SDK (~0.4 s of imports) only where servers are configured
+
+        self.servers: list[McpServer] = [McpServer(c) for c in configs]
 
     async def start(self) -> list[ToolSpec]:
         """Connect every server (concurrently) and return the tools of those that came up."""
+        from tools.mcp.toolset import describe, specs
+
         up = await asyncio.gather(*(s.start() for s in self.servers))
         tools: list[ToolSpec] = []
         for server, ok in zip(self.servers, up, strict=True):

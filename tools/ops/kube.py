@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import json
 import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
-from kubernetes_asyncio import client, config
-from kubernetes_asyncio.client.exceptions import ApiException
-from kubernetes_asyncio.config.config_exception import ConfigException
-from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
 
 from tools.errors import NotFound, PermissionDenied, ToolTimeout, UpstreamError
+
+if TYPE_CHECKING:
+    from kubernetes_asyncio import client
+    from kubernetes_asyncio.client.exceptions import ApiException
 
 T = TypeVar("T")
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -42,16 +43,25 @@ class KubeClient:
         self.kubeconfig, self.context = kubeconfig, context
         self.api_url, self.token, self.ca_file, self.insecure = api_url, token, ca_file, insecure
         self.timeout_s = timeout_s
+        # The SDK (~0.2 s of imports) loads here, when a Kubernetes backend is configured: not in every process
+        # that imports the toolbox, and not on a tool call's turn of the event loop.
+        importlib.import_module("kubernetes_asyncio.config")
         self._api: client.ApiClient | None = None
         self._lock = asyncio.Lock()
 
     async def _client(self) -> client.ApiClient:
+        from kubernetes_asyncio import client
+
         async with self._lock:
             if self._api is None:
                 self._api = client.ApiClient(configuration=await self._configuration())
             return self._api
 
     async def _configuration(self) -> client.Configuration:
+        from kubernetes_asyncio import client, config
+        from kubernetes_asyncio.config.config_exception import ConfigException
+        from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
+
         cfg = client.Configuration()
         try:
             if self.in_cluster:
@@ -94,6 +104,9 @@ class KubeClient:
         return await self._call(lambda apps: apps.patch_namespaced_deployment(name, namespace, patch, **options))
 
     async def _call(self, call: Callable[[client.AppsV1Api], Awaitable[Any]]) -> dict[str, Any]:
+        from kubernetes_asyncio import client
+        from kubernetes_asyncio.client.exceptions import ApiException
+
         api = await self._client()
         try:
             result = await call(client.AppsV1Api(api))

@@ -1,0 +1,200 @@
+"""Start-up: a worker process from spawn to its first read of the work queue, and `opspilot serve` from start to
+its first answered question through the local fake Slack (one process, and a front with one worker); then what
+a worker's heaviest imports cost (its entry module `bot.cli`, then `bot.slack.serve`), and what each optional
+integration — MCP, Kubernetes, the OpenAI and Anthropic SDKs, OpenTelemetry tracing — would add: a process loads
+one only where it is configured. Each process is fresh; the median of the rounds is reported."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+import aiohttp
+
+from bench.ack_latency import _free_port, _stop
+from bench.common import Table, isolated_redis, verdict
+from bot.demo.sender import SlackSender, mention
+from bot.demo.workspace import LocalSlack
+from state import connect
+
+SECRET = "bench-secret"
+ENTRY = "bot.cli"  # what `opspilot serve` runs each worker process as (python -m bot.cli worker)
+IMPORTS = ("bot.cli", "bot.slack.serve")  # what a worker imports before it starts: the entry, then its command
+INTEGRATIONS = {
+    "MCP (mcp SDK, jsonschema)": "tools.mcp.session, tools.mcp.toolset",
+    "Kubernetes (kubernetes_asyncio)": "kubernetes_asyncio.config",
+    "OpenAI SDK": "bot.agent.models.openai",
+    "Anthropic SDK": "bot.agent.models.anthropic",
+    "OpenTelemetry tracing (SDK, OTLP exporter)":
+        "bot.telemetry, opentelemetry.exporter.otlp.proto.http.trace_exporter",
+}
+_ROW = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
+
+
+def _env(slack: LocalSlack, url: str, port: int) -> dict[str, str]:
+    """A clean environment: no API key (the offline demo model), no config file, this run's own key prefix."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith(("OPSPILOT_",
+                                                                                                    "SLACK_"))}
+    return env | {"SLACK_BOT_TOKEN": slack.token, "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_URL": slack.api_url,
+                  "PORT": str(port), "REDIS_URL": url, "OPSPILOT_KEY_PREFIX": f"bench-{uuid.uuid4().hex[:6]}",
+                  "OPSPILOT_SLACK__POSTS_PER_SECOND": "0", "OPSPILOT_SLACK__PROGRESS": "update",
+                  "OPSPILOT_SLACK__LANGUAGE": "en"}
+
+
+async def _until(check: Callable[[], Awaitable[bool]], what: str, timeout_s: float = 60.0) -> float:
+    """Seconds until ``check()`` holds, polled every 5 ms."""
+    start = time.perf_counter()
+    while not await check():
+        if time.perf_counter() - start > timeout_s:
+            raise RuntimeError(f"{what}: not within {timeout_s:g} s")
+        await asyncio.sleep(0.005)
+    return time.perf_counter() - start
+
+
+async def worker_start(slack: LocalSlack, url: str) -> float:
+    """Spawn → the worker's first read of the queue: one of its connections waits in XREADGROUP (this Redis
+    serves nobody else; a consumer joins the group only once it is handed an entry, so that cannot tell)."""
+    env = _env(slack, url, _free_port())
+    client = connect(url)
+
+    async def reading() -> bool:
+        return any(c.get("cmd") == "xreadgroup" for c in await client.client_list())
+
+    start = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", ENTRY, "worker", "--port", env["PORT"],
+                                                env=env, stdout=asyncio.subprocess.DEVNULL,
+                                                stderr=asyncio.subprocess.DEVNULL)
+    try:
+        await _until(reading, "a worker reading the queue")
+        return time.perf_counter() - start
+    finally:
+        await _stop(proc)
+        await client.aclose()
+
+
+async def serve_start(slack: LocalSlack, url: str, workers: int) -> tuple[float, float, float]:
+    """Start → the first HTTP answer, the first 200 (Slack's retries until then, as Slack sends them) and the
+    final answer in the question's thread."""
+    port = _free_port(workers + 1)
+    channel, ts = f"C{uuid.uuid4().hex[:8].upper()}", "100.1"
+    sender = SlackSender(f"http://127.0.0.1:{port}/slack/events", SECRET)
+    event_id, attempts, heard = f"Ev{uuid.uuid4().hex[:10]}", 0, 0.0
+    start = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", ENTRY, "serve", "--workers", str(workers),
+                                                env=_env(slack, url, port), stdout=asyncio.subprocess.DEVNULL,
+                                                stderr=asyncio.subprocess.DEVNULL)
+
+    async def acknowledged() -> bool:
+        nonlocal attempts, heard
+        try:
+            status, _ = await sender.event(mention(channel, "UREQ", "payments errors", ts), event_id=event_id,
+                                           retry_num=attempts or None)
+        except aiohttp.ClientConnectionError:  # not listening yet
+            return False
+        attempts += 1
+        heard = heard or time.perf_counter() - start
+        return status == 200
+
+    async def answered() -> bool:
+        return any(str(((m.get("metadata") or {}).get("event_payload") or {}).get("key", "")).startswith("answer:")
+                   for m in slack.thread(channel, ts))
+
+    try:
+        await _until(acknowledged, "serve acknowledging a question")
+        ack = time.perf_counter() - start
+        await _until(answered, "the first answer")
+        return heard, ack, time.perf_counter() - start
+    finally:
+        await _stop(proc)
+
+
+Row = tuple[int, int, int, str]
+"""One module in ``-X importtime``'s report: its own µs, cumulative µs, nesting depth, name."""
+
+
+async def _importtime(code: str, startup: frozenset[str] = frozenset()) -> list[Row]:
+    """``python -X importtime -c code`` in a fresh process, without what the interpreter imports to start."""
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-X", "importtime", "-c", code,
+                                                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    _, err = await proc.communicate()
+    if proc.returncode:
+        raise RuntimeError(f"python -c {code!r} failed: {err.decode()[-500:]}")
+    rows = [(int(m[1]), int(m[2]), len(m[3]) // 2, m[4]) for m in map(_ROW.match, err.decode().splitlines()) if m]
+    return [row for row in rows if row[3] not in startup]
+
+
+def _ms(rows: list[Row], after: str | None = None) -> float:
+    """What the code's own imports cost (cumulative), or only those after the import of ``after``."""
+    top = [(name, cum) for _, cum, depth, name in rows if depth == 0]
+    skip = [name for name, _ in top].index(after) + 1 if after else 0
+    return sum(cum for _, cum in top[skip:]) / 1000
+
+
+async def import_costs(rounds: int) -> tuple[list[list[object]], list[list[object]], float, float]:
+    startup = frozenset(name for *_, name in await _importtime("pass"))  # never imported again: not the code's
+    entries = [await _importtime(f"import {', '.join(IMPORTS)}", startup) for _ in range(rounds)]
+    entry_ms = statistics.median(_ms(rows) for rows in entries)
+    by_package: dict[str, list[float]] = {}
+    for rows in entries:
+        totals: dict[str, float] = {}
+        for own, _, _, name in rows:
+            totals[name.split(".")[0]] = totals.get(name.split(".")[0], 0.0) + own / 1000
+        for package, ms in totals.items():
+            by_package.setdefault(package, []).append(ms)
+    heaviest = sorted(((p, statistics.median(v)) for p, v in by_package.items()), key=lambda pv: -pv[1])[:10]
+    packages: list[list[object]] = [[p, ms, f"{ms / entry_ms:.0%}"] for p, ms in heaviest]
+    extras: list[list[object]] = []
+    for label, modules in INTEGRATIONS.items():
+        code = f"import {', '.join(IMPORTS)}; import {modules}"
+        ms = statistics.median([_ms(await _importtime(code, startup), IMPORTS[-1]) for _ in range(rounds)])
+        extras.append([label, ms, ms / entry_ms])
+    everything = statistics.median(
+        [_ms(await _importtime(f"import {', '.join(IMPORTS)}; import {', '.join(INTEGRATIONS.values())}", startup))
+         for _ in range(rounds)])
+    return packages, extras, entry_ms, everything
+
+
+async def run(rounds: int = 5) -> list[Table]:
+    slack = LocalSlack(token="xoxb-test-token")
+    await slack.server.start()
+    try:
+        async with isolated_redis() as url:
+            worker = [await worker_start(slack, url) for _ in range(rounds)]
+            serves = {w: [await serve_start(slack, url, w) for _ in range(rounds)] for w in (0, 1)}
+    finally:
+        await slack.server.stop()
+    packages, extras, entry_ms, everything = await import_costs(rounds)
+    start_rows: list[list[object]] = [["worker process: spawn → first read of the work queue", "", "",
+                                       statistics.median(worker) * 1000]]
+    for workers, runs in serves.items():
+        shape = "one process (`--workers 0`)" if workers == 0 else "a front and one worker (`--workers 1`)"
+        start_rows.append([f"`opspilot serve`, {shape}: start → first answered question",
+                           statistics.median(r[0] for r in runs) * 1000, statistics.median(r[1] for r in runs) * 1000,
+                           statistics.median(r[2] for r in runs) * 1000])
+    worker_ms = statistics.median(worker) * 1000
+    what = ", then ".join(f"`{m}`" for m in IMPORTS)
+    return [
+        Table(f"Start-up (ms), median of {rounds} fresh processes; real Redis, the local fake Slack, the offline "
+              "demo model, no integration configured",
+              ["what", "first HTTP answer", "first 200", "queue read / answered"], start_rows,
+              [f"a worker's imports ({what}) take {entry_ms:,.0f} ms of its {worker_ms:,.0f} ms",
+               verdict("worker spawn → reading the queue", worker_ms / 1000, 1.5, " s")]),
+        Table(f"Import cost (ms) of a worker ({what}): the heaviest packages (own time, median of {rounds})",
+              ["package", "ms", "share of the worker's imports"], packages,
+              [f"the whole import: {entry_ms:,.0f} ms"]),
+        Table(f"Import cost (ms) each optional integration adds to a worker when it is configured (median of "
+              f"{rounds}); unconfigured, none is imported", ["integration", "ms", "× the worker's imports"], extras,
+              [verdict("a worker's imports / the same with every integration loaded", entry_ms / everything, 0.5),
+               f"with every integration loaded: {everything:,.0f} ms"]),
+    ]
+
+
+if __name__ == "__main__":
+    for table in asyncio.run(run(int(sys.argv[1]) if len(sys.argv) > 1 else 5)):
+        print(table.render())
