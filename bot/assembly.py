@@ -79,6 +79,19 @@ def build_registry(settings: Settings, toolbox: ops.Toolbox, extra: Sequence[Too
     return registry
 
 
+async def _warn_if_evicting(store: RedisStore) -> None:
+    """Loudly, at every start: an evicting Redis silently drops paused runs and transcripts."""
+    try:
+        raw = await store.client.info("memory")
+    except Exception:  # CONFIG/INFO forbidden by a provider: `opspilot check` says what it can
+        return
+    info = next(iter(raw.values())) if isinstance(raw, dict) and "maxmemory_policy" not in raw and raw else raw
+    policy = str((info or {}).get("maxmemory_policy", "noeviction")) if isinstance(info, dict) else "noeviction"
+    if policy != "noeviction":
+        log.warning("!!! Redis maxmemory-policy is %s: under memory pressure it EVICTS keys, and paused runs, "
+                    "transcripts and the outbox go with them. Set maxmemory-policy noeviction.", policy)
+
+
 async def open_store(settings: Settings, *, fallback: bool) -> RedisStore | MemoryStore:
     """Redis when it answers; otherwise (if allowed) the in-process store, which is not durable."""
     keys, ttls = Keys(settings.key_prefix), Ttls(thread_s=settings.thread_ttl_s, interrupt_s=settings.interrupt_ttl_s)
@@ -87,6 +100,7 @@ async def open_store(settings: Settings, *, fallback: bool) -> RedisStore | Memo
     try:
         await store.ping()
         await store.migrate()
+        await _warn_if_evicting(store)
         return store
     except StoreError:
         await store.close()

@@ -49,6 +49,7 @@ class LocalSlack(StreamMethods):
         self._post_window: tuple[int, float] | None = None
         self.rate_limited = 0
         self.faults: list[Fault] = []
+        self.scopes: list[str] | None = None  # what auth.test reports in x-oauth-scopes (None: no header)
         self.bot_user: str | None = BOT_USER
         self._budget.update(TIERS)  # the streaming methods' rate tiers hold by default, as in Slack
         self.stream_timeout_s = 300.0
@@ -230,7 +231,8 @@ class LocalSlack(StreamMethods):
             await self._announce({"type": "deleted", "channel": answer["channel"], "ts": answer["ts"]})
         elif answer.get("ok") and method == "chat.postEphemeral":
             await self._announce({"type": "ephemeral", "ephemeral": self.ephemerals[-1]})
-        return web.json_response(answer)
+        scopes = {"x-oauth-scopes": ",".join(self.scopes)} if method == "auth.test" and self.scopes else None
+        return web.json_response(answer, headers=scopes)
 
     async def _socket(self, request: web.Request) -> web.WebSocketResponse:
         """Socket Mode: say hello, then forward envelopes the test pushes; collect the acks."""
