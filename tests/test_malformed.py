@@ -99,6 +99,8 @@ MALFORMED: dict[str, tuple[bytes, str]] = {
     "payload null": _form(None),
     "a second payload, malformed": (_form(_click())[0] + b"&" + _form(_click(actions=None))[0], FORM),
     "JSON sent as a form": (b'{"type": "event_callback", "event": null, "x": "=1"}', FORM),
+    # Bolt reads the header as sent (a form, then); the worker reading the stored request, aiohttp's lower case.
+    "a capitalised Content-Type": (b' {"x": "=", "type": "event_callback", "event": null}', "Application/JSON"),
     "command without channel": (urlencode({"command": "/opspilot", "text": "hi", "user_id": "UREQ",
                                            "team_id": "T0001", "trigger_id": "4.3"}).encode(), FORM),
     "an unknown charset": (_events(_mention())[0], "application/json; charset=bogus"),

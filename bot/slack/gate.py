@@ -52,13 +52,16 @@ def refusal(secret: str, body: bytes, headers: Mapping[str, str], content_type: 
 
 
 def _parse(body: bytes, headers: Mapping[str, str], content_type: str) -> dict[str, Any]:
-    """The body as Bolt will read it: its own parse_body, after the checks that keep that from failing."""
+    """The body as Bolt will read it (at the front, or in a worker from the stored request): its own parse_body,
+    after the checks that keep that from failing."""
     given = [value for name, value in headers.items() if name.lower() == "content-type"]
     if len(given) > 1:  # aiohttp decodes by the first, Bolt parses by the last
         raise ValueError("more than one Content-Type")
     mime, *params = (given[0] if given else content_type).split(";")
     if any(p.strip().lower() not in _UTF8 for p in params):  # aiohttp decodes Bolt's copy by the charset
         raise ValueError("a Content-Type parameter other than charset=utf-8")
+    if mime != content_type:  # Bolt reads the header as sent, a worker the stored request by aiohttp's reading
+        raise ValueError("a Content-Type not in the form Slack sends it")
     text = body.decode("utf-8")
     if mime == "application/json" or text.startswith("{"):  # how parse_body tells JSON from a form
         if not text:
