@@ -3,8 +3,9 @@ text lengths, unique ids, elements per block, options, confirm dialogs) and a te
 
 from __future__ import annotations
 
+import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -113,6 +114,20 @@ class Fault:
     status: int = 500
     hang_s: float = 30.0
     error: str = "fatal_error"
+    rate: float = 1.0
+    """The share of matching calls it hits (``mixed`` faults: each hit picks one of :data:`MIXED`)."""
+    rng: random.Random = field(default_factory=lambda: random.Random(7))
 
     def applies(self, method: str) -> bool:
-        return (not self.methods or method in self.methods) and self.times > 0 and time.monotonic() < self.until
+        return (not self.methods or method in self.methods) and self.times > 0 and time.monotonic() < self.until \
+            and (self.rate >= 1.0 or self.rng.random() < self.rate)
+
+    def pick(self) -> tuple[str, int]:
+        """What this hit does: the fault's own kind, or for ``mixed`` one of :data:`MIXED` at random."""
+        return self.rng.choice(MIXED) if self.kind == "mixed" else (self.kind, self.status)
+
+
+MIXED: tuple[tuple[str, int], ...] = (("error", 500), ("error", 503), ("limited", 429), ("reset", 0),
+                                      ("hang", 500), ("lost", 500))
+"""What a proxy between us and Slack does under mixed faults: a 5xx, a 429, a reset connection, no answer in
+time, or the answer lost after Slack did the work."""

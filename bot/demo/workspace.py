@@ -152,10 +152,10 @@ class LocalSlack(StreamMethods):
     # --- test controls -----------------------------------------------------------------------------------------
 
     def fault(self, kind: str, *methods: str, for_s: float | None = None, times: int | None = None,
-              status: int = 500, hang_s: float = 30.0, error: str = "fatal_error") -> Fault:
+              status: int = 500, hang_s: float = 30.0, error: str = "fatal_error", rate: float = 1.0) -> Fault:
         """Make Slack misbehave (see :class:`Fault`) for ``for_s`` seconds and/or ``times`` calls."""
         fault = Fault(kind, frozenset(methods), time.monotonic() + for_s if for_s is not None else float("inf"),
-                      float(times) if times is not None else float("inf"), status, hang_s, error)
+                      float(times) if times is not None else float("inf"), status, hang_s, error, rate)
         self.faults.append(fault)
         return fault
 
@@ -197,14 +197,21 @@ class LocalSlack(StreamMethods):
                 body[key] = json.loads(body[key])
         self.calls.append((method, body))
         fault = next((f for f in self.faults if f.applies(method)), None)
+        kind, status = fault.pick() if fault is not None else ("", 0)
         if fault is not None:
             fault.times -= 1
-            if fault.kind == "hang":
+            if kind == "hang":
                 await asyncio.sleep(fault.hang_s)
-            if fault.kind in ("hang", "error"):
-                return web.json_response({"ok": False, "error": "fatal_error"}, status=fault.status)
-            if fault.kind == "refuse":
+            if kind in ("hang", "error"):
+                return web.json_response({"ok": False, "error": "fatal_error"}, status=status)
+            if kind == "refuse":
                 return web.json_response({"ok": False, "error": fault.error})
+            if kind == "limited":
+                return web.json_response({"ok": False, "error": "ratelimited"}, status=429,
+                                         headers={"Retry-After": "1"})
+            if kind == "reset" and request.transport is not None:
+                request.transport.abort()  # the connection drops: the client sees no answer at all
+                return web.Response(status=500)
         if method == "apps.connections.open":
             if request.headers.get("Authorization") != f"Bearer {self.app_token}":
                 return web.json_response({"ok": False, "error": "invalid_auth"})
@@ -223,8 +230,8 @@ class LocalSlack(StreamMethods):
             self.rejected.append((method, problem))
             return web.json_response({"ok": False, "error": problem.split(":")[0], "errors": [problem]})
         answer = handler(body)
-        if fault is not None and fault.kind == "lost":
-            return web.json_response({"ok": False, "error": "fatal_error"}, status=fault.status)
+        if fault is not None and kind == "lost":
+            return web.json_response({"ok": False, "error": "fatal_error"}, status=status)
         if answer.get("ok") and method in ("chat.postMessage", "chat.update", *STREAM_METHODS):
             await self._announce({"type": "message", "message": self.messages[(body["channel"], answer["ts"])]})
         elif answer.get("ok") and method == "chat.delete":
