@@ -233,6 +233,17 @@ async def test_a_replayed_slash_command_runs_once(ws: Workspace) -> None:
     assert len(asked) == 1 and (await ws.store.stats(3600)).runs == 1
 
 
+async def test_a_slash_command_that_says_payload_is_not_lost(ws: Workspace) -> None:
+    """Bolt reads any form mentioning "payload" as an interactive payload (and finds none): the question must
+    still arrive, word for word."""
+    fields = {"command": "/opspilot", "text": "why is the payload API slow? payload=1", "user_id": "UREQ",
+              "channel_id": CHANNEL, "team_id": "T0001", "trigger_id": "14.1", "response_url": "https://h.test/c"}
+    status, _ = await ws.sender.command(fields)
+    await ws.settle()
+    asked = [str(b.get("text")) for b in ws.slack.called("chat.postMessage") if "asked:" in str(b.get("text"))]
+    assert status == 200 and asked == ["<@UREQ> asked: why is the payload API slow? payload=1"]
+
+
 # 6. Parsing: the signature is checked on the raw bytes first; nothing malformed gets past, nothing crashes.
 
 async def _raw(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:

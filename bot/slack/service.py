@@ -21,6 +21,7 @@ from bot.config import ConfigError, Settings
 from bot.slack.access import AccessPolicy
 from bot.slack.alerts import Alerts
 from bot.slack.app import StoreFirst, build_bolt_app, readiness, web_routes
+from bot.slack.gate import bolt_text
 from bot.slack.history import ThreadReader
 from bot.slack.home import Home
 from bot.slack.identity import Identity
@@ -205,7 +206,8 @@ def _reader(bolt: AsyncApp) -> Callable[[Delivery, str], Awaitable[None]]:
     async def read(item: Delivery, entry_id: str) -> None:
         mark = DEDUPE_MARK.set(f"stored:{entry_id}")
         try:
-            request = AsyncBoltRequest(body=item.body, headers={"content-type": [item.content_type]})
+            request = AsyncBoltRequest(body=bolt_text(item.body, item.content_type),
+                                       headers={"content-type": [item.content_type]})
             response = await bolt.async_dispatch(request)
         finally:
             DEDUPE_MARK.reset(mark)
