@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import logging
 import sys
+from typing import Any, cast
 
 from bot.assembly import assemble, build_registry, open_store
 from bot.config import ConfigError, load_settings
@@ -16,25 +17,61 @@ from tools import ops
 from tools.errors import ToolError
 from tools.mcp import McpHub, McpStartupError
 
+_COMMON_ENV = ("OPSPILOT_CONFIG (the config file), REDIS_URL, ANTHROPIC_API_KEY or OPENAI_API_KEY (the model; "
+               "none: the scripted demo model), OPSPILOT_MODEL, OPSPILOT_<SECTION>__<KEY> (any setting)")
+_SLACK_ENV = "SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET (HTTP mode), SLACK_APP_TOKEN (Socket Mode), SLACK_API_URL, PORT"
+_HELP = {
+    "chat": ("Talk to OpsPilot in the terminal: steps appear live, questions are answered at the prompt.",
+             "opspilot chat --user alice", ""),
+    "serve": ("Serve Slack: a front (Socket Mode with SLACK_APP_TOKEN, otherwise HTTP on --port/$PORT) and worker "
+              "processes beside it.", "opspilot serve --workers 2 --port 8080", _SLACK_ENV),
+    "worker": ("Run the engine for fronts elsewhere: reads the work queue in Redis.", "opspilot worker --port 3001",
+               _SLACK_ENV),
+    "demo": ("A Slack-like channel in your browser at http://127.0.0.1:PORT: no Slack workspace, no key needed.",
+             "opspilot demo --port 3000", "PORT"),
+    "tools": ("Every tool the model may call: where it comes from, read-only or a change, when a person confirms.",
+              "opspilot tools", ""),
+    "check": ("Is this installation ready? One line per check (config, Redis, Slack, model, MCP, backends) with the "
+              "fix when it fails; exit 1 when a required one fails.", "opspilot check", _SLACK_ENV),
+    "eval": ("Score investigations over incident scenarios (evals/), with the scripted model or a real one.",
+             "opspilot eval --model demo\n  opspilot eval --repeat 3 --json results.json", ""),
+    "stats": ("Runs, steps, failure and resume rates and stop reasons, from Redis.", "opspilot stats --window 7d", ""),
+}
+
+
+def _add(sub: Any, name: str, common: argparse.ArgumentParser, short: str) -> argparse.ArgumentParser:
+    description, example, env = _HELP[name]
+    reads = _COMMON_ENV + (f"; {env}" if env else "")
+    return cast(argparse.ArgumentParser, sub.add_parser(
+        name, help=short, description=description, parents=[common],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"example:\n  {example}\n\nenvironment: {reads}"))
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="opspilot", description="OpsPilot, the ops assistant for on-call engineers")
+    parser.add_argument("--version", action="version", version=f"opspilot {_version()}")
     parser.add_argument("--config", help="YAML config file (default: $OPSPILOT_CONFIG or ./opspilot.yml)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    # The same flags after the subcommand (`opspilot chat -v`): suppressed defaults keep the ones given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", default=argparse.SUPPRESS, help="YAML config file")
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
-    chat_cmd = sub.add_parser("chat", help="talk to OpsPilot in the terminal")
+    chat_cmd = _add(sub, "chat", common, "talk to OpsPilot in the terminal")
     chat_cmd.add_argument("--user", default="local-user", help="who you are (for confirmations and audit)")
-    serve_cmd = sub.add_parser("serve", help="serve Slack: Socket Mode with SLACK_APP_TOKEN, otherwise HTTP on $PORT")
+    serve_cmd = _add(sub, "serve", common, "serve Slack: Socket Mode with SLACK_APP_TOKEN, otherwise HTTP on $PORT")
     serve_cmd.add_argument("--workers", type=int, default=None,
                            help="worker processes beside the front (default: one per core, up to 4; 0: one process)")
-    worker_cmd = sub.add_parser("worker", help="run the engine for fronts elsewhere (reads the work queue in Redis)")
+    serve_cmd.add_argument("--port", type=int, default=None,
+                           help="HTTP port of the front (default: $PORT or 3000); workers use the next ones")
+    worker_cmd = _add(sub, "worker", common, "run the engine for fronts elsewhere (reads the work queue in Redis)")
     worker_cmd.add_argument("--port", type=int, default=None, help="serve /healthz and /metrics on this port")
-    demo_cmd = sub.add_parser("demo", help="a Slack-like channel in your browser, no Slack workspace needed")
+    demo_cmd = _add(sub, "demo", common, "a Slack-like channel in your browser, no Slack workspace needed")
     demo_cmd.add_argument("--port", type=int, default=None, help="default: $PORT or 3000")
-    sub.add_parser("tools", help="every tool: where it comes from, read-only or a change, when a person confirms")
-    sub.add_parser("check", help="is this installation ready? config, Redis, Slack, model, MCP, backends",
-                   description="One line per check, with the fix when it fails; exit 1 when a required one fails.")
-    eval_cmd = sub.add_parser("eval", help="score investigations over incident scenarios (evals/), with any model")
+    _add(sub, "tools", common, "every tool: where it comes from, read-only or a change, when a person confirms")
+    _add(sub, "check", common, "is this installation ready? config, Redis, Slack, model, MCP, backends")
+    eval_cmd = _add(sub, "eval", common, "score investigations over incident scenarios (evals/), with any model")
     eval_cmd.add_argument("--model", default=None, help="'demo' (the scripted model), or a model name for the "
                                                           "configured provider (default: as configured)")
     eval_cmd.add_argument("--dir", default="evals", help="where the scenarios are (default: ./evals)")
@@ -44,9 +81,18 @@ def _parser() -> argparse.ArgumentParser:
     eval_cmd.add_argument("--json", default=None, help="also write the results here")
     eval_cmd.add_argument("--record", default=None, help="save every model request/response under this directory")
     eval_cmd.add_argument("--replay", default=None, help="answer from a recording instead of a model (offline)")
-    stats_cmd = sub.add_parser("stats", help="runs, steps, failure and resume rates, stop reasons")
+    stats_cmd = _add(sub, "stats", common, "runs, steps, failure and resume rates, stop reasons")
     stats_cmd.add_argument("--window", choices=["1h", "1d", "7d"], default="1d")
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("opspilot")
+    except PackageNotFoundError:  # run from a checkout without installing
+        return "unknown (not installed)"
 
 
 async def _stats(window: str, config: str | None) -> int:
@@ -156,7 +202,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             from bot.slack.serve import serve
 
-            return asyncio.run(serve(load_settings(args.config), workers=args.workers, config=args.config))
+            settings = load_settings(args.config)
+            if args.port is not None:
+                settings.slack.port = args.port
+            return asyncio.run(serve(settings, workers=args.workers, config=args.config))
         if args.command == "worker":
             from bot.slack.serve import work
 

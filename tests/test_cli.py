@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from bot.demo.workspace import LocalSlack as FakeSlack
 from state import RedisStore
+from tests.slack_harness import open_workspace
 
 QUESTION = "看看支付服务最近报错，顺便对照一下文档里的处理建议"
 
@@ -129,3 +131,28 @@ async def test_a_worker_loads_no_integration_that_is_not_configured(redis_url: s
     (tmp_path / "opspilot.yml").write_text("toolbox:\n  restart:\n    backend: kubernetes\n"
                                            "    api_url: https://127.0.0.1:9\n    token_env: KUBE_TOKEN\n")
     assert await _loaded(env | {"KUBE_TOKEN": "t"}, tmp_path) == (set(), {"kubernetes_asyncio"})
+
+
+def test_cli_conventions(capsys: pytest.CaptureFixture[str]) -> None:
+    from bot.cli import _parser
+
+    with pytest.raises(SystemExit) as done:
+        _parser().parse_args(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.startswith("opspilot ")
+    after = _parser().parse_args(["chat", "-v", "--config", "team.yml"])  # global flags after the subcommand
+    assert after.verbose and after.config == "team.yml"
+    before = _parser().parse_args(["--config", "ops.yml", "-v", "tools"])  # …and still before it
+    assert before.verbose and before.config == "ops.yml"
+    assert _parser().parse_args(["serve", "--port", "8080"]).port == 8080
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["serve", "--help"])
+    page = capsys.readouterr().out
+    assert "Serve Slack: a front" in page and "example:" in page and "SLACK_SIGNING_SECRET" in page
+    assert "REDIS_URL" in page
+
+
+async def test_a_start_does_not_warn_about_the_token(redis_url: str, prefix: str, slack: FakeSlack,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    ws = await open_workspace(redis_url, prefix, slack)
+    await ws.stop()
+    assert not [r for r in caplog.records if "`token`" in r.getMessage()]

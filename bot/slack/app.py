@@ -34,6 +34,19 @@ from state.store import Store, WorkQueue
 log = logging.getLogger(__name__)
 
 
+class _NotAboutTokens(logging.Filter):
+    """Bolt warns at every start that SLACK_BOT_TOKEN "will be ignored/unused": true and expected (the token is
+    the client's, the identity comes from :mod:`bot.slack.identity`), and noise that hides real warnings."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not ("`token`" in message and ("will be ignored" in message or "will be unused" in message))
+
+
+_BOLT_LOG = logging.getLogger("opspilot.bolt")
+_BOLT_LOG.addFilter(_NotAboutTokens())
+
+
 def build_bolt_app(*, client: AsyncWebClient, signing_secret: str, inbound: Inbound,
                    identity: Identity | None = None, stored: bool = False) -> AsyncApp:
     """``stored``: the app that reads requests a front stored before acknowledging them (their signature was
@@ -42,7 +55,7 @@ def build_bolt_app(*, client: AsyncWebClient, signing_secret: str, inbound: Inbo
     # The gate verified every HTTP request on its raw bytes before Bolt sees it (Bolt gets a body it can parse,
     # see gate.bolt_text); Socket Mode has no signatures.
     app = AsyncApp(client=client, signing_secret=signing_secret, process_before_response=stored,
-                   request_verification_enabled=False, logger=logging.getLogger("opspilot.bolt"),
+                   request_verification_enabled=False, logger=_BOLT_LOG,
                    authorize=identity.authorize() if identity else None)
 
     async def handle(work: Coroutine[Any, Any, None], name: str) -> None:
