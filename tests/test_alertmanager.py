@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -93,7 +94,9 @@ async def test_an_alert_from_prometheus_is_investigated_in_its_thread(
         # The investigation: the alert's service found from its labels, its error rate read from Prometheus.
         await eventually(lambda: any("Payment Service" in r and "error rate" in r for r in replies()), 60, channel)
         answer = next(r for r in replies() if "Payment Service" in r and "error rate" in r)
-        assert "4.8%" in answer, answer  # 5 errors per 100 requests, as the target serves them
+        # 5 errors per 100 requests as the target serves them (4.76%); Prometheus' rate over a few scrapes of a
+        # busy machine reads it a little either side: the figure is Prometheus', not the demo data's 4.3%.
+        assert re.search(r"\b4\.[6-9]%", answer), answer
         # Alertmanager repeats the group while it fires: no second run, a line in the thread.
         await eventually(lambda: any("Fired again" in r for r in replies()), 60, channel)
         investigations = [r for r in replies() if "Payment Service" in r and "error rate" in r]

@@ -117,10 +117,12 @@ def deploy_verdict(results: list[ToolResultMessage], service: str, zh: bool) -> 
         lines.append(f"  • 最近 {window} 分钟内没有变更记录" if zh else
                      f"  • No change recorded in the last {window} min")
     onset = error_onset(results, service)
-    metrics_ok = ok_data(results, "query_metrics", service) is not None
+    rate = ((ok_data(results, "query_metrics", service) or {}).get("metrics") or {}).get("error_rate") or {}
     if onset is None:
-        if not metrics_ok:
-            lines.append("  • 无法判断：读不到错误率。" if zh else "  • Can't tell: I could not read the error rate.")
+        if rate.get("trend") in (None, "no data", "single point"):  # too little of the series to see a rise
+            lines.append("  • 无法判断：这段时间的错误率数据不足。" if zh else
+                         "  • Can't tell: I could not read enough of the error rate in this window to see when it "
+                         "rose.")
         elif listed:
             lines.append("  • 看不出影响：这段时间错误率没有明显上升。" if zh else
                          "  • No sign of it: the error rate did not clearly rise in this window.")
