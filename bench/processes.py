@@ -31,7 +31,7 @@ async def slack(port: int) -> None:
 
 def bare_bolt_app(api_url: str, token: str = TOKEN) -> web.Application:
     """A Bolt app that only acknowledges: the baseline every ack latency is compared with."""
-    from bot.slack.app import to_aiohttp_response, to_bolt_request
+    from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 
     bolt = AsyncApp(client=AsyncWebClient(token=token, base_url=api_url), signing_secret=SECRET)
 
