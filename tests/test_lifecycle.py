@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import socket
 import sys
@@ -93,4 +94,7 @@ async def test_a_port_in_use_at_start_is_one_line_and_a_non_zero_exit(redis_url:
         out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 1 and out == b""  # no banner: nothing was started
     lines = err.decode().strip().splitlines()
-    assert len(lines) == 1 and f"port {port + 2} is in use" in lines[0], lines
+    # The squatted port, or (on a busy machine, where another process may take a port of the range between
+    # free_port() and the start) another of the range: either way one line, and nothing started.
+    taken = re.search(r"port (\d+) is in use", lines[0]) if len(lines) == 1 else None
+    assert taken is not None and int(taken.group(1)) in (port, port + 1, port + 2), lines
