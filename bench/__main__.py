@@ -1,6 +1,6 @@
 """``python -m bench`` runs every benchmark, prints its tables (markdown) and writes every figure as JSON
 under ``bench/results/`` (machine, versions, date), from which ``python -m bench.readme`` regenerates the
-README's tables. ``--small`` runs tiny sizes (what CI does to check that they still run; no file unless
+tables in docs/benchmarks.md. ``--small`` runs tiny sizes (what CI does to check that they still run; no file unless
 ``--json``). ``--only storage,overhead`` picks some."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""``python -m bench.readme [RESULTS.json]``: the README's benchmark tables, regenerated from a results file
-(default: the newest under ``bench/results/``), between ``<!-- bench:tables -->`` and ``<!-- /bench:tables -->``.
+"""``python -m bench.readme [RESULTS.json]``: the benchmark tables in docs/benchmarks.md, regenerated from a
+results file (default: the newest under ``bench/results/``), between ``<!-- bench:tables -->`` and
+``<!-- /bench:tables -->``.
 What the figures mean stays written by hand outside those markers."""
 
 from __future__ import annotations
@@ -34,15 +35,15 @@ def main(argv: list[str]) -> int:
         return 1
     results = json.loads(path.read_text())
     results["file"] = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
-    readme = ROOT / "README.md"
+    readme = ROOT / "docs" / "benchmarks.md"
     text = readme.read_text()
     if BEGIN not in text or END not in text:
-        print(f"README.md has no {BEGIN} … {END} section", file=sys.stderr)
+        print(f"docs/benchmarks.md has no {BEGIN} … {END} section", file=sys.stderr)
         return 1
     before, rest = text.split(BEGIN, 1)
     after = rest.split(END, 1)[1]
     readme.write_text(f"{before}{BEGIN}\n{render(results)}\n{END}{after}")
-    print(f"README.md tables regenerated from {path}")
+    print(f"docs/benchmarks.md tables regenerated from {path}")
     return 0
 
 

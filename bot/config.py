@@ -264,7 +264,7 @@ def describe(exc: ValidationError, source: str) -> str:
     for err in exc.errors(include_url=False):
         key = ".".join(str(p) for p in err["loc"]) or "(top level)"
         lines.append(f"  {key}: {err['msg']}{_hint(err['loc'], err['type'])}")
-    lines.append("See README.md, section Configuration, for every key and its default.")
+    lines.append("See docs/configuration.md for every key and its default.")
     return "\n".join(lines)
 
 

@@ -1,6 +1,6 @@
 """A hostile workspace member and a careless log line, through the real HTTP endpoint: signed and unsigned requests
 against the real app, a fake Slack Web API that records every call, a scripted model that keeps every request,
-a real Redis. Each test covers one item of the security model (README, "Security model")."""
+a real Redis. Each test covers one item of the security model (docs/security.md)."""
 
 from __future__ import annotations
 

@@ -98,3 +98,26 @@ async def test_a_port_in_use_at_start_is_one_line_and_a_non_zero_exit(redis_url:
     # free_port() and the start) another of the range: either way one line, and nothing started.
     taken = re.search(r"port (\d+) is in use", lines[0]) if len(lines) == 1 else None
     assert taken is not None and int(taken.group(1)) in (port, port + 1, port + 2), lines
+
+
+async def test_a_workers_port_stays_held_while_it_is_started_again(redis_url: str, prefix: str,
+                                                                   slack: FakeSlack, tmp_path: Path) -> None:
+    """The front binds its workers' ports and hands each socket over: a worker that died is started again on
+    the same socket, so no other process can take the port in between (it once could, on a busy machine) and
+    a probe meanwhile waits instead of being refused."""
+    port = free_port()
+    env = _serve_env(slack, redis_url, prefix, port)
+    serve = await _serve(env, tmp_path, tmp_path / "serve.log")
+    workers = _children(serve.pid)
+    try:
+        os.kill(workers[0], signal.SIGKILL)
+        await _eventually(lambda: not _alive(workers[0]), 10)
+        for each in (port + 1, port + 2):  # while the dead one waits to be started again: its port is still
+            _, writer = await asyncio.open_connection("127.0.0.1", each)  # held (a connection waits, not refused)
+            writer.close()
+        await _eventually(lambda: len([p for p in _children(serve.pid) if _alive(p)]) == 2, 30)
+        for each in (port + 1, port + 2):
+            await _ready(f"http://127.0.0.1:{each}")  # the new worker serves on the port it was handed
+    finally:
+        serve.terminate()
+        await asyncio.wait_for(serve.wait(), 60)

@@ -1,6 +1,6 @@
 """The tool runtime: declare tools, register them, run the model's calls.
 
-Public API for teams writing their own tools (see README, "Writing a tool")::
+Public API for teams writing their own tools (see docs/tools.md, "Writing a tool")::
 
     from pydantic import BaseModel
     from tools import tool, ToolContext, NotFound

@@ -97,14 +97,14 @@ async def _run(settings: Settings, role: Role, sock: socket.socket | None, banne
         await service.core.store.close()
 
 
-async def _supervise(index: int, argv: list[str], stopping: asyncio.Event) -> None:
+async def _supervise(index: int, argv: list[str], stopping: asyncio.Event, sock: socket.socket) -> None:
     """Keep one worker process alive: a worker that dies is started again (its work is claimed meanwhile),
     after a wait that grows while it keeps dying young. Once the front is stopping, a worker that exits
     (Ctrl-C reaches the whole process group) stays stopped."""
     failures = 0
     while not stopping.is_set():
         started = time.monotonic()
-        proc, pipe = await tether.spawn(sys.executable, "-m", "bot.cli", *argv)
+        proc, pipe = await tether.spawn(sys.executable, "-m", "bot.cli", *argv, listen=sock)
         try:
             code = await proc.wait()
         except asyncio.CancelledError:
@@ -134,16 +134,16 @@ async def serve(settings: Settings, *, workers: int | None = None, config: str |
     except PortTaken as exc:
         print(f"opspilot: {exc}", file=sys.stderr)
         return 1
-    for sock in theirs:
-        sock.close()  # free for the worker that binds it in a moment
+    # The workers' sockets stay bound here and are handed to each worker (and to one started again): a port
+    # released for a moment could be taken by another process in between.
     if count == 0:
         await _run(settings, "all", own, f"OpsPilot is serving Slack ({mode}), one process; /healthz, /readyz and "
                                          f"/metrics on port {port}; model: {{model}}")
         return 0
     base = [*(["--config", config] if config else []), "worker"]
     stopping = asyncio.Event()
-    keepers = [asyncio.create_task(_supervise(i, [*base, "--port", str(port + 1 + i)], stopping))
-               for i in range(count)]
+    keepers = [asyncio.create_task(_supervise(i, [*base, "--port", str(port + 1 + i)], stopping, sock))
+               for i, sock in enumerate(theirs)]
     try:
         await _run(settings, "front", own, f"OpsPilot is serving Slack ({mode}) with {count} worker process(es) "
                                            f"on ports {port + 1}–{port + count}; /healthz, /readyz and /metrics "
@@ -152,6 +152,8 @@ async def serve(settings: Settings, *, workers: int | None = None, config: str |
         for keeper in keepers:
             keeper.cancel()
         await asyncio.gather(*keepers, return_exceptions=True)
+        for sock in theirs:
+            sock.close()
     return 0
 
 
@@ -159,7 +161,7 @@ async def work(settings: Settings, *, port: int | None = None) -> int:
     stopping = asyncio.Event()
     tether.hold(stopping.set)  # started by a front: leave with it
     try:
-        sock = (await claim([port]))[0] if port else None
+        sock = tether.inherited_socket() or ((await claim([port]))[0] if port else None)
     except PortTaken as exc:
         print(f"opspilot worker: {exc}", file=sys.stderr)
         return 1

@@ -111,7 +111,7 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     turn. ``worker``: reads the queue, runs the engine, renders, delivers, sweeps."""
     slack = settings.slack
     if not slack.bot_token:
-        raise ConfigError("SLACK_BOT_TOKEN is not set (the bot token, xoxb-…); see README, 'Running in Slack'")
+        raise ConfigError("SLACK_BOT_TOKEN is not set (the bot token, xoxb-…); see README.md, 'Install in your Slack'")
     if role != "worker" and not socket_mode and not slack.signing_secret:
         raise ConfigError("SLACK_SIGNING_SECRET is not set: HTTP mode verifies every request's signature")
     core = core or await assemble(settings, fallback_store=fallback_store, with_mcp=role != "front")

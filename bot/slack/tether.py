@@ -15,6 +15,7 @@ import ctypes
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable
@@ -22,24 +23,37 @@ from collections.abc import Callable
 log = logging.getLogger(__name__)
 
 ENV = "OPSPILOT_FRONT"
+LISTEN_ENV = "OPSPILOT_LISTEN_FD"
 GRACE_S = 1.5
 """From noticing the front is gone to exiting: stop taking work, let what is nearly done finish, then go."""
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-async def spawn(*argv: str) -> tuple[asyncio.subprocess.Process, int]:
+async def spawn(*argv: str, listen: socket.socket | None = None) -> tuple[asyncio.subprocess.Process, int]:
     """Start ``argv`` tied to this process. Returns it and the pipe's write end, to be closed only once the
-    process has exited (closing it earlier tells the worker its front is gone)."""
+    process has exited (closing it earlier tells the worker its front is gone). ``listen``: a socket the front
+    bound for it, handed over (:func:`inherited_socket`) so that no other process can take its port between
+    the front's start and the worker's, nor while a worker is being started again."""
     read_end, write_end = os.pipe()  # both close-on-exec: only this child gets the read end (pass_fds)
+    env = {**os.environ, ENV: f"{os.getpid()}:{read_end}"}
+    fds = [read_end]
+    if listen is not None:
+        env[LISTEN_ENV] = str(listen.fileno())
+        fds.append(listen.fileno())
     try:
-        proc = await asyncio.create_subprocess_exec(*argv, pass_fds=(read_end,),
-                                                    env={**os.environ, ENV: f"{os.getpid()}:{read_end}"})
+        proc = await asyncio.create_subprocess_exec(*argv, pass_fds=fds, env=env)
     except BaseException:
         os.close(write_end)
         raise
     finally:
         os.close(read_end)
     return proc, write_end
+
+
+def inherited_socket() -> socket.socket | None:
+    """The socket a front bound for this worker (see :func:`spawn`), or None when started alone."""
+    spec = os.environ.pop(LISTEN_ENV, "")  # not for the processes this one starts
+    return socket.socket(fileno=int(spec)) if spec.isdigit() else None
 
 
 def hold(on_gone: Callable[[], None]) -> None:
