@@ -35,6 +35,9 @@ _HELP = {
               "fix when it fails; exit 1 when a required one fails.", "opspilot check", _SLACK_ENV),
     "eval": ("Score investigations over incident scenarios (evals/), with the scripted model or a real one.",
              "opspilot eval --model demo\n  opspilot eval --repeat 3 --json results.json", ""),
+    "config": ("The configuration in effect (file, environment and defaults merged; secrets hidden), or with "
+               "--reference every key with its type, default, environment variable and meaning (Markdown).",
+               "opspilot config\n  opspilot config --reference --write docs/configuration.md", ""),
     "stats": ("Runs, steps, failure and resume rates and stop reasons, from Redis.", "opspilot stats --window 7d", ""),
 }
 
@@ -81,6 +84,10 @@ def _parser() -> argparse.ArgumentParser:
     eval_cmd.add_argument("--json", default=None, help="also write the results here")
     eval_cmd.add_argument("--record", default=None, help="save every model request/response under this directory")
     eval_cmd.add_argument("--replay", default=None, help="answer from a recording instead of a model (offline)")
+    config_cmd = _add(sub, "config", common, "the configuration in effect, or (--reference) every key")
+    config_cmd.add_argument("--reference", action="store_true", help="every key: type, default, variable, meaning")
+    config_cmd.add_argument("--write", metavar="PAGE", default=None,
+                            help="with --reference: update the generated part of this Markdown page in place")
     stats_cmd = _add(sub, "stats", common, "runs, steps, failure and resume rates, stop reasons")
     stats_cmd.add_argument("--window", choices=["1h", "1d", "7d"], default="1d")
     return parser
@@ -162,6 +169,32 @@ async def _check(config: str | None) -> int:
     return 1 if failed else 0
 
 
+def _config(reference: bool, write: str | None, config: str | None) -> int:
+    from bot import reference as ref
+
+    if write and not reference:
+        print("opspilot: --write goes with --reference", file=sys.stderr)
+        return 2
+    if not reference:
+        import yaml
+
+        print(yaml.safe_dump(ref.in_effect(load_settings(config)), sort_keys=False, allow_unicode=True), end="")
+        return 0
+    if write is None:
+        print(ref.markdown(), end="")
+        return 0
+    from pathlib import Path
+
+    page = Path(write)
+    try:
+        page.write_text(ref.updated(page.read_text(encoding="utf-8")), encoding="utf-8")
+    except (OSError, ValueError) as exc:
+        print(f"opspilot: cannot update {page}: {exc}", file=sys.stderr)
+        return 1
+    print(f"updated {page}")
+    return 0
+
+
 async def _chat(user: str, config: str | None) -> int:
     from bot.chat import chat  # the terminal's rich, not loaded by the serve and worker processes
 
@@ -180,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "tools":
             return asyncio.run(_tools(args.config))
+        if args.command == "config":
+            return _config(args.reference, args.write, args.config)
         if args.command == "check":
             return asyncio.run(_check(args.config))
         if args.command == "chat":

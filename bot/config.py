@@ -37,14 +37,16 @@ class ConfigError(Exception):
 class LLMConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    provider: Literal["auto", "anthropic", "openai", "scripted"] = "auto"
+    provider: Literal["auto", "anthropic", "openai", "scripted"] = Field(
+        "auto", description="auto: ANTHROPIC_API_KEY → Anthropic, OPENAI_API_KEY → OpenAI, neither → the scripted "
+                            "demo model (scripted is refused while a key is set)")
     name: str | None = Field(None, description="model name; OPSPILOT_MODEL overrides")
-    max_tokens: int = Field(2048, ge=64)
+    max_tokens: int = Field(2048, ge=64, description="output tokens per model call")
     token_field: Literal["auto", "max_completion_tokens", "max_tokens"] = Field(
         "auto", description="OpenAI-compatible: the name of the output-token limit; auto: max_completion_tokens "
                             "for api.openai.com, max_tokens for any other endpoint")
-    timeout_s: float = Field(60.0, gt=0)
-    max_retries: int = Field(2, ge=0, le=10)
+    timeout_s: float = Field(60.0, gt=0, description="per model call")
+    max_retries: int = Field(2, ge=0, le=10, description="the SDK retries 429, 529 and 5xx this many times")
     scripted_latency_s: float = Field(0.0, ge=0, le=60,
                                       description="the scripted demo model waits this long per step (demos, load)")
 
@@ -85,7 +87,7 @@ class AlertSource(BaseModel):
         "button", description="investigate: start a run at once; button: offer an Investigate button")
     dedupe_window_s: int = Field(3600, ge=0, description="the same alert group again within this: no new run")
     max_runs: int = Field(5, ge=0, description="at most this many automatic runs per channel per rate window")
-    rate_window_s: int = Field(600, ge=1)
+    rate_window_s: int = Field(600, ge=1, description="the window of max_runs, in seconds")
 
     def posted(self, message: dict[str, Any]) -> bool:
         """Whether ``message`` comes from one of this channel's alert sources."""
@@ -103,7 +105,8 @@ class SlackConfig(BaseModel):
     port: int = Field(3000, ge=1, le=65535, description="PORT, HTTP mode")
     allowed_channels: list[str] = Field(default_factory=list, description="empty: any channel")
     allowed_users: list[str] = Field(default_factory=list, description="empty (and no groups): anyone")
-    allowed_usergroups: list[str] = Field(default_factory=list)
+    allowed_usergroups: list[str] = Field(default_factory=list, description="members of these groups (S…) may "
+                                          "use OpsPilot too")
     approvers: dict[str, dict[str, Approvers]] = Field(
         default_factory=dict, description="tool -> environment ('*' for any) -> who may confirm")
     two_person_rule: list[str] = Field(default_factory=list,
@@ -158,7 +161,9 @@ class EvalConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    prices: dict[str, tuple[float, float, float, float]] = Field(default_factory=dict)
+    prices: dict[str, tuple[float, float, float, float]] = Field(
+        default_factory=dict, description="model name part → USD per million tokens: input, output, cache read, "
+                                          "cache write")
 
 
 class TelemetryConfig(BaseModel):
@@ -168,7 +173,7 @@ class TelemetryConfig(BaseModel):
 
     otlp_endpoint: str | None = Field(None, description="OTLP/HTTP base URL; traces go to <it>/v1/traces")
     capture_content: bool = Field(False, description="put tool arguments and results (scrubbed) on spans")
-    service_name: str = "opspilot"
+    service_name: str = Field("opspilot", description="service.name on every span")
 
 
 class SweepConfig(BaseModel):
@@ -187,15 +192,20 @@ class Settings(BaseSettings):
     llm: LLMConfig = Field(default_factory=LLMConfig)
     limits: Limits = Field(default_factory=Limits)
     redis_url: str = Field("redis://localhost:6379/0",
-                           validation_alias=AliasChoices("REDIS_URL", "OPSPILOT_REDIS_URL", "redis_url"))
-    key_prefix: str = Field("opspilot", pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
-    thread_ttl_s: int = Field(7 * 24 * 3600, ge=60)
-    interrupt_ttl_s: int = Field(30 * 60, ge=10)
-    context_budget_tokens: int = Field(60_000, ge=1000)
+                           validation_alias=AliasChoices("REDIS_URL", "OPSPILOT_REDIS_URL", "redis_url"),
+                           description="or REDIS_URL: redis:// or rediss:// (one Redis, ≥ 6.2, noeviction), or "
+                                       "redis+cluster://host:port[,host:port…] for a Redis Cluster")
+    key_prefix: str = Field("opspilot", pattern=r"^[A-Za-z0-9_.:-]{1,64}$",
+                            description="every Redis key starts with it (several installations, one Redis)")
+    thread_ttl_s: int = Field(7 * 24 * 3600, ge=60, description="TTL of transcripts, runs, traces, journals")
+    interrupt_ttl_s: int = Field(30 * 60, ge=10, description="how long a question to a person stays answerable")
+    context_budget_tokens: int = Field(60_000, ge=1000, description="the transcript sent to the model is fitted "
+                                       "to this (old tool outputs condensed first, then old turns dropped)")
     redis_outage_grace_s: float = Field(30.0, ge=0, description="Redis calls are retried this long through an outage")
     plugins: list[str] = Field(default_factory=list, description="extra modules whose tools are registered")
     mcp_servers: list[McpServerConfig] = Field(default_factory=list, description="MCP servers whose tools join")
-    tools: dict[str, ToolPolicy] = Field(default_factory=dict)
+    tools: dict[str, ToolPolicy] = Field(default_factory=dict, description="per tool (by name): when a person "
+                                         "confirms")
     toolbox: OpsConfig = Field(default_factory=OpsConfig)
     sweeps: SweepConfig = Field(default_factory=SweepConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)

@@ -17,7 +17,7 @@ class Limits(BaseModel):
 
     max_steps: int = Field(8, ge=1, le=100, description="model calls per run")
     max_wall_time_s: float = Field(180.0, gt=0, description="active time per run; waiting for a person is not counted")
-    max_tool_fails_in_row: int = Field(4, ge=1)
+    max_tool_fails_in_row: int = Field(4, ge=1, description="failed tool calls in a row before the run stops")
     identical_call_limit: int = Field(3, ge=2, description="the same call this many times in a row stops the run")
 
 

@@ -25,6 +25,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.slack.gate import bolt_text, foreign, refusal
 from bot.slack.identity import Identity
 from bot.slack.inbound import Inbound
+from bot.slack.link import OneLine
 from bot.slack.metrics import Metrics
 from bot.slack.outbox import SlackOutbox
 from bot.slack.work import READ_WINDOW_S, Worker
@@ -45,6 +46,7 @@ class _NotAboutTokens(logging.Filter):
 
 _BOLT_LOG = logging.getLogger("opspilot.bolt")
 _BOLT_LOG.addFilter(_NotAboutTokens())
+_BOLT_LOG.addFilter(OneLine())
 
 
 def build_bolt_app(*, client: AsyncWebClient, signing_secret: str, inbound: Inbound,
@@ -140,10 +142,15 @@ READY_TIMEOUT_S = 2.0
 Readiness = Callable[[], Awaitable[str | None]]
 
 
-def readiness(*, store: Store, queue: WorkQueue, front: bool, worker: Worker | None) -> Readiness:
+def readiness(*, store: Store, queue: WorkQueue, front: bool, worker: Worker | None,
+              link: Readiness | None = None) -> Readiness:
     """Why this process cannot do its part right now (one line), or None: Redis answers; a front also needs a
-    worker that read the queue lately (else its work would wait), a worker its own read loop running."""
+    worker that read the queue lately (else its work would wait), a worker its own read loop running; in
+    Socket Mode, the connection to Slack (events arrive only through it)."""
     async def check() -> str | None:
+        problem = await link() if link is not None else None
+        if problem:
+            return problem
         try:
             await asyncio.wait_for(store.ping(), READY_TIMEOUT_S)
             if front and not await asyncio.wait_for(queue.readers(READ_WINDOW_S), READY_TIMEOUT_S):

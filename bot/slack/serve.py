@@ -23,7 +23,9 @@ from aiohttp import web
 
 from bot.config import Settings
 from bot.slack import tether
-from bot.slack.service import Role, SlackService, build_service, socket_mode_handler
+from bot.slack.link import TokenRefused
+from bot.slack.service import Role, SlackService, build_service
+from bot.slack.words import say
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +73,7 @@ async def _listen(service: SlackService, sock: socket.socket) -> web.AppRunner:
 
 
 async def _run(settings: Settings, role: Role, sock: socket.socket | None, banner: str,
-               stopping: asyncio.Event | None = None) -> None:
+               stopping: asyncio.Event | None = None) -> int:
     socket_mode = role != "worker" and bool(settings.slack.app_token)
     try:
         service = await build_service(settings, socket_mode=socket_mode, role=role)
@@ -82,19 +84,26 @@ async def _run(settings: Settings, role: Role, sock: socket.socket | None, banne
     service.start()
     runner = await _listen(service, sock) if sock is not None else None
     print(banner.format(model=service.core.model.label), flush=True)
+    if service.core.model.scripted:  # said where an operator looks first, not only in App Home
+        print(f"  {say('en', 'no_model_key')}", flush=True)
+    stopping = stopping or asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # stop gracefully: finish, deliver, stop the workers
+        asyncio.get_running_loop().add_signal_handler(sig, stopping.set)
     try:
-        if socket_mode:
-            handler = socket_mode_handler(service, str(settings.slack.app_token))
-            await handler.connect_async()  # type: ignore[no-untyped-call]
-        stopping = stopping or asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):  # stop gracefully: finish, deliver, stop the workers
-            asyncio.get_running_loop().add_signal_handler(sig, stopping.set)
+        if service.link is not None and await service.link.connect(stopping):
+            print("Connected to Slack (Socket Mode).", flush=True)
         await stopping.wait()
+    except TokenRefused as exc:
+        print(f"opspilot: {exc}", file=sys.stderr, flush=True)
+        return 1
     finally:
+        if service.link is not None:
+            await service.link.close()
         await service.stop()
         if runner is not None:
             await runner.cleanup()
         await service.core.store.close()
+    return 0
 
 
 async def _supervise(index: int, argv: list[str], stopping: asyncio.Event, sock: socket.socket) -> None:
@@ -137,15 +146,14 @@ async def serve(settings: Settings, *, workers: int | None = None, config: str |
     # The workers' sockets stay bound here and are handed to each worker (and to one started again): a port
     # released for a moment could be taken by another process in between.
     if count == 0:
-        await _run(settings, "all", own, f"OpsPilot is serving Slack ({mode}), one process; /healthz, /readyz and "
-                                         f"/metrics on port {port}; model: {{model}}")
-        return 0
+        return await _run(settings, "all", own, f"OpsPilot is serving Slack ({mode}), one process; /healthz, "
+                                                f"/readyz and /metrics on port {port}; model: {{model}}")
     base = [*(["--config", config] if config else []), "worker"]
     stopping = asyncio.Event()
     keepers = [asyncio.create_task(_supervise(i, [*base, "--port", str(port + 1 + i)], stopping, sock))
                for i, sock in enumerate(theirs)]
     try:
-        await _run(settings, "front", own, f"OpsPilot is serving Slack ({mode}) with {count} worker process(es) "
+        code = await _run(settings, "front", own, f"OpsPilot is serving Slack ({mode}) with {count} worker process(es) "
                                            f"on ports {port + 1}–{port + count}; /healthz, /readyz and /metrics "
                                            f"on port {port}; model: {{model}}", stopping)
     finally:
@@ -154,7 +162,7 @@ async def serve(settings: Settings, *, workers: int | None = None, config: str |
         await asyncio.gather(*keepers, return_exceptions=True)
         for sock in theirs:
             sock.close()
-    return 0
+    return code
 
 
 async def work(settings: Settings, *, port: int | None = None) -> int:
@@ -166,6 +174,5 @@ async def work(settings: Settings, *, port: int | None = None) -> int:
         print(f"opspilot worker: {exc}", file=sys.stderr)
         return 1
     where = f"; /healthz, /readyz and /metrics on port {port}" if port else ""
-    await _run(settings, "worker", sock, f"OpsPilot worker {os.getpid()} is reading the work queue{where}; "
-                                         "model: {model}", stopping)
-    return 0
+    return await _run(settings, "worker", sock, f"OpsPilot worker {os.getpid()} is reading the work queue{where}; "
+                                                "model: {model}", stopping)

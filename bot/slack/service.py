@@ -26,6 +26,7 @@ from bot.slack.history import ThreadReader
 from bot.slack.home import Home
 from bot.slack.identity import Identity
 from bot.slack.inbound import Inbound
+from bot.slack.link import SocketLink
 from bot.slack.metrics import CountingRateLimitHandler, Metrics, retry_handlers
 from bot.slack.outbox import SlackOutbox
 from bot.slack.pacer import Pacer
@@ -56,6 +57,8 @@ class SlackService:
     worker: Worker | None = None
     sessions: tuple[aiohttp.ClientSession, ...] = ()
     """The Web API clients' HTTP sessions: connections are kept and reused (one TLS handshake, not one a call)."""
+    link: SocketLink | None = None
+    """Socket Mode: the connection to Slack (connected by whoever serves, see :mod:`bot.slack.serve`)."""
 
     @property
     def web_app(self) -> web.Application:
@@ -174,12 +177,16 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     if worker is not None:
         worker.deliveries = _reader(build_bolt_app(client=client, signing_secret=secret, inbound=inbound,
                                                    identity=identity, stored=True))
+    link = SocketLink(client, slack.app_token, lambda: AsyncSocketModeHandler(bolt, str(slack.app_token),
+                                                                              web_client=client)) \
+        if socket_mode and slack.app_token else None
     routes = web_routes(bolt=bolt, signing_secret=secret, store=core.store, outbox=outbox, queue=queue,
                         metrics=metrics, tools_health=core.mcp.health if core.mcp is not None else None,
-                        ready=readiness(store=core.store, queue=queue, front=role == "front", worker=worker),
+                        ready=readiness(store=core.store, queue=queue, front=role == "front", worker=worker,
+                                        link=link.problem if link is not None else None),
                         identity=identity, store_first=store_first)
     return SlackService(core, client, inbound, renderer, outbox, reminders, bolt, routes, metrics, role, worker,
-                        sessions)
+                        sessions, link)
 
 
 STORE_DEADLINE_S = 2.5

@@ -25,6 +25,10 @@ _WORDS: dict[str, tuple[str, str]] = {
     "step": ("step {n}", "第 {n} 步"),
     "waiting": ("Waiting for you", "等你处理"),
     "stop": ("Stop", "停止"),
+    "no_model_key": ("No model key (ANTHROPIC_API_KEY or OPENAI_API_KEY): the scripted demo model answers, from the "
+                     "demo data only, not from your systems.",
+                     "没有配置模型密钥（ANTHROPIC_API_KEY 或 OPENAI_API_KEY）：由脚本化的演示模型回答，只用演示数据，"
+                     "不是你们系统的数据。"),
     "resume": ("Resume", "继续"),
     "earlier_calls": ("… {n} earlier calls", "…… 之前还有 {n} 个调用"),
     "interrupted": ("Interrupted by a restart", "因重启而中断"),

@@ -12,8 +12,8 @@ class ConfirmIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    environments: list[str] = Field(alias="in", min_length=1)
-    field: str = "environment"
+    environments: list[str] = Field(alias="in", min_length=1, description="environments where a person confirms")
+    field: str = Field("environment", description="the tool argument that names the environment")
 
     @field_validator("environments")
     @classmethod
@@ -29,10 +29,11 @@ class McpToolRule(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    read_only: bool | None = None
-    confirm: Literal["always", "never"] | ConfirmIn = "always"
-    """For a tool that changes things: ask a person always (default), never, or in some environments."""
-    timeout_s: float | None = Field(None, gt=0)
+    read_only: bool | None = Field(None, description="false: treat as a change; true: trust as read-only a tool "
+                                   "its server says nothing about")
+    confirm: Literal["always", "never"] | ConfirmIn = Field(
+        "always", description="for a tool that changes things: ask a person always, never, or in some environments")
+    timeout_s: float | None = Field(None, gt=0, description="per call (default: the server's)")
 
 
 class McpServerConfig(BaseModel):
@@ -40,20 +41,20 @@ class McpServerConfig(BaseModel):
 
     name: str = Field(pattern=r"^[A-Za-z0-9-]{1,24}$", description="prefix of its tools: <name>__<tool>")
     command: str | None = Field(None, description="stdio: the program to start")
-    args: list[str] = Field(default_factory=list)
+    args: list[str] = Field(default_factory=list, description="stdio: its arguments")
     env: dict[str, str] = Field(default_factory=dict, description="stdio: environment values for the server")
     env_from: dict[str, str] = Field(default_factory=dict,
                                      description="stdio: server variable -> name of our environment variable")
-    cwd: str | None = None
+    cwd: str | None = Field(None, description="stdio: its working directory")
     url: str | None = Field(None, description="streamable HTTP: the server's MCP endpoint")
     headers_from_env: dict[str, str] = Field(default_factory=dict,
                                              description="HTTP header -> name of the environment variable holding it")
     allow: list[str] = Field(default_factory=list, description="only these tools (server names); empty: all")
     deny: list[str] = Field(default_factory=list, description="never these tools")
-    tools: dict[str, McpToolRule] = Field(default_factory=dict)
+    tools: dict[str, McpToolRule] = Field(default_factory=dict, description="rules per tool (server names)")
     required: bool = Field(False, description="true: OpsPilot does not start without this server")
     timeout_s: float = Field(30.0, gt=0, description="per call")
-    startup_timeout_s: float = Field(20.0, gt=0)
+    startup_timeout_s: float = Field(20.0, gt=0, description="to start and list its tools")
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerConfig:

@@ -22,6 +22,8 @@ class _Section(BaseModel):
 
 
 class FileLogs(_Section):
+    """Logs from files: <service>-<env>.jsonl or .log (the demo's)."""
+
     backend: Literal["files"] = "files"
     dir: Path | None = Field(None, description="default: <data_dir>/logs; files named <service>-<env>.jsonl or .log")
     anchor: Literal["now", "latest"] = Field(
@@ -29,34 +31,43 @@ class FileLogs(_Section):
 
 
 class LokiLogs(_Section):
+    """Logs from Grafana Loki (LogQL over HTTP)."""
+
     backend: Literal["loki"]
-    url: str
+    url: str = Field(description="Loki's base URL, e.g. http://loki:3100")
     token_env: str | None = Field(None, description="environment variable holding a bearer token")
     tenant: str | None = Field(None, description="X-Scope-OrgID for multi-tenant Loki")
-    env_label: str = "env"
-    error_filter: str = "(?i)(error|exception|fatal|panic|timeout)"
-    timeout_s: float = Field(15.0, gt=0)
+    env_label: str = Field("env", description="the stream label that holds the environment")
+    error_filter: str = Field("(?i)(error|exception|fatal|panic|timeout)",
+                              description="a line filter (RE2) that picks error lines")
+    timeout_s: float = Field(15.0, gt=0, description="per request")
 
 
 class FixtureMetrics(_Section):
+    """Metrics from a YAML file of series (the demo's)."""
+
     backend: Literal["fixtures"] = "fixtures"
     file: Path | None = Field(None, description="default: <data_dir>/metrics.yml")
 
 
 class PrometheusMetrics(_Section):
+    """Metrics from Prometheus (or anything answering its HTTP query API)."""
+
     backend: Literal["prometheus"]
-    url: str
-    token_env: str | None = None
-    env_label: str = "env"
-    step_s: int = Field(60, ge=1)
+    url: str = Field(description="Prometheus' base URL, e.g. http://prometheus:9090")
+    token_env: str | None = Field(None, description="environment variable holding a bearer token")
+    env_label: str = Field("env", description="the label that holds the environment ($labels)")
+    step_s: int = Field(60, ge=1, description="resolution of range queries")
     queries: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_QUERIES),
                                     description="PromQL per metric; $labels, $namespace, $deployment, $env")
     counters: list[str] = Field(default_factory=list, description="metrics whose query returns a raw counter "
                                 "(read as increases, resets counted); names ending in _total always are")
-    timeout_s: float = Field(15.0, gt=0)
+    timeout_s: float = Field(15.0, gt=0, description="per request")
 
 
 class DemoRestarts(_Section):
+    """Restarts recorded, not done (the demo)."""
+
     backend: Literal["demo"] = "demo"
 
 
@@ -69,26 +80,30 @@ class KubeConnection(_Section):
     kubeconfig: Path | None = Field(None, description="any kubeconfig: token, client certificate, exec plugin, OIDC")
     context: str | None = Field(None, description="kubeconfig: this context instead of the current one")
     api_url: str | None = Field(None, description="explicit API server URL (with token_env)")
-    token_env: str | None = None
-    ca_file: Path | None = None
-    insecure_skip_tls_verify: bool = False
-    timeout_s: float = Field(15.0, gt=0)
+    token_env: str | None = Field(None, description="environment variable holding a bearer token (with api_url)")
+    ca_file: Path | None = Field(None, description="CA bundle for api_url")
+    insecure_skip_tls_verify: bool = Field(False, description="do not verify the API server's certificate")
+    timeout_s: float = Field(15.0, gt=0, description="per request")
 
 
 class KubernetesRestarts(KubeConnection):
+    """Restart = a rollout restart of the service's Deployment (kubectl rollout restart), then verified."""
+
     backend: Literal["kubernetes"]
 
 
 class WebhookRestarts(_Section):
+    """Restart = a POST to your own endpoint (a CI job, a runbook automation)."""
+
     backend: Literal["webhook"]
-    url: str
-    token_env: str | None = None
-    timeout_s: float = Field(15.0, gt=0)
+    url: str = Field(description="POSTed {service, environment, reason}")
+    token_env: str | None = Field(None, description="environment variable holding a bearer token")
+    timeout_s: float = Field(15.0, gt=0, description="per request")
 
 
 class Verification(_Section):
     timeout_s: float = Field(120.0, gt=0, description="how long to wait for the rollout / job")
-    poll_s: float = Field(2.0, gt=0)
+    poll_s: float = Field(2.0, gt=0, description="how often the rollout / job is looked at")
     settle_s: float = Field(30.0, ge=0, description="pause after the rollout before re-checking the error rate")
 
 
@@ -96,20 +111,26 @@ _SCOPE = Field(None, description="the environments this source knows about (defa
 
 
 class FileChanges(_Section):
+    """Deploy events from a JSON lines file."""
+
     backend: Literal["files"] = "files"
     file: Path | None = Field(None, description="JSON lines of deploy events; default: <data_dir>/changes.jsonl")
     environments: list[str] | None = _SCOPE
 
 
 class HttpChanges(_Section):
+    """Deploy events from your CI/CD over HTTP."""
+
     backend: Literal["http"]
     url: str = Field(description="GET with ?service=&environment=&since=&until=, answering a JSON list")
-    token_env: str | None = None
-    timeout_s: float = Field(15.0, gt=0)
+    token_env: str | None = Field(None, description="environment variable holding a bearer token")
+    timeout_s: float = Field(15.0, gt=0, description="per request")
     environments: list[str] | None = _SCOPE
 
 
 class KubernetesChanges(KubeConnection):
+    """Rollout history of the service's Deployment (its ReplicaSets)."""
+
     backend: Literal["kubernetes"]
     environments: list[str] | None = _SCOPE
 
@@ -123,21 +144,22 @@ def _default_changes() -> list[FileChanges | HttpChanges | KubernetesChanges]:
 
 class OpsConfig(_Section):
     data_dir: Path | None = Field(None, description="catalog.yml, docs/, logs/, metrics.yml (default: bundled demo)")
-    catalog: Path | None = None
-    docs_dir: Path | None = None
+    catalog: Path | None = Field(None, description="the service catalog (default: <data_dir>/catalog.yml)")
+    docs_dir: Path | None = Field(None, description="runbooks, Markdown (default: <data_dir>/docs)")
     docs_link_base: str | None = Field(None, description="e.g. https://git.example.com/runbooks/blob/main")
-    logs: Annotated[FileLogs | LokiLogs, Field(discriminator="backend")] = Field(default_factory=FileLogs)
+    logs: Annotated[FileLogs | LokiLogs, Field(discriminator="backend")] = Field(
+        default_factory=FileLogs, description="where search_logs reads error lines")
     metrics: Annotated[FixtureMetrics | PrometheusMetrics, Field(discriminator="backend")] = Field(
-        default_factory=FixtureMetrics)
+        default_factory=FixtureMetrics, description="where query_metrics reads series")
     restart: Annotated[DemoRestarts | KubernetesRestarts | WebhookRestarts, Field(discriminator="backend")] = Field(
-        default_factory=DemoRestarts)
+        default_factory=DemoRestarts, description="what restart_service does (always confirmed by a person first)")
     changes: list[ChangeSource] = Field(
         default_factory=_default_changes,
         description="where recent_changes reads what changed: one source or a list (merged, newest first)")
     now: AwareDatetime | None = Field(
         None, description="replayed data: the moment treated as now by fixture metrics and file change history "
         "(default: now: in <data_dir>/dataset.yml, else the real clock)")
-    verify: Verification = Field(default_factory=Verification)
+    verify: Verification = Field(default_factory=Verification)  # after a restart: did it help?
 
     @field_validator("changes", mode="before")
     @classmethod
