@@ -5,6 +5,7 @@ and exit 1; once Slack answers it connects and says so; no model key is said in 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import signal
 import sys
@@ -15,10 +16,11 @@ import aiohttp
 from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
-from tests.conftest import free_port
+from tests.conftest import OwnRedis, free_port
 from tests.slack_harness import CHANNEL
+from tests.test_lifecycle import _alive
 from tests.test_slack import QUESTION
-from tests.test_slack_modes import _eventually, _ready, _serve_env
+from tests.test_slack_modes import _children, _eventually, _ready, _serve_env
 
 
 async def _start(env: dict[str, str], cwd: Path) -> tuple[asyncio.subprocess.Process, Path]:
@@ -89,3 +91,45 @@ async def test_it_connects_says_so_and_answers(redis_url: str, prefix: str, slac
         proc.send_signal(signal.SIGTERM)
         await asyncio.wait_for(proc.wait(), 60)
     assert "Traceback" not in err.read_text()
+
+
+async def test_a_front_with_workers_acknowledges_an_envelope_only_once_it_is_stored(
+        own_redis: OwnRedis, prefix: str, slack: FakeSlack, tmp_path: Path) -> None:
+    port = free_port()
+    env = _serve_env(slack, own_redis.url, prefix, port) | {"SLACK_APP_TOKEN": slack.app_token}
+    log = tmp_path / "serve.log"
+    with log.open("wb") as sink:
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", "serve", "--workers", "2",
+                                                    env=env, cwd=tmp_path, stdout=asyncio.subprocess.PIPE,
+                                                    stderr=sink)
+    workers: list[int] = []
+    try:
+        assert proc.stdout is not None
+        await asyncio.wait_for(proc.stdout.readline(), 120)
+        for each in (port, port + 1, port + 2):
+            await _ready(f"http://127.0.0.1:{each}")
+        workers = _children(proc.pid)
+        body = lambda ts: {"type": "event_callback", "event_id": f"Ev{ts}", "team_id": "T0001",  # noqa: E731
+                           "event": mention(CHANNEL, "UREQ", QUESTION, ts)}
+        await slack.push("env-stored", body("7200.1"))
+        await _eventually(lambda: any(a.get("envelope_id") == "env-stored" for a in slack.acks), 30)
+        assert own_redis.proc is not None
+        os.kill(own_redis.proc.pid, signal.SIGSTOP)  # nothing can be stored now
+        try:
+            await slack.push("env-frozen", body("7201.1"))
+            await _eventually(lambda: "could not be stored" in log.read_text(), 30)
+            assert not any(a.get("envelope_id") == "env-frozen" for a in slack.acks)  # Slack will send it again
+        finally:
+            os.kill(own_redis.proc.pid, signal.SIGCONT)
+        await slack.push("env-frozen-again", body("7201.1"))  # Slack's redelivery
+        await _eventually(lambda: any(a.get("envelope_id") == "env-frozen-again" for a in slack.acks), 30)
+        answered = lambda ts: sum(1 for m in slack.thread(CHANNEL, ts)  # noqa: E731
+                                  if m.get("bot") and "docs/payments-db-timeouts.md" in all_text(m))
+        await _eventually(lambda: answered("7200.1") == 1 and answered("7201.1") == 1, 120,
+                          shows=lambda: (answered("7200.1"), answered("7201.1")))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), 90)
+        for pid in filter(_alive, workers):
+            os.kill(pid, signal.SIGKILL)
+    assert "Traceback" not in log.read_text()

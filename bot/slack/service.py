@@ -14,6 +14,8 @@ from aiohttp import web
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_sdk.socket_mode.aiohttp import SocketModeClient
+from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.assembly import Assembly, assemble
@@ -26,7 +28,7 @@ from bot.slack.history import ThreadReader
 from bot.slack.home import Home
 from bot.slack.identity import Identity
 from bot.slack.inbound import Inbound
-from bot.slack.link import SocketLink
+from bot.slack.link import SocketLink, store_first
 from bot.slack.metrics import CountingRateLimitHandler, Metrics, retry_handlers
 from bot.slack.outbox import SlackOutbox
 from bot.slack.pacer import Pacer
@@ -177,9 +179,8 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     if worker is not None:
         worker.deliveries = _reader(build_bolt_app(client=client, signing_secret=secret, inbound=inbound,
                                                    identity=identity, stored=True))
-    link = SocketLink(client, slack.app_token, lambda: AsyncSocketModeHandler(bolt, str(slack.app_token),
-                                                                              web_client=client)) \
-        if socket_mode and slack.app_token else None
+    link = _socket_link(client, str(slack.app_token), bolt, _store_first(queue) if role == "front" else None,
+                        identity) if socket_mode and slack.app_token else None
     routes = web_routes(bolt=bolt, signing_secret=secret, store=core.store, outbox=outbox, queue=queue,
                         metrics=metrics, tools_health=core.mcp.health if core.mcp is not None else None,
                         ready=readiness(store=core.store, queue=queue, front=role == "front", worker=worker,
@@ -222,6 +223,23 @@ def _reader(bolt: AsyncApp) -> Callable[[Delivery, str], Awaitable[None]]:
             raise NotYet(f"stored request answered {response.status}: {response.body[:200]}")
 
     return read
+
+
+def _socket_link(client: AsyncWebClient, app_token: str, bolt: AsyncApp, store: StoreFirst | None,
+                 identity: Identity) -> SocketLink:
+    """A front with workers stores each envelope before acknowledging it; a single process hands it to Bolt."""
+    def socket() -> AsyncBaseSocketModeClient:
+        if store is None:
+            return AsyncSocketModeHandler(bolt, app_token, web_client=client).client
+        bare = SocketModeClient(app_token, web_client=client, logger=logging.getLogger("opspilot.bolt"))
+        bare.socket_mode_request_listeners.append(store_first(store, lambda: _known(identity)))
+        return bare
+
+    return SocketLink(client, app_token, socket)
+
+
+async def _known(identity: Identity) -> bool:
+    return await identity.get() is not None
 
 
 def socket_mode_handler(service: SlackService, app_token: str) -> AsyncSocketModeHandler:
