@@ -17,9 +17,15 @@ fi
 STAMP="$VENV/.opspilot-installed${EXTRAS:+-$EXTRAS}"
 WANT="$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
-  echo "Installing OpsPilot${EXTRAS:+ [$EXTRAS]} into $VENV ..." >&2
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT${EXTRAS:+[$EXTRAS]}" >&2
+  echo "Installing OpsPilot${EXTRAS:+ [$EXTRAS]} into $VENV (about 30 s the first time) ..." >&2
+  LOG="$VENV/install.log"  # pip's and setuptools' chatter goes here; shown only when the install fails
+  if ! { "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip &&
+         "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT${EXTRAS:+[$EXTRAS]}"; } \
+       > "$LOG" 2>&1; then
+    tail -n 30 "$LOG" >&2
+    echo "Installing OpsPilot failed (the whole log: $LOG)." >&2
+    exit 1
+  fi
   echo "$WANT" > "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"
