@@ -16,6 +16,7 @@ from bot.agent.models.base import ChatModel
 from bot.agent.models.demo import demo_model
 from bot.agent.sweeps import Sweeps
 from bot.config import ConfigError, Settings, environment_problems
+from bot.followups import Followups, followup_tool
 from state import Keys, MemoryStore, RedisStore, StoreError, Ttls, connect
 from state.store import MetaStore, Outbox, Reports, Store, WorkQueue
 from tools import ops
@@ -127,6 +128,8 @@ class Assembly:
     mcp: McpHub | None = None
     """The MCP servers this engine's tools come from (connections to close at the end)."""
     telemetry: Telemetry | None = None
+    followups: Followups | None = None
+    """Follow-ups in Slack threads (its store is the assembly's; the Slack service announces and fires them)."""
 
     async def close_tools(self) -> None:
         """Close what the engine holds besides the store: MCP sessions; flush the traces not yet exported."""
@@ -140,12 +143,13 @@ class Assembly:
                toolbox: ops.Toolbox) -> Assembly:
         """An assembly for an engine built by hand (tests, benchmarks) over one of our stores."""
         return cls(engine, engine.deps.bus, store, store.meta, store, store.outbox, store.queue, model, toolbox,
-                   Sweeps(engine))
+                   Sweeps(engine), followups=Followups(store.timers))
 
 
-async def assemble(settings: Settings, *, fallback_store: bool = True, with_mcp: bool = True) -> Assembly:
+async def assemble(settings: Settings, *, fallback_store: bool = True, with_mcp: bool = True,
+                   with_followups: bool = False) -> Assembly:
     """Everything an engine needs. ``with_mcp``: connect the MCP servers (where runs happen; a Slack front
-    that only hands work on does not need them)."""
+    that only hands work on does not need them). ``with_followups``: offer the model ``schedule_followup``."""
     model = build_model(settings)
     try:
         toolbox = ops.build(settings.toolbox)
@@ -174,8 +178,11 @@ async def assemble(settings: Settings, *, fallback_store: bool = True, with_mcp:
                    interrupt_ttl_s=float(settings.interrupt_ttl_s))
     engine = Engine(deps, EngineOptions(lease_ttl_ms=int(settings.sweeps.lease_ttl_s * 1000)))
     sweeps = Sweeps(engine, interval_s=settings.sweeps.interval_s, stale_after_s=settings.sweeps.stale_after_s)
+    followups = Followups(store.timers)
+    if with_followups:  # Slack's: a follow-up runs in a Slack thread (elsewhere the model would only be refused)
+        registry.add(followup_tool(followups))
     return Assembly(engine, bus, store, store.meta, store, store.outbox, store.queue, model, toolbox, sweeps, hub,
-                    telemetry)
+                    telemetry, followups)
 
 
 def tracing(settings: Settings, model: ChatModel) -> Telemetry | None:

@@ -116,6 +116,11 @@ async def slack_checks(settings: Settings) -> list[Check]:
         checks.append(Check("Slack scopes", not missing,
                             f"missing {', '.join(missing)}" if missing else "every scope manifest.yml asks for",
                             "add them under OAuth & Permissions (or reinstall from manifest.yml)"))
+        extra = sorted(granted - wanted)  # an install from an older manifest keeps scopes nothing uses now
+        if extra:
+            checks.append(Check("Slack scopes beyond the manifest", False, f"granted but unused: {', '.join(extra)}",
+                                "remove them under OAuth & Permissions and reinstall (least privilege)",
+                                required=False))
     if slack.app_token:
         checks.append(Check("Slack mode", slack.app_token.startswith("xapp-"), "Socket Mode (SLACK_APP_TOKEN)",
                             "SLACK_APP_TOKEN is an app-level token starting with xapp-"))

@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import logging
 import sys
+import time
 from typing import Any, cast
 
 from bot.assembly import assemble, build_registry, open_store
@@ -38,6 +39,9 @@ _HELP = {
     "config": ("The configuration in effect (file, environment and defaults merged; secrets hidden), or with "
                "--reference every key with its type, default, environment variable and meaning (Markdown).",
                "opspilot config\n  opspilot config --reference --write docs/configuration.md", ""),
+    "report": ("A thread's incident summary (timeline, changes with requester, approver and verification, state, "
+               "open questions) as Markdown, from Redis. The records part needs no model.",
+               "opspilot report --thread C0OPS:1718000000.000100 --tz Asia/Shanghai", ""),
     "stats": ("Runs, steps, failure and resume rates and stop reasons, from Redis.", "opspilot stats --window 7d", ""),
 }
 
@@ -61,6 +65,10 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--config", default=argparse.SUPPRESS, help="YAML config file")
     common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
+    report_cmd = _add(sub, "report", common, "a thread's incident summary as Markdown, from Redis")
+    report_cmd.add_argument("--thread", required=True, help="<channel id>:<thread ts>")
+    report_cmd.add_argument("--tz", default=None, help="a second time zone for the timeline (e.g. Asia/Shanghai)")
+    report_cmd.add_argument("--no-model", action="store_true", help="the records only: no narrative")
     chat_cmd = _add(sub, "chat", common, "talk to OpsPilot in the terminal")
     chat_cmd.add_argument("--user", default="local-user", help="who you are (for confirmations and audit)")
     serve_cmd = _add(sub, "serve", common, "serve Slack: Socket Mode with SLACK_APP_TOKEN, otherwise HTTP on $PORT")
@@ -104,10 +112,13 @@ def _version() -> str:
 
 async def _stats(window: str, config: str | None) -> int:
     settings = load_settings(config)
+    from bot.slack.feedback import thread_url
+
     store = await open_store(settings, fallback=False)
     try:
         seconds = {"1h": 3600, "1d": 86400, "7d": 7 * 86400}[window]
         s = await store.stats(seconds)
+        downs = [e for e in await store.feedback.latest("down", 10) if e.at >= time.time() - seconds]
     finally:
         await store.close()
     print(f"OpsPilot — last {window}")
@@ -117,6 +128,10 @@ async def _stats(window: str, config: str | None) -> int:
           f"  ({s.tool_failure_rate:.1%} failed)")
     print(f"  interrupts → resumed        {s.get('interrupts')} → {s.get('resumed')}  ({s.resume_rate:.1%})")
     print(f"  answers rated 👍 / 👎        {s.get('feedback_up')} / {s.get('feedback_down')}")
+    print(f"  follow-ups fired / skipped / cancelled     {s.get('followup_fired')} / {s.get('followup_skipped')} / "
+          f"{s.get('followup_cancelled')}")
+    print(f"  scheduled checks fired / skipped / cancelled  {s.get('schedule_fired')} / {s.get('schedule_skipped')} / "
+          f"{s.get('schedule_cancelled')}  (reported {s.get('schedule_reported')}, quiet {s.get('schedule_quiet')})")
     read, written, full = s.get("cache_read_tokens"), s.get("cache_write_tokens"), s.get("input_tokens")
     total = read + written + full
     print(f"  input tokens                {total}: {full} at full price, {read} read from the prompt cache "
@@ -124,6 +139,13 @@ async def _stats(window: str, config: str | None) -> int:
     print("  stop reasons")
     for reason, count in s.stop_reasons.items() or {"(none yet)": 0}.items():
         print(f"    {reason:<24}  {count}")
+    print("  latest 👎 (newest first)" if downs else "  latest 👎: none")
+    for e in downs:
+        note = f": {' '.join(e.note.split())[:100]}" if e.note else ""
+        print(f"    {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(e.at))}  "
+              f"{say('en', 'reason_' + e.reason).lower()}{note} — by {e.user}, model {e.model}")
+        print(f"      asked: {' '.join(e.question.split())[:100]}")
+        print(f"      {thread_url(e)}")
     return 0
 
 
@@ -241,6 +263,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.port is not None:
                 settings.slack.port = args.port
             return asyncio.run(serve(settings, workers=args.workers, config=args.config))
+        if args.command == "report":
+            from bot.report import report
+
+            return asyncio.run(report(load_settings(args.config), args.thread, tz=args.tz,
+                                      use_model=not args.no_model))
         if args.command == "worker":
             from bot.slack.serve import work
 

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
+from bot import when
 from bot.agent.limits import Limits
 from tools.mcp.config import McpServerConfig
 from tools.ops.config import OpsConfig
@@ -86,8 +87,12 @@ class AlertSource(BaseModel):
     mode: Literal["investigate", "button"] = Field(
         "button", description="investigate: start a run at once; button: offer an Investigate button")
     dedupe_window_s: int = Field(3600, ge=0, description="the same alert group again within this: no new run")
-    max_runs: int = Field(5, ge=0, description="at most this many automatic runs per channel per rate window")
+    max_runs: int = Field(5, ge=0, description="at most this many automatic runs per channel in any rate window "
+                          "(a sliding window)")
     rate_window_s: int = Field(600, ge=1, description="the window of max_runs, in seconds")
+    follow_up: Literal["mention", "all"] = Field(
+        "mention", description="after the first investigation, answer in the alert's thread only when mentioned "
+                               "(mention), or every reply there (all)")
 
     def posted(self, message: dict[str, Any]) -> bool:
         """Whether ``message`` comes from one of this channel's alert sources."""
@@ -176,6 +181,28 @@ class TelemetryConfig(BaseModel):
     service_name: str = Field("opspilot", description="service.name on every span")
 
 
+class ScheduleConfig(BaseModel):
+    """A scheduled check: a question OpsPilot asks itself at the times a crontab expression names, in a channel."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field("", max_length=80, description="shown in lists (default: the question)")
+    cron: str = Field(description="crontab: minute hour day-of-month month day-of-week, e.g. \"0 9 * * 1-5\"")
+    timezone: str = Field("UTC", description="the IANA time zone the cron is read in (daylight saving included)")
+    channel: str = Field(description="the channel id (C…) it reports in")
+    question: str = Field(min_length=1, max_length=1000, description="what OpsPilot checks each time")
+    quiet_when_ok: bool = Field(False, description="post only when the check found something (a quiet run is "
+                                "still counted in `opspilot stats`)")
+
+    @model_validator(mode="after")
+    def _when(self) -> ScheduleConfig:
+        wrong = when.problem(self.cron, self.timezone)
+        if wrong:
+            raise ValueError(wrong)
+        self.channel = self.channel.strip().upper()
+        return self
+
+
 class SweepConfig(BaseModel):
     """The engine's periodic duties, run by whatever process hosts it (serve, demo, chat)."""
 
@@ -211,6 +238,10 @@ class Settings(BaseSettings):
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     slack: SlackConfig = Field(default_factory=SlackConfig)
+    schedules: list[ScheduleConfig] = Field(default_factory=list,
+                                            description="scheduled checks (see docs/slack.md, Follow-ups)")
+    misfire_grace_s: int = Field(600, ge=0, description="a follow-up or check missed while OpsPilot was down runs "
+                                 "late within this; later, it is skipped with a line saying so")
 
 
 def environment_problems(settings: Settings, known: list[str], tools: list[str] | None = None) -> list[str]:

@@ -114,6 +114,16 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def result_body(content: str) -> dict[str, Any]:
+    """A tool result's JSON body (``{"ok": true, "data"}`` or ``{"ok": false, "errorCode", "message"}``), for a
+    front end to say in its own words; {} when the content is not such an object."""
+    try:
+        body = json.loads(content)
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
 def one_line_summary(content: str, limit: int = 120) -> str:
     """A tool result as one short line for people: the error message, or the gist of the data."""
     try:

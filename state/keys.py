@@ -61,6 +61,11 @@ class Ttls:
     audit_max_entries: int = 100_000
     readers_s: int = 60
     """How long a worker that stopped reading stays in the list of the queue's readers."""
+    feedback_s: int = 30 * 24 * 3600
+    """A rating of an answer (👍/👎 with its context), and the lists of the latest ones."""
+    timers_s: int = 400 * 24 * 3600
+    """Follow-ups and schedules: refreshed at every write (a schedule's every firing), so only a timer nobody
+    touched for over a year lapses."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,15 @@ class Keys:
         """Front-end bookkeeping (e.g. where a thread's Slack progress message is)."""
         return f"{self.prefix}:meta:{kind}:{name}"
 
+    def window(self, name: str) -> str:
+        """A sliding-window rate limit's start times (a sorted set scored by when each started). Its name is the
+        hash tag, so the window and its ``window_held`` marker share one slot of a Redis Cluster."""
+        return f"{self.prefix}:{{window:{name}}}:starts"
+
+    def window_held(self, name: str) -> str:
+        """Set while a sliding window is full and someone was told: they are told once per hold."""
+        return f"{self.prefix}:{{window:{name}}}:held"
+
     def index(self, shard: str, name: str) -> str:
         """One shard's part of a run index: ``paused`` (scored by the earliest question expiry, for expiry
         and reminders) or ``active`` (running runs scored by their last write, for finding dead workers)."""
@@ -145,6 +159,26 @@ class Keys:
     def readers(self) -> str:
         """The workers reading the work stream, scored by when each last read (Redis's clock): a front's readiness."""
         return f"{self.prefix}:work-readers"
+
+    def feedback(self, shard: str, run_id: str, user: str) -> str:
+        """One person's rating of one answer (its thread's shard, as the list it joins)."""
+        return f"{self.prefix}:{{{shard}}}:feedback:{run_id}:{user}"
+
+    def feedback_latest(self, shard: str, rating: str) -> str:
+        """One shard's newest ratings of one kind (``up`` / ``down``), newest first."""
+        return f"{self.prefix}:{{{shard}}}:feedback-latest:{rating}"
+
+    def timers(self, shard: str) -> str:
+        """One shard's follow-ups and schedules: a hash of timer id → record (JSON)."""
+        return f"{self.prefix}:{{{shard}}}:timers"
+
+    def timers_due(self, shard: str) -> str:
+        """One shard's timers scored by when to look at each next (its due time, or a claim's lease end)."""
+        return f"{self.prefix}:{{{shard}}}:timers-due"
+
+    def timer_group(self, group: str) -> str:
+        """The timers of one thread (follow-ups) or channel (schedules), in its shard: what limits count."""
+        return f"{self.prefix}:{{{shard_of(group)}}}:timers-of:{group}"
 
     def audit(self, shard: str) -> str:
         """One shard's part of the audit stream (readers merge the shards by entry id)."""

@@ -6,6 +6,7 @@ from collections import defaultdict
 
 from core.messages import Message
 from state.errors import LeaseLost
+from state.feedback import MemoryFeedbacks
 from state.journal import MemoryJournal
 from state.locks import MemoryLocks
 from state.meta import MemoryMeta
@@ -13,6 +14,7 @@ from state.outbox import MemoryOutbox
 from state.queue import MemoryQueue
 from state.records import RunRecord, Ticket
 from state.store import Opened, Stats, Write, hour_now, merge_stats
+from state.timers import MemoryTimers
 
 
 class MemoryStore:
@@ -24,6 +26,8 @@ class MemoryStore:
         self.meta = MemoryMeta()
         self.outbox = MemoryOutbox()
         self.queue = MemoryQueue()
+        self.feedback = MemoryFeedbacks()
+        self.timers = MemoryTimers()
         self._transcripts: dict[str, list[Message]] = defaultdict(list)
         self._runs: dict[str, str] = {}
         self._thread_runs: dict[str, str] = {}

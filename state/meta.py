@@ -13,6 +13,28 @@ from typing import Any, cast
 from state.client import Client
 from state.guard import retried, text
 from state.keys import Keys, Ttls
+from state.store import Admission
+
+# A sliding window in one script (both keys share a hash tag: one slot of a Redis Cluster). A member already in
+# the window was admitted before (a retry after a lost reply). Refused: when a slot frees, and whether this is the
+# first refusal of the hold (the marker holds until a window after it, so a long storm is reported once per
+# window). Times are the caller's clock, the marker's included; TTLs only clean up.
+_ADMIT = """
+local now, window, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+redis.call('zremrangebyscore', KEYS[1], '-inf', now - window)
+if redis.call('zscore', KEYS[1], ARGV[4]) then return {1, 0, 0} end
+if redis.call('zcard', KEYS[1]) < limit then
+  redis.call('zadd', KEYS[1], now, ARGV[4])
+  redis.call('pexpire', KEYS[1], window)
+  return {1, 0, 0}
+end
+local oldest = redis.call('zrange', KEYS[1], 0, 0, 'WITHSCORES')
+local free_at = now + window
+if oldest[2] then free_at = tonumber(oldest[2]) + window end
+if tonumber(redis.call('get', KEYS[2]) or '0') > now then return {0, free_at, 0} end
+redis.call('set', KEYS[2], now + window, 'PX', window)
+return {0, free_at, 1}
+"""
 
 DEDUPE_MARK: ContextVar[str | None] = ContextVar("dedupe_mark", default=None)
 """Set while one stored request is read: its dedupe markers carry its id, so reading it again (its worker died
@@ -22,6 +44,7 @@ before it was acknowledged) passes the same dedupe it passed the first time inst
 class RedisMeta:
     def __init__(self, client: Client, keys: Keys, ttls: Ttls, outage_grace_s: float = 30.0) -> None:
         self.client, self.keys, self.ttls, self.grace_s = client, keys, ttls, outage_grace_s
+        self._admit = client.register_script(_ADMIT)
 
     async def put(self, kind: str, name: str, fields: Mapping[str, str]) -> None:
         key = self.keys.meta(kind, name)
@@ -77,6 +100,13 @@ class RedisMeta:
 
         return await retried("counting", self.grace_s, attempt)
 
+    async def admit(self, name: str, member: str, *, limit: int, window_s: float, now: float) -> Admission:
+        keys = [self.keys.window(name), self.keys.window_held(name)]
+        args: list[int | str] = [round(now * 1000), max(round(window_s * 1000), 1), limit, member]
+        admitted, free_at, first = await retried("rate limiting", self.grace_s,
+                                                 lambda: self._admit(keys=keys, args=args))
+        return Admission(bool(admitted), int(free_at) / 1000, bool(first))
+
 
 class MemoryMeta:
     def __init__(self) -> None:
@@ -85,6 +115,8 @@ class MemoryMeta:
         self._marks: dict[str, str] = {}  # name → the stored request that set it (see DEDUPE_MARK)
         self._counts: dict[str, tuple[int, float]] = {}
         self._lists: dict[str, list[str]] = defaultdict(list)
+        self._windows: dict[str, dict[str, float]] = defaultdict(dict)  # name → member → when it started
+        self._held: dict[str, float] = {}  # name → when its "told" marker lapses
 
     async def put(self, kind: str, name: str, fields: Mapping[str, str]) -> None:
         self._meta[(kind, name)].update(fields)
@@ -113,3 +145,17 @@ class MemoryMeta:
         value, lapses = (value + 1, lapses) if lapses > now else (1, now + ttl_s)
         self._counts[name] = (value, lapses)
         return value
+
+    async def admit(self, name: str, member: str, *, limit: int, window_s: float, now: float) -> Admission:
+        starts = self._windows[name]
+        for old in [m for m, at in starts.items() if at <= now - window_s]:
+            del starts[old]
+        if member in starts:
+            return Admission(True)
+        if len(starts) < limit:
+            starts[member] = now
+            return Admission(True)
+        first = self._held.get(name, 0.0) <= now
+        if first:
+            self._held[name] = now + window_s
+        return Admission(False, min(starts.values(), default=now) + window_s, first)

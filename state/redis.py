@@ -15,6 +15,7 @@ from redis.asyncio.cluster import RedisCluster
 from core.messages import Message, dump_message, load_message
 from state.client import Client
 from state.errors import CorruptRecord
+from state.feedback import RedisFeedbacks
 from state.guard import guard, retried, text
 from state.journal import RedisJournal
 from state.keys import Keys, Ttls, all_shards, shard_of
@@ -25,6 +26,7 @@ from state.outbox import RedisOutbox
 from state.queue import RedisQueue
 from state.records import SCHEMA_VERSION, RunRecord, Ticket, TraceAdapter, TraceEntry
 from state.store import Opened, Stats, Write, hour_now, merge_stats
+from state.timers import RedisTimers
 
 # The commit. ARGV[1] is a named header (JSON), ARGV[2] the run record behind this commit's id, then the new
 # transcript messages, then the new trace entries, then one ticket per new token. KEYS: transcript, run,
@@ -126,6 +128,8 @@ class RedisStore:
         self.meta = RedisMeta(client, self.keys, self.ttls, outage_grace_s)
         self.outbox = RedisOutbox(client, self.keys, self.ttls, outage_grace_s)
         self.queue = RedisQueue(client, self.keys, self.ttls, outage_grace_s)
+        self.feedback = RedisFeedbacks(client, self.keys, self.ttls, outage_grace_s)
+        self.timers = RedisTimers(client, self.keys, self.ttls, outage_grace_s)
         self._transcripts: OrderedDict[str, list[Message]] = OrderedDict()
         self.transcript_cache_size = 512
         self._commit = client.register_script(_COMMIT)

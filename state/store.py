@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from core.messages import Message
+from state.feedback import Feedbacks
 from state.outbox import OutboxRecord
 from state.queue import Entry, QueueStats
 from state.records import RunRecord, Ticket, TraceEntry
@@ -195,6 +196,10 @@ class Store(Protocol):
 
 
 class Reports(Protocol):
+    @property
+    def feedback(self) -> Feedbacks:
+        """Ratings of answers with their context (see :mod:`state.feedback`)."""
+
     async def stats(self, window_s: int) -> Stats: ...
 
     async def tally(self, thread_id: str, name: str) -> None:
@@ -202,6 +207,17 @@ class Reports(Protocol):
 
     async def read_audit(self, count: int = 100, *, run_id: str | None = None) -> list[dict[str, str]]:
         """The newest ``count`` audit entries (of one run, if given), newest first."""
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What a sliding-window limit answered (:meth:`MetaStore.admit`)."""
+
+    admitted: bool
+    free_at: float = 0.0
+    """Refused: when the oldest start leaves the window and one more may start (epoch seconds)."""
+    first_refusal: bool = False
+    """Refused, and the first refusal since the window was last open: the one to tell someone about."""
 
 
 class MetaStore(Protocol):
@@ -216,6 +232,11 @@ class MetaStore(Protocol):
 
     async def count(self, name: str, ttl_s: int) -> int:
         """Adds one to a counter that lives ``ttl_s`` from its first count; its new value (rate limits)."""
+
+    async def admit(self, name: str, member: str, *, limit: int, window_s: float, now: float) -> Admission:
+        """A sliding-window limit: ``member`` starts at ``now`` when fewer than ``limit`` started in the
+        ``window_s`` before it (so never more than ``limit`` in any window); the same member again is the same
+        start (a retried request counts once)."""
 
     async def remember(self, name: str, value: str, *, keep: int) -> None:
         """``value`` first in the list ``name``, which keeps its newest ``keep`` (a person's recent questions)."""

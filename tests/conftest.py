@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -50,11 +51,34 @@ async def until(predicate: Any, timeout_s: float = 20.0) -> None:
     raise AssertionError("condition not met in time")
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on right now (for servers the tests start)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+_PORTS_PER_WORKER = 1200
+_next_port = [random.randrange(_PORTS_PER_WORKER)]  # two runs at once start apart
+
+
+def _worker_ports() -> range:
+    """This test process's own ports, below the kernel's ephemeral range (32768 and up): parallel test processes
+    (pytest-xdist) never pick each other's, nor a port the kernel hands out for an outgoing connection."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(name[2:]) if name[2:].isdigit() else 0
+    start = 20_000 + (index % 10) * _PORTS_PER_WORKER
+    return range(start, start + _PORTS_PER_WORKER)
+
+
+def free_port(span: int = 4) -> int:
+    """A TCP port nobody listens on right now, with the ``span - 1`` after it free too (``serve`` puts its workers
+    on the next ones), from this test process's own range."""
+    ports = _worker_ports()
+    for _ in range(len(ports) // span):
+        base = ports.start + _next_port[0] % (len(ports) - span)
+        _next_port[0] += span
+        try:
+            for port in range(base, base + span):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError(f"no {span} free ports in a row in {ports}")
 
 
 @pytest.fixture(scope="session")

@@ -78,3 +78,16 @@ async def test_every_start_warns_loudly_about_an_evicting_redis(own_redis: OwnRe
     await store.close()
     assert any("maxmemory-policy is volatile-lru" in r.getMessage() and r.levelname == "WARNING"
                for r in caplog.records)
+
+
+async def test_scopes_granted_beyond_the_manifest_are_said_not_failed(env: FakeSlack,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """An app installed from an older manifest keeps scopes nothing uses any more: said, with the fix."""
+    from bot.check import manifest_scopes
+
+    env.scopes = sorted(manifest_scopes() | {"im:write", "reactions:write"})
+    assert await _check(None) == 0
+    out = capsys.readouterr().out
+    assert "✓ Slack scopes: every scope manifest.yml asks for" in out
+    assert "! Slack scopes beyond the manifest: granted but unused: im:write, reactions:write — fix: remove them" \
+           in out

@@ -15,6 +15,7 @@ from playwright.async_api import Page, async_playwright, expect
 from bot.config import Settings
 from bot.demo.server import Demo
 from tests.conftest import free_port
+from tests.language_scan import leaks
 
 ARTIFACTS = Path(__file__).parent.parent / "artifacts"
 expect.set_options(timeout=30_000)
@@ -49,6 +50,28 @@ async def page() -> AsyncIterator[Page]:
         await browser.close()
 
 
+DEMO_PEOPLE = ("Alice", "Bob", "Mallory")
+# An element's text as OpsPilot wrote it: code (`…`) and links (<url|label>) marked again, the page's own chrome out.
+_AS_WRITTEN = """(el) => {
+  const t = el.cloneNode(true);
+  t.querySelectorAll('.streaming, .author, .time, .badge, .only-you').forEach((e) => e.remove());
+  t.querySelectorAll('pre, code').forEach((e) => e.replaceWith('`' + e.textContent + '`'));
+  t.querySelectorAll('a').forEach((e) => e.replaceWith('<' + e.href + '|' + e.textContent + '>'));
+  document.body.appendChild(t);  // innerText needs it laid out
+  const text = t.innerText;
+  t.remove();
+  return text;
+}"""
+
+
+async def shown_by_opspilot(page: Page) -> list[str]:
+    """The text of every message OpsPilot posted in the open thread (an alerting tool's are not its own)."""
+    texts: list[str] = await page.get_by_test_id("thread").evaluate(
+        f"(thread) => [...thread.querySelectorAll('.msg')].filter((m) => m.querySelector('.avatar.bot') && "
+        f"!m.querySelector('.attachment')).map((m) => ({_AS_WRITTEN})(m.querySelector('.text')))")
+    return texts
+
+
 async def confirm_as(page: Page, user: str) -> None:
     await page.locator(f'[data-user="{user}"]').click()
     card = page.locator("#thread .msg", has_text="需要确认").last  # a Chinese thread: its cards are Chinese
@@ -81,7 +104,7 @@ async def test_the_whole_scenario_in_the_browser(demo_url: str, page: Page) -> N
     await form.locator("select").select_option("prod")
     await form.get_by_role("button", name="提交").click()
     await expect(thread.locator(".msg", has_text="需要确认")).to_be_visible()
-    await expect(thread.locator(".msg", has_text=re.compile(r"@Alice 于 \d\d:\d\d UTC 提交: environment = prod"))
+    await expect(thread.locator(".msg", has_text=re.compile(r"@Alice 于 \d\d:\d\d UTC 提交：环境 = prod"))
                  ).to_be_visible()
 
     # The requester may not approve her own prod restart; someone not allowed is told so, privately.
@@ -103,6 +126,17 @@ async def test_the_whole_scenario_in_the_browser(demo_url: str, page: Page) -> N
     ARTIFACTS.mkdir(exist_ok=True)
     await page.screenshot(path=str(ARTIFACTS / "demo-scenario.png"), full_page=True)
     assert (ARTIFACTS / "demo-scenario.png").stat().st_size > 10_000
+
+    # One language throughout: no English in what OpsPilot showed, outside code and quoted data — the thread
+    # (task cards, cards, forms, answers, Bob's and Mallory's notes were theirs alone) and Alice's Home.
+    shown = await shown_by_opspilot(page)
+    await page.locator('[data-user="U0ALICE"]').click()
+    await page.get_by_test_id("app-home").click()
+    await expect(page.get_by_test_id("home")).to_contain_text("你最近的问题")
+    shown.append(await page.get_by_test_id("home").evaluate(f"(box) => ({_AS_WRITTEN})(box)"))
+    assert len(shown) > 5 and any("行错误日志" in t for t in shown), shown  # task outputs were read too
+    found = leaks(shown, "zh", proper=DEMO_PEOPLE)
+    assert not found, "\n".join(f"{hit!r} in {text[:200]!r}" for hit, text in found)
 
 
 async def test_the_demo_alert_is_investigated_in_its_thread(demo_url: str, page: Page) -> None:

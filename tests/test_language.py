@@ -63,7 +63,7 @@ async def test_a_chinese_thread_stays_chinese(ws: Workspace) -> None:
     assert "用于 `restart_service`（`payments`）：你回答后立即执行。" in asked["form"]
     assert ":warning: *需要确认* — `restart_service` 会改动 `prod`，需要有人确认" in asked["card"]
     assert "*工具:* `restart_service`" in asked["card"] and "*环境:* `prod`" in asked["card"]
-    assert re.search(r":memo: <@UREQ> 于 \d\d:\d\d UTC 提交: environment = `prod`", closed["form"])
+    assert re.search(r":memo: <@UREQ> 于 \d\d:\d\d UTC 提交：环境 = `prod`", closed["form"])
     assert re.search(r":white_check_mark: <@UBOSS> 于 \d\d:\d\d UTC 确认", closed["card"])
     progress = next(t for t in texts if "第 " in t and " 步" in t)
     assert ":white_check_mark: 完成" in progress

@@ -359,7 +359,9 @@ async def test_a_long_answer_is_split_within_slack_limits(redis_url: str, prefix
         assert len(answers) >= 2  # more than 50 sections of ≤3000 characters
         sections = [b["text"]["text"] for m in answers for b in m["blocks"] if b["type"] == "section"]
         assert all(len(s) <= 3000 for s in sections)
-        assert "".join(sections).replace("\n", "") == long_answer.replace("\n", "")
+        assert all(s.startswith("_(continued)_\n") for s in sections[1:])  # each part after the first says so
+        assert "".join(s.removeprefix("_(continued)_\n") for s in sections).replace("\n", "") == \
+            long_answer.replace("\n", "")
     finally:
         await ws.stop()
 

@@ -87,8 +87,9 @@ async def test_a_long_thread_is_bounded_newest_kept_and_says_so(redis_url: str, 
         parent = slack.post_as_user(CHANNEL, "UALICE", "incident channel for the payments outage")
         for i in range(40):
             slack.post_as_user(CHANNEL, f"U{i:04d}", f"update number {i:02d} " + "x" * 40, thread_ts=parent["ts"])
-        question = slack.post_as_user(CHANNEL, "UREQ", "summarise", thread_ts=parent["ts"])
-        await ws.sender.event(mention(CHANNEL, "UREQ", "summarise", question["ts"], thread_ts=parent["ts"]))
+        question = slack.post_as_user(CHANNEL, "UREQ", "what has been tried so far?", thread_ts=parent["ts"])
+        await ws.sender.event(mention(CHANNEL, "UREQ", "what has been tried so far?", question["ts"],
+                                      thread_ts=parent["ts"]))
         await ws.settle()
         [text] = user_texts(model)
         assert "incident channel for the payments outage" in text  # the parent always stays

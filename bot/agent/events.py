@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from bot.agent.decisions import DecisionKind
+from bot.agent.summary import Fallback
 from core.stops import StopReason
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,9 @@ class ToolResultEvent(_Event):
     error_code: str | None
     summary: str
     latency_ms: float
+    data: dict[str, Any] = {}
+    """The result's JSON body (``{"ok", "data"}`` or ``{"ok": false, "errorCode", "message"}``): the facts a
+    front end says in its own language (``summary`` is English, for logs and traces)."""
 
 
 class PendingView(BaseModel):
@@ -119,6 +123,8 @@ class RunFinished(_Event):
     answer: str
     by: str | None = None
     """Who stopped it (a Stop press), when someone did."""
+    fallback: Fallback | None = None
+    """Set when OpsPilot composed the answer itself (Stop, a limit, a failure): its facts, to say in any language."""
 
 
 Event = Annotated[

@@ -33,7 +33,7 @@ from bot.agent.lease import Lease
 from bot.agent.limits import call_digest, should_stop
 from bot.agent.models.base import AUTO, NONE, Completion, ModelError, ToolChoice
 from bot.agent.prompt import STOP_INSTRUCTION
-from bot.agent.summary import what_ran
+from bot.agent.summary import Fallback, ran
 from bot.agent.transcript import ThreadMemo, sendable
 from core.messages import (
     AssistantMessage,
@@ -45,6 +45,7 @@ from core.messages import (
     UserMessage,
     error_result,
     one_line_summary,
+    result_body,
 )
 from core.redact import redact, redact_value
 from core.stops import STOP_WORDING, StopReason
@@ -253,7 +254,8 @@ class Run:
         if obs.result is not None:
             self.emit(ToolResultEvent, step=self.record.step, call_id=obs.call.id, tool=obs.call.name,
                       status=obs.result.status, error_code=obs.result.error_code,
-                      summary=one_line_summary(obs.result.content), latency_ms=round(obs.latency_ms, 2))
+                      summary=one_line_summary(obs.result.content), latency_ms=round(obs.latency_ms, 2),
+                      data=result_body(obs.result.content))
             self.flush_events()
 
     # --- Observation ---------------------------------------------------------------------------
@@ -342,7 +344,7 @@ class Run:
         await self.commit(final=True)
         return self.outcome()
 
-    async def finish(self, reason: StopReason, answer: str) -> RunOutcome:
+    async def finish(self, reason: StopReason, answer: str, fallback: Fallback | None = None) -> RunOutcome:
         r = self.record
         # The record keeps a preview; the whole answer is the transcript's last message.
         r.status, r.stop_reason, r.answer = "finished", reason, preview(answer)
@@ -350,7 +352,7 @@ class Run:
         r.trace.append(FinishTrace(stop_reason=reason, steps=r.step, active_ms=round(self.active_s() * 1000, 1)))
         self.count(f"stop:{reason}")
         self.emit(RunFinished, stop_reason=reason, steps=r.step, answer=answer,
-                  by=self.stopped_by)
+                  by=self.stopped_by, fallback=fallback)
         await self.commit(final=True)
         return self.outcome()
 
@@ -358,24 +360,19 @@ class Run:
         """A limit stopped the run: every call still gets its result, the user still gets a summary."""
         because = STOP_WORDING[reason].because
         await self.answer_dangling("cancelled", reason, f"not finished: the run stopped because {because}")
-        note = f"_Stopped early: {because}._"
         try:
             async with asyncio.timeout(self.deps.summary_timeout_s):
                 completion = await self.complete(NONE, instruction=STOP_INSTRUCTION.format(reason=reason))
-            summary = redact(completion.message.content).strip() or self.plain_summary()
+            summary = redact(completion.message.content).strip()
         except Exception as exc:
             log.warning("run %s: summary after %s failed: %r", self.id, reason, exc)
-            summary = self.plain_summary()
-        answer = f"{note}\n\n{summary}"
-        self.append(AssistantMessage(content=answer))
-        return await self.finish(reason, answer)
+            summary = ""
+        return await self._fall_back(Fallback(kind="early", reason=reason, summary=summary, ran=ran(self.transcript)))
 
     async def fail(self, reason: StopReason, public: str) -> RunOutcome:
         """The model (or our code) failed: no more model calls, a plain readable answer."""
         await self.answer_dangling("cancelled", reason, f"not finished: {public}")
-        answer = f"_I could not finish: {public}._\n\n{self.plain_summary()}"
-        self.append(AssistantMessage(content=answer))
-        return await self.finish(reason, answer)
+        return await self._fall_back(Fallback(kind="failed", reason=reason, why=public, ran=ran(self.transcript)))
 
     async def cancel(self, by: str | None = None) -> RunOutcome:
         await self.answer_dangling("cancelled", "cancelled", "cancelled by the user before it finished")
@@ -384,9 +381,13 @@ class Run:
             self.decide(answers)
             await self.settle(answers)
         self.stopped_by = by or self.stopped_by
-        answer = f"_Stopped at {time.strftime('%H:%M UTC', time.gmtime())}._\n\n{self.plain_summary()}"
-        self.append(AssistantMessage(content=answer))
-        return await self.finish("cancelled", answer)
+        return await self._fall_back(Fallback(kind="stopped", reason="cancelled",
+                                              at=time.strftime("%H:%M UTC", time.gmtime()), ran=ran(self.transcript)))
+
+    async def _fall_back(self, fallback: Fallback) -> RunOutcome:
+        """Finish with an answer OpsPilot composed: English in the transcript, facts for front ends to word."""
+        self.append(AssistantMessage(content=fallback.english()))
+        return await self.finish(fallback.reason, fallback.english(), fallback)
 
     def dangling_calls(self) -> list[ToolCall]:
         """Calls of the latest tool-using turn that have neither a result nor a pending question."""
@@ -422,8 +423,5 @@ class Run:
         self.append(result)
         self._audit_change(call, call.arguments, result, self.record.approvals.pop(call.id, None))
         self.emit(ToolResultEvent, step=self.record.step, call_id=call.id, tool=call.name, status=status,
-                  error_code=code, summary=message, latency_ms=0.0)
-
-    def plain_summary(self) -> str:
-        """What ran in this run (used when the model cannot summarise)."""
-        return what_ran(self.transcript)
+                  error_code=code, summary=message, latency_ms=0.0,
+                  data={"ok": False, "errorCode": code, "message": message})

@@ -80,3 +80,18 @@ def block_action(*, user: str, channel: str, message: dict[str, Any], action_id:
         "actions": [{"type": "button", "action_id": action_id, "block_id": "b", "value": value,
                      "action_ts": f"{time.time():.6f}"}],
     }
+
+
+def view_submission(*, user: str, view: dict[str, Any], values: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A modal's submission as Slack sends it: the view that was opened (``views.open``'s answer) with its inputs'
+    state (``{block_id: {action_id: {type, value | selected_option}}}``)."""
+    return {
+        "type": "view_submission", "team": {"id": "T0001", "domain": "fake"},
+        "user": {"id": user, "username": user, "team_id": "T0001"}, "api_app_id": "A0001", "token": "legacy",
+        "trigger_id": f"{next(_ids)}.4.5", "is_enterprise_install": False, "enterprise": None, "response_urls": [],
+        "view": {"id": view.get("id", "V0001"), "team_id": "T0001", "type": "modal",
+                 "callback_id": view.get("callback_id", ""), "private_metadata": view.get("private_metadata", ""),
+                 "blocks": view.get("blocks", []), "title": view.get("title"), "hash": view.get("hash", "1.h"),
+                 "state": {"values": values or {}}, "app_id": "A0001", "bot_id": "B0001",
+                 "root_view_id": view.get("id", "V0001"), "previous_view_id": None, "external_id": ""},
+    }

@@ -4,7 +4,7 @@ One aiohttp process serves three things on one port:
   /            the page (a channel with threads, live edits, Block Kit, a user switcher)
   /api/*       a Slack-compatible Web API (:class:`LocalSlack`) the bot posts to
   /slack/events the bot's own endpoint, which the page's backend calls with properly signed
-               Events API and ``block_actions`` requests — exactly what Slack would send.
+               Events API, ``block_actions`` and ``view_submission`` requests — exactly what Slack would send.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from aiohttp import web
 
 from bot.config import AlertSource, Approvers, Settings
 from bot.demo.local_server import LocalServer
-from bot.demo.sender import SlackSender
+from bot.demo.sender import SlackSender, view_submission
 from bot.demo.workspace import BOT_USER, TEAM, LocalSlack
 from bot.slack.service import SlackService, build_service
 
@@ -70,6 +70,8 @@ class Demo:
 
     async def start(self) -> LocalServer:
         self.service = await build_service(self.settings, fallback_store=True)
+        if self.service.timers is not None:  # "Re-check in 1 min": a follow-up the page shows while one watches
+            self.service.timers.slack.recheck_minutes = self.service.renderer.rechecks = 1
         app = web.Application()
         app.router.add_routes(self.slack.routes())
         app.router.add_routes(self.service.routes)  # the bot's /slack/events, /healthz, /metrics
@@ -79,6 +81,7 @@ class Demo:
         app.router.add_get("/demo/feed", self.feed)
         app.router.add_post("/demo/say", self.say)
         app.router.add_post("/demo/click", self.click)
+        app.router.add_post("/demo/submit", self.submit)
         app.router.add_post("/demo/alert", self.alert)
         app.router.add_post("/demo/home", self.home)
         server = await LocalServer(app, port=self.port).start()
@@ -173,8 +176,21 @@ class Demo:
                          "block_id": str(body.get("block_id", "")), "value": str(body.get("value", "")),
                          "action_ts": f"{time.time():.6f}"}],
         }
+        self.slack.triggers[str(payload["trigger_id"])] = user  # a modal it opens shows to whoever clicked
         status, _ = await self._sender().action(payload)
         return web.json_response({"ok": status == 200})
+
+    async def submit(self, request: web.Request) -> web.Response:
+        """A modal sent (Slack's ``view_submission``): the bot's refusal, if any, comes back to show in it."""
+        body = await request.json()
+        user, view_id = str(body.get("user", "")), str(body.get("view_id", ""))
+        opened = next((m for m in reversed(self.slack.modals) if m["view"]["id"] == view_id), None)
+        if user not in USERS or opened is None or opened["user"] != user:
+            return web.json_response({"ok": False, "error": "unknown user or form"}, status=400)
+        values = body.get("values") if isinstance(body.get("values"), dict) else {}
+        status, text = await self._sender().action(view_submission(user=user, view=opened["view"], values=values))
+        answer = json.loads(text) if status == 200 and text.startswith("{") else {}
+        return web.json_response({"ok": status == 200 and not answer.get("errors"), "errors": answer.get("errors")})
 
     async def home(self, request: web.Request) -> web.Response:
         """The Home tab opened: Slack's app_home_opened event to the bot, then the view it published."""

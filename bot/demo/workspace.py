@@ -19,9 +19,11 @@ from typing import Any
 
 from aiohttp import web
 
+from bot.demo.canvases import CanvasMethods
 from bot.demo.limits import Fault, block_problems
 from bot.demo.local_server import LocalServer
 from bot.demo.streams import STREAM_METHODS, TIERS, StreamMethods
+from bot.demo.views import ViewMethods
 
 BOT_USER = "UBOT"
 TEAM = "T0001"  # the one workspace this fake Slack is; auth.test answers it, requests carry it
@@ -30,7 +32,7 @@ TEAM = "T0001"  # the one workspace this fake Slack is; auth.test answers it, re
 Watcher = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-class LocalSlack(StreamMethods):
+class LocalSlack(StreamMethods, ViewMethods, CanvasMethods):
     def __init__(self, token: str = "xoxb-test-token") -> None:
         self.token = token
         self.calls: list[tuple[str, dict[str, Any]]] = []
@@ -66,6 +68,13 @@ class LocalSlack(StreamMethods):
         app.router.add_get("/socket-mode", self._socket)
         app.router.add_post("/services/{hook:.+}", self._incoming)
         app.router.add_post("/response/{id}", self._response)
+        app.router.add_routes(self.canvas_routes())
+        self.canvases: dict[str, dict[str, Any]] = {}
+        self.uploads: dict[str, dict[str, Any]] = {}
+        self.canvases_refused: str | None = None
+        """An error code every canvas call answers (a workspace without canvases); None: canvases work."""
+        self.upload_base_url: str | None = None
+        """Where ``/upload/…`` is served when not on this fake's own server (the demo)."""
         self.webhooks: dict[str, dict[str, str]] = {}
         self.profiles: dict[str, str] = {}
         self.homes: dict[str, dict[str, Any]] = {}
@@ -73,6 +82,8 @@ class LocalSlack(StreamMethods):
         """Display names by user id, for users.info (anyone else: user_not_found)."""
         self.responses: list[dict[str, Any]] = []
         """What was posted to a command's or an action's response_url."""
+        self.modals: list[dict[str, Any]] = []
+        self.triggers: dict[str, str] = {}
         self._deliveries: set[asyncio.Task[Any]] = set()
         self.deliver: Callable[[dict[str, Any]], Coroutine[Any, Any, Any]] | None = None
         """Where events go (the app's Events API endpoint, through a signing sender), for messages Slack itself
@@ -86,7 +97,8 @@ class LocalSlack(StreamMethods):
     def routes(self) -> list[web.RouteDef]:
         """The Web API routes, to mount in another aiohttp app (the demo serves them next to its page)."""
         return [web.post("/api/{method}", self._dispatch), web.get("/api/{method}", self._dispatch),
-                web.get("/socket-mode", self._socket), web.post("/services/{hook:.+}", self._incoming)]
+                web.get("/socket-mode", self._socket), web.post("/services/{hook:.+}", self._incoming),
+                *self.canvas_routes()]
 
     async def _announce(self, change: dict[str, Any]) -> None:
         for watcher in list(self.watchers):
@@ -238,6 +250,8 @@ class LocalSlack(StreamMethods):
             await self._announce({"type": "deleted", "channel": answer["channel"], "ts": answer["ts"]})
         elif answer.get("ok") and method == "chat.postEphemeral":
             await self._announce({"type": "ephemeral", "ephemeral": self.ephemerals[-1]})
+        elif answer.get("ok") and method == "views.open":
+            await self._announce({"type": "modal", "modal": self.modals[-1]})
         scopes = {"x-oauth-scopes": ",".join(self.scopes)} if method == "auth.test" and self.scopes else None
         return web.json_response(answer, headers=scopes)
 
@@ -358,19 +372,6 @@ class LocalSlack(StreamMethods):
         more = start + limit < len(found)
         return {"ok": True, "messages": found[start:start + limit], "has_more": more,
                 "response_metadata": {"next_cursor": str(start + limit) if more else ""}}
-
-    def _views_publish(self, body: dict[str, Any]) -> dict[str, Any]:
-        view = body.get("view")
-        view = json.loads(view) if isinstance(view, str) else view
-        if not isinstance(view, dict) or view.get("type") != "home" or not body.get("user_id"):
-            return {"ok": False, "error": "invalid_arguments"}
-        if len(view.get("blocks") or []) > 100:
-            return {"ok": False, "error": "invalid_blocks"}
-        problems = block_problems(view.get("blocks") or [])
-        if problems:
-            return {"ok": False, "error": "invalid_blocks: " + "; ".join(problems)}
-        self.homes[str(body["user_id"])] = view
-        return {"ok": True, "view": {"id": f"V{len(self.homes):04d}", **view}}
 
     def _users_info(self, body: dict[str, Any]) -> dict[str, Any]:
         user = str(body.get("user"))

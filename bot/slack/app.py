@@ -22,9 +22,11 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.slack.feedback import VIEW_ID as FEEDBACK_FORM
 from bot.slack.gate import bolt_text, foreign, refusal
 from bot.slack.identity import Identity
 from bot.slack.inbound import Inbound
+from bot.slack.incident_commands import SHORTCUT as SUMMARIZE_SHORTCUT
 from bot.slack.link import OneLine
 from bot.slack.metrics import Metrics
 from bot.slack.outbox import SlackOutbox
@@ -100,6 +102,21 @@ def build_bolt_app(*, client: AsyncWebClient, signing_secret: str, inbound: Inbo
     async def on_shortcut(ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
         await handle(inbound.on_shortcut(body), "shortcut")
+
+    @app.shortcut(SUMMARIZE_SHORTCUT)
+    async def on_summarize(ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        await handle(inbound.incidents.on_shortcut(body), "summarize")
+
+    @app.view(FEEDBACK_FORM)
+    async def on_feedback_form(ack: AsyncAck, body: dict[str, Any]) -> None:
+        if inbound.feedback is None:
+            await ack()
+            return
+        submission, errors = await inbound.feedback.read(body)  # a refusal is shown in the form itself
+        await (ack(response_action="errors", errors=errors) if errors else ack())
+        if submission is not None:
+            await handle(inbound.feedback.submitted(submission), "feedback-form")
 
     @app.action(re.compile(r"^value$"))
     async def on_select(ack: AsyncAck) -> None:

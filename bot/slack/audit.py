@@ -25,7 +25,7 @@ def audit_line(entry: dict[str, str], lang: str) -> str:
         what = say(lang, "audit_on" if target else "audit_in", tool=tool, target=escape(target), env=escape(env))
     else:
         what = f"`{tool}`"
-    rest = [f"{escape(k)} `{escape(str(v)[:_VALUE])}`" for k, v in args.items()
+    rest = [f"{escape(k)}=`{escape(str(v)[:_VALUE])}`" for k, v in args.items()
             if k not in (*_TARGET_KEYS, "environment") and v not in (None, "")]
     if rest:
         what += say(lang, "audit_with", args=say(lang, "comma").join(rest))

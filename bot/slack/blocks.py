@@ -16,6 +16,7 @@ import time
 from typing import Any, get_args
 
 from bot.slack.words import say
+from core.split import split
 from core.text import hides_any, reveal
 from tools.registry import Provenance
 
@@ -87,26 +88,12 @@ def hhmm(ts: float | None = None) -> str:
     return time.strftime("%H:%M UTC", time.gmtime(ts or time.time()))
 
 
-def split_answer(text: str) -> list[list[Block]]:
-    """An answer as one or more messages: ≤3000 characters per section, ≤50 blocks per message."""
-    chunks: list[str] = []
-    current = ""
-    for paragraph in text.split("\n"):
-        while len(paragraph) > SECTION_TEXT:
-            if current:
-                chunks.append(current)
-                current = ""
-            chunks.append(paragraph[:SECTION_TEXT])
-            paragraph = paragraph[SECTION_TEXT:]
-        candidate = f"{current}\n{paragraph}" if current else paragraph
-        if len(candidate) > SECTION_TEXT:
-            chunks.append(current)
-            current = paragraph
-        else:
-            current = candidate
-    if current.strip():
-        chunks.append(current)
-    blocks = [mrkdwn(c) for c in chunks if c.strip()] or [mrkdwn("(no answer)")]
+def split_answer(text: str, lang: str = "en") -> list[list[Block]]:
+    """An answer as one or more messages: sections of ≤3000 characters cut between paragraphs, lines,
+    sentences or words (code blocks kept whole or closed and reopened), each after the first marked as
+    continuing; ≤50 blocks per message."""
+    parts = split(text, SECTION_TEXT, mark=f"_{say(lang, 'continued')}_")
+    blocks = [mrkdwn(p.text) for p in parts] or [mrkdwn(say(lang, "no_answer"))]
     return [blocks[i:i + MAX_BLOCKS] for i in range(0, len(blocks), MAX_BLOCKS)]
 
 
@@ -173,7 +160,8 @@ def confirm_card(token: str, reason: str, payload: dict[str, Any], lang: str = "
 
 def params_form(token: str, reason: str, payload: dict[str, Any], error: str | None = None,
                 subject: str = "", lang: str = "en") -> list[Block]:
-    blocks: list[Block] = [mrkdwn(f":pencil: *{say(lang, 'need_more')}* — {escape(reason)}")]
+    # What is asked for, in the thread's words: the tool's own reason is written for the model.
+    blocks: list[Block] = [mrkdwn(f":pencil: *{say(lang, 'need_more')}* — {form_ask(payload, lang)}")]
     if subject:
         blocks.append(context(subject))
     for field in payload.get("fields", []):
@@ -189,7 +177,7 @@ def params_form(token: str, reason: str, payload: dict[str, Any], error: str | N
         else:
             element = {"type": "plain_text_input", "action_id": "value"}
         blocks.append({"type": "input", "block_id": f"opspilot_field:{name}"[:255],
-                       "label": {"type": "plain_text", "text": name[:2000]}, "element": element})
+                       "label": {"type": "plain_text", "text": field_label(name, lang)[:2000]}, "element": element})
     if error:
         blocks.append(context(f":x: {escape(error)}"))
     blocks.append({"type": "actions", "block_id": "opspilot_form", "elements": [
@@ -199,12 +187,35 @@ def params_form(token: str, reason: str, payload: dict[str, Any], error: str | N
     return blocks
 
 
+def field_label(name: str, lang: str) -> str:
+    """A form field's name in words where the catalog has it (``environment``), else as the tool names it."""
+    return say(lang, f"field_{name}") if f"field_{name}" in _FIELDS else name
+
+
+_FIELDS = {"field_environment", "field_service_id"}
+
+
+def form_fields(payload: dict[str, Any], lang: str) -> str:
+    names = [str(f.get("name")) for f in payload.get("fields", [])]
+    return say(lang, "and").join(field_label(n, lang) if f"field_{n}" in _FIELDS else f"`{escape(n)}`"
+                                 for n in names)
+
+
+def form_ask(payload: dict[str, Any], lang: str) -> str:
+    """``choose environment``: a form's question, from its fields."""
+    return say(lang, "form_choose", fields=form_fields(payload, lang))
+
+
 def form_subject(tools: list[str], arguments: dict[str, Any], lang: str = "en") -> str:
     """What a form is for: the calls it answers and their target, so nobody has to guess."""
+    calls, on = _calls_on(tools, arguments, lang)
+    return say(lang, "form_for_many" if len(tools) > 1 else "form_for_one", calls=calls, on=on)
+
+
+def _calls_on(tools: list[str], arguments: dict[str, Any], lang: str) -> tuple[str, str]:
     target = "/".join(str(arguments[k]) for k in ("service_id", "environment") if arguments.get(k))
     calls = say(lang, "and").join(f"`{escape(t)}`" for t in tools)
-    on = say(lang, "on", target=escape(target)) if target else ""
-    return say(lang, "form_for_many" if len(tools) > 1 else "form_for_one", calls=calls, on=on)
+    return calls, say(lang, "on", target=escape(target)) if target else ""
 
 
 def form_values(state: dict[str, Any]) -> dict[str, str]:
@@ -226,11 +237,13 @@ def decided_card(summary: str, outcome: str) -> list[Block]:
     return [mrkdwn(summary), context(outcome)]
 
 
-def card_summary(interrupt_type: str, reason: str, payload: dict[str, Any], lang: str = "en") -> str:
+def card_summary(interrupt_type: str, reason: str, payload: dict[str, Any], lang: str = "en",
+                 tools: list[str] | None = None, arguments: dict[str, Any] | None = None) -> str:
+    """What a card asks, kept once it is decided: the change and where, or the fields and what for."""
     if interrupt_type == "confirm_risky":
         return f"*{say(lang, 'confirmation')}* — {gate(reason, payload, lang)}\n{_what_runs(payload, lang)}"
-    names = ", ".join(escape(f["name"]) for f in payload.get("fields", []))
-    return f"*{say(lang, 'needed')}:* {names} — {escape(reason)}"
+    calls, on = _calls_on(tools or [str(payload.get("tool") or "?")], arguments or {}, lang)
+    return say(lang, "form_needed", fields=form_fields(payload, lang), calls=calls, on=on)
 
 
 # --- the progress message ---------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
@@ -20,8 +20,12 @@ from bot.agent.errors import EngineError, NotPending
 from bot.slack import blocks as kit
 from bot.slack.access import AccessPolicy, Verdict
 from bot.slack.alerts import INVESTIGATE, Alerts
+from bot.slack.feedback import Feedback
+from bot.slack.followups import CANCEL as TIMER_CANCEL
+from bot.slack.followups import RECHECK
 from bot.slack.history import render, rich_text
 from bot.slack.home import Home
+from bot.slack.incident_commands import IncidentCommands
 from bot.slack.meta import CARD, THREAD, channel_of, thread_key
 from bot.slack.metrics import Metrics
 from bot.slack.outbox import SlackOutbox
@@ -32,15 +36,10 @@ from core.redact import redact
 from state import StoreError, Ticket
 from state.store import MetaStore, Reports
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from bot.slack.timers import TimerParts
 
-_CANNOT_POST = {
-    "not_in_channel": "I am not in this channel, so I cannot answer here. Invite me with `/invite @OpsPilot`, "
-                      "or ask me in a direct message.",
-    "channel_not_found": "I cannot post in this conversation (a direct message between people, or a private "
-                         "channel I am not in). Ask me in a direct message with me, or in a channel I am in.",
-    "is_archived": "This channel is archived: ask me somewhere else.",
-}
+log = logging.getLogger(__name__)
 
 
 async def respond(response_url: str, text: str) -> None:
@@ -65,8 +64,10 @@ Dispatch = Callable[[WorkItem], Awaitable[None]]
 class Inbound:
     def __init__(self, *, engine: Engine, meta: MetaStore, outbox: SlackOutbox, access: AccessPolicy,
                  dispatch: Dispatch, alerts: Alerts | None = None, people: People | None = None,
-                 home: Home | None = None, reports: Reports | None = None, metrics: Metrics | None = None) -> None:
+                 home: Home | None = None, reports: Reports | None = None, metrics: Metrics | None = None,
+                 feedback: Feedback | None = None) -> None:
         self.engine = engine
+        self.feedback = feedback
         self.home = home
         self.reports = reports
         self.metrics = metrics
@@ -77,6 +78,9 @@ class Inbound:
         self.outbox = outbox
         self.access = access
         self.dispatch = dispatch
+        self.incidents = IncidentCommands(engine=engine, meta=meta, outbox=outbox, access=access, reports=reports)
+        self.timers: TimerParts | None = None
+        """Follow-ups and scheduled checks: their commands and buttons (set where they exist)."""
         self._tasks: set[asyncio.Task[None]] = set()
 
     # --- background work ---------------------------------------------------------------------------------
@@ -133,8 +137,9 @@ class Inbound:
         except StoreError as exc:  # Redis stayed away longer than the grace period
             ref = uuid.uuid4().hex[:8]
             log.error("message %s in %s dropped (ref %s): %s", ts, channel, ref, exc)
-            if mentioned or event.get("channel_type") == "im":
-                await self.outbox.store_down(channel, STORE_DOWN, ref=ref, thread_ts=thread_ts)
+            if mentioned or event.get("channel_type") == "im":  # (the thread's language is in the store)
+                lang = language_of(str(event.get("text") or ""), self.access.config.language)
+                await self.outbox.store_down(channel, say(lang, STORE_DOWN), ref=ref, thread_ts=thread_ts, lang=lang)
 
     async def _message(self, event: dict[str, Any], event_id: str | None, channel: str, ts: str, thread_ts: str,
                        *, mentioned: bool, bot_user_id: str | None) -> None:
@@ -145,6 +150,8 @@ class Inbound:
                 return  # not for us, or the app_mention event handles it
             if not await self.engine.knows_thread(thread_key(channel, thread_ts)):
                 return
+            if self.alerts is not None and not await self.alerts.answers_unmentioned(channel, thread_ts):
+                return  # an alert's thread: colleagues coordinating there are not talking to OpsPilot
         if event_id and not await self.meta.first_time(f"event:{event_id}"):
             return
         if not await self.meta.first_time(f"message:{channel}:{ts}"):
@@ -159,6 +166,8 @@ class Inbound:
             await self.outbox.tell(channel, event["user"], "I cannot read attached files yet: paste the text you "
                                    "want me to look at, and mention me again.", thread_ts=thread_ts)
             return
+        if mentioned and await self.incidents.on_mention(channel, thread_ts, ts, event["user"], text):
+            return  # "@OpsPilot summarize" in a thread: a summary, not a question
         if files:
             text += f"\n(Attached, not read: {', '.join(files)}.)"
         text = redact(text) or "hello"  # the queue is Redis too: no secret goes there
@@ -182,12 +191,19 @@ class Inbound:
             await self.outbox.tell(channel, user,
                                    "Usage: `/opspilot <question>`, e.g. `/opspilot payments recent errors`")
             return
-        root, error = await self.outbox.post_now(channel, f"<@{user}> asked: {kit.escape(text)}"[:3000])
+        if await self.incidents.on_command(channel, user, text):
+            return  # `/opspilot summary …` or `/opspilot handover …`
+        if self.timers is not None and await self.timers.schedules.on_command(channel, user, text):
+            return  # `/opspilot schedule …` or `/opspilot schedules …`
+        lang = language_of(text, self.access.config.language)  # the thread it starts speaks the question's
+        root, error = await self.outbox.post_now(channel, say(lang, "slash_asked", who=f"<@{user}>",
+                                                              text=kit.escape(text))[:3000])
         if root is None:
             # Not in this channel, or a DM between two people: the command's response_url still reaches them.
             log.warning("/opspilot in %s could not start a thread: %s", channel, error)
-            await respond(str(command.get("response_url") or ""), _CANNOT_POST.get(
-                error, "Slack did not take my reply just now; send the command again."))
+            known = error in ("not_in_channel", "channel_not_found", "is_archived")
+            await respond(str(command.get("response_url") or ""),
+                          say(lang, f"cannot_post_{error}" if known else "cannot_post"))
             return
         await self.dispatch(Converse(channel=channel, thread_ts=root, user=user, text=text,
                                      request_id=f"{channel}:{root}"))
@@ -207,12 +223,25 @@ class Inbound:
                 await self._decide(action_id, value, user, channel, thread_ts, body.get("state") or {})
             elif action_id == INVESTIGATE:
                 await self._investigate(value, user, channel, thread_ts)
-            elif action_id.startswith(kit.FEEDBACK):
-                await self._feedback(value, user, channel, thread_ts)
+            elif action_id.startswith(kit.FEEDBACK) and self.feedback is not None:
+                await self.feedback.click(body, value, user, channel, thread_ts)
+            elif action_id in (TIMER_CANCEL, RECHECK) and self.timers is not None:
+                await self._timer_click(body, action_id, value, user, channel, thread_ts)
         except StoreError as exc:
             ref = uuid.uuid4().hex[:8]
             log.error("click %s by %s dropped (ref %s): %s", action_id, user, ref, exc)
-            await self.outbox.store_down(channel, CLICK_LOST, ref=ref, thread_ts=thread_ts, user=user)
+            lang = language_of("", self.access.config.language)
+            await self.outbox.store_down(channel, say(lang, CLICK_LOST), ref=ref, thread_ts=thread_ts, user=user,
+                                         lang=lang)
+
+    async def _timer_click(self, body: dict[str, Any], action_id: str, value: str, user: str, channel: str,
+                           thread_ts: str | None) -> None:
+        assert self.timers is not None
+        if action_id == RECHECK:
+            return await self.timers.slack.click_recheck(user, value, channel, thread_ts)
+        await self.timers.slack.click_cancel(user, value, channel, thread_ts)
+        if (body.get("view") or {}).get("type") == "home" and self.home is not None:
+            await self.home.publish(user)  # the list without the one cancelled
 
     async def _investigate(self, alert_ts: str, user: str, channel: str, thread_ts: str | None) -> None:
         verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))
@@ -222,19 +251,6 @@ class Inbound:
         problem = await self.alerts.investigate(channel, alert_ts, user)
         if problem:
             await self.outbox.tell(channel, user, problem, thread_ts)
-
-    async def _feedback(self, value: str, user: str, channel: str, thread_ts: str | None) -> None:
-        rating, _, run_id = value.partition(":")
-        if rating not in ("up", "down") or not run_id or not thread_ts:
-            return
-        if not await self.meta.first_time(f"feedback:{run_id}:{user}", ttl_s=30 * 86400):
-            await self._tell(channel, user, "rated", thread_ts)
-            return
-        if self.reports is not None:
-            await self.reports.tally(thread_key(channel, thread_ts), f"feedback_{rating}")
-        if self.metrics is not None:
-            self.metrics.inc("opspilot_feedback_total", rating=rating)
-        await self._tell(channel, user, "thanks_up" if rating == "up" else "thanks_down", thread_ts)
 
     async def on_home_opened(self, event: dict[str, Any]) -> None:
         if event.get("tab") == "home" and event.get("user") and self.home is not None:

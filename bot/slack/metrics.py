@@ -26,6 +26,7 @@ _HELP = {
     "opspilot_slack_api_errors_total": "Slack Web API errors by method",
     "opspilot_slack_rate_limited_total": "Slack Web API 429 responses",
     "opspilot_interrupts_pending": "Runs waiting for a person now",
+    "opspilot_feedback_total": "Answers rated, by the model that wrote them and the rating (up, down)",
 }
 
 

@@ -29,6 +29,7 @@ from bot.slack import blocks as kit
 from bot.slack.metrics import Metrics, slack_error
 from bot.slack.pacer import Pacer
 from bot.slack.streams import StreamRefused, Streams, control_key
+from bot.slack.words import say
 from core import redact as scrub
 from core.text import reveal, reveal_blocks
 from state.errors import StoreError
@@ -137,10 +138,10 @@ class SlackOutbox:
                          "text": redact(text)})
 
     async def store_down(self, channel: str, text: str, *, ref: str, thread_ts: str | None = None,
-                         user: str | None = None) -> None:
+                         user: str | None = None, lang: str = "en") -> None:
         """The message that says the store is down: sent directly, once (recording it would wait out the very
         outage it reports). To ``user`` only, when given. ``ref`` ties it to the operator's log line."""
-        text = f"{text} (ref {ref})"
+        text = say(lang, "ref", text=text, ref=ref)
         fields: dict[str, Any] = {"kind": "ephemeral" if user else "message", "channel": channel,
                                   "thread_ts": thread_ts, "user": user, "text": text,
                                   "blocks": json.dumps([kit.mrkdwn(text)], ensure_ascii=False)}

@@ -17,6 +17,7 @@ from bot.config import SlackConfig
 from bot.slack import blocks as kit
 from bot.slack.meta import THREAD
 from bot.slack.outbox import SlackOutbox
+from bot.slack.words import say
 from state import StoreError
 from state.store import MetaStore
 
@@ -67,7 +68,6 @@ class Reminders:
             if where and await self.meta.first_time(f"remind:{pending.token}"):
                 minutes = max(int((pending.expires_at - now) // 60), 1)
                 who = f"<@{ticket.requester}> " if ticket.requester else ""
-                tool = kit.escape(pending.call.name)
-                await self.outbox.say(where["channel"], where["thread_ts"],
-                                      f":alarm_clock: {who}still waiting for a decision on `{tool}`; "
-                                      f"it expires in about {minutes} min.", key=f"remind:{pending.token}")
+                text = say(str(where.get("lang") or "en"), "reminder", who=who, tool=kit.escape(pending.call.name),
+                           minutes=minutes)  # in the thread's language
+                await self.outbox.say(where["channel"], where["thread_ts"], text, key=f"remind:{pending.token}")

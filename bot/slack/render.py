@@ -16,11 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot.agent.events import CallDecided, Event, PendingView
+from bot.agent.models.demo import LABEL as DEMO_LABEL
+from bot.agent.summary import Fallback
 from bot.slack import blocks as kit
 from bot.slack.access import AccessPolicy
 from bot.slack.audit import audit_line
+from bot.slack.followups import recheck_button
 from bot.slack.meta import CARD, RUN, THREAD
 from bot.slack.outbox import SlackOutbox
+from bot.slack.outputs import fallback_answer, output
 from bot.slack.people import People
 from bot.slack.words import headline, language_of, say
 from core.stops import STOP_WORDING
@@ -35,7 +39,8 @@ _TONE_ICONS = {"done": ":white_check_mark:", "stopped": ":no_entry_sign:", "expi
 def card_ending(event: CallDecided, lang: str = "en") -> str:
     """A question card's final words: who decided what, and when."""
     by, at = f"<@{event.by}>", kit.hhmm(event.at)
-    chosen = ": " + ", ".join(f"{kit.escape(k)} = `{kit.escape(v)}`" for k, v in event.values.items()) \
+    chosen = say(lang, "colon") + say(lang, "comma").join(f"{kit.escape(kit.field_label(k, lang))} = `{kit.escape(v)}`"
+                                                         for k, v in event.values.items()) \
         if event.values else ""
     person = bool(event.by) and kit.who(event.by or "").startswith("<@")
     return {
@@ -50,11 +55,30 @@ def card_ending(event: CallDecided, lang: str = "en") -> str:
 
 def progress_text(state: dict[str, Any]) -> str:
     """The progress message as plain text (notifications, screen readers)."""
-    lines = [str(state.get("header", ""))] + [f"{kit.escape(ln['tool'])}: {ln['status']}" for ln in state["lines"]]
+    lang = str(state.get("lang") or "en")
+    lines = [str(state.get("header", ""))] + [f"{kit.escape(ln['tool'])}: {_status_word(ln['status'], lang)}"
+                                              for ln in state["lines"]]
     return kit.fallback_text("\n".join(lines))
 
 
 _who = kit.who
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.replace("`", "'").split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+_STATUSES = ("running", "ok", "error", "waiting", "cancelled", "skipped", "expired")
+
+
+def _status_word(status: str, lang: str) -> str:
+    return say(lang, f"st_{status}") if status in _STATUSES else status
+
+
+def model_note(label: str, lang: str) -> str:
+    """Under the progress: which stand-in answers (the scripted demo model, or a test's), said in the thread's words."""
+    if not label:
+        return ""
+    return say(lang, "demo_model_note") if label == DEMO_LABEL else say(lang, "model_note", model=f"`{label}`")
 
 
 def _seg_now(state: dict[str, Any]) -> int:
@@ -87,6 +111,8 @@ class Renderer:
         self.reports = reports
         self.model_note = model_note
         self._runs: dict[str, dict[str, Any]] = {}  # progress state of runs working on this instance
+        self.rechecks = 0
+        """Offer "Re-check in N min" under an answer that reports a change (0: off, where follow-ups do not exist)."""
 
     async def __call__(self, event: Event) -> None:
         if event.type == "run_started":
@@ -119,7 +145,8 @@ class Renderer:
             if event.asked_for_tools and event.text.strip() and not state.get("plan"):
                 state["plan"] = event.text.strip().splitlines()[0][:200]  # what the model said it would do
         elif event.type == "tool_call":
-            detail = ", ".join(f"{k}={v}" for k, v in event.arguments.items())[:80]
+            # The call's arguments are data: each value in a code span (cut short, never cut open).
+            detail = ", ".join(f"{k}=`{_clip(str(v), 40)}`" for k, v in list(event.arguments.items())[:3])
             line = _line(state, event.call_id)  # a confirmed call already has its line (it was waiting)
             target = "/".join(str(event.arguments[k]) for k in ("service_id", "environment")
                               if event.arguments.get(k))
@@ -130,15 +157,16 @@ class Renderer:
                 line.update(status="running", detail=detail, target=target, seg=_seg_now(state))
         elif event.type == "tool_result":
             line = _line(state, event.call_id)
-            if line is not None:
-                line["status"], line["detail"] = event.status, event.summary
+            if line is not None:  # what it found, in the thread's words (the facts are the tool's)
+                line["status"] = event.status
+                line["detail"] = output(event.status, event.error_code, event.data, lang, event.summary)
         elif event.type == "loop_interrupt":
             state["header"], leave = f":raised_hand: {say(lang, 'waiting')}", True
             for pending in event.pending:
                 line = _line(state, pending.call_id)
                 if line is not None:
                     line["status"], line["detail"] = "waiting", kit.gate(pending.reason, pending.payload, lang) \
-                        if pending.interrupt_type == "confirm_risky" else pending.reason
+                        if pending.interrupt_type == "confirm_risky" else kit.form_ask(pending.payload, lang)
         elif event.type == "run_stalled":
             state.update(header=f":warning: {say(lang, 'interrupted')}", stoppable=False, resumable=True,
                          note=say(lang, "interrupted_note"))
@@ -151,7 +179,7 @@ class Renderer:
                 state["header"] = f":no_entry_sign: {say(lang, 'stopped_by', by=_who(event.by), at=kit.hhmm())}"
             state["stoppable"], leave = False, True
         if event.type == "run_finished":
-            await self._finish(state, event.run_id, event.answer, stopped_by=event.by)
+            await self._finish(state, event.run_id, event.answer, stopped_by=event.by, composed=event.fallback)
         elif event.type == "loop_interrupt":
             await self._show(event.run_id, state, end=_End(md=f":raised_hand: {say(lang, 'waiting_below')}"))
             for group in _same_questions(event.pending):
@@ -187,7 +215,8 @@ class Renderer:
         else:
             await self.meta.put(THREAD, thread_id, {"lang": lang})
         state: dict[str, Any] = {"run_id": run_id, "header": f":mag: {say(lang, 'working')}", "step": 0,
-                                 "lines": [], "stoppable": True, "note": self.model_note, "lang": lang,
+                                 "lines": [], "stoppable": True, "note": model_note(self.model_note, lang),
+                                 "lang": lang,
                                  "channel": where["channel"], "thread_ts": where["thread_ts"],
                                  "requester": user_id or ""}
         if self.progress != "update" and kit.is_user(user_id or ""):  # Slack streams to a person, not a bot
@@ -272,10 +301,14 @@ class Renderer:
                 self.people, tool=pending.tool, environment=pending.arguments.get("environment"),
                 requester=state.get("requester"), channel=state["channel"], lang=lang)
             card = kit.confirm_card(pending.token, pending.reason, pending.payload, lang, who=who)
+            fallback = f"{say(lang, 'confirmation_needed')} — {kit.gate(pending.reason, pending.payload, lang)}"
         else:
             subject = kit.form_subject([pending.tool, *(s.tool for s in siblings)], pending.arguments, lang)
+            fallback = f"{say(lang, 'need_more')} — {kit.form_ask(pending.payload, lang)}"
             card = kit.params_form(pending.token, pending.reason, pending.payload, subject=subject, lang=lang)
-        summary = kit.card_summary(pending.interrupt_type, pending.reason, pending.payload, lang)
+        tools = [pending.tool, *(s.tool for s in siblings)]
+        summary = kit.card_summary(pending.interrupt_type, pending.reason, pending.payload, lang, tools,
+                                   pending.arguments)
         for sibling in siblings:  # no card of its own: closing it is a no-op, the shared form shows the answer
             await self.meta.put(CARD, sibling.token, {"run_id": run_id, "call_id": sibling.call_id,
                                                       "summary": summary, "primary": pending.token, "lang": lang})
@@ -283,33 +316,34 @@ class Renderer:
             "channel": state["channel"], "thread_ts": state["thread_ts"], "run_id": run_id,
             "call_id": pending.call_id, "summary": summary, "siblings": ",".join(s.token for s in siblings),
             "lang": lang})
-        await self.outbox.message(f"card:{pending.token}", state["channel"], state["thread_ts"],
-                                  kit.escape(pending.reason), card)
+        await self.outbox.message(f"card:{pending.token}", state["channel"], state["thread_ts"], fallback, card)
         decided = (await self.meta.get(CARD, pending.token)).get("decided")
         if decided:  # answered elsewhere before the card was recorded: show it closed, never live
             await self.outbox.message(f"card:{pending.token}", state["channel"], state["thread_ts"], decided,
                                       kit.decided_card(summary, decided))
 
-    async def _finish(self, state: dict[str, Any], run_id: str, answer: str, stopped_by: str | None = None) -> None:
+    async def _finish(self, state: dict[str, Any], run_id: str, answer: str, stopped_by: str | None = None,
+                      composed: Fallback | None = None) -> None:
         """The progress's final state and the answer: as separate messages, or streamed at the stream's end
         (posted as messages all the same if the stream had to fall back by then)."""
         lang = str(state.get("lang") or "en")
         text = kit.escape(answer)  # the model's words: no mention, no disguised link
-        if stopped_by and text.startswith("_Stopped at "):  # ours, not the model's: who pressed Stop
-            at = text.removeprefix("_Stopped at ").partition("._")[0]
-            text = f"_{say(lang, 'stopped_by', by=_who(stopped_by), at=at)}._" + text.partition("._")[2]
+        if composed is not None:  # ours, not the model's: said in the thread's words, with who pressed Stop
+            text = fallback_answer(composed, lang, _who(stopped_by) if stopped_by else "")
         shown = text
         changes = await self.reports.read_audit(200, run_id=run_id)
         if changes:
             text += f"\n\n*{say(lang, 'audit')}*\n" + "\n".join(audit_line(a, lang) for a in reversed(changes))
-        chunks = kit.split_answer(text)
-        if len(chunks[-1]) < kit.MAX_BLOCKS:
-            chunks[-1] = [*chunks[-1], kit.feedback(run_id, lang)]
+        # An answer that reports a change offers to look again once it has had time to show (a follow-up).
+        after = [recheck_button(run_id, lang, self.rechecks)] if changes and self.rechecks else []
+        chunks = kit.split_answer(text, lang)
+        if len(chunks[-1]) < kit.MAX_BLOCKS - len(after):
+            chunks[-1] = [*chunks[-1], kit.feedback(run_id, lang), *after]
         posts = [(f"answer:{run_id}:{i}", kit.fallback_text(shown), chunk) for i, chunk in enumerate(chunks)]
         markdown = kit.to_markdown(text)
         if state.get("mode") == "stream" and len(markdown) <= kit.STREAM_TEXT:
             note = [kit.context(state["note"])] if state.get("note") else []
-            await self._show(run_id, state, end=_End(md=markdown, blocks=[kit.feedback(run_id, lang), *note],
+            await self._show(run_id, state, end=_End(md=markdown, blocks=[kit.feedback(run_id, lang), *after, *note],
                                                       then=posts))
             return
         await self._show(run_id, state, end=_End(md=state["header"]))

@@ -23,6 +23,7 @@ from bot.config import ConfigError, Settings
 from bot.slack.access import AccessPolicy
 from bot.slack.alerts import Alerts
 from bot.slack.app import StoreFirst, build_bolt_app, readiness, web_routes
+from bot.slack.feedback import Feedback
 from bot.slack.gate import bolt_text
 from bot.slack.history import ThreadReader
 from bot.slack.home import Home
@@ -36,6 +37,8 @@ from bot.slack.people import People
 from bot.slack.reminders import Reminders
 from bot.slack.render import Renderer
 from bot.slack.streams import Streams
+from bot.slack.timers import TimerParts
+from bot.slack.timers import wire as wire_timers
 from bot.slack.work import Delivery, Executor, NotYet, Worker, WorkItem
 from state import StoreError
 from state.meta import DEDUPE_MARK
@@ -61,6 +64,8 @@ class SlackService:
     """The Web API clients' HTTP sessions: connections are kept and reused (one TLS handshake, not one a call)."""
     link: SocketLink | None = None
     """Socket Mode: the connection to Slack (connected by whoever serves, see :mod:`bot.slack.serve`)."""
+    timers: TimerParts | None = None
+    """Follow-ups and scheduled checks (fired where runs happen)."""
 
     @property
     def web_app(self) -> web.Application:
@@ -75,11 +80,15 @@ class SlackService:
         if self.role != "front":
             self.core.sweeps.start()
             self.reminders.start()
+            if self.timers is not None:
+                self.timers.firer.start()
         if self.worker is not None:
             self.worker.start()
 
     async def stop(self, timeout_s: float = 10.0) -> None:
         self.reminders.stop()
+        if self.timers is not None:
+            await self.timers.firer.stop()
         await self.core.sweeps.stop()
         if self.worker is not None:
             await self.worker.stop()
@@ -119,7 +128,8 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
         raise ConfigError("SLACK_BOT_TOKEN is not set (the bot token, xoxb-…); see README.md, 'Install in your Slack'")
     if role != "worker" and not socket_mode and not slack.signing_secret:
         raise ConfigError("SLACK_SIGNING_SECRET is not set: HTTP mode verifies every request's signature")
-    core = core or await assemble(settings, fallback_store=fallback_store, with_mcp=role != "front")
+    core = core or await assemble(settings, fallback_store=fallback_store, with_mcp=role != "front",
+                                  with_followups=True)
     metrics = Metrics()
     core.bus.listen(metrics.observe)
     api_url = slack.api_url if slack.api_url.endswith("/") else slack.api_url + "/"
@@ -153,20 +163,32 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
 
     # A worker hands on what a stored request means through the queue too: durable before the request is read.
     dispatch = here if role == "all" else enqueue
-    alerts = Alerts(config=slack, engine=core.engine, meta=core.meta, outbox=outbox, dispatch=dispatch) \
+    alerts = Alerts(config=slack, engine=core.engine, meta=core.meta, outbox=outbox, dispatch=dispatch,
+                    services=core.toolbox.catalog.ids, environments=core.toolbox.catalog.environments) \
         if slack.alert_sources else None
     # One cache of groups and names per process; the catalog's environments, so a rule that cannot match fails closed.
     access = AccessPolicy(slack, client, environments=core.toolbox.catalog.environments)
     people = People(client)
+    timers = wire_timers(core=core, settings=settings, outbox=outbox, access=access, dispatch=dispatch,
+                         executor=executor)
+    feedback = Feedback(client=client, engine=core.engine, meta=core.meta, reports=core.reports, outbox=outbox,
+                        access=access, metrics=metrics, model_label=core.model.label)
     inbound = Inbound(engine=core.engine, meta=core.meta, outbox=outbox, access=access, people=people,
-                      dispatch=dispatch, alerts=alerts, metrics=metrics, reports=core.reports,
+                      dispatch=dispatch, alerts=alerts, metrics=metrics, reports=core.reports, feedback=feedback,
                       home=Home(client=client, engine=core.engine, meta=core.meta, reports=core.reports,
-                                access=access, people=people))
+                                access=access, people=people, no_model=core.model.scripted))
+    inbound.timers = timers
+    if timers is not None and inbound.incidents.handover is not None:
+        inbound.incidents.handover.followups = timers.slack.handover_lines
+    if timers is not None and inbound.home is not None:
+        inbound.home.timers = timers.slack.home_blocks
     renderer = Renderer(outbox=outbox, meta=core.meta, reports=core.reports, language=slack.language,
                         progress=slack.progress, access=access, people=people,
-                        model_note=f"model: {core.model.label}" if core.model.scripted else "")
+                        model_note=core.model.label if core.model.scripted else "")
+    renderer.rechecks = timers.slack.recheck_minutes if timers is not None else 0
     if role != "front":  # runs happen where the engine works: the front only hands work on
         core.bus.subscribe(renderer)
+        core.bus.subscribe(feedback)  # which model wrote each answer, for the ratings it gets
     reminders = Reminders(engine=core.engine, meta=core.meta, outbox=outbox, config=slack,
                           interval_s=settings.sweeps.interval_s)
     # Socket Mode carries no signatures; Bolt still wants a secret string.
@@ -187,7 +209,7 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
                                         link=link.problem if link is not None else None),
                         identity=identity, store_first=store_first)
     return SlackService(core, client, inbound, renderer, outbox, reminders, bolt, routes, metrics, role, worker,
-                        sessions, link)
+                        sessions, link, timers)
 
 
 STORE_DEADLINE_S = 2.5

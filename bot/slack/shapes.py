@@ -1,9 +1,9 @@
 """The shapes of Slack's payloads that Bolt and our listeners index into, checked before either reads a body.
 
 Only what is read is checked (Bolt's id extractors and listener matchers, :mod:`bot.slack.inbound`,
-:mod:`bot.slack.history`, :mod:`bot.slack.alerts`, :func:`bot.slack.blocks.form_values`); anything else Slack
-adds passes untouched. Strict: a number is not a string, a list is not an object. Validation only — Bolt still
-reads the original body.
+:mod:`bot.slack.history`, :mod:`bot.slack.alerts`, :mod:`bot.slack.feedback`,
+:func:`bot.slack.blocks.form_values`); anything else Slack adds passes untouched. Strict: a number is not a
+string, a list is not an object. Validation only — Bolt still reads the original body.
 """
 
 from __future__ import annotations
@@ -188,11 +188,15 @@ class Shortcut(_Shape):
 
 class Submitted(View):
     callback_id: str
+    private_metadata: str | None = None
+    state: State | None = None
 
 
 class Submission(_Shape):
-    """view_submission / view_closed: Bolt matches ``view.callback_id``."""
+    """view_submission / view_closed: Bolt matches ``view.callback_id``; the feedback form reads who sent it,
+    its ``private_metadata`` and its state (:mod:`bot.slack.feedback`)."""
 
+    user: Who
     view: Submitted
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
+from bot.slack.words_work import WORK_WORDS
 from core.stops import StopReason
 
 Lang = Literal["en", "zh"]
@@ -125,6 +126,14 @@ _WORDS: dict[str, tuple[str, str]] = {
     "helpful": ("👍 Helpful", "👍 有用"),
     "not_helpful": ("👎 Not helpful", "👎 没用"),
     "audit": ("Audit", "变更记录"),
+    "continued": ("(continued)", "（续）"),  # atop each part of an answer too long for one section
+    # the terminal (`opspilot chat`): a question left by Ctrl-C or by the end of input
+    "chat_interrupted": ("Cancelled (Ctrl-C)", "已取消（Ctrl-C）"),
+    "chat_input_ended": ("Input ended before an answer", "输入在回答之前就结束了"),
+    "chat_not_run": ("{why}: {tools} did not run — nothing was changed.", "{why}：{tools} 没有执行，没有做任何改动。"),
+    "chat_not_run_after": ("{why}: {tools} did not run; what ran earlier in this run stands (see above).",
+                           "{why}：{tools} 没有执行；这次运行中之前执行过的操作仍然有效（见上文）。"),
+    "chat_stopping": ("Stopping… (Ctrl-C again to leave at once)", "正在停止……（再按 Ctrl-C 立即退出）"),
     "requested_by": ("requested by {by}", "发起人 {by}"),
     "approved_by": ("approved by {by}", "批准人 {by}"),
     # an audit line: what ran where (the order each language reads it in), then how it ended
@@ -139,6 +148,45 @@ _WORDS: dict[str, tuple[str, str]] = {
     "audit_replied": ("not run: answered in the thread instead", "未执行：已改为在对话中回复"),
     "audit_stopped": ("not run: the run stopped first", "未执行：运行先停止了"),
     "audit_failed": ("failed ({code})", "失败（{code}）"),
+    # alert threads: OpsPilot's status notes under an alert, and what it says when it holds back
+    "alert_fired_again": ("Fired again at {at} ({n} firing). Already looked at in this thread; mention me for a "
+                          "fresh look.",
+                          "{at} 再次触发（{n} 条告警）。这个对话里已经排查过；需要重新排查请 @ 我。"),
+    "alert_resolved": ("Resolved at {at}: {title}", "{at} 已恢复：{title}"),
+    "alert_offer": ("Want me to look into this alert?", "要我排查这条告警吗？"),
+    "alert_held": ("Not investigating automatically: more than {n} alerts in this channel in {minutes} min.",
+                   "没有自动排查：这个频道 {minutes} 分钟内的告警超过 {n} 条。"),
+    "alert_storm": ("Many alerts at once: I stopped investigating them automatically until {until} (limit {n} per "
+                    "{minutes} min). Press *Investigate* under the alerts that matter.",
+                    "告警太多：{until} 之前我不再自动排查（上限为每 {minutes} 分钟 {n} 条）。"
+                    "请在重要的告警下按“排查”。"),
+    "investigate": ("Investigate", "排查"),
+    "alert_too_old": ("I no longer have this alert (it is too old); mention me in its thread instead.",
+                      "这条告警太久了，我已经没有它的记录；请在它的对话里 @ 我。"),
+    "alert_on_it": ("I am already on it: see this thread.", "我已经在排查了：请看这个对话。"),
+    # feedback on an answer: the 👎 form, its refusals and thanks, and the latest 👎 on App Home
+    "fb_title": ("What was wrong?", "哪里不对？"),
+    "fb_send": ("Send", "发送"),
+    "fb_reason": ("What was wrong with this answer?", "这个回答哪里不对？"),
+    "fb_note": ("Anything to add? (optional)", "还有什么要补充的？（可选）"),
+    "reason_wrong_facts": ("Wrong facts", "事实有误"),
+    "reason_missed": ("Missed something", "漏掉了什么"),
+    "reason_too_slow": ("Too slow", "太慢"),
+    "reason_other": ("Other", "其他"),
+    "reason_": ("not said", "未说明"),
+    "fb_choose": ("Choose what was wrong.", "请选择哪里不对。"),
+    "fb_too_long": ("Keep it to {n} characters.", "请不要超过 {n} 个字符。"),
+    "fb_forged": ("This form is not one OpsPilot opened for you: nothing was stored.",
+                  "这个表单不是 OpsPilot 为你打开的：什么都没有保存。"),
+    "fb_gone": ("I have no record of this answer any more (old ones expire), so nothing was stored.",
+                "我已经没有这个回答的记录了（旧的会过期），所以什么都没有保存。"),
+    "fb_misplaced": ("This button does not belong to this message. Nothing was stored.",
+                     "这个按钮不属于这条消息。什么都没有保存。"),
+    "thanks_reason": ("Thanks: noted ({reason}), with this answer, for whoever looks after OpsPilot.",
+                      "谢谢，已记录（{reason}），连同这个回答，供维护 OpsPilot 的人查看。"),
+    "home_latest_down": ("Latest 👎", "最近的 👎"),
+    "home_no_down": ("No answer was rated 👎 lately.", "最近没有回答被评为 👎。"),
+    "home_thread": ("the thread", "对话"),
     # App Home, for someone who may not use OpsPilot
     "home_not_allowed": ("You are not on the list of people who may use OpsPilot, so it will not answer you.",
                          "你不在可以使用 OpsPilot 的名单里，所以它不会回答你。"),
@@ -147,6 +195,147 @@ _WORDS: dict[str, tuple[str, str]] = {
                  "`slack.allowed_users` / `slack.allowed_usergroups`).",
                  "如需加入，请找他们中的一位，或负责为你们团队运行 OpsPilot 的人（配置项 `slack.allowed_users` / "
                  "`slack.allowed_usergroups`）。"),
+    # incident summaries and handovers (bot/slack/summary_doc.py, bot/slack/handover.py)
+    "inc_title": ("Incident summary: {title}", "事件总结：{title}"),
+    "inc_generated": ("Generated {at} from OpsPilot's records of this thread{link}.",
+                      "根据 OpsPilot 对这个线程的记录生成于 {at}{link}。"),
+    "inc_timeline": ("Timeline", "时间线"),
+    "inc_time": ("Time ({tz})", "时间（{tz}）"),
+    "inc_event": ("Event", "事件"),
+    "inc_impact": ("Impact", "影响"),
+    "inc_done": ("What was done", "已做的处理"),
+    "inc_state": ("Current state", "当前状态"),
+    "inc_open": ("Open questions", "待解决的问题"),
+    "inc_next": ("Next steps", "下一步"),
+    "inc_evidence": ("Evidence", "证据"),
+    "inc_written_by": ("Impact and next steps: written by {model} from these records and the thread. Everything "
+                       "else is rendered from OpsPilot's records.",
+                       "“影响”和“下一步”由 {model} 根据这些记录和线程撰写；其余内容都直接来自 OpsPilot 的记录。"),
+    "inc_no_model": ("No model was used: impact and next steps are not written, the records are.",
+                     "未使用模型：没有撰写“影响”和“下一步”，只有记录。"),
+    "inc_model_failed": ("The model could not write impact and next steps ({why}); the records are complete.",
+                         "模型未能撰写“影响”和“下一步”（{why}）；记录是完整的。"),
+    "inc_alert_fired": ("Alert fired: {title}", "告警触发：{title}"),
+    "inc_alert_again": ("Alert fired again (×{n})", "告警再次触发（×{n}）"),
+    "inc_alert_resolved": ("Alert resolved", "告警已恢复"),
+    "inc_asked": ("{who} asked: {text}", "{who} 提问：{text}"),
+    "inc_run": ("Investigation {status}: {steps} steps, {calls} tool calls{failed}",
+                "调查{status}：{steps} 步，{calls} 次工具调用{failed}"),
+    "inc_failed_calls": (", {n} failed", "，其中 {n} 次失败"),
+    "inc_st_running": ("running", "进行中"),
+    "inc_st_paused": ("waiting for a person", "等人处理"),
+    "inc_st_stalled": ("interrupted, waiting to be resumed", "已中断，等待继续"),
+    "inc_st_answered": ("answered", "已答复"),
+    "inc_st_stopped": ("stopped ({reason})", "已停止（{reason}）"),
+    "inc_confirm_asked": ("Confirmation asked: {what}", "请求确认：{what}"),
+    "inc_change": ("Change: {what}", "变更：{what}"),
+    "inc_figures": ("error rate {before} → {after}", "错误率 {before} → {after}"),
+    "inc_rollout": ("rollout {state}", "发布 {state}"),
+    "inc_runs_done": ("{n} investigation(s): {calls} tool calls ({tools}){failed}.",
+                      "{n} 次调查：{calls} 次工具调用（{tools}）{failed}。"),
+    "inc_no_changes": ("No change was made through OpsPilot.", "没有通过 OpsPilot 做任何变更。"),
+    "inc_alert_firing_now": ("The alert is still firing (last event {at}).", "告警仍在触发（最后一次 {at}）。"),
+    "inc_alert_resolved_at": ("The alert resolved at {at}.", "告警已于 {at} 恢复。"),
+    "inc_latest_run": ("Latest investigation: {status} (last activity {at}).",
+                       "最近一次调查：{status}（最后活动 {at}）。"),
+    "inc_pending": ("Waiting for confirmation: {what}, asked by {who} at {at}, expires {until}.",
+                    "等待确认：{what}，由 {who} 于 {at} 提出，{until} 过期。"),
+    "inc_open_unknown": ("{what}: its outcome is unknown (the worker stopped mid-change): check it by hand.",
+                         "{what}：结果未知（执行中进程停止了），请人工核实。"),
+    "inc_open_unverified": ("{what}: done but not verified ({why}).", "{what}：已执行但未验证（{why}）。"),
+    "inc_open_failed": ("{what}: did not succeed ({why}).", "{what}：未成功（{why}）。"),
+    "inc_open_stopped": ("The investigation at {at} ended without an answer: {reason}.",
+                         "{at} 的调查没有得出答复就结束了：{reason}。"),
+    "inc_open_firing": ("The alert has not resolved.", "告警尚未恢复。"),
+    "inc_open_none": ("None on record.", "记录中没有。"),
+    "inc_no_records": ("OpsPilot holds no records of this thread (it never worked here, or the records expired).",
+                       "OpsPilot 没有这个线程的记录（它没有在这里工作过，或者记录已过期）。"),
+    "inc_canvas_title": ("Incident: {title}", "事件：{title}"),
+    "inc_in_canvas": ("Incident summary {how} in the channel's canvas tab: {link}",
+                      "事件总结已{how}到频道的画布标签页：{link}"),
+    "inc_created": ("created", "创建"),
+    "inc_updated": ("updated", "更新"),
+    "inc_as_file": ("Incident summary (as a file: canvases are not available here — {why}).",
+                    "事件总结（以文件形式：这里无法使用画布 —— {why}）。"),
+    "inc_failed": ("I could not post the incident summary: {why}", "无法发布事件总结：{why}"),
+    "inc_usage": ("Usage: `/opspilot summary <link to a message of the thread, or its ts>` — a slash command does "
+                  "not say which thread it was typed in. In a thread, mention me with \"summarize\" instead.",
+                  "用法：`/opspilot summary <线程中某条消息的链接或 ts>` —— 斜杠命令不知道自己在哪个线程里输入。"
+                  "在线程里也可以 @我 并说“总结”。"),
+    "inc_bad_ref": ("That is neither a link to a message of this channel nor a message ts.",
+                    "这既不是本频道某条消息的链接，也不是消息的 ts。"),
+    "ho_title": ("Handover: <#{channel}>, last {hours} h", "交接：<#{channel}>，最近 {hours} 小时"),
+    "ho_open": ("Open investigations", "进行中的调查"),
+    "ho_pending": ("Pending confirmations", "待确认"),
+    "ho_followups": ("Scheduled follow-ups", "计划的跟进"),
+    "ho_answered": ("Answered ({n})", "已答复（{n}）"),
+    "ho_none": ("none", "无"),
+    "ho_firing": ("alert still firing", "告警仍在触发"),
+    "ho_usage": ("Usage: `/opspilot handover [hours]` (1 to 168, default 12), in a channel.",
+                 "用法：在频道中输入 `/opspilot handover [小时数]`（1 到 168，默认 12）。"),
+    "ho_no_followups": ("No follow-ups are scheduled.", "没有计划的跟进。"),
+    # follow-ups in a thread and scheduled checks (bot/slack/followups.py, schedules.py, timers.py, checks.py)
+    "fu_turn": ("Follow-up requested by {by} at {at}: {question}", "{by} 在 {at} 请求的跟进：{question}"),
+    "fu_announce": (":alarm_clock: Follow-up at {due}, requested by {by}: {question}",
+                    ":alarm_clock: {due} 跟进（{by} 请求）：{question}"),
+    "fu_ran": (":arrow_down: Follow-up ran at {at} (requested by {by}): {question}",
+               ":arrow_down: 跟进已于 {at} 运行（{by} 请求）：{question}"),
+    "fu_cancelled": (":no_entry_sign: Follow-up for {due} cancelled by {by} at {at}: {question}",
+                     ":no_entry_sign: {due} 的跟进已被 {by} 于 {at} 取消：{question}"),
+    "fu_skipped_late": (":warning: Follow-up due at {due} skipped: OpsPilot was not running then, and {minutes} min "
+                        "late is past the {grace} min grace. Ask me again if it still matters: {question}",
+                        ":warning: {due} 的跟进已跳过：当时 OpsPilot 没有运行，晚了 {minutes} 分钟，"
+                        "超过了 {grace} 分钟的宽限。如果仍然需要，请再问我：{question}"),
+    "fu_skipped_busy": (":warning: Follow-up due at {due} not run: I was busy in this thread (a run under way or "
+                        "waiting for a decision). Ask me again when it is done: {question}",
+                        ":warning: {due} 的跟进没有运行：这个线程正忙（有运行在进行或在等决定）。"
+                        "完成后请再问我：{question}"),
+    "fu_gone": ("That follow-up is no longer pending (it ran, or was cancelled).",
+                "这个跟进已不在等待中（已运行或已取消）。"),
+    "fu_recheck": ("Re-check in {minutes} min", "{minutes} 分钟后复查"),
+    "fu_recheck_question": ("Is it holding after the change above? Compare with the numbers from before.",
+                            "上面的变更之后是否稳定？和之前的数字比较一下。"),
+    "fu_recheck_taken": ("A re-check of this answer is already scheduled.", "这个回答的复查已经安排了。"),
+    "fu_refused": ("No follow-up scheduled: {why}", "没有安排跟进：{why}"),
+    "late": (" (due {due}, {minutes} min late: OpsPilot was not running)",
+             "（应于 {due}，晚了 {minutes} 分钟：当时 OpsPilot 没有运行）"),
+    "sc_usage": ("Usage: `/opspilot schedule \"<cron>\" <time zone> <question>`, e.g. `/opspilot schedule \"0 9 * * "
+                 "1-5\" Europe/Berlin payments recent errors`; add `--quiet` to post only when something is found. "
+                 "`/opspilot schedules` lists this channel's; `/opspilot schedules cancel <id>` cancels one.",
+                 "用法：`/opspilot schedule \"<cron>\" <时区> <问题>`，例如 `/opspilot schedule \"0 9 * * 1-5\" "
+                 "Asia/Shanghai 支付服务最近的报错`；加 `--quiet` 则只在发现问题时发消息。"
+                 "`/opspilot schedules` 列出本频道的计划检查；`/opspilot schedules cancel <id>` 取消一个。"),
+    "sc_bad": ("Not scheduled: {why}", "未创建：{why}"),
+    "sc_full": ("Not scheduled: this channel already has {n} schedules, the most allowed. Cancel one first "
+                "(`/opspilot schedules`).",
+                "未创建：本频道已有 {n} 个计划检查，已达上限。请先取消一个（`/opspilot schedules`）。"),
+    "sc_created": (":calendar: {by} scheduled a check here: `{cron}` ({tz}){quiet}, next {next}: {question} "
+                   "(id `{id}`)",
+                   ":calendar: {by} 在这里安排了计划检查：`{cron}`（{tz}）{quiet}，下次 {next}：{question}"
+                   "（id `{id}`）"),
+    "sc_quiet": (", quiet when OK", "，正常时不发消息"),
+    "sc_list": ("Scheduled checks in this channel:", "本频道的计划检查："),
+    "sc_none": ("No scheduled checks in this channel.", "本频道没有计划检查。"),
+    "sc_line": ("`{id}` — `{cron}` ({tz}){quiet}, next {next}, set by {by}: {question}",
+                "`{id}` —— `{cron}`（{tz}）{quiet}，下次 {next}，由 {by} 设置：{question}"),
+    "sc_cancelled": (":no_entry_sign: {by} cancelled the scheduled check `{cron}` ({tz}): {question}",
+                     ":no_entry_sign: {by} 取消了计划检查 `{cron}`（{tz}）：{question}"),
+    "sc_unknown": ("There is no scheduled check `{id}` in this channel.", "本频道没有计划检查 `{id}`。"),
+    "sc_config": ("That check comes from the configuration (`schedules:`): remove it there.",
+                  "这个检查来自配置文件（`schedules:`）：请在那里删除。"),
+    "sc_skipped": (":warning: Scheduled check due at {due} skipped: OpsPilot was not running then ({minutes} min "
+                   "late, past the {grace} min grace). Next: {next}. — {label}",
+                   ":warning: {due} 的计划检查已跳过：当时 OpsPilot 没有运行（晚了 {minutes} 分钟，"
+                   "超过 {grace} 分钟的宽限）。下次：{next}。—— {label}"),
+    "sc_report": (":calendar: *Scheduled check* — {label}{late}", ":calendar: *计划检查* —— {label}{late}"),
+    "sc_wants_change": ("It proposed `{tool}`, which needs a person: nothing was changed. Reply in this thread to "
+                        "ask me to do it.",
+                        "它提出要执行 `{tool}`，这需要有人确认：什么都没有改变。如需执行，请在本线程回复我。"),
+    "sc_failed": (":warning: Scheduled check could not run: {why} — {label}",
+                  ":warning: 计划检查无法运行：{why} —— {label}"),
+    "check_turn": ("Scheduled check ({label}, due {due}): {question}", "计划检查（{label}，应于 {due}）：{question}"),
+    "home_timers": ("Your follow-ups and schedules", "你的跟进和计划检查"),
+    "home_no_timers": ("Nothing scheduled.", "没有计划的内容。"),
 }
 
 _HEADLINES: dict[StopReason, tuple[str, str]] = {
@@ -161,6 +350,9 @@ _HEADLINES: dict[StopReason, tuple[str, str]] = {
     "internal_error": ("Stopped: internal error", "内部错误，已停止"),
 }
 
+
+assert not _WORDS.keys() & WORK_WORDS.keys(), _WORDS.keys() & WORK_WORDS.keys()
+_WORDS.update(WORK_WORDS)  # one catalog, in two files for length
 
 def say(lang: str, key: str, **values: object) -> str:
     """The words for ``key`` in ``lang`` (English when the language is unknown), filled in."""

@@ -40,9 +40,7 @@ from state.store import MetaStore, WorkQueue
 
 log = logging.getLogger(__name__)
 
-STORE_DOWN = "I can't take questions right now: my state store is unavailable. Ask again in a few minutes."
-CLICK_LOST = ("I could not record this: my state store is unavailable. In a few minutes, check the thread for "
-              "what happened before you try again.")
+STORE_DOWN, CLICK_LOST = "store_down", "click_lost"  # catalog keys: said in the asker's language
 
 
 class _Item(BaseModel):
@@ -85,6 +83,20 @@ class RunButton(_Item):
     run_id: str
 
 
+class Check(_Item):
+    """One occurrence of a scheduled check (see :mod:`bot.slack.checks`): ``user`` is who set it up."""
+
+    kind: Literal["check"] = "check"
+    timer: str
+    due: int
+    request_id: str
+    question: str
+    label: str
+    """What it is, as lists show it: its name or question, its cron and time zone."""
+    quiet: bool = False
+    late_s: float = 0.0
+
+
 class NotYet(Exception):
     """A stored request that could not be read just now (Slack or Redis away): left for a later round."""
 
@@ -101,8 +113,8 @@ class Delivery(BaseModel):
     received_at: float
 
 
-WorkItem = Annotated[Converse | Answer | RunButton, Field(discriminator="kind")]
-Stored = Annotated[Converse | Answer | RunButton | Delivery, Field(discriminator="kind")]
+WorkItem = Annotated[Converse | Answer | RunButton | Check, Field(discriminator="kind")]
+Stored = Annotated[Converse | Answer | RunButton | Check | Delivery, Field(discriminator="kind")]
 StoredAdapter: TypeAdapter[Stored] = TypeAdapter(Stored)
 WorkAdapter: TypeAdapter[WorkItem] = TypeAdapter(WorkItem)
 
@@ -118,8 +130,14 @@ class Executor:
         self.meta = meta
         self.outbox = outbox
         self.metrics = metrics
+        self.checks: Callable[[Check], Awaitable[None]] | None = None
+        """Runs a scheduled check's occurrence (it says itself what went wrong, and never raises)."""
 
     async def __call__(self, item: WorkItem) -> None:
+        if isinstance(item, Check):
+            if self.checks is not None:
+                await self.checks(item)
+            return
         try:
             if isinstance(item, Converse):
                 await self._converse(item)
@@ -143,20 +161,24 @@ class Executor:
         except EngineError as exc:
             if isinstance(item, Converse):
                 log.warning("thread %s: %s", item.thread_ts, exc)
-                await self.outbox.say(item.channel, str(item.thread_ts),
-                                      f":warning: I could not start: {kit.escape(exc)}")
+                lang = await self._lang(item)  # the engine's reason is English, for operators: quoted
+                why = kit.escape(exc) if lang == "en" else f"`{kit.escape(exc)}`"
+                await self.outbox.say(item.channel, str(item.thread_ts), say(lang, "could_not_start", why=why))
             else:
-                await self.outbox.tell(item.channel, item.user, f"Nothing changed: {kit.escape(exc)}", item.thread_ts)
+                lang = await self._lang(item)
+                why = kit.escape(exc) if lang == "en" else f"`{kit.escape(exc)}`"
+                await self.outbox.tell(item.channel, item.user, say(lang, "nothing_changed", why=why), item.thread_ts)
         except LeaseLost as exc:  # it could not renew in time and another worker took the thread: that one goes on
             log.warning("%s in thread %s stopped here: %s", item.kind, item.thread_ts, exc)
         except StoreError as exc:
             ref = uuid.uuid4().hex[:8]  # the operator gets the details, the person a reference to them
             log.error("%s dropped (ref %s): %s", item.kind, ref, exc)
-            if isinstance(item, Converse):
-                await self.outbox.store_down(item.channel, STORE_DOWN, ref=ref, thread_ts=item.thread_ts)
-            else:
-                await self.outbox.store_down(item.channel, CLICK_LOST, ref=ref, thread_ts=item.thread_ts,
-                                             user=item.user)
+            # The thread's language is in the store that is away: the question's, else the configured one.
+            lang = language_of(item.text, self.language) if isinstance(item, Converse) else \
+                language_of("", self.language)
+            key = STORE_DOWN if isinstance(item, Converse) else CLICK_LOST
+            await self.outbox.store_down(item.channel, say(lang, key), ref=ref, thread_ts=item.thread_ts,
+                                         user=None if isinstance(item, Converse) else item.user, lang=lang)
 
     async def _converse(self, item: Converse) -> None:
         thread_ts = str(item.thread_ts)
@@ -211,8 +233,11 @@ class Executor:
         except InvalidDecision as exc:
             problem, token = str(exc), ticket.pending.token
             card = await self.meta.get(CARD, token)
-            if card.get("channel"):  # the form stays, with the error shown
-                form = kit.params_form(token, ticket.pending.reason, ticket.pending.payload, error=problem)
+            if card.get("channel"):  # the form stays, with the error shown, in the thread's language
+                lang, pending = str(card.get("lang") or "en"), ticket.pending
+                problem = say(lang, "form_invalid", problem=problem if lang == "en" else f"`{problem}`")
+                form = kit.params_form(token, pending.reason, pending.payload, error=problem, lang=lang,
+                                       subject=kit.form_subject([pending.call.name], pending.arguments, lang))
                 await self.outbox.message(f"card:{token}", card["channel"], card.get("thread_ts"), problem, form)
 
 

@@ -16,6 +16,8 @@ from typing import Any
 from bot.agent.models.demo_answers import answer_lookup, answer_restart, cannot_see
 from bot.agent.models.demo_answers import data as _data
 from bot.agent.models.demo_answers import ok_data as _ok_data
+from bot.agent.models.demo_checks import with_followups
+from bot.agent.models.demo_narrative import MARKER, demo_narrative
 from bot.agent.models.scripted import ScriptedModel
 from core.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from core.quote import split as _split
@@ -157,6 +159,8 @@ def _environment(question: str, quoted: str) -> str | None:
 def demo_reply(messages: Sequence[Message], tools: Sequence[str]) -> AssistantMessage:
     last_user = max((i for i, m in enumerate(messages) if isinstance(m, UserMessage)), default=-1)
     content = messages[last_user].content if last_user >= 0 else ""
+    if MARKER in content:  # an incident summary's narrative (bot/slack/narrative.py)
+        return AssistantMessage(content=demo_narrative(content))
     quoted, question = _split(content)
     text = question.strip()
     # The thread's language: this question's, else an earlier one's (a Chinese thread stays Chinese).
@@ -211,4 +215,4 @@ def _restart(service: str, text: str, quoted: str, messages: Sequence[Message], 
 
 
 def demo_model(latency_s: float = 0.0) -> ScriptedModel:
-    return ScriptedModel(demo_reply, label=LABEL, latency_s=latency_s, keep_requests=False)
+    return ScriptedModel(with_followups(demo_reply), label=LABEL, latency_s=latency_s, keep_requests=False)

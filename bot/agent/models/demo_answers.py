@@ -186,16 +186,19 @@ def cannot_see(question: str, tools: Sequence[str], zh: bool) -> str | None:
 
 def _service_part(results: list[ToolResultMessage], c: dict[str, Any], zh: bool, several: bool) -> list[str]:
     sid = str(c["id"])
-    lines = [f"{'*服务*' if zh else '*Service*'}: {c['name']} (`{sid}`, team {c.get('team', '?')})"
-             " — _source: search_resource_"]
+    lines = [f"*服务*：{c['name']}（`{sid}`，团队 `{c.get('team', '?')}`）— _来源：`search_resource`_" if zh else
+             f"*Service*: {c['name']} (`{sid}`, team {c.get('team', '?')}) — _source: search_resource_"]
     logs = ok_data(results, "query_logs", sid)
     if logs:
         head = "*近期错误日志*" if zh else "*Recent errors*"
-        lines.append(f"{head} ({logs['environment']}, {logs['window_minutes']} min, {logs['error_lines']} lines)"
+        lines.append(f"{head}（`{logs['environment']}`，{logs['window_minutes']} 分钟，{logs['error_lines']} 行）"
+                     f"— _查询：`{logs['query']}`_" if zh else
+                     f"{head} ({logs['environment']}, {logs['window_minutes']} min, {logs['error_lines']} lines)"
                      f" — _query: `{logs['query']}`_")
         for p in logs.get("patterns", [])[:2 if several else 3]:
-            lines.append(f"  • {p['count']}× `{p['pattern']}` (first {p['first_seen'][11:16]}, "
-                         f"last {p.get('last_seen', '')[11:16]})")
+            first, last = p['first_seen'][11:16], p.get('last_seen', '')[11:16]
+            lines.append(f"  • {p['count']}× `{p['pattern']}`（首次 {first}，最近 {last}）" if zh else
+                         f"  • {p['count']}× `{p['pattern']}` (first {first}, last {last})")
         if not logs.get("patterns"):
             lines.append("  • " + ("这段时间没有错误日志" if zh else "no error lines in this window"))
     metrics = ok_data(results, "query_metrics", sid)
@@ -207,7 +210,8 @@ def _service_part(results: list[ToolResultMessage], c: dict[str, Any], zh: bool,
         if "current" in m.get("p95_latency_ms", {}):
             parts.append(metric_part(m["p95_latency_ms"], "p95", "ms", zh))
         if parts:
-            lines.append(f"{'*指标*' if zh else '*Metrics*'} ({metrics['environment']}): " + ", ".join(parts)
+            lines.append(f"*指标*（`{metrics['environment']}`）：" + "，".join(parts) + "— _来源：`query_metrics`_"
+                         if zh else f"*Metrics* ({metrics['environment']}): " + ", ".join(parts)
                          + " — _source: query_metrics_")
     return lines
 
@@ -234,7 +238,8 @@ def answer_lookup(results: list[ToolResultMessage], zh: bool, *, question: str =
     for r in results:
         body = data(r)
         if not body.get("ok") and not (r.name == "search_resource" and body.get("errorCode") == "not_found"):
-            lines.append(f"• `{r.name}` {'失败' if zh else 'failed'}: {body.get('errorCode')} — {body.get('message')}")
+            lines.append(f"• `{r.name}` 失败：`{body.get('errorCode')}` — `{body.get('message')}`" if zh else
+                         f"• `{r.name}` failed: {body.get('errorCode')} — {body.get('message')}")
     found = ok_data(results, "search_resource")
     candidates = list((found or {}).get("candidates") or [])
     chosen = [c for c in candidates if c["id"] in (services or [])] or candidates[:1]
@@ -280,7 +285,8 @@ def answer_restart(result: ToolResultMessage, zh: bool) -> str:
                 else "The restart was started, but whether it completed is unknown: check the service's rollout "
                      "before restarting it again (outcome_unknown).")
     code = "" if body.get("errorCode") == "declined_by_user" else f" ({body.get('errorCode')})"
-    return (f"未执行重启：{body.get('message')}{code}。" if zh
-            else f"The restart did not run: {body.get('message')}{code}.")
+    if zh:  # the tool's own message is English, for the model: quoted as it is
+        return "未执行重启：已被拒绝。" if not code else f"未执行重启：`{body.get('message')}`{code}。"
+    return f"The restart did not run: {body.get('message')}{code}."
 
 

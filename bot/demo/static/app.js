@@ -177,6 +177,56 @@ function confirmDialog(confirm, style) {
   });
 }
 
+// A modal the bot opened (views.open) for whoever clicked: its inputs, sent back as Slack's view_submission.
+// A refusal comes back as Slack's response_action "errors" and is shown under its input, the modal left open.
+function openModal(view) {
+  const box = document.getElementById("modal");
+  document.getElementById("modal-title").textContent = view.title.text;
+  const body = document.getElementById("modal-body");
+  body.replaceChildren();
+  for (const block of view.blocks.filter((b) => b.type === "input")) {
+    const field = document.createElement("div");
+    field.className = "modal-field";
+    field.dataset.blockId = block.block_id;
+    let inner = `<label>${esc(block.label.text)}</label>`;
+    if (block.element.type === "radio_buttons") {
+      inner += block.element.options.map((o) => `<label class="radio"><input type="radio" name="${esc(block.block_id)}"
+        value="${esc(o.value)}"> ${esc(o.text.text)}</label>`).join("");
+    } else {
+      inner += `<textarea maxlength="${Number(block.element.max_length) || 3000}"></textarea>`;
+    }
+    field.innerHTML = inner + '<div class="modal-error"></div>';
+    body.appendChild(field);
+  }
+  const submit = document.getElementById("modal-submit");
+  const close = document.getElementById("modal-close");
+  submit.textContent = view.submit ? view.submit.text : "Submit";
+  close.textContent = view.close ? view.close.text : "Cancel";
+  box.hidden = false;
+  close.onclick = () => { box.hidden = true; };
+  submit.onclick = async () => {
+    const values = {};
+    for (const block of view.blocks.filter((b) => b.type === "input")) {
+      const field = body.querySelector(`[data-block-id="${CSS.escape(block.block_id)}"]`);
+      const element = block.element;
+      if (element.type === "radio_buttons") {
+        const chosen = field.querySelector("input:checked");
+        values[block.block_id] = { [element.action_id]: { type: element.type,
+          selected_option: chosen ? { value: chosen.value } : null } };
+      } else {
+        values[block.block_id] = { [element.action_id]: { type: element.type, value: field.querySelector("textarea").value || null } };
+      }
+    }
+    const answer = await post("/demo/submit", { user: state.me, view_id: view.id, values });
+    for (const error of body.querySelectorAll(".modal-error")) error.textContent = "";
+    if (answer.ok) { box.hidden = true; return; }
+    for (const [blockId, text] of Object.entries(answer.errors || { [view.blocks[0].block_id]: answer.error })) {
+      const field = body.querySelector(`[data-block-id="${CSS.escape(blockId)}"] .modal-error`);
+      if (field) field.textContent = text;
+    }
+  };
+}
+
 // --- messages and threads -----------------------------------------------------------------------------
 
 function messageElement(message, { inThread }) {
@@ -354,6 +404,7 @@ async function start() {
     if (change.type === "message") state.messages.set(change.message.ts, change.message);
     if (change.type === "deleted") state.messages.delete(change.ts);
     if (change.type === "ephemeral") state.ephemerals.push({ ...change.ephemeral, ephemeral: true });
+    if (change.type === "modal" && change.modal.user === state.me) openModal(change.modal.view);
     render();
   };
   document.getElementById("composer-form").addEventListener("submit", (event) => {

@@ -1,0 +1,39 @@
+"""``opspilot report --thread <channel>:<ts>``: a thread's incident summary as Markdown, from Redis — the same
+document a summary in Slack posts, without Slack (no permalinks). The records part needs no model; the narrative
+is written only by a configured model (not the scripted demo model), and never with ``--no-model``."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+from bot.assembly import build_model, open_store
+from bot.config import ConfigError, Settings
+from bot.slack.incident import gather
+from bot.slack.narrative import write
+from bot.slack.summary_doc import render
+
+_THREAD = re.compile(r"^(?P<channel>[A-Z0-9]+):(?P<ts>\d+\.\d+)$")
+
+
+def parse_thread(ref: str) -> tuple[str, str]:
+    found = _THREAD.match(ref.strip())
+    if found is None:
+        raise ConfigError(f"--thread takes <channel id>:<thread ts>, e.g. C0OPS:1718000000.000100; got {ref!r}")
+    return found.group("channel"), found.group("ts")
+
+
+async def report(settings: Settings, thread: str, *, tz: str | None = None, use_model: bool = True) -> int:
+    channel, ts = parse_thread(thread)
+    model = build_model(settings) if use_model else None
+    if model is not None and model.scripted:
+        print("opspilot report: no model is configured (no API key): the records only", file=sys.stderr)
+        model = None
+    store = await open_store(settings, fallback=False)
+    try:
+        incident = await gather(store, store.meta, store, channel, ts, language=settings.slack.language)
+        narrative = await write(model, incident, []) if model is not None and not incident.empty else None
+    finally:
+        await store.close()
+    print(render(incident, narrative, tz=tz), end="")
+    return 0 if not incident.empty else 1

@@ -1,0 +1,177 @@
+"""Follow-ups and scheduled checks as people see them in Slack: a follow-up's announcement in its thread (with
+Cancel), kept true as it runs, is skipped or is cancelled; the "Re-check in 10 min" button under an answer that
+reports a change; Cancel from an announcement or App Home; App Home's "Your follow-ups and schedules".
+
+Who may cancel: anyone who may use OpsPilot in the timer's channel (on-call is a team); a schedule from the
+configuration is removed in the configuration.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from bot import when
+from bot.followups import Followups, Refused
+from bot.slack import blocks as kit
+from bot.slack.access import AccessPolicy
+from bot.slack.meta import THREAD, thread_key
+from bot.slack.outbox import SlackOutbox
+from bot.slack.words import language_of, say
+from state.store import MetaStore, Reports
+from state.timers import Timer, TimerStore
+
+log = logging.getLogger(__name__)
+
+CANCEL = "opspilot_timer_cancel"
+RECHECK = "opspilot_recheck"
+RECHECK_MINUTES = 10
+"""The Re-check button's delay (the demo shortens it, to show a follow-up while one watches)."""
+HOME_LISTED = 10
+
+
+def recheck_button(run_id: str, lang: str, minutes: int = RECHECK_MINUTES) -> kit.Block:
+    """Under an answer that reports a change: a follow-up in ``minutes``, on behalf of whoever presses it."""
+    return {"type": "actions", "block_id": f"recheck:{run_id}"[:255],
+            "elements": [kit.button(say(lang, "fu_recheck", minutes=minutes), RECHECK, run_id)]}
+
+
+def announcement_key(timer_id: str) -> str:
+    return f"timer:{timer_id}"
+
+
+def label(timer: Timer) -> str:
+    """A schedule as lists show it: its name (or question), cron and time zone."""
+    return f"{kit.escape(timer.name or timer.question)} (`{kit.escape(timer.cron)}` {kit.escape(timer.timezone)})"
+
+
+class SlackFollowups:
+    def __init__(self, *, followups: Followups, outbox: SlackOutbox, meta: MetaStore, reports: Reports,
+                 access: AccessPolicy, clock: Callable[[], float] | None = None) -> None:
+        self.followups, self.outbox, self.meta, self.reports, self.access = followups, outbox, meta, reports, access
+        self.clock = clock or followups.clock
+        self.recheck_minutes = RECHECK_MINUTES
+        followups.listeners.append(self.announce)
+
+    @property
+    def timers(self) -> TimerStore:
+        return self.followups.timers
+
+    async def lang(self, timer: Timer) -> str:
+        if timer.thread_ts:
+            known = (await self.meta.get(THREAD, thread_key(timer.channel, timer.thread_ts))).get("lang")
+            if known:
+                return known
+        return language_of(timer.question, self.access.config.language)
+
+    # --- a follow-up's announcement, kept true --------------------------------------------------------------
+
+    async def announce(self, timer: Timer) -> None:
+        lang = await self.lang(timer)
+        text = say(lang, "fu_announce", due=when.local(timer.due), by=kit.who(timer.owner),
+                   question=kit.escape(timer.question))
+        await self._show(timer, text, [kit.mrkdwn(text), {"type": "actions", "block_id": f"timer:{timer.id}",
+                                                          "elements": [kit.button(say(lang, "cancel"), CANCEL,
+                                                                                  timer.id)]}])
+
+    async def ran(self, timer: Timer, at: float) -> None:
+        lang = await self.lang(timer)
+        await self._show(timer, say(lang, "fu_ran", at=when.local(at), by=kit.who(timer.owner),
+                                    question=kit.escape(timer.question)))
+
+    async def skipped(self, timer: Timer, key: str, **values: object) -> None:
+        """Said in the thread (a line of its own, so the thread reads in order) and on the announcement."""
+        text = say(await self.lang(timer), key, due=when.local(timer.due), question=kit.escape(timer.question),
+                   **values)
+        await self.outbox.say(timer.channel, timer.thread_ts, text, key=f"timer-skip:{timer.id}:{timer.due}")
+        await self._show(timer, text)
+
+    async def _show(self, timer: Timer, text: str, blocks: list[kit.Block] | None = None) -> None:
+        await self.outbox.message(announcement_key(timer.id), timer.channel, timer.thread_ts,
+                                  kit.fallback_text(text), blocks or [kit.mrkdwn(text)])
+
+    # --- clicks ------------------------------------------------------------------------------------------------
+
+    async def click_cancel(self, user: str, timer_id: str, channel: str, thread_ts: str | None) -> None:
+        timer = await self.timers.get(timer_id)
+        if timer is None:
+            lang = (await self.meta.get(THREAD, thread_key(channel, thread_ts))).get("lang", "en") \
+                if thread_ts else "en"
+            await self._tell(channel, user, say(lang, "fu_gone"), thread_ts)
+            return
+        lang = await self.lang(timer)
+        verdict = await self.access.may_use(user, timer.channel, direct=timer.channel.startswith("D"))
+        if not verdict.allowed:
+            await self._tell(channel, user, verdict.words(lang), thread_ts)
+            return
+        if timer.source == "config":
+            await self._tell(channel, user, say(lang, "sc_config"), thread_ts)
+            return
+        await self.cancel(timer, user)
+
+    async def cancel(self, timer: Timer, user: str) -> bool:
+        """Cancel ``timer`` (already checked: ``user`` may), and say so where it was announced."""
+        if await self.timers.cancel(timer.id) is None:
+            return False
+        lang = await self.lang(timer)
+        await self.reports.tally(timer.group, f"{timer.kind}_cancelled")
+        if timer.kind == "followup":
+            await self._show(timer, say(lang, "fu_cancelled", due=when.local(timer.due), by=kit.who(user),
+                                        at=when.local(self.clock()), question=kit.escape(timer.question)))
+        else:
+            await self.outbox.say(timer.channel, None, say(lang, "sc_cancelled", by=kit.who(user),
+                                                           cron=kit.escape(timer.cron), tz=kit.escape(timer.timezone),
+                                                           question=kit.escape(timer.question)))
+        return True
+
+    async def click_recheck(self, user: str, run_id: str, channel: str, thread_ts: str | None) -> None:
+        thread_id = thread_key(channel, str(thread_ts))
+        lang = (await self.meta.get(THREAD, thread_id)).get("lang") or "en"
+        verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))
+        if not verdict.allowed or not thread_ts:
+            await self._tell(channel, user, verdict.words(lang) or say(lang, "fu_gone"), thread_ts)
+            return
+        try:
+            _, fresh = await self.followups.schedule(
+                thread_id=thread_id, owner=user, after_minutes=self.recheck_minutes,
+                question=say(lang, "fu_recheck_question"), source="button", key=f"recheck:{run_id}")
+        except Refused as exc:
+            await self._tell(channel, user, say(lang, "fu_refused", why=str(exc)), thread_ts)
+            return
+        if not fresh:
+            await self._tell(channel, user, say(lang, "fu_recheck_taken"), thread_ts)
+
+    async def _tell(self, channel: str, user: str, text: str, thread_ts: str | None) -> None:
+        if channel and channel != "None":  # a click in App Home has no channel: its list is published again
+            await self.outbox.tell(channel, user, text, thread_ts)
+
+    async def handover_lines(self, channel: str, since: float) -> list[str]:
+        """The channel's pending follow-ups asked for since ``since``, one line each (``/opspilot handover``)."""
+        lines = []
+        for timer in await self.timers.every():
+            if timer.kind == "followup" and timer.channel == channel and timer.created_at >= since:
+                link = f"https://slack.com/archives/{timer.channel}/p{str(timer.thread_ts).replace('.', '')}"
+                lines.append(f"{when.local(timer.due)}, {kit.who(timer.owner)}: {kit.escape(timer.question)} — "
+                             f"<{link}|thread>")
+        return lines
+
+    # --- App Home ----------------------------------------------------------------------------------------------
+
+    async def home_blocks(self, user: str, lang: str = "en") -> list[kit.Block]:
+        """The follow-ups and schedules ``user`` set up, each with Cancel, in ``lang`` (their Home's)."""
+        mine = [t for t in await self.timers.every() if t.owner == user][:HOME_LISTED]
+        if not mine:
+            return [kit.mrkdwn(f"_{say(lang, 'home_no_timers')}_")]
+        blocks: list[kit.Block] = []
+        for timer in mine:
+            if timer.kind == "followup":
+                link = f"https://slack.com/archives/{timer.channel}/p{str(timer.thread_ts).replace('.', '')}"
+                line = say(lang, "home_followup", due=when.local(timer.due, with_day=True),
+                           thread=f"<{link}|{say(lang, 'home_thread')}>", question=kit.escape(timer.question))
+            else:
+                line = say(lang, "home_check", channel=f"<#{timer.channel}>", label=label(timer),
+                           next=when.local(timer.due, timer.timezone, with_day=True))
+            blocks.append({**kit.mrkdwn(line[:kit.SECTION_TEXT]),
+                           "accessory": kit.button(say(lang, "cancel"), CANCEL, timer.id)})
+        return blocks
+

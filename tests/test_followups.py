@@ -1,0 +1,204 @@
+"""Follow-ups as people and the model meet them: the ``schedule_followup`` tool and its limits, the "Re-check in
+10 min" button under an answer that reports a change, Cancel in the thread and in App Home, and a follow-up that
+outlives a restart of OpsPilot and compares with the numbers from before it."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bot.agent.models.scripted import ScriptedModel, call, reply
+from bot.demo.sender import block_action, mention, message
+from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.demo.workspace import all_text, buttons
+from bot.followups import followup_tool
+from bot.slack.followups import CANCEL, RECHECK
+from bot.slack.meta import thread_key
+from core.messages import ToolResultMessage, UserMessage
+from tests.slack_harness import CHANNEL, Workspace
+from tests.test_timers import QUESTION, Clock, asked, clock_of, open_at, schedule, tick, turns
+
+
+@pytest.fixture
+async def ws(redis_url: str, prefix: str, slack: FakeSlack) -> AsyncIterator[Workspace]:
+    workspace = await open_at(redis_url, prefix, slack, Clock())
+    yield workspace
+    await workspace.stop()
+
+
+def results(transcript: list, name: str = "schedule_followup") -> list[dict]:
+    return [json.loads(m.content) for m in transcript if isinstance(m, ToolResultMessage) and m.name == name]
+
+
+async def test_the_model_schedules_follow_ups_within_limits_and_reads_each_refusal(
+        redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    def sched(minutes: int, q: str = "is payments holding?") -> object:
+        return call("schedule_followup", after_minutes=minutes, question=q)
+
+    model = ScriptedModel([reply("", sched(10), sched(20), sched(0), sched(241), sched(30)),
+                           reply("", sched(40)), reply("Scheduled three re-checks."),
+                           reply("Noted.")])
+    clock = Clock()
+    ws = await open_at(redis_url, prefix, slack, clock, model=model, specs=[])
+    assert ws.service.core.followups is not None
+    ws.service.core.engine.deps.registry.add(followup_tool(ws.service.core.followups))
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "re-check payments every 10 minutes", "600.1"))
+        await ws.settle()
+        thread_id = thread_key(CHANNEL, "600.1")
+        found = results(await ws.store.load_transcript(thread_id))
+        assert [r["ok"] for r in found] == [True, True, False, False, True, False]
+        assert found[2]["errorCode"] == found[3]["errorCode"] == "after_minutes_out_of_range"
+        assert "between 1 and 240" in found[3]["message"] and "Nothing was scheduled" in found[3]["message"]
+        assert found[5]["errorCode"] == "too_many_followups" and "at most 3" in found[5]["message"]
+        assert len(await ws.store.timers.pending(thread_id)) == 3
+        announcements = [m for m in slack.thread(CHANNEL, "600.1") if any(
+            b["action_id"] == CANCEL for b in buttons(m))]
+        assert len(announcements) == 3 and "requested by <@UREQ>" in all_text(announcements[0])
+
+        # A follow-up turn runs unattended: it cannot schedule more follow-ups (no chain nobody asked for).
+        model._script = [reply("", sched(10)), reply("Noted.")]  # type: ignore[attr-defined]
+        model._position = 0  # type: ignore[attr-defined]
+        first = (await ws.store.timers.pending(thread_id))[0]
+        clock.now = first.due
+        assert await tick(ws) == 1
+        await ws.settle()
+        refused = results(await ws.store.load_transcript(thread_id))[-1]
+        assert refused["errorCode"] == "unattended" and "No person asked for this run" in refused["message"]
+        assert len(await ws.store.timers.pending(thread_id)) == 2
+    finally:
+        await ws.stop()
+
+
+async def test_cancel_from_the_announcement_stops_it_and_says_who(redis_url: str, prefix: str,
+                                                                  slack: FakeSlack) -> None:
+    ws = await open_at(redis_url, prefix, slack, Clock(), allowed_users=["UREQ", "UMATE"])
+    try:
+        thread_id = await asked(ws)
+        timer = await schedule(ws, thread_id)
+        announcement = copy.deepcopy(slack.thread(CHANNEL, "500.1")[-1])
+        cancel = next(b for b in buttons(announcement) if b["action_id"] == CANCEL)
+        await ws.sender.action(block_action(user="UOUT", channel=CHANNEL, message=announcement, action_id=CANCEL,
+                                            value=cancel["value"]))
+        await ws.settle()
+        assert await ws.store.timers.get(timer.id) is not None  # not allowed to use OpsPilot: nothing changed
+        await ws.sender.action(block_action(user="UMATE", channel=CHANNEL, message=announcement, action_id=CANCEL,
+                                            value=cancel["value"]))
+        await ws.settle()
+        assert await ws.store.timers.get(timer.id) is None
+        shown = slack.messages[(CHANNEL, announcement["ts"])]
+        assert "cancelled by <@UMATE>" in all_text(shown) and buttons(shown) == []
+        clock_of(ws).now = timer.due + 1
+        assert await tick(ws) == 0
+        await ws.settle()
+        assert await turns(ws, thread_id, timer) == 0
+        await ws.sender.action(block_action(user="UREQ", channel=CHANNEL, message=announcement, action_id=CANCEL,
+                                            value=cancel["value"]))
+        await ws.settle()
+        assert any("no longer pending" in t for t in slack.ephemeral_texts("UREQ"))
+        assert (await ws.store.stats(3600)).get("followup_cancelled") == 1
+    finally:
+        await ws.stop()
+
+
+async def test_app_home_lists_your_follow_ups_with_cancel(ws: Workspace) -> None:
+    thread_id = await asked(ws)
+    timer = await schedule(ws, thread_id)
+    assert ws.service.inbound.home is not None
+    blocks = await ws.service.inbound.home.blocks("UREQ")
+    at = next(i for i, b in enumerate(blocks) if "Your follow-ups and schedules" in str(b))
+    line = blocks[at + 1]
+    assert "is payments holding?" in line["text"]["text"] and line["accessory"]["value"] == timer.id
+    assert "Nothing scheduled" in str(await ws.service.inbound.home.blocks("UOTHER"))
+    click = block_action(user="UREQ", channel="", message={"ts": "1.1"}, action_id=CANCEL, value=timer.id)
+    click.pop("channel")
+    click["container"] = {"type": "view", "view_id": "V1"}
+    click["view"] = {"id": "V1", "type": "home"}
+    await ws.sender.action(click)
+    await ws.settle()
+    assert await ws.store.timers.get(timer.id) is None
+    published = ws.slack.called("views.publish")[-1]
+    assert "Nothing scheduled" in json.dumps(published)
+
+
+async def test_a_re_check_after_a_restart_outlives_opspilot_and_compares_with_before(
+        redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    clock = Clock()
+    ws = await open_at(redis_url, prefix, slack, clock)
+    thread_id = thread_key(CHANNEL, "700.1")
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", QUESTION, "700.1"))
+        await ws.settle()
+        await ws.sender.event(message(CHANNEL, "UREQ", "restart it in prod", "700.2", thread_ts="700.1"))
+        await ws.settle()
+        card = next(m for m in slack.thread(CHANNEL, "700.1")
+                    if any(b["action_id"] == "opspilot_confirm" for b in buttons(m)))
+        token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
+        await ws.sender.action(block_action(user="UAPPROVER", channel=CHANNEL, message=copy.deepcopy(card),
+                                            action_id="opspilot_confirm", value=token))
+        await ws.settle()
+        assert len(ws.toolbox.restarts.done) == 1
+        answer = next(m for m in reversed(slack.thread(CHANNEL, "700.1"))
+                      if any(b["action_id"] == RECHECK for b in buttons(m)))  # it reports a change
+        run_id = next(b["value"] for b in buttons(answer) if b["action_id"] == RECHECK)
+        press = block_action(user="UREQ", channel=CHANNEL, message=copy.deepcopy(answer), action_id=RECHECK,
+                             value=run_id)
+        await ws.sender.action(press)
+        await ws.sender.action(press)  # pressed twice: one re-check
+        await ws.settle()
+        [timer] = await ws.store.timers.pending(thread_id)
+        assert timer.due == int(clock.now) + 600 and timer.source == "button"
+        assert any("already scheduled" in t for t in slack.ephemeral_texts("UREQ"))
+        # A question that names no restart gets no button: nothing changed.
+        first_answer = next(m for m in slack.thread(CHANNEL, "700.1") if "Runbook advice" in all_text(m))
+        assert not any(b["action_id"] == RECHECK for b in buttons(first_answer))
+    finally:
+        await ws.stop()  # OpsPilot goes down with the follow-up pending
+
+    clock.now = timer.due + 30
+    again = await open_at(redis_url, prefix, slack, clock)  # a new process, the same Redis
+    try:
+        assert await tick(again) == 1
+        await again.settle()
+        assert await turns(again, thread_id, timer) == 1
+        turn = [m for m in await again.store.load_transcript(thread_id) if isinstance(m, UserMessage)][-1]
+        assert "Follow-up requested by <@UREQ>" in turn.content and "Is it holding after the change" in turn.content
+        text = all_text(slack.thread(CHANNEL, "700.1")[-1])
+        assert "Follow-up on payments (prod)" in text and "error rate now" in text
+        assert "(restart_service, right after the restart)" in text and "Earlier in this thread" in text
+        assert any(w in text for w in ("Better than before.", "The same as before.", "Worse than before."))
+    finally:
+        await again.stop()
+
+
+async def test_a_handover_lists_the_channels_pending_follow_ups(ws: Workspace) -> None:
+    clock_of(ws).now = time.time()  # a handover looks back from now
+    thread_id = await asked(ws)
+    await schedule(ws, thread_id)
+    await ws.sender.command({"command": "/opspilot", "text": "handover 4", "user_id": "UREQ", "channel_id": CHANNEL,
+                             "trigger_id": "handover-1", "response_url": "https://hooks.slack.test/commands/1"})
+    await ws.settle()
+    posted = next(m for (c, _), m in ws.slack.messages.items() if c == CHANNEL and "Handover" in all_text(m))
+    text = all_text(posted)
+    assert "Scheduled follow-ups" in text and "<@UREQ>: is payments holding?" in text
+
+
+async def test_the_slack_service_offers_the_model_a_read_only_follow_up_tool(redis_url: str, prefix: str) -> None:
+    from bot.assembly import assemble
+    from bot.config import Settings
+
+    core = await assemble(Settings(redis_url=redis_url, key_prefix=prefix), fallback_store=False, with_followups=True)
+    try:
+        spec = core.engine.deps.registry.get("schedule_followup")
+        assert spec is not None and not spec.mutating
+        schema = spec.definition().input_schema["properties"]["after_minutes"]
+        assert (schema["minimum"], schema["maximum"]) == (1, 240)
+        plain = await assemble(Settings(redis_url=redis_url, key_prefix=prefix), fallback_store=False)
+        assert plain.engine.deps.registry.get("schedule_followup") is None  # the terminal chat has no threads
+        await plain.store.close()
+    finally:
+        await core.store.close()

@@ -1,0 +1,165 @@
+"""Incident summaries and handovers, end to end: Bolt's signed endpoint, the local Slack (canvases, file uploads,
+permalinks), real Redis, the scripted demo model."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from bot.agent.models.scripted import ScriptedModel, reply
+from bot.config import Settings
+from bot.demo.sender import mention
+from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.demo.workspace import all_text
+from bot.report import report
+from bot.slack.incident import gather
+from bot.slack.narrative import write
+from bot.slack.summaries import thread_of
+from core.messages import ToolResultMessage
+from tests.slack_harness import CHANNEL, Workspace, open_workspace
+from tests.test_slack import QUESTION, ask_restart, confirm
+
+
+@pytest.fixture
+async def ws(redis_url: str, prefix: str, slack: FakeSlack) -> AsyncIterator[Workspace]:
+    workspace = await open_workspace(redis_url, prefix, slack, language="auto")  # a Chinese question: a Chinese thread
+    yield workspace
+    await workspace.stop()
+
+
+async def restarted(ws: Workspace, thread: str = "100.1") -> dict[str, Any]:
+    """The demo incident: a question, "restart it in prod", UAPPROVER confirms, the restart is verified."""
+    ws.slack.post_as_user(CHANNEL, "UREQ", QUESTION, ts=thread)  # so that permalinks to it exist
+    card = await ask_restart(ws, thread=thread)
+    await ws.sender.action(confirm(card, "UAPPROVER"))
+    await ws.settle()
+    assert len(ws.toolbox.restarts.done) == 1
+    transcript = await ws.store.load_transcript(f"slack:{CHANNEL}:{thread}")
+    result = next(m for m in transcript if isinstance(m, ToolResultMessage) and m.name == "restart_service")
+    data: dict[str, Any] = json.loads(result.content)["data"]
+    return data
+
+
+def rate(value: float) -> str:
+    return f"{value:.2%}"
+
+
+async def summary_command(ws: Workspace, text: str, trigger: str) -> None:
+    await ws.sender.command({"command": "/opspilot", "text": text, "user_id": "UREQ", "channel_id": CHANNEL,
+                             "team_id": "T0001", "trigger_id": trigger, "response_url": "https://hooks.slack.test/c"})
+    await ws.settle()
+
+
+async def test_the_demo_incident_summarised_in_a_canvas_in_chinese_then_edited(ws: Workspace) -> None:
+    figures = await restarted(ws)
+    await ws.sender.event(mention(CHANNEL, "UOTHER", "总结", "100.5", thread_ts="100.1"))
+    await ws.settle()
+
+    assert len(ws.slack.canvases) == 1
+    canvas = next(iter(ws.slack.canvases.values()))
+    doc = canvas["markdown"]
+    assert canvas["channel_id"] == CHANNEL  # tabbed in the channel
+    assert doc.startswith("# 事件总结：") and "## 时间线" in doc and "## 已做的处理" in doc
+    change = next(line for line in doc.splitlines() if line.startswith("- `restart_service` `payments` @ `prod`"))
+    assert "发起人 ![](@UREQ)" in change and "批准人 ![](@UAPPROVER)" in change
+    assert f"错误率 {rate(figures['error_rate_before'])} → {rate(figures['error_rate_after'])}" in change
+    assert "## 影响" in doc and "演示模型" in doc  # the demo model's narrative, in the thread's language
+    assert "https://fake.slack.test/archives/C0OPS/p1001" in doc  # evidence: the thread's permalink
+    note = [m for m in ws.slack.thread(CHANNEL, "100.1") if "画布" in all_text(m)]
+    assert len(note) == 1
+    assert not any(q.get("text") == "总结" for q in ws.slack.called("chat.postMessage"))  # not taken as a question
+
+    # Again, through the slash command naming the thread by a reply's permalink: the same canvas is edited.
+    await summary_command(ws, "summary https://fake.slack.test/archives/C0OPS/p1001000000?thread_ts=100.1&cid=C0OPS",
+                          "7.1")
+    assert len(ws.slack.canvases) == 1 and canvas["edits"] == 1
+    assert [c["canvas_id"] for c in ws.slack.called("canvases.edit")] == [canvas["id"]]
+    assert len(ws.slack.called("canvases.create")) == 1
+    assert len([m for m in ws.slack.thread(CHANNEL, "100.1") if "画布" in all_text(m)]) == 1  # the note edited
+
+
+async def test_canvases_refused_the_summary_is_a_markdown_file_in_the_thread(ws: Workspace) -> None:
+    figures = await restarted(ws)
+    ws.slack.canvases_refused = "canvas_disabled_user_team"
+    payload = {"type": "message_action", "callback_id": "opspilot_summarize_incident", "trigger_id": "8.1",
+               "team": {"id": "T0001"}, "user": {"id": "UREQ"}, "channel": {"id": CHANNEL},
+               "message": {"ts": "100.19", "thread_ts": "100.1", "text": "restart it in prod", "user": "UREQ"},
+               "response_url": "https://x.test/r"}
+    status, _ = await ws.sender.action(payload)
+    await ws.settle()
+
+    assert status == 200 and ws.slack.canvases == {}
+    posted = [m for m in ws.slack.thread(CHANNEL, "100.1") if m.get("files")]
+    assert len(posted) == 1 and "canvas_disabled_user_team" in posted[0]["text"]
+    upload = ws.slack.uploads[posted[0]["files"][0]["id"]]
+    doc = upload["content"].decode()
+    assert upload["name"] == "incident-summary-100.1.md" and upload["length"] == len(upload["content"])
+    assert f"{rate(figures['error_rate_before'])} → {rate(figures['error_rate_after'])}" in doc
+    assert "![](@UAPPROVER)" in doc
+
+
+async def test_summary_command_without_a_thread_says_how(ws: Workspace) -> None:
+    await summary_command(ws, "summary", "7.2")
+    await summary_command(ws, "summary https://fake.slack.test/archives/COTHER/p1001000000", "7.3")
+    texts = ws.slack.ephemeral_texts("UREQ")
+    assert any("/opspilot summary <" in t for t in texts)
+    assert any("neither a link" in t for t in texts)
+    assert ws.slack.canvases == {}
+
+
+async def test_handover_lists_three_threads_with_their_states_and_links(ws: Workspace) -> None:
+    await restarted(ws, "100.1")  # answered, restart done
+    ws.slack.post_as_user(CHANNEL, "UREQ", QUESTION, ts="200.1")
+    await ask_restart(ws, thread="200.1")  # waits for a confirmation
+    ws.slack.post_as_user(CHANNEL, "UBOB", "payments errors?", ts="300.1")
+    await ws.sender.event(mention(CHANNEL, "UBOB", "payments errors?", "300.1"))
+    await ws.settle()
+
+    await ws.sender.command({"command": "/opspilot", "text": "handover 4", "user_id": "UNEXT", "channel_id": CHANNEL,
+                             "team_id": "T0001", "trigger_id": "9.9", "response_url": "https://hooks.slack.test/c"})
+    await ws.settle()
+    text = all_text(next(m for m in ws.slack.messages.values() if "Handover" in all_text(m)))
+    open_part, rest = text.split("Pending confirmations", 1)
+    pending, answered = rest.split("Answered (2)", 1)
+    assert "p2001" in open_part and "waiting for a person" in open_part and "p1001" not in open_part
+    assert "`restart_service` `payments` @ `prod`" in pending and "<@UREQ>" in pending and "p2001" in pending
+    assert "p1001" in answered and "p3001" in answered
+    assert "No follow-ups are scheduled" in text
+
+
+async def test_report_offline_renders_the_records_without_a_model(ws: Workspace, redis_url: str, prefix: str,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    figures = await restarted(ws)
+    settings = Settings(redis_url=redis_url, key_prefix=prefix)
+    assert await report(settings, f"{CHANNEL}:100.1", tz="Asia/Shanghai", use_model=False) == 0
+    out = capsys.readouterr().out
+    assert "| UTC | 时间（Asia/Shanghai） | 事件 |" in out
+    assert "发起人 @UREQ" in out and "批准人 @UAPPROVER" in out
+    assert f"{rate(figures['error_rate_before'])} → {rate(figures['error_rate_after'])}" in out
+    assert "未使用模型" in out and "## 影响" not in out
+    assert await report(settings, f"{CHANNEL}:999.1", use_model=False) == 1  # nothing on record: said so
+
+
+async def test_the_model_writes_only_impact_and_next_steps_with_cited_evidence(ws: Workspace) -> None:
+    await restarted(ws)
+    incident = await gather(ws.store, ws.store.meta, ws.store, CHANNEL, "100.1")
+    model = ScriptedModel([reply("TIMELINE:\n10:00 restarted payments (made up)\nIMPACT:\nCheckout failed for "
+                                 "some users [E1].\nNEXT STEPS:\n- Watch the error rate [E1] and [E9].")])
+    narrative = await write(model, incident, [("the alert", "https://x.test/p1")])
+    assert narrative.impact == "Checkout failed for some users [E1](https://x.test/p1)."
+    assert narrative.next_steps == "- Watch the error rate [E1](https://x.test/p1) and [E9]."
+    assert "made up" not in narrative.impact + narrative.next_steps
+    facts_sent = model.requests[0].messages[-1].content
+    assert "restart_service" in facts_sent and "UAPPROVER" in facts_sent and not model.requests[0].tools
+
+
+def test_thread_references() -> None:
+    assert thread_of("1718000000.000100", "C0OPS") == "1718000000.000100"
+    assert thread_of("<https://x.slack.com/archives/C0OPS/p1718000000000100>", "C0OPS") == "1718000000.000100"
+    assert thread_of("https://x.slack.com/archives/C0OPS/p1718000001000200?thread_ts=1718000000.000100&cid=C0OPS",
+                     "C0OPS") == "1718000000.000100"
+    assert thread_of("https://x.slack.com/archives/C0OTHER/p1718000000000100", "C0OPS") is None
+    assert thread_of("tomorrow", "C0OPS") is None

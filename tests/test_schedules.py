@@ -1,0 +1,210 @@
+"""Scheduled checks: ``/opspilot schedule`` and ``/opspilot schedules`` through the signed endpoint, the config's
+``schedules:``, a daily check across the start of daylight saving time in New York, misfires, quiet checks and a
+check that proposes a change. Real Redis, an injected clock."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import pytest
+from pydantic import ValidationError
+
+from bot import when
+from bot.agent.models.scripted import ScriptedModel, call, reply
+from bot.config import ScheduleConfig, Settings
+from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.demo.workspace import all_text
+from bot.slack.checks import status_of
+from bot.slack.schedules import config_timer
+from state.timers import Timer
+from tests.slack_harness import CHANNEL, Workspace
+from tests.test_timers import Clock, open_at, tick
+
+SAT_0700_EST = datetime(2025, 3, 8, 12, 0, tzinfo=UTC).timestamp()  # New York moves to EDT on Sun 9 March, 02:00
+
+
+@pytest.fixture
+async def ws(redis_url: str, prefix: str, slack: FakeSlack) -> AsyncIterator[Workspace]:
+    workspace = await open_at(redis_url, prefix, slack, Clock(SAT_0700_EST), allowed_users=["UREQ"])
+    yield workspace
+    await workspace.stop()
+
+
+async def command(ws: Workspace, text: str, user: str = "UREQ") -> None:
+    await ws.sender.command({"command": "/opspilot", "text": text, "user_id": user, "channel_id": CHANNEL,
+                             "trigger_id": f"trig-{text[:20]}-{user}-{len(ws.slack.calls)}",
+                             "response_url": "https://hooks.slack.test/commands/1"})
+    await ws.settle()
+
+
+def roots(slack: FakeSlack) -> list[dict]:
+    return sorted((m for (c, ts), m in slack.messages.items() if c == CHANNEL and m.get("thread_ts") in (None, ts)),
+                  key=lambda m: float(m["ts"]))
+
+
+async def only_schedule(ws: Workspace) -> Timer:
+    [timer] = [t for t in await ws.store.timers.every() if t.kind == "schedule"]
+    return timer
+
+
+async def test_a_daily_check_fires_at_nine_new_york_time_on_both_sides_of_the_dst_change(ws: Workspace) -> None:
+    clock = Clock(SAT_0700_EST)
+    assert ws.service.core.followups is not None
+    ws.service.core.followups.clock = clock
+    await command(ws, 'schedule "0 9 * * *" America/New_York payments recent errors')
+    created = all_text(roots(ws.slack)[-1])
+    assert "<@UREQ> scheduled a check here: `0 9 * * *` (America/New_York), next Sat 09:00 EST" in created
+    timer = await only_schedule(ws)
+    assert timer.due == datetime(2025, 3, 8, 14, 0, tzinfo=UTC).timestamp()  # 09:00 EST
+    clock.now = timer.due - 1
+    assert await tick(ws) == 0
+    clock.now = timer.due
+    assert await tick(ws) == 1
+    await ws.settle()
+    report = roots(ws.slack)[-1]
+    text = all_text(report)
+    assert "*Scheduled check* — payments recent errors (`0 9 * * *` America/New_York)" in text
+    assert "error rate 4.3%" in text and "Status:" not in text  # found something; the status line is ours
+    sunday = (await only_schedule(ws)).due
+    assert sunday == datetime(2025, 3, 9, 13, 0, tzinfo=UTC).timestamp()  # 09:00 EDT: an hour earlier in UTC
+    clock.now = sunday - 1
+    assert await tick(ws) == 0
+    clock.now = sunday + 2
+    assert await tick(ws) == 1
+    await ws.settle()
+    assert (await only_schedule(ws)).due == datetime(2025, 3, 10, 13, 0, tzinfo=UTC).timestamp()
+    reports = [m for m in roots(ws.slack) if "Scheduled check" in all_text(m)]
+    assert len(reports) == 2
+    stats = await ws.store.stats(10 * 86400)
+    assert (stats.get("schedule_fired"), stats.get("schedule_reported")) == (2, 2)
+
+
+async def test_a_check_missed_beyond_the_grace_is_skipped_with_a_line_and_goes_on(ws: Workspace) -> None:
+    clock = Clock(SAT_0700_EST)
+    assert ws.service.core.followups is not None
+    ws.service.core.followups.clock = clock
+    await command(ws, 'schedule "0 9 * * *" America/New_York payments recent errors')
+    timer = await only_schedule(ws)
+    clock.now = timer.due + 9 * 60  # within the grace: it runs, saying how late
+    assert await tick(ws) == 1
+    await ws.settle()
+    assert "9 min late: OpsPilot was not running" in all_text(roots(ws.slack)[-1])
+    sunday = (await only_schedule(ws)).due
+    clock.now = sunday + 3 * 3600  # down all morning
+    assert await tick(ws) == 1
+    await ws.settle()
+    line = all_text(roots(ws.slack)[-1])
+    assert "Scheduled check due at Sun 09:00 EDT skipped: OpsPilot was not running then (180 min late" in line
+    assert "Next: Mon 09:00 EDT" in line
+    assert (await only_schedule(ws)).due == datetime(2025, 3, 10, 13, 0, tzinfo=UTC).timestamp()
+    stats = await ws.store.stats(10 * 86400)
+    assert (stats.get("schedule_fired"), stats.get("schedule_skipped")) == (1, 1)
+
+
+async def test_schedules_are_listed_cancelled_and_refused_with_reasons(ws: Workspace) -> None:
+    await command(ws, 'schedule "0 9 * * 1-5" Europe/Berlin payments recent errors --quiet')
+    await command(ws, 'schedule "61 9 * * *" UTC payments')
+    await command(ws, 'schedule "0 9 * * *" Mars/Olympus payments')
+    await command(ws, "schedule payments every morning")
+    told = ws.slack.ephemeral_texts("UREQ")
+    assert "Not scheduled: '61 9 * * *' is not a crontab expression" in told[0]
+    assert "unknown time zone 'Mars/Olympus'" in told[1] and told[2].startswith("Usage: `/opspilot schedule")
+    timer = await only_schedule(ws)
+    assert timer.quiet and timer.question == "payments recent errors"
+    await command(ws, "schedules")
+    listing = ws.slack.ephemeral_texts("UREQ")[-1]
+    assert f"`{timer.id}` — `0 9 * * 1-5` (Europe/Berlin), quiet when OK, next Mon 09:00 CET" in listing
+    await command(ws, "schedules cancel nope")
+    assert "There is no scheduled check `nope`" in ws.slack.ephemeral_texts("UREQ")[-1]
+    await command(ws, "schedule \"0 9 * * *\" UTC payments", user="UOUT")  # may not use OpsPilot
+    assert len(await ws.store.timers.every()) == 1
+    await command(ws, f"schedules cancel {timer.id}")
+    assert await ws.store.timers.every() == []
+    assert "<@UREQ> cancelled the scheduled check `0 9 * * 1-5` (Europe/Berlin)" in all_text(roots(ws.slack)[-1])
+    assert (await ws.store.stats(3600)).get("schedule_cancelled") == 1
+
+
+async def test_a_quiet_check_posts_only_when_it_found_something_and_is_counted_either_way(
+        redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    model = ScriptedModel([reply("payments: error rate 0.2%, flat.\nStatus: OK"),
+                           reply("payments: error rate 4.3%, steady high.\n**Status: ATTENTION**")])
+    clock = Clock(SAT_0700_EST)
+    ws = await open_at(redis_url, prefix, slack, clock, model=model, specs=[])
+    try:
+        await command(ws, 'schedule "*/30 * * * *" UTC payments recent errors --quiet')
+        before = len(roots(slack))
+        clock.now = (await only_schedule(ws)).due
+        assert await tick(ws) == 1
+        await ws.settle()
+        assert len(roots(slack)) == before  # all well: nothing posted
+        clock.now = (await only_schedule(ws)).due
+        assert await tick(ws) == 1
+        await ws.settle()
+        report = all_text(roots(slack)[-1])
+        assert "Scheduled check" in report and "4.3%" in report and "ATTENTION" not in report
+        stats = await ws.store.stats(3600)
+        assert (stats.get("schedule_fired"), stats.get("schedule_quiet"), stats.get("schedule_reported")) == (2, 1, 1)
+        # The second check read the first: each schedule's checks are one conversation.
+        assert any("error rate 0.2%" in getattr(m, "content", "") for m in model.requests[-1].messages)
+    finally:
+        await ws.stop()
+
+
+async def test_a_check_that_proposes_a_change_is_stopped_and_its_report_says_so(
+        redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    model = ScriptedModel([reply("", call("restart_service", service_id="payments", environment="prod",
+                                          reason="errors")), reply("Stopped.")])
+    clock = Clock(SAT_0700_EST)
+    ws = await open_at(redis_url, prefix, slack, clock, model=model)
+    try:
+        await command(ws, 'schedule "*/30 * * * *" UTC payments recent errors --quiet')
+        clock.now = (await only_schedule(ws)).due
+        assert await tick(ws) == 1
+        await ws.settle()
+        assert ws.toolbox.restarts.done == []
+        report = all_text(roots(slack)[-1])
+        assert "It proposed `restart_service`, which needs a person: nothing was changed" in report
+        assert not await ws.service.core.engine.under_way(f"check:{(await only_schedule(ws)).id}")
+    finally:
+        await ws.stop()
+
+
+async def test_the_configs_schedules_are_kept_in_step_with_the_file(ws: Workspace) -> None:
+    assert ws.service.timers is not None
+    schedules = ws.service.timers.schedules
+    entry = ScheduleConfig(cron="0 8 * * 1-5", timezone="Europe/London", channel=CHANNEL.lower(),
+                           question="gateway errors overnight", quiet_when_ok=True)
+    schedules.configured = [entry]
+    await schedules.sync()
+    await schedules.sync()  # a second instance starting: the same timer
+    [kept] = await ws.store.timers.every()
+    assert kept.source == "config" and kept.channel == CHANNEL and kept.quiet
+    assert kept.id == config_timer(entry, SAT_0700_EST + 3600).id  # its id is what it says, not when it was made
+    await command(ws, f"schedules cancel {kept.id}")
+    assert "comes from the configuration" in ws.slack.ephemeral_texts("UREQ")[-1]
+    schedules.configured = [entry.model_copy(update={"cron": "0 7 * * 1-5"})]
+    await schedules.sync()
+    [edited] = await ws.store.timers.every()
+    assert edited.id != kept.id and edited.cron == "0 7 * * 1-5"
+    with pytest.raises(ValidationError, match="not a crontab expression"):
+        Settings(schedules=[{"cron": "0 9 * *", "channel": "C1", "question": "x"}])  # type: ignore[list-item]
+    with pytest.raises(ValidationError, match="unknown time zone"):
+        Settings(schedules=[{"cron": "0 9 * * *", "timezone": "EST5", "channel": "C1", "question": "x"}])  # type: ignore[list-item]
+
+
+def test_the_status_line_is_read_from_the_answers_end() -> None:
+    assert status_of("all fine\nStatus: OK") == ("ok", "all fine")
+    assert status_of("errors up\n*Status: ATTENTION*") == ("attention", "errors up")
+    assert status_of("Status: OK\nbut then errors") == ("unknown", "Status: OK\nbut then errors")
+    assert status_of("") == ("unknown", "")
+
+
+def test_crontab_days_of_the_week_count_from_sunday() -> None:
+    saturday = datetime(2025, 3, 8, 12, 0, tzinfo=UTC).timestamp()
+    day = lambda cron: datetime.fromtimestamp(when.next_due(cron, "UTC", saturday) or 0, UTC).strftime("%a")  # noqa: E731
+    assert [day(f"0 9 * * {d}") for d in ("1-5", "0", "7", "6", "5-7", "sun", "*")] == \
+        ["Mon", "Sun", "Sun", "Sat", "Sun", "Sun", "Sun"]  # from Saturday noon: Saturday's 09:00 has passed
+    assert when.weekdays("*/2") == "sun,tue,thu,sat"
+    with pytest.raises(when.WhenError, match="not a day of the week"):
+        when.trigger("0 9 * * 8", "UTC")

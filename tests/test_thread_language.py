@@ -1,0 +1,158 @@
+"""One language per thread, all of it: whole scenarios played through the Slack endpoint — a question with tool
+steps, a form, a confirm card, the confirm, the answer with its audit, a reminder, a Stop, App Home — with every
+text OpsPilot sent to Slack scanned for the other language outside code and quoted data."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import pytest
+
+from bot.agent.summary import Fallback, Ran
+from bot.demo.sender import block_action, mention, message
+from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.demo.workspace import buttons
+from bot.slack.outputs import fallback_answer, output
+from bot.slack.words import catalog
+from tests.language_scan import chinese, english_runs, leaks, written
+from tests.slack_harness import CHANNEL, Workspace, open_workspace
+
+SCENARIOS = {  # the thread's first question, a restart without an environment, a question to stop halfway
+    "zh": ("看看支付服务最近报错，顺便对照一下文档里的处理建议", "重启一下", "订单服务出了什么问题？", "重启订单服务"),
+    "en": ("look at the payment service's recent errors and what the runbook says", "restart it",
+           "what is wrong with the order service?", "restart the order service"),
+}
+
+
+def _with(slack: FakeSlack, thread: str, action_id: str) -> dict[str, Any]:
+    return next(m for m in reversed(slack.thread(CHANNEL, thread)) if any(b["action_id"] == action_id
+                                                                          for b in buttons(m)))
+
+
+async def _press(ws: Workspace, user: str, thread: str, action_id: str, **state: Any) -> None:
+    msg = _with(ws.slack, thread, action_id)
+    value = next(b["value"] for b in buttons(msg) if b["action_id"] == action_id)
+    await ws.sender.action(block_action(user=user, channel=CHANNEL, message=msg, action_id=action_id, value=value,
+                                        state=state or None))
+    await ws.settle()
+
+
+async def play(ws: Workspace, lang: str) -> None:
+    ask, restart, other, restart_other = SCENARIOS[lang]
+    ws.slack.post_as_user(CHANNEL, "UREQ", ask, ts="500.1")  # a stream answers a message that exists
+    await ws.sender.event(mention(CHANNEL, "UREQ", ask, "500.1"))
+    await ws.settle()
+    await ws.sender.event(message(CHANNEL, "UREQ", restart, "500.2", thread_ts="500.1"))
+    await ws.settle()
+    prod = {"opspilot_field:environment": {"value": {"type": "static_select", "selected_option": {"value": "prod"}}}}
+    await _press(ws, "UREQ", "500.1", "opspilot_submit", values=prod)
+    record = await ws.store.load_run(await ws.store.thread_run(f"slack:{CHANNEL}:500.1") or "")
+    assert record is not None and record.pending, "the restart waits for a confirmation"
+    await ws.service.reminders.sweep(now=record.pending[0].expires_at - 60)  # the requester is reminded
+    await ws.settle()
+    await _press(ws, "UBOSS", "500.1", "opspilot_confirm")
+    assert len(ws.toolbox.restarts.done) == 1
+
+    # Another thread: a question, then a restart left waiting for its form, stopped.
+    ws.slack.post_as_user(CHANNEL, "UREQ", other, ts="600.1")
+    await ws.sender.event(mention(CHANNEL, "UREQ", other, "600.1"))
+    await ws.settle()
+    await ws.sender.event(message(CHANNEL, "UREQ", restart_other, "600.2", thread_ts="600.1"))
+    await ws.settle()
+    # A paused stream offers no Stop (it ended at the pause): its form's Cancel ends the run instead.
+    stoppable = any(b["action_id"] == "opspilot_stop" for m in ws.slack.thread(CHANNEL, "600.1") for b in buttons(m))
+    await _press(ws, "UREQ", "600.1", "opspilot_stop" if stoppable else "opspilot_decline")
+    await ws.sender.event({"type": "app_home_opened", "user": "UREQ", "channel": "D0HOME", "tab": "home",
+                           "event_ts": f"{time.time():.6f}"})
+    await ws.settle()
+
+
+@pytest.mark.parametrize("progress", ["stream", "update"])
+@pytest.mark.parametrize("lang", ["zh", "en"])
+async def test_every_text_of_a_thread_is_in_its_language(redis_url: str, prefix: str, slack: FakeSlack,
+                                                         lang: str, progress: str) -> None:
+    ws = await open_workspace(redis_url, prefix, slack, language="auto", progress=progress, reminder_before_s=300)
+    try:
+        await play(ws, lang)
+    finally:
+        await ws.stop()
+    shown = written(slack.calls)
+    everything = "\n".join(shown)
+    # Every part of the scenario was shown (so the scan below covered it), in the thread's words.
+    parts = ["need_more", "confirmation_needed", "home_recent", "trend_steady_high", "audit"] + \
+        (["ran_title", "ran_not_started"] if progress == "update" else ["declined_by"])
+    for key in parts:
+        template = catalog()[key][lang == "zh"]
+        assert max(re.split(r"\{[^}]*\}", template), key=len) in everything, key
+    assert ":alarm_clock: <@UREQ>" in everything and slack.homes.get("UREQ")
+    assert {"zh": "行错误日志", "en": "error lines in"}[lang] in everything  # a task's output
+    found = leaks(shown, lang, proper=("environment",))
+    assert not found, "\n".join(dict.fromkeys(f"{hit!r} in …{_around(hit, text)}…" for hit, text in found))
+
+
+def _around(hit: str, text: str, width: int = 40) -> str:
+    at = text.find(hit)
+    return text[max(at - width, 0):at + len(hit) + width] if at >= 0 else text[:2 * width]
+
+
+_FIG = {"current": 0.043, "trend": "steady high", "peak": 0.044, "onset_at": "2026-12-02T09:43:00Z"}
+RESULTS = [  # (status, error code, body): what each kind of tool result looks like to a front end
+    ("ok", None, {"ok": True, "data": {"candidates": [{"id": "payments"}]}}),
+    ("ok", None, {"ok": True, "data": {"ambiguous": True, "candidates": [{"id": "payments"}, {"id": "orders"}]}}),
+    ("ok", None, {"ok": True, "data": {"results": [{"title": "x"}] * 3}}),
+    ("ok", None, {"ok": True, "data": {"error_lines": 90, "window_minutes": 60,
+                                       "patterns": [{"pattern": "timeout acquiring connection", "count": 83}]}}),
+    ("ok", None, {"ok": True, "data": {"error_lines": 0, "window_minutes": 60, "patterns": []}}),
+    ("ok", None, {"ok": True, "data": {"metrics": {
+        "error_rate": _FIG, "p95_latency_ms": {"current": 62, "trend": "spiked and recovered", "peak": 310,
+                                               "onset_at": "2026-12-02T09:11:00Z",
+                                               "recovered_at": "2026-12-02T09:15:00Z"},
+        "restarts": {"current": 0, "trend": "flat"}}}}),
+    ("ok", None, {"ok": True, "data": {"metrics": {"cpu": {"points": 0, "trend": "no data"},
+                                                   "q": {**_FIG, "trend": "falling"},
+                                                   "r": {"current": 1.0, "trend": "a word we do not know"}}}}),
+    ("ok", None, {"ok": True, "data": {"window": {"minutes": 1440}, "unavailable": [{"source": "kubernetes"}],
+                                       "changes": [{"kind": "deploy", "version": "2026.12.02-1",
+                                                    "at": "2026-12-02T09:10:00Z"}]}}),
+    ("ok", None, {"ok": True, "data": {"window": {"minutes": 60}, "changes": []}}),
+    *[("ok", None, {"ok": True, "data": {"rollout": r, "verdict": "…", "error_rate_before": 0.043,
+                                         "error_rate_after": 0.002}}) for r in ("complete", "timed_out", "odd")],
+    ("ok", None, {"ok": True, "data": {"summary": "an MCP tool's own words"}}),
+    ("ok", None, {"ok": True, "data": {"replicas": 3}}),
+    ("ok", None, {}),
+    ("error", "not_found", {"ok": False, "errorCode": "not_found", "message": "no service is named 'x'"}),
+    ("error", "timeout", {"ok": False, "errorCode": "timeout", "message": "query_logs took longer than 30 s"}),
+    ("error", "declined_by_user", {"ok": False, "errorCode": "declined_by_user", "message": "declined in Slack"}),
+    ("error", "outcome_unknown", {"ok": False, "errorCode": "outcome_unknown", "message": "may have run"}),
+    ("expired", "expired", {"ok": False, "errorCode": "expired", "message": "nobody answered"}),
+    ("cancelled", "cancelled", {"ok": False, "errorCode": "cancelled", "message": "the run was stopped; nothing "
+                                                                                  "was run"}),
+    ("cancelled", "interrupted_by_restart", {"ok": False, "errorCode": "interrupted_by_restart", "message": "…"}),
+]
+
+
+@pytest.mark.parametrize(("status", "code", "body"), RESULTS)
+def test_what_a_tool_found_is_said_in_each_language(status: str, code: str | None, body: dict[str, Any]) -> None:
+    zh, en = output(status, code, body, "zh", "90 error lines"), output(status, code, body, "en", "x")
+    assert zh and en and not english_runs(zh, ("kubernetes",)) and not chinese(en), (zh, en)
+
+
+def test_the_words_of_a_tool_output_and_of_a_composed_answer() -> None:
+    logs = RESULTS[3]
+    assert output(*logs, "en") == "90 error lines in 60 min; most often `timeout acquiring connection` ×83"
+    assert output(*logs, "zh") == "60 分钟内 90 行错误日志；最多的是 `timeout acquiring connection` ×83"
+    assert output(*RESULTS[5], "zh").startswith("`error_rate` 0.043，09:43 起持续偏高；`p95_latency_ms` 62，曾飙升")
+    ran = (Ran(tool="query_logs", target="payments/prod", outcome="done"),
+           Ran(tool="restart_service", target="payments/prod", outcome="unknown"),
+           Ran(tool="lookup", outcome="failed", code="timeout"))
+    for fallback in (Fallback(kind="stopped", reason="cancelled", at="10:42 UTC", ran=ran),
+                     Fallback(kind="early", reason="max_steps", ran=ran),
+                     Fallback(kind="failed", reason="model_error", why="the model API is overloaded", ran=ran)):
+        zh, en = fallback_answer(fallback, "zh", "<@UBOB>"), fallback_answer(fallback, "en")
+        assert "执行情况：" in zh and "• `restart_service`（payments/prod）：已开始，结果未知" in zh
+        assert not english_runs(zh) and not chinese(en), (zh, en)
+        assert en == fallback.english() or fallback.kind != "stopped"  # English as the transcript keeps it
+    assert fallback_answer(Fallback(kind="early", reason="max_steps", summary="模型自己的总结 <!channel>"), "zh") == \
+        "_达到步数上限，已停止。_\n\n模型自己的总结 &lt;!channel&gt;"  # the model's words, escaped
