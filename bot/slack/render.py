@@ -109,7 +109,7 @@ class Renderer:
         self.outbox = outbox
         self.meta = meta
         self.reports = reports
-        self.model_note = model_note
+        self.model_note = model_note  # the label of a scripted model standing in ('' for a real one): said per thread
         self._runs: dict[str, dict[str, Any]] = {}  # progress state of runs working on this instance
         self.rechecks = 0
         """Offer "Re-check in N min" under an answer that reports a change (0: off, where follow-ups do not exist)."""

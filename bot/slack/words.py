@@ -351,8 +351,9 @@ _HEADLINES: dict[StopReason, tuple[str, str]] = {
 }
 
 
-assert not _WORDS.keys() & WORK_WORDS.keys(), _WORDS.keys() & WORK_WORDS.keys()
-_WORDS.update(WORK_WORDS)  # one catalog, in two files for length
+if _WORDS.keys() & WORK_WORDS.keys():  # one catalog, in two files for length: a key means one thing
+    raise RuntimeError(f"catalog keys defined twice: {sorted(_WORDS.keys() & WORK_WORDS.keys())}")
+_WORDS.update(WORK_WORDS)
 
 def say(lang: str, key: str, **values: object) -> str:
     """The words for ``key`` in ``lang`` (English when the language is unknown), filled in."""
