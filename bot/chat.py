@@ -10,20 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import uuid
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import Any, TextIO
 
 from rich.text import Text
 
 from bot.agent.decisions import Confirm, Decision, Decline, ProvideParams
 from bot.agent.errors import EngineError
-from bot.agent.events import Event, PendingView
-from bot.agent.run import RunOutcome, preview
+from bot.agent.events import Event, PendingView, RunFinished
+from bot.agent.run import RunOutcome
 from bot.assembly import Assembly
 from bot.keyboard import Interrupted, Keyboard
-from bot.slack.words import language_of, say
+from bot.slack.blocks import field_label, form_ask, gate
+from bot.slack.outputs import fallback_answer
+from bot.slack.render import model_note
+from bot.slack.words import Lang, catalog, headline, language_of, say
 from bot.terminal import markup, printer
 from core.stops import STOP_WORDING
 from state import StoreError
@@ -36,11 +40,13 @@ class Console:
     """Renders engine events as terminal lines: coloured by outcome on a terminal (unless NO_COLOR), plain
     otherwise."""
 
-    def __init__(self, out: TextIO, user: str = "local-user") -> None:
+    def __init__(self, out: TextIO, user: str = "local-user", lang: Lang = "en") -> None:
         self.out = out
         self.rich = printer(out)
         self.names = {user: "you"}
+        self.lang: Lang = lang  # the conversation's, once its first question is asked
         self.run_id: str | None = None  # the run on screen: what Ctrl-C stops
+        self.finished: RunFinished | None = None  # how the run on screen ended: its composed answer's facts
 
     def say(self, line: str = "", tone: str | None = None) -> None:
         self.rich.print(Text(line, style=_TONES.get(tone or "", "")))
@@ -55,25 +61,54 @@ class Console:
         self.rich.print(markup(text, self.names))
         self.out.flush()
 
+    def words(self, key: str, **values: object) -> str:
+        return say(self.lang, key, **values)
+
     async def __call__(self, event: Event) -> None:
         self.run_id = event.run_id
         if event.type == "model_step":
-            tools = "asks for tools" if event.asked_for_tools else "answers"
-            self.say(f"  · step {event.step}: model {tools} ({event.latency_ms:.0f} ms)")
+            key = "chat_step_tools" if event.asked_for_tools else "chat_step_answers"
+            self.say("  " + self.words(key, n=event.step, ms=f"{event.latency_ms:.0f}"))
         elif event.type == "tool_call":
-            args = preview(json.dumps(event.arguments, ensure_ascii=False), 120)
-            self.say(f"  → {event.tool}({args}){'  [changes things]' if event.mutating else ''}")
+            line = Text(f"  → {event.tool}(").append_text(arguments(event.arguments, 120))
+            self.rich.print(line.append(")" + (self.words("chat_changes") if event.mutating else "")))
+            self.out.flush()
         elif event.type == "tool_result":
             ok = event.status == "ok"
-            detail = "" if ok else f" {event.status}: {event.error_code}"
-            tone = "ok" if ok else "error"
-            self.say(f"  {'✓' if ok else '✗'} {event.tool}{detail} ({event.latency_ms:.0f} ms)", tone)
+            status = self.words(f"st_{event.status}") if f"st_{event.status}" in catalog() else event.status
+            code = event.error_code if event.error_code not in (None, event.status) else None
+            what = event.tool if ok else self.words("chat_failed", tool=event.tool, status=status, code=code) \
+                if code else f"{event.tool} {status}"
+            self.say(f"  {'✓' if ok else '✗'} {what} ({event.latency_ms:.0f} ms)", "ok" if ok else "error")
         elif event.type == "loop_interrupt" and event.pending:
-            self.say(f"  ⏸ waiting for you ({len(event.pending)} question(s))", "waiting")
+            n = len(event.pending)
+            self.say("  " + self.words("chat_waiting_one" if n == 1 else "chat_waiting", n=n), "waiting")
         elif event.type == "run_finished":
-            wording = STOP_WORDING[event.stop_reason]
-            self.say(f"  ■ {wording.headline} ({event.stop_reason}) after {event.steps} step(s)",
-                     _STOP_TONES.get(wording.tone))
+            self.finished = event
+            # The stop reason's code helps whoever traces the run; in Chinese the headline says it in words.
+            code = f" ({event.stop_reason})" if self.lang == "en" else ""
+            self.say("  " + self.words("chat_finished", headline=headline(self.lang, event.stop_reason), code=code,
+                                       n=event.steps),
+                     _STOP_TONES.get(STOP_WORDING[event.stop_reason].tone))
+
+
+def arguments(values: dict[str, Any], limit: int | None = None) -> Text:
+    """A call's arguments as ``name="value"``: names are the tool's, values are data (JSON, in the colour code
+    has), the whole cut at ``limit`` characters with "…"."""
+    text = Text()
+    for i, (name, value) in enumerate(values.items()):
+        text.append(f"{', ' if i else ''}{name}=").append(json.dumps(value, ensure_ascii=False), "cyan")
+    if limit is not None and len(text) > limit:
+        text = text[:limit - 1].append("…")
+    return text
+
+
+def _locale_language() -> Lang:
+    """The banner's language before any question: the terminal's locale (``LANG=zh_CN.UTF-8``)."""
+    for name in ("LC_ALL", "LC_MESSAGES", "LANG"):
+        if value := os.environ.get(name):
+            return "zh" if value.lower().startswith("zh") else "en"
+    return "en"
 
 
 @dataclass
@@ -83,8 +118,9 @@ class _Session:
     keys: Keyboard
     user: str
     thread: str = field(default_factory=lambda: f"cli-{uuid.uuid4().hex[:8]}")
-    lang: str | None = None
-    """The conversation's language: its first question's."""
+    fixed: bool = False
+    """The language is configured (``slack.language``), not taken from the first question."""
+    asked: bool = False
     stopping: bool = False
     left: bool = False
     task: asyncio.Task[int] | None = None
@@ -105,7 +141,7 @@ class _Session:
             return
         self.stopping = True
         self.console.say()
-        self.console.say(say(self.lang or "en", "chat_stopping"), "waiting")
+        self.console.say(self.console.words("chat_stopping"), "waiting")
         self.stopper = asyncio.ensure_future(self._stop(self.console.run_id))
 
     async def _stop(self, run_id: str) -> None:
@@ -117,7 +153,7 @@ class _Session:
     async def left_at_question(self, outcome: RunOutcome, why: str) -> None:
         """A question nobody will answer here: the run is cancelled there, so the change is not made; what
         the run had already done is said to stand, never that nothing changed."""
-        lang = self.lang or "en"
+        lang = self.console.lang
         tools = ", ".join(dict.fromkeys(p.tool for p in outcome.pending))
         self.console.say()
         try:
@@ -133,22 +169,28 @@ class _Session:
 
 
 async def _decide(session: _Session, pending: PendingView) -> Decision | None:
-    console = session.console
-    console.say(f"\n❓ {pending.reason}")
+    """One question at the prompt, in the conversation's words (the gate's own reason is written for the model)."""
+    console, lang, p = session.console, session.console.lang, pending.payload
     if pending.interrupt_type == "confirm_risky":
-        p = pending.payload
-        console.say(f"   will run: {p.get('tool')} {json.dumps(p.get('arguments'), ensure_ascii=False)}")
+        console.say()
+        console.answer(f"❓ {gate(pending.reason, p, lang)}")
+        what = Text(f"{p.get('tool')}(").append_text(arguments(p.get("arguments") or {})).append(")")
+        will, _, after = console.words("chat_will_run", what="\0").partition("\0")
+        console.rich.print(Text("   " + will).append_text(what).append(after))
         if p.get("model_reason"):
-            console.say(f"   the model's reason: {p['model_reason']}")
-        answer = await session.read("   confirm? [y/N] ")
+            console.say(f"   {say(lang, 'model_reason')}{say(lang, 'colon')}{p['model_reason']}")
+        answer = await session.read("   " + console.words("chat_confirm"))
         if answer is None:
             return None
         return Confirm() if answer.strip().lower() in {"y", "yes", "是", "确认"} else Decline("declined at the prompt")
+    console.say()
+    console.answer(f"❓ {say(lang, 'need_more')} — {form_ask(p, lang)}")
     values: dict[str, str] = {}
-    for field_ in pending.payload.get("fields", []):
+    for field_ in p.get("fields", []):
         choices = field_.get("choices") or []
         hint = " / ".join(f"{i + 1}) {c}" for i, c in enumerate(choices))
-        answer = await session.read(f"   {field_['name']}{' — ' + hint if hint else ''}: ")
+        label = field_label(str(field_["name"]), lang)
+        answer = await session.read(f"   {label}{' — ' + hint if hint else ''}: ")
         if answer is None:
             return None
         answer = answer.strip()
@@ -185,10 +227,12 @@ async def _settle(session: _Session, outcome: RunOutcome) -> RunOutcome | None:
 
 
 async def chat(app: Assembly, *, user: str = "local-user", out: TextIO = sys.stdout,
-               keys: Keyboard | None = None) -> int:
-    """The conversation; this process hosts the engine, so it also runs the engine's sweeps."""
-    console = Console(out, user)
-    session = _Session(app, console, keys or Keyboard(sys.stdin), user, task=asyncio.current_task())
+               keys: Keyboard | None = None, language: str = "auto") -> int:
+    """The conversation; this process hosts the engine, so it also runs the engine's sweeps. ``language``:
+    ``slack.language`` (auto: each conversation its first question's)."""
+    console = Console(out, user, "zh" if language == "zh" else "en" if language == "en" else _locale_language())
+    session = _Session(app, console, keys or Keyboard(sys.stdin), user, task=asyncio.current_task(),
+                       fixed=language in ("en", "zh"))
     session.keys.on_interrupt = session.interrupted
     app.bus.subscribe(console)
     app.sweeps.start()
@@ -199,7 +243,7 @@ async def chat(app: Assembly, *, user: str = "local-user", out: TextIO = sys.std
         if not session.left:
             raise
         console.say()
-        console.say("bye")
+        console.say(console.words("chat_bye"))
         return 130
     finally:
         while session.left and session.task is not None and session.task.cancelling():
@@ -210,33 +254,35 @@ async def chat(app: Assembly, *, user: str = "local-user", out: TextIO = sys.std
 
 async def _converse(session: _Session) -> int:
     app, console = session.app, session.console
-    console.say("OpsPilot chat — type a question; 'quit' to leave.")
-    console.say(f"model: {app.model.label}")
+    console.answer(console.words("chat_banner"))
+    console.answer(model_note(app.model.label, console.lang))
     if app.store.durable:
-        console.say("store: Redis (durable)")
+        console.say(console.words("chat_store_durable"))
     else:
-        console.say("store: in-process — NOT durable: runs are lost when this process exits", "waiting")
+        console.say(console.words("chat_store_memory"), "waiting")
     while True:
         try:
-            text = await session.read("\nyou> ")
+            text = await session.read("\n" + console.words("chat_you"))
         except Interrupted:  # Ctrl-C at the prompt: leave now
             console.say()
-            console.say("bye")
+            console.say(console.words("chat_bye"))
             return 130
         if text is None:  # end of input: off the prompt's line first
             console.say()
-            console.say("bye")
+            console.say(console.words("chat_bye"))
             return 0
         if text.strip().lower() in {"quit", "exit", ":q"}:
-            console.say("bye")
+            console.say(console.words("chat_bye"))
             return 0
         if not text.strip():
             continue
-        session.lang = session.lang or language_of(text)
+        if not session.asked and not session.fixed:  # the conversation speaks its first question's language
+            console.lang = language_of(text)
+        session.asked = True
         # e.g. "restart it" after a Chinese question: the model is told which language this conversation speaks
-        context = "" if language_of(text) == session.lang else \
-            f"<reply_language>{'Chinese' if session.lang == 'zh' else 'English'}</reply_language>"
-        console.run_id, session.stopping = None, False
+        context = "" if language_of(text) == console.lang else \
+            f"<reply_language>{'Chinese' if console.lang == 'zh' else 'English'}</reply_language>"
+        console.run_id, console.finished, session.stopping = None, None, False
         try:
             outcome: RunOutcome | None = await app.engine.ask(session.thread, text, user_id=session.user,
                                                               context=context)
@@ -248,4 +294,13 @@ async def _converse(session: _Session) -> int:
         await app.bus.drain()
         if outcome is not None:
             console.say("\nopspilot>")
-            console.answer(outcome.answer)
+            console.answer(_answer(console, outcome))
+
+
+def _answer(console: Console, outcome: RunOutcome) -> str:
+    """The model's answer as written; one OpsPilot composed itself (Stop, a limit, a failure) in the
+    conversation's language, from its facts."""
+    finished = console.finished
+    if finished is not None and finished.run_id == outcome.run_id and finished.fallback is not None:
+        return fallback_answer(finished.fallback, console.lang)
+    return outcome.answer

@@ -220,9 +220,10 @@ def _config(reference: bool, write: str | None, config: str | None) -> int:
 async def _chat(user: str, config: str | None) -> int:
     from bot.chat import chat  # the terminal's rich, not loaded by the serve and worker processes
 
-    app = await assemble(load_settings(config))
+    settings = load_settings(config)
+    app = await assemble(settings)
     try:
-        return await chat(app, user=user)
+        return await chat(app, user=user, language=settings.slack.language)
     finally:
         await app.close_tools()
         await app.store.close()

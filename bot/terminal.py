@@ -13,8 +13,8 @@ from rich.markup import escape
 
 _CODE = re.compile(r"`([^`\n]+)`")
 # Around bold and italics: blank space or punctuation, CJK punctuation too ("…已完成。_来源: x_").
-_BOLD = re.compile(r"(^|[\s(（。，；：！？、])\*([^*\n]+?)\*(?=$|[\s.,;:!?)。，；：！？、）])", re.M)
-_ITALIC = re.compile(r"(^|[\s(（。，；：！？、])_([^\n]+?)_(?=$|[\s.,;:!?)。，；：！？、）])", re.M)
+_BOLD = re.compile(r"(^|[\s(（。，；：！？、])\*([^*\n]+?)\*(?=$|[\s.,;:!?)。，；：！？、（）])", re.M)
+_ITALIC = re.compile(r"(^|[\s(（。，；：！？、])_([^\n]+?)_(?=$|[\s.,;:!?)。，；：！？、（）])", re.M)
 _MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|([^>]*))?>")
 _LINK = re.compile(r"<(https?://[^|>]+)\|([^>]+)>")
 _EMOJI = {":white_check_mark:": "✅", ":warning:": "⚠️", ":x:": "❌", ":no_entry_sign:": "🚫",

@@ -10,7 +10,10 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from state import RedisStore
+from tests.language_scan import leaks
 from tests.test_cli import opspilot, run_cli
 
 COLOUR = re.compile(r"\x1b\[(?:\d+;)*(?:3[0-7]|9[0-7]|38)(?:;\d+)*m")  # a foreground colour, in any combination
@@ -85,7 +88,7 @@ async def test_on_a_terminal_steps_are_coloured_and_ctrl_c_cancels_then_leaves(t
         await term.expect("you> ")
         term.type("check the unicorn service errors\n")
         steps = await term.expect("you> ")
-        assert re.search(r"\x1b\[31m\s*✗ search_resource error: not_found", steps)  # an error: red
+        assert re.search(r"\x1b\[31m\s*✗ search_resource failed: not_found", steps)  # an error: red
         assert re.search(r"\x1b\[32m\s*✓ search_docs", steps)  # ok: green
 
         term.type("restart payments in prod\n")
@@ -112,7 +115,7 @@ async def test_no_color_is_plain_and_ctrl_d_says_bye_on_its_own_line(tmp_path: P
         await term.expect("you> ")
         term.type("check the unicorn service errors\n")
         steps = await term.expect("you> ")
-        assert "✗ search_resource error: not_found" in steps and not COLOUR.search(term.output)
+        assert "✗ search_resource failed: not_found" in steps and not COLOUR.search(term.output)
         term.type("\x04")  # Ctrl-D at the prompt: end of input
         assert await term.exit_code() == 0
         assert re.search(r"you> \r?\nbye", term.output)
@@ -145,7 +148,7 @@ async def test_a_conversation_keeps_the_language_of_its_first_question(redis_url
     assert "已重启 payments（staging）" in answers[1]  # "restart it" is answered in the conversation's language
     assert "Restarted" not in out and "_来源" not in out  # rendered, not raw mrkdwn
     # A value cut for length says so.
-    assert re.search(r"→ search_docs\(\{\"query\": \"[^\n]{90,}…\)", out)
+    assert re.search(r"→ search_docs\(query=\"[^\n]{90,}…\)", out)
 
     code, out, err = await run_cli(["chat"], "payments errors\n重启它\n2\nquit\n", env, tmp_path)
     assert code == 0, err
@@ -179,3 +182,67 @@ async def test_ctrl_c_while_it_works_stops_the_run_and_a_second_leaves(tmp_path:
     finally:
         term.kill()
         server.close()
+
+
+# The person's side of each conversation: what they type (their words, echoed by the terminal, are not judged).
+TERMINAL_SCENARIOS = {
+    "zh": ["看看支付服务最近报错，顺便对照一下文档里的处理建议", "在生产环境重启它", "y", "看看 unicorn 服务的报错",
+           "重启 payments", "2", "重启 payments 生产环境"],
+    "en": ["look at the payment service's recent errors and the runbook's advice", "restart it in prod", "y",
+           "check the unicorn service errors", "restart payments", "2", "restart payments in prod"],
+}
+_CYAN = re.compile(r"\x1b\[(?:\d+;)*36(?:;\d+)*m([^\x1b]*)")  # code and quoted data: shown in cyan
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_LOG = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [A-Z]+ .*$", re.M)  # stderr: the operator's log
+
+
+def shown_words(output: str, typed: list[str]) -> list[str]:
+    """OpsPilot's lines as a person reads them: code and data (cyan) back in code spans, as the scan knows them;
+    what the person typed (echoed after a prompt) and log lines left out."""
+    text = _ANSI.sub("", _CYAN.sub(lambda m: f"`{m.group(1)}`", output)).replace("\r", "")
+    for said in typed:
+        text = re.sub(rf"(> |\] |: ){re.escape(said)}\n", r"\1\n", text)
+    return [line for line in _LOG.sub("", text).split("\n") if line.strip()]
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+async def test_a_whole_conversation_on_a_terminal_speaks_one_language(lang: str, tmp_path: Path) -> None:
+    """Banner, steps, a failing call, a form, a confirmation, answers, a question left by Ctrl-C and the goodbye:
+    every line in the conversation's language (the banner in the terminal's locale, as no question is asked yet)."""
+    typed = TERMINAL_SCENARIOS[lang]
+    locale = "zh_CN.UTF-8" if lang == "zh" else "en_US.UTF-8"
+    term = await Terminal.open(clean_env(REDIS_URL="redis://127.0.0.1:9/0", LANG=locale, LC_ALL=locale), tmp_path)
+    prompt = "你> " if lang == "zh" else "you> "
+    confirm = "[y/N] "
+    try:
+        await term.expect(prompt)
+        term.type(typed[0] + "\n")
+        await term.expect(prompt, within=60)
+        term.type(typed[1] + "\n")
+        await term.expect(confirm)
+        term.type(typed[2] + "\n")
+        await term.expect(prompt)
+        term.type(typed[3] + "\n")
+        failed = await term.expect(prompt)
+        assert re.search(r"\x1b\[31m\s*✗ search_resource", failed)  # a failing call is among what is judged
+        term.type(typed[4] + "\n")
+        await term.expect(") prod / 2) staging: ")
+        term.type(typed[5] + "\n")
+        await term.expect(prompt)
+        term.type(typed[6] + "\n")
+        await term.expect(confirm)
+        term.proc.send_signal(signal.SIGINT)  # a question left: "nothing was changed", in the same words
+        await term.expect(prompt)
+        term.proc.send_signal(signal.SIGINT)
+        assert await term.exit_code() == 130
+    finally:
+        term.kill()
+    lines = shown_words(term.output, typed)
+    found = leaks(lines, lang, proper=("opspilot",))
+    assert not found, "\n".join(f"{hit!r} in {line!r}" for hit, line in found)
+    assert len(lines) > 30 and "Traceback" not in term.output
+    said = "\n".join(lines)
+    if lang == "zh":  # the words are there, not just the absence of English
+        assert "确认执行？" in said and "第 1 步" in said and "没有做任何改动" in said and "再见" in said
+    else:
+        assert "confirm? " in said and "step 1" in said and "nothing was changed" in said and "bye" in said

@@ -134,6 +134,23 @@ _WORDS: dict[str, tuple[str, str]] = {
     "chat_not_run_after": ("{why}: {tools} did not run; what ran earlier in this run stands (see above).",
                            "{why}：{tools} 没有执行；这次运行中之前执行过的操作仍然有效（见上文）。"),
     "chat_stopping": ("Stopping… (Ctrl-C again to leave at once)", "正在停止……（再按 Ctrl-C 立即退出）"),
+    # the terminal's own lines: the banner (before the first question: slack.language, else the locale), steps,
+    # questions at the prompt
+    "chat_banner": ("OpsPilot chat — type a question; `quit` to leave.", "OpsPilot 对话：输入问题；输入 `quit` 退出。"),
+    "chat_store_durable": ("store: Redis (durable)", "存储：Redis（持久）"),
+    "chat_store_memory": ("store: in-process — NOT durable: runs are lost when this process exits",
+                          "存储：进程内 —— 不持久：这个进程退出后运行记录就没有了"),
+    "chat_you": ("you> ", "你> "),
+    "chat_bye": ("bye", "再见"),
+    "chat_step_tools": ("· step {n}: model asks for tools ({ms} ms)", "· 第 {n} 步：模型请求调用工具（{ms} ms）"),
+    "chat_step_answers": ("· step {n}: model answers ({ms} ms)", "· 第 {n} 步：模型给出回答（{ms} ms）"),
+    "chat_changes": ("  [changes things]", "  [会改动系统]"),
+    "chat_failed": ("{tool} {status}: {code}", "{tool} {status}：{code}"),
+    "chat_waiting_one": ("⏸ waiting for you (1 question)", "⏸ 等你处理（1 个问题）"),
+    "chat_waiting": ("⏸ waiting for you ({n} questions)", "⏸ 等你处理（{n} 个问题）"),
+    "chat_finished": ("■ {headline}{code} after {n} step(s)", "■ {headline}{code}（共 {n} 步）"),  # code: en only
+    "chat_will_run": ("will run: {what}", "将执行：{what}"),
+    "chat_confirm": ("confirm? [y/N] ", "确认执行？[y/N] "),
     "requested_by": ("requested by {by}", "发起人 {by}"),
     "approved_by": ("approved by {by}", "批准人 {by}"),
     # an audit line: what ran where (the order each language reads it in), then how it ended
