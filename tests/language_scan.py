@@ -14,9 +14,9 @@ from typing import Any
 # Web API methods that write what a person reads, and the keys of their bodies that hold text.
 WRITES = ("chat.postMessage", "chat.update", "chat.postEphemeral", "chat.startStream", "chat.appendStream",
           "chat.stopStream", "assistant.threads.setStatus", "views.publish", "views.open", "views.update",
-          "chat.scheduleMessage")
+          "chat.scheduleMessage", "canvases.create", "canvases.edit", "files.completeUploadExternal")
 TEXT_KEYS = frozenset({"text", "title", "output", "details", "status", "markdown_text", "loading_messages",
-                       "placeholder", "label", "hint"})
+                       "placeholder", "label", "hint", "markdown", "initial_comment"})
 
 PROPER = ("OpsPilot", "Slack", "UTC", "Ctrl-C", "Payment Service", "Order Service", "API Gateway", "payments",
           "orders", "gateway", "prod", "staging", "Prometheus", "Loki", "Kubernetes", "Alertmanager", "Grafana",
@@ -26,7 +26,8 @@ PROPER = ("OpsPilot", "Slack", "UTC", "Ctrl-C", "Payment Service", "Order Servic
 # language check reads answers too (bot/eval/score.py).
 _CITES = re.compile(r"^.*\(`[^`\n]*\.md`\).*$", re.M)
 _CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)
-_LINK = re.compile(r"<(?:https?|mailto|slack):[^>]*>|\[[^\]\n]*\]\([^)\n]*\)")  # mrkdwn and markdown links
+# mrkdwn and markdown links, and a bare address (a permalink in a canvas): an address is in no language
+_LINK = re.compile(r"<(?:https?|mailto|slack):[^>]*>|\[[^\]\n]*\]\([^)\n]*\)|https?://[^\s)>|]+")
 _MENTION = re.compile(r"<[@#!][^>]*>")
 _EMOJI = re.compile(r":[a-z0-9_+\-]+:")
 _IDENT = re.compile(r"(?<![A-Za-z0-9])(?:[A-Za-z_]+(?==)|[A-Za-z0-9\-]+(?:[_./][A-Za-z0-9\-]+)+"

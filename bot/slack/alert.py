@@ -61,11 +61,24 @@ class Alert:
     def key(self) -> str:
         return hashlib.sha1(self.group.encode()).hexdigest()[:16]
 
-    def question(self) -> str:
-        """What an automatic investigation asks. The alert's own words stay in the quote above it: the question is
-        ours, so only label values shaped like names (``payments``, ``prod``) are repeated in it."""
-        known = [f"{what} `{value}`" for what, value in (("service", self.service), ("environment", self.environment))
+    def label(self) -> str:
+        """A short name for the alert made of its names (``PaymentsHighErrorRate · payments · prod``), in no
+        language; its title when its name is not known."""
+        names = [v for v in (self.name, self.service, self.environment) if v and _NAME.fullmatch(v)]
+        return " · ".join(names) if self.name and names else " ".join(self.title.split())
+
+    def question(self, lang: str = "en") -> str:
+        """What an automatic investigation asks, in the thread's language (people read it too: App Home, feedback).
+        The alert's own words stay in the quote above it: the question is ours, so only label values shaped like
+        names (``payments``, ``prod``) are repeated in it."""
+        zh = lang == "zh"
+        known = [f"{what} `{value}`" for what, value in (("服务" if zh else "service", self.service),
+                                                          ("环境" if zh else "environment", self.environment))
                  if value and _NAME.fullmatch(value)]
+        if zh:
+            about = f"涉及{'、'.join(known)}。" if known else ""
+            return (f"告警已触发（见上方引用）。{about}请排查：找到受影响的服务，查看它最近的错误、指标和运行手册，"
+                    "说明问题所在以及手册的建议。不要做任何改动。")
         about = f" It is about {' and '.join(known)}." if known else ""
         return (f"An alert fired (quoted above).{about} Investigate it: find the affected service, read its recent "
                 "errors, metrics and runbook, and say what is wrong and what the runbook advises. Change nothing.")

@@ -65,7 +65,7 @@ class Alerts:
             if known.get("thread_ts"):
                 await log_alert(self.meta, channel, known["thread_ts"], "resolved", self.clock(), title=alert.title)
                 await self._note(channel, known["thread_ts"], ":white_check_mark: " + say(
-                    lang, "alert_resolved", at=when, title=kit.escape(alert.title)))
+                    lang, "alert_resolved", at=when, title=kit.code(alert.title)))  # the alert's words: data
             return
         window = source.dedupe_window_s
         fresh = await self.meta.first_time(f"alert-window:{group}", ttl_s=window) if window else True
@@ -79,7 +79,8 @@ class Alerts:
         # Kept unquoted: each run quotes it afresh (a new nonce per request, the Investigate button's included).
         context = redact(material([event], ts, 1, self.config.thread_context_chars))
         await self.meta.put(ALERT, group, {"thread_ts": ts, "title": alert.title[:300], "context": context,
-                                           "lang": lang})
+                                           "lang": lang, "label": alert.label(), "service": alert.service or "",
+                                           "environment": alert.environment or ""})
         await self.meta.put(ALERT, f"{channel}:{ts}", {"group": group, "follow_up": source.follow_up})
         await log_alert(self.meta, channel, ts, "fired", _posted_at(ts, self.clock()), title=alert.title,
                         count=alert.count)
@@ -89,7 +90,7 @@ class Alerts:
         if not await self._within_rate(source, f"{channel}:{ts}", lang):
             return await self._offer(channel, ts, lang, say(lang, "alert_held", n=source.max_runs,
                                                             minutes=source.rate_window_s // 60))
-        await self.dispatch(self._converse(alert, channel, ts, context, requester=_source_id(event)))
+        await self.dispatch(self._converse(alert, channel, ts, context, requester=_source_id(event), lang=lang))
 
     async def answers_unmentioned(self, channel: str, thread_ts: str) -> bool:
         """Whether a reply in this thread that does not mention OpsPilot is for it: in an alert's thread only
@@ -111,14 +112,15 @@ class Alerts:
             return say(lang, "alert_too_old")
         if not await self.meta.first_time(f"investigate:{channel}:{alert_ts}"):
             return say(lang, "alert_on_it")
-        alert = Alert("firing", known.get("title", "an alert"), group)
+        alert = Alert("firing", known.get("title", "an alert"), group, service=known.get("service") or None,
+                      environment=known.get("environment") or None)
         await self.dispatch(self._converse(alert, channel, alert_ts, known["context"], requester=user,
-                                           unattended=False))
+                                           lang=lang, unattended=False))
         return None
 
-    def _converse(self, alert: Alert, channel: str, ts: str, context: str, *, requester: str,
+    def _converse(self, alert: Alert, channel: str, ts: str, context: str, *, requester: str, lang: str,
                   unattended: bool = True) -> Converse:
-        return Converse(channel=channel, thread_ts=ts, user=requester, text=alert.question(),
+        return Converse(channel=channel, thread_ts=ts, user=requester, text=alert.question(lang),
                         request_id=f"{channel}:{ts}:alert", context=quote_thread(context), unattended=unattended)
 
     async def _within_rate(self, source: AlertSource, member: str, lang: str) -> bool:

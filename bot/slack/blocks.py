@@ -39,6 +39,12 @@ def escape(text: object) -> str:
     return reveal(str(text)).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def code(text: object) -> str:
+    """Quoted data (an alert's title, a tool's words) as an inline code span: shown as written, in no language."""
+    shown = " ".join(str(text).replace("`", "'").split())
+    return f"`{escape(shown)}`"
+
+
 _USER_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")
 
 

@@ -119,7 +119,8 @@ async def gather(store: RedisStore | MemoryStore, meta: MetaStore, reports: Repo
     alerts = await alert_events(meta, channel, thread_ts)
     asked = _asked(transcript)
     group = (await meta.get(ALERT, f"{channel}:{thread_ts}")).get("group")
-    title = (await meta.get(ALERT, group)).get("title", "") if group else ""
+    known = await meta.get(ALERT, group) if group else {}
+    title = known.get("label") or known.get("title", "")
     title = title or (alerts[0].title if alerts else "") or (asked[0].text if asked else "") or thread_ts
     lang = (await meta.get(THREAD, thread_id)).get("lang") or language_of(
         " ".join(a.text for a in asked[:1]) or title, language)

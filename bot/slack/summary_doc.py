@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from bot.agent.models.demo import LABEL as DEMO_LABEL
 from bot.slack.audit import outcome
 from bot.slack.incident import Change, Incident, calls_of
 from bot.slack.words import say
@@ -65,7 +66,7 @@ def render(incident: Incident, narrative: Narrative | None, *, tz: str | None = 
     if evidence:
         out += [f"## {say(lang, 'inc_evidence')}", "", *evidence, ""]
     if narrative is not None and narrative.by:
-        out.append("_" + say(lang, "inc_written_by", model=narrative.by) + "_")
+        out.append("_" + say(lang, "inc_written_by", model=_model(narrative.by, lang)) + "_")
     elif narrative is not None and narrative.problem:
         out.append("_" + say(lang, "inc_model_failed", why=narrative.problem) + "_")
     else:
@@ -98,7 +99,7 @@ def _events(incident: Incident, mention: Mention) -> list[tuple[float, str, str 
     lang = incident.lang
     events: list[tuple[float, str, str | None]] = []
     for a in incident.alerts:
-        what = say(lang, "inc_alert_fired", title=a.title) if a.kind == "fired" else \
+        what = say(lang, "inc_alert_fired", title=_code(a.title)) if a.kind == "fired" else \
             say(lang, "inc_alert_again", n=a.count) if a.kind == "fired_again" else say(lang, "inc_alert_resolved")
         events.append((a.at, what, incident.thread_ts if a.kind == "fired" else None))
     for q in incident.asked:
@@ -220,6 +221,17 @@ def _local(at: float, zone: ZoneInfo) -> str:
 
 def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
+
+
+def _model(label: str, lang: str) -> str:
+    """Who wrote the narrative: the scripted demo model in the reader's words, any other by its label (data)."""
+    return say(lang, "demo_model_name") if label == DEMO_LABEL else _code(label)
+
+
+def _code(text: str) -> str:
+    """Quoted data (an alert's title) as a Markdown code span."""
+    shown = " ".join(text.replace("`", "'").split())
+    return f"`{shown}`"
 
 
 def _inline(text: str) -> str:

@@ -78,6 +78,7 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
     "demo_model_note": ("model: the scripted demo model (no API key configured; rule-based, not an LLM)",
                         "模型：脚本化的演示模型（没有配置 API 密钥；基于规则，不是大模型）"),
     "model_note": ("model: {model}", "模型：{model}"),
+    "demo_model_name": ("the scripted demo model", "脚本化的演示模型"),
     # forms: what is asked for, and what for (the tool's own reason is for the model)
     "form_choose": ("choose {fields}", "请选择 {fields}"),
     "form_invalid": ("Not accepted: {problem}", "未接受：{problem}"),

@@ -134,8 +134,8 @@ def _follow_up(results: list[ToolResultMessage], env: str | None, tools: Sequenc
     return AssistantMessage(content=plan, tool_calls=tuple(calls))
 
 
-_SERVICE = re.compile(r"\bservice\s*(?::\s*`?|=\s*\"?|`)([a-z0-9][a-z0-9_.-]+)", re.I)
-_ENVIRONMENT = re.compile(r"\benv(?:ironment)?\s*(?::\s*`?|=\s*\"?|`)([a-z0-9_-]+)", re.I)
+_SERVICE = re.compile(r"(?:\bservice|服务)\s*(?::\s*`?|=\s*\"?|`)([a-z0-9][a-z0-9_.-]+)", re.I)
+_ENVIRONMENT = re.compile(r"(?:\benv(?:ironment)?|环境)\s*(?::\s*`?|=\s*\"?|`)([a-z0-9_-]+)", re.I)
 
 
 def _subject(question: str, quoted: str) -> str:
@@ -145,7 +145,7 @@ def _subject(question: str, quoted: str) -> str:
     if named:
         return named.group(1)
     body = [line for line in quoted.splitlines() if line and not line.startswith(("[", "<", "(", "</"))]
-    if body and (len(question.split()) <= 6 or "quoted above" in question):
+    if body and (len(question.split()) <= 6 or "quoted above" in question or "见上方引用" in question):
         return body[-1][:200]
     return question[:200]
 

@@ -111,7 +111,8 @@ def deploy_verdict(results: list[ToolResultMessage], service: str, zh: bool) -> 
     lines = [head]
     for t, c in listed[:3]:
         what = " ".join(str(x) for x in (c.get("kind"), c.get("version")) if x)
-        lines.append(f"  • {'变更' if zh else 'Change'}: {what} — {_clock(t)} UTC ({c.get('source')})")
+        source = f"（来源 `{c.get('source')}`）" if zh else f" (source: `{c.get('source')}`)"  # the tool's label: data
+        lines.append(f"  • {'变更：' if zh else 'Change: '}`{what}` — {_clock(t)} UTC{source}")
     window = (changes.get("window") or {}).get("minutes")
     if not listed:
         lines.append(f"  • 最近 {window} 分钟内没有变更记录" if zh else
