@@ -22,12 +22,16 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Verdict:
     allowed: bool
-    reason: str = ""
-    zh: str = ""
-    """The reason in Chinese, for a Chinese thread."""
+    key: str = ""
+    """Why not: the catalog's words (:mod:`bot.slack.words`), said in the thread's language."""
+    values: tuple[tuple[str, str], ...] = ()
 
     def words(self, lang: str) -> str:
-        return self.zh if lang == "zh" and self.zh else self.reason
+        return say(lang, self.key, **dict(self.values)) if self.key else ""
+
+
+def refusal(key: str, **values: str) -> Verdict:
+    return Verdict(False, key, tuple(values.items()))
 
 
 ALLOW = Verdict(True)
@@ -81,22 +85,18 @@ class AccessPolicy:
     async def may_use(self, user: str, channel: str, *, direct: bool = False) -> Verdict:
         c = self.config
         if c.allowed_channels and not direct and channel not in c.allowed_channels:
-            return Verdict(False, "I am not enabled in this channel. Ask your Slack admin to add it to "
-                                  "`slack.allowed_channels`.",
-                           "这个频道没有启用我。请 Slack 管理员把它加到 `slack.allowed_channels`。")
+            return refusal("no_channel")
         if c.allowed_users or c.allowed_usergroups:
             if user in c.allowed_users or await self._in_any_group(user, c.allowed_usergroups):
                 return ALLOW
-            return Verdict(False, "You are not on the list of people who may use OpsPilot "
-                                  "(`slack.allowed_users` / `slack.allowed_usergroups`).",
-                           "你不在可以使用 OpsPilot 的名单里（`slack.allowed_users` / `slack.allowed_usergroups`）。")
+            return refusal("no_user")
         return ALLOW
 
     def may_change_in(self, channel: str, *, direct: bool = False) -> Verdict:
         allowed = self.config.mutating_channels
         if allowed and (direct or channel not in allowed):
             where = ", ".join(f"<#{c}>" for c in allowed)
-            return Verdict(False, f"Changes can only be confirmed in {where}.", f"变更只能在 {where} 确认。")
+            return refusal("no_change_here", where=where)
         return ALLOW
 
     def approvers_for(self, tool: str, environment: str | None) -> Approvers | None:
@@ -110,15 +110,10 @@ class AccessPolicy:
     async def may_confirm(self, user: str, tool: str, environment: str | None, requester: str | None) -> Verdict:
         env = (environment or "").lower()
         if requester and user == requester and self.two_person(env):
-            return Verdict(False, f"Two-person rule: the person who asked cannot approve a `{tool}` in `{env}`. "
-                                  "Ask another approver.",
-                           f"双人规则：发起人不能批准自己在 `{env}` 的 `{tool}`。请另一位批准人确认。")
+            return refusal("no_own_approval", tool=tool, env=env)
         if self.unmatched(tool, env):
             known = ", ".join(self.environments or [])
-            return Verdict(False, f"`{env}` is not an environment I know (known: {known}), so no approvers rule "
-                                  f"for `{tool}` can match it: nobody may confirm this. Nothing was changed.",
-                           f"`{env}` 不是已知的环境（已知：{known}），没有 `{tool}` 的批准规则能匹配它：无人可以确认。"
-                           "什么都没有改变。")
+            return refusal("no_env", tool=tool, env=env, known=known)
         rule = self.approvers_for(tool, env)
         if rule is None:
             return ALLOW  # no approvers configured for this tool in this known environment: anyone who may use it
@@ -126,12 +121,8 @@ class AccessPolicy:
             return ALLOW
         unread = [g for g in rule.usergroups if g in self._unread]
         if unread:
-            return Verdict(False, "I could not read the approver group from Slack, so I cannot tell whether you "
-                                  "are in it. Nothing was changed; try again in a minute.",
-                           "无法从 Slack 读取批准人用户组，无法判断你是否在其中。什么都没有改变；请稍后再试。")
-        return Verdict(False, f"You are not an approver for `{tool}` in `{env or 'any environment'}`. "
-                              "Nothing was changed.",
-                       f"你不是 `{env or '任何环境'}` 中 `{tool}` 的批准人。什么都没有改变。")
+            return refusal("no_group_read")
+        return refusal("no_approver_in" if env else "no_approver", tool=tool, env=env)
 
     async def who_may_confirm(self, people: People, *, tool: str, environment: str | None, requester: str | None,
                               channel: str, lang: str) -> list[str]:

@@ -18,7 +18,7 @@ import aiohttp
 from bot.agent.engine import Engine
 from bot.agent.errors import EngineError, NotPending
 from bot.slack import blocks as kit
-from bot.slack.access import AccessPolicy, Verdict
+from bot.slack.access import AccessPolicy, Verdict, refusal
 from bot.slack.alerts import INVESTIGATE, Alerts
 from bot.slack.feedback import Feedback
 from bot.slack.followups import CANCEL as TIMER_CANCEL
@@ -54,8 +54,7 @@ async def respond(response_url: str, text: str) -> None:
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         log.warning("response_url could not be reached: %s", type(exc).__name__)
 
-MISPLACED = "This button does not belong to this message. Nothing was changed."
-_MISPLACED = Verdict(False, MISPLACED, "这个按钮不属于这条消息。什么都没有改变。")
+_MISPLACED = refusal("misplaced")
 _IGNORED_SUBTYPES = {None, "thread_broadcast", "file_share"}
 Dispatch = Callable[[WorkItem], Awaitable[None]]
 """Hands work on: to this process's executor, or to the work queue for the workers."""

@@ -111,6 +111,28 @@ _WORDS: dict[str, tuple[str, str]] = {
     "expired": ("Expired — nothing was run", "已过期，什么都没有执行"),
     "cancelled_by": ("Cancelled: the run was stopped by {by} at {at}", "已取消：{by} 于 {at} 停止了这次运行"),
     "cancelled": ("Cancelled: the run was stopped", "已取消：运行已停止"),
+    # refusals (bot/slack/access.py): a private note to whoever asked or clicked
+    "no_channel": ("I am not enabled in this channel. Ask your Slack admin to add it to `slack.allowed_channels`.",
+                   "这个频道没有启用我。请 Slack 管理员把它加到 `slack.allowed_channels`。"),
+    "no_user": ("You are not on the list of people who may use OpsPilot (`slack.allowed_users` / "
+                "`slack.allowed_usergroups`).",
+                "你不在可以使用 OpsPilot 的名单里（`slack.allowed_users` / `slack.allowed_usergroups`）。"),
+    "no_change_here": ("Changes can only be confirmed in {where}.", "变更只能在 {where} 确认。"),
+    "no_own_approval": ("Two-person rule: the person who asked cannot approve a `{tool}` in `{env}`. Ask another "
+                        "approver.", "双人规则：发起人不能批准自己在 `{env}` 的 `{tool}`。请另一位批准人确认。"),
+    "no_env": ("`{env}` is not an environment I know (known: {known}), so no approvers rule for `{tool}` can match "
+               "it: nobody may confirm this. Nothing was changed.",
+               "`{env}` 不是已知的环境（已知：{known}），没有 `{tool}` 的批准规则能匹配它：无人可以确认。"
+               "什么都没有改变。"),
+    "no_group_read": ("I could not read the approver group from Slack, so I cannot tell whether you are in it. "
+                      "Nothing was changed; try again in a minute.",
+                      "无法从 Slack 读取批准人用户组，无法判断你是否在其中。什么都没有改变；请稍后再试。"),
+    "no_approver_in": ("You are not an approver for `{tool}` in `{env}`. Nothing was changed.",
+                       "你不是 `{env}` 中 `{tool}` 的批准人。什么都没有改变。"),
+    "no_approver": ("You are not an approver for `{tool}`. Nothing was changed.",
+                    "你不是 `{tool}` 的批准人。什么都没有改变。"),
+    "misplaced": ("This button does not belong to this message. Nothing was changed.",
+                  "这个按钮不属于这条消息。什么都没有改变。"),
     # private notes to one person
     "still_working": ("I am still working on the previous message in this thread; send it again in a moment.",
                       "我还在处理这个对话里的上一条消息，请稍后再发一次。"),
