@@ -27,12 +27,13 @@ from bot.keyboard import Interrupted, Keyboard
 from bot.slack.blocks import field_label, form_ask, gate
 from bot.slack.outputs import fallback_answer
 from bot.slack.render import model_note
-from bot.slack.words import Lang, catalog, headline, language_of, say
+from bot.slack.words import Lang, headline, language_of, say
 from bot.terminal import markup, printer
 from core.stops import STOP_WORDING
 from state import StoreError
 
 _TONES = {"ok": "green", "error": "red", "waiting": "yellow"}
+_STATUSES = {"error", "cancelled", "skipped", "expired"}  # a call's status, in words (the catalog's st_…)
 _STOP_TONES = {"done": "ok", "stopped": "waiting", "expired": "waiting", "warning": "error"}
 
 
@@ -75,10 +76,13 @@ class Console:
             self.out.flush()
         elif event.type == "tool_result":
             ok = event.status == "ok"
-            status = self.words(f"st_{event.status}") if f"st_{event.status}" in catalog() else event.status
-            code = event.error_code if event.error_code not in (None, event.status) else None
-            what = event.tool if ok else self.words("chat_failed", tool=event.tool, status=status, code=code) \
-                if code else f"{event.tool} {status}"
+            status = self.words(f"st_{event.status}") if event.status in _STATUSES else event.status
+            if ok:
+                what = event.tool
+            elif event.error_code and event.error_code != event.status:  # not "cancelled: cancelled"
+                what = self.words("chat_failed", tool=event.tool, status=status, code=event.error_code)
+            else:
+                what = f"{event.tool} {status}"
             self.say(f"  {'✓' if ok else '✗'} {what} ({event.latency_ms:.0f} ms)", "ok" if ok else "error")
         elif event.type == "loop_interrupt" and event.pending:
             n = len(event.pending)
