@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import sys
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from bot.assembly import build_model, open_store
 from bot.config import ConfigError, Settings
@@ -23,8 +24,21 @@ def parse_thread(ref: str) -> tuple[str, str]:
     return found.group("channel"), found.group("ts")
 
 
+def parse_tz(name: str | None) -> str | None:
+    """``--tz`` as given, once this system knows it (a typo would otherwise drop the column without a word)."""
+    if name is None or name.upper() in ("UTC", "ETC/UTC"):
+        return name
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a directory of zones ("America"), too long
+        raise ConfigError(f"--tz takes a time zone name such as Asia/Shanghai or UTC; {name!r} is not one "
+                          "this system knows") from None
+    return name
+
+
 async def report(settings: Settings, thread: str, *, tz: str | None = None, use_model: bool = True) -> int:
     channel, ts = parse_thread(thread)
+    tz = parse_tz(tz)
     model = build_model(settings) if use_model else None
     if model is not None and model.scripted:
         print("opspilot report: no model is configured (no API key): the records only", file=sys.stderr)

@@ -3,17 +3,20 @@ question → watch the steps → fill the form → confirm the restart as an app
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
-from playwright.async_api import Page, async_playwright, expect
+from playwright.async_api import Locator, Page, async_playwright, expect
 
 from bot.config import Settings
-from bot.demo.server import Demo
+from bot.demo.server import ALERTS, CHANNEL, Demo
 from tests.conftest import free_port
 from tests.language_scan import leaks
 
@@ -30,12 +33,17 @@ def chromium() -> str:
 
 
 @pytest.fixture
-async def demo_url(redis_url: str, prefix: str) -> AsyncIterator[str]:
+async def demo(redis_url: str, prefix: str) -> AsyncIterator[Demo]:
     demo = Demo(Settings(redis_url=redis_url, key_prefix=prefix), free_port())
     server = await demo.start()
-    yield server.url
+    yield demo
     await demo.close()
     await server.stop()
+
+
+@pytest.fixture
+def demo_url(demo: Demo) -> str:
+    return f"http://127.0.0.1:{demo.port}"
 
 
 @pytest.fixture
@@ -181,3 +189,152 @@ async def test_app_home_shows_what_waits_for_the_approver(demo_url: str, page: P
     await page.locator('[data-user="U0ALICE"]').click()  # Alice is not an approver: nothing waits for her
     await expect(home).to_contain_text("Nothing is waiting for you")
     await expect(home).to_contain_text("restart payments in prod")  # her recent question
+
+
+async def say_in_thread(page: Page, text: str) -> None:
+    await page.get_by_test_id("thread-composer").fill(text)
+    await page.get_by_test_id("thread-composer").press("Enter")
+
+
+async def play_the_chinese_incident(page: Page) -> Locator:
+    """The README's scenario, to its verified restart: Alice asks, says "restart it", picks prod; Bob confirms."""
+    await page.get_by_test_id("composer").fill(f"@OpsPilot {QUESTION}")
+    await page.get_by_test_id("composer").press("Enter")
+    thread = page.get_by_test_id("thread")
+    await expect(thread.locator(".msg", has_text="docs/payments-db-timeouts.md").last).to_be_visible()
+    await say_in_thread(page, "restart it")
+    form = thread.locator(".msg", has_text="还需要一点信息").last
+    await form.locator("select").select_option("prod")
+    await form.get_by_role("button", name="提交").click()
+    await expect(thread.locator(".msg", has_text="需要确认")).to_be_visible()
+    await confirm_as(page, "U0BOB")
+    await expect(thread.locator(".msg", has_text="已重启 payments（prod）")).to_be_visible()
+    await page.locator('[data-user="U0ALICE"]').click()
+    return thread
+
+
+async def test_a_summary_becomes_the_channels_canvas_and_a_second_one_edits_it(demo_url: str, page: Page) -> None:
+    await page.goto(demo_url)
+    thread = await play_the_chinese_incident(page)
+
+    await say_in_thread(page, "@OpsPilot 总结")
+    tab = page.get_by_test_id("canvas-tab")
+    await expect(tab).to_have_count(1)  # canvases.create with channel_id: a tab in the channel's header
+    await expect(tab).to_contain_text(f"事件：{QUESTION}")
+    note = thread.locator(".msg", has_text="画布")
+    await expect(note).to_have_count(1)  # the note says where it went: the channel, by its name
+    await expect(note).to_contain_text("#ops-oncall")
+    await tab.click()
+    canvas, body = page.get_by_test_id("canvas"), page.get_by_test_id("canvas-body")
+    await expect(canvas).to_be_visible()
+    await expect(page.get_by_test_id("canvas-title")).to_have_text(f"事件：{QUESTION}")
+    await expect(body.locator("h1")).to_have_text(f"事件总结：{QUESTION}")
+    await expect(body.locator("h2", has_text="时间线")).to_be_visible()
+    await expect(body.locator("table th").first).to_have_text("UTC")  # the timeline is a table
+    change = body.locator("li", has_text="发起人")  # what was done: the restart, one line
+    await expect(change).to_have_count(1)
+    await expect(change.locator("code").first).to_have_text("restart_service")
+    for part in ("发起人 @Alice", "批准人 @Bob", "错误率 4.30% → 0.30%"):  # from the records, in Chinese
+        await expect(change).to_contain_text(part)
+    await expect(body.locator(".mention", has_text="@Bob").first).to_be_visible()
+    await expect(body).not_to_contain_text("![](")  # mentions, tables and code rendered, not shown raw
+    await expect(body).not_to_contain_text("|---")
+    await expect(body).not_to_contain_text("`")
+    await expect(canvas).to_have_attribute("data-edits", "0")
+    shown = await body.evaluate(f"(box) => ({_AS_WRITTEN})(box)")
+    found = leaks([shown], "zh", proper=DEMO_PEOPLE)
+    assert not found, "\n".join(f"{hit!r} in {text[:200]!r}" for hit, text in found)
+    ARTIFACTS.mkdir(exist_ok=True)
+    await page.screenshot(path=str(ARTIFACTS / "demo-canvas.png"), full_page=True)
+
+    # A follow-up question, then "summarize" again: the same canvas is edited, and the open canvas shows it live.
+    await say_in_thread(page, "@OpsPilot 支付服务现在的错误率是多少？")
+    await expect(thread.locator(".msg", has_text="支付服务现在的错误率是多少")).to_have_count(1)
+    await expect(thread.locator(".msg").last).not_to_contain_text("支付服务现在的错误率是多少")  # OpsPilot is on it
+    await expect(thread.locator(".msg .streaming")).to_have_count(0)  # and has answered
+    await say_in_thread(page, "@OpsPilot 总结")
+    await expect(canvas).to_have_attribute("data-edits", "1")
+    await expect(body).to_contain_text("@Alice 提问：支付服务现在的错误率是多少？")
+    await expect(body.locator("li", has_text="发起人")).to_contain_text("批准人 @Bob")
+    await expect(tab).to_have_count(1)
+    await expect(thread.locator(".msg", has_text="画布")).to_have_count(1)  # the note edited, not posted again
+
+
+async def api(demo: Demo, method: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A Web API call to the demo's local Slack, as the bot makes them."""
+    headers = {"Authorization": f"Bearer {demo.settings.slack.bot_token}"}
+    async with aiohttp.ClientSession() as http, http.post(
+            f"http://127.0.0.1:{demo.port}/api/{method}", json=body, headers=headers) as answer:
+        reply: dict[str, Any] = await answer.json()
+    assert reply["ok"], reply
+    return reply
+
+
+HOSTILE = "<img src=x onerror=\"window.pwned=1\">"
+
+
+async def test_a_canvas_is_escaped_rendered_and_updated_live(demo: Demo, demo_url: str, page: Page) -> None:
+    await page.goto(demo_url)
+    await expect(page.get_by_test_id("scripted")).to_be_visible()
+    for _ in range(100):  # the page's event feed is connected: what follows arrives through it
+        if demo._feeds:
+            break
+        await asyncio.sleep(0.05)
+    markdown = (f"# Hello <script>window.pwned=1</script>\n\nSome **bold**, _italic_ and `<b>code</b>`; "
+                "[a link](https://example.test/a?b=1&c=2), [bad](javascript:window.pwned=1), ![](@U0BOB).\n\n"
+                f"| When | What |\n|---|---|\n| 09:40 | {HOSTILE} a \\| b |\n\n- one\n- two <i>x</i>\n")
+    created = await api(demo, "canvases.create", {"title": f"{HOSTILE}Payments", "channel_id": CHANNEL,
+                                                 "document_content": {"type": "markdown", "markdown": markdown}})
+    await api(demo, "canvases.create", {"title": "elsewhere", "channel_id": ALERTS,
+                                        "document_content": {"type": "markdown", "markdown": "# other"}})
+    tab = page.get_by_test_id("canvas-tab")
+    await expect(tab).to_have_count(1)  # this channel's canvas only
+    await expect(tab).to_have_text(f"📄 {HOSTILE}Payments")
+    await tab.click()
+    body = page.get_by_test_id("canvas-body")
+    await expect(page.get_by_test_id("canvas-title")).to_have_text(f"{HOSTILE}Payments")
+    await expect(body.locator("h1")).to_have_text("Hello <script>window.pwned=1</script>")
+    await expect(body.locator("b")).to_have_text("bold")
+    await expect(body.locator("i")).to_have_text("italic")
+    await expect(body.locator("code")).to_have_text("<b>code</b>")
+    await expect(body.locator('a[href="https://example.test/a?b=1&c=2"]')).to_have_text("a link")
+    await expect(body.locator("a")).to_have_count(1)  # a javascript: link is no link
+    await expect(body.locator(".mention")).to_have_text("@Bob")
+    await expect(body.locator("td").last).to_have_text(f"{HOSTILE} a | b")
+    await expect(body.locator("li")).to_have_text(["one", "two <i>x</i>"])
+    await expect(page.locator("#canvas script, #canvas img, #canvas-tabs img")).to_have_count(0)
+    assert await page.evaluate("() => window.pwned") is None
+
+    await api(demo, "canvases.edit", {"canvas_id": created["canvas_id"], "changes": [
+        {"operation": "replace", "document_content": {"type": "markdown", "markdown": "# Second\n- new line"}}]})
+    await expect(body.locator("h1")).to_have_text("Second")  # live, through the feed: no reload
+    await expect(body.locator("li")).to_have_text(["new line"])
+    await expect(page.get_by_test_id("canvas")).to_have_attribute("data-edits", "1")
+    await page.get_by_test_id("channel-ops-alerts").click()  # another channel: its own canvas, this one closed
+    await expect(page.get_by_test_id("canvas")).to_be_hidden()
+    await expect(tab).to_have_text("📄 elsewhere")
+
+
+async def test_canvases_refused_the_summary_is_a_file_to_open_in_the_thread(demo: Demo, demo_url: str,
+                                                                            page: Page) -> None:
+    demo.slack.canvases_refused = "canvas_disabled_user_team"
+    await page.goto(demo_url)
+    await page.get_by_test_id("composer").fill("@OpsPilot restart payments in prod")
+    await page.get_by_test_id("composer").press("Enter")
+    thread = page.get_by_test_id("thread")
+    await expect(thread.locator(".msg", has_text="Confirmation needed")).to_be_visible()
+    await say_in_thread(page, "@OpsPilot summarize")
+    file = thread.get_by_test_id("file")
+    await expect(file).to_have_count(1)
+    await expect(file).to_contain_text("incident-summary-")
+    await expect(thread.locator(".msg", has=page.get_by_test_id("file"))).to_contain_text("canvas_disabled_user_team")
+    await expect(page.get_by_test_id("canvas-tab")).to_have_count(0)
+    href = await file.get_attribute("href")
+    assert href is not None and href.startswith("/demo/files/")  # served by the demo itself
+    async with page.context.expect_page() as opened:
+        await file.click()
+    tab = await opened.value
+    await expect(tab.locator("body")).to_contain_text("# Incident summary: restart payments in prod")
+    await expect(tab.locator("body")).to_contain_text("`restart_service` `payments` @ `prod`")
+    answer = await page.request.get(f"{demo_url}{href}")
+    assert answer.ok and answer.headers["content-type"].startswith("text/plain")

@@ -138,6 +138,8 @@ class CanvasMethods:
             self.messages[(str(channel), ts)] = {
                 "ts": ts, "channel": str(channel), "text": str(body.get("initial_comment") or ""), "bot": True,
                 "user": "UBOT", "thread_ts": thread_ts, "blocks": [], "files": shared, "edits": 0}
+            for f in shared:
+                self.uploads[f["id"]]["shared_in"] = (str(channel), ts)
         return {"ok": True, "files": shared}
 
     def canvas_routes(self) -> list[web.RouteDef]:

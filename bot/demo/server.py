@@ -84,9 +84,12 @@ class Demo:
         app.router.add_post("/demo/submit", self.submit)
         app.router.add_post("/demo/alert", self.alert)
         app.router.add_post("/demo/home", self.home)
+        app.router.add_get("/demo/files/{file_id}", self.file)
         server = await LocalServer(app, port=self.port).start()
         self.port = server.port
         self.hook = self.slack.add_webhook(ALERTS, base_url=server.url)
+        # The local Slack's routes are served here, not on its own server: uploads go to this port.
+        self.slack.upload_base_url = server.url
         self.service.start()
         return server
 
@@ -110,10 +113,20 @@ class Demo:
             "store": "Redis (durable)" if core.store.durable else "in-process store — NOT durable",
             "messages": sorted(self.slack.messages.values(), key=lambda m: float(m["ts"])),
             "ephemerals": self.slack.ephemerals,
+            "canvases": list(self.slack.canvases.values()),
         })
 
+    async def file(self, request: web.Request) -> web.Response:
+        """A file shared in a channel (a summary as Markdown where canvases are refused), for its attachment on
+        the page to open: always as plain text, never sniffed as HTML (its content is whatever was uploaded)."""
+        upload = self.slack.uploads.get(request.match_info["file_id"])
+        if upload is None or upload.get("content") is None or "shared_in" not in upload:
+            return web.Response(status=404, text="no such file")
+        return web.Response(body=upload["content"], content_type="text/plain", charset="utf-8",
+                            headers={"X-Content-Type-Options": "nosniff", "Content-Security-Policy": "sandbox"})
+
     async def feed(self, request: web.Request) -> web.StreamResponse:
-        """Server-sent events: every message posted or edited, every ephemeral."""
+        """Server-sent events: every message posted or edited, every ephemeral, modal and canvas change."""
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()

@@ -14,7 +14,7 @@ import asyncio
 import json
 import time
 from collections import defaultdict, deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -24,6 +24,7 @@ from bot.demo.limits import Fault, block_problems
 from bot.demo.local_server import LocalServer
 from bot.demo.streams import STREAM_METHODS, TIERS, StreamMethods
 from bot.demo.views import ViewMethods
+from bot.demo.webhooks import WebhookMethods
 
 BOT_USER = "UBOT"
 TEAM = "T0001"  # the one workspace this fake Slack is; auth.test answers it, requests carry it
@@ -32,7 +33,7 @@ TEAM = "T0001"  # the one workspace this fake Slack is; auth.test answers it, re
 Watcher = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-class LocalSlack(StreamMethods, ViewMethods, CanvasMethods):
+class LocalSlack(StreamMethods, ViewMethods, CanvasMethods, WebhookMethods):
     def __init__(self, token: str = "xoxb-test-token") -> None:
         self.token = token
         self.calls: list[tuple[str, dict[str, Any]]] = []
@@ -66,7 +67,7 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods):
         app.router.add_post("/api/{method}", self._dispatch)
         app.router.add_get("/api/{method}", self._dispatch)
         app.router.add_get("/socket-mode", self._socket)
-        app.router.add_post("/services/{hook:.+}", self._incoming)
+        app.router.add_routes(self.webhook_routes())
         app.router.add_post("/response/{id}", self._response)
         app.router.add_routes(self.canvas_routes())
         self.canvases: dict[str, dict[str, Any]] = {}
@@ -75,6 +76,7 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods):
         """An error code every canvas call answers (a workspace without canvases); None: canvases work."""
         self.upload_base_url: str | None = None
         """Where ``/upload/…`` is served when not on this fake's own server (the demo)."""
+        self.team_id = TEAM
         self.webhooks: dict[str, dict[str, str]] = {}
         self.profiles: dict[str, str] = {}
         self.homes: dict[str, dict[str, Any]] = {}
@@ -85,9 +87,7 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods):
         self.modals: list[dict[str, Any]] = []
         self.triggers: dict[str, str] = {}
         self._deliveries: set[asyncio.Task[Any]] = set()
-        self.deliver: Callable[[dict[str, Any]], Coroutine[Any, Any, Any]] | None = None
-        """Where events go (the app's Events API endpoint, through a signing sender), for messages Slack itself
-        makes: incoming webhooks."""
+        self.deliver = None
         self.app_token = "xapp-test-token"
         self.sockets: list[web.WebSocketResponse] = []
         self.acks: list[dict[str, Any]] = []
@@ -97,8 +97,7 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods):
     def routes(self) -> list[web.RouteDef]:
         """The Web API routes, to mount in another aiohttp app (the demo serves them next to its page)."""
         return [web.post("/api/{method}", self._dispatch), web.get("/api/{method}", self._dispatch),
-                web.get("/socket-mode", self._socket), web.post("/services/{hook:.+}", self._incoming),
-                *self.canvas_routes()]
+                web.get("/socket-mode", self._socket), *self.webhook_routes(), *self.canvas_routes()]
 
     async def _announce(self, change: dict[str, Any]) -> None:
         for watcher in list(self.watchers):
@@ -124,38 +123,6 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods):
 
     def response_url(self) -> str:
         return f"{self.server.url}/response/{len(self.responses) + 1}"
-
-    def add_webhook(self, channel: str, *, bot_id: str = "B0ALERTS", username: str = "Alertmanager",
-                    base_url: str | None = None) -> str:
-        """An incoming-webhook URL (as an alerting tool is configured with) that posts into ``channel``;
-        ``base_url`` where these routes are served when not on this fake's own server (the demo)."""
-        hook = f"{TEAM}/{bot_id}/{len(self.webhooks) + 1:04d}"
-        self.webhooks[hook] = {"channel": channel, "bot_id": bot_id, "username": username}
-        return f"{base_url or self.server.url}/services/{hook}"
-
-    async def _incoming(self, request: web.Request) -> web.Response:
-        """An incoming-webhook POST becomes a bot message in its channel, and Slack sends the app the
-        ``message`` event (``subtype: bot_message``, the webhook's ``bot_id``) as it does."""
-        hook = self.webhooks.get(request.match_info["hook"])
-        if hook is None:
-            return web.Response(status=404, text="no_service")
-        try:
-            body = await request.json()
-        except ValueError:
-            return web.Response(status=400, text="invalid_payload")
-        ts = self._next_ts()
-        message = {"type": "message", "subtype": "bot_message", "ts": ts, "channel": hook["channel"],
-                   "bot_id": hook["bot_id"], "username": body.get("username") or hook["username"],
-                   "text": str(body.get("text") or ""), "attachments": body.get("attachments") or [],
-                   "blocks": body.get("blocks") or [], "thread_ts": None, "edits": 0}
-        self.messages[(hook["channel"], ts)] = message
-        await self._announce({"type": "message", "message": message})
-        if self.deliver is not None:  # Slack sends events after answering the webhook: so do we
-            event = {k: v for k, v in message.items() if k not in ("thread_ts", "edits")}
-            task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(self.deliver(event))
-            self._deliveries.add(task)
-            task.add_done_callback(self._deliveries.discard)
-        return web.Response(text="ok")
 
     @property
     def api_url(self) -> str:
@@ -252,6 +219,12 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods):
             await self._announce({"type": "ephemeral", "ephemeral": self.ephemerals[-1]})
         elif answer.get("ok") and method == "views.open":
             await self._announce({"type": "modal", "modal": self.modals[-1]})
+        elif answer.get("ok") and method in ("canvases.create", "canvases.edit"):
+            canvas_id = str(answer.get("canvas_id") or body.get("canvas_id"))
+            await self._announce({"type": "canvas", "canvas": self.canvases[canvas_id]})
+        elif answer.get("ok") and method == "files.completeUploadExternal" and body.get("channel_id"):
+            where = self.uploads[answer["files"][0]["id"]]["shared_in"]  # the message that shares the files
+            await self._announce({"type": "message", "message": self.messages[where]})
         scopes = {"x-oauth-scopes": ",".join(self.scopes)} if method == "auth.test" and self.scopes else None
         return web.json_response(answer, headers=scopes)
 

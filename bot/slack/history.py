@@ -83,6 +83,15 @@ class ThreadReader:
                    and (not _mine(m, me) or status_note(m))]
         return render(earlier, thread_ts, self.max_messages, self.max_chars)
 
+    async def others(self, channel: str, thread_ts: str) -> str:
+        """What people and other apps said in the whole thread (OpsPilot's own posts left out), bounded like
+        :meth:`context` and not yet quoted; the read marker is left where it is. Slack's errors are raised."""
+        me = await self._identity()
+        messages = await self._replies(channel, thread_ts, oldest="")
+        # As in context: another app's copy of OpsPilot's metadata does not make its message a status note.
+        others = [{k: v for k, v in m.items() if k != "metadata"} for m in messages if not _mine(m, me)]
+        return material(others, thread_ts, self.max_messages, self.max_chars)
+
     async def _identity(self) -> Identity:
         if self._me is None:
             answer = await self.client.auth_test()

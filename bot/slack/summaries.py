@@ -14,12 +14,13 @@ import logging
 import re
 from typing import Any
 
-from slack_sdk.errors import SlackApiError
+from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.models.base import ChatModel
+from bot.slack.history import ThreadReader
 from bot.slack.incident import Incident, gather
-from bot.slack.narrative import write
+from bot.slack.narrative import THREAD_CHARS, write
 from bot.slack.outbox import SlackOutbox
 from bot.slack.summary_doc import Links, render
 from bot.slack.words import say
@@ -37,6 +38,8 @@ CANVAS_UNAVAILABLE = frozenset({
     "restricted_action", "canvas_creation_failed", "team_tier_cannot_create_canvases", "unknown_method",
     "feature_not_enabled"})
 MAX_EVIDENCE = 20
+THREAD_MESSAGES = 60
+"""Colleagues' messages the narrative reads at most (the thread's first and its newest; THREAD_CHARS in all)."""
 _REF = re.compile(r"(?:/archives/(?P<channel>[A-Z0-9]+)/p(?P<p>\d{7,})(?:\?(?P<query>\S*))?)"
                   r"|^(?P<ts>\d+\.\d+)$")
 
@@ -65,6 +68,7 @@ class Summaries:
                  reports: Reports, model: ChatModel | None, outbox: SlackOutbox, language: str = "auto") -> None:
         self.client, self.store, self.meta, self.reports = client, store, meta, reports
         self.model, self.outbox, self.language = model, outbox, language
+        self.reader = ThreadReader(client, meta, max_messages=THREAD_MESSAGES, max_chars=THREAD_CHARS)
 
     async def summarize(self, channel: str, thread_ts: str, user: str) -> None:
         incident = await gather(self.store, self.meta, self.reports, channel, thread_ts, language=self.language)
@@ -72,7 +76,8 @@ class Summaries:
         evidence = [(f"message {ts}", url) for ts, url in links.by_ts.items()]
         narrative = None
         if self.model is not None and not incident.empty:
-            narrative = await write(self.model, incident, evidence)
+            narrative = await write(self.model, incident, evidence, said=await self._said(incident),
+                                    mention=canvas_mention)
         document = render(incident, narrative, tz=await self._tz(user), links=links, mention=canvas_mention)
         await self.publish(incident, document)
 
@@ -119,11 +124,21 @@ class Summaries:
                 filename=f"incident-summary-{incident.thread_ts}.md",
                 title=say(lang, "inc_canvas_title", title=incident.title)[:120],
                 initial_comment=say(lang, "inc_as_file", why=why))
-        except SlackApiError as exc:
-            error = str(exc.response.get("error") or "")
+        except (SlackClientError, OSError, TimeoutError) as exc:  # the upload URL is another host: it may fail alone
+            error = str(exc.response.get("error") or "") if isinstance(exc, SlackApiError) else type(exc).__name__
             log.warning("summary of %s: file upload failed (%s)", incident.thread_id, error)
             await self.outbox.say(incident.channel, incident.thread_ts, say(lang, "inc_failed", why=error),
                                   key=f"incident-summary:{incident.thread_ts}")
+
+    async def _said(self, incident: Incident) -> str:
+        """What colleagues wrote in the thread, for the narrative; without it (no history scope, Slack failing)
+        the narrative is written from the records and OpsPilot's answers alone."""
+        try:
+            return await self.reader.others(incident.channel, incident.thread_ts)
+        except (SlackApiError, OSError, TimeoutError) as exc:
+            why = exc.response.get("error") if isinstance(exc, SlackApiError) else type(exc).__name__
+            log.warning("summary of %s: the thread could not be read (%s): the records only", incident.thread_id, why)
+            return ""
 
     async def _links(self, incident: Incident) -> Links:
         wanted = [incident.thread_ts, *(q.ts for q in incident.asked if q.ts)]

@@ -23,6 +23,8 @@ from core.redact import redact
 from state.records import RunRecord
 
 Mention = Callable[[str], str]
+_ROLLOUTS = frozenset({"complete", "timed_out", "failed", "unknown"})
+"""A restart's rollout states with words of their own (``rollout_complete``… in the catalog)."""
 
 
 def plain_mention(user: str) -> str:
@@ -176,8 +178,10 @@ def _change_line(c: Change, lang: str, mention: Mention) -> str:
     line = f"{_what(c.tool, c.arguments)} — {people} — {_unescape(outcome(c.entry, lang))}"
     before, after = c.result.get("error_rate_before"), c.result.get("error_rate_after")
     extra = []
-    if c.result.get("rollout"):
-        extra.append(say(lang, "inc_rollout", state=c.result["rollout"]))
+    rollout = str(c.result.get("rollout") or "")
+    if rollout:  # the catalog's words for the states it knows; any other is data, shown as such
+        extra.append(say(lang, f"rollout_{rollout}") if rollout in _ROLLOUTS else
+                     say(lang, "inc_rollout", state=_code(rollout)))
     if before is not None or after is not None:
         extra.append(say(lang, "inc_figures", before=_rate(before), after=_rate(after)))
     return line + (f" ({'; '.join(extra)})" if extra else "")
@@ -207,7 +211,7 @@ def _zone(tz: str | None) -> ZoneInfo | None:
         return None
     try:
         return ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a directory of zones ("America")
         return None
 
 

@@ -3,7 +3,8 @@
 "use strict";
 
 const state = { me: "U0ALICE", users: {}, bot: { id: "UBOT", name: "OpsPilot" }, messages: new Map(),
-                ephemerals: [], openThread: null, formValues: new Map(), channels: [], channel: null };
+                ephemerals: [], openThread: null, formValues: new Map(), channels: [], channel: null,
+                canvases: new Map(), openCanvas: null };
 
 const EMOJI = { white_check_mark: "✅", x: "❌", hourglass_flowing_sand: "⏳", raised_hand: "✋", no_entry_sign: "🚫",
   fast_forward: "⏩", hourglass: "⌛", warning: "⚠️", mag: "🔍", memo: "📝", pencil: "✏️", speech_balloon: "💬",
@@ -22,7 +23,7 @@ function mrkdwn(text) {
   html = html.replace(/```([\s\S]*?)```/g, (_, code) => `<pre>${code}</pre>`);
   html = html.replace(/`([^`\n]+)`/g, (_, code) => `<code>${code}</code>`);
   html = html.replace(/&lt;@([A-Z0-9]+)&gt;/g, (_, id) => `<span class="mention">@${esc(nameOf(id))}</span>`);
-  html = html.replace(/&lt;#([A-Z0-9]+)(?:\|([^&]*))?&gt;/g, (_, id, label) => `<span class="mention">#${esc(label || id)}</span>`);
+  html = html.replace(/&lt;#([A-Z0-9]+)(?:\|([^&]*))?&gt;/g, (_, id, label) => `<span class="mention">#${esc(label || channelName(id))}</span>`);
   html = html.replace(/&lt;(https?:[^|&]+)\|([^&]+)&gt;/g, (_, url, label) => `<a href="${url}" target="_blank" rel="noopener">${label}</a>`);
   // Like Slack: markers open after a boundary and close before one, so snake_case stays as it is.
   html = html.replace(/(^|[\s(>])\*([^*\n]+?)\*(?=$|[\s.,;:!?)<&])/g, "$1<b>$2</b>");
@@ -39,6 +40,121 @@ function markdown(text) {
   const slackish = String(text ?? "").replace(/\*\*([^*\n]+?)\*\*/g, "*$1*").replace(/~~([^~\n]+?)~~/g, "~$1~")
     .replace(/\[([^\]\n]+)\]\((https?:[^)\s]+)\)/g, "<$2|$1>");
   return mrkdwn(slackish);
+}
+
+// --- canvases ------------------------------------------------------------------------------------------
+// A canvas's markdown (canvases.create/edit) → HTML. Every piece of text is escaped first; only our own tags
+// are added around it, and a link is made only to an http(s) address.
+
+function canvasInline(text) {
+  const codes = [];
+  let html = esc(text).replace(/`([^`\n]+)`/g, (_, code) => { codes.push(code); return `\u0000${codes.length - 1}\u0000`; });
+  html = html.replace(/!\[\]\(@([A-Z0-9]+)\)/g, (_, id) => `<span class="mention">@${esc(nameOf(id))}</span>`);
+  html = html.replace(/!\[\]\(#([A-Z0-9]+)\)/g, (_, id) => `<span class="mention">#${esc(channelName(id))}</span>`);
+  html = html.replace(/\[([^\]\n]+)\]\((https?:\/\/[^)\s]+)\)/g,
+    (_, label, url) => `<a href="${url}" target="_blank" rel="noopener">${label}</a>`);
+  html = html.replace(/(^|[\s(])(https?:\/\/[^\s<)]+)/g, (_, before, url) =>  // a bare address, as Slack links it
+    `${before}<a href="${url}" target="_blank" rel="noopener">${url}</a>`);
+  html = html.replace(/\*\*([^*\n]+?)\*\*/g, "<b>$1</b>").replace(/~~([^~\n]+?)~~/g, "<s>$1</s>");
+  html = html.replace(/(^|[\s(>])[*_]([^\n]+?)[*_](?=$|[\s.,;:!?)<])/g, "$1<i>$2</i>");
+  return html.replace(/\u0000(\d+)\u0000/g, (_, i) => `<code>${codes[Number(i)]}</code>`);
+}
+
+function tableCells(line) {
+  return line.trim().replace(/^\|/, "").replace(/(?<!\\)\|$/, "").split(/(?<!\\)\|/)
+    .map((cell) => cell.trim().replace(/\\\|/g, "|"));
+}
+
+function canvasHtml(markdown) {
+  // NUL marks code spans in canvasInline: none may come from the document itself.
+  const lines = String(markdown ?? "").replace(/\u0000/g, "").split("\n");
+  const out = [];
+  let at = 0;
+  const run = (test) => { const start = at; while (at < lines.length && test(lines[at])) at += 1; return lines.slice(start, at); };
+  const BLOCK = /^(#{1,6}\s|```|\s*\||\s*[-*+]\s|\s*\d+[.)]\s|\s*>)/;
+  while (at < lines.length) {
+    const line = lines[at];
+    const heading = /^(#{1,6})\s+(.*)$/.exec(line);
+    if (heading) {
+      at += 1;
+      out.push(`<h${heading[1].length}>${canvasInline(heading[2])}</h${heading[1].length}>`);
+    } else if (/^```/.test(line)) {
+      at += 1;
+      const code = run((l) => !/^```/.test(l));
+      at += 1;
+      out.push(`<pre>${esc(code.join("\n"))}</pre>`);
+    } else if (/^\s*\|.*\|\s*$/.test(line)) {
+      const rows = run((l) => /^\s*\|.*\|\s*$/.test(l)).map(tableCells);
+      const head = rows.length > 1 && rows[1].every((c) => /^:?-{3,}:?$/.test(c)) ? rows.splice(0, 2)[0] : null;
+      out.push("<table>" + (head ? `<thead><tr>${head.map((c) => `<th>${canvasInline(c)}</th>`).join("")}</tr></thead>` : "") +
+        `<tbody>${rows.map((r) => `<tr>${r.map((c) => `<td>${canvasInline(c)}</td>`).join("")}</tr>`).join("")}</tbody></table>`);
+    } else if (/^\s*[-*+]\s+/.test(line)) {
+      const items = run((l) => /^\s*[-*+]\s+/.test(l)).map((l) => l.replace(/^\s*[-*+]\s+/, ""));
+      out.push(`<ul>${items.map((i) => `<li>${canvasInline(i)}</li>`).join("")}</ul>`);
+    } else if (/^\s*\d+[.)]\s+/.test(line)) {
+      const items = run((l) => /^\s*\d+[.)]\s+/.test(l)).map((l) => l.replace(/^\s*\d+[.)]\s+/, ""));
+      out.push(`<ol>${items.map((i) => `<li>${canvasInline(i)}</li>`).join("")}</ol>`);
+    } else if (/^\s*>/.test(line)) {
+      const quoted = run((l) => /^\s*>/.test(l)).map((l) => canvasInline(l.replace(/^\s*>\s?/, "")));
+      out.push(`<blockquote>${quoted.join("<br>")}</blockquote>`);
+    } else if (!line.trim()) {
+      at += 1;
+    } else {
+      at += 1;  // this line at least, whatever it looks like: the loop always moves on
+      const para = [line, ...run((l) => l.trim() && !BLOCK.test(l))];
+      out.push(`<p>${para.map(canvasInline).join("<br>")}</p>`);
+    }
+  }
+  return out.join("");
+}
+
+function channelCanvases() {
+  return [...state.canvases.values()].filter((c) => c.channel_id === state.channel);
+}
+
+// The channel's canvases as tabs in its header (canvases.create with channel_id), as Slack shows them.
+function renderCanvasTabs() {
+  const box = document.getElementById("canvas-tabs");
+  box.replaceChildren(...channelCanvases().map((canvas) => {
+    const tab = document.createElement("button");
+    tab.className = "canvas-tab" + (canvas.id === state.openCanvas ? " active" : "");
+    tab.dataset.testid = "canvas-tab";
+    tab.dataset.canvasId = canvas.id;
+    tab.title = canvas.title;
+    tab.textContent = `📄 ${canvas.title || "Canvas"}`;
+    tab.addEventListener("click", () => showCanvas(canvas.id));
+    return tab;
+  }));
+  box.hidden = home() || !box.children.length;
+}
+
+function renderCanvas() {
+  const canvas = state.canvases.get(state.openCanvas);
+  if (!canvas) return;
+  const panel = document.getElementById("canvas");
+  panel.dataset.canvasId = canvas.id;
+  panel.dataset.edits = String(canvas.edits || 0);
+  document.getElementById("canvas-title").textContent = canvas.title || "Canvas";
+  document.getElementById("canvas-meta").textContent = canvas.edits ? `edited ${canvas.edits}×` : "";
+  document.getElementById("canvas-body").innerHTML = canvasHtml(canvas.markdown);
+}
+
+function showCanvas(id) {
+  state.openCanvas = id;
+  for (const [el, hidden] of [["canvas", false], ["messages", true], ["composer-form", true], ["home", true]]) {
+    document.getElementById(el).hidden = hidden;
+  }
+  renderCanvas();
+  renderCanvasTabs();
+}
+
+function closeCanvas() {
+  if (state.openCanvas === null) return;
+  state.openCanvas = null;
+  document.getElementById("canvas").hidden = true;
+  document.getElementById("messages").hidden = false;
+  document.getElementById("composer-form").hidden = false;
+  renderCanvasTabs();
 }
 
 const TASK_ICONS = { pending: "⏸️", in_progress: "⏳", complete: "✅", error: "❌" };
@@ -258,6 +374,19 @@ function messageElement(message, { inThread }) {
       (a.fields || []).map((f) => `<div><b>${esc(f.title)}</b>: ${esc(f.value)}</div>`).join("");
     content.appendChild(box);
   }
+  for (const f of message.files || []) {  // shared with the message (files.completeUploadExternal): opens as text
+    const file = document.createElement("a");
+    file.className = "file";
+    file.dataset.testid = "file";
+    file.href = `/demo/files/${encodeURIComponent(f.id)}`;
+    file.target = "_blank";
+    file.rel = "noopener";
+    file.textContent = `📄 ${f.title || f.name}`;
+    const about = document.createElement("small");
+    about.textContent = `${f.name} · ${f.size} bytes`;
+    file.appendChild(about);
+    content.appendChild(file);
+  }
   body.appendChild(content);
   if (!inThread && !message.ephemeral) {
     const replies = threadOf(message.ts).filter((m) => !m.ephemeral).length;  // as Slack counts: no ephemerals
@@ -320,11 +449,17 @@ function renderChannels() {
   document.getElementById("composer").placeholder = `Message #${current.name} — mention @OpsPilot to ask`;
   document.getElementById("alert-controls").hidden = current.name !== "ops-alerts";
   document.title = `OpsPilot demo — #${current.name}`;
+  renderCanvasTabs();
 }
+
+function channelName(id) { return (state.channels.find((c) => c.id === id) || { name: id }).name; }
+
+function home() { return !document.getElementById("home").hidden; }
 
 function switchChannel(id) {
   state.channel = id;
   state.openThread = null;
+  closeCanvas();
   showHome(false);
   renderChannels();
   render();
@@ -332,11 +467,13 @@ function switchChannel(id) {
 
 // App Home: the page sends app_home_opened as Slack would; the bot publishes the view (views.publish).
 function showHome(on) {
+  if (on) closeCanvas();
   document.getElementById("home").hidden = !on;
   document.getElementById("messages").hidden = on;
   document.getElementById("composer-form").hidden = on;
   document.getElementById("home-link").classList.toggle("active", on);
   if (on) {
+    document.getElementById("canvas-tabs").hidden = true;
     document.getElementById("channel-name").textContent = "OpsPilot";
     document.getElementById("channel-topic").textContent = "Home";
     document.getElementById("alert-controls").hidden = true;
@@ -390,6 +527,7 @@ async function start() {
   state.channels = initial.channels;
   state.channel = initial.channel.id;
   for (const m of initial.messages) state.messages.set(m.ts, m);
+  for (const c of initial.canvases) state.canvases.set(c.id, c);
   state.ephemerals = initial.ephemerals;
   document.getElementById("model").innerHTML = `model: ${esc(initial.model)} ` +
     (initial.scripted ? '<span class="badge scripted" data-testid="scripted">SCRIPTED</span>' : "");
@@ -405,6 +543,12 @@ async function start() {
     if (change.type === "deleted") state.messages.delete(change.ts);
     if (change.type === "ephemeral") state.ephemerals.push({ ...change.ephemeral, ephemeral: true });
     if (change.type === "modal" && change.modal.user === state.me) openModal(change.modal.view);
+    if (change.type === "canvas") {  // created or edited: its tab appears, an open canvas shows the new content
+      state.canvases.set(change.canvas.id, change.canvas);
+      renderCanvasTabs();
+      if (change.canvas.id === state.openCanvas) renderCanvas();
+      return;
+    }
     render();
   };
   document.getElementById("composer-form").addEventListener("submit", (event) => {
@@ -425,6 +569,7 @@ async function start() {
     });
   }
   document.getElementById("close-thread").addEventListener("click", () => { state.openThread = null; render(); });
+  document.getElementById("close-canvas").addEventListener("click", closeCanvas);
   document.getElementById("home-link").addEventListener("click", openHome);
   document.getElementById("fire-alert").addEventListener("click", () => post("/demo/alert", { status: "firing" }));
   document.getElementById("resolve-alert").addEventListener("click", () => post("/demo/alert", { status: "resolved" }));
