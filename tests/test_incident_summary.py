@@ -3,8 +3,10 @@ permalinks), real Redis, the scripted demo model."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,10 +15,11 @@ import pytest
 
 from bot.agent.models.scripted import ScriptedModel, reply
 from bot.config import Settings
-from bot.demo.sender import mention
+from bot.demo.sender import block_action, mention
 from bot.demo.workspace import LocalSlack as FakeSlack
-from bot.demo.workspace import all_text
+from bot.demo.workspace import all_text, buttons
 from bot.report import report
+from bot.slack.followups import CANCEL
 from bot.slack.incident import gather
 from bot.slack.narrative import write
 from bot.slack.summaries import thread_of
@@ -24,6 +27,7 @@ from core.messages import ToolResultMessage
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
 from tests.test_cli import run_cli
 from tests.test_slack import QUESTION, ask_restart, confirm
+from tests.test_timers import Clock, open_at, tick
 
 
 @pytest.fixture
@@ -215,3 +219,43 @@ def test_thread_references() -> None:
                      "C0OPS") == "1718000000.000100"
     assert thread_of("https://x.slack.com/archives/C0OTHER/p1718000000000100", "C0OPS") is None
     assert thread_of("tomorrow", "C0OPS") is None
+
+
+async def test_follow_ups_are_in_the_summary_from_the_threads_record(redis_url: str, prefix: str,
+                                                                    slack: FakeSlack) -> None:
+    """Scheduled, ran, cancelled (and by whom), and one still waiting: the timeline and the current state say so."""
+    clock = Clock(time.time())
+    ws = await open_at(redis_url, prefix, slack, clock, language="auto")
+    try:
+        await restarted(ws)
+        followups = ws.service.core.followups
+        assert followups is not None
+        thread_id = f"slack:{CHANNEL}:100.1"
+        ran, _ = await followups.schedule(thread_id=thread_id, owner="UREQ", after_minutes=10,
+                                          question="支付还稳定吗？", source="model")
+        dropped, _ = await followups.schedule(thread_id=thread_id, owner="UREQ", after_minutes=20,
+                                              question="再看一次订单", source="model")
+        waiting, _ = await followups.schedule(thread_id=thread_id, owner="UOTHER", after_minutes=120,
+                                              question="明早复查延迟", source="model")
+        await ws.settle()
+        announcement = next(m for m in slack.thread(CHANNEL, "100.1")
+                            if any(b["action_id"] == CANCEL and b["value"] == dropped.id for b in buttons(m)))
+        await ws.sender.action(block_action(user="UAPPROVER", channel=CHANNEL, message=copy.deepcopy(announcement),
+                                            action_id=CANCEL, value=dropped.id))
+        clock.now = ran.due + 30
+        assert await tick(ws) == 1
+        await ws.settle()
+
+        await ws.sender.event(mention(CHANNEL, "UOTHER", "总结", "100.9", thread_ts="100.1"))
+        await ws.settle()
+        doc = next(iter(slack.canvases.values()))["markdown"]
+        timeline, state = doc.split("## 时间线", 1)[1].split("## 已做的处理")[0], doc.split("## 当前状态", 1)[1]
+        assert "![](@UREQ) 安排了" in timeline and "的跟进：支付还稳定吗？" in timeline
+        assert "跟进已运行（![](@UREQ) 安排在" in timeline and "）：支付还稳定吗？" in timeline
+        assert "的跟进已被 ![](@UAPPROVER) 取消" in timeline
+        state = state.split("##", 1)[0]
+        assert "将跟进（![](@UOTHER) 安排）：明早复查延迟" in state
+        assert "支付还稳定吗" not in state and "再看一次订单" not in state  # ran, cancelled: not waiting
+        assert waiting.id not in doc
+    finally:
+        await ws.stop()

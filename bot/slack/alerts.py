@@ -22,10 +22,10 @@ from bot.agent.engine import Engine
 from bot.config import AlertSource, SlackConfig
 from bot.slack import blocks as kit
 from bot.slack.alert import Alert, parse
-from bot.slack.alert_log import log_alert
 from bot.slack.history import STATUS_NOTE, material, message_text, quote_thread
 from bot.slack.meta import thread_key
 from bot.slack.outbox import SlackOutbox
+from bot.slack.thread_log import log_alert
 from bot.slack.words import language_of, say
 from bot.slack.work import Converse, WorkItem
 from core.redact import redact

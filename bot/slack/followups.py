@@ -17,6 +17,7 @@ from bot.slack import blocks as kit
 from bot.slack.access import AccessPolicy
 from bot.slack.meta import THREAD, thread_key
 from bot.slack.outbox import SlackOutbox
+from bot.slack.thread_log import FollowupKind, log_followup
 from bot.slack.words import language_of, say
 from state.store import MetaStore, Reports
 from state.timers import Timer, TimerStore
@@ -67,6 +68,7 @@ class SlackFollowups:
     # --- a follow-up's announcement, kept true --------------------------------------------------------------
 
     async def announce(self, timer: Timer) -> None:
+        await self._log(timer, "scheduled", timer.created_at)
         lang = await self.lang(timer)
         text = say(lang, "fu_announce", due=when.local(timer.due), by=kit.who(timer.owner),
                    question=kit.escape(timer.question))
@@ -75,16 +77,24 @@ class SlackFollowups:
                                                                                   timer.id)]}])
 
     async def ran(self, timer: Timer, at: float) -> None:
+        await self._log(timer, "ran", at)
         lang = await self.lang(timer)
         await self._show(timer, say(lang, "fu_ran", at=when.local(at), by=kit.who(timer.owner),
                                     question=kit.escape(timer.question)))
 
     async def skipped(self, timer: Timer, key: str, **values: object) -> None:
         """Said in the thread (a line of its own, so the thread reads in order) and on the announcement."""
+        await self._log(timer, "skipped", self.clock(), why="late" if key == "fu_skipped_late" else "busy")
         text = say(await self.lang(timer), key, due=when.local(timer.due), question=kit.escape(timer.question),
                    **values)
         await self.outbox.say(timer.channel, timer.thread_ts, text, key=f"timer-skip:{timer.id}:{timer.due}")
         await self._show(timer, text)
+
+    async def _log(self, timer: Timer, kind: FollowupKind, at: float, *, by: str = "", why: str = "") -> None:
+        """The thread's record of its follow-ups (an incident summary renders it)."""
+        if timer.kind == "followup" and timer.thread_ts:
+            await log_followup(self.meta, timer.channel, timer.thread_ts, kind, at, timer_id=timer.id,
+                               question=timer.question, due=timer.due, by=by or timer.owner, why=why)
 
     async def _show(self, timer: Timer, text: str, blocks: list[kit.Block] | None = None) -> None:
         await self.outbox.message(announcement_key(timer.id), timer.channel, timer.thread_ts,
@@ -116,6 +126,7 @@ class SlackFollowups:
         lang = await self.lang(timer)
         await self.reports.tally(timer.group, f"{timer.kind}_cancelled")
         if timer.kind == "followup":
+            await self._log(timer, "cancelled", self.clock(), by=user)
             await self._show(timer, say(lang, "fu_cancelled", due=when.local(timer.due), by=kit.who(user),
                                         at=when.local(self.clock()), question=kit.escape(timer.question)))
         else:

@@ -13,8 +13,8 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import blocks as kit
-from bot.slack.alert_log import alert_events
 from bot.slack.meta import thread_key
+from bot.slack.thread_log import alert_events
 from bot.slack.words import say
 from state.memory import MemoryStore
 from state.records import RunRecord

@@ -9,9 +9,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.slack.alert_log import AlertEvent, alert_events
 from bot.slack.alerts import ALERT
 from bot.slack.meta import THREAD, thread_key
+from bot.slack.thread_log import AlertEvent, FollowupEvent, alert_events, followup_events
 from bot.slack.words import Lang, language_of
 from core.messages import Message, ToolResultMessage, UserMessage
 from core.quote import split
@@ -85,6 +85,13 @@ class Incident:
     changes: list[Change]
     answers: list[str]
     """OpsPilot's answers in the thread, in order (redacted): what the narrative reads, not rendered."""
+    followups: list[FollowupEvent] = field(default_factory=list)
+
+    @property
+    def followups_pending(self) -> list[FollowupEvent]:
+        """Follow-ups scheduled here that have not yet run, been skipped or been cancelled."""
+        ended = {f.timer_id for f in self.followups if f.kind != "scheduled"}
+        return [f for f in self.followups if f.kind == "scheduled" and f.timer_id not in ended]
 
     @property
     def thread_id(self) -> str:
@@ -101,7 +108,7 @@ class Incident:
 
     @property
     def empty(self) -> bool:
-        return not (self.alerts or self.asked or self.runs or self.changes)
+        return not (self.alerts or self.asked or self.runs or self.changes or self.followups)
 
 
 def calls_of(run: RunRecord) -> list[CallTrace]:
@@ -126,7 +133,7 @@ async def gather(store: RedisStore | MemoryStore, meta: MetaStore, reports: Repo
         " ".join(a.text for a in asked[:1]) or title, language)
     answers = [redact(m.content) for m in transcript if m.role == "assistant" and m.content and not m.tool_calls]
     return Incident(channel, thread_ts, "zh" if lang == "zh" else "en", redact(" ".join(title.split()))[:150],
-                    alerts, asked, runs, changes, answers)
+                    alerts, asked, runs, changes, answers, await followup_events(meta, channel, thread_ts))
 
 
 def _change(entry: dict[str, str], result: ToolResultMessage | None) -> Change:

@@ -117,6 +117,10 @@ def _events(incident: Incident, mention: Mention) -> list[tuple[float, str, str 
             events.append((p.created_at, say(lang, "inc_confirm_asked", what=_what(p.call.name, p.arguments)), None))
     for c in incident.changes:
         events.append((c.at, say(lang, "inc_change", what=_change_line(c, lang, mention)), None))
+    for f in incident.followups:
+        key = f"inc_fu_{f.kind}" + (f"_{f.why}" if f.kind == "skipped" else "")
+        events.append((f.at, say(lang, key, due=_utc(f.due), by=mention(f.by), question=_inline(f.question)[:200]),
+                       None))
     return sorted(events, key=lambda e: e[0])
 
 
@@ -145,6 +149,9 @@ def _state(incident: Incident, mention: Mention) -> list[str]:
     for p in incident.pending:
         lines.append("- " + say(lang, "inc_pending", what=_what(p.call.call.name, p.call.arguments),
                                 who=mention(p.requester), at=_utc(p.call.created_at), until=_utc(p.call.expires_at)))
+    for f in incident.followups_pending:
+        lines.append("- " + say(lang, "inc_fu_pending", due=_utc(f.due), by=mention(f.by),
+                                question=_inline(f.question)[:200]))
     return lines
 
 
