@@ -130,6 +130,9 @@ class SlackConfig(BaseModel):
     thread_context_messages: int = Field(20, ge=0, description="read at most this many earlier thread messages")
     thread_context_chars: int = Field(6000, ge=0, description="... and at most this many characters of them")
     alert_sources: list[AlertSource] = Field(default_factory=list, description="channels where alerts land")
+    channel_timezones: dict[str, str] = Field(
+        default_factory=dict, description="channel id (C…) → IANA time zone: an incident summary's second time "
+                                          "column there (default: the time zone of whoever asked for it)")
 
     @field_validator("approvers")
     @classmethod
@@ -150,6 +153,14 @@ class SlackConfig(BaseModel):
     @classmethod
     def _two_person(cls, value: list[str]) -> list[str]:
         return environments(value)
+
+    @field_validator("channel_timezones")
+    @classmethod
+    def _zones(cls, value: dict[str, str]) -> dict[str, str]:
+        wrong = [f"{channel}: {zone!r}" for channel, zone in value.items() if not when.known_zone(zone)]
+        if wrong:
+            raise ValueError(f"not a time zone this system knows (e.g. Asia/Shanghai, UTC): {', '.join(wrong)}")
+        return {channel.strip().upper(): zone for channel, zone in value.items()}
 
     @field_validator("allowed_channels", "allowed_users", "allowed_usergroups", "mutating_channels")
     @classmethod

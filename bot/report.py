@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 import sys
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from bot import when
 from bot.assembly import build_model, open_store
 from bot.config import ConfigError, Settings
 from bot.slack.incident import gather
@@ -28,17 +28,15 @@ def parse_tz(name: str | None) -> str | None:
     """``--tz`` as given, once this system knows it (a typo would otherwise drop the column without a word)."""
     if name is None or name.upper() in ("UTC", "ETC/UTC"):
         return name
-    try:
-        ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a directory of zones ("America"), too long
+    if not when.known_zone(name):  # a folder of zones ("America") and the empty string too
         raise ConfigError(f"--tz takes a time zone name such as Asia/Shanghai or UTC; {name!r} is not one "
-                          "this system knows") from None
+                          "this system knows")
     return name
 
 
 async def report(settings: Settings, thread: str, *, tz: str | None = None, use_model: bool = True) -> int:
     channel, ts = parse_thread(thread)
-    tz = parse_tz(tz)
+    tz = parse_tz(tz) if tz is not None else settings.slack.channel_timezones.get(channel)
     model = build_model(settings) if use_model else None
     if model is not None and model.scripted:
         print("opspilot report: no model is configured (no API key): the records only", file=sys.stderr)

@@ -23,9 +23,17 @@ class WhenError(ValueError):
 def zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name.strip())
-    except (ZoneInfoNotFoundError, ValueError) as exc:
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:  # OSError: a folder of zones ("America")
         raise WhenError(f"unknown time zone {name!r} (use an IANA name such as UTC, Europe/Berlin or "
                         "America/New_York)") from exc
+
+
+def known_zone(name: str) -> bool:
+    try:
+        zone(name)
+    except WhenError:
+        return False
+    return True
 
 
 _DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")

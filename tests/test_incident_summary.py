@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from bot.agent.models.scripted import ScriptedModel, reply
-from bot.config import Settings
+from bot.config import ConfigError, Settings, load_settings
 from bot.demo.sender import block_action, mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
@@ -259,3 +259,27 @@ async def test_follow_ups_are_in_the_summary_from_the_threads_record(redis_url: 
         assert waiting.id not in doc
     finally:
         await ws.stop()
+
+
+@pytest.mark.parametrize("configured", [True, False])
+async def test_the_timeline_is_in_the_channels_time_zone_else_the_askers(redis_url: str, prefix: str,
+                                                                        slack: FakeSlack, configured: bool) -> None:
+    slack.profiles, slack.user_timezones = {"UOTHER": "Olga"}, {"UOTHER": "America/New_York"}
+    zones = {CHANNEL.lower(): "Asia/Shanghai"} if configured else {}  # ids are read in either case
+    ws = await open_workspace(redis_url, prefix, slack, language="auto", channel_timezones=zones)
+    try:
+        await restarted(ws)
+        await ws.sender.event(mention(CHANNEL, "UOTHER", "总结", "100.5", thread_ts="100.1"))
+        await ws.settle()
+        doc = next(iter(slack.canvases.values()))["markdown"]
+        zone = "Asia/Shanghai" if configured else "America/New_York"
+        assert f"| UTC | 时间（{zone}） | 事件 |" in doc
+    finally:
+        await ws.stop()
+
+
+def test_a_channel_time_zone_the_system_does_not_know_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "opspilot.yml").write_text("slack:\n  channel_timezones:\n    C0OPS: Asia/Shangai\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(str(tmp_path / "opspilot.yml"))
+    assert "slack.channel_timezones" in str(info.value) and "C0OPS: 'Asia/Shangai'" in str(info.value)

@@ -79,9 +79,11 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods, WebhookMethods):
         self.team_id = TEAM
         self.webhooks: dict[str, dict[str, str]] = {}
         self.profiles: dict[str, str] = {}
+        """Display names by user id, for users.info (anyone else: user_not_found)."""
+        self.user_timezones: dict[str, str] = {}
+        """A person's time zone (users.info's ``tz``), where one is set."""
         self.homes: dict[str, dict[str, Any]] = {}
         """The App Home view published for each user."""
-        """Display names by user id, for users.info (anyone else: user_not_found)."""
         self.responses: list[dict[str, Any]] = []
         """What was posted to a command's or an action's response_url."""
         self.modals: list[dict[str, Any]] = []
@@ -351,7 +353,8 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods, WebhookMethods):
         if user not in self.profiles:
             return {"ok": False, "error": "user_not_found"}
         name = self.profiles[user]
-        return {"ok": True, "user": {"id": user, "name": name.lower(), "real_name": name,
+        zone = {"tz": self.user_timezones[user]} if user in self.user_timezones else {}
+        return {"ok": True, "user": {"id": user, "name": name.lower(), "real_name": name, **zone,
                                      "profile": {"display_name": name, "real_name": name}}}
 
     def _usergroups_users_list(self, body: dict[str, Any]) -> dict[str, Any]:

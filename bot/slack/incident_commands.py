@@ -36,7 +36,8 @@ class IncidentCommands:
         # Summaries read the records back: only the stores this build has can (never anything else).
         usable = store if isinstance(store, RedisStore | MemoryStore) else None
         self.summaries = Summaries(client=access.client, store=usable, meta=meta, reports=reports or usable,
-                                   model=engine.deps.model, outbox=outbox, language=self.language) \
+                                   model=engine.deps.model, outbox=outbox, language=self.language,
+                                   timezones=access.config.channel_timezones) \
             if usable is not None and (reports or usable) is not None else None
         self.handover = Handover(client=access.client, store=usable, meta=meta) if usable is not None else None
 

@@ -65,9 +65,11 @@ def thread_of(ref: str, channel: str) -> str | None:
 
 class Summaries:
     def __init__(self, *, client: AsyncWebClient, store: RedisStore | MemoryStore, meta: MetaStore,
-                 reports: Reports, model: ChatModel | None, outbox: SlackOutbox, language: str = "auto") -> None:
+                 reports: Reports, model: ChatModel | None, outbox: SlackOutbox, language: str = "auto",
+                 timezones: dict[str, str] | None = None) -> None:
         self.client, self.store, self.meta, self.reports = client, store, meta, reports
         self.model, self.outbox, self.language = model, outbox, language
+        self.timezones = timezones or {}
         self.reader = ThreadReader(client, meta, max_messages=THREAD_MESSAGES, max_chars=THREAD_CHARS)
 
     async def summarize(self, channel: str, thread_ts: str, user: str) -> None:
@@ -78,7 +80,8 @@ class Summaries:
         if self.model is not None and not incident.empty:
             narrative = await write(self.model, incident, evidence, said=await self._said(incident),
                                     mention=canvas_mention)
-        document = render(incident, narrative, tz=await self._tz(user), links=links, mention=canvas_mention)
+        document = render(incident, narrative, tz=await self._tz(incident.channel, user), links=links,
+                          mention=canvas_mention)
         await self.publish(incident, document)
 
     async def publish(self, incident: Incident, document: str) -> None:
@@ -159,8 +162,11 @@ class Summaries:
             return ""
         return str(answer.get("permalink") or "")
 
-    async def _tz(self, user: str) -> str | None:
-        """The asker's time zone (Slack channels have none): the timeline's second column."""
+    async def _tz(self, channel: str, user: str) -> str | None:
+        """The timeline's second column: the channel's time zone (``slack.channel_timezones``: Slack channels have
+        none of their own), else the asker's."""
+        if channel in self.timezones:
+            return self.timezones[channel]
         try:
             answer: Any = await self.client.users_info(user=user)
         except SlackApiError:
