@@ -191,7 +191,7 @@ def _change_line(c: Change, lang: str, mention: Mention) -> str:
                      say(lang, "inc_rollout", state=_code(rollout)))
     if before is not None or after is not None:
         extra.append(say(lang, "inc_figures", before=_rate(before), after=_rate(after)))
-    return line + (f" ({'; '.join(extra)})" if extra else "")
+    return line + (say(lang, "paren", text=say(lang, "semi").join(extra)) if extra else "")
 
 
 def _what(tool: str, arguments: dict[str, object]) -> str:

@@ -74,6 +74,7 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
     "colon": (": ", "："),  # before what follows a label (a form's answers)
     "semi": ("; ", "；"),  # between the parts of one output (metrics)
     "period": (".", "。"),
+    "paren": (" ({text})", "（{text}）"),
     # the progress message's note when the scripted demo model answers (any other model is named as it is)
     "demo_model_note": ("model: the scripted demo model (no API key configured; rule-based, not an LLM)",
                         "模型：脚本化的演示模型（没有配置 API 密钥；基于规则，不是大模型）"),
@@ -82,7 +83,8 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
     # forms: what is asked for, and what for (the tool's own reason is for the model)
     "form_choose": ("choose {fields}", "请选择 {fields}"),
     "form_invalid": ("Not accepted: {problem}", "未接受：{problem}"),
-    "form_needed": ("*Needed:* {fields} — for {calls}{on}", "*需要：*{fields} —— 用于 {calls}{on}"),
+    # the bold ends before the full-width colon: Slack closes a marker only before a boundary
+    "form_needed": ("*Needed:* {fields} — for {calls}{on}", "*需要*：{fields} —— 用于 {calls}{on}"),
     "field_environment": ("environment", "环境"),
     "field_service_id": ("service", "服务"),
     # the reminder before a question expires

@@ -8,7 +8,8 @@ const state = { me: "U0ALICE", users: {}, bot: { id: "UBOT", name: "OpsPilot" },
 
 const EMOJI = { white_check_mark: "✅", x: "❌", hourglass_flowing_sand: "⏳", raised_hand: "✋", no_entry_sign: "🚫",
   fast_forward: "⏩", hourglass: "⌛", warning: "⚠️", mag: "🔍", memo: "📝", pencil: "✏️", speech_balloon: "💬",
-  alarm_clock: "⏰", grey_question: "❔", repeat: "🔁", rotating_light: "🚨" };
+  alarm_clock: "⏰", grey_question: "❔", repeat: "🔁", rotating_light: "🚨", arrow_down: "⬇️",
+  bust_in_silhouette: "👤", calendar: "📆", information_source: "ℹ️", no_entry: "⛔" };
 
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 
@@ -26,9 +27,10 @@ function mrkdwn(text) {
   html = html.replace(/&lt;#([A-Z0-9]+)(?:\|([^&]*))?&gt;/g, (_, id, label) => `<span class="mention">#${esc(label || channelName(id))}</span>`);
   html = html.replace(/&lt;(https?:[^|&]+)\|([^&]+)&gt;/g, (_, url, label) => `<a href="${url}" target="_blank" rel="noopener">${label}</a>`);
   // Like Slack: markers open after a boundary and close before one, so snake_case stays as it is.
-  html = html.replace(/(^|[\s(>])\*([^*\n]+?)\*(?=$|[\s.,;:!?)<&])/g, "$1<b>$2</b>");
-  html = html.replace(/(^|[\s(>])_([^\n]+?)_(?=$|[\s.,;:!?)<&])/g, "$1<i>$2</i>");
-  html = html.replace(/(^|[\s(>])~([^~\n]+?)~(?=$|[\s.,;:!?)<&])/g, "$1<s>$2</s>");
+  // CJK punctuation is a boundary too ("…已完成。_来源：x_"), as in the terminal (bot/terminal.py).
+  html = html.replace(/(^|[\s(>（。，；：！？、])\*([^*\n]+?)\*(?=$|[\s.,;:!?)<&。，；：！？、（）])/g, "$1<b>$2</b>");
+  html = html.replace(/(^|[\s(>（。，；：！？、])_([^\n]+?)_(?=$|[\s.,;:!?)<&。，；：！？、（）])/g, "$1<i>$2</i>");
+  html = html.replace(/(^|[\s(>（。，；：！？、])~([^~\n]+?)~(?=$|[\s.,;:!?)<&。，；：！？、（）])/g, "$1<s>$2</s>");
   html = html.replace(/:([a-z_]+):/g, (m, name) => EMOJI[name] || m);
   // Slack's own escapes (&lt; &gt; &amp;) show as the characters, last, so they never become a mention or a link.
   html = html.replace(/&amp;(lt|gt|amp);/g, "&$1;");
