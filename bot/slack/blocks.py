@@ -291,7 +291,8 @@ def progress_blocks(state: dict[str, Any]) -> list[Block]:
     lines = state.get("lines", [])
     lang = str(state.get("lang") or "en")
     header = state.get("header") or f":mag: {say(lang, 'working')}"
-    blocks: list[Block] = [mrkdwn(f"{header}  _({say(lang, 'step', n=state.get('step', 0))})_")]
+    step = say(lang, "paren", text=say(lang, "step", n=state.get("step", 0))).strip()
+    blocks: list[Block] = [mrkdwn(f"{header}  _{step}_")]
     body = []
     for line in lines[-40:]:
         icon = _ICONS.get(line["status"], ":grey_question:")
