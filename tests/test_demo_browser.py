@@ -334,7 +334,7 @@ async def test_canvases_refused_the_summary_is_a_file_to_open_in_the_thread(demo
     async with page.context.expect_page() as opened:
         await file.click()
     tab = await opened.value
-    await expect(tab.locator("body")).to_contain_text("# Incident summary: restart payments in prod")
+    await expect(tab.locator("body")).to_contain_text("# Incident summary: `restart payments in prod`")
     await expect(tab.locator("body")).to_contain_text("`restart_service` `payments` @ `prod`")
     answer = await page.request.get(f"{demo_url}{href}")
     assert answer.ok and answer.headers["content-type"].startswith("text/plain")

@@ -25,6 +25,7 @@ from bot.slack.narrative import write
 from bot.slack.summaries import thread_of
 from core.messages import ToolResultMessage
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
+from tests.test_alerts import ALERTS, fire, notification, source
 from tests.test_cli import run_cli
 from tests.test_slack import QUESTION, ask_restart, confirm
 from tests.test_timers import Clock, open_at, tick
@@ -161,7 +162,8 @@ async def test_report_offline_renders_the_records_without_a_model(ws: Workspace,
     assert await report(settings, f"{CHANNEL}:999.1", use_model=False) == 1  # nothing on record: said so
 
 
-@pytest.mark.parametrize("tz", ["Nowhere/Bogus", "America", ""])
+@pytest.mark.parametrize("tz", ["Nowhere/Bogus", "America", "", "posixrules", "Factory", "localtime", "right/UTC",
+                                "posix/Asia/Shanghai"])  # zone files on this disk, not a place's IANA name
 async def test_report_refuses_a_time_zone_it_does_not_know(redis_url: str, prefix: str, tmp_path: Path,
                                                            tz: str) -> None:
     env = {"REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix}
@@ -250,11 +252,11 @@ async def test_follow_ups_are_in_the_summary_from_the_threads_record(redis_url: 
         await ws.settle()
         doc = next(iter(slack.canvases.values()))["markdown"]
         timeline, state = doc.split("## 时间线", 1)[1].split("## 已做的处理")[0], doc.split("## 当前状态", 1)[1]
-        assert "![](@UREQ) 安排了" in timeline and "的跟进：支付还稳定吗？" in timeline
-        assert "跟进已运行（![](@UREQ) 安排在" in timeline and "）：支付还稳定吗？" in timeline
+        assert "![](@UREQ) 安排了" in timeline and "的跟进：`支付还稳定吗？`" in timeline  # their words: data
+        assert "跟进已运行（![](@UREQ) 安排在" in timeline and "）：`支付还稳定吗？`" in timeline
         assert "的跟进已被 ![](@UAPPROVER) 取消" in timeline
         state = state.split("##", 1)[0]
-        assert "将跟进（![](@UOTHER) 安排）：明早复查延迟" in state
+        assert "将跟进（![](@UOTHER) 安排）：`明早复查延迟`" in state
         assert "支付还稳定吗" not in state and "再看一次订单" not in state  # ran, cancelled: not waiting
         assert waiting.id not in doc
     finally:
@@ -278,8 +280,58 @@ async def test_the_timeline_is_in_the_channels_time_zone_else_the_askers(redis_u
         await ws.stop()
 
 
-def test_a_channel_time_zone_the_system_does_not_know_is_a_config_error(tmp_path: Path) -> None:
-    (tmp_path / "opspilot.yml").write_text("slack:\n  channel_timezones:\n    C0OPS: Asia/Shangai\n")
+@pytest.mark.parametrize("zone", ["Asia/Shangai", "posixrules", "Factory", "localtime", "right/UTC",
+                                  "posix/Asia/Shanghai"])
+def test_a_channel_time_zone_the_system_does_not_know_is_a_config_error(tmp_path: Path, zone: str) -> None:
+    (tmp_path / "opspilot.yml").write_text(f"slack:\n  channel_timezones:\n    C0OPS: {zone}\n")
     with pytest.raises(ConfigError) as info:
         load_settings(str(tmp_path / "opspilot.yml"))
-    assert "slack.channel_timezones" in str(info.value) and "C0OPS: 'Asia/Shangai'" in str(info.value)
+    assert "slack.channel_timezones" in str(info.value) and f"C0OPS: {zone!r}" in str(info.value)
+
+
+async def test_what_people_wrote_is_quoted_not_formatted_and_each_call_counted_once(ws: Workspace) -> None:
+    """A question with a mention, a link, formatting and a hidden character is shown as written (a code span),
+    never as the document's own link or bold; the restart that paused twice (form, confirmation) ran once."""
+    await restarted(ws)
+    hostile = "<!channel> [x](http://evil.example) *boom* \u202egnp.exe\u202c 订单呢"
+    ws.slack.post_as_user(CHANNEL, "UREQ", hostile, ts="100.7", thread_ts="100.1")
+    await ws.sender.event(mention(CHANNEL, "UREQ", hostile, "100.7", thread_ts="100.1"))
+    await ws.settle()
+    await ws.sender.event(mention(CHANNEL, "UOTHER", "总结", "100.8", thread_ts="100.1"))
+    await ws.settle()
+    doc = next(iter(ws.slack.canvases.values()))["markdown"]
+    outside = re.sub(r"`[^`\n]*`", "", doc)  # what the document says in its own voice
+    assert "evil.example" not in outside and "*boom*" not in outside and "<!channel>" not in outside
+    assert "\u202e" not in doc and "<U+202E>gnp.exe<U+202C>" in doc
+    done = doc.split("## 已做的处理", 1)[1].split("##", 1)[0]
+    assert "`restart_service` ×1" in done and "×3" not in done  # traced at each pause, run once
+
+
+async def test_a_thread_without_records_is_told_privately_and_gets_no_canvas(ws: Workspace) -> None:
+    ws.slack.post_as_user(CHANNEL, "UREQ", "数据库好像有点慢，大家注意", ts="300.1")
+    ws.slack.post_as_user(CHANNEL, "UOTHER", "收到", ts="300.2", thread_ts="300.1")
+    await ws.sender.event(mention(CHANNEL, "UREQ", "总结", "300.3", thread_ts="300.1"))
+    await summary_command(ws, "summary 1234.5678", "7.9")
+    assert ws.slack.canvases == {} and ws.slack.called("canvases.create") == []
+    assert not [m for m in ws.slack.called("chat.postMessage") if m.get("thread_ts") in ("300.1", "1234.5678")]
+    told = ws.slack.ephemeral_texts("UREQ")
+    assert any("OpsPilot 没有这个线程的记录" in t for t in told)  # asked in Chinese
+    assert any("OpsPilot holds no records of this thread" in t for t in told)
+
+
+async def test_an_alerts_own_question_is_not_shown_as_anyones(
+        redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    ws = await open_workspace(redis_url, prefix, slack, language="zh", alert_sources=[source()])
+    slack.deliver = ws.sender.event
+    try:
+        alert_ts = await fire(slack, slack.add_webhook(ALERTS), notification("firing"))
+        await ws.settle()
+        posted = slack.post_as_user(ALERTS, "UREQ", "<@UBOT> 总结", thread_ts=alert_ts)
+        await ws.sender.event(mention(ALERTS, "UREQ", "总结", posted["ts"], thread_ts=alert_ts))
+        await ws.settle()
+        doc = next(iter(slack.canvases.values()))["markdown"]
+        assert "开始排查告警" in doc and "quoted above" not in doc and "见上方引用" not in doc
+        assert "B0ALERTS" not in doc
+        assert doc.startswith("# 事件总结：`PaymentsHighErrorRate · payments · prod`")
+    finally:
+        await ws.stop()

@@ -34,6 +34,8 @@ class Asked:
     user: str
     text: str
     ts: str | None
+    automatic: bool = False
+    """The question OpsPilot asks itself for an alert (not anyone's words)."""
 
 
 @dataclass(frozen=True)
@@ -111,8 +113,18 @@ class Incident:
         return not (self.alerts or self.asked or self.runs or self.changes or self.followups)
 
 
+_NOT_RUN = frozenset({"declined_by_user", "expired", "user_replied_instead", "cancelled", "interrupted_by_restart"})
+
+
 def calls_of(run: RunRecord) -> list[CallTrace]:
-    return [e for e in run.trace if isinstance(e, CallTrace)]
+    """The calls that ran, each once with how it ended: a call that paused for a person is traced at each pause
+    (a form, then a confirmation) and once more when it ran; one declined, expired, cancelled or still waiting did
+    not run."""
+    latest: dict[str, CallTrace] = {}
+    for entry in run.trace:
+        if isinstance(entry, CallTrace):
+            latest[entry.call_id] = entry  # its first position, its last state
+    return [c for c in latest.values() if c.status in ("ok", "error") and c.error_code not in _NOT_RUN]
 
 
 async def gather(store: RedisStore | MemoryStore, meta: MetaStore, reports: Reports, channel: str, thread_ts: str,
@@ -128,9 +140,10 @@ async def gather(store: RedisStore | MemoryStore, meta: MetaStore, reports: Repo
     group = (await meta.get(ALERT, f"{channel}:{thread_ts}")).get("group")
     known = await meta.get(ALERT, group) if group else {}
     title = known.get("label") or known.get("title", "")
-    title = title or (alerts[0].title if alerts else "") or (asked[0].text if asked else "") or thread_ts
+    people = [a for a in asked if not a.automatic]
+    title = title or (alerts[0].title if alerts else "") or (people[0].text if people else "") or thread_ts
     lang = (await meta.get(THREAD, thread_id)).get("lang") or language_of(
-        " ".join(a.text for a in asked[:1]) or title, language)
+        " ".join(a.text for a in people[:1]) or title, language)
     answers = [redact(m.content) for m in transcript if m.role == "assistant" and m.content and not m.tool_calls]
     return Incident(channel, thread_ts, "zh" if lang == "zh" else "en", redact(" ".join(title.split()))[:150],
                     alerts, asked, runs, changes, answers, await followup_events(meta, channel, thread_ts))
@@ -167,7 +180,8 @@ def _asked(transcript: list[Message]) -> list[Asked]:
         parts = (m.request_id or "").split(":")
         ts = parts[1] if len(parts) > 1 else None
         question = split(m.content)[1].strip()  # the question, not the thread material quoted before it
-        asked.append(Asked(_float(ts) or None, m.user_id or "", redact(" ".join(question.split()))[:300], ts))
+        asked.append(Asked(_float(ts) or None, m.user_id or "", redact(" ".join(question.split()))[:300], ts,
+                           automatic=(m.request_id or "").endswith(":alert")))
     return asked
 
 

@@ -49,7 +49,7 @@ class IncidentCommands:
         """True when the message asked for a summary (and was handled): only in a thread."""
         if thread_ts == ts or not self.asks_summary(text) or self.summaries is None:
             return False
-        await self.summaries.summarize(channel, thread_ts, user)
+        await self.summaries.summarize(channel, thread_ts, user, asked=text)
         return True
 
     async def on_command(self, channel: str, user: str, text: str) -> bool:
@@ -70,7 +70,7 @@ class IncidentCommands:
         if thread_ts is None or self.summaries is None:
             await self.outbox.tell(channel, user, say(lang, "inc_usage" if not rest.strip() else "inc_bad_ref"))
             return True
-        await self.summaries.summarize(channel, thread_ts, user)
+        await self.summaries.summarize(channel, thread_ts, user, in_thread=False)
         return True
 
     async def on_shortcut(self, body: dict[str, Any]) -> None:

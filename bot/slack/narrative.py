@@ -49,7 +49,9 @@ async def write(model: ChatModel, incident: Incident, evidence: list[tuple[str, 
     counts = {"lang": incident.lang, "changes": len(changes), "pending": len(incident.pending),
               "unverified": sum(1 for c in changes if c.status == "ok" and not c.verified),
               "firing": "yes" if incident.alert_firing else "no",
-              "subject": next((c.target for c in changes if c.target), "")}
+              "subject": next((c.target for c in changes if c.target), "") or next(
+                  (str(p.call.arguments.get("service_id")) for p in incident.pending
+                   if p.call.arguments.get("service_id")), "")}
     cited = "\n".join(f"[E{i}] {what}" for i, (what, _) in enumerate(evidence, 1))
     thread = "\n\n".join(incident.answers)[-THREAD_CHARS:]
     said = said[:THREAD_CHARS]  # the parent first, then the newest: bounded by the reader, and here again

@@ -23,7 +23,8 @@ from bot.slack.incident import Incident, gather
 from bot.slack.narrative import THREAD_CHARS, write
 from bot.slack.outbox import SlackOutbox
 from bot.slack.summary_doc import Links, render
-from bot.slack.words import say
+from bot.slack.words import language_of, say
+from core.text import reveal
 from state.memory import MemoryStore
 from state.redis import RedisStore
 from state.store import MetaStore, Reports
@@ -72,12 +73,19 @@ class Summaries:
         self.timezones = timezones or {}
         self.reader = ThreadReader(client, meta, max_messages=THREAD_MESSAGES, max_chars=THREAD_CHARS)
 
-    async def summarize(self, channel: str, thread_ts: str, user: str) -> None:
+    async def summarize(self, channel: str, thread_ts: str, user: str, *, asked: str = "",
+                        in_thread: bool = True) -> None:
+        """``asked``: the words that asked for it (their language, when the thread has none on record);
+        ``in_thread``: whether the asker is in that thread (a slash command is not)."""
         incident = await gather(self.store, self.meta, self.reports, channel, thread_ts, language=self.language)
+        if incident.empty:  # nothing to summarise: said to the asker alone, no canvas, no post in the thread
+            lang = language_of(asked, self.language) if asked else incident.lang
+            await self.outbox.tell(channel, user, say(lang, "inc_no_records"), thread_ts if in_thread else None)
+            return
         links = await self._links(incident)
         evidence = [(f"message {ts}", url) for ts, url in links.by_ts.items()]
         narrative = None
-        if self.model is not None and not incident.empty:
+        if self.model is not None:
             narrative = await write(self.model, incident, evidence, said=await self._said(incident),
                                     mention=canvas_mention)
         document = render(incident, narrative, tz=await self._tz(incident.channel, user), links=links,
@@ -114,7 +122,7 @@ class Summaries:
                 if exc.response.get("error") != "canvas_not_found":  # deleted by someone: make a new one
                     raise
         created = await self.client.canvases_create(
-            title=say(incident.lang, "inc_canvas_title", title=incident.title)[:120], document_content=content,
+            title=say(incident.lang, "inc_canvas_title", title=reveal(incident.title))[:120], document_content=content,
             channel_id=incident.channel)
         await self.meta.put(CANVAS, incident.thread_id, {"canvas_id": str(created["canvas_id"])})
         return "created"
@@ -125,7 +133,7 @@ class Summaries:
             await self.client.files_upload_v2(
                 channel=incident.channel, thread_ts=incident.thread_ts, content=document.encode(),
                 filename=f"incident-summary-{incident.thread_ts}.md",
-                title=say(lang, "inc_canvas_title", title=incident.title)[:120],
+                title=say(lang, "inc_canvas_title", title=reveal(incident.title))[:120],
                 initial_comment=say(lang, "inc_as_file", why=why))
         except (SlackClientError, OSError, TimeoutError) as exc:  # the upload URL is another host: it may fail alone
             error = str(exc.response.get("error") or "") if isinstance(exc, SlackApiError) else type(exc).__name__

@@ -17,9 +17,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from bot.agent.models.demo import LABEL as DEMO_LABEL
 from bot.slack.audit import outcome
-from bot.slack.incident import Change, Incident, calls_of
-from bot.slack.words import say
+from bot.slack.blocks import is_user
+from bot.slack.incident import Asked, Change, Incident, calls_of
+from bot.slack.words import headline, say
 from core.redact import redact
+from core.text import reveal
 from state.records import RunRecord
 
 Mention = Callable[[str], str]
@@ -51,7 +53,7 @@ def render(incident: Incident, narrative: Narrative | None, *, tz: str | None = 
            mention: Mention = plain_mention, now: float | None = None) -> str:
     lang, links = incident.lang, links or Links()
     zone = _zone(tz)
-    out = [f"# {say(lang, 'inc_title', title=_inline(incident.title))}", "",
+    out = [f"# {say(lang, 'inc_title', title=_code(incident.title))}", "",
            "_" + say(lang, "inc_generated", at=_utc(now or time.time()),
                      link=f" ({links.thread})" if links.thread else "") + "_", ""]
     if incident.empty:
@@ -106,12 +108,13 @@ def _events(incident: Incident, mention: Mention) -> list[tuple[float, str, str 
         events.append((a.at, what, incident.thread_ts if a.kind == "fired" else None))
     for q in incident.asked:
         if q.at:
-            events.append((q.at, say(lang, "inc_asked", who=mention(q.user), text=q.text[:200]), q.ts))
+            events.append((q.at, _asked(q, lang, mention), q.ts))
     for run in incident.runs:
         calls = calls_of(run)
         failed = sum(1 for c in calls if c.status == "error")
-        events.append((run.updated_at, say(lang, "inc_run", status=_status(run, lang), steps=run.step,
-                                           calls=len(calls),
+        events.append((run.updated_at, say(lang, "inc_run", status=_status(run, lang),
+                                           steps=_count(lang, "inc_steps", run.step),
+                                           calls=_count(lang, "inc_calls", len(calls)),
                                            failed=say(lang, "inc_failed_calls", n=failed) if failed else ""), None))
         for p in run.pending:
             events.append((p.created_at, say(lang, "inc_confirm_asked", what=_what(p.call.name, p.arguments)), None))
@@ -119,7 +122,7 @@ def _events(incident: Incident, mention: Mention) -> list[tuple[float, str, str 
         events.append((c.at, say(lang, "inc_change", what=_change_line(c, lang, mention)), None))
     for f in incident.followups:
         key = f"inc_fu_{f.kind}" + (f"_{f.why}" if f.kind == "skipped" else "")
-        events.append((f.at, say(lang, key, due=_utc(f.due), by=mention(f.by), question=_inline(f.question)[:200]),
+        events.append((f.at, say(lang, key, due=_utc(f.due), by=mention(f.by), question=_code(f.question[:200])),
                        None))
     return sorted(events, key=lambda e: e[0])
 
@@ -131,7 +134,8 @@ def _done(incident: Incident, mention: Mention) -> list[str]:
     if incident.runs:
         tools = Counter(c.tool for c in calls)
         failed = sum(1 for c in calls if c.status == "error")
-        lines.append("- " + say(lang, "inc_runs_done", n=len(incident.runs), calls=len(calls),
+        lines.append("- " + say(lang, "inc_runs_done", runs=_count(lang, "inc_runs", len(incident.runs)),
+                                calls=_count(lang, "inc_calls", len(calls)),
                                 tools=", ".join(f"`{t}` ×{n}" for t, n in sorted(tools.items())) or "-",
                                 failed=say(lang, "inc_failed_calls", n=failed) if failed else ""))
     return lines
@@ -151,7 +155,7 @@ def _state(incident: Incident, mention: Mention) -> list[str]:
                                 who=mention(p.requester), at=_utc(p.call.created_at), until=_utc(p.call.expires_at)))
     for f in incident.followups_pending:
         lines.append("- " + say(lang, "inc_fu_pending", due=_utc(f.due), by=mention(f.by),
-                                question=_inline(f.question)[:200]))
+                                question=_code(f.question[:200])))
     return lines
 
 
@@ -170,7 +174,8 @@ def _open(incident: Incident) -> list[str]:
         lines.append("- " + say(lang, "inc_confirm_asked", what=_what(p.call.call.name, p.call.arguments)))
     for run in incident.runs:
         if run.status == "finished" and run.stop_reason not in (None, "final_answer"):
-            lines.append("- " + say(lang, "inc_open_stopped", at=_utc(run.created_at), reason=run.stop_reason))
+            lines.append("- " + say(lang, "inc_open_stopped", at=_utc(run.created_at),
+                                    reason=headline(lang, run.stop_reason)))
     if incident.alert_firing:
         lines.append("- " + say(lang, "inc_open_firing"))
     return lines
@@ -205,7 +210,7 @@ def _status(run: RunRecord, lang: str) -> str:
         return say(lang, f"inc_st_{run.status}")
     if run.stop_reason in (None, "final_answer"):
         return say(lang, "inc_st_answered")
-    return say(lang, "inc_st_stopped", reason=run.stop_reason)
+    return say(lang, "inc_st_stopped", reason=headline(lang, run.stop_reason))
 
 
 def _rate(value: object) -> str:
@@ -240,9 +245,21 @@ def _model(label: str, lang: str) -> str:
 
 
 def _code(text: str) -> str:
-    """Quoted data (an alert's title) as a Markdown code span."""
-    shown = " ".join(text.replace("`", "'").split())
-    return f"`{shown}`"
+    """What people, alerts or the model wrote (a question, an alert's title) as a Markdown code span: shown as
+    written — no link, mention or formatting of theirs becomes the document's — with hidden characters shown."""
+    shown = " ".join(reveal(text).replace("`", "'").split())
+    return f"`{shown}`" if shown else ""
+
+
+def _count(lang: str, key: str, n: int) -> str:
+    return say(lang, key + ("_one" if n == 1 else ""), n=n)
+
+
+def _asked(q: Asked, lang: str, mention: Mention) -> str:
+    if q.automatic:  # the question OpsPilot asked itself for an alert: not anyone's words
+        return say(lang, "inc_alert_investigated_by", who=mention(q.user)) if is_user(q.user) else \
+            say(lang, "inc_alert_investigated")
+    return say(lang, "inc_asked", who=mention(q.user), text=_code(q.text[:200]))
 
 
 def _inline(text: str) -> str:

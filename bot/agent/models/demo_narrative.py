@@ -23,7 +23,8 @@ def demo_narrative(content: str) -> str:
                  *(["- 人工核实未验证的变更。"] if unverified else []),
                  "- 继续观察错误率一小时" + ("，直到告警恢复。" if firing else "。"), "- 撰写事后复盘。"]
         return f"IMPACT:\n{impact}\nNEXT STEPS:\n" + "\n".join(steps)
-    impact = (f"(scripted demo model) Affected: {subject or 'unknown'}. {changes} change(s) on record"
+    impact = (f"(scripted demo model) Affected: {subject or 'unknown'}. "
+              f"{changes} change{'' if changes == 1 else 's'} on record"
               + ("; the alert is still firing." if firing else "."))
     steps = [*(["- Decide the pending confirmation [E1]."] if pending else []),
              *(["- Verify the unverified change by hand."] if unverified else []),
