@@ -88,6 +88,8 @@ async def test_capitalised_config_keys_still_protect_prod(redis_url: str, prefix
     try:
         card = card_of(slack, "330.1")
         assert "Two-person rule in `prod`" in all_text(card)
+        # The requester is an approver but cannot approve their own request: the card does not name them.
+        assert "Who may confirm: UBOSS" in all_text(card) and "UREQ" not in all_text(card).split("Two-person")[0]
         await ws.sender.action(_click(card, "UREQ"))  # the requester, though an approver: refused
         await ws.settle()
         assert probe.count("change") == 0
@@ -134,5 +136,18 @@ async def test_an_approver_group_slack_would_not_list_lets_none_of_it_confirm(re
         await ws.settle()
         assert probe.count("change") == 0
         assert any("could not read the approver group" in t for t in slack.ephemeral_texts())
+    finally:
+        await ws.stop()
+
+
+async def test_when_only_the_requester_could_approve_the_card_says_no_one_can(redis_url: str, prefix: str,
+                                                                              slack: FakeSlack) -> None:
+    slack.profiles = {"UREQ": "Ann"}
+    ws, _ = await _card(redis_url, prefix, slack, "340.1", two_person_rule=["prod"],
+                        approvers={"change": {"prod": {"users": ["UREQ"]}}})
+    try:
+        text = all_text(card_of(slack, "340.1"))
+        assert "Who may confirm: no one" in text and "Who may confirm: Ann" not in text, text
+        assert "Two-person rule in `prod`: Ann asked for this" in text
     finally:
         await ws.stop()

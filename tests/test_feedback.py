@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 
+from bot.agent.models.demo import LABEL as DEMO_LABEL
 from bot.config import Settings
 from bot.demo.sender import block_action, mention, view_submission
 from bot.demo.server import CHANNEL as DEMO_CHANNEL
@@ -126,7 +127,8 @@ async def test_home_and_stats_list_the_latest_thumbs_down_with_links(redis_url: 
         await opened(ws, "UOTHER")
         home = home_text(slack, "UOTHER").split("*Latest 👎*")[1]
         assert "*Missed something*: it did not check the deploys" in home and "payments errors" in home
-        assert f"<{entry.link}|the thread>" in home and entry.model in home
+        assert f"<{entry.link}|the thread>" in home
+        assert entry.model == DEMO_LABEL and "— the scripted demo model" in home  # named in the reader's words
 
         code, out, err = await run_cli(["stats", "--window", "1h"], "",
                                        {"REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix}, tmp_path)

@@ -36,7 +36,8 @@ async def test_two_calls_needing_the_environment_share_one_form(redis_url: str, 
                                                                   for b in buttons(m))]
         assert len(forms) == 1, [all_text(m) for m in slack.thread(CHANNEL, "950.1")]
         form = forms[0]
-        assert "For `query_logs` and `query_metrics` on `payments`: they run as soon as you answer." in all_text(form)
+        assert "For `query_logs` and `query_metrics` on `payments`: they go ahead as soon as you answer" in \
+            all_text(form)
         token = next(b["value"] for b in buttons(form) if b["action_id"] == "opspilot_submit")
         values = {"opspilot_field:environment": {"value": {"type": "static_select",
                                                            "selected_option": {"value": "prod"}}}}

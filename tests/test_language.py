@@ -60,7 +60,7 @@ async def play(ws: Workspace, thread: str, question: str, restart: str) -> tuple
 async def test_a_chinese_thread_stays_chinese(ws: Workspace) -> None:
     asked, closed, texts = await play(ws, "1000.1", "看看支付服务最近报错，顺便对照一下文档里的处理建议", "restart it")
     assert ":pencil: *还需要一点信息* — " in asked["form"]
-    assert "用于 `restart_service`（`payments`）：你回答后立即执行。" in asked["form"]
+    assert "用于 `restart_service`（`payments`）：你回答后立即继续（变更如需确认，仍会先请人确认）。" in asked["form"]
     assert ":warning: *需要确认* — `restart_service` 会改动 `prod`，需要有人确认" in asked["card"]
     assert "*工具:* `restart_service`" in asked["card"] and "*环境:* `prod`" in asked["card"]
     assert re.search(r":memo: <@UREQ> 于 \d\d:\d\d UTC 提交：环境 = `prod`", closed["form"])
@@ -77,7 +77,8 @@ async def test_a_chinese_thread_stays_chinese(ws: Workspace) -> None:
 async def test_an_english_thread_stays_english(ws: Workspace) -> None:
     asked, closed, texts = await play(ws, "1100.1", "look at the payment service's recent errors", "restart it")
     assert ":pencil: *I need a bit more* — " in asked["form"]
-    assert "For `restart_service` on `payments`: it runs as soon as you answer." in asked["form"]
+    assert "For `restart_service` on `payments`: it goes ahead as soon as you answer (a change still asks for any " \
+        "confirmation it needs)." in asked["form"]
     assert ":warning: *Confirmation needed* — `restart_service` changes `prod`: a person must confirm" in asked["card"]
     assert re.search(r":memo: Submitted by <@UREQ> at \d\d:\d\d UTC: environment = `prod`", closed["form"])
     assert re.search(r":white_check_mark: Confirmed by <@UBOSS> at \d\d:\d\d UTC", closed["card"])

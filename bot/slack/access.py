@@ -137,6 +137,8 @@ class AccessPolicy:
         elif not rule.users and not rule.usergroups:
             lines = [say(lang, "nobody_confirms", tool=escape(tool), env=escape(env or "*"))]
         else:
+            if requester and self.two_person(env):  # the requester cannot approve their own request
+                rule = rule.model_copy(update={"users": [u for u in rule.users if u != requester]})
             await asyncio.gather(*(self.members(g) for g in rule.usergroups))  # which can be read right now
             unread = [g for g in rule.usergroups if g in self._unread]
             if unread:
@@ -145,8 +147,8 @@ class AccessPolicy:
                 groups = say(lang, "comma").join(escape(g) for g in await asyncio.gather(*map(people.group, unread)))
                 lines = [say(lang, "unread_group_confirms", names=names, groups=groups)]
             else:
-                lines = [say(lang, "who_confirms", names=await self._names(people, rule.users, rule.usergroups,
-                                                                            lang))]
+                names = await self._names(people, rule.users, rule.usergroups, lang) or say(lang, "no_one")
+                lines = [say(lang, "who_confirms", names=names)]
         if requester and is_user(requester) and self.two_person(env):
             lines.append(say(lang, "two_person", env=escape(env), name=escape(await people.name(requester))))
         where = self.may_change_in(channel, direct=channel.startswith("D"))

@@ -176,7 +176,7 @@ def params_form(token: str, reason: str, payload: dict[str, Any], error: str | N
         if choices:
             element: dict[str, Any] = {
                 "type": "static_select", "action_id": "value",
-                "placeholder": {"type": "plain_text", "text": say(lang, "choose", name=name)[:150]},
+                "placeholder": {"type": "plain_text", "text": say(lang, "choose", name=field_label(name, lang))[:150]},
                 "options": [{"text": {"type": "plain_text", "text": _cut(c, OPTION_TEXT)},
                              "value": c[:OPTION_VALUE]} for c in choices],
             }
@@ -256,7 +256,7 @@ def card_summary(interrupt_type: str, reason: str, payload: dict[str, Any], lang
 
 _ICONS = {"running": ":hourglass_flowing_sand:", "ok": ":white_check_mark:", "error": ":x:",
           "waiting": ":raised_hand:", "cancelled": ":no_entry_sign:", "skipped": ":fast_forward:",
-          "expired": ":hourglass:"}
+          "expired": ":hourglass:", "declined": ":no_entry_sign:"}
 
 
 _TASK_STATUS = {"running": "in_progress", "ok": "complete", "waiting": "pending", "skipped": "complete"}

@@ -21,7 +21,7 @@ from bot.agent.summary import Fallback
 from bot.slack import blocks as kit
 from bot.slack.access import AccessPolicy
 from bot.slack.audit import audit_line
-from bot.slack.followups import recheck_button
+from bot.slack.followups import offers_recheck, recheck_button
 from bot.slack.meta import CARD, RUN, THREAD
 from bot.slack.outbox import SlackOutbox
 from bot.slack.outputs import fallback_answer, output
@@ -67,7 +67,7 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-_STATUSES = ("running", "ok", "error", "waiting", "cancelled", "skipped", "expired")
+_STATUSES = ("running", "ok", "error", "waiting", "cancelled", "skipped", "expired", "declined")
 
 
 def _status_word(status: str, lang: str) -> str:
@@ -158,7 +158,8 @@ class Renderer:
         elif event.type == "tool_result":
             line = _line(state, event.call_id)
             if line is not None:  # what it found, in the thread's words (the facts are the tool's)
-                line["status"] = event.status
+                # A person said no: not a failure (its words say "declined: not run", not "failed").
+                line["status"] = "declined" if event.error_code == "declined_by_user" else event.status
                 line["detail"] = output(event.status, event.error_code, event.data, lang, event.summary)
         elif event.type == "loop_interrupt":
             state["header"], leave = f":raised_hand: {say(lang, 'waiting')}", True
@@ -334,8 +335,8 @@ class Renderer:
         changes = await self.reports.read_audit(200, run_id=run_id)
         if changes:
             text += f"\n\n*{say(lang, 'audit')}*\n" + "\n".join(audit_line(a, lang) for a in reversed(changes))
-        # An answer that reports a change offers to look again once it has had time to show (a follow-up).
-        after = [recheck_button(run_id, lang, self.rechecks)] if changes and self.rechecks else []
+        # An answer whose change ran offers to look again once it has had time to show (a follow-up).
+        after = [recheck_button(run_id, lang, self.rechecks)] if offers_recheck(changes) and self.rechecks else []
         chunks = kit.split_answer(text, lang)
         if len(chunks[-1]) < kit.MAX_BLOCKS - len(after):
             chunks[-1] = [*chunks[-1], kit.feedback(run_id, lang), *after]

@@ -99,8 +99,12 @@ _WORDS: dict[str, tuple[str, str]] = {
     "needed": ("Needed", "需要"),
     "submit": ("Submit", "提交"),
     "choose": ("Choose {name}", "选择 {name}"),
-    "form_for_one": ("For {calls}{on}: it runs as soon as you answer.", "用于 {calls}{on}：你回答后立即执行。"),
-    "form_for_many": ("For {calls}{on}: they run as soon as you answer.", "用于 {calls}{on}：你回答后立即执行。"),
+    # true for a change too: an answer does not skip the confirmation a change needs
+    "form_for_one": ("For {calls}{on}: it goes ahead as soon as you answer (a change still asks for any "
+                     "confirmation it needs).", "用于 {calls}{on}：你回答后立即继续（变更如需确认，仍会先请人确认）。"),
+    "form_for_many": ("For {calls}{on}: they go ahead as soon as you answer (a change still asks for any "
+                      "confirmation it needs).",
+                      "用于 {calls}{on}：你回答后立即继续（变更如需确认，仍会先请人确认）。"),
     "on": (" on `{target}`", "（`{target}`）"),
     "and": (" and ", " 和 "),
     # how a card ended
