@@ -146,6 +146,8 @@ async def test_handover_lists_three_threads_with_their_states_and_links(ws: Work
     assert "p2001" in open_part and "waiting for a person" in open_part and "p1001" not in open_part
     assert "`restart_service` `payments` @ `prod`" in pending and "<@UREQ>" in pending and "p2001" in pending
     assert "p1001" in answered and "p3001" in answered
+    # Each thread by what it is about (its first question), not by its latest "restart it in prod".
+    assert QUESTION[:40] in answered and "restart it in prod" not in text
     assert "No follow-ups are scheduled" in text
 
 

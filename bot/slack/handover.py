@@ -13,9 +13,11 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import blocks as kit
+from bot.slack.alerts import ALERT
+from bot.slack.incident import asked_in
 from bot.slack.meta import thread_key
 from bot.slack.thread_log import alert_events
-from bot.slack.words import say
+from bot.slack.words import headline, say
 from state.memory import MemoryStore
 from state.records import RunRecord
 from state.redis import RedisStore
@@ -43,6 +45,8 @@ class Entry:
     thread_ts: str
     run: RunRecord
     firing: bool
+    topic: str
+    """What the thread is about: its alert's names, else its first question (not the latest "restart it")."""
 
 
 class Handover:
@@ -59,7 +63,8 @@ class Handover:
             events = await alert_events(self.meta, channel, thread_ts)
             latest = max([run.updated_at if run else 0.0, *(e.at for e in events)])
             if run is not None and latest >= since:
-                found.append(Entry(thread_ts, run, bool(events) and events[-1].kind != "resolved"))
+                found.append(Entry(thread_ts, run, bool(events) and events[-1].kind != "resolved",
+                                   await self._topic(channel, thread_ts, thread_id) or run.text))
         return sorted(found, key=lambda e: e.run.updated_at, reverse=True)
 
     async def text(self, channel: str, hours: int, lang: str, now: float | None = None) -> str:
@@ -71,7 +76,7 @@ class Handover:
         pending: list[str] = []
         for e in entries:
             run, link = e.run, links[e.thread_ts]
-            subject = kit.escape(" ".join(run.text.split())[:80])
+            subject = kit.escape(" ".join(e.topic.split())[:80])
             state = _state(run, lang) + (f", {say(lang, 'ho_firing')}" if e.firing else "")
             line = f"• <{link}|{subject}> — {state} ({kit.hhmm(run.updated_at)})" if link else \
                 f"• {subject} — {state} ({kit.hhmm(run.updated_at)})"
@@ -95,6 +100,14 @@ class Handover:
                  f"*{say(lang, 'ho_answered', n=len(answered))}*", *answered]
         return "\n".join(parts)
 
+    async def _topic(self, channel: str, thread_ts: str, thread_id: str) -> str:
+        group = (await self.meta.get(ALERT, f"{channel}:{thread_ts}")).get("group")
+        alert = await self.meta.get(ALERT, group) if group else {}
+        if alert.get("label") or alert.get("title"):
+            return str(alert.get("label") or alert.get("title"))
+        people = [a for a in asked_in(await self.store.load_transcript(thread_id)) if not a.automatic]
+        return people[0].text if people else ""
+
     async def _link(self, channel: str, ts: str) -> str:
         try:
             answer: Any = await self.client.chat_getPermalink(channel=channel, message_ts=ts)
@@ -106,5 +119,5 @@ class Handover:
 def _state(run: RunRecord, lang: str) -> str:
     if run.status == "finished":
         return say(lang, "inc_st_answered") if run.stop_reason in (None, "final_answer") else \
-            say(lang, "inc_st_stopped", reason=run.stop_reason)
+            say(lang, "inc_st_stopped", reason=headline(lang, run.stop_reason))
     return say(lang, f"inc_st_{run.status}")

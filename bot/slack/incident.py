@@ -136,7 +136,7 @@ async def gather(store: RedisStore | MemoryStore, meta: MetaStore, reports: Repo
     entries = [e for run in runs for e in await reports.read_audit(AUDIT_DEPTH, run_id=run.run_id)]
     changes = sorted((_change(e, results.get(e.get("call_id", ""))) for e in entries), key=lambda c: c.at)
     alerts = await alert_events(meta, channel, thread_ts)
-    asked = _asked(transcript)
+    asked = asked_in(transcript)
     group = (await meta.get(ALERT, f"{channel}:{thread_ts}")).get("group")
     known = await meta.get(ALERT, group) if group else {}
     title = known.get("label") or known.get("title", "")
@@ -172,7 +172,8 @@ def _data(content: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _asked(transcript: list[Message]) -> list[Asked]:
+def asked_in(transcript: list[Message]) -> list[Asked]:
+    """What people (and OpsPilot, for an alert) asked in a thread, oldest first."""
     asked = []
     for m in transcript:
         if not isinstance(m, UserMessage):
