@@ -76,14 +76,17 @@ class Console:
             self.out.flush()
         elif event.type == "tool_result":
             ok = event.status == "ok"
-            status = self.words(f"st_{event.status}") if event.status in _STATUSES else event.status
+            declined = event.error_code == "declined_by_user"  # a person said no: not a failure
+            status = self.words("st_declined") if declined else \
+                self.words(f"st_{event.status}") if event.status in _STATUSES else event.status
             if ok:
                 what = event.tool
-            elif event.error_code and event.error_code != event.status:  # not "cancelled: cancelled"
+            elif event.error_code and event.error_code != event.status and not declined:  # not "cancelled: cancelled"
                 what = self.words("chat_failed", tool=event.tool, status=status, code=event.error_code)
             else:
                 what = f"{event.tool} {status}"
-            self.say(f"  {'✓' if ok else '✗'} {what} ({event.latency_ms:.0f} ms)", "ok" if ok else "error")
+            mark, tone = ("✓", "ok") if ok else ("⊘", "waiting") if declined else ("✗", "error")
+            self.say(f"  {mark} {what} ({event.latency_ms:.0f} ms)", tone)
         elif event.type == "loop_interrupt" and event.pending:
             n = len(event.pending)
             self.say("  " + self.words("chat_waiting_one" if n == 1 else "chat_waiting", n=n), "waiting")
@@ -275,7 +278,7 @@ async def _converse(session: _Session) -> int:
             console.say()
             console.say(console.words("chat_bye"))
             return 0
-        if text.strip().lower() in {"quit", "exit", ":q"}:
+        if text.strip().lower() in {"quit", "exit", ":q", "退出"}:
             console.say(console.words("chat_bye"))
             return 0
         if not text.strip():

@@ -11,7 +11,7 @@ import time
 from typing import Any, cast
 
 from bot.assembly import assemble, build_registry, open_store
-from bot.config import ConfigError, load_settings
+from bot.config import ConfigError, load_settings, port_number
 from bot.slack.words import say
 from state import StoreError
 from tools import ops
@@ -229,6 +229,10 @@ async def _chat(user: str, config: str | None) -> int:
         await app.store.close()
 
 
+def _port(given: int | None) -> int | None:
+    return None if given is None else port_number(given, "--port")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
@@ -256,13 +260,12 @@ def main(argv: list[str] | None = None) -> int:
             from bot.demo.server import run_demo
 
             settings = load_settings(args.config)
-            return asyncio.run(run_demo(settings, args.port or settings.slack.port))
+            return asyncio.run(run_demo(settings, _port(args.port) or settings.slack.port))
         if args.command == "serve":
             from bot.slack.serve import serve
 
             settings = load_settings(args.config)
-            if args.port is not None:
-                settings.slack.port = args.port
+            settings.slack.port = _port(args.port) or settings.slack.port
             return asyncio.run(serve(settings, workers=args.workers, config=args.config))
         if args.command == "report":
             from bot.report import report
@@ -272,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "worker":
             from bot.slack.serve import work
 
-            return asyncio.run(work(load_settings(args.config), port=args.port))
+            return asyncio.run(work(load_settings(args.config), port=_port(args.port)))
         return asyncio.run(_stats(args.window, args.config))
     except ConfigError as exc:
         print(f"opspilot: {exc}", file=sys.stderr)

@@ -10,6 +10,7 @@ import difflib
 import os
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -33,6 +34,9 @@ def slack_ids(ids: list[str]) -> list[str]:
 
 class ConfigError(Exception):
     pass
+
+
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")  # what state.client.connect takes
 
 
 class LLMConfig(BaseModel):
@@ -254,6 +258,21 @@ class Settings(BaseSettings):
     misfire_grace_s: int = Field(600, ge=0, description="a follow-up or check missed while OpsPilot was down runs "
                                  "late within this; later, it is skipped with a line saying so")
 
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str) -> str:
+        # Checked here, not where Redis is first dialled: redis-py's own refusal is a traceback in every command.
+        parts = urlsplit(value.strip())
+        if parts.scheme not in REDIS_SCHEMES:
+            raise ValueError(f"{value!r} is not a Redis URL: it must start with redis://, rediss:// (TLS) or unix:// "
+                             "(e.g. redis://localhost:6379/0), or redis+cluster:// for a Redis Cluster")
+        try:
+            for node in parts.netloc.rpartition("@")[2].split(","):  # a cluster's URL names several host:port
+                _ = urlsplit(f"//{node}").port  # a port that is not a number, or out of range, raises
+        except ValueError as exc:
+            raise ValueError(f"{value!r} is not a Redis URL ({exc}): e.g. redis://localhost:6379/0") from exc
+        return value.strip()
+
 
 def environment_problems(settings: Settings, known: list[str], tools: list[str] | None = None) -> list[str]:
     """Authorisation rules that can never match: an environment no catalog service has (a typo leaves the real
@@ -288,6 +307,8 @@ def _read_yaml(path: Path | None) -> dict[str, Any]:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text (at byte {exc.start}): save it as UTF-8") from exc
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
@@ -315,6 +336,8 @@ def describe(exc: ValidationError, source: str) -> str:
     lines = [f"invalid configuration ({source}):"]
     for err in exc.errors(include_url=False):
         key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if err["loc"][:1] == ("REDIS_URL",):  # pydantic names the first alias, whichever the value came from
+            key = "redis_url (REDIS_URL)"
         lines.append(f"  {key}: {err['msg']}{_hint(err['loc'], err['type'])}")
     lines.append("See docs/configuration.md for every key and its default.")
     return "\n".join(lines)
@@ -350,8 +373,17 @@ def load_settings(path: str | None = None) -> Settings:
         if os.environ.get(env):
             setattr(settings.slack, attr, os.environ[env])
     if os.environ.get("PORT"):
-        try:
-            settings.slack.port = int(os.environ["PORT"])
-        except ValueError as exc:
-            raise ConfigError(f"PORT must be a number, got {os.environ['PORT']!r}") from exc
+        settings.slack.port = port_number(os.environ["PORT"], "PORT")
     return settings
+
+
+def port_number(value: str | int, name: str) -> int:
+    """A TCP port as given on the command line or in ``PORT``: out of range, it is one line, not an
+    OverflowError from the socket."""
+    try:
+        port = int(value)
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be a number, got {value!r}") from exc
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"{name} must be a port number from 1 to 65535, got {port}")
+    return port

@@ -8,9 +8,10 @@ Redis job store has no claim between processes), so every instance would run eve
 
 from __future__ import annotations
 
+import functools
 import math
 from datetime import UTC, datetime, timedelta
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.date import DateTrigger
@@ -20,12 +21,21 @@ class WhenError(ValueError):
     """A crontab expression or time zone that cannot be used, in words a person can act on."""
 
 
+@functools.cache
+def _canonical() -> frozenset[str]:
+    """The IANA names, read from the disk once. ZoneInfo alone also opens any file under the zone folders
+    (posixrules, right/…, posix/…); "localtime" is this machine's own setting and "Factory" means "not set"."""
+    return frozenset(available_timezones() - {"Factory", "localtime"} | {"UTC"})
+
+
 def zone(name: str) -> ZoneInfo:
-    try:
-        return ZoneInfo(name.strip())
-    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:  # OSError: a folder of zones ("America")
-        raise WhenError(f"unknown time zone {name!r} (use an IANA name such as UTC, Europe/Berlin or "
-                        "America/New_York)") from exc
+    if name.strip() in _canonical():
+        try:
+            return ZoneInfo(name.strip())
+        except (ZoneInfoNotFoundError, ValueError, OSError):  # listed, yet its file cannot be read
+            pass
+    raise WhenError(f"unknown time zone {name!r} (use an IANA name such as UTC, Europe/Berlin or "
+                    "America/New_York)")
 
 
 def known_zone(name: str) -> bool:

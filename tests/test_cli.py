@@ -6,6 +6,7 @@ import asyncio
 import importlib.util
 import os
 import shutil
+import socket
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 
 from bot.demo.workspace import LocalSlack as FakeSlack
 from state import RedisStore
+from tests.conftest import free_port
 from tests.slack_harness import open_workspace
 
 QUESTION = "看看支付服务最近报错，顺便对照一下文档里的处理建议"
@@ -90,7 +92,7 @@ async def test_declining_at_the_prompt_runs_nothing(redis_url: str, prefix: str,
     code, out, _ = await run_cli(["chat"], f"payments errors\nrestart it\n1\n{answer}\nquit\n", env, tmp_path)
     assert code == 0
     assert "environment — 1) prod / 2) staging" in out
-    assert "The restart did not run" in out and "declined_by_user" in out
+    assert "The restart did not run" in out and "⊘ restart_service declined" in out  # said no: not a failure
 
 
 # What a process loads only where it is configured. (Not "opentelemetry" itself: redis-py imports the OpenTelemetry
@@ -160,3 +162,51 @@ async def test_a_start_does_not_warn_about_the_token(redis_url: str, prefix: str
     ws = await open_workspace(redis_url, prefix, slack)
     await ws.stop()
     assert not [r for r in caplog.records if "`token`" in r.getMessage()]
+
+
+async def test_demo_on_a_port_in_use_is_one_line_and_exit_2(redis_url: str, prefix: str, tmp_path: Path) -> None:
+    """As `serve` says it (the same words), with nothing the demo opened left unclosed."""
+    port = free_port()
+    env = {"REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix}
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        code, out, err = await run_cli(["demo", "--port", str(port)], "", env, tmp_path)
+    assert code == 2 and out == "", err
+    assert err.count("\n") == 1 and f"port {port} is in use (Address already in use)" in err, err
+
+
+@pytest.mark.parametrize(("args", "env"), [(["demo", "--port", "99999"], {}), (["demo"], {"PORT": "70000"}),
+                                           (["serve", "--port", "99999"], {}), (["worker", "--port", "65536"], {})])
+async def test_a_port_out_of_range_is_one_line_and_exit_2(args: list[str], env: dict[str, str],
+                                                         tmp_path: Path) -> None:
+    code, out, err = await run_cli(args, "", {"REDIS_URL": "redis://127.0.0.1:9/0", **env}, tmp_path)
+    assert code == 2 and out == "", err
+    assert err.count("\n") == 1 and "must be a port number from 1 to 65535" in err, err
+    assert ("PORT" if env else "--port") in err
+
+
+BAD_CONFIG_COMMANDS = [["check"], ["chat"], ["demo"], ["stats"], ["report", "--thread", "C0OPS:1.1", "--no-model"],
+                       ["config"]]
+
+
+@pytest.mark.parametrize("args", BAD_CONFIG_COMMANDS[:5], ids=lambda a: a[0])
+async def test_a_redis_url_without_a_scheme_is_refused_at_load(args: list[str], tmp_path: Path) -> None:
+    code, out, err = await run_cli(args, "quit\n", {"REDIS_URL": "localhost:6379"}, tmp_path)
+    said = out if args == ["check"] else err  # check says it as its failed config line, on stdout
+    assert code == (1 if args == ["check"] else 2), out + err
+    assert "redis_url (REDIS_URL): Value error, 'localhost:6379' is not a Redis URL" in said
+    assert "redis://, rediss:// (TLS) or unix://" in said
+    assert "Traceback" not in out + err
+    if args == ["check"]:
+        assert out.startswith("✗ config: invalid configuration")
+
+
+@pytest.mark.parametrize("args", [a for a in BAD_CONFIG_COMMANDS if a[0] != "demo"], ids=lambda a: a[0])
+async def test_a_config_file_that_is_not_utf8_is_one_line(args: list[str], tmp_path: Path) -> None:
+    (tmp_path / "opspilot.yml").write_bytes(b"\xff\xfegarbage")
+    code, out, err = await run_cli(args, "quit\n", {"REDIS_URL": "redis://127.0.0.1:9/0"}, tmp_path)
+    said = out if args == ["check"] else err
+    assert code == (1 if args == ["check"] else 2), out + err
+    assert said.count("\n") == 1 and "opspilot.yml is not UTF-8 text (at byte 0): save it as UTF-8" in said, said
+    assert "Traceback" not in out + err

@@ -162,3 +162,34 @@ async def test_toolbox_config_errors_are_readable(tmp_path: Path) -> None:
     settings = load_settings(write(tmp_path, f"toolbox:\n  catalog: {tmp_path / 'missing.yml'}\n"))
     with pytest.raises(ConfigError, match="toolbox: cannot read the service catalog"):
         await assemble(settings)
+
+
+@pytest.mark.parametrize("url", ["localhost:6379", "127.0.0.1:6379", "http://localhost:6379", "redis://h:port/0"])
+def test_a_redis_url_redis_cannot_use_is_refused_at_load(url: str, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    for source in ("env", "file"):  # either way it is named as both: the file's key and the variable
+        if source == "env":
+            monkeypatch.setenv("REDIS_URL", url)
+            path = None
+        else:
+            monkeypatch.delenv("REDIS_URL")
+            path = write(tmp_path, f'redis_url: "{url}"\n')
+        with pytest.raises(ConfigError) as info:
+            load_settings(path)
+        said = str(info.value)
+        assert f"redis_url (REDIS_URL): Value error, {url!r} is not a Redis URL" in said
+        assert "redis://localhost:6379/0" in said and "Traceback" not in said
+
+
+@pytest.mark.parametrize("url", ["redis://10.0.0.1:6380/2", "rediss://:pw@cache.example:6380", "unix:///run/r.sock",
+                                 "redis+cluster://a:7000,b:7001", "rediss+cluster://a:7000"])
+def test_every_redis_url_the_store_connects_to_is_accepted(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REDIS_URL", url)
+    assert load_settings().redis_url == url
+
+
+def test_a_config_file_that_is_not_utf8_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "opspilot.yml"
+    path.write_bytes(b"limits:\n  max_steps: 3\n# caf\xe9\n")  # Latin-1, as an old editor saves it
+    with pytest.raises(ConfigError, match=r"opspilot\.yml is not UTF-8 text \(at byte 28\): save it as UTF-8"):
+        load_settings(str(path))

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 import aiohttp
+import pytest
 
 from bot.config import Settings
 from bot.demo.server import CHANNEL, Demo
@@ -31,6 +35,37 @@ async def test_the_demo_runs_without_redis_and_says_so() -> None:
             assert "not on the list" in demo.slack.ephemeral_texts("U0MALLORY")[0]
             async with http.post(f"{server.url}/demo/say", json={"user": "U0NOBODY", "text": "hi"}) as r:
                 assert r.status == 400
+    finally:
+        await demo.close()
+        await server.stop()
+
+
+async def test_the_pages_endpoints_refuse_malformed_requests_with_400(caplog: pytest.LogCaptureFixture) -> None:
+    """What the page's backend is sent but cannot use: 400 and a short reason, nothing posted, no traceback."""
+    demo = Demo(Settings(redis_url="redis://127.0.0.1:9/0"), free_port())
+    server = await demo.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            async def refused(path: str, **body: Any) -> str:
+                async with http.post(f"{server.url}/demo/{path}", **body) as r:
+                    answer = await r.json()
+                    assert r.status == 400 and answer["ok"] is False, (path, body, answer)
+                    return str(answer["error"])
+
+            for path in ("say", "click", "submit", "home", "alert"):
+                assert await refused(path, data=b"{not json") == "the body is not JSON"
+                assert await refused(path, data=b"\xff\xfe", headers={"Content-Type": "application/json"}) \
+                    == "the body is not JSON"
+                assert await refused(path, json=["U0ALICE"]) == "the body is not a JSON object"
+                if path != "alert":  # the one that reads no user
+                    assert await refused(path, json={"user": ["U0ALICE"]}) == "user must be a string"
+            assert await refused("say", json={"user": "U0ALICE", "text": None}) == "choose a user and write something"
+            assert await refused("say", json={"user": "U0ALICE", "text": 42}) == "text must be a string"
+            assert await refused("click", json={"user": "U0ALICE", "message_ts": "1.1", "values": []}) \
+                == "values must be an object"
+            assert await refused("alert", json={"status": {"resolved": True}}) == "status must be a string"
+        assert demo.slack.messages == {}
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
     finally:
         await demo.close()
         await server.stop()

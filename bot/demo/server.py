@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import secrets
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from bot.config import AlertSource, Approvers, Settings
 from bot.demo.local_server import LocalServer
 from bot.demo.sender import SlackSender, view_submission
 from bot.demo.workspace import BOT_USER, TEAM, LocalSlack
+from bot.slack.serve import PortTaken
 from bot.slack.service import SlackService, build_service
 
 log = logging.getLogger(__name__)
@@ -69,12 +71,20 @@ class Demo:
         self.slack.watchers.append(self._broadcast)
 
     async def start(self) -> LocalServer:
+        """Listening on the port, the bot running; or :class:`PortTaken`, with what was opened closed again."""
         self.service = await build_service(self.settings, fallback_store=True)
-        if self.service.timers is not None:  # "Re-check in 1 min": a follow-up the page shows while one watches
-            self.service.timers.slack.recheck_minutes = self.service.renderer.rechecks = 1
+        try:
+            return await self._serve(self.service)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _serve(self, service: SlackService) -> LocalServer:
+        if service.timers is not None:  # "Re-check in 1 min": a follow-up the page shows while one watches
+            service.timers.slack.recheck_minutes = service.renderer.rechecks = 1
         app = web.Application()
         app.router.add_routes(self.slack.routes())
-        app.router.add_routes(self.service.routes)  # the bot's /slack/events, /healthz, /metrics
+        app.router.add_routes(service.routes)  # the bot's /slack/events, /healthz, /metrics
         app.router.add_get("/", self.page)
         app.router.add_static("/static", STATIC)
         app.router.add_get("/demo/state", self.state)
@@ -85,12 +95,17 @@ class Demo:
         app.router.add_post("/demo/alert", self.alert)
         app.router.add_post("/demo/home", self.home)
         app.router.add_get("/demo/files/{file_id}", self.file)
-        server = await LocalServer(app, port=self.port).start()
+        server = LocalServer(app, port=self.port)
+        try:
+            await server.start()
+        except OSError as exc:
+            await server.stop()
+            raise PortTaken.at(self.port, exc) from exc
         self.port = server.port
         self.hook = self.slack.add_webhook(ALERTS, base_url=server.url)
         # The local Slack's routes are served here, not on its own server: uploads go to this port.
         self.slack.upload_base_url = server.url
-        self.service.start()
+        service.start()
         return server
 
     async def close(self) -> None:
@@ -152,9 +167,9 @@ class Demo:
     # --- people writing and clicking -----------------------------------------------------------------------
 
     async def say(self, request: web.Request) -> web.Response:
-        body = await request.json()
-        user, text = str(body.get("user", "")), str(body.get("text", "")).strip()
-        thread_ts, channel = body.get("thread_ts") or None, str(body.get("channel") or CHANNEL)
+        body = await _body(request)
+        user, text = _text(body, "user"), _text(body, "text").strip()
+        thread_ts, channel = _text(body, "thread_ts") or None, _text(body, "channel") or CHANNEL
         if user not in USERS or not text or channel not in CHANNELS:
             return web.json_response({"ok": False, "error": "choose a user and write something"}, status=400)
         wire = text.replace("@OpsPilot", f"<@{BOT_USER}>")
@@ -172,9 +187,9 @@ class Demo:
         return web.json_response({"ok": True, "ts": message["ts"]})
 
     async def click(self, request: web.Request) -> web.Response:
-        body = await request.json()
-        user, channel = str(body.get("user", "")), str(body.get("channel") or CHANNEL)
-        message = self.slack.messages.get((channel, str(body.get("message_ts"))))
+        body = await _body(request)
+        user, channel, values = _text(body, "user"), _text(body, "channel") or CHANNEL, _object(body, "values")
+        message = self.slack.messages.get((channel, _text(body, "message_ts")))
         if user not in USERS or message is None:
             return web.json_response({"ok": False, "error": "unknown user or message"}, status=400)
         payload = {
@@ -183,10 +198,10 @@ class Demo:
             "container": {"type": "message", "message_ts": message["ts"], "channel_id": channel},
             "channel": {"id": channel, "name": CHANNELS.get(channel, {}).get("name", channel)},
             "message": {"ts": message["ts"], "thread_ts": message.get("thread_ts"), "blocks": message["blocks"]},
-            "state": {"values": body.get("values") or {}},
+            "state": {"values": values},
             "response_url": f"http://127.0.0.1:{self.port}/demo/response",
-            "actions": [{"type": body.get("type", "button"), "action_id": str(body.get("action_id")),
-                         "block_id": str(body.get("block_id", "")), "value": str(body.get("value", "")),
+            "actions": [{"type": _text(body, "type", "button"), "action_id": _text(body, "action_id"),
+                         "block_id": _text(body, "block_id"), "value": _text(body, "value"),
                          "action_ts": f"{time.time():.6f}"}],
         }
         self.slack.triggers[str(payload["trigger_id"])] = user  # a modal it opens shows to whoever clicked
@@ -195,19 +210,19 @@ class Demo:
 
     async def submit(self, request: web.Request) -> web.Response:
         """A modal sent (Slack's ``view_submission``): the bot's refusal, if any, comes back to show in it."""
-        body = await request.json()
-        user, view_id = str(body.get("user", "")), str(body.get("view_id", ""))
+        body = await _body(request)
+        user, view_id = _text(body, "user"), _text(body, "view_id")
         opened = next((m for m in reversed(self.slack.modals) if m["view"]["id"] == view_id), None)
         if user not in USERS or opened is None or opened["user"] != user:
             return web.json_response({"ok": False, "error": "unknown user or form"}, status=400)
-        values = body.get("values") if isinstance(body.get("values"), dict) else {}
+        values = _object(body, "values")
         status, text = await self._sender().action(view_submission(user=user, view=opened["view"], values=values))
         answer = json.loads(text) if status == 200 and text.startswith("{") else {}
         return web.json_response({"ok": status == 200 and not answer.get("errors"), "errors": answer.get("errors")})
 
     async def home(self, request: web.Request) -> web.Response:
         """The Home tab opened: Slack's app_home_opened event to the bot, then the view it published."""
-        user = str((await request.json()).get("user", ""))
+        user = _text(await _body(request), "user")
         if user not in USERS:
             return web.json_response({"ok": False, "error": "unknown user"}, status=400)
         before = self.slack.homes.pop(user, None)
@@ -224,8 +239,7 @@ class Demo:
     async def alert(self, request: web.Request) -> web.Response:
         """The demo's alert fires (or resolves): posted to the incoming webhook over HTTP, as Alertmanager
         would, so it reaches the bot exactly as a real alert does."""
-        body = await request.json()
-        status = "resolved" if body.get("status") == "resolved" else "firing"
+        status = "resolved" if _text(await _body(request), "status") == "resolved" else "firing"
         async with aiohttp.ClientSession() as session, session.post(self.hook, json=demo_alert(status)) as answer:
             return web.json_response({"ok": answer.status == 200})
 
@@ -241,6 +255,40 @@ class Demo:
         return SlackSender(f"http://127.0.0.1:{self.port}/slack/events", str(self.settings.slack.signing_secret))
 
 
+def _refused(reason: str) -> web.HTTPBadRequest:
+    """A 400 the page shows; raised, so aiohttp answers it and logs no traceback."""
+    return web.HTTPBadRequest(text=json.dumps({"ok": False, "error": reason}), content_type="application/json")
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except ValueError:  # not JSON, or not UTF-8
+        raise _refused("the body is not JSON") from None
+    if not isinstance(body, dict):
+        raise _refused("the body is not a JSON object")
+    return body
+
+
+def _text(body: dict[str, Any], key: str, default: str = "") -> str:
+    """A field the page sends as a string: absent or null is ``default`` (never the word "None")."""
+    value = body.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise _refused(f"{key} must be a string")
+    return value
+
+
+def _object(body: dict[str, Any], key: str) -> dict[str, Any]:
+    value = body.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _refused(f"{key} must be an object")
+    return value
+
+
 def demo_alert(status: str) -> dict[str, Any]:
     """What Alertmanager posts for the demo's alert, with a common labels/annotations text template."""
     head = f"[{status.upper()}{':1' if status == 'firing' else ''}] PaymentsHighErrorRate payments-api (prod critical)"
@@ -252,7 +300,11 @@ def demo_alert(status: str) -> dict[str, Any]:
 
 async def run_demo(settings: Settings, port: int) -> int:
     demo = Demo(settings, port)
-    server = await demo.start()
+    try:
+        server = await demo.start()
+    except PortTaken as exc:
+        print(f"opspilot: {exc}", file=sys.stderr)
+        return 2
     assert demo.service is not None
     print(f"OpsPilot demo: open {server.url}  (model: {demo.service.core.model.label}; "
           f"store: {'Redis' if demo.service.core.store.durable else 'in-process, NOT durable'})", flush=True)

@@ -38,6 +38,13 @@ def default_workers() -> int:
 class PortTaken(Exception):
     """A port this process must listen on is held by another."""
 
+    @classmethod
+    def at(cls, port: int, exc: OSError) -> PortTaken:
+        """In one line, for whichever command failed to listen (serve, worker, demo)."""
+        why = os.strerror(exc.errno) if exc.errno else exc.strerror  # asyncio's strerror repeats the address
+        return cls(f"port {port} is in use ({why}): stop what listens there (an earlier OpsPilot?) or set PORT "
+                   "(or --port) to another")
+
 
 async def claim(ports: list[int], wait_s: float = 3.0) -> list[socket.socket]:
     """Sockets bound to ``ports``, before anything else starts. A port still held is waited for a moment (the
@@ -55,8 +62,7 @@ async def claim(ports: list[int], wait_s: float = 3.0) -> list[socket.socket]:
                 except OSError as exc:
                     sock.close()
                     if time.monotonic() >= deadline:
-                        raise PortTaken(f"port {port} is in use ({exc.strerror}): stop what listens there (an "
-                                        "earlier OpsPilot?) or set PORT to another") from exc
+                        raise PortTaken.at(port, exc) from exc
                     await asyncio.sleep(0.1)
     except BaseException:
         for sock in bound:

@@ -13,8 +13,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
+from bot import when
 from bot.agent.models.demo import LABEL as DEMO_LABEL
 from bot.slack.audit import outcome
 from bot.slack.blocks import is_user
@@ -222,8 +223,8 @@ def _zone(tz: str | None) -> ZoneInfo | None:
     if not tz or tz.upper() in ("UTC", "ETC/UTC"):
         return None
     try:
-        return ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a directory of zones ("America")
+        return when.zone(tz)  # the same names the config and `report --tz` accept
+    except when.WhenError:
         return None
 
 

@@ -162,7 +162,8 @@ _WORDS: dict[str, tuple[str, str]] = {
     "chat_stopping": ("Stopping… (Ctrl-C again to leave at once)", "正在停止……（再按 Ctrl-C 立即退出）"),
     # the terminal's own lines: the banner (before the first question: slack.language, else the locale), steps,
     # questions at the prompt
-    "chat_banner": ("OpsPilot chat — type a question; `quit` to leave.", "OpsPilot 对话：输入问题；输入 `quit` 退出。"),
+    "chat_banner": ("OpsPilot chat — type a question; `quit` to leave.",
+                    "OpsPilot 对话：输入问题；输入 `quit` 或 `退出` 离开。"),
     "chat_store_durable": ("store: Redis (durable)", "存储：Redis（持久）"),
     "chat_store_memory": ("store: in-process — NOT durable: runs are lost when this process exits",
                           "存储：进程内 —— 不持久：这个进程退出后运行记录就没有了"),
