@@ -210,3 +210,10 @@ async def test_a_config_file_that_is_not_utf8_is_one_line(args: list[str], tmp_p
     assert code == (1 if args == ["check"] else 2), out + err
     assert said.count("\n") == 1 and "opspilot.yml is not UTF-8 text (at byte 0): save it as UTF-8" in said, said
     assert "Traceback" not in out + err
+
+
+async def test_workers_ports_past_65535_are_one_line(tmp_path: Path) -> None:
+    env = {"REDIS_URL": "redis://127.0.0.1:9/0", "SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s"}
+    code, _, err = await run_cli(["serve", "--port", "65535", "--workers", "2"], "", env, tmp_path)
+    assert code != 0 and "Traceback" not in err, err
+    assert "port 65536 is out of range" in err and err.strip().count("\n") == 0, err

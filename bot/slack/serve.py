@@ -50,6 +50,9 @@ async def claim(ports: list[int], wait_s: float = 3.0) -> list[socket.socket]:
     """Sockets bound to ``ports``, before anything else starts. A port still held is waited for a moment (the
     workers of a front killed just now take up to 2 s to go); then :class:`PortTaken`, in one line."""
     deadline, bound = time.monotonic() + wait_s, list[socket.socket]()
+    if too_high := [p for p in ports if not 0 < p < 65536]:  # the workers' ports follow the front's
+        raise PortTaken(f"port {too_high[0]} is out of range: with --workers N, the port and the N after it must "
+                        "all be at most 65535; set PORT (or --port) lower")
     try:
         for port in ports:
             while True:
