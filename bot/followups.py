@@ -1,5 +1,5 @@
 """Follow-ups: "re-check in 10 minutes". A person's run may schedule one (the ``schedule_followup`` tool, or the
-Re-check button under an answer that reports a change); when it is due, a new turn runs in the same thread on
+Re-check button under an answer whose change ran); when it is due, a new turn runs in the same thread on
 behalf of whoever asked, reading the thread's history, so it can compare with what was found before.
 
 Limits, each refused with a reason the model (or the person) reads: 1–240 minutes ahead, at most
@@ -46,6 +46,11 @@ def slack_thread(thread_id: str) -> tuple[str, str] | None:
     return (channel, ts) if kind == "slack" and channel and ts else None
 
 
+def keyed_id(thread_id: str, key: str) -> str:
+    """The id of the follow-up ``key`` names in ``thread_id`` (the same key, the same follow-up)."""
+    return f"{shard_of(thread_id)}.f{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
 Listener = Callable[[Timer], Awaitable[None]]
 
 
@@ -75,8 +80,7 @@ class Followups:
         if not question:
             raise Refused("validation_error", "question is empty: say what the follow-up should check.")
         now = self.clock()
-        timer_id = f"{shard_of(thread_id)}.f{hashlib.sha256(key.encode()).hexdigest()[:16]}" if key \
-            else new_timer_id(thread_id)
+        timer_id = keyed_id(thread_id, key) if key else new_timer_id(thread_id)
         timer = Timer(id=timer_id, kind="followup", group=thread_id, channel=where[0], thread_ts=where[1],
                       owner=owner, question=question, created_at=now, due=when.once(after_minutes * 60, now),
                       source=source)

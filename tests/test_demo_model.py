@@ -4,14 +4,22 @@ restart."""
 
 from __future__ import annotations
 
+import copy
+import json
 from collections.abc import AsyncIterator
 
 import pytest
 
-from bot.demo.sender import mention
+from bot.agent.models.demo_checks import follow_up
+from bot.demo.sender import block_action, mention, message
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
+from bot.slack.followups import RECHECK
+from bot.slack.meta import thread_key
+from core.messages import ToolResultMessage, UserMessage
+from tests.language_scan import chinese, english_runs
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
+from tests.test_timers import Clock, open_at, tick
 
 
 @pytest.fixture
@@ -58,3 +66,59 @@ async def test_a_direct_restart_goes_straight_to_the_confirm_card(ws: Workspace,
         b["action_id"] == "opspilot_confirm" for b in buttons(m)))
     assert "`payments`" in all_text(card) and "`prod`" in all_text(card)
     assert ws.toolbox.restarts.done == []
+
+
+@pytest.mark.parametrize(("lang", "question", "restart", "expected"), [
+    ("en", "look at the payment service's recent errors", "restart it in prod",
+     ["*Follow-up on payments (prod)*: error rate now 0.3% (falling)",
+      "  • Before the restart: 4.3% (`restart_service`)", "  • Right after the restart: 0.3% (`restart_service`)",
+      "Better than before the restart: 4.3% → 0.3%."]),
+    ("zh", "看看支付服务最近报错", "重启它（生产环境）",
+     ["*跟进 payments（prod）*：错误率现在 0.3%（下降）", "  • 重启前：4.3%（`restart_service`）",
+      "  • 重启刚完成时：0.3%（`restart_service`）", "比重启前好：4.3% → 0.3%。"]),
+])
+async def test_a_follow_up_after_a_restart_compares_now_with_before_it_in_the_threads_language(
+        redis_url: str, prefix: str, slack: FakeSlack, lang: str, question: str, restart: str,
+        expected: list[str]) -> None:
+    clock = Clock()
+    ws = await open_at(redis_url, prefix, slack, clock, language="auto")
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", question, "750.1"))
+        await ws.settle()
+        await ws.sender.event(message(CHANNEL, "UREQ", restart, "750.2", thread_ts="750.1"))
+        await ws.settle()
+        card = next(m for m in ws.slack.thread(CHANNEL, "750.1") if any(
+            b["action_id"] == "opspilot_confirm" for b in buttons(m)))
+        token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
+        await ws.sender.action(block_action(user="UAPPROVER", channel=CHANNEL, message=copy.deepcopy(card),
+                                            action_id="opspilot_confirm", value=token))
+        await ws.settle()
+        answer = ws.slack.thread(CHANNEL, "750.1")[-1]
+        run_id = next(b["value"] for b in buttons(answer) if b["action_id"] == RECHECK)
+        await ws.sender.action(block_action(user="UREQ", channel=CHANNEL, message=copy.deepcopy(answer),
+                                            action_id=RECHECK, value=run_id))
+        await ws.settle()
+        [timer] = await ws.store.timers.pending(thread_key(CHANNEL, "750.1"))
+        clock.now = timer.due
+        assert await tick(ws) == 1
+        await ws.settle()
+        follow_up = ws.slack.thread(CHANNEL, "750.1")[-1]["text"]
+        head, *lines = follow_up.splitlines()
+        assert head.startswith(expected[0]) and lines == expected[1:], follow_up  # the verdict its numbers give
+        assert (english_runs(follow_up) if lang == "zh" else chinese(follow_up)) == [], follow_up
+    finally:
+        await ws.stop()
+
+
+def test_a_follow_up_without_a_change_compares_with_the_last_figure_found() -> None:
+    def metrics(call_id: str, rate: float) -> ToolResultMessage:
+        found = {"service_id": "payments", "environment": "prod",
+                 "metrics": {"error_rate": {"current": rate, "trend": "rising"}}}
+        return ToolResultMessage(call_id=call_id, name="query_metrics", content=json.dumps({"ok": True, "data": found}))
+
+    thread = [UserMessage(content="payments errors?"), metrics("c1", 0.020), metrics("c2", 0.043),
+              UserMessage(content="<@UREQ> 在 09:00 UTC 请求的跟进：还好吗？"), metrics("c3", 0.051)]
+    answer = follow_up(thread, 3, ["query_metrics"], zh=True)
+    assert answer is not None
+    assert answer.content.splitlines()[1:] == ["  • 之前：4.3%（`query_metrics`）", "比之前差：4.3% → 5.1%。"]
+    assert english_runs(answer.content) == [], answer.content

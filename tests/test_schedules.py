@@ -4,6 +4,7 @@ check that proposes a change. Real Redis, an injected clock."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
@@ -16,6 +17,7 @@ from bot.config import ScheduleConfig, Settings
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
 from bot.slack.checks import status_of
+from bot.slack.followups import time_of
 from bot.slack.schedules import config_timer
 from state.timers import Timer
 from tests.slack_harness import CHANNEL, Workspace
@@ -54,7 +56,7 @@ async def test_a_daily_check_fires_at_nine_new_york_time_on_both_sides_of_the_ds
     ws.service.core.followups.clock = clock
     await command(ws, 'schedule "0 9 * * *" America/New_York payments recent errors')
     created = all_text(roots(ws.slack)[-1])
-    assert "<@UREQ> scheduled a check here: `0 9 * * *` (America/New_York), next Sat 09:00 EST" in created
+    assert "<@UREQ> scheduled a check here: `0 9 * * *` (America/New_York), next Sat 09:00 UTC-5" in created
     timer = await only_schedule(ws)
     assert timer.due == datetime(2025, 3, 8, 14, 0, tzinfo=UTC).timestamp()  # 09:00 EST
     clock.now = timer.due - 1
@@ -95,8 +97,8 @@ async def test_a_check_missed_beyond_the_grace_is_skipped_with_a_line_and_goes_o
     assert await tick(ws) == 1
     await ws.settle()
     line = all_text(roots(ws.slack)[-1])
-    assert "Scheduled check due at Sun 09:00 EDT skipped: OpsPilot was not running then (180 min late" in line
-    assert "Next: Mon 09:00 EDT" in line
+    assert "Scheduled check due at Sun 09:00 UTC-4 skipped: OpsPilot was not running then (180 min late" in line
+    assert "Next: Mon 09:00 UTC-4" in line
     assert (await only_schedule(ws)).due == datetime(2025, 3, 10, 13, 0, tzinfo=UTC).timestamp()
     stats = await ws.store.stats(10 * 86400)
     assert (stats.get("schedule_fired"), stats.get("schedule_skipped")) == (1, 1)
@@ -114,7 +116,7 @@ async def test_schedules_are_listed_cancelled_and_refused_with_reasons(ws: Works
     assert timer.quiet and timer.question == "payments recent errors"
     await command(ws, "schedules")
     listing = ws.slack.ephemeral_texts("UREQ")[-1]
-    assert f"`{timer.id}` — `0 9 * * 1-5` (Europe/Berlin), quiet when OK, next Mon 09:00 CET" in listing
+    assert f"`{timer.id}` — `0 9 * * 1-5` (Europe/Berlin), quiet when OK, next Mon 09:00 UTC+1" in listing
     await command(ws, "schedules cancel nope")
     assert "There is no scheduled check `nope`" in ws.slack.ephemeral_texts("UREQ")[-1]
     await command(ws, "schedule \"0 9 * * *\" UTC payments", user="UOUT")  # may not use OpsPilot
@@ -189,8 +191,9 @@ async def test_the_configs_schedules_are_kept_in_step_with_the_file(ws: Workspac
     assert edited.id != kept.id and edited.cron == "0 7 * * 1-5"
     with pytest.raises(ValidationError, match="not a crontab expression"):
         Settings(schedules=[{"cron": "0 9 * *", "channel": "C1", "question": "x"}])  # type: ignore[list-item]
-    with pytest.raises(ValidationError, match="unknown time zone"):
-        Settings(schedules=[{"cron": "0 9 * * *", "timezone": "EST5", "channel": "C1", "question": "x"}])  # type: ignore[list-item]
+    for tz in ("EST5", "posixrules", "Factory", "localtime", "right/UTC", "posix/Asia/Shanghai"):
+        with pytest.raises(ValidationError, match=f"unknown time zone {tz!r}"):
+            Settings(schedules=[{"cron": "0 9 * * *", "timezone": tz, "channel": "C1", "question": "x"}])  # type: ignore[list-item]
 
 
 def test_the_status_line_is_read_from_the_answers_end() -> None:
@@ -198,6 +201,34 @@ def test_the_status_line_is_read_from_the_answers_end() -> None:
     assert status_of("errors up\n*Status: ATTENTION*") == ("attention", "errors up")
     assert status_of("Status: OK\nbut then errors") == ("unknown", "Status: OK\nbut then errors")
     assert status_of("") == ("unknown", "")
+
+
+NOT_IANA = ("posixrules", "Factory", "localtime", "right/UTC", "posix/Asia/Shanghai")  # zone files on this disk
+
+
+async def test_a_schedule_in_a_zone_file_that_is_no_iana_name_is_refused(ws: Workspace) -> None:
+    for tz in NOT_IANA:
+        await command(ws, f'schedule "0 9 * * *" {tz} payments')
+        assert f"Not scheduled: unknown time zone {tz!r}" in ws.slack.ephemeral_texts("UREQ")[-1]
+    assert await ws.store.timers.every() == []
+
+
+def test_only_iana_names_are_time_zones_and_they_are_read_from_disk_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: list[int] = []
+    listed = when.available_timezones
+
+    def counted() -> set[str]:
+        reads.append(1)
+        return listed()
+
+    monkeypatch.setattr(when, "available_timezones", counted)
+    when._canonical.cache_clear()
+    try:
+        assert all(when.known_zone(tz) for tz in ("UTC", "Asia/Shanghai", " Europe/Berlin", "America/New_York"))
+        assert not any(when.known_zone(tz) for tz in (*NOT_IANA, "America", "", "Nowhere/Bogus", "../UTC"))
+        assert len(reads) == 1
+    finally:
+        when._canonical.cache_clear()
 
 
 def test_crontab_days_of_the_week_count_from_sunday() -> None:
@@ -208,3 +239,32 @@ def test_crontab_days_of_the_week_count_from_sunday() -> None:
     assert when.weekdays("*/2") == "sun,tue,thu,sat"
     with pytest.raises(when.WhenError, match="not a day of the week"):
         when.trigger("0 9 * * 8", "UTC")
+
+
+def test_times_name_the_day_in_the_readers_language_and_the_zone_by_its_offset() -> None:
+    saturday_noon = datetime(2025, 3, 8, 12, 0, tzinfo=UTC).timestamp()
+    assert time_of(saturday_noon, "en") == "12:00 UTC"
+    assert time_of(saturday_noon, "zh", with_day=True) == "周六 12:00 UTC"
+    assert time_of(saturday_noon, "zh", "Asia/Shanghai", with_day=True) == "周六 20:00 UTC+8"  # not "CST"
+    assert time_of(saturday_noon, "en", "Asia/Kolkata", with_day=True) == "Sat 17:30 UTC+5:30"
+    assert time_of(saturday_noon, "en", "America/New_York", with_day=True) == "Sat 07:00 UTC-5"
+    assert time_of(saturday_noon + 86400, "en", "America/New_York", with_day=True) == "Sun 08:00 UTC-4"  # DST
+
+
+async def test_a_schedule_asked_in_chinese_is_answered_with_chinese_days(
+        redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    ws = await open_at(redis_url, prefix, slack, Clock(SAT_0700_EST), allowed_users=["UREQ"], language="auto")
+    try:
+        await command(ws, 'schedule "*/1 * * * *" UTC 支付服务错误率正常吗？')
+        await command(ws, 'schedule "0 9 * * 1-5" Asia/Shanghai 支付服务最近的报错')
+        created = [all_text(m) for m in roots(ws.slack) if "安排了计划检查" in all_text(m)]
+        assert "（UTC），下次 周六 12:00 UTC：支付服务错误率正常吗？" in created[0], created
+        assert "（Asia/Shanghai），下次 周一 09:00 UTC+8：支付服务最近的报错" in created[1], created
+        assert ws.service.inbound.home is not None
+        await ws.service.inbound.home.asked("UREQ", CHANNEL, "900.1", "支付服务错误率正常吗？")  # a Chinese Home
+        home = [b["text"]["text"] for b in await ws.service.inbound.home.blocks("UREQ") if "accessory" in b]
+        for text in [*created, *home]:
+            assert not re.search(r"\b(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun|CST)\b", text), text
+        assert any("下次 周一 09:00 UTC+8" in text for text in home), home
+    finally:
+        await ws.stop()

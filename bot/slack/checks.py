@@ -18,11 +18,11 @@ import logging
 import re
 from typing import Literal
 
-from bot import when
 from bot.agent.engine import Engine
 from bot.agent.errors import EngineError, ThreadBusy
 from bot.agent.run import RunOutcome
 from bot.slack import blocks as kit
+from bot.slack.followups import time_of
 from bot.slack.history import STATUS_NOTE
 from bot.slack.outbox import SlackOutbox
 from bot.slack.words import language_of, say
@@ -84,7 +84,7 @@ class Checks:
             earlier = await self.engine.deps.store.thread_run(thread)
             if earlier:
                 await self.engine.cancel(earlier)
-        text = say(lang, "check_turn", label=item.label, due=when.local(item.due), question=item.question)
+        text = say(lang, "check_turn", label=item.label, due=time_of(item.due, lang), question=item.question)
         outcome = await self.engine.ask(thread, f"{text}\n\n{STATUS_INSTRUCTION}", user_id=item.user,
                                         request_id=item.request_id, unattended=True)
         if outcome.status == "paused":  # it proposed a change: nobody here can confirm it
@@ -99,7 +99,7 @@ class Checks:
             await self.reports.tally(f"channel:{item.channel}", "schedule_quiet" if quiet else "schedule_reported")
         if quiet:
             return
-        late = say(lang, "late", due=when.local(item.due), minutes=int(item.late_s // 60)) \
+        late = say(lang, "late", due=time_of(item.due, lang), minutes=int(item.late_s // 60)) \
             if item.late_s > 60 else ""
         text = say(lang, "sc_report", label=item.label, late=late) + "\n" + kit.escape(body or "…")
         if proposed:

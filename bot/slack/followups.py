@@ -1,6 +1,7 @@
 """Follow-ups and scheduled checks as people see them in Slack: a follow-up's announcement in its thread (with
-Cancel), kept true as it runs, is skipped or is cancelled; the "Re-check in 10 min" button under an answer that
-reports a change; Cancel from an announcement or App Home; App Home's "Your follow-ups and schedules".
+Cancel), kept true as it runs, is skipped or is cancelled; the "Re-check in 10 min" button under an answer whose
+change ran; Cancel from an announcement or App Home; App Home's "Your follow-ups and schedules". Times are shown in
+the reader's language (:func:`time_of`); links to threads come from Slack (``chat.getPermalink``).
 
 Who may cancel: anyone who may use OpsPilot in the timer's channel (on-call is a team); a schedule from the
 configuration is removed in the configuration.
@@ -9,15 +10,20 @@ configuration is removed in the configuration.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
 
 from bot import when
-from bot.followups import Followups, Refused
+from bot.followups import Followups, Refused, keyed_id
 from bot.slack import blocks as kit
 from bot.slack.access import AccessPolicy
 from bot.slack.meta import THREAD, thread_key
 from bot.slack.outbox import SlackOutbox
-from bot.slack.thread_log import FollowupKind, log_followup
+from bot.slack.thread_log import FollowupKind, followup_events, log_followup
 from bot.slack.words import language_of, say
 from state.store import MetaStore, Reports
 from state.timers import Timer, TimerStore
@@ -29,10 +35,32 @@ RECHECK = "opspilot_recheck"
 RECHECK_MINUTES = 10
 """The Re-check button's delay (the demo shortens it, to show a follow-up while one watches)."""
 HOME_LISTED = 10
+_DAYS = {"en": ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"),
+         "zh": ("周一", "周二", "周三", "周四", "周五", "周六", "周日")}
+
+
+def time_of(ts: float, lang: str, timezone: str = "UTC", with_day: bool = False) -> str:
+    """``15:17 UTC``, ``Fri 09:00 UTC+8`` / ``周五 09:00 UTC+8``: the weekday in the reader's language, and a zone
+    other than UTC by its offset (an abbreviation is ambiguous: CST is China's, the US's and Cuba's)."""
+    moment = datetime.fromtimestamp(ts, when.zone(timezone or "UTC"))
+    minutes = round((moment.utcoffset() or timedelta()).total_seconds() / 60)
+    zone = "UTC"
+    if minutes:
+        hours, rest = divmod(abs(minutes), 60)
+        zone += ("+" if minutes > 0 else "-") + str(hours) + (f":{rest:02d}" if rest else "")
+    day = _DAYS["zh" if lang == "zh" else "en"][moment.weekday()] + " " if with_day else ""
+    return f"{day}{moment:%H:%M} {zone}"
+
+
+def offers_recheck(changes: Iterable[Mapping[str, str]]) -> bool:
+    """Whether an answer's audit list holds a change that ran (done, or started with its outcome unknown): a
+    declined, expired or replied-to change changed nothing, so there is nothing to re-check after it."""
+    return any(c.get("status") == "ok" or c.get("error_code") == "outcome_unknown" for c in changes)
 
 
 def recheck_button(run_id: str, lang: str, minutes: int = RECHECK_MINUTES) -> kit.Block:
-    """Under an answer that reports a change: a follow-up in ``minutes``, on behalf of whoever presses it."""
+    """Under an answer whose change ran (:func:`offers_recheck`): a follow-up in ``minutes``, on behalf of whoever
+    presses it."""
     return {"type": "actions", "block_id": f"recheck:{run_id}"[:255],
             "elements": [kit.button(say(lang, "fu_recheck", minutes=minutes), RECHECK, run_id)]}
 
@@ -70,7 +98,7 @@ class SlackFollowups:
     async def announce(self, timer: Timer) -> None:
         await self._log(timer, "scheduled", timer.created_at)
         lang = await self.lang(timer)
-        text = say(lang, "fu_announce", due=when.local(timer.due), by=kit.who(timer.owner),
+        text = say(lang, "fu_announce", due=time_of(timer.due, lang), by=kit.who(timer.owner),
                    question=kit.escape(timer.question))
         await self._show(timer, text, [kit.mrkdwn(text), {"type": "actions", "block_id": f"timer:{timer.id}",
                                                           "elements": [kit.button(say(lang, "cancel"), CANCEL,
@@ -79,14 +107,14 @@ class SlackFollowups:
     async def ran(self, timer: Timer, at: float) -> None:
         await self._log(timer, "ran", at)
         lang = await self.lang(timer)
-        await self._show(timer, say(lang, "fu_ran", at=when.local(at), by=kit.who(timer.owner),
+        await self._show(timer, say(lang, "fu_ran", at=time_of(at, lang), by=kit.who(timer.owner),
                                     question=kit.escape(timer.question)))
 
     async def skipped(self, timer: Timer, key: str, **values: object) -> None:
         """Said in the thread (a line of its own, so the thread reads in order) and on the announcement."""
         await self._log(timer, "skipped", self.clock(), why="late" if key == "fu_skipped_late" else "busy")
-        text = say(await self.lang(timer), key, due=when.local(timer.due), question=kit.escape(timer.question),
-                   **values)
+        lang = await self.lang(timer)
+        text = say(lang, key, due=time_of(timer.due, lang), question=kit.escape(timer.question), **values)
         await self.outbox.say(timer.channel, timer.thread_ts, text, key=f"timer-skip:{timer.id}:{timer.due}")
         await self._show(timer, text)
 
@@ -127,8 +155,8 @@ class SlackFollowups:
         await self.reports.tally(timer.group, f"{timer.kind}_cancelled")
         if timer.kind == "followup":
             await self._log(timer, "cancelled", self.clock(), by=user)
-            await self._show(timer, say(lang, "fu_cancelled", due=when.local(timer.due), by=kit.who(user),
-                                        at=when.local(self.clock()), question=kit.escape(timer.question)))
+            await self._show(timer, say(lang, "fu_cancelled", due=time_of(timer.due, lang), by=kit.who(user),
+                                        at=time_of(self.clock(), lang), question=kit.escape(timer.question)))
         else:
             await self.outbox.say(timer.channel, None, say(lang, "sc_cancelled", by=kit.who(user),
                                                            cron=kit.escape(timer.cron), tz=kit.escape(timer.timezone),
@@ -142,29 +170,64 @@ class SlackFollowups:
         if not verdict.allowed or not thread_ts:
             await self._tell(channel, user, verdict.words(lang) or say(lang, "fu_gone"), thread_ts)
             return
+        # Offered only under a change that ran; a button posted before that rule (or a made-up run id) is refused here.
+        if not offers_recheck(await self.reports.read_audit(200, run_id=run_id)):
+            await self._tell(channel, user, say(lang, "fu_recheck_no_change"), thread_ts)
+            return
         try:
             _, fresh = await self.followups.schedule(
                 thread_id=thread_id, owner=user, after_minutes=self.recheck_minutes,
-                question=say(lang, "fu_recheck_question"), source="button", key=f"recheck:{run_id}")
+                question=say(lang, "fu_recheck_question"), source="button",
+                key=await self._recheck_key(run_id, thread_id, channel, thread_ts))
         except Refused as exc:
             await self._tell(channel, user, say(lang, "fu_refused", why=str(exc)), thread_ts)
             return
         if not fresh:
             await self._tell(channel, user, say(lang, "fu_recheck_taken"), thread_ts)
 
+    async def _recheck_key(self, run_id: str, thread_id: str, channel: str, thread_ts: str) -> str:
+        """The key of this answer's re-check: the pending one's (pressed again, it is the same re-check), else the
+        first not used yet. One that ran, was skipped or cancelled keeps its announcement as it ended: the next
+        press is a new follow-up, announced on its own."""
+        used = {e.timer_id for e in await followup_events(self.meta, channel, thread_ts)}
+        n = 0
+        while True:
+            key = f"recheck:{run_id}" + (f":{n}" if n else "")
+            timer_id = keyed_id(thread_id, key)
+            if timer_id not in used or await self.timers.get(timer_id) is not None:
+                return key
+            n += 1
+
     async def _tell(self, channel: str, user: str, text: str, thread_ts: str | None) -> None:
         if channel and channel != "None":  # a click in App Home has no channel: its list is published again
             await self.outbox.tell(channel, user, text, thread_ts)
 
-    async def handover_lines(self, channel: str, since: float) -> list[str]:
-        """The channel's pending follow-ups asked for since ``since``, one line each (``/opspilot handover``)."""
+    async def handover_lines(self, channel: str, since: float, lang: str | None = None) -> list[str]:
+        """The channel's pending follow-ups asked for since ``since``, one line each (``/opspilot handover``), in
+        ``lang`` — by default the handover's own: the configured language, else English."""
+        lang = lang or language_of("", self.access.config.language)
         lines = []
         for timer in await self.timers.every():
             if timer.kind == "followup" and timer.channel == channel and timer.created_at >= since:
-                link = f"https://slack.com/archives/{timer.channel}/p{str(timer.thread_ts).replace('.', '')}"
-                lines.append(f"{when.local(timer.due)}, {kit.who(timer.owner)}: {kit.escape(timer.question)} — "
-                             f"<{link}|thread>")
+                link = await self._permalink(timer.channel, timer.thread_ts)
+                line = say(lang, "fu_handover", due=time_of(timer.due, lang), by=kit.who(timer.owner),
+                           question=kit.escape(timer.question))
+                lines.append(line + (f" — <{link}|{say(lang, 'home_open_thread')}>" if link else ""))
         return lines
+
+    async def _permalink(self, channel: str, ts: str | None) -> str:
+        """A thread's link as Slack gives it (right on Enterprise Grid and in the local Slack); "" when it cannot."""
+        if not ts:
+            return ""
+        try:
+            answer: Any = await self.access.client.chat_getPermalink(channel=channel, message_ts=ts)
+        except SlackApiError as exc:
+            log.info("no permalink for %s/%s: %s", channel, ts, exc.response.get("error"))
+            return ""
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.info("no permalink for %s/%s: %s", channel, ts, type(exc).__name__)
+            return ""
+        return str(answer.get("permalink") or "")
 
     # --- App Home ----------------------------------------------------------------------------------------------
 
@@ -176,12 +239,13 @@ class SlackFollowups:
         blocks: list[kit.Block] = []
         for timer in mine:
             if timer.kind == "followup":
-                link = f"https://slack.com/archives/{timer.channel}/p{str(timer.thread_ts).replace('.', '')}"
-                line = say(lang, "home_followup", due=when.local(timer.due, with_day=True),
-                           thread=f"<{link}|{say(lang, 'home_thread')}>", question=kit.escape(timer.question))
+                link = await self._permalink(timer.channel, timer.thread_ts)
+                where = f"<{link}|{say(lang, 'home_thread')}>" if link else say(lang, "home_thread")
+                line = say(lang, "home_followup", due=time_of(timer.due, lang, with_day=True), thread=where,
+                           question=kit.escape(timer.question))
             else:
                 line = say(lang, "home_check", channel=f"<#{timer.channel}>", label=label(timer),
-                           next=when.local(timer.due, timer.timezone, with_day=True))
+                           next=time_of(timer.due, lang, timer.timezone, with_day=True))
             blocks.append({**kit.mrkdwn(line[:kit.SECTION_TEXT]),
                            "accessory": kit.button(say(lang, "cancel"), CANCEL, timer.id)})
         return blocks

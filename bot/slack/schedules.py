@@ -19,7 +19,7 @@ from bot import when
 from bot.config import ScheduleConfig
 from bot.slack import blocks as kit
 from bot.slack.access import AccessPolicy
-from bot.slack.followups import SlackFollowups
+from bot.slack.followups import SlackFollowups, time_of
 from bot.slack.outbox import SlackOutbox
 from bot.slack.words import language_of, say
 from state.keys import shard_of
@@ -93,7 +93,7 @@ class Schedules:
             return say(lang, "sc_none")
         lines = [say(lang, "sc_line", id=t.id, cron=kit.escape(t.cron), tz=kit.escape(t.timezone),
                      quiet=say(lang, "sc_quiet") if t.quiet else "",
-                     next=when.local(t.due, t.timezone, with_day=True),
+                     next=time_of(t.due, lang, t.timezone, with_day=True),
                      by="config" if t.owner == "config" else kit.who(t.owner),
                      question=kit.escape(t.name or t.question)) for t in mine]
         return "\n".join([say(lang, "sc_list"), *(f"• {line}" for line in lines)])
@@ -124,7 +124,7 @@ class Schedules:
             return
         await self.outbox.say(channel, None, say(
             lang, "sc_created", by=kit.who(user), cron=kit.escape(cron), tz=kit.escape(timezone),
-            quiet=say(lang, "sc_quiet") if quiet else "", next=when.local(due, timezone, with_day=True),
+            quiet=say(lang, "sc_quiet") if quiet else "", next=time_of(due, lang, timezone, with_day=True),
             question=kit.escape(timer.question), id=timer.id))
 
     async def _cancel(self, channel: str, user: str, timer_id: str, lang: str) -> None:

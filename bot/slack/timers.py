@@ -25,7 +25,7 @@ from bot.assembly import Assembly
 from bot.config import Settings
 from bot.slack.access import AccessPolicy
 from bot.slack.checks import Checks
-from bot.slack.followups import SlackFollowups, label
+from bot.slack.followups import SlackFollowups, label, time_of
 from bot.slack.meta import thread_key
 from bot.slack.outbox import SlackOutbox
 from bot.slack.schedules import Schedules
@@ -132,9 +132,10 @@ class Firer:
 
     async def _turn(self, timer: Timer, late: float) -> Converse:
         lang = await self.slack.lang(timer)
-        text = say(lang, "fu_turn", by=f"<@{timer.owner}>", at=when.local(timer.created_at), question=timer.question)
+        text = say(lang, "fu_turn", by=f"<@{timer.owner}>", at=time_of(timer.created_at, lang),
+                   question=timer.question)
         if late > LATE_NOTE_S:
-            text += say(lang, "late", due=when.local(timer.due), minutes=int(late // 60))
+            text += say(lang, "late", due=time_of(timer.due, lang), minutes=int(late // 60))
         return Converse(channel=timer.channel, thread_ts=timer.thread_ts, user=timer.owner, text=redact(text),
                         request_id=timer.request_id, unattended=True)
 
@@ -144,8 +145,8 @@ class Firer:
         if late > self.grace_s:
             if await self.timers.complete(claimed, following):
                 lang = await self.slack.lang(timer)
-                nxt = when.local(following, timer.timezone, with_day=True) if following else "—"
-                text = say(lang, "sc_skipped", due=when.local(timer.due, timer.timezone, with_day=True),
+                nxt = time_of(following, lang, timer.timezone, with_day=True) if following else "—"
+                text = say(lang, "sc_skipped", due=time_of(timer.due, lang, timer.timezone, with_day=True),
                            minutes=int(late // 60), grace=int(self.grace_s // 60), next=nxt,
                            label=label(timer))
                 await self.outbox.say(timer.channel, None, text, key=f"timer-skip:{timer.id}:{timer.due}")

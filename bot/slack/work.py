@@ -221,7 +221,10 @@ class Executor:
                 await self._siblings(item)
             # (A decision redelivered after its worker died lands here too: applied once, its author told so.)
             lang = await self._lang(item)
+            # How it ended, as its card says it ("answered in the thread instead" is not "handled by Alice").
+            decided = str((await self.meta.get(CARD, ticket.pending.token)).get("decided", ""))
             text = say(lang, "request_expired") if exc.holder == "expiry" else \
+                say(lang, "handled", how=f" ({decided})") if decided else \
                 say(lang, "handled_by", by=f"<@{exc.holder}>")
             await self.outbox.tell(item.channel, item.user, text, item.thread_ts)
         except InterruptExpired:

@@ -1,8 +1,9 @@
 """The scripted demo model on follow-ups and scheduled checks.
 
 A follow-up ("Follow-up requested by … at …: is it holding?") looks at the service the thread was about, then
-answers with its numbers now beside the ones found earlier in the thread (each with its source), and says
-whether it is better, the same or worse. A scheduled check's answer ends with the status line its question asks
+answers with its error rate now beside the one from before the thread's last change (and the one right after it),
+each with its source, and says from those two numbers whether it is better, the same or worse — in the thread's
+language. A scheduled check's answer ends with the status line its question asks
 for: ``Status: ATTENTION`` when a tool failed, an error log pattern showed up or the error rate is above 1%,
 else ``Status: OK``.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from bot.agent.models.demo_answers import data, ok_data, trend_word
@@ -36,32 +38,67 @@ def _target(earlier: Sequence[Message]) -> tuple[str, str | None] | None:
     return None
 
 
-def _earlier_rates(earlier: Sequence[Message], service: str) -> list[tuple[float, str]]:
-    """Error rates the thread found before, oldest first, each with where it came from."""
-    rates: list[tuple[float, str]] = []
+@dataclass(frozen=True)
+class _Before:
+    """What a follow-up compares with: the error rate from before the thread's last change (the restart's own
+    reading, else the last lookup before it), or, without a change, the last one found; and the reading right
+    after the change, when there is one."""
+
+    rate: float
+    source: str
+    changed: bool
+    after: float | None = None
+
+
+def _before(earlier: Sequence[Message], service: str) -> _Before | None:
+    found: _Before | None = None
     for m in earlier:
         if not isinstance(m, ToolResultMessage) or m.status != "ok":
             continue
-        found = data(m).get("data") or {}
-        if found.get("service_id") != service:
+        got = data(m).get("data") or {}
+        if got.get("service_id") != service:
             continue
         if m.name == "query_metrics":
-            current = ((found.get("metrics") or {}).get("error_rate") or {}).get("current")
-            if isinstance(current, int | float):
-                rates.append((float(current), "query_metrics"))
-        elif m.name == "restart_service" and isinstance(found.get("error_rate_after"), int | float):
-            if isinstance(found.get("error_rate_before"), int | float):
-                rates.append((float(found["error_rate_before"]), "restart_service, before the restart"))
-            rates.append((float(found["error_rate_after"]), "restart_service, right after the restart"))
-    return rates
+            current = ((got.get("metrics") or {}).get("error_rate") or {}).get("current")
+            if isinstance(current, int | float) and (found is None or not found.changed):
+                found = _Before(float(current), "query_metrics", changed=False)
+        elif m.name == "restart_service":
+            rate, after = got.get("error_rate_before"), got.get("error_rate_after")
+            after = float(after) if isinstance(after, int | float) else None
+            if isinstance(rate, int | float):
+                found = _Before(float(rate), "restart_service", changed=True, after=after)
+            elif found is not None:  # the restart read nothing itself: the last lookup before it stands
+                found = _Before(found.rate, found.source, changed=True, after=after)
+    return found
 
 
-def _compare(now: float, before: float, zh: bool) -> str:
-    if abs(now - before) < 0.0005:
-        return "和之前一样。" if zh else "The same as before."
-    if now < before:
-        return "比之前好。" if zh else "Better than before."
-    return "比之前差。" if zh else "Worse than before."
+_VERDICTS = {  # (Chinese, after a restart) → better, the same, worse
+    (False, False): ("Better than before", "The same as before", "Worse than before"),
+    (False, True): ("Better than before the restart", "The same as before the restart",
+                    "Worse than before the restart"),
+    (True, False): ("比之前好", "和之前一样", "比之前差"),
+    (True, True): ("比重启前好", "和重启前一样", "比重启前差"),
+}
+
+
+def _compare(now: float, before: _Before, zh: bool) -> str:
+    """Better, the same or worse, from the two numbers it names."""
+    same = abs(now - before.rate) < 0.0005
+    verdict = _VERDICTS[(zh, before.changed)][1 if same else 0 if now < before.rate else 2]
+    figures = f"{before.rate:.1%} → {now:.1%}"
+    return f"{verdict}：{figures}。" if zh else f"{verdict}: {figures}."
+
+
+def _lines(before: _Before, zh: bool) -> list[str]:
+    if not before.changed:
+        return [f"  • 之前：{before.rate:.1%}（`{before.source}`）" if zh else
+                f"  • Earlier in this thread: {before.rate:.1%} (`{before.source}`)"]
+    lines = [f"  • 重启前：{before.rate:.1%}（`{before.source}`）" if zh else
+             f"  • Before the restart: {before.rate:.1%} (`{before.source}`)"]
+    if before.after is not None:
+        lines.append(f"  • 重启刚完成时：{before.after:.1%}（`restart_service`）" if zh else
+                     f"  • Right after the restart: {before.after:.1%} (`restart_service`)")
+    return lines
 
 
 def follow_up(messages: Sequence[Message], last_user: int, tools: Sequence[str], zh: bool) -> AssistantMessage | None:
@@ -79,21 +116,20 @@ def follow_up(messages: Sequence[Message], last_user: int, tools: Sequence[str],
                                 tool_calls=calls)
     metrics = ok_data(results, "query_metrics", service)
     rate = ((metrics or {}).get("metrics") or {}).get("error_rate") or {}
-    where = f"{service} ({(metrics or {}).get('environment') or env or '?'})"
+    shown_env = (metrics or {}).get("environment") or env or "?"
+    where = f"{service}（{shown_env}）" if zh else f"{service} ({shown_env})"
     if "current" not in rate:
         return AssistantMessage(content=f"跟进 {where}：这次读不到错误率。" if zh else
                                 f"Follow-up on {where}: I could not read the error rate this time.")
     now = float(rate["current"])
-    head = (f"*跟进 {where}*：错误率现在 {now:.1%}（{trend_word(str(rate.get('trend')), zh)}）— _来源: query_metrics_"
-            if zh else f"*Follow-up on {where}*: error rate now {now:.1%} ({rate.get('trend')}) — "
-                       "_source: query_metrics_")
-    lines = [head]
-    before = _earlier_rates(earlier, service)
-    if before:
-        lines += [f"  • {'之前' if zh else 'Earlier in this thread'}: {v:.1%} ({src})" for v, src in before]
-        lines.append(_compare(now, before[-1][0], zh))
-    else:
+    trend = trend_word(str(rate.get("trend")), zh)
+    lines = [f"*跟进 {where}*：错误率现在 {now:.1%}（{trend}）— _来源：`query_metrics`_" if zh else
+             f"*Follow-up on {where}*: error rate now {now:.1%} ({trend}) — _source: `query_metrics`_"]
+    before = _before(earlier, service)
+    if before is None:
         lines.append("这个线程之前没有错误率可比。" if zh else "This thread had no earlier error rate to compare with.")
+    else:
+        lines += [*_lines(before, zh), _compare(now, before, zh)]
     return AssistantMessage(content="\n".join(lines))
 
 
