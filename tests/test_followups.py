@@ -109,21 +109,26 @@ async def test_cancel_from_the_announcement_stops_it_and_says_who(redis_url: str
 async def test_app_home_lists_your_follow_ups_with_cancel(ws: Workspace) -> None:
     thread_id = await asked(ws)
     timer = await schedule(ws, thread_id)
+    other = await schedule(ws, thread_id, minutes=30)  # two: one Home view, two Cancel buttons
     assert ws.service.inbound.home is not None
     blocks = await ws.service.inbound.home.blocks("UREQ")
     at = next(i for i, b in enumerate(blocks) if "Your follow-ups and schedules" in str(b))
     line = blocks[at + 1]
     assert "is payments holding?" in line["text"]["text"] and line["accessory"]["value"] == timer.id
+    assert blocks[at + 2]["accessory"]["value"] == other.id
     assert "Nothing scheduled" in str(await ws.service.inbound.home.blocks("UOTHER"))
-    click = block_action(user="UREQ", channel="", message={"ts": "1.1"}, action_id=CANCEL, value=timer.id)
+    await ws.sender.event({"type": "app_home_opened", "user": "UREQ", "channel": "D0HOME", "tab": "home",
+                           "event_ts": f"{time.time():.6f}"})
+    await ws.settle()
+    assert "is payments holding?" in json.dumps(ws.slack.homes["UREQ"])  # Slack took the view: ids unique
+    click = block_action(user="UREQ", channel="", message={"ts": "1.1"}, action_id=line["accessory"]["action_id"],
+                         value=timer.id)
     click.pop("channel")
     click["container"] = {"type": "view", "view_id": "V1"}
     click["view"] = {"id": "V1", "type": "home"}
     await ws.sender.action(click)
     await ws.settle()
-    assert await ws.store.timers.get(timer.id) is None
-    published = ws.slack.called("views.publish")[-1]
-    assert "Nothing scheduled" in json.dumps(published)
+    assert await ws.store.timers.get(timer.id) is None and await ws.store.timers.get(other.id) is not None
 
 
 async def test_a_re_check_after_a_restart_outlives_opspilot_and_compares_with_before(

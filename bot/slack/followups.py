@@ -247,6 +247,7 @@ class SlackFollowups:
                 line = say(lang, "home_check", channel=f"<#{timer.channel}>", label=label(timer),
                            next=time_of(timer.due, lang, timer.timezone, with_day=True))
             blocks.append({**kit.mrkdwn(line[:kit.SECTION_TEXT]),
-                           "accessory": kit.button(say(lang, "cancel"), CANCEL, timer.id)})
+                           # one Home view holds many: action ids must differ within a view
+                           "accessory": kit.button(say(lang, "cancel"), f"{CANCEL}:{timer.id}"[:255], timer.id)})
         return blocks
 

@@ -224,8 +224,8 @@ class Inbound:
                 await self._investigate(value, user, channel, thread_ts)
             elif action_id.startswith(kit.FEEDBACK) and self.feedback is not None:
                 await self.feedback.click(body, value, user, channel, thread_ts)
-            elif action_id in (TIMER_CANCEL, RECHECK) and self.timers is not None:
-                await self._timer_click(body, action_id, value, user, channel, thread_ts)
+            elif action_id.partition(":")[0] in (TIMER_CANCEL, RECHECK) and self.timers is not None:
+                await self._timer_click(body, action_id.partition(":")[0], value, user, channel, thread_ts)
         except StoreError as exc:
             ref = uuid.uuid4().hex[:8]
             log.error("click %s by %s dropped (ref %s): %s", action_id, user, ref, exc)
