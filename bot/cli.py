@@ -69,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     report_cmd.add_argument("--thread", required=True, help="<channel id>:<thread ts>")
     report_cmd.add_argument("--tz", default=None, help="a second time zone for the timeline (e.g. Asia/Shanghai)")
     report_cmd.add_argument("--no-model", action="store_true", help="the records only: no narrative")
+    report_cmd.add_argument("--demo", action="store_true", help="a thread of `opspilot demo` (its own key prefix)")
     chat_cmd = _add(sub, "chat", common, "talk to OpsPilot in the terminal")
     chat_cmd.add_argument("--user", default="local-user", help="who you are (for confirmations and audit)")
     serve_cmd = _add(sub, "serve", common, "serve Slack: Socket Mode with SLACK_APP_TOKEN, otherwise HTTP on $PORT")
@@ -270,8 +271,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "report":
             from bot.report import report
 
-            return asyncio.run(report(load_settings(args.config), args.thread, tz=args.tz,
-                                      use_model=not args.no_model))
+            settings = load_settings(args.config)
+            if args.demo:
+                from bot.demo.server import demo_prefix
+
+                settings = settings.model_copy(update={"key_prefix": demo_prefix(settings.key_prefix)})
+            return asyncio.run(report(settings, args.thread, tz=args.tz, use_model=not args.no_model))
         if args.command == "worker":
             from bot.slack.serve import work
 

@@ -48,4 +48,7 @@ async def report(settings: Settings, thread: str, *, tz: str | None = None, use_
     finally:
         await store.close()
     print(render(incident, narrative, tz=tz), end="")
+    if incident.empty:
+        print(f"opspilot report: no records of {thread} under the key prefix {settings.key_prefix!r} (a thread of "
+              "`opspilot demo`? add --demo)", file=sys.stderr)
     return 0 if not incident.empty else 1

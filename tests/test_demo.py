@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -10,8 +11,9 @@ import pytest
 
 from bot.config import Settings
 from bot.demo.server import CHANNEL, Demo
-from bot.demo.workspace import all_text
+from bot.demo.workspace import all_text, buttons
 from tests.conftest import free_port, until
+from tests.test_cli import run_cli
 
 
 async def test_the_demo_runs_without_redis_and_says_so() -> None:
@@ -69,3 +71,25 @@ async def test_the_pages_endpoints_refuse_malformed_requests_with_400(caplog: py
     finally:
         await demo.close()
         await server.stop()
+
+
+async def test_report_reads_a_demo_thread_with_demo(redis_url: str, prefix: str, tmp_path: Path) -> None:
+    demo = Demo(Settings(redis_url=redis_url, key_prefix=prefix), free_port())
+    server = await demo.start()
+    try:
+        asked = {"user": "U0ALICE", "text": "@OpsPilot 看看支付服务最近报错"}
+        async with aiohttp.ClientSession() as http, http.post(f"{server.url}/demo/say", json=asked) as r:
+            root = (await r.json())["ts"]
+        await until(lambda: any(b.get("action_id") == "opspilot_feedback_up" for m in demo.slack.thread(CHANNEL, root)
+                                for b in buttons(m)))  # the answer is in: the run's record is written
+    finally:
+        await demo.close()
+        await server.stop()
+    env = {"REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix}
+    args = ["report", "--thread", f"{CHANNEL}:{root}", "--no-model"]
+    code, out, err = await run_cli(args, "", env, tmp_path)
+    assert code == 1 and "OpsPilot holds no records of this thread" in out  # not where the demo keeps them
+    assert "add --demo" in err
+    code, out, err = await run_cli([*args, "--demo"], "", env, tmp_path)
+    assert code == 0, err
+    assert out.startswith("# 事件总结：") and "看看支付服务最近报错" in out and "## 时间线" in out

@@ -44,6 +44,11 @@ USERS = {
 }
 
 
+def demo_prefix(prefix: str) -> str:
+    """The demo's own key prefix: demo threads never mix with a real bot's state in the same Redis."""
+    return f"{prefix}-demo"
+
+
 def demo_settings(settings: Settings, port: int) -> Settings:
     """The demo's workspace: random tokens, the local Web API, and approval rules worth showing."""
     slack = settings.slack.model_copy(update={
@@ -54,8 +59,7 @@ def demo_settings(settings: Settings, port: int) -> Settings:
         "alert_sources": [AlertSource(channel=ALERTS, bot_ids=["B0ALERTS"], mode="investigate")],
         "progress_interval_s": min(settings.slack.progress_interval_s, 0.5),
     })
-    # Its own key prefix: demo threads never mix with a real bot's state in the same Redis.
-    return settings.model_copy(update={"slack": slack, "key_prefix": f"{settings.key_prefix}-demo"})
+    return settings.model_copy(update={"slack": slack, "key_prefix": demo_prefix(settings.key_prefix)})
 
 
 class Demo:
