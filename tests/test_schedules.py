@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from bot import when
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.config import ScheduleConfig, Settings
+from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
 from bot.slack.checks import status_of
@@ -268,3 +269,23 @@ async def test_a_schedule_asked_in_chinese_is_answered_with_chinese_days(
         assert any("下次 周一 09:00 UTC+8" in text for text in home), home
     finally:
         await ws.stop()
+
+
+async def test_a_list_asked_without_words_is_in_the_persons_language(redis_url: str, prefix: str,
+                                                                     slack: FakeSlack) -> None:
+    ws = await open_at(redis_url, prefix, slack, Clock(SAT_0700_EST), allowed_users=["UREQ"], language="auto")
+    try:
+        await _listed_in_the_persons_language(ws)
+    finally:
+        await ws.stop()
+
+
+async def _listed_in_the_persons_language(ws: Workspace) -> None:
+    await command(ws, "schedules")
+    assert ws.slack.ephemeral_texts("UREQ")[-1] == "No scheduled checks in this channel."  # nothing to go by: English
+    await ws.sender.event(mention(CHANNEL, "UREQ", "看看支付服务最近报错", "880.1"))
+    await ws.settle()
+    await command(ws, "schedules")  # "schedules" says no language; the person's latest question does
+    assert ws.slack.ephemeral_texts("UREQ")[-1] == "本频道没有计划检查。"
+    await command(ws, "schedules cancel nope")
+    assert "nope" in ws.slack.ephemeral_texts("UREQ")[-1] and "There is no" not in ws.slack.ephemeral_texts("UREQ")[-1]

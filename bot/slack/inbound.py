@@ -162,8 +162,8 @@ class Inbound:
         text = await self.people.plain(raw or rich_text(event.get("blocks") or []), me=bot_user_id)
         files = [str(f.get("name") or f.get("title") or "a file") for f in event.get("files") or []]
         if files and not text:
-            await self.outbox.tell(channel, event["user"], "I cannot read attached files yet: paste the text you "
-                                   "want me to look at, and mention me again.", thread_ts=thread_ts)
+            await self.outbox.tell(channel, event["user"], say(await self._lang(channel, thread_ts, raw),
+                                                               "files_unread"), thread_ts=thread_ts)
             return
         if mentioned and await self.incidents.on_mention(channel, thread_ts, ts, event["user"], text):
             return  # "@OpsPilot summarize" in a thread: a summary, not a question
@@ -187,8 +187,9 @@ class Inbound:
             await self._refuse(channel, user, verdict, None, asked=text)
             return
         if not text:
-            await self.outbox.tell(channel, user,
-                                   "Usage: `/opspilot <question>`, e.g. `/opspilot payments recent errors`")
+            lang = await self.home.language(user) if self.home is not None else \
+                language_of("", self.access.config.language)  # no words to go by: the person's latest thread's
+            await self.outbox.tell(channel, user, say(lang, "slash_usage"))
             return
         if await self.incidents.on_command(channel, user, text):
             return  # `/opspilot summary …` or `/opspilot handover …`

@@ -13,7 +13,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from bot import when
 from bot.config import ScheduleConfig
@@ -54,6 +54,8 @@ class Schedules:
         self.timers, self.slack, self.outbox, self.access = timers, slack, outbox, access
         self.configured = list(configured)
         self.clock = clock
+        self.person_language: Callable[[str], Awaitable[str]] | None = None
+        """A person's language when a command's own words do not say one (App Home's: their latest thread's)."""
 
     async def sync(self) -> None:
         """Make the kept config schedules match the config (added, or removed when gone from the file)."""
@@ -75,7 +77,9 @@ class Schedules:
         word = word.lower()
         if word not in ("schedule", "schedules"):
             return False
-        lang = language_of(rest, self.access.config.language)
+        lang: str = language_of(rest, self.access.config.language)
+        if lang == "en" and self.access.config.language == "auto" and self.person_language is not None:
+            lang = await self.person_language(user)  # "schedules", "schedules cancel x": no words to go by
         verb, _, arg = rest.strip().partition(" ")
         if word == "schedules" and verb.lower() == "cancel":
             await self._cancel(channel, user, arg.strip(), lang)

@@ -138,6 +138,10 @@ _WORDS: dict[str, tuple[str, str]] = {
     "misplaced": ("This button does not belong to this message. Nothing was changed.",
                   "这个按钮不属于这条消息。什么都没有改变。"),
     # private notes to one person
+    "slash_usage": ("Usage: `/opspilot <question>`, e.g. `/opspilot payments recent errors`",
+                    "用法：`/opspilot <问题>`，例如 `/opspilot 支付服务最近的报错`"),
+    "files_unread": ("I cannot read attached files yet: paste the text you want me to look at, and mention me "
+                     "again.", "我还不能读取附件：请把要我看的内容以文字粘贴出来，然后再 @ 我。"),
     "still_working": ("I am still working on the previous message in this thread; send it again in a moment.",
                       "我还在处理这个对话里的上一条消息，请稍后再发一次。"),
     "request_expired": ("This request expired.", "这个请求已过期。"),
