@@ -337,3 +337,15 @@ async def test_an_alerts_own_question_is_not_shown_as_anyones(
         assert doc.startswith("# 事件总结：`PaymentsHighErrorRate · payments · prod`")
     finally:
         await ws.stop()
+
+
+async def test_links_the_model_writes_are_quoted_and_only_evidence_links(ws: Workspace) -> None:
+    """It read messages anyone could write: a link it repeats is not the document's own."""
+    await restarted(ws)
+    incident = await gather(ws.store, ws.store.meta, ws.store, CHANNEL, "100.1")
+    model = ScriptedModel([reply("IMPACT:\nSee [the fix](http://evil.example/login) or https://evil.example/x "
+                                 "and <https://evil.example/y> [E1].\nNEXT STEPS:\n- Check `payments` [E1].")])
+    narrative = await write(model, incident, [("the alert", "https://x.test/p1")])
+    assert narrative.impact == ("See the fix (`http://evil.example/login`) or `https://evil.example/x` and "
+                                "`https://evil.example/y` [E1](https://x.test/p1).")
+    assert narrative.next_steps == "- Check `payments` [E1](https://x.test/p1)."

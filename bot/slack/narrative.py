@@ -73,7 +73,8 @@ async def write(model: ChatModel, incident: Incident, evidence: list[tuple[str, 
     if not impact and not steps:
         return Narrative(problem="its answer had neither section")
     links = [url for _, url in evidence]
-    return Narrative(_people(_cite(impact, links), mention), _people(_cite(steps, links), mention), by=model.label)
+    return Narrative(_people(_cite(_defang(impact), links), mention), _people(_cite(_defang(steps), links), mention),
+                     by=model.label)
 
 
 def sections(text: str) -> tuple[str, str]:
@@ -89,6 +90,21 @@ def sections(text: str) -> tuple[str, str]:
 def _people(text: str, mention: Mention) -> str:
     """Slack's ``<@U…>`` as the document shows a person (a canvas mention, or ``@U…`` in a plain report)."""
     return _USER.sub(lambda m: mention(m.group(1)), text)
+
+
+_LINKED = re.compile(r"!?\[([^\]\n]*)\]\(([^)\s]*)\)|<?(https?://[^\s<>)\]]+)>?")
+
+
+def _defang(text: str) -> str:
+    """The model's own links and addresses as quoted text: it read thread messages anyone could write, so a
+    link it repeats is not the document's. The only links are the evidence its [E1]… become."""
+    def quoted(m: re.Match[str]) -> str:
+        if m.group(3):
+            return f"`{m.group(3)}`"
+        label, url = m.group(1), m.group(2)
+        return f"{label} (`{url}`)" if url else label
+
+    return _LINKED.sub(quoted, text)
 
 
 def _cite(text: str, links: list[str]) -> str:
