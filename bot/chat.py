@@ -24,16 +24,16 @@ from bot.agent.events import Event, PendingView, RunFinished
 from bot.agent.run import RunOutcome
 from bot.assembly import Assembly
 from bot.keyboard import Interrupted, Keyboard
+from bot.slack.audit import ran_a_change
 from bot.slack.blocks import field_label, form_ask, gate
 from bot.slack.outputs import fallback_answer
-from bot.slack.render import model_note
+from bot.slack.render import model_note, status_word
 from bot.slack.words import Lang, headline, language_of, say
 from bot.terminal import markup, printer
 from core.stops import STOP_WORDING
 from state import StoreError
 
 _TONES = {"ok": "green", "error": "red", "waiting": "yellow"}
-_STATUSES = {"error", "cancelled", "skipped", "expired"}  # a call's status, in words (the catalog's st_…)
 _STOP_TONES = {"done": "ok", "stopped": "waiting", "expired": "waiting", "warning": "error"}
 
 
@@ -77,8 +77,7 @@ class Console:
         elif event.type == "tool_result":
             ok = event.status == "ok"
             declined = event.error_code == "declined_by_user"  # a person said no: not a failure
-            status = self.words("st_declined") if declined else \
-                self.words(f"st_{event.status}") if event.status in _STATUSES else event.status
+            status = status_word("declined" if declined else event.status, self.lang)
             if ok:
                 what = event.tool
             elif event.error_code and event.error_code != event.status and not declined:  # not "cancelled: cancelled"
@@ -170,7 +169,7 @@ class _Session:
             self.console.say(f"! {exc}", "error")
             return
         await self.app.bus.drain()
-        made = any(a.get("status") == "ok" or a.get("error_code") == "outcome_unknown" for a in audit)
+        made = ran_a_change(audit)
         self.console.say(say(lang, "chat_not_run_after" if made else "chat_not_run", why=say(lang, why), tools=tools),
                          "waiting")
 

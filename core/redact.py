@@ -63,13 +63,11 @@ def _bare_aws_secret(match: re.Match[str]) -> str:
     """40 base64 characters with upper case, lower case and a digit: not a hex digest, not a word, and not the
     path of a link (``https://x.slack.com/archives/C0ALERTS/p1796394142553475``: a permalink, kept whole)."""
     value = match.group(0)
-    before = match.string[max(0, match.start() - 2048):match.start()]
-    token = before.split()[-1] if before and not before[-1].isspace() else ""  # the word the value is part of
-    if "/" in value and "://" in token:
+    if not (re.search(r"[A-Z]", value) and re.search(r"[a-z]", value) and re.search(r"\d", value)):
         return value
-    if re.search(r"[A-Z]", value) and re.search(r"[a-z]", value) and re.search(r"\d", value):
-        return "[REDACTED aws secret]"
-    return value
+    before = match.string[max(0, match.start() - 2048):match.start()]
+    token = before.rsplit(None, 1)[-1] if before and not before[-1].isspace() else ""  # the word it is part of
+    return value if "/" in value and "://" in token else "[REDACTED aws secret]"
 
 
 _PATTERNS: tuple[tuple[re.Pattern[str], Replacement, tuple[str, ...]], ...] = (

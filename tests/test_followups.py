@@ -16,7 +16,8 @@ from bot.demo.sender import block_action, mention, message
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
 from bot.followups import followup_tool
-from bot.slack.followups import CANCEL, RECHECK, offers_recheck
+from bot.slack.audit import ran_a_change
+from bot.slack.followups import CANCEL, RECHECK
 from bot.slack.meta import thread_key
 from core.messages import ToolResultMessage, UserMessage
 from tests.language_scan import english_runs
@@ -237,12 +238,12 @@ def test_only_a_change_that_ran_is_worth_a_re_check() -> None:
     def entry(status: str, code: str = "") -> dict[str, str]:
         return {"tool": "restart_service", "status": status, "error_code": code}
 
-    assert offers_recheck([entry("ok")]) and offers_recheck([entry("error", "outcome_unknown")])
-    assert offers_recheck([entry("error", "declined_by_user"), entry("ok")])
+    assert ran_a_change([entry("ok")]) and ran_a_change([entry("error", "outcome_unknown")])
+    assert ran_a_change([entry("error", "declined_by_user"), entry("ok")])
     for status, code in [("error", "declined_by_user"), ("error", "user_replied_instead"), ("error", "expired"),
                          ("cancelled", ""), ("error", "restart_failed")]:
-        assert not offers_recheck([entry(status, code)]), (status, code)
-    assert not offers_recheck([])
+        assert not ran_a_change([entry(status, code)]), (status, code)
+    assert not ran_a_change([])
 
 
 async def test_no_re_check_under_an_answer_whose_change_did_not_run(ws: Workspace) -> None:

@@ -4,6 +4,7 @@ how it ended — under an answer and on App Home."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from bot.slack.blocks import escape, who
@@ -11,6 +12,12 @@ from bot.slack.words import say
 
 _TARGET_KEYS = ("service_id", "service", "target")
 _VALUE = 80  # characters of an argument shown (the audit stream keeps all of it)
+
+
+def ran_a_change(entries: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether these audit entries hold a change that ran (done, or started with its outcome unknown): one
+    declined, expired, stopped or answered in the thread instead changed nothing."""
+    return any(e.get("status") == "ok" or e.get("error_code") == "outcome_unknown" for e in entries)
 
 
 def audit_line(entry: dict[str, str], lang: str) -> str:

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from typing import Any, get_args
 
+from bot.agent.models.demo import LABEL as DEMO_LABEL
 from bot.slack.words import say
 from core.split import split
 from core.text import hides_any, reveal
@@ -43,6 +45,12 @@ def code(text: object) -> str:
     """Quoted data (an alert's title, a tool's words) as an inline code span: shown as written, in no language."""
     shown = " ".join(str(text).replace("`", "'").split())
     return f"`{escape(shown)}`"
+
+
+def model_name(label: str, lang: str, quote: Callable[[str], str] = code) -> str:
+    """Which model wrote something: the scripted demo model in the reader's words, any other by its label, quoted
+    as data (mrkdwn by default; a Markdown document passes its own quoting)."""
+    return say(lang, "demo_model_name") if label == DEMO_LABEL else quote(label)
 
 
 _USER_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")

@@ -26,7 +26,6 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.agent.engine import Engine
 from bot.agent.errors import EngineError
 from bot.agent.events import Event
-from bot.agent.models.demo import LABEL as DEMO_LABEL
 from bot.slack import blocks as kit
 from bot.slack.access import AccessPolicy
 from bot.slack.meta import RUN, THREAD, channel_of, thread_key
@@ -239,12 +238,7 @@ async def home_lines(reports: Reports, access: AccessPolicy, viewer: str, lang: 
         note = f": {kit.escape(entry.note[:120])}" if entry.note else ""
         question = kit.escape(" ".join(entry.question.split())[:80]) or "…"
         lines.append(f"• {kit.hhmm(entry.at)} — *{reason_words(lang, entry.reason)}*{note} — “{question}” — "
-                     f"<{thread_url(entry)}|{say(lang, 'home_thread')}> — {_model(entry.model, lang)}")
+                     f"<{thread_url(entry)}|{say(lang, 'home_thread')}> — {kit.model_name(entry.model, lang)}")
         if len(lines) == count:
             break
     return "\n".join(lines) or f"_{say(lang, 'home_no_down')}_"
-
-
-def _model(label: str, lang: str) -> str:
-    """Which model answered: the scripted demo model in the reader's words, any other by its label (data)."""
-    return say(lang, "demo_model_name") if label == DEMO_LABEL else f"`{kit.escape(label)}`"

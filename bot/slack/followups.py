@@ -10,7 +10,7 @@ configuration is removed in the configuration.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,6 +21,7 @@ from bot import when
 from bot.followups import Followups, Refused, keyed_id
 from bot.slack import blocks as kit
 from bot.slack.access import AccessPolicy
+from bot.slack.audit import ran_a_change
 from bot.slack.meta import THREAD, thread_key
 from bot.slack.outbox import SlackOutbox
 from bot.slack.thread_log import FollowupKind, followup_events, log_followup
@@ -52,15 +53,9 @@ def time_of(ts: float, lang: str, timezone: str = "UTC", with_day: bool = False)
     return f"{day}{moment:%H:%M} {zone}"
 
 
-def offers_recheck(changes: Iterable[Mapping[str, str]]) -> bool:
-    """Whether an answer's audit list holds a change that ran (done, or started with its outcome unknown): a
-    declined, expired or replied-to change changed nothing, so there is nothing to re-check after it."""
-    return any(c.get("status") == "ok" or c.get("error_code") == "outcome_unknown" for c in changes)
-
-
 def recheck_button(run_id: str, lang: str, minutes: int = RECHECK_MINUTES) -> kit.Block:
-    """Under an answer whose change ran (:func:`offers_recheck`): a follow-up in ``minutes``, on behalf of whoever
-    presses it."""
+    """Under an answer whose change ran (:func:`bot.slack.audit.ran_a_change`): a follow-up in ``minutes``, on
+    behalf of whoever presses it."""
     return {"type": "actions", "block_id": f"recheck:{run_id}"[:255],
             "elements": [kit.button(say(lang, "fu_recheck", minutes=minutes), RECHECK, run_id)]}
 
@@ -171,7 +166,7 @@ class SlackFollowups:
             await self._tell(channel, user, verdict.words(lang) or say(lang, "fu_gone"), thread_ts)
             return
         # Offered only under a change that ran; a button posted before that rule (or a made-up run id) is refused here.
-        if not offers_recheck(await self.reports.read_audit(200, run_id=run_id)):
+        if not ran_a_change(await self.reports.read_audit(200, run_id=run_id)):
             await self._tell(channel, user, say(lang, "fu_recheck_no_change"), thread_ts)
             return
         try:

@@ -10,7 +10,7 @@ from typing import Any
 
 from bot.agent.summary import Fallback, Ran
 from bot.slack.blocks import escape
-from bot.slack.words import headline, say
+from bot.slack.words import headline, plural, say
 
 _QUOTE = 120  # characters of quoted data in one output (a task card's output holds 256)
 
@@ -67,7 +67,7 @@ def failure(status: str, code: str, message: str, lang: str) -> str:
 def _count(key: str, items: list[Any], lang: str) -> str:
     n = len(items)
     names = [str(c.get("id")) for c in items[:3] if isinstance(c, dict) and c.get("id")]
-    shown = say(lang, "out_" + key + ("_one" if n == 1 else ""), n=n)
+    shown = plural(lang, "out_" + key, n)
     return shown + (": " + ", ".join(_code(x, 40) for x in names) if names else "")
 
 

@@ -20,8 +20,8 @@ from bot.agent.models.demo import LABEL as DEMO_LABEL
 from bot.agent.summary import Fallback
 from bot.slack import blocks as kit
 from bot.slack.access import AccessPolicy
-from bot.slack.audit import audit_line
-from bot.slack.followups import offers_recheck, recheck_button
+from bot.slack.audit import audit_line, ran_a_change
+from bot.slack.followups import recheck_button
 from bot.slack.meta import CARD, RUN, THREAD
 from bot.slack.outbox import SlackOutbox
 from bot.slack.outputs import fallback_answer, output
@@ -56,7 +56,7 @@ def card_ending(event: CallDecided, lang: str = "en") -> str:
 def progress_text(state: dict[str, Any]) -> str:
     """The progress message as plain text (notifications, screen readers)."""
     lang = str(state.get("lang") or "en")
-    lines = [str(state.get("header", ""))] + [f"{kit.escape(ln['tool'])}: {_status_word(ln['status'], lang)}"
+    lines = [str(state.get("header", ""))] + [f"{kit.escape(ln['tool'])}: {status_word(ln['status'], lang)}"
                                               for ln in state["lines"]]
     return kit.fallback_text("\n".join(lines))
 
@@ -70,7 +70,7 @@ def _clip(text: str, limit: int) -> str:
 _STATUSES = ("running", "ok", "error", "waiting", "cancelled", "skipped", "expired", "declined")
 
 
-def _status_word(status: str, lang: str) -> str:
+def status_word(status: str, lang: str) -> str:
     return say(lang, f"st_{status}") if status in _STATUSES else status
 
 
@@ -336,7 +336,7 @@ class Renderer:
         if changes:
             text += f"\n\n*{say(lang, 'audit')}*\n" + "\n".join(audit_line(a, lang) for a in reversed(changes))
         # An answer whose change ran offers to look again once it has had time to show (a follow-up).
-        after = [recheck_button(run_id, lang, self.rechecks)] if offers_recheck(changes) and self.rechecks else []
+        after = [recheck_button(run_id, lang, self.rechecks)] if ran_a_change(changes) and self.rechecks else []
         chunks = kit.split_answer(text, lang)
         if len(chunks[-1]) < kit.MAX_BLOCKS - len(after):
             chunks[-1] = [*chunks[-1], kit.feedback(run_id, lang), *after]

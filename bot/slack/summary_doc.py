@@ -16,11 +16,10 @@ from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 from bot import when
-from bot.agent.models.demo import LABEL as DEMO_LABEL
 from bot.slack.audit import outcome
-from bot.slack.blocks import is_user
+from bot.slack.blocks import is_user, model_name
 from bot.slack.incident import Asked, Change, Incident, calls_of
-from bot.slack.words import headline, say
+from bot.slack.words import headline, plural, say
 from core.redact import redact
 from core.text import reveal
 from state.records import RunRecord
@@ -71,7 +70,7 @@ def render(incident: Incident, narrative: Narrative | None, *, tz: str | None = 
     if evidence:
         out += [f"## {say(lang, 'inc_evidence')}", "", *evidence, ""]
     if narrative is not None and narrative.by:
-        out.append("_" + say(lang, "inc_written_by", model=_model(narrative.by, lang)) + "_")
+        out.append("_" + say(lang, "inc_written_by", model=model_name(narrative.by, lang, _code)) + "_")
     elif narrative is not None and narrative.problem:
         out.append("_" + say(lang, "inc_model_failed", why=narrative.problem) + "_")
     else:
@@ -114,8 +113,8 @@ def _events(incident: Incident, mention: Mention) -> list[tuple[float, str, str 
         calls = calls_of(run)
         failed = sum(1 for c in calls if c.status == "error")
         events.append((run.updated_at, say(lang, "inc_run", status=_status(run, lang),
-                                           steps=_count(lang, "inc_steps", run.step),
-                                           calls=_count(lang, "inc_calls", len(calls)),
+                                           steps=plural(lang, "inc_steps", run.step),
+                                           calls=plural(lang, "inc_calls", len(calls)),
                                            failed=say(lang, "inc_failed_calls", n=failed) if failed else ""), None))
         for p in run.pending:
             events.append((p.created_at, say(lang, "inc_confirm_asked", what=_what(p.call.name, p.arguments)), None))
@@ -135,8 +134,8 @@ def _done(incident: Incident, mention: Mention) -> list[str]:
     if incident.runs:
         tools = Counter(c.tool for c in calls)
         failed = sum(1 for c in calls if c.status == "error")
-        lines.append("- " + say(lang, "inc_runs_done", runs=_count(lang, "inc_runs", len(incident.runs)),
-                                calls=_count(lang, "inc_calls", len(calls)),
+        lines.append("- " + say(lang, "inc_runs_done", runs=plural(lang, "inc_runs", len(incident.runs)),
+                                calls=plural(lang, "inc_calls", len(calls)),
                                 tools=", ".join(f"`{t}` ×{n}" for t, n in sorted(tools.items())) or "-",
                                 failed=say(lang, "inc_failed_calls", n=failed) if failed else ""))
     return lines
@@ -240,20 +239,11 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def _model(label: str, lang: str) -> str:
-    """Who wrote the narrative: the scripted demo model in the reader's words, any other by its label (data)."""
-    return say(lang, "demo_model_name") if label == DEMO_LABEL else _code(label)
-
-
 def _code(text: str) -> str:
     """What people, alerts or the model wrote (a question, an alert's title) as a Markdown code span: shown as
     written — no link, mention or formatting of theirs becomes the document's — with hidden characters shown."""
     shown = " ".join(reveal(text).replace("`", "'").split())
     return f"`{shown}`" if shown else ""
-
-
-def _count(lang: str, key: str, n: int) -> str:
-    return say(lang, key + ("_one" if n == 1 else ""), n=n)
 
 
 def _asked(q: Asked, lang: str, mention: Mention) -> str:
