@@ -11,7 +11,7 @@ import sys
 import time
 import uuid
 
-from bench.common import Table, isolated_redis, payload_tools, steps_script, verdict
+from bench.common import Table, free_port, isolated_redis, payload_tools, steps_script, verdict
 from bench.processes import bare_bolt_app
 from bot.agent.deps import RunDeps
 from bot.agent.engine import Engine, EngineOptions
@@ -96,23 +96,6 @@ async def opspilot(slack: LocalSlack, url: str, active: int, samples: int) -> tu
         await store.close()
 
 
-def _free_port(span: int = 1) -> int:
-    """A port with ``span`` free ports from it (a front and its workers take consecutive ports)."""
-    import random
-    import socket
-
-    for _ in range(200):
-        port = random.randint(20_000, 60_000)
-        try:
-            for p in range(port, port + span):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", p))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free ports")
-
-
 async def _process(*args: str, env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", *args, env=env, stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.DEVNULL)
@@ -133,7 +116,7 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
 async def split(url: str, active: int, samples: int, workers: int) -> tuple[Measured, Measured]:
     """The layout `opspilot serve` runs: a front and worker processes; the Slack stand-in, a bare Bolt app
     and the sender (this process) each in a process of their own."""
-    slack_port, bare_port, front_port = _free_port(), _free_port(), _free_port(workers + 1)
+    slack_port, bare_port, front_port = free_port(), free_port(), free_port(workers + 1)
     api_url = f"http://127.0.0.1:{slack_port}/api/"
     stand_in = await _process("bench.processes", "slack", str(slack_port))
     bare = await _process("bench.processes", "bare", str(bare_port), api_url)

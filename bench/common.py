@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 import shutil
 import socket
 import tempfile
@@ -28,15 +29,29 @@ from tools import ToolContext, tool
 from tools.registry import Registry, ToolSpec
 
 
+def free_port(span: int = 1) -> int:
+    """A port with the ``span - 1`` after it free too (a front's workers take the next ones), below both the
+    kernel's ephemeral range (32768 and up: a connection tried before its server listens can meet itself
+    there, a TCP self-connect, and read its own request as the answer) and the tests' ports (20000–31999)."""
+    for _ in range(200):
+        port = random.randint(10_000, 19_990)
+        try:
+            for p in range(port, port + span):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free ports from 10000 to 20000")
+
+
 @asynccontextmanager
 async def isolated_redis() -> AsyncIterator[str]:
     """A redis-server of our own on a free port, so its byte counters see only this benchmark."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise SystemExit("the benchmarks need redis-server (apt-get install redis-server)")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     workdir = tempfile.mkdtemp(prefix="opspilot-bench-")
     proc = await asyncio.create_subprocess_exec(
         binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir,

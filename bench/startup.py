@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp
 
-from bench.ack_latency import _free_port, _stop
-from bench.common import Table, isolated_redis, verdict
+from bench.ack_latency import _stop
+from bench.common import Table, free_port, isolated_redis, verdict
 from bot.demo.sender import SlackSender, mention
 from bot.demo.workspace import LocalSlack
 from state import connect
@@ -60,7 +60,7 @@ async def _until(check: Callable[[], Awaitable[bool]], what: str, timeout_s: flo
 async def worker_start(slack: LocalSlack, url: str) -> float:
     """Spawn → the worker's first read of the queue: one of its connections waits in XREADGROUP (this Redis
     serves nobody else; a consumer joins the group only once it is handed an entry, so that cannot tell)."""
-    env = _env(slack, url, _free_port())
+    env = _env(slack, url, free_port())
     client = connect(url)
 
     async def reading() -> bool:
@@ -81,7 +81,7 @@ async def worker_start(slack: LocalSlack, url: str) -> float:
 async def serve_start(slack: LocalSlack, url: str, workers: int) -> tuple[float, float, float]:
     """Start → the first HTTP answer, the first 200 (Slack's retries until then, as Slack sends them) and the
     final answer in the question's thread."""
-    port = _free_port(workers + 1)
+    port = free_port(workers + 1)
     channel, ts = f"C{uuid.uuid4().hex[:8].upper()}", "100.1"
     sender = SlackSender(f"http://127.0.0.1:{port}/slack/events", SECRET)
     event_id, attempts, heard = f"Ev{uuid.uuid4().hex[:10]}", 0, 0.0
