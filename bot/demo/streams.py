@@ -55,6 +55,13 @@ class StreamMethods:
     statuses: dict[tuple[str, str], str]
     status_log: list[tuple[str, str, str]]
     bot_user: str | None
+    streams_started: list[dict[str, Any]]
+    """Every message a ``chat.startStream`` created, in order (deleted ones too): what a test checks was stopped."""
+
+    def unstopped_streams(self) -> list[dict[str, Any]]:
+        """Streams started and never ended by ``chat.stopStream`` (still streaming, or ended by the timeout)."""
+        return [m for m in self.streams_started
+                if (m["stream"]["state"] if "stream" in m else m.get("was_stream")) != "stopped"]
 
     def _next_ts(self) -> str:
         raise NotImplementedError
@@ -139,6 +146,7 @@ class StreamMethods:
                        "recipient": body.get("recipient_user_id"), "plan": "", "tasks": [], "markdown": "",
                        "chunks": 0, "touched": time.monotonic()}}
         self.messages[(channel, ts)] = message
+        self.streams_started.append(message)
         self._apply(message, body)
         self.statuses.pop((channel, str(body.get("thread_ts"))), None)  # the app replied: the status clears
         return {"ok": True, "channel": channel, "ts": ts}

@@ -30,6 +30,7 @@ BOT_USER = "UBOT"
 TEAM = "T0001"  # the one workspace this fake Slack is; auth.test answers it, requests carry it
 
 
+_FAKE_ONLY = frozenset({"stream", "was_stream"})
 Watcher = Callable[[dict[str, Any]], Awaitable[None]]
 
 
@@ -61,6 +62,7 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods, WebhookMethods):
         self.members: dict[str, set[str]] = {}
         """Channel members, where a test needs them (a stream's recipient must be one); unlisted: anyone."""
         self.statuses: dict[tuple[str, str], str] = {}
+        self.streams_started: list[dict[str, Any]] = []
         self.status_log: list[tuple[str, str, str]] = []
         """The bot's user id as auth.test reports it; None: auth.test leaves it out (tests of that case)."""
         app = web.Application()
@@ -315,8 +317,9 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods, WebhookMethods):
         message = self.messages[(body["channel"], body["ts"])]
         if message.get("stream") and self._streaming(message):
             return {"ok": False, "error": "message_is_streaming"}
-        if message.pop("stream", None) is not None:
-            message["was_stream"] = True  # its content is now these blocks
+        stream = message.pop("stream", None)
+        if stream is not None:
+            message["was_stream"] = stream["state"]  # its content is now these blocks; how the stream had ended
         message.update(text=body.get("text", ""), blocks=body.get("blocks") or [], edits=message["edits"] + 1)
         return {"ok": True, "channel": body["channel"], "ts": body["ts"], "text": message["text"]}
 
@@ -340,7 +343,8 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods, WebhookMethods):
         with_metadata = str(body.get("include_all_metadata")).lower() in ("1", "true")
         oldest = float(body.get("oldest") or 0)
         inclusive = str(body.get("inclusive")).lower() in ("1", "true")
-        found = [{k: v for k, v in m.items() if k != "metadata" or with_metadata}
+        # What the fake keeps of a stream's parts is its own bookkeeping: Slack shows a message, not its stream.
+        found = [{k: v for k, v in m.items() if k not in _FAKE_ONLY and (k != "metadata" or with_metadata)}
                  for m in self.thread(channel, ts)
                  if not oldest or float(m["ts"]) > oldest or (inclusive and float(m["ts"]) == oldest)]
         start, limit = int(body.get("cursor") or 0), int(body.get("limit") or 1000)

@@ -5,14 +5,24 @@ The outbox keeps the desired state of a streamed message like any other: every t
 the plan's title, and at the end the markdown to close with. Delivering sends only what Slack has not
 seen (a task whose state changed since the last call), so a newer state coalesces with an older one,
 and a call repeated after a lost reply changes nothing: a ``task_update`` replaces its task in place.
-Text is sent only with ``chat.stopStream``; a stop repeated after a lost reply meets a stream no
-longer streaming and the message falls back, so no text is ever shown twice.
+Text is sent only with ``chat.stopStream``, once: a stop repeated after a lost reply meets a stream no
+longer streaming (see below for how ours is told from Slack's timeout).
 
 Whenever streaming does not work — the workspace has no such methods, Slack refused a call, the stream
-timed out (``message_not_in_streaming_state``), the answer to ``startStream`` was lost (whether it
-landed cannot be known: no metadata to look for) — :class:`StreamRefused` tells the outbox to show the
-same state as a plain message instead (``chat.update`` on the stream's ts, or a new post), so no step is
-lost or repeated. A stream that landed unseen after a lost start answer ends by Slack's timeout.
+timed out (``message_not_in_streaming_state``) — :class:`StreamRefused` tells the outbox to show the same
+state as a plain message instead (``chat.update`` on the stream's ts, or a new post), so no step is lost
+or repeated.
+
+Every stream Slack started is stopped, once, whichever answer was lost. A start is recorded (``attempted``,
+``start_tried_at``) before it is sent. A start sent again finds first whether the last one landed: a stream
+carries nothing to look for until it stops (``chat.startStream`` takes no metadata), so it is the message
+by this app in the thread, from the attempt on, that no outbox record knows (``stream_lookup.strangers``);
+found, it becomes this stream (what its start said is sent again: a task card replaces itself), else the
+start goes out again. A start that lands only after that look (Slack slower than our retry) is a stray: when
+a stream whose start answer was ever lost ends, the thread is read once more and every such stranger still
+streaming is stopped and deleted (one that is not streaming was never a stream of ours and is left alone).
+A stop carries our mark, so a stop repeated after a lost answer that meets a stream no longer streaming
+tells ours (it landed: done) from Slack's timeout (fall back).
 
 A stream cannot take back what it showed, so a control that is only true while it streams (Stop) is a small
 message of its own under it (``control``), recorded once the stream started and deleted once it stops or falls
@@ -36,13 +46,13 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.metrics import Metrics
 from bot.slack.pacer import Pacer
+from bot.slack.stream_lookup import Call, mark, marked, replies, strangers
 from state.outbox import OutboxRecord
 from state.store import Outbox
 
 log = logging.getLogger(__name__)
 
 Progress = Literal["stream", "update", "auto"]
-Call = Callable[..., Awaitable[Any]]
 
 # Refusals that mean this workspace (or token) has no streaming at all: in ``auto`` mode, stop trying.
 UNSUPPORTED = frozenset({"unknown_method", "not_allowed_token_type", "missing_scope", "method_deprecated",
@@ -53,6 +63,7 @@ _START_WAIT_S = 1.0  # auto: a start that would wait longer than this for Slack'
 # burst gets edited messages, whose Tier-3 edits coalesce.
 _AUTO_MAX_OPEN = 3
 _STREAM_LIFETIME_S = 300.0  # Slack ends a stream nobody appends to within minutes
+_CLOCK_SKEW_S = 5.0  # a message's ts is Slack's clock, an attempt's time ours: look a little earlier
 
 
 class StreamRefused(Exception):
@@ -84,7 +95,7 @@ class Streams:
         # Streams this process started and has not seen stopped, with when: a stream stopped by another
         # instance (or never, its run gone) stops counting once Slack would have timed it out.
         self._open: dict[str, float] = {}
-        self._team: str | None = None
+        self._me: dict[str, Any] | None = None
         self._status_want: dict[tuple[str, str], str] = {}
         self._status_tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
 
@@ -107,21 +118,29 @@ class Streams:
         progress = {"streamed": json.dumps(sent), "plan_sent": f.get("plan") or "", "sent_at": time.time()}
         ts = f.get("ts")
         if not ts:
-            ts = await self._start(thread, record, call, store, chunks)
-            await store.patch(thread, record.key, {"ts": ts, "attempted": False, **progress})
-            chunks = []
-            if not f.get("final") and json.loads(f.get("control") or "[]"):
+            ts, started = await self._start(thread, record, call, store, chunks)
+            control = not f.get("final") and bool(json.loads(f.get("control") or "[]"))
+            if control:  # recorded before the stream's ts, so a stream known to have started has its Stop known
                 await store.put(thread, control_key(record.key), {
                     "kind": "message", "channel": f["channel"], "thread_ts": f["thread_ts"],
                     "text": f.get("control_text") or " ", "blocks": f["control"]}, due=time.time())
-                await store.patch(thread, record.key, {"control_put": True})
-                f["control_put"] = True
+            # A stream found again may show less than this record: everything goes again with the next call.
+            await store.patch(thread, record.key, {"ts": ts, "attempted": False, "control_put": control,
+                                                   **(progress if started else {})})
+            f["control_put"] = control
+            chunks = [] if started else chunks
         if f.get("final"):
-            await call("chat.stopStream", f["channel"], lambda: self.client.chat_stopStream(
-                channel=f["channel"], ts=ts, chunks=chunks or None, markdown_text=f.get("final_md") or None,
-                blocks=json.loads(f.get("final_blocks") or "[]") or None), refusals=True)
+            try:
+                await call("chat.stopStream", f["channel"], lambda: self.client.chat_stopStream(
+                    channel=f["channel"], ts=ts, chunks=chunks or None, markdown_text=f.get("final_md") or None,
+                    blocks=json.loads(f.get("final_blocks") or "[]") or None, metadata=mark(record.key)),
+                    refusals=True)
+            except StreamRefused as exc:
+                if exc.error != "message_not_in_streaming_state" or not await self._stopped(record, ts, call):
+                    raise
             await store.patch(thread, record.key, {"stopped": True, **progress})
             self._open.pop(opened, None)
+            await self._end_strays(thread, record, call, store)
             await self._after_stop(thread, record, call, store, ts)
             return
         if chunks:
@@ -141,26 +160,37 @@ class Streams:
     @staticmethod
     async def _retire_control(thread: str, record: OutboxRecord, store: Outbox) -> None:
         f = record.fields
-        if f.get("control_put") and not f.get("control_gone"):
+        # Once a start was tried its Stop may have been recorded, even where the flag saying so was not (the
+        # process died, or Redis went away, in between): taking back a Stop never posted costs nothing.
+        if (f.get("control_put") or f.get("start_tried_at")) and not f.get("control_gone"):
             await store.put(thread, control_key(record.key), {"gone": True}, due=time.time())
             await store.patch(thread, record.key, {"control_gone": True})
             f["control_gone"] = True
 
     async def _start(self, thread: str, record: OutboxRecord, call: Call, store: Outbox,
-                     chunks: list[dict[str, Any]]) -> str:
+                     chunks: list[dict[str, Any]]) -> tuple[str, bool]:
+        """The stream's ts, and whether it was started now (False: an earlier start's stream, found again)."""
         f = record.fields
-        if f.get("attempted"):
-            raise StreamRefused("start_answer_lost")
+        if f.get("attempted"):  # the last start's answer was lost: it may have started a stream
+            found = (await self._strangers(thread, record, call, store))[:1]
+            await store.patch(thread, record.key, {"start_lost": True, "attempted": bool(found)})
+            f["start_lost"] = True
+            if found:
+                log.info("stream %s: found the stream a start with a lost answer began (%s)", record.key, found[0])
+                self.metrics.inc("opspilot_streams_found_total")
+                self._open[f"{thread}/{record.key}"] = time.monotonic()
+                return found[0], False
         if self.mode == "update" or not self.available:
             raise StreamRefused("streaming_unavailable")
         if not f.get("recipient"):
             raise StreamRefused("no_recipient")  # nobody asked (an alert did): Slack streams to one person
-        team = await self._team_id(call)
+        team = str((await self._auth(call)).get("team_id") or "")
         wait = self.pacer.try_reserve("chat.startStream", _START_WAIT_S if self.mode == "auto" else float("inf"))
         if self.mode == "auto" and (wait is None or self._open_now() >= _AUTO_MAX_OPEN):
             raise StreamRefused("busy")  # a burst: plain messages rather than a wait for Tier-2 budget
         await asyncio.sleep(wait or 0.0)
-        await store.patch(thread, record.key, {"attempted": True})
+        f["start_tried_at"] = f.get("start_tried_at") or time.time()  # the first: strays are looked for from it
+        await store.patch(thread, record.key, {"attempted": True, "start_tried_at": f["start_tried_at"]})
         try:
             answer = await call("chat.startStream", f["channel"], lambda: self.client.chat_startStream(
                 channel=f["channel"], thread_ts=f["thread_ts"], recipient_user_id=f["recipient"],
@@ -175,7 +205,45 @@ class Streams:
             raise
         self.metrics.inc("opspilot_streams_started_total")
         self._open[f"{thread}/{record.key}"] = time.monotonic()
-        return str(answer["ts"])
+        return str(answer["ts"]), True
+
+    async def _strangers(self, thread: str, record: OutboxRecord, call: Call, store: Outbox) -> list[str]:
+        """Messages of this app in the thread since this record's first start attempt that no record knows."""
+        f = record.fields
+        known = {str(r.get("ts")) for r in await store.records(thread) if r.get("ts")}
+        return await strangers(call, self.client, f["channel"], f["thread_ts"], me=await self._auth(call),
+                               around=float(f.get("start_tried_at") or time.time()), skew_s=_CLOCK_SKEW_S,
+                               known=known)
+
+    async def _stopped(self, record: OutboxRecord, ts: str, call: Call) -> bool:
+        """Whether the stream at ``ts`` carries our stop's mark: a stop whose answer was lost landed."""
+        f = record.fields
+        async for message in replies(call, self.client, f["channel"], f["thread_ts"], oldest=ts):
+            if message.get("ts") == ts:
+                return marked(message) == record.key
+        return False
+
+    async def _end_strays(self, thread: str, record: OutboxRecord, call: Call, store: Outbox) -> None:
+        """Stop and delete the streams a start with a lost answer began after we had looked (see the module's
+        docstring). Best effort, once: a call that fails leaves that stray to Slack's timeout."""
+        if not record.get("start_lost"):
+            return
+        channel = record.fields["channel"]
+        try:
+            strays = await self._strangers(thread, record, call, store)
+        except Exception as exc:  # whatever failed, the stream itself is done
+            log.warning("stream %s: could not look for strays (%r)", record.key, exc)
+            return
+        for ts in strays:
+            try:
+                await call("chat.stopStream", channel, lambda t=ts: self.client.chat_stopStream(channel=channel, ts=t),
+                           refusals=True)
+            except Exception:  # not streaming (never a stream of ours), or Slack failed: left alone
+                continue
+            with contextlib.suppress(Exception):  # stopped, so it was ours: it must not show its steps twice
+                await call("chat.delete", channel, lambda t=ts: self.client.chat_delete(channel=channel, ts=t),
+                           refusals=True)
+            self.metrics.inc("opspilot_streams_strays_stopped_total")
 
     def _open_now(self) -> int:
         cutoff = time.monotonic() - _STREAM_LIFETIME_S
@@ -183,18 +251,24 @@ class Streams:
             del self._open[key]
         return len(self._open)
 
-    async def _team_id(self, call: Call) -> str:
-        if self._team is None:
+    async def _auth(self, call: Call) -> dict[str, Any]:
+        """This app's identity (``auth.test``: team_id, user_id, bot_id), asked once."""
+        if self._me is None:
             answer = await call("auth.test", None, self.client.auth_test, refusals=True)
-            self._team = str(answer.get("team_id") or "")
-        return self._team
+            self._me = {k: answer.get(k) for k in ("team_id", "user_id", "bot_id")}
+        return self._me
 
     async def abandon(self, thread: str, record: OutboxRecord, store: Outbox) -> None:
-        """End a stream that is being replaced by a plain message, if it still streams (one try); the plain
-        message carries its own Stop, so the stream's goes."""
+        """End a stream that is being replaced by a plain message, if it still streams (one try), and any stray a
+        lost start answer left; the plain message carries its own Stop, so the stream's goes."""
         self._open.pop(f"{thread}/{record.key}", None)
         await self._retire_control(thread, record, store)
         f = record.fields
+
+        async def once(_method: str, _channel: str | None, fn: Callable[[], Awaitable[Any]], **_: Any) -> Any:
+            return await fn()
+
+        await self._end_strays(thread, record, once, store)
         if not f.get("ts") or f.get("stopped"):
             return
         with contextlib.suppress(Exception):
