@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from bot.config import Settings, environment_problems
+from bot.slack.failures import slack_error
 from state import StoreError, connect
 from tools import ops
 from tools.errors import ToolError
@@ -101,7 +102,7 @@ async def slack_checks(settings: Settings) -> list[Check]:
     try:
         answer = await client.auth_test()
     except SlackApiError as exc:
-        return [Check("Slack token", False, f"refused by Slack ({exc.response.get('error')})",
+        return [Check("Slack token", False, f"refused by Slack ({slack_error(exc)})",
                       "copy the Bot User OAuth Token from the app's OAuth & Permissions page")]
     except Exception as exc:  # unreachable, a timeout: said, not raised
         return [Check("Slack token", False, f"Slack did not answer ({type(exc).__name__})",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import sys
 import time
@@ -120,6 +121,7 @@ async def _stats(window: str, config: str | None) -> int:
         seconds = {"1h": 3600, "1d": 86400, "7d": 7 * 86400}[window]
         s = await store.stats(seconds)
         downs = [e for e in await store.feedback.latest("down", 10) if e.at >= time.time() - seconds]
+        work, dead = await store.queue.stats(), await store.queue.dead_letters(5)
     finally:
         await store.close()
     print(f"OpsPilot — last {window}")
@@ -137,6 +139,11 @@ async def _stats(window: str, config: str | None) -> int:
     total = read + written + full
     print(f"  input tokens                {total}: {full} at full price, {read} read from the prompt cache "
           f"({read / total if total else 0:.0%}), {written} written to it; output {s.get('output_tokens')}")
+    print(f"  work set aside (dead letters, 14 days)  {work.dead}"
+          + ("" if not dead else "  — newest first:"))
+    for d in dead:  # what it was and where, never its text (a person's words, shown to operators only in Slack)
+        print(f"    {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(d.at))}  {_work_label(d.body)}, "
+              f"{d.deliveries} tries: {_inert(d.reason)[:160]}")
     print("  stop reasons")
     for reason, count in s.stop_reasons.items() or {"(none yet)": 0}.items():
         print(f"    {reason:<24}  {count}")
@@ -148,6 +155,23 @@ async def _stats(window: str, config: str | None) -> int:
         print(f"      asked: {' '.join(e.question.split())[:100]}")
         print(f"      {thread_url(e)}")
     return 0
+
+
+def _work_label(body: str) -> str:
+    """A work item as a line of ``stats``: its kind and where it was (channel, thread), not what it said."""
+    try:
+        item = json.loads(body)
+    except ValueError:
+        return "unreadable item"
+    if not isinstance(item, dict):
+        return "unreadable item"
+    where = "/".join(str(item[k]) for k in ("channel", "thread_ts") if item.get(k))
+    return _inert(f"{item.get('kind', '?')}{' in ' + where if where else ''}")
+
+
+def _inert(text: str) -> str:
+    """Control characters shown, never obeyed, on an operator's terminal."""
+    return "".join(c if c.isprintable() else f"<U+{ord(c):04X}>" for c in text)
 
 
 async def _tools(config: str | None) -> int:

@@ -60,6 +60,8 @@ class Ttls:
     audit_s: int = 90 * 24 * 3600
     audit_max_entries: int = 100_000
     readers_s: int = 60
+    dead_letters_s: int = 14 * 24 * 3600
+    """Work items no worker could finish, kept for the operator (``opspilot stats``)."""
     """How long a worker that stopped reading stays in the list of the queue's readers."""
     feedback_s: int = 30 * 24 * 3600
     """A rating of an answer (👍/👎 with its context), and the lists of the latest ones."""
@@ -119,6 +121,10 @@ class Keys:
     def dedupe(self, name: str) -> str:
         return f"{self.prefix}:dedupe:{name}"
 
+    def claimed(self, name: str) -> str:
+        """Who claimed ``name`` first (e.g. the thread investigating an alert group), until its TTL."""
+        return f"{self.prefix}:claimed:{name}"
+
     def stats(self, shard: str, hour: int) -> str:
         return f"{self.prefix}:{{{shard}}}:stats:{hour}"
 
@@ -134,6 +140,12 @@ class Keys:
     def window_held(self, name: str) -> str:
         """Set while a sliding window is full and someone was told: they are told once per hold."""
         return f"{self.prefix}:{{window:{name}}}:held"
+
+    def pace(self, workspace: str, bucket: str) -> str:
+        """One Slack rate-limit bucket of a workspace (a method, or ``post:<channel>``), shared by every process.
+        Its own hash tag: each bucket one slot of a Redis Cluster. TTL: until the bucket is full again (a missing
+        bucket reads as full), set at every write (:mod:`state.pacing`)."""
+        return f"{self.prefix}:{{pace:{workspace}:{bucket}}}"
 
     def index(self, shard: str, name: str) -> str:
         """One shard's part of a run index: ``paused`` (scored by the earliest question expiry, for expiry
@@ -155,6 +167,11 @@ class Keys:
     def queue(self) -> str:
         """The work stream fronts add to and workers read (one consumer group)."""
         return f"{self.prefix}:work"
+
+    def dead_letters(self) -> str:
+        """Work items no worker could finish (a stream the operator reads). Its hash tag is the work stream's own
+        name, which hashes as that untagged key does: one slot, so burying an entry is one transaction."""
+        return f"{{{self.queue()}}}:dead"
 
     def readers(self) -> str:
         """The workers reading the work stream, scored by when each last read (Redis's clock): a front's readiness."""

@@ -49,6 +49,22 @@ class QueueStats:
     pending: int
     oldest_pending_s: float
     redelivered: int
+    dead: int = 0
+    """Entries set aside after every try failed (see :meth:`RedisQueue.bury`)."""
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A work item no worker could finish: what it was, why, and when it was set aside."""
+
+    id: str
+    body: str
+    reason: str
+    deliveries: int
+    at: float
+
+
+DEAD_MAX = 1000
 
 
 @dataclass(frozen=True)
@@ -98,8 +114,9 @@ class RedisQueue:
         async with guard("reading work"):
             await self._group()
             try:
+                # BLOCK 0 would wait for ever: 0 here means "what is there now".
                 reply: Any = await self.client.xreadgroup(GROUP, consumer, {self.keys.queue(): ">"}, count=count,
-                                                          block=block_ms)
+                                                          block=block_ms or None)
             except ResponseError as exc:
                 if "NOGROUP" not in str(exc):
                     raise
@@ -147,6 +164,40 @@ class RedisQueue:
 
         await retried("acknowledging work", self.grace_s, attempt)
 
+    async def retry_later(self, consumer: str, entry_id: str, *, after_s: float, idle_ms: int) -> None:
+        """A try failed: leave the entry pending, to be reclaimed (by any worker, ``idle_ms`` being what they wait
+        for) in about ``after_s`` rather than after a whole idle period. JUSTID keeps the delivery count."""
+        idle = max(idle_ms - int(after_s * 1000), 0)
+        async with guard("postponing work"):
+            await self.client.xclaim(self.keys.queue(), GROUP, consumer, 0, [entry_id], idle=idle, justid=True)
+
+    async def bury(self, entry: Entry, reason: str) -> None:
+        """Set an entry aside for the operator and take it off the queue, in one transaction (one slot)."""
+        key, dead = self.keys.queue(), self.keys.dead_letters()
+
+        async def attempt() -> None:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.xadd(dead, {"body": entry.body, "reason": reason[:2000], "deliveries": entry.deliveries,
+                             "entry": entry.id, "at": repr(time.time())}, maxlen=DEAD_MAX, approximate=True)
+            pipe.expire(dead, self.ttls.dead_letters_s)
+            pipe.xack(key, GROUP, entry.id)
+            pipe.xdel(key, entry.id)
+            await pipe.execute()
+
+        # A retry after a lost reply may list it twice; the entry itself goes once.
+        await retried("setting work aside", self.grace_s, attempt)
+
+    async def dead_letters(self, count: int = 20) -> list[DeadLetter]:
+        """The newest entries set aside, newest first."""
+        async with guard("reading the dead letters"):
+            rows: Any = await self.client.xrevrange(self.keys.dead_letters(), count=count)
+        out = []
+        for eid, fields in rows:
+            f = {str(text(k)): str(text(v)) for k, v in fields.items()}
+            out.append(DeadLetter(f.get("entry") or str(text(eid)), f.get("body", ""), f.get("reason", ""),
+                                  int(f.get("deliveries") or 0), float(f.get("at") or 0)))
+        return out
+
     async def stats(self) -> QueueStats:
         key = self.keys.queue()
         async with guard("reading the queue"):
@@ -154,9 +205,10 @@ class RedisQueue:
             length = int(await self.client.xlen(key))
             summary: Any = await self.client.xpending(key, GROUP)
             detail: Any = await self.client.xpending_range(key, GROUP, "-", "+", 100) if summary["pending"] else []
+            dead = int(await self.client.xlen(self.keys.dead_letters()))
         oldest = max((d["time_since_delivered"] for d in detail), default=0) / 1000
         redelivered = sum(1 for d in detail if d["times_delivered"] > 1)
-        return QueueStats(length, int(summary["pending"]), oldest, redelivered)
+        return QueueStats(length, int(summary["pending"]), oldest, redelivered, dead)
 
     async def beat(self, consumer: str) -> None:
         """``consumer`` is reading the queue now (see :meth:`readers`)."""
@@ -176,6 +228,7 @@ class MemoryQueue:
         self._entries: OrderedDict[str, str] = OrderedDict()
         self._pending: dict[str, tuple[str, float, int]] = {}
         self._beats: dict[str, float] = {}
+        self._dead: list[DeadLetter] = []
         self._seq = 0
 
     async def put(self, body: str) -> str:
@@ -214,11 +267,24 @@ class MemoryQueue:
         self._pending.pop(entry_id, None)
         self._entries.pop(entry_id, None)
 
+    async def retry_later(self, consumer: str, entry_id: str, *, after_s: float, idle_ms: int) -> None:
+        held = self._pending.get(entry_id)
+        if held is not None:
+            self._pending[entry_id] = (consumer, time.monotonic() - idle_ms / 1000 + after_s, held[2])
+
+    async def bury(self, entry: Entry, reason: str) -> None:
+        self._dead.insert(0, DeadLetter(entry.id, entry.body, reason, entry.deliveries, time.time()))
+        del self._dead[DEAD_MAX:]
+        await self.ack(entry.id)
+
+    async def dead_letters(self, count: int = 20) -> list[DeadLetter]:
+        return self._dead[:count]
+
     async def stats(self) -> QueueStats:
         now = time.monotonic()
         return QueueStats(len(self._entries), len(self._pending),
                           max((now - at for _, at, _ in self._pending.values()), default=0.0),
-                          sum(1 for *_, n in self._pending.values() if n > 1))
+                          sum(1 for *_, n in self._pending.values() if n > 1), len(self._dead))
 
     async def beat(self, consumer: str) -> None:
         self._beats[consumer] = time.monotonic()

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from core.messages import Message
 from state.feedback import Feedbacks
 from state.outbox import OutboxRecord
-from state.queue import Entry, QueueStats
+from state.queue import DeadLetter, Entry, QueueStats
 from state.records import RunRecord, Ticket, TraceEntry
 
 
@@ -230,6 +230,10 @@ class MetaStore(Protocol):
     async def first_time(self, name: str, ttl_s: int | None = None) -> bool:
         """True the first time ``name`` is seen (within its TTL), False after: event and message dedupe."""
 
+    async def claim(self, name: str, holder: str, ttl_s: int) -> str:
+        """``holder`` holds ``name`` for ``ttl_s`` unless someone does already: whoever holds it (one script, so
+        claimers at the same moment all read the one winner; a retry after a lost reply reads itself)."""
+
     async def count(self, name: str, ttl_s: int) -> int:
         """Adds one to a counter that lives ``ttl_s`` from its first count; its new value (rate limits)."""
 
@@ -248,7 +252,8 @@ class MetaStore(Protocol):
 class Outbox(Protocol):
     """Per thread, in order: each message's desired state and what was delivered (see :mod:`state.outbox`)."""
 
-    async def put(self, thread: str, key: str, fields: Mapping[str, Any], *, due: float) -> int: ...
+    async def put(self, thread: str, key: str, fields: Mapping[str, Any], *, due: float,
+                  urgent: bool = False) -> int: ...
 
     async def records(self, thread: str) -> list[OutboxRecord]: ...
 
@@ -278,6 +283,15 @@ class WorkQueue(Protocol):
     async def touch(self, consumer: str, entry_id: str) -> bool: ...
 
     async def ack(self, entry_id: str) -> None: ...
+
+    async def retry_later(self, consumer: str, entry_id: str, *, after_s: float, idle_ms: int) -> None:
+        """A try failed: any worker takes the entry again in about ``after_s``."""
+
+    async def bury(self, entry: Entry, reason: str) -> None:
+        """Every try failed: set the entry aside for the operator (see :meth:`dead_letters`) and acknowledge it."""
+
+    async def dead_letters(self, count: int = 20) -> list[DeadLetter]:
+        """The newest entries set aside, newest first."""
 
     async def stats(self) -> QueueStats: ...
 

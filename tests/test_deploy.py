@@ -26,7 +26,7 @@ import yaml
 from bot.assembly import build_model
 from bot.cli import _parser
 from bot.config import ConfigError, environment_problems, load_settings
-from bot.slack.work import Worker
+from bot.slack.worker import Worker
 from state import Keys
 from state.queue import GROUP
 from tools import ops

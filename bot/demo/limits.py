@@ -105,7 +105,8 @@ class Fault:
     ``error``: answer ``status`` without doing anything. ``hang``: answer only after ``hang_s`` (the
     client has given up by then), without doing anything. ``lost``: do it, then answer ``status`` —
     the message landed but the caller cannot know. ``refuse``: answer 200 with ``ok: false`` and
-    ``error`` (Slack refusing this one message, e.g. a locked thread)."""
+    ``error`` (Slack refusing this one message, e.g. a locked thread). ``text``: answer ``status`` with a
+    plain-text body, as a proxy in front of Slack does (not JSON)."""
 
     kind: str
     methods: frozenset[str]
@@ -128,6 +129,6 @@ class Fault:
 
 
 MIXED: tuple[tuple[str, int], ...] = (("error", 500), ("error", 503), ("limited", 429), ("reset", 0),
-                                      ("hang", 500), ("lost", 500))
-"""What a proxy between us and Slack does under mixed faults: a 5xx, a 429, a reset connection, no answer in
-time, or the answer lost after Slack did the work."""
+                                      ("hang", 500), ("lost", 500), ("text", 502))
+"""What a proxy between us and Slack does under mixed faults: a 5xx (JSON or a plain-text page), a 429, a reset
+connection, no answer in time, or the answer lost after Slack did the work."""

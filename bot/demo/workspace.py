@@ -20,6 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from bot.demo.canvases import CanvasMethods
+from bot.demo.channels import ChannelMethods
 from bot.demo.limits import Fault, block_problems
 from bot.demo.local_server import LocalServer
 from bot.demo.streams import STREAM_METHODS, TIERS, StreamMethods
@@ -34,7 +35,7 @@ _FAKE_ONLY = frozenset({"stream", "was_stream"})
 Watcher = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-class LocalSlack(StreamMethods, ViewMethods, CanvasMethods, WebhookMethods):
+class LocalSlack(StreamMethods, ViewMethods, CanvasMethods, WebhookMethods, ChannelMethods):
     def __init__(self, token: str = "xoxb-test-token") -> None:
         self.token = token
         self.calls: list[tuple[str, dict[str, Any]]] = []
@@ -187,6 +188,8 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods, WebhookMethods):
                 await asyncio.sleep(fault.hang_s)
             if kind in ("hang", "error"):
                 return web.json_response({"ok": False, "error": "fatal_error"}, status=status)
+            if kind == "text":  # a proxy's 5xx page: not JSON at all
+                return web.Response(status=status, text=f"{status} Bad Gateway", content_type="text/plain")
             if kind == "refuse":
                 return web.json_response({"ok": False, "error": fault.error})
             if kind == "limited":

@@ -7,12 +7,11 @@ import logging
 import time
 from dataclasses import dataclass
 
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.config import Approvers, SlackConfig
 from bot.slack.blocks import escape, is_user
-from bot.slack.metrics import slack_error
+from bot.slack.failures import SLACK_FAILURES, retried, slack_error
 from bot.slack.people import People
 from bot.slack.words import say
 
@@ -56,10 +55,11 @@ class AccessPolicy:
         if cached and cached[0] > time.monotonic():
             return cached[1]
         try:
-            response = await self.client.usergroups_users_list(usergroup=usergroup)
+            response = await retried("usergroups.users.list",
+                                     lambda: self.client.usergroups_users_list(usergroup=usergroup))
             users = frozenset(response.get("users") or [])
             self._unread.discard(usergroup)
-        except SlackApiError as exc:
+        except SLACK_FAILURES as exc:  # a hang or a dropped connection too: never out of a card's rendering
             log.warning("could not read user group %s: %s", usergroup, slack_error(exc))
             if not cached:
                 self._unread.add(usergroup)

@@ -30,7 +30,7 @@ from bot.slack.incident_commands import SHORTCUT as SUMMARIZE_SHORTCUT
 from bot.slack.link import OneLine
 from bot.slack.metrics import Metrics
 from bot.slack.outbox import SlackOutbox
-from bot.slack.work import READ_WINDOW_S, Worker
+from bot.slack.worker import READ_WINDOW_S, Worker
 from state import StoreError
 from state.store import Store, WorkQueue
 
@@ -228,7 +228,8 @@ def web_routes(*, bolt: AsyncApp, signing_secret: str, store: Store, outbox: Sla
             gauges = [("opspilot_work_queue_length", float(work.length)),
                       ("opspilot_work_pending", float(work.pending)),
                       ("opspilot_work_oldest_pending_seconds", work.oldest_pending_s),
-                      ("opspilot_work_redelivered_pending", float(work.redelivered))]
+                      ("opspilot_work_redelivered_pending", float(work.redelivered)),
+                      ("opspilot_work_dead_letters", float(work.dead))]
         except StoreError:
             waiting = undelivered = float("nan")
             gauges = []

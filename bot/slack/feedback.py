@@ -28,8 +28,9 @@ from bot.agent.errors import EngineError
 from bot.agent.events import Event
 from bot.slack import blocks as kit
 from bot.slack.access import AccessPolicy
+from bot.slack.failures import slack_error
 from bot.slack.meta import RUN, THREAD, channel_of, thread_key
-from bot.slack.metrics import Metrics, slack_error
+from bot.slack.metrics import Metrics
 from bot.slack.outbox import SlackOutbox
 from bot.slack.words import language_of, say
 from core.redact import redact

@@ -14,14 +14,12 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-import aiohttp
-from slack_sdk.errors import SlackApiError
-
 from bot import when
 from bot.followups import Followups, Refused, keyed_id
 from bot.slack import blocks as kit
 from bot.slack.access import AccessPolicy
 from bot.slack.audit import ran_a_change
+from bot.slack.failures import SLACK_FAILURES, slack_error
 from bot.slack.meta import THREAD, thread_key
 from bot.slack.outbox import SlackOutbox
 from bot.slack.thread_log import FollowupKind, followup_events, log_followup
@@ -99,11 +97,21 @@ class SlackFollowups:
                                                           "elements": [kit.button(say(lang, "cancel"), CANCEL,
                                                                                   timer.id)]}])
 
-    async def ran(self, timer: Timer, at: float) -> None:
+    async def ran(self, timer: Timer, at: float, late_s: float = 0.0) -> None:
         await self._log(timer, "ran", at)
+        await self._show(timer, await self._ran(timer, at, late_s))
+
+    async def late(self, timer: Timer, at: float, late_s: float) -> None:
+        """A follow-up that runs late says how late in its thread: a line of its own, just above its turn."""
+        await self.outbox.say(timer.channel, timer.thread_ts, await self._ran(timer, at, late_s),
+                              key=f"timer-late:{timer.id}:{timer.due}")
+
+    async def _ran(self, timer: Timer, at: float, late_s: float) -> str:
         lang = await self.lang(timer)
-        await self._show(timer, say(lang, "fu_ran", at=time_of(at, lang), by=kit.who(timer.owner),
-                                    question=kit.escape(timer.question)))
+        values = {"at": time_of(at, lang), "by": kit.who(timer.owner), "question": kit.escape(timer.question)}
+        if late_s:
+            return say(lang, "fu_ran_late", due=time_of(timer.due, lang), minutes=int(late_s // 60), **values)
+        return say(lang, "fu_ran", **values)
 
     async def skipped(self, timer: Timer, key: str, **values: object) -> None:
         """Said in the thread (a line of its own, so the thread reads in order) and on the announcement."""
@@ -216,11 +224,8 @@ class SlackFollowups:
             return ""
         try:
             answer: Any = await self.access.client.chat_getPermalink(channel=channel, message_ts=ts)
-        except SlackApiError as exc:
-            log.info("no permalink for %s/%s: %s", channel, ts, exc.response.get("error"))
-            return ""
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            log.info("no permalink for %s/%s: %s", channel, ts, type(exc).__name__)
+        except SLACK_FAILURES as exc:
+            log.info("no permalink for %s/%s: %s", channel, ts, slack_error(exc))
             return ""
         return str(answer.get("permalink") or "")
 

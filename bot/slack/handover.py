@@ -9,11 +9,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import blocks as kit
 from bot.slack.alerts import ALERT
+from bot.slack.failures import SLACK_FAILURES
 from bot.slack.incident import asked_in
 from bot.slack.meta import thread_key
 from bot.slack.thread_log import alert_events
@@ -112,7 +112,7 @@ class Handover:
     async def _link(self, channel: str, ts: str) -> str:
         try:
             answer: Any = await self.client.chat_getPermalink(channel=channel, message_ts=ts)
-        except SlackApiError:
+        except SLACK_FAILURES:
             return ""
         return str(answer.get("permalink") or "")
 

@@ -8,14 +8,15 @@ Slack failing) the model is told the thread could not be read and the run goes o
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.slack.failures import SLACK_FAILURES, retried, slack_error
 from bot.slack.meta import thread_key
 from bot.slack.outbox import METADATA_TYPE
 from core.quote import quote
@@ -68,12 +69,11 @@ class ThreadReader:
         marker = await self.meta.get(SEEN, thread_id)
         # This very question read before (its worker died, the work came again): the same window again.
         seen = marker.get("before", "") if marker.get("ts") == ts else marker.get("ts", "")
-        try:
+        try:  # retried like any Slack call; still failing, the question is answered without the thread
             me = await self._identity()
             messages = await self._replies(channel, thread_ts, oldest=seen)
-        except (SlackApiError, OSError, TimeoutError) as exc:
-            reason = exc.response.get("error", "error") if isinstance(exc, SlackApiError) else type(exc).__name__
-            log.warning("thread %s could not be read (%s): the run goes on without it", thread_id, reason)
+        except SLACK_FAILURES as exc:
+            log.warning("thread %s could not be read (%s): the run goes on without it", thread_id, slack_error(exc))
             return quote_thread("(The earlier messages of this thread could not be read.)")
         if float(ts) >= float(marker.get("ts") or 0):  # a late, older message does not move the marker back
             await self.meta.put(SEEN, thread_id, {"ts": ts, "before": seen})
@@ -94,7 +94,7 @@ class ThreadReader:
 
     async def _identity(self) -> Identity:
         if self._me is None:
-            answer = await self.client.auth_test()
+            answer = await retried("auth.test", self.client.auth_test)
             self._me = Identity(answer.get("user_id"), answer.get("bot_id"))
         return self._me
 
@@ -108,7 +108,7 @@ class ThreadReader:
                 args["oldest"] = oldest
             if cursor:
                 args["cursor"] = cursor
-            page = await self.client.conversations_replies(**args)
+            page = await retried("conversations.replies", functools.partial(self.client.conversations_replies, **args))
             out.extend(page.get("messages") or [])
             cursor = (page.get("response_metadata") or {}).get("next_cursor")
             if not page.get("has_more") or not cursor:

@@ -10,13 +10,13 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.engine import Engine
 from bot.slack import blocks as kit
 from bot.slack.access import AccessPolicy
 from bot.slack.audit import audit_line
+from bot.slack.failures import SLACK_FAILURES, slack_error
 from bot.slack.feedback import home_lines
 from bot.slack.meta import THREAD, channel_of, thread_key
 from bot.slack.people import People
@@ -58,8 +58,8 @@ class Home:
         view = {"type": "home", "blocks": await self.blocks(user)}
         try:
             await self.client.views_publish(user_id=user, view=view)
-        except SlackApiError as exc:
-            log.warning("App Home for %s not published: %s", user, exc.response.get("error"))
+        except SLACK_FAILURES as exc:
+            log.warning("App Home for %s not published: %s", user, slack_error(exc))
 
     async def language(self, user: str) -> str:
         """A Home tab speaks the configured language, else that of the person's latest question (English at first)."""

@@ -23,6 +23,7 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import shapes
+from bot.slack.failures import slack_error
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class SocketLink:
                 socket = self._make()
                 await socket.connect()  # type: ignore[no-untyped-call]
             except SlackApiError as exc:
-                error = str(exc.response.get("error", "")) if exc.response is not None else ""
+                error = slack_error(exc)
                 if error in REFUSED:
                     raise TokenRefused(f"Slack refused SLACK_APP_TOKEN ({error}): it must be an app-level token "
                                        "(xapp-…) with connections:write, from the app's Basic Information "

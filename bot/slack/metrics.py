@@ -6,7 +6,6 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.async_handler import AsyncRetryHandler
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.http_retry.request import HttpRequest
@@ -26,6 +25,8 @@ _HELP = {
     "opspilot_slack_api_errors_total": "Slack Web API errors by method",
     "opspilot_slack_rate_limited_total": "Slack Web API 429 responses",
     "opspilot_interrupts_pending": "Runs waiting for a person now",
+    "opspilot_work_dead_letters": "Work items set aside after every try failed (opspilot stats lists them)",
+    "opspilot_work_retries_total": "Work items tried again after a failure, by kind",
     "opspilot_feedback_total": "Answers rated, by the model that wrote them and the rating (up, down)",
 }
 
@@ -72,14 +73,6 @@ class Metrics:
             label_text = ",".join(f'{k}="{v}"' for k, v in labels)
             lines.append(f"{name}{{{label_text}}} {value:g}" if label_text else f"{name} {value:g}")
         return "\n".join(lines) + "\n"
-
-
-def slack_error(exc: SlackApiError) -> str:
-    """The ``error`` code of a failed Web API call (or its HTTP status when the body was not JSON)."""
-    data = exc.response.data
-    if isinstance(data, dict):
-        return str(data.get("error") or "unknown_error")
-    return f"http_{exc.response.status_code}"
 
 
 class CountingRateLimitHandler(AsyncRateLimitErrorRetryHandler):

@@ -3,8 +3,8 @@ then delivered in order per thread, retried with backoff until Slack accepts it,
 the same message (a progress edit, a card closing) superseding one not yet sent.
 
 A post whose answer never came (a timeout, a 5xx, a dropped connection) may have landed: before
-posting it again we look for it in the thread (``conversations.replies``), where every post carries
-its outbox key in Slack message ``metadata``. Ephemerals leave no trace to look for, so one that
+posting it again we look for it, in its thread or its channel, by the outbox key every post carries in
+Slack message ``metadata`` (:mod:`bot.slack.landed`). Ephemerals leave no trace to look for, so one that
 timed out may be shown twice; that is the only duplicate this allows.
 """
 
@@ -26,8 +26,11 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import blocks as kit
-from bot.slack.metrics import Metrics, slack_error
-from bot.slack.pacer import Pacer
+from bot.slack.failures import slack_error
+from bot.slack.landed import METADATA_TYPE as METADATA_TYPE  # where history.py reads it from too
+from bot.slack.landed import find_posted
+from bot.slack.metrics import Metrics
+from bot.slack.pacer import Pacer, low_priority
 from bot.slack.streams import StreamRefused, Streams, control_key
 from bot.slack.words import say
 from core import redact as scrub
@@ -38,7 +41,6 @@ from state.store import Outbox
 
 log = logging.getLogger(__name__)
 
-METADATA_TYPE = "opspilot_message"
 _LEASE_MS = 20_000
 _STREAM_SPACING_S = 0.2
 # Slack answered but refused: only these are worth another try; any other refusal is final, and the message
@@ -163,7 +165,8 @@ class SlackOutbox:
 
     async def _put(self, channel: str, thread_ts: str | None, key: str, fields: dict[str, Any]) -> None:
         try:
-            await self.store.put(f"{channel}:{thread_ts or '-'}", key, fields, due=time.time())
+            await self.store.put(f"{channel}:{thread_ts or '-'}", key, fields, due=time.time(),
+                                 urgent=not low_priority(key))  # a card need not wait out a progress edit's turn
         except StoreError as exc:
             # The store is down, so this cannot be kept for later: one direct attempt (typically the very
             # message that tells the user the store is down).
@@ -269,7 +272,7 @@ class SlackOutbox:
                 continue
             if record.get("kind") == "stream" and record.get("fallback") and record.get("final"):
                 await self._put_then(thread, record)  # the answer never waits behind the edit's budget
-            wait = self._edit_wait(record)
+            wait = await self._edit_wait(record)
             if wait > 0:  # an edit waits for its interval; later posts need not wait for it
                 retry_at = min(retry_at, time.time() + wait)
                 continue
@@ -285,19 +288,19 @@ class SlackOutbox:
         self._failures.pop(thread, None)
         return retry_at if retry_at != float("inf") else time.time()
 
-    def _edit_wait(self, record: OutboxRecord) -> float:
-        """Edits of one message are spaced by ``update_interval_s``, and never queue for Slack's edit budget
-        ahead of new messages (answers, cards): what changes meanwhile coalesces into the next edit. A stream's
-        appends are spaced less (they show every step; Tier 4) and coalesce the same way."""
+    async def _edit_wait(self, record: OutboxRecord) -> float:
+        """Edits of one message are spaced by ``update_interval_s``; a progress edit never queues for Slack's edit
+        budget ahead of cards and answers (:meth:`Pacer.edit_slot`): what changes meanwhile coalesces into the next
+        edit. A stream's appends are spaced less (they show every step; Tier 4) and coalesce the same way."""
         if record.get("kind") == "ephemeral" or not record.get("ts"):
             return 0.0
+        method, spacing_s = "chat.update", self.update_interval_s
         if record.get("kind") == "stream" and not record.get("fallback"):
             if record.get("final") or record.get("stopped"):
                 return 0.0
-            spacing = float(record.get("sent_at", 0.0)) + _STREAM_SPACING_S - time.time()
-            return max(spacing, self.pacer.ready_in("chat.appendStream"))
-        spacing = float(record.get("sent_at", 0.0)) + self.update_interval_s - time.time()
-        return max(spacing, self.pacer.edit_ready_in())
+            method, spacing_s = "chat.appendStream", _STREAM_SPACING_S
+        spacing = float(record.get("sent_at", 0.0)) + spacing_s - time.time()
+        return spacing if spacing > 0 else await self.pacer.edit_slot(record.key, method)
 
     async def _send(self, thread: str, record: OutboxRecord) -> None:
         f = record.fields
@@ -325,7 +328,9 @@ class SlackOutbox:
         else:
             landed = await self._find_posted(record) if f.get("attempted") else None
             if landed is None:
-                await self.store.patch(thread, record.key, {"attempted": True})
+                # The first attempt's time stays: a look in the channel reads from just before it.
+                await self.store.patch(thread, record.key, {"attempted": True,
+                                                            "attempted_at": f.get("attempted_at") or time.time()})
                 answer = await self._call("chat.postMessage", f["channel"], lambda: self.client.chat_postMessage(
                     channel=f["channel"], thread_ts=f.get("thread_ts"), text=f["text"], blocks=blocks,
                     metadata={"event_type": METADATA_TYPE, "event_payload": {"key": record.key}}))
@@ -362,24 +367,8 @@ class SlackOutbox:
         f["then_put"] = True  # this round's copy too
 
     async def _find_posted(self, record: OutboxRecord) -> str | None:
-        """The ts of an earlier attempt of this post that landed after all, or None."""
-        f = record.fields
-        if not f.get("thread_ts"):
-            return None
-        cursor: str | None = None
-        for _ in range(50):  # up to 10,000 replies; a post is looked for only after its answer was lost
-            page = await self._call("conversations.replies", None, lambda c=cursor: self.client.conversations_replies(
-                channel=f["channel"], ts=f["thread_ts"], include_all_metadata=True, limit=200, cursor=c))
-            for message in (page or {}).get("messages", []):
-                meta = message.get("metadata") or {}
-                key = (meta.get("event_payload") or {}).get("key")
-                if meta.get("event_type") == METADATA_TYPE and key == record.key:
-                    self.metrics.inc("opspilot_outbox_duplicates_avoided_total")
-                    return str(message["ts"])
-            cursor = ((page or {}).get("response_metadata") or {}).get("next_cursor") or None
-            if not cursor:
-                return None
-        return None
+        """The ts of an earlier attempt of this post that landed after all, or None (in a thread or not)."""
+        return await find_posted(self._call, self.client, record, self.metrics)
 
     async def _call(self, method: str, channel: str | None, call: Any, refusals: bool = False,
                     paced: bool = True) -> Any:

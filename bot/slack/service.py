@@ -39,9 +39,11 @@ from bot.slack.render import Renderer
 from bot.slack.streams import Streams
 from bot.slack.timers import TimerParts
 from bot.slack.timers import wire as wire_timers
-from bot.slack.work import Delivery, Executor, NotYet, Worker, WorkItem
-from state import StoreError
+from bot.slack.work import Delivery, Executor, NotYet, WorkItem
+from bot.slack.worker import Worker, attempts
+from state import RedisStore, StoreError
 from state.meta import DEDUPE_MARK
+from state.pacing import RedisPacing
 from state.store import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -143,7 +145,11 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     # (Slack did not take those), never a 5xx or a dropped connection (which may have landed).
     delivery = AsyncWebClient(token=slack.bot_token, base_url=api_url, timeout=int(max(slack.request_timeout_s, 1)),
                               retry_handlers=[CountingRateLimitHandler(metrics)], session=sessions[1])
-    pacer = Pacer(posts_per_second=slack.posts_per_second, updates_per_minute=slack.updates_per_minute)
+    identity = Identity(client, core.meta)
+    # Slack counts per workspace, whichever process calls: so do all ours, in Redis.
+    shared = RedisPacing(core.store.client, core.store.keys) if isinstance(core.store, RedisStore) else None
+    pacer = Pacer(posts_per_second=slack.posts_per_second, updates_per_minute=slack.updates_per_minute,
+                  shared=shared, workspace=lambda: _team(identity))
     outbox = SlackOutbox(store=core.outbox, client=delivery, metrics=metrics, pacer=pacer,
                          update_interval_s=slack.progress_interval_s, max_backoff_s=slack.outbox_max_backoff_s,
                          streams=Streams(client=delivery, pacer=pacer, metrics=metrics, mode=slack.progress))
@@ -159,7 +165,7 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
         await queue.put(item.model_dump_json())
 
     async def here(item: WorkItem) -> None:
-        inbound.spawn(executor(item), name=f"{item.kind}-{item.channel}")
+        inbound.spawn(attempts(executor, item), name=f"{item.kind}-{item.channel}")
 
     # A worker hands on what a stored request means through the queue too: durable before the request is read.
     dispatch = here if role == "all" else enqueue
@@ -194,7 +200,6 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
                           interval_s=settings.sweeps.interval_s)
     # Socket Mode carries no signatures; Bolt still wants a secret string.
     secret = slack.signing_secret or "socket-mode"
-    identity = Identity(client, core.meta)
     bolt = build_bolt_app(client=client, signing_secret=secret, inbound=inbound, identity=identity)
     store_first = None
     if role == "front" and not socket_mode:
@@ -259,6 +264,10 @@ def _socket_link(client: AsyncWebClient, app_token: str, bolt: AsyncApp, store: 
         return bare
 
     return SocketLink(client, app_token, socket)
+
+
+async def _team(identity: Identity) -> str | None:
+    return (await identity.get() or {}).get("team_id") or None
 
 
 async def _known(identity: Identity) -> bool:

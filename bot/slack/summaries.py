@@ -14,10 +14,11 @@ import logging
 import re
 from typing import Any
 
-from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.models.base import ChatModel
+from bot.slack.failures import SLACK_FAILURES, slack_error
 from bot.slack.history import ThreadReader
 from bot.slack.incident import Incident, gather
 from bot.slack.narrative import THREAD_CHARS, write
@@ -97,8 +98,8 @@ class Summaries:
         note = f"incident-summary:{incident.thread_ts}"
         try:
             how = await self._canvas(incident, document)
-        except SlackApiError as exc:
-            error = str(exc.response.get("error") or "")
+        except SLACK_FAILURES as exc:
+            error = slack_error(exc)
             if error not in CANVAS_UNAVAILABLE:
                 log.warning("summary of %s: canvas failed (%s)", thread_id, error)
                 await self.outbox.say(incident.channel, incident.thread_ts, say(lang, "inc_failed", why=error),
@@ -119,7 +120,7 @@ class Summaries:
                     {"operation": "replace", "document_content": content}])
                 return "updated"
             except SlackApiError as exc:
-                if exc.response.get("error") != "canvas_not_found":  # deleted by someone: make a new one
+                if slack_error(exc) != "canvas_not_found":  # deleted by someone: make a new one
                     raise
         created = await self.client.canvases_create(
             title=say(incident.lang, "inc_canvas_title", title=reveal(incident.title))[:120], document_content=content,
@@ -135,8 +136,8 @@ class Summaries:
                 filename=f"incident-summary-{incident.thread_ts}.md",
                 title=say(lang, "inc_canvas_title", title=reveal(incident.title))[:120],
                 initial_comment=say(lang, "inc_as_file", why=why))
-        except (SlackClientError, OSError, TimeoutError) as exc:  # the upload URL is another host: it may fail alone
-            error = str(exc.response.get("error") or "") if isinstance(exc, SlackApiError) else type(exc).__name__
+        except SLACK_FAILURES as exc:  # the upload URL is another host: it may fail alone
+            error = slack_error(exc)
             log.warning("summary of %s: file upload failed (%s)", incident.thread_id, error)
             await self.outbox.say(incident.channel, incident.thread_ts, say(lang, "inc_failed", why=error),
                                   key=f"incident-summary:{incident.thread_ts}")
@@ -146,8 +147,8 @@ class Summaries:
         the narrative is written from the records and OpsPilot's answers alone."""
         try:
             return await self.reader.others(incident.channel, incident.thread_ts)
-        except (SlackApiError, OSError, TimeoutError) as exc:
-            why = exc.response.get("error") if isinstance(exc, SlackApiError) else type(exc).__name__
+        except SLACK_FAILURES as exc:
+            why = slack_error(exc)
             log.warning("summary of %s: the thread could not be read (%s): the records only", incident.thread_id, why)
             return ""
 
@@ -165,8 +166,8 @@ class Summaries:
     async def _permalink(self, channel: str, ts: str) -> str:
         try:
             answer: Any = await self.client.chat_getPermalink(channel=channel, message_ts=ts)
-        except SlackApiError as exc:  # a deleted message is no evidence: left out, not made up
-            log.info("no permalink for %s/%s: %s", channel, ts, exc.response.get("error"))
+        except SLACK_FAILURES as exc:  # a deleted message is no evidence: left out, not made up
+            log.info("no permalink for %s/%s: %s", channel, ts, slack_error(exc))
             return ""
         return str(answer.get("permalink") or "")
 
@@ -177,7 +178,7 @@ class Summaries:
             return self.timezones[channel]
         try:
             answer: Any = await self.client.users_info(user=user)
-        except SlackApiError:
+        except SLACK_FAILURES:
             return None
         tz = (answer.get("user") or {}).get("tz")
         return str(tz) if tz else None

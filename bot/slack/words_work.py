@@ -100,6 +100,13 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
                    "what happened before you try again.",
                    "无法记录这次操作：状态存储不可用。请过几分钟查看对话里的情况，再重试。"),
     "ref": ("{text} (ref {ref})", "{text}（编号 {ref}）"),
+    "work_failed": (":warning: I could not handle this: it failed every time I tried, so I stopped trying. Ask again "
+                    "in a moment; if it fails again, an operator can look it up with `opspilot stats` (ref {ref}).",
+                    ":warning: 这条我没能处理：每次尝试都失败了，所以停止了重试。请稍后再问一次；如果还失败，"
+                    "运维可以用 `opspilot stats` 查到它（编号 {ref}）。"),
+    "click_failed": ("I could not record this click: it failed every time I tried. Check the thread for what happened "
+                     "before you try again (ref {ref}).",
+                     "无法记录这次操作：每次尝试都失败了。请先查看对话里的情况，再重试（编号 {ref}）。"),
     # the slash command's thread, and where it cannot post
     "slash_asked": ("{who} asked: {text}", "{who} 提问：{text}"),
     "cannot_post_not_in_channel": ("I am not in this channel, so I cannot answer here. Invite me with "

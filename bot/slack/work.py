@@ -8,15 +8,12 @@ their run's state — a queue entry whose worker died is simply done again by an
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from bot.agent.decisions import Confirm, Decision, Decline, ProvideParams
 from bot.agent.engine import Engine
@@ -36,7 +33,7 @@ from bot.slack.metrics import Metrics
 from bot.slack.outbox import SlackOutbox
 from bot.slack.words import language_of, say
 from state import LeaseLost, StoreError, Ticket
-from state.store import MetaStore, WorkQueue
+from state.store import MetaStore
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +177,19 @@ class Executor:
             await self.outbox.store_down(item.channel, say(lang, key), ref=ref, thread_ts=item.thread_ts,
                                          user=None if isinstance(item, Converse) else item.user, lang=lang)
 
+    async def give_up(self, item: WorkItem, ref: str) -> None:
+        """Say that ``item`` could not be done (every try failed): in the thread for a question or a check, to the
+        person for a click. Keyed, so a second give-up of the same item edits the same message."""
+        try:
+            lang = await self._lang(item)
+        except StoreError:
+            lang = language_of(item.text if isinstance(item, Converse) else "", self.language)
+        if isinstance(item, Converse | Check):
+            key = f"failed:{item.request_id}"
+            await self.outbox.say(item.channel, item.thread_ts, say(lang, "work_failed", ref=ref), key=key)
+        else:
+            await self.outbox.tell(item.channel, item.user, say(lang, "click_failed", ref=ref), item.thread_ts)
+
     async def _converse(self, item: Converse) -> None:
         thread_ts = str(item.thread_ts)
         thread_id = thread_key(item.channel, thread_ts)
@@ -242,129 +252,3 @@ class Executor:
                 form = kit.params_form(token, pending.reason, pending.payload, error=problem, lang=lang,
                                        subject=kit.form_subject([pending.call.name], pending.arguments, lang))
                 await self.outbox.message(f"card:{token}", card["channel"], card.get("thread_ts"), problem, form)
-
-
-MAX_DELIVERIES = 5
-READ_WINDOW_S = 10.0
-"""A worker that has not read the queue for this long does not count as reading it (readiness)."""
-BEAT_S = 2.0
-
-
-class Worker:
-    """Reads the work queue and does each item, touching it while busy; claims what dead workers left."""
-
-    def __init__(self, *, queue: WorkQueue, executor: Executor, concurrency: int = 64,
-                 reclaim_after_s: float = 45.0,
-                 deliveries: Callable[[Delivery, str], Awaitable[None]] | None = None) -> None:
-        self.queue = queue
-        self.executor = executor
-        self.deliveries = deliveries
-        self.name = f"worker-{uuid.uuid4().hex[:8]}"
-        self.reclaim_after_s = reclaim_after_s
-        self._slots = asyncio.Semaphore(concurrency)
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._loop: asyncio.Task[None] | None = None
-        self._beats: asyncio.Task[None] | None = None
-        self._read_at = float("-inf")
-
-    def start(self) -> None:
-        if self._loop is None or self._loop.done():
-            self._loop = asyncio.create_task(self._forever(), name=self.name)
-        if self._beats is None or self._beats.done():
-            self._beats = asyncio.create_task(self._beat(), name=f"{self.name}-beat")
-
-    async def stop(self) -> None:
-        for task in (self._beats, self._loop):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=10)
-
-    def busy(self) -> bool:
-        return bool(self._tasks)
-
-    def reading(self) -> bool:
-        """The read loop runs and read the queue lately (or waits for a free slot: busy, not stuck)."""
-        if self._loop is None or self._loop.done():
-            return False
-        return self._slots.locked() or time.monotonic() - self._read_at < READ_WINDOW_S
-
-    async def _beat(self) -> None:
-        """Tell fronts this worker reads the queue (what their readiness counts), while it does."""
-        told = False
-        while True:
-            if self.reading():
-                try:
-                    await self.queue.beat(self.name)
-                    told = True
-                except StoreError as exc:
-                    log.debug("%s: could not report reading (%s)", self.name, exc)
-            await asyncio.sleep(BEAT_S if told else 0.1)  # the first read is told at once
-
-    async def _forever(self) -> None:
-        while True:
-            try:
-                await self.round()
-            except StoreError as exc:
-                log.warning("%s: the queue is unavailable (%s)", self.name, exc)
-                await asyncio.sleep(1.0)
-            except Exception:
-                log.exception("%s: reading work failed", self.name)
-                await asyncio.sleep(1.0)
-
-    async def round(self, block_ms: int = 1000) -> int:
-        """Take what is there (and what dead workers left) and start on it; returns how many."""
-        await self._slots.acquire()
-        self._slots.release()
-        entries = await self.queue.reclaim(self.name, idle_ms=int(self.reclaim_after_s * 1000))
-        entries += await self.queue.take(self.name, count=8, block_ms=block_ms)
-        self._read_at = time.monotonic()
-        for entry in entries:
-            if entry.deliveries > MAX_DELIVERIES:  # it took down every worker that tried: set it aside
-                log.error("%s: %s was handed out %d times without finishing; dropped: %s", self.name, entry.id,
-                          entry.deliveries, entry.body[:500])
-                await self.queue.ack(entry.id)
-                continue
-            if entry.deliveries > 1:
-                log.warning("%s: %s is done again (its worker stopped)", self.name, entry.id)
-            task = asyncio.create_task(self._do(entry.id, entry.body), name=f"work-{entry.id}")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-        return len(entries)
-
-    async def _do(self, entry_id: str, body: str) -> None:
-        keeper = asyncio.create_task(self._keep(entry_id))  # also while it waits for a slot
-        try:
-            async with self._slots:
-                try:
-                    item = StoredAdapter.validate_json(body)
-                except ValidationError as exc:
-                    log.error("%s: unreadable work %s dropped: %s", self.name, entry_id, exc)
-                else:
-                    try:
-                        if isinstance(item, Delivery):
-                            if self.deliveries is None:
-                                raise RuntimeError("a stored Slack request, and nothing here reads those")
-                            # Its work items are enqueued before this one is acknowledged below: a worker that
-                            # dies in between leaves it to be read again (the dedupe recognises this entry).
-                            await self.deliveries(item, entry_id)
-                        else:
-                            await self.executor(item)
-                    except (StoreError, NotYet) as exc:  # an outage, not a bug: left unacknowledged, done again
-                        log.warning("%s: work %s (%s) waits for Redis: %s", self.name, entry_id, item.kind, exc)
-                        return
-                    except Exception:  # a bug, not an outage: doing it again would fail again
-                        log.exception("%s: work %s (%s) failed", self.name, entry_id, item.kind)
-        finally:
-            keeper.cancel()
-        await self.queue.ack(entry_id)
-
-    async def _keep(self, entry_id: str) -> None:
-        while True:
-            await asyncio.sleep(self.reclaim_after_s / 3)
-            with contextlib.suppress(StoreError):
-                if not await self.queue.touch(self.name, entry_id):
-                    log.warning("%s: %s was taken over by another worker", self.name, entry_id)
-                    return
