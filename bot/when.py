@@ -1,5 +1,6 @@
 """When a follow-up or a scheduled check is due. APScheduler 3's triggers do the arithmetic — crontab fields,
-time zones, the hour that daylight saving time skips or repeats — and nothing here re-implements it.
+time zones, the hour that daylight saving time skips or repeats — and nothing here re-implements it; only a fixed
+time of day in a repeated hour is taken once, as classic cron takes it (:func:`next_due`).
 
 Keeping and firing timers is OpsPilot's own (:mod:`state.timers`, :mod:`bot.slack.timers`): APScheduler 3's job
 stores have no way for several processes to share one (each scheduler takes every due job for itself, and its
@@ -108,9 +109,23 @@ def problem(cron: str, timezone: str) -> str | None:
 
 
 def next_due(cron: str, timezone: str, after: float) -> int | None:
-    """The first time the schedule fires at or after ``after`` (epoch seconds); None if it never does again."""
-    fire: datetime | None = trigger(cron, timezone).get_next_fire_time(None, datetime.fromtimestamp(after, UTC))
-    return math.ceil(fire.timestamp()) if fire is not None else None
+    """The first time the schedule fires at or after ``after`` (epoch seconds); None if it never does again.
+    A fixed time of day (neither the minute nor the hour a ``*``) in the hour a fall-back of daylight saving time
+    repeats fires once, the first time the clock shows it, as classic cron does; APScheduler returns both."""
+    fires, tz = trigger(cron, timezone), zone(timezone)
+    fixed = not any(field.startswith("*") for field in cron.split()[:2])
+    moment = datetime.fromtimestamp(after, UTC)
+    while True:
+        fire: datetime | None = fires.get_next_fire_time(None, moment)
+        if fire is None or not (fixed and _repeated(fire, tz)):
+            return math.ceil(fire.timestamp()) if fire is not None else None
+        moment = datetime.fromtimestamp(fire.timestamp() + 1, UTC)  # in UTC: local arithmetic loses the fold
+
+
+def _repeated(moment: datetime, tz: ZoneInfo) -> bool:
+    """Whether the wall clock showed ``moment``'s local time once already (the second pass of a fall-back)."""
+    wall = moment.astimezone(tz).replace(tzinfo=None)
+    return wall.replace(tzinfo=tz, fold=0).timestamp() < moment.timestamp()
 
 
 def once(after_s: float, now: float) -> int:

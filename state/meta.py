@@ -36,6 +36,14 @@ redis.call('set', KEYS[2], now + window, 'PX', window)
 return {0, free_at, 1}
 """
 
+# Claim-once: the first holder stays until its TTL; everyone reads who holds it (GET then SET as one step).
+_CLAIM = """
+local held = redis.call('get', KEYS[1])
+if held then return held end
+redis.call('set', KEYS[1], ARGV[1], 'EX', ARGV[2])
+return ARGV[1]
+"""
+
 DEDUPE_MARK: ContextVar[str | None] = ContextVar("dedupe_mark", default=None)
 """Set while one stored request is read: its dedupe markers carry its id, so reading it again (its worker died
 before it was acknowledged) passes the same dedupe it passed the first time instead of being dropped."""
@@ -45,6 +53,7 @@ class RedisMeta:
     def __init__(self, client: Client, keys: Keys, ttls: Ttls, outage_grace_s: float = 30.0) -> None:
         self.client, self.keys, self.ttls, self.grace_s = client, keys, ttls, outage_grace_s
         self._admit = client.register_script(_ADMIT)
+        self._claim = client.register_script(_CLAIM)
 
     async def put(self, kind: str, name: str, fields: Mapping[str, str]) -> None:
         key = self.keys.meta(kind, name)
@@ -70,6 +79,10 @@ class RedisMeta:
                 or text(await self.client.get(key)) == mark
 
         return await retried("deduplicating", self.grace_s, attempt)
+
+    async def claim(self, name: str, holder: str, ttl_s: int) -> str:
+        keys, args = [self.keys.claimed(name)], [holder, str(max(ttl_s, 1))]
+        return str(text(await retried("claiming", self.grace_s, lambda: self._claim(keys=keys, args=args))))
 
     async def remember(self, name: str, value: str, *, keep: int) -> None:
         key = self.keys.meta("list", name)
@@ -117,6 +130,7 @@ class MemoryMeta:
         self._lists: dict[str, list[str]] = defaultdict(list)
         self._windows: dict[str, dict[str, float]] = defaultdict(dict)  # name → member → when it started
         self._held: dict[str, float] = {}  # name → when its "told" marker lapses
+        self._claims: dict[str, tuple[str, float]] = {}  # name → (holder, when it lapses)
 
     async def put(self, kind: str, name: str, fields: Mapping[str, str]) -> None:
         self._meta[(kind, name)].update(fields)
@@ -132,6 +146,14 @@ class MemoryMeta:
         if mark is not None:
             self._marks[name] = mark
         return True
+
+    async def claim(self, name: str, holder: str, ttl_s: int) -> str:
+        now = time.monotonic()
+        held, lapses = self._claims.get(name, ("", 0.0))
+        if lapses > now:
+            return held
+        self._claims[name] = (holder, now + max(ttl_s, 1))
+        return holder
 
     async def remember(self, name: str, value: str, *, keep: int) -> None:
         self._lists[name] = [value, *self._lists[name]][:keep]

@@ -11,11 +11,14 @@ import aiohttp
 import pytest
 
 from bot.agent.models.scripted import ScriptedModel, call, reply
+from bot.config import AlertSource
 from bot.demo.sender import block_action, mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
 from bot.slack.alert import parse
-from tests.slack_harness import Workspace, open_workspace
+from bot.slack.alerts import Alerts
+from state import Keys, RedisStore, connect
+from tests.slack_harness import Workspace, open_workspace, slack_settings
 from tests.toolkit import Probe, toolkit
 
 ALERTS = "C0ALERTS"
@@ -183,3 +186,58 @@ async def test_the_message_shortcut_investigates_any_message(ws: Workspace) -> N
     assert status == 200
     answer = all_text(ws.slack.thread("C0OPS", message["ts"])[-1])
     assert "Order Service" in answer, answer
+
+
+class _Quiet:
+    """What an alert's dedupe reads of the engine and the outbox, recorded: nothing runs, nothing is sent."""
+
+    def __init__(self) -> None:
+        self.notes: list[tuple[str | None, str]] = []
+
+    async def under_way(self, thread_id: str) -> bool:
+        return False
+
+    async def say(self, channel: str, thread_ts: str | None, text: str, key: str | None = None) -> None:
+        self.notes.append((thread_ts, text))
+
+    async def message(self, key: str, channel: str, thread_ts: str | None, text: str, blocks: Any) -> None:
+        self.notes.append((thread_ts, text))
+
+
+async def deliver_together(redis: str, prefix: str) -> None:
+    """One alert posted twice a second apart, each delivered to its own worker at the same moment: one run."""
+    config = slack_settings(redis, prefix, "http://127.0.0.1:9/api/", alert_sources=[source()]).slack
+    stores = [RedisStore(connect(redis), keys=Keys(prefix)) for _ in range(2)]
+    quiet, started = _Quiet(), []
+
+    async def dispatch(item: Any) -> None:
+        started.append(item)
+
+    try:
+        workers = [Alerts(config=config, engine=quiet, meta=s.meta, outbox=quiet, dispatch=dispatch)  # type: ignore[arg-type]
+                   for s in stores]
+        events = [{**notification("firing", firing=n), "channel": ALERTS, "ts": f"100.{n}", "bot_id": "B0ALERTS"}
+                  for n in (1, 2)]
+        await asyncio.gather(*(w.on_alert(e, AlertSource(**source())) for w, e in zip(workers, events, strict=True)))
+        assert len(started) == 1, started
+        winner = started[0].thread_ts
+        assert [(ts, "Fired again" in text) for ts, text in quiet.notes] == [(winner, True)]  # in the winner's thread
+        name = f"alert:{ALERTS}:{parse(events[0]).key}"  # type: ignore[union-attr]
+        assert 0 < await stores[0].client.ttl(Keys(prefix).claimed(name)) <= 3600  # the window, then gone by itself
+        # A claim retried after a lost reply reads itself; anyone else reads the holder.
+        assert await stores[1].meta.claim(name, winner, 60) == winner == await stores[1].meta.claim(name, "1.1", 60)
+    finally:
+        keys = [k async for k in stores[0].client.scan_iter(match=f"{prefix}:*")]
+        if keys:
+            await stores[0].client.delete(*keys)
+        for s in stores:
+            await s.close()
+
+
+async def test_one_alert_delivered_twice_at_once_starts_one_investigation(redis_url: str, prefix: str) -> None:
+    await deliver_together(redis_url, prefix)
+
+
+async def test_one_alert_delivered_twice_at_once_on_a_cluster_starts_one_investigation(cluster_url: str,
+                                                                                       prefix: str) -> None:
+    await deliver_together(cluster_url, prefix)

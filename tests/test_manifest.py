@@ -82,7 +82,7 @@ def test_the_manifest_asks_for_exactly_the_scopes_used() -> None:
     # What the issue found unused is gone; assistant.threads.setStatus is covered by chat:write.
     assert not asked & {"im:read", "im:write", "reactions:write", "assistant:write"}
     assert needed["usergroups:read"] == {"usergroups.list", "usergroups.users.list"}
-    assert needed["im:history"] == {"conversations.replies", "event message.im"}
+    assert needed["im:history"] == {"conversations.replies", "conversations.history", "event message.im"}
 
 
 def test_every_subscribed_event_and_every_listener_is_accounted_for() -> None:

@@ -153,3 +153,15 @@ async def test_a_landed_post_is_found_in_a_long_thread(ws: Workspace) -> None:
     await ws.service.outbox.say(CHANNEL, "61.1", "the answer", key="say:answer")
     await ws.settle(10)
     assert len([m for m in ws.slack.thread(CHANNEL, "61.1") if m.get("bot")]) == 1
+
+
+async def test_a_post_outside_a_thread_whose_answer_was_lost_is_posted_once(ws: Workspace) -> None:
+    for i in range(250):  # a busy channel: the look reads it in pages, newest first
+        ws.slack.post_as_user(CHANNEL, "UX", f"chatter {i}")
+    ws.slack.fault("lost", "chat.postMessage", times=1)
+    await ws.service.outbox.say(CHANNEL, None, "Many alerts at once", key="say:storm")
+    await ws.settle(10)
+    posted = [m for (c, _), m in ws.slack.messages.items() if c == CHANNEL and m.get("bot")]
+    assert [all_text(m) for m in posted] == ["Many alerts at once\nMany alerts at once"]
+    assert ws.service.metrics.value("opspilot_outbox_duplicates_avoided_total") == 1
+    assert all(call.get("oldest") for call in ws.slack.called("conversations.history"))  # from the first attempt on

@@ -242,6 +242,27 @@ def test_crontab_days_of_the_week_count_from_sunday() -> None:
         when.trigger("0 9 * * 8", "UTC")
 
 
+def fires(cron: str, timezone: str, start: datetime, n: int) -> list[str]:
+    """The schedule's next ``n`` times from ``start``, each as the firer moves on (a second past the last)."""
+    out, at = [], start.timestamp()
+    for _ in range(n):
+        at = float(when.next_due(cron, timezone, at) or 0)
+        out.append(time_of(at, "en", timezone, with_day=True))
+        at += 1
+    return out
+
+
+def test_a_daily_time_in_the_hour_a_dst_fall_back_repeats_fires_once() -> None:
+    # Berlin falls back on Sun 27 Oct 2024 (03:00 CEST → 02:00 CET), New York on Sun 3 Nov 2024 (02:00 EDT → 01:00).
+    assert fires("30 2 * * *", "Europe/Berlin", datetime(2024, 10, 26, 12, tzinfo=UTC), 3) == \
+        ["Sun 02:30 UTC+2", "Mon 02:30 UTC+1", "Tue 02:30 UTC+1"]
+    assert fires("0,30 1 * * *", "America/New_York", datetime(2024, 11, 2, 12, tzinfo=UTC), 4) == \
+        ["Sun 01:00 UTC-4", "Sun 01:30 UTC-4", "Mon 01:00 UTC-5", "Mon 01:30 UTC-5"]
+    # Every half hour is every half hour of real time, as in classic cron: the repeated hour's too.
+    assert fires("*/30 * * * *", "Europe/Berlin", datetime(2024, 10, 26, 23, 59, tzinfo=UTC), 4) == \
+        ["Sun 02:00 UTC+2", "Sun 02:30 UTC+2", "Sun 02:00 UTC+1", "Sun 02:30 UTC+1"]
+
+
 def test_times_name_the_day_in_the_readers_language_and_the_zone_by_its_offset() -> None:
     saturday_noon = datetime(2025, 3, 8, 12, 0, tzinfo=UTC).timestamp()
     assert time_of(saturday_noon, "en") == "12:00 UTC"

@@ -13,6 +13,7 @@ import pytest
 from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
+from bot.slack.followups import time_of
 from bot.slack.meta import thread_key
 from core.messages import UserMessage
 from state import Keys, RedisStore, connect
@@ -266,6 +267,27 @@ async def test_a_follow_up_missed_while_down_runs_late_within_the_grace_and_is_s
     assert "skipped: OpsPilot was not running then" in note and "11 min" in note and "is payments holding?" in note
     stats = await ws.store.stats(3600)
     assert (stats.get("followup_fired"), stats.get("followup_skipped")) == (1, 1)
+
+
+@pytest.mark.parametrize(("lang", "said"), [("en", "Follow-up due at {due} started at {at}, 5 min late"),
+                                            ("zh", "原定 {due} 的跟进于 {at} 开始运行，晚了 5 分钟")])
+async def test_a_follow_up_that_runs_late_says_how_late_in_its_thread(redis_url: str, prefix: str,
+                                                                      slack: FakeSlack, lang: str, said: str) -> None:
+    ws = await open_at(redis_url, prefix, slack, Clock(), language=lang)
+    try:
+        thread_id = await asked(ws)
+        timer = await schedule(ws, thread_id)
+        clock_of(ws).now = timer.due + 300  # five minutes late: within the grace
+        assert await tick(ws) == 1
+        await ws.settle()
+        thread = [all_text(m) for m in slack.thread(CHANNEL, "500.1")]
+        line = said.format(due=time_of(timer.due, lang), at=time_of(timer.due + 300, lang))
+        shown = [i for i, text in enumerate(thread) if line in text]
+        # On the announcement, and a line of its own just above the turn's answer (which comes after it).
+        assert len(shown) == 2 and shown[-1] < len(thread) - 1, thread
+        assert "payments" in thread[-1] and line not in thread[-1]  # the turn's answer, below the line
+    finally:
+        await ws.stop()
 
 
 async def test_a_follow_up_due_while_its_thread_waits_for_a_decision_is_not_run(ws: Workspace) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
@@ -35,6 +34,9 @@ log = logging.getLogger(__name__)
 
 ALERT = "slack-alert"  # meta kind: per channel and alert group, the thread investigating it
 INVESTIGATE = "opspilot_investigate"
+CLAIM_MIN_S = 60
+"""An alert group's claim holds this long even with no dedupe window: the run it starts is under way only once a
+worker takes it, and a repeat before then would start another."""
 
 
 class Alerts:
@@ -64,17 +66,20 @@ class Alerts:
         if alert.status == "resolved":
             if known.get("thread_ts"):
                 await log_alert(self.meta, channel, known["thread_ts"], "resolved", self.clock(), title=alert.title)
-                await self._note(channel, known["thread_ts"], ":white_check_mark: " + say(
+                await self._note(channel, known["thread_ts"], ts, ":white_check_mark: " + say(
                     lang, "alert_resolved", at=when, title=kit.code(alert.title)))  # the alert's words: data
             return
-        window = source.dedupe_window_s
-        fresh = await self.meta.first_time(f"alert-window:{group}", ttl_s=window) if window else True
-        if known.get("thread_ts") and (not fresh or await self.engine.under_way(thread_key(channel,
-                                                                                           known["thread_ts"]))):
-            log.info("alert %s in %s fired again: noted in thread %s", alert.group, channel, known["thread_ts"])
-            await log_alert(self.meta, channel, known["thread_ts"], "fired_again", self.clock(), count=alert.count)
-            await self._note(channel, known["thread_ts"], ":repeat: " + say(lang, "alert_fired_again", at=when,
-                                                                           n=alert.count))
+        earlier = known.get("thread_ts", "")
+        ongoing = earlier if earlier and await self.engine.under_way(thread_key(channel, earlier)) else ""
+        # One claim per alert group, one script: deliveries at the same moment (two workers, a repeat a second
+        # later) all read the one thread it names; only its claimer investigates, the others say it fired again.
+        thread_ts = await self.meta.claim(f"alert:{group}", ongoing or ts,
+                                          ttl_s=max(source.dedupe_window_s, CLAIM_MIN_S))
+        if thread_ts != ts:
+            log.info("alert %s in %s fired again: noted in thread %s", alert.group, channel, thread_ts)
+            await log_alert(self.meta, channel, thread_ts, "fired_again", self.clock(), count=alert.count)
+            await self._note(channel, thread_ts, ts, ":repeat: " + say(lang, "alert_fired_again", at=when,
+                                                                       n=alert.count))
             return
         # Kept unquoted: each run quotes it afresh (a new nonce per request, the Investigate button's included).
         context = redact(material([event], ts, 1, self.config.thread_context_chars))
@@ -135,9 +140,10 @@ class Alerts:
                 lang, "alert_storm", until=until, n=source.max_runs, minutes=source.rate_window_s // 60))
         return False
 
-    async def _note(self, channel: str, thread_ts: str, text: str) -> None:
-        """One of OpsPilot's status notes in an alert's thread (read back to the model as its own)."""
-        await self.outbox.say(channel, thread_ts, text, key=f"{STATUS_NOTE}{uuid.uuid4().hex}")
+    async def _note(self, channel: str, thread_ts: str, about_ts: str, text: str) -> None:
+        """One of OpsPilot's status notes in an alert's thread (read back to the model as its own), one per alert
+        message it is about (that message delivered again says nothing new)."""
+        await self.outbox.say(channel, thread_ts, text, key=f"{STATUS_NOTE}{about_ts}")
 
     async def _offer(self, channel: str, ts: str, lang: str, text: str) -> None:
         blocks = [kit.mrkdwn(text), {"type": "actions", "elements": [

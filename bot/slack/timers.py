@@ -125,10 +125,12 @@ class Firer:
                     await self.slack.skipped(timer, "fu_skipped_busy")
                     await self.reports.tally(timer.group, "followup_skipped")
                 return
+            if late > LATE_NOTE_S:  # people read it too, just above the turn's answer (the turn tells the model)
+                await self.slack.late(timer, now, late)
             await self.dispatch(await self._turn(timer, late))
         if await self.timers.complete(claimed):
             await self.reports.tally(timer.group, "followup_fired")
-            await self.slack.ran(timer, now)
+            await self.slack.ran(timer, now, late if late > LATE_NOTE_S else 0.0)
 
     async def _turn(self, timer: Timer, late: float) -> Converse:
         lang = await self.slack.lang(timer)

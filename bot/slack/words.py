@@ -343,6 +343,10 @@ _WORDS: dict[str, tuple[str, str]] = {
                     ":alarm_clock: {due} 跟进（{by} 请求）：{question}"),
     "fu_ran": (":arrow_down: Follow-up ran at {at} (requested by {by}): {question}",
                ":arrow_down: 跟进已于 {at} 运行（{by} 请求）：{question}"),
+    "fu_ran_late": (":arrow_down: Follow-up due at {due} started at {at}, {minutes} min late: OpsPilot was not "
+                    "running then (requested by {by}): {question}",
+                    ":arrow_down: 原定 {due} 的跟进于 {at} 开始运行，晚了 {minutes} 分钟：当时 OpsPilot 没有运行"
+                    "（{by} 请求）：{question}"),
     "fu_cancelled": (":no_entry_sign: Follow-up for {due} cancelled by {by} at {at}: {question}",
                      ":no_entry_sign: {due} 的跟进已被 {by} 于 {at} 取消：{question}"),
     "fu_skipped_late": (":warning: Follow-up due at {due} skipped: OpsPilot was not running then, and {minutes} min "
