@@ -47,7 +47,8 @@ def _record(key: str, raw: str | bytes) -> OutboxRecord:
 SEQ_FIELD = "~seq"
 """A per-thread counter in the thread's hash: the order messages were first recorded in (clocks may tie)."""
 
-# KEYS: thread hash, due index. ARGV: message key, fields (JSON), now (ms), due at, ttl, thread.
+# KEYS: thread hash, due index. ARGV: message key, fields (JSON), now (ms), due at, ttl, thread, ZADD's flag (NX:
+# a thread waiting out a backoff or a budget keeps its time; LT: an urgent message brings it forward).
 _PUT = """
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 local rec = cur and cjson.decode(cur) or {version = 0, sent_version = 0,
@@ -56,7 +57,7 @@ for k, v in pairs(cjson.decode(ARGV[2])) do rec[k] = v end
 rec.version = rec.version + 1
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(rec))
 redis.call('EXPIRE', KEYS[1], ARGV[5])
-redis.call('ZADD', KEYS[2], 'NX', ARGV[4], ARGV[6])
+redis.call('ZADD', KEYS[2], ARGV[7], ARGV[4], ARGV[6])
 redis.call('EXPIRE', KEYS[2], ARGV[5])
 return rec.version
 """
@@ -97,11 +98,12 @@ class RedisOutbox:
         self._settle = client.register_script(_SETTLE)
         self._release = client.register_script(RELEASE_IF_HELD)
 
-    async def put(self, thread: str, key: str, fields: Mapping[str, Any], *, due: float) -> int:
-        """Record the desired state of message ``key``; returns its version."""
+    async def put(self, thread: str, key: str, fields: Mapping[str, Any], *, due: float, urgent: bool = False) -> int:
+        """Record the desired state of message ``key``; returns its version. ``urgent``: the thread is due by ``due``
+        even if it was to come back later (else it keeps its time)."""
         keys = [self.keys.outbox(thread), self.keys.outbox_due(shard_of(thread))]
         args: list[str | int] = [key, json.dumps(dict(fields), ensure_ascii=False), int(time.time() * 1000),
-                                 repr(due), self.ttls.thread_s, thread]
+                                 repr(due), self.ttls.thread_s, thread, "LT" if urgent else "NX"]
         # Repeating it after a lost reply only skips a version number.
         version = await retried("recording a message to send", self.grace_s, lambda: self._put(keys=keys, args=args))
         return int(version)
@@ -162,12 +164,12 @@ class MemoryOutbox:
         self._leases: dict[str, tuple[str, float]] = {}
         self._seq = 0
 
-    async def put(self, thread: str, key: str, fields: Mapping[str, Any], *, due: float) -> int:
+    async def put(self, thread: str, key: str, fields: Mapping[str, Any], *, due: float, urgent: bool = False) -> int:
         self._seq += 1
         rec = self._threads[thread].setdefault(key, {"version": 0, "sent_version": 0, "seq": self._seq})
         rec.update(fields)
         rec["version"] += 1
-        self._due.setdefault(thread, due)  # a thread waiting out a backoff keeps its time
+        self._due[thread] = min(self._due.get(thread, due), due) if urgent else self._due.get(thread, due)
         return int(rec["version"])
 
     async def records(self, thread: str) -> list[OutboxRecord]:

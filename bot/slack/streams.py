@@ -185,7 +185,7 @@ class Streams:
         if not f.get("recipient"):
             raise StreamRefused("no_recipient")  # nobody asked (an alert did): Slack streams to one person
         team = str((await self._auth(call)).get("team_id") or "")
-        wait = self.pacer.try_reserve("chat.startStream", _START_WAIT_S if self.mode == "auto" else float("inf"))
+        wait = await self.pacer.try_reserve("chat.startStream", _START_WAIT_S if self.mode == "auto" else float("inf"))
         if self.mode == "auto" and (wait is None or self._open_now() >= _AUTO_MAX_OPEN):
             raise StreamRefused("busy")  # a burst: plain messages rather than a wait for Tier-2 budget
         await asyncio.sleep(wait or 0.0)
