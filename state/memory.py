@@ -13,7 +13,7 @@ from state.meta import MemoryMeta
 from state.outbox import MemoryOutbox
 from state.queue import MemoryQueue
 from state.records import RunRecord, Ticket
-from state.store import Opened, Stats, Write, hour_now, merge_stats
+from state.store import UNSHOWN, UNSHOWN_KEEP_S, Opened, Stats, Write, hour_now, merge_stats
 from state.timers import MemoryTimers
 
 
@@ -35,6 +35,7 @@ class MemoryStore:
         self._stats: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self._paused: dict[str, float] = {}
         self._active: dict[str, float] = {}
+        self._unshown: dict[str, float] = {}
         self._audit: list[dict[str, str]] = []
 
     async def ping(self) -> None:
@@ -67,6 +68,10 @@ class MemoryStore:
             self._paused[run.run_id] = min(p.expires_at for p in run.pending)
         elif run.status == "running":
             self._active[run.run_id] = run.updated_at
+        if write.status_changed and run.status in UNSHOWN:
+            self._unshown[run.run_id] = run.updated_at
+            for old in [r for r, at in self._unshown.items() if at < run.updated_at - UNSHOWN_KEEP_S]:
+                del self._unshown[old]
         if write.status_changed and run.status != "running":
             await self.locks.clear_cancel(run.run_id)
         bucket = self._stats[hour_now()]
@@ -92,8 +97,11 @@ class MemoryStore:
     async def load_ticket(self, token: str) -> Ticket | None:
         return self._tickets.get(token)
 
+    async def shown(self, run_id: str, thread_id: str) -> None:
+        self._unshown.pop(run_id, None)
+
     async def runs_due(self, index: str, before: float) -> list[str]:
-        scores = self._paused if index == "paused" else self._active
+        scores = {"paused": self._paused, "unshown": self._unshown}.get(index, self._active)
         return [run_id for run_id, score in sorted(scores.items(), key=lambda kv: kv[1]) if score <= before]
 
     async def read_audit(self, count: int = 100, *, run_id: str | None = None) -> list[dict[str, str]]:

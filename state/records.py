@@ -98,6 +98,11 @@ class RunRecord(_Record):
     approvals: dict[str, str] = Field(default_factory=dict)
     """Who confirmed each decided call not yet answered (call id → user), for the audit, whatever happens."""
     answer: str = ""
+    stopped_by: str | None = None
+    """Who pressed Stop, when someone did (shown with the answer, also when it is shown late)."""
+    fallback: dict[str, Any] | None = None
+    """The facts of an answer OpsPilot composed itself (a stop, a limit, a failure), to word it in any language
+    again if it has to be shown from the record (``bot.agent.summary.Fallback``)."""
     created_at: float
     updated_at: float
     trace: list[TraceEntry] = Field(default_factory=list)

@@ -25,18 +25,19 @@ from state.migrate import migrate
 from state.outbox import RedisOutbox
 from state.queue import RedisQueue
 from state.records import SCHEMA_VERSION, RunRecord, Ticket, TraceAdapter, TraceEntry
-from state.store import Opened, Stats, Write, hour_now, merge_stats
+from state.store import UNSHOWN, UNSHOWN_KEEP_S, Opened, Stats, Write, hour_now, merge_stats
 from state.timers import RedisTimers
 
 # The commit. ARGV[1] is a named header (JSON), ARGV[2] the run record behind this commit's id, then the new
-# transcript messages, then the new trace entries, then one ticket per new token. KEYS: transcript, run,
-# thread's run, paused index, active index, stats bucket, audit stream, cancel flag, run trace, thread lease,
-# then one key per new token. A commit whose id the run record already carries (retried after its reply was
-# lost) does nothing. A live run's trace entries are appended to a list; a finished run's record holds its whole
-# trace and the list goes (one key per run kept, not two). A writer that no longer holds the thread's lease
-# (another worker took it after it lapsed) is refused. A run that stops running drops any cancel request:
-# nobody is left to act on it, and it must not stop the run's next turn. The turn's last write lets go of the
-# thread's lease, if it still holds it.
+# transcript messages, then the new trace entries, then one ticket per new token. KEYS: transcript, run, thread's run,
+# paused index, active index, stats bucket, audit stream, cancel flag, run trace, thread lease, unshown index, then
+# one key per new token. A run that stops running (paused, finished, stalled) joins the unshown index in the same
+# write: a front end that dies before showing it leaves it there for another to show. A commit whose id the run record
+# already carries (retried after its reply was lost) does nothing. A live run's trace entries are appended to a list;
+# a finished run's record holds its whole trace and the list goes (one key per run kept, not two). A writer that no
+# longer holds the thread's lease (another worker took it after it lapsed) is refused. A run that stops running drops
+# any cancel request: nobody is left to act on it, and it must not stop the run's next turn. The turn's last write
+# lets go of the thread's lease, if it still holds it.
 _COMMIT = """
 local h = cjson.decode(ARGV[1])
 local stored = redis.call('GET', KEYS[2])
@@ -83,8 +84,13 @@ for _, entry in ipairs(h.audit) do
   redis.call('EXPIRE', KEYS[7], h.audit_ttl)
 end
 if h.status_changed and not h.active_score then redis.call('DEL', KEYS[8]) end
+if h.unshown_score then
+  redis.call('ZADD', KEYS[11], h.unshown_score, h.run_id)
+  redis.call('ZREMRANGEBYSCORE', KEYS[11], '-inf', h.unshown_trim)
+  redis.call('EXPIRE', KEYS[11], h.ttl)
+end
 for j = 0, h.tickets - 1 do
-  redis.call('SET', KEYS[11 + j], ARGV[i + j], 'EX', h.ticket_ttl)
+  redis.call('SET', KEYS[12 + j], ARGV[i + j], 'EX', h.ticket_ttl)
 end
 if h.release and redis.call('GET', KEYS[10]) == h.release then redis.call('DEL', KEYS[10]) end
 return length
@@ -168,6 +174,8 @@ class RedisStore:
             "paused_score": repr(min(p.expires_at for p in run.pending)) if run.status == "paused" and run.pending
             else False,
             "active_score": repr(run.updated_at) if run.status == "running" else False,
+            "unshown_score": repr(run.updated_at) if write.status_changed and run.status in UNSHOWN else False,
+            "unshown_trim": repr(run.updated_at - UNSHOWN_KEEP_S),
             "counters": dict(write.counters), "stats_ttl": ttls.stats_s,
             "audit": [dict(e) for e in write.audit], "audit_ttl": ttls.audit_s, "audit_max": ttls.audit_max_entries,
             "messages": len(write.messages), "tickets": len(tickets),
@@ -177,7 +185,7 @@ class RedisStore:
         shard = shard_of(run.thread_id)  # one hash slot for every key (see state.keys)
         keys = [k.transcript(run.thread_id), k.run(run.run_id), k.thread_run(run.thread_id), k.index(shard, "paused"),
                 k.index(shard, "active"), k.stats(shard, hour_now()), k.audit(shard), k.cancel(run.run_id),
-                k.run_trace(run.run_id), k.lease(run.thread_id),
+                k.run_trace(run.run_id), k.lease(run.thread_id), k.index(shard, "unshown"),
                 *(k.token(t.pending.token) for t in tickets)]
         args: list[Any] = [json.dumps(header, ensure_ascii=False, separators=(",", ":")),
                            commit_id + _dump_run(run, with_trace=fold), *(dump_message(m) for m in write.messages),
@@ -303,6 +311,11 @@ class RedisStore:
             shards: list[list[tuple[Any, float]]] = await pipe.execute()
         found = sorted(((float(score), str(text(m))) for rows in shards for m, score in rows))
         return [run_id for _, run_id in found]
+
+    async def shown(self, run_id: str, thread_id: str) -> None:
+        """A front end showed the run's latest state: it leaves the unshown index."""
+        key = self.keys.index(shard_of(thread_id), "unshown")
+        await retried("marking a run shown", self.outage_grace_s, lambda: self.client.zrem(key, run_id))
 
     async def read_audit(self, count: int = 100, *, run_id: str | None = None) -> list[dict[str, str]]:
         """The newest ``count`` audit entries, newest first; with ``run_id``, that run's (its shard is searched)."""

@@ -25,6 +25,11 @@ from state.outbox import OutboxRecord
 from state.queue import DeadLetter, Entry, QueueStats
 from state.records import RunRecord, Ticket, TraceEntry
 
+UNSHOWN = ("paused", "finished", "stalled")
+"""A run that stops running in one of these states waits in the ``unshown`` index until a front end shows it."""
+UNSHOWN_KEEP_S = 3600
+"""How long the index keeps a run nobody showed (a host with no front end never does: the terminal chat)."""
+
 
 @dataclass(frozen=True)
 class Write:
@@ -191,8 +196,12 @@ class Store(Protocol):
     async def load_ticket(self, token: str) -> Ticket | None:
         """The pending call a token opens, with its run, thread and requester: one read."""
 
+    async def shown(self, run_id: str, thread_id: str) -> None:
+        """A front end showed the run's latest state (see :data:`UNSHOWN`)."""
+
     async def runs_due(self, index: str, before: float) -> list[str]:
-        """Run ids in ``index`` ("paused" by earliest expiry, "active" by last write) scored at most ``before``."""
+        """Run ids in ``index`` ("paused" by earliest expiry, "active" by last write, "unshown" by when they stopped
+        running) scored at most ``before``."""
 
 
 class Reports(Protocol):

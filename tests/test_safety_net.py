@@ -175,9 +175,11 @@ async def test_an_outsider_cannot_confirm_stop_or_resume(redis_url: str, prefix:
         assert record is not None and record.status == "paused" and len(record.pending) == 1
         assert buttons(slack.messages[(CHANNEL, card["ts"])])  # the card still asks
 
-        # A run whose worker died waits for Resume; an outsider's Resume does nothing.
+        # A run whose worker died with a change in flight waits for Resume (one cut off mid-read carries on by
+        # itself); an outsider's Resume does nothing.
         await ws.sender.event(mention(CHANNEL, "UREQ", "block", "1500.1"))
         await asyncio.wait_for(probe.started.setdefault("blocker", asyncio.Event()).wait(), 10)
+        await ws.store.journal.start(str(await ws.store.thread_run("slack:C0OPS:1500.1")), "b1")
         for task in list(ws.service.inbound._tasks):
             task.cancel()
         await asyncio.sleep(0.2)

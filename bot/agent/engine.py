@@ -13,6 +13,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from bot.agent.decisions import Answers, CancelRun, Decision, Expire, ReplyInstead, check_fits
@@ -204,13 +205,16 @@ class Engine:
         except ThreadBusy:
             return None
 
-    async def recover(self, run_id: str) -> RunOutcome:
-        """Repair a run whose worker died (never re-running a started change) and carry on with it."""
+    async def recover(self, run_id: str, *, on_taken: Callable[[], Awaitable[None]] | None = None) -> RunOutcome:
+        """Repair a run whose worker died (never re-running a started change) and carry on with it. ``on_taken``:
+        awaited once this instance holds the thread and the run still needs it (say so before it moves on)."""
         record = await self._load(run_id)
         async with self._lease(record.thread_id, run_id=run_id, wait=False) as lease:
             run = self._opened(lease, run_id)
             if run.record.status in ("finished", "paused"):
                 return run.outcome()
+            if on_taken is not None:
+                await on_taken()
             if run.record.status == "running":
                 await self._repair(run)
             if run.record.pending:

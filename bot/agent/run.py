@@ -348,6 +348,7 @@ class Run:
         r = self.record
         # The record keeps a preview; the whole answer is the transcript's last message.
         r.status, r.stop_reason, r.answer = "finished", reason, preview(answer)
+        r.stopped_by, r.fallback = self.stopped_by, fallback.model_dump(mode="json") if fallback else None
         self._answer = answer
         r.trace.append(FinishTrace(stop_reason=reason, steps=r.step, active_ms=round(self.active_s() * 1000, 1)))
         self.count(f"stop:{reason}")

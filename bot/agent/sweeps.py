@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 from bot.agent.engine import Engine
 from bot.agent.errors import EngineError
@@ -25,6 +26,9 @@ class Sweeps:
         self.interval_s = interval_s
         self.stale_after_s = stale_after_s
         self._task: asyncio.Task[None] | None = None
+        self.on_lost: Callable[[str], Awaitable[bool]] | None = None
+        """Where a front end can carry on a run whose worker died while it only read (no change in flight):
+        True when it took the run on (resumed elsewhere, bounded), False to park it for a person's Resume."""
 
     def start(self) -> None:
         if self._task is None or self._task.done():
@@ -65,6 +69,8 @@ class Sweeps:
             except EngineError as exc:
                 log.warning("expiring run %s: %s", run_id, exc)
         for run_id in await store.runs_due("active", now - self.stale_after_s):
+            if self.on_lost is not None and await self._only_read(run_id) and await self.on_lost(run_id):
+                continue  # carried on by itself (its lease decides who, if its worker lives after all)
             try:
                 outcome = await self.engine.repair(run_id)
             except EngineError as exc:
@@ -72,3 +78,8 @@ class Sweeps:
                 continue
             if outcome is not None and outcome.status == "stalled":
                 log.warning("run %s lost its worker; repaired and waiting for Resume", run_id)
+
+    async def _only_read(self, run_id: str) -> bool:
+        """No change was in flight when the run's worker went quiet: every journaled call has finished."""
+        states = await self.engine.deps.store.journal.states(run_id)
+        return all(state != "started" for state in states.values())

@@ -89,6 +89,7 @@ class SlackOutbox:
         self._task: asyncio.Task[None] | None = None
         self._failures: dict[str, int] = {}
         self._busy: dict[str, asyncio.Task[None]] = {}
+        self._stopping = False
 
     # --- what front ends call ------------------------------------------------------------------------
 
@@ -188,11 +189,18 @@ class SlackOutbox:
     # --- delivery ------------------------------------------------------------------------------------
 
     def start(self) -> None:
+        self._stopping = False
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._forever(), name="slack-outbox")
 
     async def stop(self) -> None:
         await self.streams.stop()
+        # Asked to end, then cancelled only if it does not: on Python 3.11 a cancel that lands as wait_for's wait
+        # ends is swallowed, and the loop would go on for ever.
+        self._stopping = True
+        self._wake.set()
+        if self._task is not None and not (await asyncio.wait({self._task}, timeout=5))[0]:
+            self._task.cancel()
         for task in [self._task, *self._busy.values()]:
             if task is not None:
                 task.cancel()
@@ -216,10 +224,12 @@ class SlackOutbox:
             await asyncio.sleep(0.02)
 
     async def _forever(self) -> None:
-        while True:
+        while not self._stopping:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.poll_s)
             self._wake.clear()
+            if self._stopping:
+                return
             try:
                 await self.deliver_due()
             except StoreError as exc:

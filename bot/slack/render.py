@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,6 +113,8 @@ class Renderer:
         self._runs: dict[str, dict[str, Any]] = {}  # progress state of runs working on this instance
         self.rechecks = 0
         """Offer "Re-check in N min" under an answer that reports a change (0: off, where follow-ups do not exist)."""
+        self.shown: Callable[[str, str], Awaitable[None]] | None = None
+        """Tells the store a run's pause or end is in the outbox (see ``state.store.UNSHOWN``)."""
 
     async def __call__(self, event: Event) -> None:
         if event.type == "run_started":
@@ -193,6 +195,20 @@ class Renderer:
             await self._show(event.run_id, state)
         if leave:
             self._runs.pop(event.run_id, None)
+            if self.shown is not None:  # its answer or cards are in the outbox now: nothing left to catch up on
+                await self.shown(event.run_id, event.thread_id)
+
+    async def progress_of(self, run_id: str, thread_id: str, lang: str, user_id: str | None,
+                          calls: Sequence[tuple[str, str, str]] = ()) -> bool:
+        """Make sure the run has a progress state (one shown late, from its record, may never have had one), with
+        ``calls`` (call id, tool, status: from its trace) as its lines; False where the thread is not Slack's."""
+        if await self._state(run_id) is None:
+            await self._open_progress(run_id, thread_id, lang, user_id)
+            state = await self._state(run_id)
+            if state is not None:
+                state["lines"] = [{"call_id": c, "tool": tool, "status": status, "detail": "", "target": "",
+                                   "seg": 0} for c, tool, status in calls]
+        return await self._state(run_id) is not None
 
     async def close_card(self, token: str, ending: Callable[[str], str]) -> None:
         """Bring a question's card to its final state (``ending`` in the card's language), once, with no

@@ -23,6 +23,7 @@ from bot.config import ConfigError, Settings
 from bot.slack.access import AccessPolicy
 from bot.slack.alerts import Alerts
 from bot.slack.app import StoreFirst, build_bolt_app, readiness, web_routes
+from bot.slack.catchup import CatchUp
 from bot.slack.feedback import Feedback
 from bot.slack.gate import bolt_text
 from bot.slack.history import ThreadReader
@@ -68,6 +69,8 @@ class SlackService:
     """Socket Mode: the connection to Slack (connected by whoever serves, see :mod:`bot.slack.serve`)."""
     timers: TimerParts | None = None
     """Follow-ups and scheduled checks (fired where runs happen)."""
+    catchup: CatchUp | None = None
+    """What a dead instance left undone: pauses and ends never shown, runs cut off mid-read (where runs happen)."""
 
     @property
     def web_app(self) -> web.Application:
@@ -82,6 +85,8 @@ class SlackService:
         if self.role != "front":
             self.core.sweeps.start()
             self.reminders.start()
+            if self.catchup is not None:
+                self.catchup.start()
             if self.timers is not None:
                 self.timers.firer.start()
         if self.worker is not None:
@@ -92,6 +97,8 @@ class SlackService:
         if self.timers is not None:
             await self.timers.firer.stop()
         await self.core.sweeps.stop()
+        if self.catchup is not None:
+            await self.catchup.stop()
         if self.worker is not None:
             await self.worker.stop()
         await self.drain(timeout_s)
@@ -198,6 +205,12 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
         core.bus.subscribe(feedback)  # which model wrote each answer, for the ratings it gets
     reminders = Reminders(engine=core.engine, meta=core.meta, outbox=outbox, config=slack,
                           interval_s=settings.sweeps.interval_s)
+    catchup = None
+    if role != "front":
+        renderer.shown = core.store.shown
+        catchup = CatchUp(engine=core.engine, meta=core.meta, renderer=renderer, dispatch=dispatch,
+                          interval_s=settings.sweeps.interval_s)
+        core.sweeps.on_lost = catchup.lost
     # Socket Mode carries no signatures; Bolt still wants a secret string.
     secret = slack.signing_secret or "socket-mode"
     bolt = build_bolt_app(client=client, signing_secret=secret, inbound=inbound, identity=identity)
@@ -215,7 +228,7 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
                                         link=link.problem if link is not None else None),
                         identity=identity, store_first=store_first)
     return SlackService(core, client, inbound, renderer, outbox, reminders, bolt, routes, metrics, role, worker,
-                        sessions, link, timers)
+                        sessions, link, timers, catchup)
 
 
 STORE_DEADLINE_S = 2.5

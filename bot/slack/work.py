@@ -75,6 +75,11 @@ class Answer(_Item):
         return Decline(self.reason)
 
 
+AUTOMATIC = "opspilot:auto"
+"""The ``user`` of a Resume nobody pressed: a run whose worker died while it only read, carried on by itself
+(see :mod:`bot.slack.catchup`)."""
+
+
 class RunButton(_Item):
     kind: Literal["stop", "resume"]
     run_id: str
@@ -147,6 +152,8 @@ class Executor:
                                            item.thread_ts)
                     return
                 await self.engine.cancel(item.run_id, by=item.user)
+            elif item.user == AUTOMATIC:
+                await self._carry_on(item)
             else:
                 await self.engine.recover(item.run_id)
         except ThreadBusy:
@@ -203,6 +210,20 @@ class Executor:
             context = f"<reply_language>{'Chinese' if lang == 'zh' else 'English'}</reply_language>\n{context}"
         await self.engine.ask(thread_id, item.text, user_id=item.user, request_id=item.request_id, context=context,
                               unattended=item.unattended)
+
+    async def _carry_on(self, item: RunButton) -> None:
+        """Resume a run whose worker died mid-read, saying so in its thread once this worker holds it; quiet when
+        its worker lives after all (the thread is busy) or the run moved on meanwhile."""
+        lang = await self._lang(item)
+
+        async def say_it() -> None:
+            await self.outbox.say(item.channel, item.thread_ts, say(lang, "auto_resumed"),
+                                  key=f"auto-resume:{item.run_id}")
+
+        try:
+            await self.engine.recover(item.run_id, on_taken=say_it)
+        except (ThreadBusy, EngineError) as exc:
+            log.info("run %s not carried on: %s", item.run_id, exc)
 
     async def _siblings(self, item: Answer) -> None:
         """The other calls of the step that asked for the same fields on the same form: the same answer,
