@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench import ack_latency, burst, concurrency, overhead, scaleout, slack_economy, startup, storage
+from bench import ack_latency, burst, concurrency, overhead, scaleout, slack_economy, soak, startup, storage
 from bench.common import Table
 
 FULL = {
@@ -27,6 +27,7 @@ FULL = {
     "ack_latency": lambda: ack_latency.run(200, 200),
     "burst": lambda: burst.run(200, 10.0, 20),
     "startup": lambda: startup.run(5),
+    "soak": lambda: soak.run(),
 }
 SMALL = {
     "storage": lambda: storage.run((3, 5)),
@@ -37,6 +38,7 @@ SMALL = {
     "ack_latency": lambda: ack_latency.run(10, 20, 1),
     "burst": lambda: burst.run(6, 1.0, 2),
     "startup": lambda: startup.run(1),
+    "soak": lambda: soak.run(soak.SMALL),
 }
 
 

@@ -1,0 +1,357 @@
+"""The soak (issue 33): ``opspilot serve`` (a front and its workers, HTTP mode) through an incident, as an operator
+fears it — questions in bursts over many channels, follow-ups in OpsPilot's threads, confirm flows (some
+double-clicked), Slack's Web API failing a share of calls (5xx with JSON or a proxy's page, 429, resets, hangs,
+replies lost after the work was done), a worker killed -9 every few seconds and Redis stopped and started again
+(AOF on). Then the faults stop and everything must converge. It reports what a person would check:
+
+- every question answered exactly once (or its asker told plainly why not), no message posted twice;
+- every confirm flow's card shown, its restart run exactly once, the card closed soon after the click;
+- no Slack stream left open, no Redis key without a TTL.
+
+``python -m bench --only soak`` runs the scale below; ``tests/test_soak.py`` a small version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.common import Table, free_port, verdict
+from bot.demo.sender import SlackSender, block_action, mention, message
+from bot.demo.workspace import LocalSlack, buttons
+from state import Keys, RedisStore, connect
+
+SECRET = "soak-secret"
+QUESTION = "看看支付服务最近报错，顺便对照一下文档里的处理建议"
+
+
+@dataclass
+class Scale:
+    questions: int = 300
+    channels: int = 24
+    confirms: int = 40
+    double_clicks: int = 12
+    workers: int = 3
+    fault_rate: float = 0.4
+    kill_every_s: float = 10.0
+    redis_stops: tuple[tuple[float, float], ...] = ((20.0, 5.0), (60.0, 30.0), (120.0, 5.0))
+    """(seconds after the start, how long Redis stays away)."""
+    over_s: float = 180.0
+    settle_s: float = 240.0
+
+
+SMALL = Scale(questions=16, channels=4, confirms=4, double_clicks=2, workers=2, fault_rate=0.25, kill_every_s=6.0,
+              redis_stops=((8.0, 3.0),), over_s=20.0, settle_s=90.0)
+
+
+@dataclass
+class Soak:
+    slack: LocalSlack
+    redis: RedisProcess
+    port: int
+    workers: int
+    prefix: str = field(default_factory=lambda: f"soak-{uuid.uuid4().hex[:6]}")
+    proc: asyncio.subprocess.Process | None = None
+    asked: Counter[str] = field(default_factory=Counter)
+    """Questions asked per thread."""
+    clicked: dict[str, float] = field(default_factory=dict)
+    """Card ts → when it was first clicked."""
+    closed: dict[str, float] = field(default_factory=dict)
+    kills: int = 0
+
+    @property
+    def sender(self) -> SlackSender:
+        return SlackSender(f"http://127.0.0.1:{self.port}/slack/events", SECRET)
+
+    async def deliver(self, send: Any, *, retries: int = 30) -> None:
+        """As Slack does: a request the front did not take (it is down, or answered 5xx) is sent again."""
+        for attempt in range(retries):
+            with contextlib.suppress(OSError, asyncio.TimeoutError):
+                status, _ = await asyncio.wait_for(send(attempt or None), 10)
+                if status < 500:
+                    return
+            await asyncio.sleep(1.0)
+
+    async def ask(self, channel: str, ts: str, text: str, thread_ts: str | None = None, *,
+                  follow: bool = False) -> None:
+        thread = thread_ts or ts
+        self.asked[f"{channel}:{thread}"] += 1
+        event = message(channel, "UREQ", text, ts, thread_ts=thread_ts) if follow else \
+            mention(channel, "UREQ", text, ts, thread_ts=thread_ts)
+        event_id = f"Ev{uuid.uuid4().hex[:12]}"
+        await self.deliver(lambda n: self.sender.event(event, event_id=event_id, retry_num=n))
+
+    async def click(self, channel: str, card: dict[str, Any], twice: bool) -> None:
+        token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
+        self.clicked.setdefault(card["ts"], time.monotonic())
+        payload = block_action(user="UAPPROVER", channel=channel, message=card, action_id="opspilot_confirm",
+                               value=token)
+        clicks = [self.deliver(lambda n: self.sender.action(payload))]
+        if twice:
+            other = block_action(user="UAPPROVER2", channel=channel, message=card, action_id="opspilot_confirm",
+                                 value=token)
+            clicks.append(self.deliver(lambda n: self.sender.action(other)))
+        await asyncio.gather(*clicks)
+
+    async def watch(self, change: dict[str, Any]) -> None:
+        m = change.get("message") or {}
+        if m.get("ts") in self.clicked and m["ts"] not in self.closed and \
+                not any(b["action_id"] == "opspilot_confirm" for b in buttons(m)):
+            self.closed[m["ts"]] = time.monotonic()
+
+    async def start_serve(self) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")
+               and not k.startswith(("OPSPILOT_", "SLACK_"))}
+        env |= {"SLACK_BOT_TOKEN": self.slack.token, "SLACK_SIGNING_SECRET": SECRET,
+                "SLACK_API_URL": self.slack.api_url, "PORT": str(self.port), "REDIS_URL": self.redis.url,
+                "OPSPILOT_KEY_PREFIX": self.prefix, "OPSPILOT_SWEEPS__STALE_AFTER_S": "6",
+                "OPSPILOT_SWEEPS__LEASE_TTL_S": "4", "OPSPILOT_SWEEPS__INTERVAL_S": "2",
+                "OPSPILOT_SLACK__REQUEST_TIMEOUT_S": "3", "OPSPILOT_LLM__SCRIPTED_LATENCY_S": "0.2",
+                "OPSPILOT_REDIS_OUTAGE_GRACE_S": "40"}
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot.cli", "serve", "--workers", str(self.workers), env=env,
+            cwd=tempfile.mkdtemp(prefix="opspilot-soak-"), stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL)
+        await self.ready()
+
+    async def ready(self, timeout_s: float = 60.0) -> None:
+        """The front answers /readyz (its workers read the queue)."""
+        import aiohttp
+
+        deadline = time.monotonic() + timeout_s
+        async with aiohttp.ClientSession() as session:
+            while time.monotonic() < deadline:
+                with contextlib.suppress(aiohttp.ClientError, OSError):
+                    async with session.get(f"http://127.0.0.1:{self.port}/readyz") as r:
+                        if r.status == 200:
+                            return
+                await asyncio.sleep(0.2)
+        raise RuntimeError("opspilot serve never became ready")
+
+    def kill_a_worker(self) -> None:
+        children = _children(self.proc.pid) if self.proc is not None else []
+        if children:
+            os.kill(random.choice(children), signal.SIGKILL)
+            self.kills += 1
+
+
+async def _flow(soak: Soak, channel: str, i: int, twice: bool, deadline: float) -> None:
+    """A confirm flow: a question, "restart it in prod" in its thread, and an approver's Confirm on the card."""
+    ts = f"{5000 + i}.0001"
+    await soak.ask(channel, ts, QUESTION)
+    if await _answered(soak, channel, ts, 1, deadline):  # as a person does: read the answer, then ask for more
+        await soak.ask(channel, f"{5000 + i}.0009", "restart it in prod", thread_ts=ts, follow=True)
+    while time.monotonic() < deadline:
+        card = next((m for m in soak.slack.thread(channel, ts)
+                     if any(b["action_id"] == "opspilot_confirm" for b in buttons(m))), None)
+        if card is not None:
+            await soak.click(channel, card, twice)
+            return
+        await asyncio.sleep(0.2)
+
+
+async def _answered(soak: Soak, channel: str, thread_ts: str, n: int, deadline: float) -> bool:
+    while time.monotonic() < deadline:
+        if len(_answers(soak).get(f"{channel}:{thread_ts}", ())) >= n:
+            return True
+        await asyncio.sleep(0.2)
+    return False
+
+
+async def _follow_up(soak: Soak, channel: str, i: int, earlier: str, deadline: float) -> None:
+    """A follow-up in an earlier thread of OpsPilot's, once its answer is there."""
+    if await _answered(soak, channel, earlier, soak.asked[f"{channel}:{earlier}"], deadline):
+        await soak.ask(channel, f"{5000 + i}.0001", "and the orders service?", thread_ts=earlier)
+
+
+async def _chaos(soak: Soak, scale: Scale, until: float) -> None:
+    """Workers killed every ``kill_every_s``; Redis stopped and started on schedule."""
+    start = time.monotonic()
+    stops = list(scale.redis_stops)
+    next_kill = start + scale.kill_every_s
+    while time.monotonic() < until:
+        now = time.monotonic()
+        if now >= next_kill:
+            soak.kill_a_worker()
+            next_kill = now + scale.kill_every_s
+        if stops and now - start >= stops[0][0]:
+            _, away = stops.pop(0)
+            await asyncio.to_thread(soak.redis.stop)
+            await asyncio.sleep(away)
+            await asyncio.to_thread(soak.redis.start)
+        await asyncio.sleep(0.2)
+
+
+async def run_soak(scale: Scale) -> dict[str, Any]:
+    slack = LocalSlack()
+    slack.per_minute("chat.update", 50)
+    fault = slack.fault("mixed", rate=scale.fault_rate, hang_s=4.0)
+    redis = RedisProcess(free_port(), tempfile.mkdtemp(prefix="opspilot-soak-redis-"))
+    await asyncio.to_thread(redis.start)
+    await slack.server.start()
+    soak = Soak(slack, redis, free_port(scale.workers + 2), scale.workers)
+    slack.watchers.append(soak.watch)
+    started = time.monotonic()
+    try:
+        fault.until = 0.0  # Slack is well while OpsPilot starts: the incident begins with the load
+        await soak.start_serve()
+        fault.until = float("inf")
+        load_end = time.monotonic() + scale.over_s
+        chaos = asyncio.create_task(_chaos(soak, scale, load_end))
+        asks = []
+        flows = set(random.Random(3).sample(range(scale.questions), min(scale.confirms, scale.questions)))
+        clicks2 = set(sorted(flows)[:scale.double_clicks])
+        for i in range(scale.questions):
+            channel = f"C{i % scale.channels:03d}"
+            if i in flows:
+                asks.append(asyncio.create_task(_flow(soak, channel, i, i in clicks2, load_end + scale.settle_s)))
+            elif i % 5 == 4 and i >= scale.channels and i - scale.channels not in flows \
+                    and (i - scale.channels) % 5 != 4:  # a follow-up in an earlier thread of OpsPilot's
+                earlier = f"{5000 + i - scale.channels}.0001"
+                asks.append(asyncio.create_task(_follow_up(soak, channel, i, earlier, load_end + scale.settle_s)))
+            else:
+                asks.append(asyncio.create_task(soak.ask(channel, f"{5000 + i}.0001", QUESTION)))
+            await asyncio.sleep(scale.over_s / scale.questions)
+        await chaos
+        fault.until = 0.0  # the incident is over: everything must now converge
+        await asyncio.gather(*asks)
+        await _converge(soak, time.monotonic() + scale.settle_s)
+        return await _figures(soak, scale, time.monotonic() - started)
+    finally:
+        if soak.proc is not None and soak.proc.returncode is None:
+            soak.proc.terminate()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(soak.proc.wait(), 15)
+        await slack.server.stop()
+        await asyncio.to_thread(redis.stop)
+        shutil.rmtree(redis.workdir, ignore_errors=True)
+
+
+def _answers(soak: Soak) -> dict[str, Counter[str]]:
+    """Per thread: each answer's outbox key → how many messages carry it (more than one is a duplicate)."""
+    out: dict[str, Counter[str]] = {}
+    for (channel, _), m in list(soak.slack.messages.items()):
+        key = str(((m.get("metadata") or {}).get("event_payload") or {}).get("key") or "")
+        if (key.startswith("answer:") and key.endswith(":0")) or key.startswith("failed:"):
+            out.setdefault(f"{channel}:{m.get('thread_ts') or m['ts']}", Counter())[key] += 1
+    return out
+
+
+async def _converge(soak: Soak, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        answers = _answers(soak)
+        if all(len(answers.get(t, ())) >= n for t, n in soak.asked.items()) and \
+                all(ts in soak.closed for ts in soak.clicked) and not soak.slack.unstopped_streams():
+            return
+        await asyncio.sleep(0.5)
+
+
+async def _figures(soak: Soak, scale: Scale, wall_s: float) -> dict[str, Any]:
+    answers = _answers(soak)
+    asked = sum(soak.asked.values())
+    answered = sum(min(len(answers.get(t, ())), n) for t, n in soak.asked.items())
+    twice = sum(max(len(answers.get(t, ())) - n, 0) for t, n in soak.asked.items())  # a question run twice
+    dup_keys = Counter(str(((m.get("metadata") or {}).get("event_payload") or {}).get("key") or "")
+                       for m in soak.slack.messages.values())
+    duplicates = sum(n - 1 for k, n in dup_keys.items() if k and n > 1)
+    store = RedisStore(connect(soak.redis.url), keys=Keys(soak.prefix))
+    try:
+        audit = await store.read_audit(10_000)
+        untimed = 0
+        async for key in store.client.scan_iter(match=f"{soak.prefix}:*"):
+            untimed += int(await store.client.ttl(key) == -1)
+        dead = (await store.queue.stats()).dead
+    finally:
+        await store.close()
+    restarts = Counter((a["run_id"], a["call_id"]) for a in audit if a.get("status") not in ("skipped",))
+    latency = [soak.closed[ts] - at for ts, at in soak.clicked.items() if ts in soak.closed]
+    return {"questions": asked, "answered": answered, "answered_twice": twice, "duplicates": duplicates,
+            "cards": len(soak.clicked), "confirms": min(scale.confirms, scale.questions),
+            "restarts_twice": sum(1 for n in restarts.values() if n > 1), "restarts": len(restarts),
+            "cards_closed": len(latency), "close_p50_s": statistics.median(latency) if latency else float("nan"),
+            "close_p95_s": sorted(latency)[int(0.95 * (len(latency) - 1))] if latency else float("nan"),
+            "streams_open": len(soak.slack.unstopped_streams()), "keys_without_ttl": untimed, "dead_letters": dead,
+            "worker_kills": soak.kills, "wall_s": wall_s}
+
+
+async def run(scale: Scale | None = None) -> list[Table]:
+    scale = scale or Scale()
+    f = await run_soak(scale)
+    return [Table(
+        f"The soak: {f['questions']} questions ({f['confirms']} confirm flows) over {scale.channels} channels in "
+        f"{scale.over_s:g} s, {scale.fault_rate:.0%} of Slack calls failing, a worker killed every "
+        f"{scale.kill_every_s:g} s, Redis stopped {len(scale.redis_stops)}×",
+        ["answered", "answered twice", "posted twice", "cards shown", "restarts run twice", "card close p50 (s)",
+         "card close p95 (s)", "streams left open", "keys without TTL", "dead letters", "kills", "wall (s)"],
+        [[f"{f['answered']}/{f['questions']}", f["answered_twice"], f["duplicates"], f"{f['cards']}/{f['confirms']}",
+          f["restarts_twice"],
+          f["close_p50_s"], f["close_p95_s"], f["streams_open"], f["keys_without_ttl"], f["dead_letters"],
+          f["worker_kills"], f["wall_s"]]],
+        [verdict("questions answered exactly once", f["answered"], f["questions"], "", lower_is_better=False),
+         verdict("questions answered twice", f["answered_twice"], 0, ""),
+         verdict("messages posted twice", f["duplicates"], 0, ""),
+         verdict("cards shown", f["cards"], f["confirms"], "", lower_is_better=False),
+         verdict("card close p95 after a click", f["close_p95_s"], 5.0, " s"),
+         verdict("streams left open", f["streams_open"], 0, "")])]
+
+
+@dataclass
+class RedisProcess:
+    """A redis-server the soak stops and starts again (AOF on: what it held survives)."""
+
+    port: int
+    workdir: str
+    proc: Any = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:  # blocking: call it in a thread (asyncio.to_thread)
+        import socket
+        import subprocess
+
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise SystemExit("the soak needs redis-server (apt-get install redis-server)")
+        self.proc = subprocess.Popen([binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                                      "--appendonly", "yes", "--dir", self.workdir],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(200):
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                return
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+    return found
+
+
+if __name__ == "__main__":
+    for table in asyncio.run(run(SMALL if "--small" in sys.argv else None)):
+        print(table.render())

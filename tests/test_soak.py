@@ -1,0 +1,17 @@
+"""The soak's small version (issue 33): ``opspilot serve`` with two workers through a short incident — Slack failing
+a quarter of its calls, a worker killed every few seconds, Redis stopped and started — then the faults stop. Every
+question is answered exactly once, every card shown and closed, no restart runs twice, no stream is left open, no key
+lacks a TTL. (Latency figures are the benchmark's: ``python -m bench --only soak``.)"""
+
+from __future__ import annotations
+
+from bench.soak import SMALL, run_soak
+
+
+async def test_nothing_is_lost_or_done_twice_through_a_small_incident() -> None:
+    f = await run_soak(SMALL)
+    assert f["worker_kills"] >= 1  # the incident did happen
+    assert (f["answered"], f["answered_twice"], f["duplicates"]) == (f["questions"], 0, 0), f
+    assert f["cards"] == f["confirms"] and f["cards_closed"] == f["cards"], f
+    assert f["restarts_twice"] == 0 and f["restarts"] == f["cards"], f
+    assert (f["streams_open"], f["keys_without_ttl"], f["dead_letters"]) == (0, 0, 0), f
