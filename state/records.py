@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError
 
 from core.messages import ToolCall
 from core.stops import StopReason
+from state.errors import CorruptRecord
 
 SCHEMA_VERSION = 1
 
@@ -118,3 +121,52 @@ class RunRecord(_Record):
         self._trace_saved = len(self.trace) if count is None else count
 
 
+# --- as stored (the Redis store's encoding of a run record) ---------------------------------------------
+
+COMMIT_ID_BYTES = 8
+"""A stored run record starts with the hex id of the commit that wrote it (records written before start with
+``{``): a retried commit finds it there, and no key per run holds it."""
+
+
+def dump_run(run: RunRecord, *, with_trace: bool) -> str:
+    """Compact: defaults are left out (they are restored on load), the schema version never is. A live run's
+    trace lives in its own list (see :func:`dump_entry`)."""
+    body = run.model_dump(mode="json", exclude_defaults=True, exclude={"trace"})
+    body["schema_version"] = run.schema_version
+    if with_trace and run.trace:
+        body["trace"] = [{"kind": e.kind, **e.model_dump(mode="json", exclude_defaults=True)} for e in run.trace]
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+
+
+def dump_entry(entry: TraceEntry) -> str:
+    # The discriminator ("kind") is a default: kept.
+    return json.dumps({"kind": entry.kind, **entry.model_dump(mode="json", exclude_defaults=True)},
+                      separators=(",", ":"), ensure_ascii=False)
+
+
+def parse_run(key: str, raw: str, trace: Sequence[Any] = ()) -> RunRecord:
+    if not raw.startswith("{"):
+        raw = raw[COMMIT_ID_BYTES * 2:]
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise CorruptRecord(key, "not JSON") from exc
+    version = body.get("schema_version") if isinstance(body, dict) else None
+    if version != SCHEMA_VERSION:
+        raise CorruptRecord(key, f"schema version {version!r}, this build reads {SCHEMA_VERSION}")
+    try:
+        record = RunRecord.model_validate(body)
+        # A finished run's trace is inline (and so is one written before the trace had its own list: saved
+        # again, into the list, if it goes on).
+        inline = len(record.trace)
+        record.trace.extend(TraceAdapter.validate_json(row) for row in trace)
+    except ValidationError as exc:
+        raise CorruptRecord(key, first_problem(exc)) from exc
+    record.trace_saved(len(trace) if not inline else len(record.trace) if trace else 0)
+    return record
+
+
+def first_problem(exc: ValidationError) -> str:
+    err = exc.errors(include_url=False)[0]
+    where = ".".join(str(p) for p in err["loc"])
+    return f"{where + ': ' if where else ''}{err['msg']}"

@@ -24,7 +24,7 @@ from state.meta import RedisMeta
 from state.migrate import migrate
 from state.outbox import RedisOutbox
 from state.queue import RedisQueue
-from state.records import SCHEMA_VERSION, RunRecord, Ticket, TraceAdapter, TraceEntry
+from state.records import COMMIT_ID_BYTES, RunRecord, Ticket, dump_entry, dump_run, first_problem, parse_run
 from state.store import UNSHOWN, UNSHOWN_KEEP_S, Opened, Stats, Write, hour_now, merge_stats
 from state.timers import RedisTimers
 
@@ -166,7 +166,7 @@ class RedisStore:
         tickets = write.tickets()
         fold = run.status == "finished"  # its trace is complete: kept in the record, the list goes
         trace = () if fold else write.trace
-        commit_id = os.urandom(_COMMIT_ID_BYTES).hex()
+        commit_id = os.urandom(COMMIT_ID_BYTES).hex()
         header = {
             "commit_id": commit_id, "fold": fold, "trace": len(trace), "ttl": ttls.thread_s, "run_id": run.run_id,
             "status_changed": write.status_changed,
@@ -188,8 +188,8 @@ class RedisStore:
                 k.run_trace(run.run_id), k.lease(run.thread_id), k.index(shard, "unshown"),
                 *(k.token(t.pending.token) for t in tickets)]
         args: list[Any] = [json.dumps(header, ensure_ascii=False, separators=(",", ":")),
-                           commit_id + _dump_run(run, with_trace=fold), *(dump_message(m) for m in write.messages),
-                           *(_dump_entry(e) for e in trace),
+                           commit_id + dump_run(run, with_trace=fold), *(dump_message(m) for m in write.messages),
+                           *(dump_entry(e) for e in trace),
                            *(t.model_dump_json() for t in tickets)]
         length = await retried(f"saving run {run.run_id}", self.outage_grace_s,
                                lambda: self._commit(keys=keys, args=args))
@@ -208,7 +208,7 @@ class RedisStore:
         if not int(reply[0]):
             return None
         found, raw, trace, length, start, rows = str(reply[1]), str(reply[2]), reply[3], *reply[4:7]
-        record = _parse_run(k.run(found), raw, trace) if raw else None
+        record = parse_run(k.run(found), raw, trace) if raw else None
         if record is None and found and not found.startswith(own_shard):
             record = await self.load_run(found)  # an id minted before shards: its keys live elsewhere
         return Opened(record, self._transcript_rows(thread_id, cached, int(start), int(length), rows))
@@ -226,7 +226,7 @@ class RedisStore:
         raw, trace = await retried(f"loading run {run_id}", self.outage_grace_s, fetch)
         if raw is None:
             return None
-        return _parse_run(key, str(text(raw)), trace)
+        return parse_run(key, str(text(raw)), trace)
 
     def _cache_append(self, thread_id: str, messages: Sequence[Message], new_length: int) -> None:
         cached = self._transcripts.get(thread_id)
@@ -270,7 +270,7 @@ class RedisStore:
         try:
             fresh = [load_message(r) for r in rows]
         except ValidationError as exc:
-            raise CorruptRecord(key, _first_problem(exc)) from exc
+            raise CorruptRecord(key, first_problem(exc)) from exc
         messages = (cached if cached is not None and start else []) + fresh
         if len(messages) != length:  # each read is atomic, so this is a bug, never a race: say so
             raise CorruptRecord(key, f"read {len(messages)} messages of {length}")
@@ -294,7 +294,7 @@ class RedisStore:
         try:
             return Ticket.model_validate_json(raw)
         except ValidationError as exc:
-            raise CorruptRecord(key, _first_problem(exc)) from exc
+            raise CorruptRecord(key, first_problem(exc)) from exc
 
     async def _legacy_ticket(self, token: str, raw: str) -> Ticket | None:
         run = await self.load_run(raw.split("\n", 1)[0])
@@ -363,52 +363,3 @@ class RedisStore:
 def _entry_order(entry_id: Any) -> tuple[int, int]:
     ms, _, seq = str(text(entry_id)).partition("-")
     return int(ms), int(seq or 0)
-
-
-_COMMIT_ID_BYTES = 8
-"""A stored run record starts with the hex id of the commit that wrote it (records written before start with
-``{``): a retried commit finds it there, and no key per run holds it."""
-
-
-def _dump_run(run: RunRecord, *, with_trace: bool) -> str:
-    """Compact: defaults are left out (they are restored on load), the schema version never is. A live run's
-    trace lives in its own list (see :func:`_dump_entry`)."""
-    body = run.model_dump(mode="json", exclude_defaults=True, exclude={"trace"})
-    body["schema_version"] = run.schema_version
-    if with_trace and run.trace:
-        body["trace"] = [{"kind": e.kind, **e.model_dump(mode="json", exclude_defaults=True)} for e in run.trace]
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
-
-
-def _dump_entry(entry: TraceEntry) -> str:
-    # The discriminator ("kind") is a default: kept.
-    return json.dumps({"kind": entry.kind, **entry.model_dump(mode="json", exclude_defaults=True)},
-                      separators=(",", ":"), ensure_ascii=False)
-
-
-def _parse_run(key: str, raw: str, trace: Sequence[Any] = ()) -> RunRecord:
-    if not raw.startswith("{"):
-        raw = raw[_COMMIT_ID_BYTES * 2:]
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise CorruptRecord(key, "not JSON") from exc
-    version = body.get("schema_version") if isinstance(body, dict) else None
-    if version != SCHEMA_VERSION:
-        raise CorruptRecord(key, f"schema version {version!r}, this build reads {SCHEMA_VERSION}")
-    try:
-        record = RunRecord.model_validate(body)
-        # A finished run's trace is inline (and so is one written before the trace had its own list: saved
-        # again, into the list, if it goes on).
-        inline = len(record.trace)
-        record.trace.extend(TraceAdapter.validate_json(row) for row in trace)
-    except ValidationError as exc:
-        raise CorruptRecord(key, _first_problem(exc)) from exc
-    record.trace_saved(len(trace) if not inline else len(record.trace) if trace else 0)
-    return record
-
-
-def _first_problem(exc: ValidationError) -> str:
-    err = exc.errors(include_url=False)[0]
-    where = ".".join(str(p) for p in err["loc"])
-    return f"{where + ': ' if where else ''}{err['msg']}"

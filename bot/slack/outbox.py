@@ -26,7 +26,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import blocks as kit
-from bot.slack.failures import slack_error
+from bot.slack.failures import SLACK_FAILURES, retry_after, slack_error, transient
 from bot.slack.landed import METADATA_TYPE as METADATA_TYPE  # where history.py reads it from too
 from bot.slack.landed import find_posted
 from bot.slack.metrics import Metrics
@@ -43,10 +43,6 @@ log = logging.getLogger(__name__)
 
 _LEASE_MS = 20_000
 _STREAM_SPACING_S = 0.2
-# Slack answered but refused: only these are worth another try; any other refusal is final, and the message
-# is dropped (and logged) so that the thread's later messages still go out.
-_TRANSIENT = {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout",
-              "team_added_to_org", "http_500", "http_502", "http_503", "http_504"}
 
 
 def redact(text: str) -> str:
@@ -388,20 +384,14 @@ class SlackOutbox:
             await self.pacer.wait(method, channel)
         try:
             return await call()
-        except SlackApiError as exc:
-            error = slack_error(exc)
+        except SLACK_FAILURES as exc:  # a refusal, a 5xx (JSON or not), a 429, a dropped connection, a hang
             self.metrics.inc("opspilot_slack_api_errors_total", method=method)
-            status = exc.response.status_code
-            if status != 429 and status < 500 and error not in _TRANSIENT:
+            error = slack_error(exc)
+            if not transient(exc):
                 if refusals:
                     raise StreamRefused(error) from exc
                 log.error("Slack %s refused a message for good (%s): dropped", method, error)
                 self.metrics.inc("opspilot_outbox_dropped_total")
                 return None
             log.warning("Slack %s failed (%s): will retry", method, error)
-            after = exc.response.headers.get("Retry-After") if exc.response.status_code == 429 else None
-            raise _Retry(float(after) if after else None) from exc
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            self.metrics.inc("opspilot_slack_api_errors_total", method=method)
-            log.warning("Slack %s did not answer (%r): will retry", method, exc)
-            raise _Retry() from exc
+            raise _Retry(retry_after(exc)) from exc
