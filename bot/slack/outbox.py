@@ -271,7 +271,7 @@ class SlackOutbox:
 
     async def _deliver_records(self, thread: str) -> float:
         """Send what is undelivered, posts strictly in order; returns when to come back if anything is left."""
-        retry_at = float("inf")
+        retry_at, sent = float("inf"), False
         skip: set[str] = set()
         for record in await self.store.records(thread):
             if not record.dirty or record.key in skip:
@@ -284,10 +284,12 @@ class SlackOutbox:
                 continue
             try:
                 await self._send(thread, record)
+                sent = True
                 if record.get("control_gone"):  # this round's copy of its Stop message is stale: read it again
                     skip.add(control_key(record.key))
             except _Retry as retry:
-                failures = self._failures[thread] = self._failures.get(thread, 0) + 1
+                # Failures in a row grow the backoff; a round that delivered something starts it over (busy threads).
+                failures = self._failures[thread] = 1 if sent else self._failures.get(thread, 0) + 1
                 backoff = min(2 ** failures * 0.25, self.max_backoff_s) * (0.75 + random.random() / 2)
                 self.metrics.inc("opspilot_outbox_retries_total")
                 return time.time() + (retry.after_s if retry.after_s is not None else backoff)
