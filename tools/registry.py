@@ -16,6 +16,8 @@ from typing import Any, Literal, get_type_hints
 
 from pydantic import BaseModel
 
+from core.envs import environment_name
+
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 
@@ -58,12 +60,15 @@ class InEnvironments:
     ``Production`` does not slip past a rule written for ``prod``."""
 
     def __call__(self, args: Any) -> bool:
-        value = str(getattr(args, self.field, "") or "").strip().lower()
+        raw = str(getattr(args, self.field, "") or "")
+        value = environment_name(raw)
+        if value is None:
+            return True  # a look-alike or hidden character: asked about, never waved through
         return value in self.environments or (self.known is not None and bool(value) and value not in self.known)
 
 
 def confirm_in(*environments: str, field: str = "environment") -> InEnvironments:
-    return InEnvironments(frozenset(e.lower() for e in environments), field)
+    return InEnvironments(frozenset(n for e in environments if (n := environment_name(e))), field)
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,15 @@ class ToolSpec:
     provenance: Provenance | None = None
     """For an MCP tool: whose word its gating rests on, shown on its card and by ``opspilot tools``. None for
     our own tools, and for an MCP tool the server calls a non-destructive change or the config made stricter."""
+    check: Callable[[Any], None] | None = None
+    """Run on the validated arguments before the gate: raises a ToolError for an argument naming something that
+    does not exist (a service the catalog lacks), so no card asks a person to confirm it."""
+
+    def environment_fields(self) -> tuple[str, ...]:
+        """The arguments holding an environment name: ``environment`` and the field a confirm rule reads."""
+        policy = self.needs_confirmation
+        extra = (policy.field,) if isinstance(policy, InEnvironments) and policy.field != "environment" else ()
+        return ("environment", *extra)
 
     def definition(self) -> ToolDefinition:
         return ToolDefinition(self.name, self.description, self.schema or self.args_model.model_json_schema())
@@ -115,6 +129,7 @@ def tool(
     timeout_s: float = 20.0,
     max_result_chars: int = 6000,
     args: type[BaseModel] | None = None,
+    check: Callable[[Any], None] | None = None,
 ) -> Callable[[ToolFunc], ToolSpec]:
     """Declare a tool. Its pydantic argument model is ``args`` or the first parameter's annotation.
 
@@ -148,6 +163,7 @@ def tool(
             needs_confirmation=confirm or never,
             timeout_s=timeout_s,
             max_result_chars=max_result_chars,
+            check=check,
         )
 
     return decorate
@@ -195,7 +211,7 @@ class Registry:
 
     def know_environments(self, environments: Iterable[str]) -> None:
         """Tell every per-environment confirmation rule which environments exist (see :class:`InEnvironments`)."""
-        known = frozenset(e.lower() for e in environments)
+        known = frozenset(n for e in environments if (n := environment_name(e)))
         for name, spec in self._tools.items():
             # Only a rule on the environment itself: another field (a cluster, a region) has its own names.
             if isinstance(spec.needs_confirmation, InEnvironments) and spec.needs_confirmation.field == "environment":

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from core.envs import environment_name
 from core.messages import ResultStatus, ToolCall, ToolResultMessage, error_result, ok_content
 from tools.errors import Interrupt, InterruptType, ToolError
 from tools.hygiene import clean, scrub_text
@@ -97,6 +98,22 @@ def _validation_message(spec: ToolSpec, exc: ValidationError) -> str:
     return f"invalid arguments for {spec.name}: " + "; ".join(problems)
 
 
+def _environment_problem(spec: ToolSpec, args: dict[str, Any]) -> str | None:
+    """An environment with spaces around it (``"prod "``) or a hidden or look-alike character (a Cyrillic ``р``)
+    is refused before the gate, for our tools and MCP tools alike: a server that trims would run in prod what a
+    rule judged as somewhere else. Case is left to the rules, which all fold it (:mod:`core.envs`)."""
+    for name in spec.environment_fields():
+        value = args.get(name)
+        if not isinstance(value, str) or not value:
+            continue
+        normal = environment_name(value)
+        if normal is None:  # shown as \u… escapes, never raw
+            return f"{name} {value!a} holds characters no environment name has (plain ASCII only)"
+        if value != value.strip():
+            return f"{name} {value!a} has spaces around it: write {value.strip()!r}"
+    return None
+
+
 def _confirm_payload(spec: ToolSpec, args: dict[str, Any], stated_reason: str) -> dict[str, Any]:
     return {
         "tool": spec.name,
@@ -134,6 +151,14 @@ async def execute_one(
     except ValidationError as exc:
         return done(error_result(call, "validation_error", _validation_message(spec, exc)))
     plain_args = args.model_dump(mode="json")
+    problem = _environment_problem(spec, plain_args) if spec.mutating else None
+    if problem:
+        return done(error_result(call, "invalid_environment", problem))
+    if spec.check is not None:
+        try:
+            spec.check(args)  # what the arguments name must exist before a person is asked to confirm it
+        except ToolError as exc:
+            return done(error_result(call, exc.code, scrub_text(exc.message)))
 
     # The gate: code, not the prompt, decides. Only a person's confirmation (set by resume) opens it.
     if spec.mutating and ctx.confirmed_by is None and (ctx.unattended or spec.needs_confirmation(args)):

@@ -14,6 +14,7 @@ from bot.slack.blocks import escape, is_user
 from bot.slack.failures import SLACK_FAILURES, retried, slack_error
 from bot.slack.people import People
 from bot.slack.words import say
+from core.envs import environment_name
 
 log = logging.getLogger(__name__)
 
@@ -102,13 +103,17 @@ class AccessPolicy:
     def approvers_for(self, tool: str, environment: str | None) -> Approvers | None:
         """Who may confirm ``tool`` in ``environment``; None: no rule (anyone allowed to use the bot)."""
         rules = self.config.approvers.get(tool, {})
-        return rules.get((environment or "").lower()) or rules.get("*")
+        return rules.get(environment_name(environment or "") or "*") or rules.get("*")
 
     def two_person(self, environment: str | None) -> bool:
-        return (environment or "").lower() in {e.lower() for e in self.config.two_person_rule}
+        """Fails closed: a name with hidden or look-alike characters counts as one the rule names."""
+        env = environment_name(environment or "")
+        return env is None or env in {environment_name(e) for e in self.config.two_person_rule}
 
     async def may_confirm(self, user: str, tool: str, environment: str | None, requester: str | None) -> Verdict:
-        env = (environment or "").lower()
+        env = environment_name(environment or "")
+        if env is None:  # the runtime refuses such a name before any card; a stored one is still not judged
+            return refusal("no_env", tool=tool, env=environment or "", known=", ".join(self.environments or []))
         if requester and user == requester and self.two_person(env):
             return refusal("no_own_approval", tool=tool, env=env)
         if self.unmatched(tool, env):
@@ -128,7 +133,10 @@ class AccessPolicy:
                               channel: str, lang: str) -> list[str]:
         """What a confirm card says about who may confirm it, before anyone clicks: the same rules
         :meth:`may_confirm` and :meth:`may_change_in` apply to the click, from the config as it stands."""
-        env = (environment or "").lower()
+        env = environment_name(environment or "")
+        if env is None:
+            return [say(lang, "unknown_env_confirms", env=escape(environment or ""),
+                        known=", ".join(self.environments or []))]
         rule = self.approvers_for(tool, env)
         if self.unmatched(tool, env):
             lines = [say(lang, "unknown_env_confirms", env=escape(env), known=", ".join(self.environments or []))]

@@ -235,7 +235,18 @@ def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox
         service, env = service_and_env(args, "look at its changes")
         return await recent(changes, service, env, args.minutes, clock.now())
 
-    @tool(mutating=True, confirm=confirm_in("prod"), timeout_s=verify.timeout_s + verify.settle_s + 60)
+    def named(args: RestartArgs) -> None:
+        """Before the gate: a Confirm card must not offer a service or environment the catalog lacks (what is
+        missing is still asked for by the tool, with its choices)."""
+        service = catalog.get(args.service_id)
+        if service is None:
+            raise NotFound(f"unknown service id {args.service_id!r}; known: {', '.join(catalog.ids)}")
+        if args.environment is not None and args.environment not in service.environments:
+            raise InvalidArguments(f"{service.id} has no environment {args.environment!r}; "
+                                   f"it has {', '.join(service.environments)}")
+
+    @tool(mutating=True, confirm=confirm_in("prod"), check=named,
+          timeout_s=verify.timeout_s + verify.settle_s + 60)
     async def restart_service(args: RestartArgs, ctx: ToolContext) -> dict[str, Any]:
         """Rolling-restart a service in one environment, then verify: wait for the rollout to finish and compare
         the error rate before and after. Changes production state: a person must confirm it in prod."""
