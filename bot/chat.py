@@ -31,6 +31,7 @@ from bot.slack.render import model_note, status_word
 from bot.slack.words import Lang, headline, language_of, say
 from bot.terminal import markup, printer
 from core.stops import STOP_WORDING
+from core.text import inert
 from state import StoreError
 
 _TONES = {"ok": "green", "error": "red", "waiting": "yellow"}
@@ -50,7 +51,7 @@ class Console:
         self.finished: RunFinished | None = None  # how the run on screen ended: its composed answer's facts
 
     def say(self, line: str = "", tone: str | None = None) -> None:
-        self.rich.print(Text(line, style=_TONES.get(tone or "", "")))
+        self.rich.print(Text(inert(line), style=_TONES.get(tone or "", "")))
         self.out.flush()
 
     def prompt(self, text: str) -> None:
@@ -59,7 +60,7 @@ class Console:
 
     def answer(self, text: str) -> None:
         """The bot's answer as a person reads it: bold, italics, code and names, not mrkdwn."""
-        self.rich.print(markup(text, self.names))
+        self.rich.print(markup(inert(text), self.names))  # the model's words: shown, never obeyed
         self.out.flush()
 
     def words(self, key: str, **values: object) -> str:
@@ -103,7 +104,7 @@ def arguments(values: dict[str, Any], limit: int | None = None) -> Text:
     has), the whole cut at ``limit`` characters with "…"."""
     text = Text()
     for i, (name, value) in enumerate(values.items()):
-        text.append(f"{', ' if i else ''}{name}=").append(json.dumps(value, ensure_ascii=False), "cyan")
+        text.append(inert(f"{', ' if i else ''}{name}=")).append(inert(json.dumps(value, ensure_ascii=False)), "cyan")
     if limit is not None and len(text) > limit:
         text = text[:limit - 1].append("…")
     return text

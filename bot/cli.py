@@ -14,6 +14,7 @@ from typing import Any, cast
 from bot.assembly import assemble, build_registry, open_store
 from bot.config import ConfigError, load_settings, port_number
 from bot.slack.words import say
+from core.text import inert
 from state import StoreError
 from tools import ops
 from tools.errors import ToolError
@@ -103,6 +104,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def show(line: str = "", **kw: Any) -> None:
+    """A line on an operator's terminal: what others wrote (a 👎 note, a question, a server's error) is shown
+    with its control characters as ``<U+001B>``, never obeyed (a hidden link, a cleared screen, a forged line)."""
+    print(inert(line), **kw)
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -124,36 +131,36 @@ async def _stats(window: str, config: str | None) -> int:
         work, dead = await store.queue.stats(), await store.queue.dead_letters(5)
     finally:
         await store.close()
-    print(f"OpsPilot — last {window}")
-    print(f"  runs                        {s.runs}")
-    print(f"  average steps per run       {s.avg_steps:.2f}")
-    print(f"  tool calls / failures       {s.get('tool_calls')} / {s.get('tool_failures')}"
+    show(f"OpsPilot — last {window}")
+    show(f"  runs                        {s.runs}")
+    show(f"  average steps per run       {s.avg_steps:.2f}")
+    show(f"  tool calls / failures       {s.get('tool_calls')} / {s.get('tool_failures')}"
           f"  ({s.tool_failure_rate:.1%} failed)")
-    print(f"  interrupts → resumed        {s.get('interrupts')} → {s.get('resumed')}  ({s.resume_rate:.1%})")
-    print(f"  answers rated 👍 / 👎        {s.get('feedback_up')} / {s.get('feedback_down')}")
-    print(f"  follow-ups fired / skipped / cancelled     {s.get('followup_fired')} / {s.get('followup_skipped')} / "
+    show(f"  interrupts → resumed        {s.get('interrupts')} → {s.get('resumed')}  ({s.resume_rate:.1%})")
+    show(f"  answers rated 👍 / 👎        {s.get('feedback_up')} / {s.get('feedback_down')}")
+    show(f"  follow-ups fired / skipped / cancelled     {s.get('followup_fired')} / {s.get('followup_skipped')} / "
           f"{s.get('followup_cancelled')}")
-    print(f"  scheduled checks fired / skipped / cancelled  {s.get('schedule_fired')} / {s.get('schedule_skipped')} / "
+    show(f"  scheduled checks fired / skipped / cancelled  {s.get('schedule_fired')} / {s.get('schedule_skipped')} / "
           f"{s.get('schedule_cancelled')}  (reported {s.get('schedule_reported')}, quiet {s.get('schedule_quiet')})")
     read, written, full = s.get("cache_read_tokens"), s.get("cache_write_tokens"), s.get("input_tokens")
     total = read + written + full
-    print(f"  input tokens                {total}: {full} at full price, {read} read from the prompt cache "
+    show(f"  input tokens                {total}: {full} at full price, {read} read from the prompt cache "
           f"({read / total if total else 0:.0%}), {written} written to it; output {s.get('output_tokens')}")
-    print(f"  work set aside (dead letters, 14 days)  {work.dead}"
+    show(f"  work set aside (dead letters, 14 days)  {work.dead}"
           + ("" if not dead else "  — newest first:"))
     for d in dead:  # what it was and where, never its text (a person's words, shown to operators only in Slack)
-        print(f"    {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(d.at))}  {_work_label(d.body)}, "
-              f"{d.deliveries} tries: {_inert(d.reason)[:160]}")
-    print("  stop reasons")
+        show(f"    {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(d.at))}  {_work_label(d.body)}, "
+              f"{d.deliveries} tries: {inert(d.reason)[:160]}")
+    show("  stop reasons")
     for reason, count in s.stop_reasons.items() or {"(none yet)": 0}.items():
-        print(f"    {reason:<24}  {count}")
-    print("  latest 👎 (newest first)" if downs else "  latest 👎: none")
+        show(f"    {reason:<24}  {count}")
+    show("  latest 👎 (newest first)" if downs else "  latest 👎: none")
     for e in downs:
         note = f": {' '.join(e.note.split())[:100]}" if e.note else ""
-        print(f"    {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(e.at))}  "
+        show(f"    {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(e.at))}  "
               f"{say('en', 'reason_' + e.reason).lower()}{note} — by {e.user}, model {e.model}")
-        print(f"      asked: {' '.join(e.question.split())[:100]}")
-        print(f"      {thread_url(e)}")
+        show(f"      asked: {' '.join(e.question.split())[:100]}")
+        show(f"      {thread_url(e)}")
     return 0
 
 
@@ -166,12 +173,7 @@ def _work_label(body: str) -> str:
     if not isinstance(item, dict):
         return "unreadable item"
     where = "/".join(str(item[k]) for k in ("channel", "thread_ts") if item.get(k))
-    return _inert(f"{item.get('kind', '?')}{' in ' + where if where else ''}")
-
-
-def _inert(text: str) -> str:
-    """Control characters shown, never obeyed, on an operator's terminal."""
-    return "".join(c if c.isprintable() else f"<U+{ord(c):04X}>" for c in text)
+    return inert(f"{item.get('kind', '?')}{' in ' + where if where else ''}")
 
 
 async def _tools(config: str | None) -> int:
@@ -183,15 +185,15 @@ async def _tools(config: str | None) -> int:
     hub = McpHub(settings.mcp_servers)
     try:
         registry = build_registry(settings, toolbox, await hub.start())
-        print(f"{'tool':<34} {'source':<16} {'kind':<10} confirmation")
+        show(f"{'tool':<34} {'source':<16} {'kind':<10} confirmation")
         for spec in registry:
             kind = "change" if spec.mutating else "read-only"
             rule = spec.confirmation_rule() + (f" ({say('en', 'provenance_' + spec.provenance)})"
                                                if spec.provenance else "")
-            print(f"{spec.name:<34} {spec.source:<16} {kind:<10} {rule}")
+            show(f"{spec.name:<34} {spec.source:<16} {kind:<10} {rule}")
         for name, health in hub.health().items():
             if health["state"] != "up":
-                print(f"\nMCP server {name}: {health['state']} ({health.get('error', '')}): its tools are missing")
+                show(f"\nMCP server {name}: {health['state']} ({health.get('error', '')}): its tools are missing")
     except McpStartupError as exc:
         raise ConfigError(str(exc)) from exc
     finally:
@@ -205,14 +207,14 @@ async def _check(config: str | None) -> int:
     try:
         settings = load_settings(config)
     except ConfigError as exc:
-        print(f"✗ config: {exc}")
+        show(f"✗ config: {exc}")
         return 1
-    print("✓ config: valid")
+    show("✓ config: valid")
     checks = await check.run(settings)
     for each in checks:
-        print(each.line())
+        show(each.line())
     failed = [c for c in checks if c.required and not c.ok]
-    print(f"{len(failed)} required check(s) failed" if failed else "ready")
+    show(f"{len(failed)} required check(s) failed" if failed else "ready")
     return 1 if failed else 0
 
 

@@ -13,6 +13,7 @@ from bot.config import ConfigError, Settings
 from bot.slack.incident import gather
 from bot.slack.narrative import write
 from bot.slack.summary_doc import render
+from core.text import inert
 
 _THREAD = re.compile(r"^(?P<channel>[A-Z0-9]+):(?P<ts>\d+\.\d+)$")
 
@@ -47,7 +48,7 @@ async def report(settings: Settings, thread: str, *, tz: str | None = None, use_
         narrative = await write(model, incident, []) if model is not None and not incident.empty else None
     finally:
         await store.close()
-    print(render(incident, narrative, tz=tz), end="")
+    print(inert(render(incident, narrative, tz=tz)), end="")  # people's and the model's words: shown, not obeyed
     if incident.empty:
         print(f"opspilot report: no records of {thread} under the key prefix {settings.key_prefix!r} (a thread of "
               "`opspilot demo`? add --demo)", file=sys.stderr)

@@ -69,3 +69,17 @@ def reveal_blocks(value: Any) -> Any:
     if isinstance(value, list):
         return [reveal_blocks(v) for v in value]
     return value
+
+
+def _control(ch: str) -> bool:
+    """C0 (but newline and tab), DEL and C1: what a terminal obeys instead of showing (ESC opens colour, cursor,
+    clear-screen and OSC 8 hyperlink sequences; C1's CSI and OSC do the same in one byte)."""
+    o = ord(ch)
+    return (o < 0x20 and ch not in "\n\t") or 0x7F <= o <= 0x9F
+
+
+def inert(text: str) -> str:
+    """``text`` safe to print on an operator's terminal: control characters and hidden ones as ``<U+XXXX>``, so
+    a note or a question cannot hide a link, clear the screen or forge a line (``opspilot stats``, ``report``,
+    ``check`` and the chat print through this)."""
+    return "".join(f"<U+{ord(c):04X}>" if _control(c) else c for c in reveal(text))
