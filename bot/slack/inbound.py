@@ -238,6 +238,10 @@ class Inbound:
                            thread_ts: str | None) -> None:
         assert self.timers is not None
         if action_id == RECHECK:
+            if not await self._of_thread(value, channel, thread_ts):  # refused as Stop, Confirm and 👎 are
+                log.warning("re-check by %s in %s/%s for run %s of another thread refused", user, channel,
+                            thread_ts, value)
+                return await self._refuse(channel, user, _MISPLACED, thread_ts)
             return await self.timers.slack.click_recheck(user, value, channel, thread_ts)
         await self.timers.slack.click_cancel(user, value, channel, thread_ts)
         if (body.get("view") or {}).get("type") == "home" and self.home is not None:
@@ -301,18 +305,23 @@ class Inbound:
         if not verdict.allowed:
             await self._refuse(channel, user, verdict, thread_ts)
             return
-        try:
-            home = (await self.engine.run_record(run_id)).thread_id
-        except EngineError:
-            home = None
-        if home != thread_key(channel, str(thread_ts)):  # a run id from another thread's message
-            log.warning("%s by %s in %s/%s for run %s of thread %s refused", action_id, user, channel, thread_ts,
-                        run_id, home)
+        if not await self._of_thread(run_id, channel, thread_ts):
+            log.warning("%s by %s in %s/%s for run %s of another thread refused", action_id, user, channel,
+                        thread_ts, run_id)
             await self._refuse(channel, user, _MISPLACED, thread_ts)
             return
         item = RunButton(kind="stop" if action_id == "opspilot_stop" else "resume", run_id=run_id, user=user,
                          channel=channel, thread_ts=thread_ts)
         await self.dispatch(item)
+
+    async def _of_thread(self, run_id: str, channel: str, thread_ts: str | None) -> bool:
+        """Whether ``run_id`` (a button's value: lifted from another thread's message, or made up) is a run of
+        the clicked message's thread."""
+        try:
+            home = (await self.engine.run_record(run_id)).thread_id
+        except EngineError:
+            return False
+        return home == thread_key(channel, str(thread_ts))
 
     async def _decide(self, action_id: str, token: str, user: str, channel: str, thread_ts: str | None,
                       state: dict[str, Any]) -> None:
