@@ -1,7 +1,8 @@
 """The model's part of an incident summary: *impact* and *next steps*, written from the records (given as facts,
 which it must not repeat: the summary renders them itself), OpsPilot's answers in the thread and what colleagues
 said there (quoted as material, each message under its author's user id). Evidence is cited as ``[E1]``… and
-becomes a permalink here; only those two sections are kept from what it writes."""
+becomes a permalink here; only those two sections are kept from what it writes, every other link, address or
+broadcast mention in them quoted (:func:`bot.slack.markdown.inert`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import re
 from bot.agent.models.base import NONE, ChatModel, ModelError
 from bot.agent.models.demo_narrative import MARKER
 from bot.slack.incident import Incident
+from bot.slack.markdown import inert
 from bot.slack.summary_doc import Mention, Narrative, facts, plain_mention
 from core.messages import Message, SystemMessage, UserMessage
 from core.quote import quote
@@ -73,7 +75,7 @@ async def write(model: ChatModel, incident: Incident, evidence: list[tuple[str, 
     if not impact and not steps:
         return Narrative(problem="its answer had neither section")
     links = [url for _, url in evidence]
-    return Narrative(_people(_cite(_defang(impact), links), mention), _people(_cite(_defang(steps), links), mention),
+    return Narrative(_people(_cite(inert(impact), links), mention), _people(_cite(inert(steps), links), mention),
                      by=model.label)
 
 
@@ -90,21 +92,6 @@ def sections(text: str) -> tuple[str, str]:
 def _people(text: str, mention: Mention) -> str:
     """Slack's ``<@U…>`` as the document shows a person (a canvas mention, or ``@U…`` in a plain report)."""
     return _USER.sub(lambda m: mention(m.group(1)), text)
-
-
-_LINKED = re.compile(r"!?\[([^\]\n]*)\]\(([^)\s]*)\)|<?(https?://[^\s<>)\]]+)>?")
-
-
-def _defang(text: str) -> str:
-    """The model's own links and addresses as quoted text: it read thread messages anyone could write, so a
-    link it repeats is not the document's. The only links are the evidence its [E1]… become."""
-    def quoted(m: re.Match[str]) -> str:
-        if m.group(3):
-            return f"`{m.group(3)}`"
-        label, url = m.group(1), m.group(2)
-        return f"{label} (`{url}`)" if url else label
-
-    return _LINKED.sub(quoted, text)
 
 
 def _cite(text: str, links: list[str]) -> str:

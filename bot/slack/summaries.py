@@ -21,6 +21,7 @@ from bot.agent.models.base import ChatModel
 from bot.slack.failures import SLACK_FAILURES, slack_error
 from bot.slack.history import ThreadReader
 from bot.slack.incident import Incident, gather
+from bot.slack.markdown import code
 from bot.slack.narrative import THREAD_CHARS, write
 from bot.slack.outbox import SlackOutbox
 from bot.slack.summary_doc import Links, render
@@ -48,7 +49,7 @@ _REF = re.compile(r"(?:/archives/(?P<channel>[A-Z0-9]+)/p(?P<p>\d{7,})(?:\?(?P<q
 
 def canvas_mention(user: str) -> str:
     """A person in canvas Markdown (``![](@U…)``); a bot or an alert source by its name."""
-    return f"![](@{user})" if re.fullmatch(r"[UW][A-Z0-9]{2,}", user) else (user or "?")
+    return f"![](@{user})" if re.fullmatch(r"[UW][A-Z0-9]{2,}", user) else (code(user) or "?")
 
 
 def thread_of(ref: str, channel: str) -> str | None:

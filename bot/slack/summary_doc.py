@@ -2,12 +2,14 @@
 
 Everything but two sections is rendered here from :class:`bot.slack.incident.Incident` — the timeline (UTC and
 a second time zone), what was done, the current state, open questions, the evidence. *Impact* and *Next steps*
-are the model's (:mod:`bot.slack.narrative`), shown as its words with its label. Secrets are scrubbed last,
-over the whole document.
+are the model's (:mod:`bot.slack.narrative`), each quoted under a label saying so, its headings unable to pass
+for these. Every value is quoted by :func:`bot.slack.markdown.code`. Secrets are scrubbed last, over the whole
+document.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -19,9 +21,9 @@ from bot import when
 from bot.slack.audit import outcome
 from bot.slack.blocks import is_user, model_name
 from bot.slack.incident import Asked, Change, Incident, calls_of
+from bot.slack.markdown import code, fenced
 from bot.slack.words import headline, plural, say
 from core.redact import redact
-from core.text import reveal
 from state.records import RunRecord
 
 Mention = Callable[[str], str]
@@ -30,7 +32,8 @@ _ROLLOUTS = frozenset({"complete", "timed_out", "failed", "unknown"})
 
 
 def plain_mention(user: str) -> str:
-    return f"@{user}" if user else "?"
+    """A person by id; any other name (an alert source's) is data, quoted."""
+    return f"@{user}" if re.fullmatch(r"[A-Z0-9]{2,}", user) else code(user) or "?"
 
 
 @dataclass(frozen=True)
@@ -53,29 +56,34 @@ def render(incident: Incident, narrative: Narrative | None, *, tz: str | None = 
            mention: Mention = plain_mention, now: float | None = None) -> str:
     lang, links = incident.lang, links or Links()
     zone = _zone(tz)
-    out = [f"# {say(lang, 'inc_title', title=_code(incident.title))}", "",
+    out = [f"# {say(lang, 'inc_title', title=code(incident.title))}", "",
            "_" + say(lang, "inc_generated", at=_utc(now or time.time()),
                      link=f" ({links.thread})" if links.thread else "") + "_", ""]
     if incident.empty:
         return redact("\n".join([*out, say(lang, "inc_no_records"), ""]))
     out += [f"## {say(lang, 'inc_timeline')}", "", *_timeline(incident, zone, links, mention), ""]
     if narrative is not None and narrative.impact:
-        out += [f"## {say(lang, 'inc_impact')}", "", narrative.impact.strip(), ""]
+        out += [f"## {say(lang, 'inc_impact')}", "", *_models(narrative, narrative.impact, lang)]
     out += [f"## {say(lang, 'inc_done')}", "", *_done(incident, mention), ""]
     out += [f"## {say(lang, 'inc_state')}", "", *_state(incident, mention), ""]
     out += [f"## {say(lang, 'inc_open')}", "", *(_open(incident) or [say(lang, "inc_open_none")]), ""]
     if narrative is not None and narrative.next_steps:
-        out += [f"## {say(lang, 'inc_next')}", "", narrative.next_steps.strip(), ""]
+        out += [f"## {say(lang, 'inc_next')}", "", *_models(narrative, narrative.next_steps, lang)]
     evidence = [f"- [{ts}]({url})" for ts, url in links.by_ts.items()]
     if evidence:
         out += [f"## {say(lang, 'inc_evidence')}", "", *evidence, ""]
-    if narrative is not None and narrative.by:
-        out.append("_" + say(lang, "inc_written_by", model=model_name(narrative.by, lang, _code)) + "_")
-    elif narrative is not None and narrative.problem:
+    if narrative is not None and narrative.problem:
         out.append("_" + say(lang, "inc_model_failed", why=narrative.problem) + "_")
-    else:
+    elif narrative is None or not narrative.by:
         out.append("_" + say(lang, "inc_no_model") + "_")
     return redact("\n".join(out) + "\n")
+
+
+def _models(narrative: Narrative, text: str, lang: str) -> list[str]:
+    """A section the model wrote: under a label saying so, quoted line by line, so that no heading, link or
+    figure of its own can pass for the record's (its links were made inert by :func:`bot.slack.markdown.inert`)."""
+    label = say(lang, "inc_written_by", model=model_name(narrative.by, lang, code) if narrative.by else "?")
+    return [f"_{label}_", "", *fenced(text), ""]
 
 
 def facts(incident: Incident, mention: Mention = plain_mention) -> str:
@@ -103,7 +111,7 @@ def _events(incident: Incident, mention: Mention) -> list[tuple[float, str, str 
     lang = incident.lang
     events: list[tuple[float, str, str | None]] = []
     for a in incident.alerts:
-        what = say(lang, "inc_alert_fired", title=_code(a.title)) if a.kind == "fired" else \
+        what = say(lang, "inc_alert_fired", title=code(a.title)) if a.kind == "fired" else \
             say(lang, "inc_alert_again", n=a.count) if a.kind == "fired_again" else say(lang, "inc_alert_resolved")
         events.append((a.at, what, incident.thread_ts if a.kind == "fired" else None))
     for q in incident.asked:
@@ -122,7 +130,7 @@ def _events(incident: Incident, mention: Mention) -> list[tuple[float, str, str 
         events.append((c.at, say(lang, "inc_change", what=_change_line(c, lang, mention)), None))
     for f in incident.followups:
         key = f"inc_fu_{f.kind}" + (f"_{f.why}" if f.kind == "skipped" else "")
-        events.append((f.at, say(lang, key, due=_utc(f.due), by=mention(f.by), question=_code(f.question[:200])),
+        events.append((f.at, say(lang, key, due=_utc(f.due), by=mention(f.by), question=code(f.question[:200])),
                        None))
     return sorted(events, key=lambda e: e[0])
 
@@ -136,7 +144,7 @@ def _done(incident: Incident, mention: Mention) -> list[str]:
         failed = sum(1 for c in calls if c.status == "error")
         lines.append("- " + say(lang, "inc_runs_done", runs=plural(lang, "inc_runs", len(incident.runs)),
                                 calls=plural(lang, "inc_calls", len(calls)),
-                                tools=", ".join(f"`{t}` ×{n}" for t, n in sorted(tools.items())) or "-",
+                                tools=", ".join(f"{code(t)} ×{n}" for t, n in sorted(tools.items())) or "-",
                                 failed=say(lang, "inc_failed_calls", n=failed) if failed else ""))
     return lines
 
@@ -155,7 +163,7 @@ def _state(incident: Incident, mention: Mention) -> list[str]:
                                 who=mention(p.requester), at=_utc(p.call.created_at), until=_utc(p.call.expires_at)))
     for f in incident.followups_pending:
         lines.append("- " + say(lang, "inc_fu_pending", due=_utc(f.due), by=mention(f.by),
-                                question=_code(f.question[:200])))
+                                question=code(f.question[:200])))
     return lines
 
 
@@ -167,9 +175,9 @@ def _open(incident: Incident) -> list[str]:
             lines.append("- " + say(lang, "inc_open_unknown", what=what))
         elif c.status == "ok" and c.tool == "restart_service" and not c.verified:
             lines.append("- " + say(lang, "inc_open_unverified", what=what,
-                                    why=str(c.result.get("verdict") or c.result.get("rollout") or "?")))
+                                    why=code(c.result.get("verdict") or c.result.get("rollout") or "?")))
         elif c.status == "error":
-            lines.append("- " + say(lang, "inc_open_failed", what=what, why=c.error_code or "?"))
+            lines.append("- " + say(lang, "inc_open_failed", what=what, why=code(c.error_code or "?")))
     for p in incident.pending:
         lines.append("- " + say(lang, "inc_confirm_asked", what=_what(p.call.call.name, p.call.arguments)))
     for run in incident.runs:
@@ -187,13 +195,15 @@ def _change_line(c: Change, lang: str, mention: Mention) -> str:
     people = say(lang, "requested_by", by=mention(c.requested_by) if c.requested_by else "?")
     if c.approved_by:
         people += say(lang, "sep") + say(lang, "approved_by", by=mention(c.approved_by))
-    line = f"{_what(c.tool, c.arguments)} — {people} — {_unescape(outcome(c.entry, lang))}"
+    error = c.entry.get("error_code") or ""  # a tool's own code (an MCP server's): data unless a plain word
+    entry = c.entry if re.fullmatch(r"[a-z0-9_]*", error) else {**c.entry, "error_code": code(error)}
+    line = f"{_what(c.tool, c.arguments)} — {people} — {_unescape(outcome(entry, lang))}"
     before, after = c.result.get("error_rate_before"), c.result.get("error_rate_after")
     extra = []
     rollout = str(c.result.get("rollout") or "")
     if rollout:  # the catalog's words for the states it knows; any other is data, shown as such
         extra.append(say(lang, f"rollout_{rollout}") if rollout in _ROLLOUTS else
-                     say(lang, "inc_rollout", state=_code(rollout)))
+                     say(lang, "inc_rollout", state=code(rollout)))
     if before is not None or after is not None:
         extra.append(say(lang, "inc_figures", before=_rate(before), after=_rate(after)))
     return line + (say(lang, "paren", text=say(lang, "semi").join(extra)) if extra else "")
@@ -202,7 +212,7 @@ def _change_line(c: Change, lang: str, mention: Mention) -> str:
 def _what(tool: str, arguments: dict[str, object]) -> str:
     target = next((str(arguments[k]) for k in ("service_id", "service", "target") if arguments.get(k)), "")
     env = str(arguments.get("environment") or "")
-    return f"`{tool}`" + (f" `{target}`" if target else "") + (f" @ `{env}`" if env else "")
+    return code(tool) + (f" {code(target)}" if target else "") + (f" @ {code(env)}" if env else "")
 
 
 def _status(run: RunRecord, lang: str) -> str:
@@ -214,7 +224,7 @@ def _status(run: RunRecord, lang: str) -> str:
 
 
 def _rate(value: object) -> str:
-    return f"{value:.2%}" if isinstance(value, int | float) else str(value) if value is not None else "?"
+    return f"{value:.2%}" if isinstance(value, int | float) else code(value) if value is not None else "?"
 
 
 def _zone(tz: str | None) -> ZoneInfo | None:
@@ -239,18 +249,11 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def _code(text: str) -> str:
-    """What people, alerts or the model wrote (a question, an alert's title) as a Markdown code span: shown as
-    written — no link, mention or formatting of theirs becomes the document's — with hidden characters shown."""
-    shown = " ".join(reveal(text).replace("`", "'").split())
-    return f"`{shown}`" if shown else ""
-
-
 def _asked(q: Asked, lang: str, mention: Mention) -> str:
     if q.automatic:  # the question OpsPilot asked itself for an alert: not anyone's words
         return say(lang, "inc_alert_investigated_by", who=mention(q.user)) if is_user(q.user) else \
             say(lang, "inc_alert_investigated")
-    return say(lang, "inc_asked", who=mention(q.user), text=_code(q.text[:200]))
+    return say(lang, "inc_asked", who=mention(q.user), text=code(q.text[:200]))
 
 
 def _inline(text: str) -> str:

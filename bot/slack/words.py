@@ -256,9 +256,9 @@ _WORDS: dict[str, tuple[str, str]] = {
     "inc_open": ("Open questions", "待解决的问题"),
     "inc_next": ("Next steps", "下一步"),
     "inc_evidence": ("Evidence", "证据"),
-    "inc_written_by": ("Impact and next steps: written by {model} from these records and the thread. Everything "
-                       "else is rendered from OpsPilot's records.",
-                       "“影响”和“下一步”由 {model} 根据这些记录和线程撰写；其余内容都直接来自 OpsPilot 的记录。"),
+    "inc_written_by": ("Written by {model} from these records and the thread — the model's words, not OpsPilot's "
+                       "record:",
+                       "由 {model} 根据这些记录和线程撰写——是模型的话，不是 OpsPilot 的记录："),
     "inc_no_model": ("No model was used: impact and next steps are not written, the records are.",
                      "未使用模型：没有撰写“影响”和“下一步”，只有记录。"),
     "inc_model_failed": ("The model could not write impact and next steps ({why}); the records are complete.",
