@@ -24,6 +24,7 @@ from bot.demo.local_server import LocalServer
 from bot.demo.sender import SlackSender, block_action, mention
 from bot.demo.streams import TIERS
 from bot.demo.workspace import LocalSlack
+from bot.run_limits import UNLIMITED
 from bot.slack.service import build_service
 from state import Keys, RedisStore, connect
 from tools import ops
@@ -66,7 +67,7 @@ async def opspilot(slack: LocalSlack, url: str, active: int, samples: int) -> tu
     prefix = f"bench-{uuid.uuid4().hex[:6]}"
     # No pacing here: the fake workspace enforces no limits in this benchmark, and a Tier-3 pace would
     # keep hundreds of runs waiting long after the measurement.
-    config = SlackConfig(bot_token=slack.token, signing_secret=SECRET, api_url=slack.api_url,
+    config = SlackConfig(bot_token=slack.token, signing_secret=SECRET, api_url=slack.api_url, limits=UNLIMITED,
                          posts_per_second=0, updates_per_minute=0)
     store = RedisStore(connect(url, timeout_s=60, max_connections=128), keys=Keys(prefix))
     # The runs stay busy while we probe.

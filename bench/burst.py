@@ -22,6 +22,7 @@ from bot.config import Settings, SlackConfig
 from bot.demo.local_server import LocalServer
 from bot.demo.sender import SlackSender, mention
 from bot.demo.workspace import LocalSlack
+from bot.run_limits import UNLIMITED
 from bot.slack.service import build_service
 from state import Keys, RedisStore, connect
 from tools import ops
@@ -56,7 +57,8 @@ async def run(mentions: int = 200, over_s: float = 10.0, channels: int = 20) -> 
     await slack.server.start()
     async with isolated_redis() as url:
         prefix = f"bench-{uuid.uuid4().hex[:6]}"
-        config = SlackConfig(bot_token=slack.token, signing_secret=SECRET, api_url=slack.api_url)  # default pacing
+        config = SlackConfig(bot_token=slack.token, signing_secret=SECRET, api_url=slack.api_url,
+                             limits=UNLIMITED)  # default pacing; a burst of runs on purpose
         store = RedisStore(connect(url, timeout_s=60, max_connections=128), keys=Keys(prefix))
         model = ScriptedModel(steps_script(2), latency_s=0.05, strict=False, keep_requests=False)
         deps = RunDeps(model=model, registry=Registry.of(payload_tools(256, latency_s=0.02)), store=store,

@@ -20,6 +20,7 @@ from bot.config import Settings, SlackConfig
 from bot.demo.local_server import LocalServer
 from bot.demo.sender import SlackSender, mention
 from bot.demo.workspace import LocalSlack, all_text
+from bot.run_limits import UNLIMITED
 from bot.slack.service import build_service
 from state import Keys, RedisStore, connect
 from tools import ops
@@ -35,7 +36,8 @@ async def run(runs: int = 50) -> list[Table]:
     await slack.server.start()
     async with isolated_redis() as url:
         prefix = f"bench-{uuid.uuid4().hex[:6]}"
-        config = SlackConfig(bot_token=slack.token, signing_secret=SECRET, api_url=slack.api_url)
+        config = SlackConfig(bot_token=slack.token, signing_secret=SECRET, api_url=slack.api_url,
+                             limits=UNLIMITED)
         settings = Settings(redis_url=url, key_prefix=prefix, slack=config)
         store = RedisStore(connect(url, timeout_s=60, max_connections=128), keys=Keys(prefix))
         model = ScriptedModel(steps_script(TOOL_STEPS), latency_s=0.2, strict=False, keep_requests=False)

@@ -120,7 +120,8 @@ class Soak:
                 "OPSPILOT_KEY_PREFIX": self.prefix, "OPSPILOT_SWEEPS__STALE_AFTER_S": "6",
                 "OPSPILOT_SWEEPS__LEASE_TTL_S": "4", "OPSPILOT_SWEEPS__INTERVAL_S": "2",
                 "OPSPILOT_SLACK__REQUEST_TIMEOUT_S": "3", "OPSPILOT_LLM__SCRIPTED_LATENCY_S": "0.2",
-                "OPSPILOT_REDIS_OUTAGE_GRACE_S": "40"}
+                "OPSPILOT_REDIS_OUTAGE_GRACE_S": "40",  # questions by the hundred on purpose: no run limits
+                "OPSPILOT_SLACK__LIMITS__PER_PERSON": "0", "OPSPILOT_SLACK__LIMITS__PER_CHANNEL": "0"}
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "bot.cli", "serve", "--workers", str(self.workers), env=env,
             cwd=tempfile.mkdtemp(prefix="opspilot-soak-"), stdout=asyncio.subprocess.DEVNULL,

@@ -142,6 +142,8 @@ async def _stats(window: str, config: str | None) -> int:
           f"{s.get('followup_cancelled')}")
     show(f"  scheduled checks fired / skipped / cancelled  {s.get('schedule_fired')} / {s.get('schedule_skipped')} / "
           f"{s.get('schedule_cancelled')}  (reported {s.get('schedule_reported')}, quiet {s.get('schedule_quiet')})")
+    print(f"  runs refused by limits      {s.get('refused_person')} per person / {s.get('refused_channel')} per "
+          "channel")
     read, written, full = s.get("cache_read_tokens"), s.get("cache_write_tokens"), s.get("input_tokens")
     total = read + written + full
     show(f"  input tokens                {total}: {full} at full price, {read} read from the prompt cache "

@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSett
 
 from bot import when
 from bot.agent.limits import Limits
+from bot.run_limits import RunLimits
 from tools.mcp.config import McpServerConfig
 from tools.ops.config import OpsConfig
 
@@ -134,6 +135,7 @@ class SlackConfig(BaseModel):
     thread_context_messages: int = Field(20, ge=0, description="read at most this many earlier thread messages")
     thread_context_chars: int = Field(6000, ge=0, description="... and at most this many characters of them")
     alert_sources: list[AlertSource] = Field(default_factory=list, description="channels where alerts land")
+    limits: RunLimits = Field(default_factory=RunLimits, description="how often runs may start (docs/security.md)")
     channel_timezones: dict[str, str] = Field(
         default_factory=dict, description="channel id (C…) → IANA time zone: an incident summary's second time "
                                           "column there (default: the time zone of whoever asked for it)")

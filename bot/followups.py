@@ -60,6 +60,8 @@ class Followups:
     clock: Callable[[], float] = time.time
     listeners: list[Listener] = field(default_factory=list)
     """Told of each new follow-up (the Slack front announces it in its thread, with Cancel)."""
+    per_person: int = 0
+    """At most this many pending per person across threads (``slack.limits.followups_per_person``; 0: none)."""
 
     async def schedule(self, *, thread_id: str, owner: str | None, after_minutes: int, question: str,
                        source: str, unattended: bool = False, key: str | None = None) -> tuple[Timer, bool]:
@@ -84,6 +86,12 @@ class Followups:
         timer = Timer(id=timer_id, kind="followup", group=thread_id, channel=where[0], thread_ts=where[1],
                       owner=owner, question=question, created_at=now, due=when.once(after_minutes * 60, now),
                       source=source)
+        if self.per_person and not (key and await self.timers.get(timer_id)):  # (a repeat is not a new one)
+            mine = [t for t in await self.timers.every() if t.kind == "followup" and t.owner == owner]
+            if len(mine) >= self.per_person:
+                raise Refused("too_many_followups_for_person",
+                              f"{owner} already has {len(mine)} follow-ups pending across threads; at most "
+                              f"{self.per_person} are allowed per person. Nothing was scheduled: cancel one first.")
         added = await self.timers.add(timer, limit=PER_THREAD)
         if added == "full":
             pending = await self.timers.pending(thread_id)

@@ -18,6 +18,7 @@ from bot.config import Settings, SlackConfig, SweepConfig
 from bot.demo.local_server import LocalServer
 from bot.demo.sender import SlackSender
 from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.run_limits import UNLIMITED, RunLimits
 from bot.slack.service import Role, SlackService, build_service
 from state import Keys, RedisStore, Ttls, connect
 from tools import ops
@@ -80,6 +81,7 @@ def slack_settings(redis_url: str, prefix: str, api_url: str, **slack: Any) -> S
     slack.setdefault("posts_per_second", 0)  # pacing has its own tests; here it would only slow things down
     slack.setdefault("progress", "update")  # streamed progress has its own tests (test_streaming.py)
     slack.setdefault("language", "en")  # the UI language has its own tests (test_language.py); others read English
+    slack.setdefault("limits", UNLIMITED)  # run limits have their own tests (test_run_limits.py)
     config = SlackConfig(bot_token="xoxb-test-token", signing_secret=SECRET, api_url=api_url,
                          progress_interval_s=0.05, **slack)
     return Settings(redis_url=redis_url, key_prefix=prefix, slack=config)
@@ -88,7 +90,10 @@ def slack_settings(redis_url: str, prefix: str, api_url: str, **slack: Any) -> S
 async def open_workspace(redis_url: str, prefix: str, slack: FakeSlack, *, model: ChatModel | None = None,
                          specs: list[ToolSpec] | None = None, toolbox: ops.Toolbox | None = None,
                          limits: Limits | None = None, outage_grace_s: float = 30.0, role: Role = "all",
-                         lease_ttl_ms: int = 30_000, stale_after_s: float = 45.0, **slack_config: Any) -> Workspace:
+                         lease_ttl_ms: int = 30_000, stale_after_s: float = 45.0, run_limits: RunLimits | None = None,
+                         **slack_config: Any) -> Workspace:
+    if run_limits is not None:  # slack.limits (``limits`` is the engine's)
+        slack_config["limits"] = run_limits
     settings = slack_settings(redis_url, prefix, slack.api_url, **slack_config)
     settings = settings.model_copy(update={"redis_outage_grace_s": outage_grace_s,
                                            "sweeps": SweepConfig(stale_after_s=stale_after_s)})

@@ -20,6 +20,7 @@ from bot.slack import blocks as kit
 from bot.slack.access import AccessPolicy
 from bot.slack.audit import ran_a_change
 from bot.slack.failures import SLACK_FAILURES, slack_error
+from bot.slack.limits import RunGate
 from bot.slack.meta import THREAD, thread_key
 from bot.slack.outbox import SlackOutbox
 from bot.slack.thread_log import FollowupKind, followup_events, log_followup
@@ -73,6 +74,8 @@ class SlackFollowups:
         self.followups, self.outbox, self.meta, self.reports, self.access = followups, outbox, meta, reports, access
         self.clock = clock or followups.clock
         self.recheck_minutes = RECHECK_MINUTES
+        self.gate: RunGate | None = None
+        """Limits on how often runs start (a Re-check press is one)."""
         followups.listeners.append(self.announce)
 
     @property
@@ -176,6 +179,10 @@ class SlackFollowups:
         # Offered only under a change that ran; a button posted before that rule (or a made-up run id) is refused here.
         if not ran_a_change(await self.reports.read_audit(200, run_id=run_id)):
             await self._tell(channel, user, say(lang, "fu_recheck_no_change"), thread_ts)
+            return
+        if self.gate is not None and not await self.gate.admit(
+                "recheck", user=user, channel=channel, member=f"recheck:{run_id}:{user}", lang=lang,
+                thread_ts=thread_ts):
             return
         try:
             _, fresh = await self.followups.schedule(

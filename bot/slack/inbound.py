@@ -26,6 +26,7 @@ from bot.slack.followups import RECHECK
 from bot.slack.history import render, rich_text
 from bot.slack.home import Home
 from bot.slack.incident_commands import IncidentCommands
+from bot.slack.limits import Door, RunGate
 from bot.slack.meta import CARD, THREAD, channel_of, thread_key
 from bot.slack.metrics import Metrics
 from bot.slack.outbox import SlackOutbox
@@ -79,6 +80,8 @@ class Inbound:
         self.dispatch = dispatch
         self.incidents = IncidentCommands(engine=engine, meta=meta, outbox=outbox, access=access, reports=reports)
         self.timers: TimerParts | None = None
+        self.gate: RunGate | None = None
+        """Limits on how often runs start (set where the service wires them)."""
         """Follow-ups and scheduled checks: their commands and buttons (set where they exist)."""
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -170,6 +173,9 @@ class Inbound:
         if files:
             text += f"\n(Attached, not read: {', '.join(files)}.)"
         text = redact(text) or "hello"  # the queue is Redis too: no secret goes there
+        door: Door = "dm" if direct else "mention" if mentioned else "reply"
+        if not await self._admit(door, event["user"], channel, f"{channel}:{ts}", thread_ts, raw):
+            return
         await self.dispatch(Converse(channel=channel, thread_ts=thread_ts, user=event["user"], text=text,
                                      request_id=f"{channel}:{ts}", ts=ts))
         await self._asked(event["user"], channel, thread_ts, text)
@@ -196,6 +202,8 @@ class Inbound:
         if self.timers is not None and await self.timers.schedules.on_command(channel, user, text):
             return  # `/opspilot schedule …` or `/opspilot schedules …`
         lang = language_of(text, self.access.config.language)  # the thread it starts speaks the question's
+        if not await self._admit("command", user, channel, f"command:{trigger or uuid.uuid4().hex}", None, text):
+            return  # before its thread is started: a refused command leaves nothing in the channel
         root, error = await self.outbox.post_now(channel, say(lang, "slash_asked", who=f"<@{user}>",
                                                               text=kit.escape(text))[:3000])
         if root is None:
@@ -252,6 +260,8 @@ class Inbound:
         if not verdict.allowed or self.alerts is None or thread_ts != alert_ts:
             await self._refuse(channel, user, verdict if not verdict.allowed else _MISPLACED, thread_ts)
             return
+        if not await self._admit("investigate", user, channel, f"investigate:{channel}:{alert_ts}", thread_ts):
+            return
         problem = await self.alerts.investigate(channel, alert_ts, user)
         if problem:
             await self.outbox.tell(channel, user, problem, thread_ts)
@@ -267,6 +277,14 @@ class Inbound:
             await self.home.asked(user, channel, thread_ts, text)
         except StoreError as exc:  # the question itself went through: only the Home tab misses it
             log.warning("recent question of %s not remembered: %s", user, exc)
+
+    async def _admit(self, door: Door, user: str, channel: str, member: str, thread_ts: str | None,
+                     asked: str = "") -> bool:
+        """Whether the person's and the channel's windows take one more run (told when not)."""
+        if self.gate is None:
+            return True
+        lang = await self._lang(channel, thread_ts, asked)
+        return await self.gate.admit(door, user=user, channel=channel, member=member, lang=lang, thread_ts=thread_ts)
 
     async def _lang(self, channel: str, thread_ts: str | None, asked: str = "") -> str:
         """The thread's language (a new thread: the question's)."""
@@ -294,6 +312,8 @@ class Inbound:
         verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))
         if not verdict.allowed:
             await self._refuse(channel, user, verdict, thread_ts)
+            return
+        if not await self._admit("shortcut", user, channel, f"shortcut:{trigger}", thread_ts):
             return
         context = redact(render([message], ts, 1, self.access.config.thread_context_chars))
         question = f"<@{user}> asked me to investigate the message quoted above: what is wrong, and what to do?"

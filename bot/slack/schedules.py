@@ -17,9 +17,11 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from bot import when
 from bot.config import ScheduleConfig
+from bot.run_limits import RunLimits
 from bot.slack import blocks as kit
 from bot.slack.access import AccessPolicy
 from bot.slack.followups import SlackFollowups, time_of
+from bot.slack.limits import duration
 from bot.slack.outbox import SlackOutbox
 from bot.slack.words import language_of, say
 from state.keys import shard_of
@@ -54,6 +56,7 @@ class Schedules:
         self.timers, self.slack, self.outbox, self.access = timers, slack, outbox, access
         self.configured = list(configured)
         self.clock = clock
+        self.limits = RunLimits()
         self.person_language: Callable[[str], Awaitable[str]] | None = None
         """A person's language when a command's own words do not say one (App Home's: their latest thread's)."""
 
@@ -119,6 +122,16 @@ class Schedules:
         if due is None:
             await self.outbox.tell(channel, user, say(lang, "sc_bad", why=f"`{kit.escape(cron)}` never fires again"))
             return
+        every = shortest_interval(cron, timezone, due)
+        if every is not None and every < self.limits.schedule_min_interval_s:
+            await self.outbox.tell(channel, user, say(lang, "sc_too_often", cron=kit.escape(cron),
+                                                      every=duration(lang, every),
+                                                      minimum=duration(lang, self.limits.schedule_min_interval_s)))
+            return
+        cap = self.limits.schedules_per_person
+        if cap and len([t for t in await self.timers.every() if t.kind == "schedule" and t.owner == user]) >= cap:
+            await self.outbox.tell(channel, user, say(lang, "sc_person_full", n=cap))
+            return
         group = group_of(channel)
         timer = Timer(id=new_timer_id(group), kind="schedule", group=group, channel=channel, owner=user,
                       question=question[:QUESTION_CHARS], created_at=now, due=due, cron=cron, timezone=timezone,
@@ -141,3 +154,23 @@ class Schedules:
             return
         if not await self.slack.cancel(timer, user):
             await self.outbox.tell(channel, user, say(lang, "sc_unknown", id=kit.escape(timer_id)))
+
+
+SAMPLED = 200
+"""Firings looked at for the shortest gap: a day of every-15-minutes, and any crontab's uneven minute list."""
+
+
+def shortest_interval(cron: str, timezone: str, first: int) -> int | None:
+    """The shortest gap, in seconds, between consecutive firings from ``first`` (``0,5 * * * *`` fires 5 minutes
+    apart once an hour: its shortest gap is what it costs). None when it fires once only."""
+    shortest, at = None, first
+    for _ in range(SAMPLED):
+        following = when.next_due(cron, timezone, at + 1)
+        if following is None:
+            break
+        gap = following - at
+        shortest = gap if shortest is None else min(shortest, gap)
+        if shortest < 60:
+            break
+        at = following
+    return shortest

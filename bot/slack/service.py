@@ -30,6 +30,7 @@ from bot.slack.history import ThreadReader
 from bot.slack.home import Home
 from bot.slack.identity import Identity
 from bot.slack.inbound import Inbound
+from bot.slack.limits import RunGate
 from bot.slack.link import SocketLink, store_first
 from bot.slack.metrics import CountingRateLimitHandler, Metrics, retry_handlers
 from bot.slack.outbox import SlackOutbox
@@ -191,6 +192,9 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
                       home=Home(client=client, engine=core.engine, meta=core.meta, reports=core.reports,
                                 access=access, people=people, no_model=core.model.scripted))
     inbound.timers = timers
+    inbound.gate = RunGate(meta=core.meta, limits=slack.limits, outbox=outbox, metrics=metrics, reports=core.reports)
+    if timers is not None:
+        timers.slack.gate = timers.firer.gate = inbound.gate
     if timers is not None and inbound.incidents.handover is not None:
         inbound.incidents.handover.followups = timers.slack.handover_lines
     if timers is not None and inbound.home is not None:

@@ -26,6 +26,7 @@ from bot.config import Settings
 from bot.slack.access import AccessPolicy
 from bot.slack.checks import Checks
 from bot.slack.followups import SlackFollowups, label, time_of
+from bot.slack.limits import Door, RunGate
 from bot.slack.meta import thread_key
 from bot.slack.outbox import SlackOutbox
 from bot.slack.schedules import Schedules
@@ -57,6 +58,8 @@ class Firer:
         self.lease_s = lease_s
         self.on_start = on_start
         self._task: asyncio.Task[None] | None = None
+        self.gate: RunGate | None = None
+        """Limits on how often runs start: a follow-up or a check counts in its owner's and channel's windows."""
 
     def start(self) -> None:
         if self._task is None or self._task.done():
@@ -125,12 +128,26 @@ class Firer:
                     await self.slack.skipped(timer, "fu_skipped_busy")
                     await self.reports.tally(timer.group, "followup_skipped")
                 return
+            if not await self._admitted(timer, "followup"):
+                if await self.timers.complete(claimed):
+                    await self.slack.skipped(timer, "fu_skipped_limit")
+                    await self.reports.tally(timer.group, "followup_skipped")
+                return
             if late > LATE_NOTE_S:  # people read it too, just above the turn's answer (the turn tells the model)
                 await self.slack.late(timer, now, late)
             await self.dispatch(await self._turn(timer, late))
         if await self.timers.complete(claimed):
             await self.reports.tally(timer.group, "followup_fired")
             await self.slack.ran(timer, now, late if late > LATE_NOTE_S else 0.0)
+
+    async def _admitted(self, timer: Timer, door: Door) -> bool:
+        """Whether its owner's and its channel's windows take it (the config owns no window of its own). Nobody
+        is there to be told privately: a refused one is skipped with a line saying so."""
+        if self.gate is None:
+            return True
+        return await self.gate.admit(door, user="" if timer.owner == "config" else timer.owner,
+                                     channel=timer.channel, member=timer.request_id, lang="en",
+                                     thread_ts=timer.thread_ts, tell=False)
 
     async def _turn(self, timer: Timer, late: float) -> Converse:
         lang = await self.slack.lang(timer)
@@ -152,6 +169,13 @@ class Firer:
                            minutes=int(late // 60), grace=int(self.grace_s // 60), next=nxt,
                            label=label(timer))
                 await self.outbox.say(timer.channel, None, text, key=f"timer-skip:{timer.id}:{timer.due}")
+                await self.reports.tally(timer.group, "schedule_skipped")
+            return
+        if not await self._admitted(timer, "schedule"):
+            if await self.timers.complete(claimed, following):
+                lang = await self.slack.lang(timer)
+                await self.outbox.say(timer.channel, None, say(lang, "sc_skipped_limit", label=label(timer)),
+                                      key=f"timer-skip:{timer.id}:{timer.due}")
                 await self.reports.tally(timer.group, "schedule_skipped")
             return
         await self.dispatch(Check(channel=timer.channel, thread_ts=None, user=timer.owner, timer=timer.id,
@@ -190,4 +214,6 @@ def wire(*, core: Assembly, settings: Settings, outbox: SlackOutbox, access: Acc
                              language=settings.slack.language)
     firer = Firer(timers=followups.timers, slack=slack, engine=core.engine, outbox=outbox, reports=core.reports,
                   dispatch=dispatch, misfire_grace_s=settings.misfire_grace_s, clock=clock, on_start=schedules.sync)
+    followups.per_person = settings.slack.limits.followups_per_person
+    schedules.limits = settings.slack.limits
     return TimerParts(slack, schedules, firer)

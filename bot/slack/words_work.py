@@ -141,4 +141,27 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
     "home_no_text": ("(no text)", "（无文字）"),
     "home_followup": ("• Follow-up at {due} in {thread}: {question}", "• {due} 在{thread}中跟进：{question}"),
     "home_check": ("• Check in {channel} {label}, next {next}", "• {channel} 的计划检查 {label}，下次 {next}"),
+    # a run refused by a limit (bot/slack/limits.py): to the person only
+    "limit_person": ("You have started {n} runs in the last {window}, the most allowed: try again after {until} "
+                     "(in {wait}).",
+                     "你在 {window} 内已发起 {n} 次运行，已达上限：请在 {until} 之后再试（{wait}后）。"),
+    "limit_channel": ("{n} runs started in this conversation in the last {window}, the most allowed: try again "
+                      "after {until} (in {wait}).",
+                      "这个对话在 {window} 内已发起 {n} 次运行，已达上限：请在 {until} 之后再试（{wait}后）。"),
+    "dur_s": ("{n} s", "{n} 秒"),
+    "dur_min": ("{n} min", "{n} 分钟"),
+    "sc_too_often": ("Not scheduled: `{cron}` fires every {every}; a schedule may fire at most once every "
+                     "{minimum}.", "未创建：`{cron}` 每 {every} 触发一次；计划检查最多每 {minimum} 触发一次。"),
+    "sc_person_full": ("Not scheduled: you already have {n} schedules across channels and DMs, the most allowed. "
+                       "Cancel one first (`/opspilot schedules cancel <id>`).",
+                       "未创建：你在各频道和私信中已有 {n} 个计划检查，已达上限。请先取消一个"
+                       "（`/opspilot schedules cancel <id>`）。"),
+    "fu_skipped_limit": (":warning: Follow-up due at {due} not run: too many runs had just started here or by its "
+                         "owner (docs/security.md, limits). Ask me again: {question}",
+                         ":warning: {due} 的跟进没有运行：刚才这里或其发起人启动的运行太多（见运行限制）。"
+                         "请再问我：{question}"),
+    "sc_skipped_limit": (":warning: Scheduled check {label} not run this time: too many runs had just started in "
+                         "this channel or by its owner. It runs again at its next time.",
+                         ":warning: 计划检查 {label} 本次没有运行：刚才这个频道或其创建人启动的运行太多。"
+                         "下次按时再运行。"),
 }

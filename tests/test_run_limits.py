@@ -1,0 +1,187 @@
+"""Limits for every door (issue 34): a sliding window per person and one per channel for each way a run starts,
+through the signed Slack endpoint; refusals say when to try again (to the person only, once per hold and
+conversation) and are counted in ``/metrics`` and the stats; schedules' minimum interval and per-person cap;
+follow-ups' per-person cap; one window on a Redis Cluster."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from bot.agent.models.scripted import ScriptedModel, call, reply
+from bot.demo.sender import mention, message
+from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.followups import followup_tool
+from bot.run_limits import UNLIMITED, RunLimits
+from bot.slack.meta import thread_key
+from tests.slack_harness import CHANNEL, Workspace, open_workspace
+from tests.test_followups import results
+from tests.test_timers import Clock, open_at
+
+RETRY = "try again after"
+
+
+def limits(**on: int) -> RunLimits:
+    return UNLIMITED.model_copy(update=on)
+
+
+async def command(ws: Workspace, text: str, channel: str = CHANNEL, user: str = "UREQ") -> None:
+    await ws.sender.command({"command": "/opspilot", "text": text, "user_id": user, "channel_id": channel,
+                             "trigger_id": f"trig-{channel}-{user}-{len(ws.slack.calls)}",
+                             "response_url": "https://hooks.slack.test/commands/1"})
+    await ws.settle()
+
+
+async def shortcut(ws: Workspace, channel: str, user: str = "UREQ") -> None:
+    posted = ws.slack.post_as_user(channel, "UALICE", "orders-api is throwing 500s since 10:02")
+    await ws.sender.action({"type": "message_action", "callback_id": "opspilot_investigate_message",
+                            "trigger_id": f"sc-{posted['ts']}", "team": {"id": "T0001"}, "user": {"id": user},
+                            "channel": {"id": channel}, "message": {k: posted[k] for k in ("ts", "text", "user")},
+                            "response_url": "https://x.test/r"})
+    await ws.settle()
+
+
+def told(ws: Workspace, user: str, channel: str | None = None) -> list[str]:
+    return [e["text"] for e in ws.slack.ephemerals
+            if e["user"] == user and RETRY in e["text"] and (channel is None or e["channel"] == channel)]
+
+
+async def metrics(ws: Workspace) -> str:
+    async with aiohttp.ClientSession() as session, session.get(f"{ws.server.url}/metrics") as answer:
+        return await answer.text()
+
+
+@pytest.fixture
+async def person(redis_url: str, prefix: str, slack: FakeSlack) -> AsyncIterator[Workspace]:
+    workspace = await open_workspace(redis_url, prefix, slack, run_limits=limits(per_person=2, per_person_window_s=600))
+    yield workspace
+    await workspace.stop()
+
+
+async def test_a_full_personal_window_refuses_every_door_and_says_when_to_try_again(person: Workspace) -> None:
+    ws = person
+    await ws.sender.event(mention(CHANNEL, "UREQ", "payments errors?", "100.1"))
+    await ws.sender.event(mention(CHANNEL, "UREQ", "orders errors?", "100.2"))
+    await ws.settle()
+    assert (await ws.store.stats(3600)).runs == 2
+    await ws.sender.event(mention(CHANNEL, "UREQ", "checkout errors?", "100.3"))
+    await ws.settle()
+    await ws.sender.event(mention(CHANNEL, "UREQ", "and now?", "100.4"))  # the same hold, the same place: silent
+    await ws.settle()
+    [first] = told(ws, "UREQ", CHANNEL)
+    assert "2 runs in the last 10 min" in first and "UTC (in " in first, first
+    await ws.sender.event(message("D0REQ", "UREQ", "payments errors?", "100.5", channel_type="im"))
+    await ws.settle()
+    await command(ws, "orders errors?", channel="C0OTHER")
+    await shortcut(ws, "C0THIRD")
+    assert (await ws.store.stats(3600)).runs == 2  # nothing else started
+    for where in ("D0REQ", "C0OTHER", "C0THIRD"):
+        assert len(told(ws, "UREQ", where)) == 1, where
+    assert not any(m.get("thread_ts") is None and "orders errors" in str(m.get("text"))
+                   for (c, _), m in ws.slack.messages.items() if c == "C0OTHER")  # no thread started for it
+    text = await metrics(ws)
+    for door, n in (("mention", 2), ("dm", 1), ("command", 1), ("shortcut", 1)):
+        assert f'opspilot_runs_refused_total{{door="{door}",scope="person"}} {n}' in text, (door, text)
+    assert (await ws.store.stats(3600)).get("refused_person") == 5
+    await ws.sender.event(mention(CHANNEL, "UOTHER", "payments errors?", "100.6"))  # someone else: their own
+    await ws.settle()
+    assert (await ws.store.stats(3600)).runs == 3
+
+
+async def test_a_full_channel_window_refuses_everyone_there_in_their_language(
+        redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    ws = await open_workspace(redis_url, prefix, slack, language="auto",
+                              run_limits=limits(per_channel=2, per_channel_window_s=60))
+    try:
+        await ws.sender.event(mention(CHANNEL, "UA", "payments errors?", "200.1"))
+        await ws.sender.event(mention(CHANNEL, "UB", "orders errors?", "200.2"))
+        await ws.settle()
+        await ws.sender.event(mention(CHANNEL, "UC", "支付服务有错误吗？", "200.3"))
+        await ws.sender.event(mention(CHANNEL, "UD", "checkout errors?", "200.4"))
+        await ws.settle()
+        assert (await ws.store.stats(3600)).runs == 2
+        [zh] = [e["text"] for e in ws.slack.ephemerals if e["user"] == "UC"]
+        assert "这个对话在 60 秒 内已发起 2 次运行" in zh and "之后再试" in zh, zh
+        [en] = told(ws, "UD")
+        assert "2 runs started in this conversation in the last 60 s" in en
+        await ws.sender.event(mention("C0OTHER", "UC", "payments errors?", "200.5"))  # another channel: its own
+        await ws.settle()
+        assert (await ws.store.stats(3600)).runs == 3
+        assert 'opspilot_runs_refused_total{door="mention",scope="channel"} 2' in await metrics(ws)
+        assert (await ws.store.stats(3600)).get("refused_channel") == 2
+    finally:
+        await ws.stop()
+
+
+async def test_a_schedule_every_minute_is_refused_with_the_reason(redis_url: str, prefix: str,
+                                                                  slack: FakeSlack) -> None:
+    ws = await open_at(redis_url, prefix, slack, Clock(), run_limits=limits(schedule_min_interval_s=900))
+    try:
+        await command(ws, 'schedule "* * * * *" UTC payments errors')
+        await command(ws, 'schedule "0,5 * * * *" UTC payments errors')  # 5 min apart once an hour
+        refusals = ws.slack.ephemeral_texts("UREQ")
+        assert any("`* * * * *` fires every 60 s" in t and "at most once every 15 min" in t for t in refusals), \
+            refusals
+        assert any("`0,5 * * * *` fires every 5 min" in t for t in refusals), refusals
+        await command(ws, 'schedule "*/15 * * * *" UTC payments errors')
+        assert [t.cron for t in await ws.store.timers.every() if t.kind == "schedule"] == ["*/15 * * * *"]
+    finally:
+        await ws.stop()
+
+
+async def test_a_person_s_schedules_are_capped_across_channels_and_dms(redis_url: str, prefix: str,
+                                                                       slack: FakeSlack) -> None:
+    ws = await open_at(redis_url, prefix, slack, Clock(), run_limits=limits(schedules_per_person=2))
+    try:
+        await command(ws, 'schedule "0 9 * * *" UTC payments errors', channel=CHANNEL)
+        await command(ws, 'schedule "0 9 * * *" UTC orders errors', channel="C0OTHER")
+        await command(ws, 'schedule "0 9 * * *" UTC checkout errors', channel="D0REQ")
+        await command(ws, 'schedule "0 9 * * *" UTC checkout errors', channel="C0THIRD")
+        kept = [t for t in await ws.store.timers.every() if t.kind == "schedule"]
+        assert sorted(t.channel for t in kept) == sorted([CHANNEL, "C0OTHER"])
+        refusals = [e for e in ws.slack.ephemerals if "across channels and DMs" in e["text"]]
+        assert {e["channel"] for e in refusals} == {"D0REQ", "C0THIRD"}
+        await command(ws, 'schedule "0 9 * * *" UTC checkout errors', channel="D0OTHER", user="UOTHER")
+        assert len([t for t in await ws.store.timers.every() if t.kind == "schedule"]) == 3
+    finally:
+        await ws.stop()
+
+
+async def test_a_person_s_follow_ups_are_capped_across_threads(redis_url: str, prefix: str,
+                                                               slack: FakeSlack) -> None:
+    def sched(minutes: int) -> Any:
+        return call("schedule_followup", after_minutes=minutes, question="is payments holding?")
+
+    model = ScriptedModel([reply("", sched(10), sched(20)), reply("Two re-checks."),
+                           reply("", sched(30)), reply("Noted.")])
+    ws = await open_at(redis_url, prefix, slack, Clock(), model=model, specs=[],
+                       run_limits=limits(followups_per_person=2))
+    assert ws.service.core.followups is not None
+    ws.service.core.engine.deps.registry.add(followup_tool(ws.service.core.followups))
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "re-check payments twice", "300.1"))
+        await ws.settle()
+        await ws.sender.event(mention("C0OTHER", "UREQ", "re-check payments too", "300.2"))
+        await ws.settle()
+        [refused] = results(await ws.store.load_transcript(thread_key("C0OTHER", "300.2")))
+        assert refused["errorCode"] == "too_many_followups_for_person", refused
+        assert "at most 2 are allowed per person" in refused["message"]
+        assert not await ws.store.timers.pending(thread_key("C0OTHER", "300.2"))
+    finally:
+        await ws.stop()
+
+
+async def test_a_personal_window_on_a_redis_cluster(cluster_url: str, prefix: str, slack: FakeSlack) -> None:
+    ws = await open_workspace(cluster_url, prefix, slack, run_limits=limits(per_person=1, per_person_window_s=600))
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "payments errors?", "400.1"))
+        await ws.settle()
+        await ws.sender.event(mention(CHANNEL, "UREQ", "orders errors?", "400.2"))
+        await ws.settle()
+        assert (await ws.store.stats(3600)).runs == 1
+        assert len(told(ws, "UREQ", CHANNEL)) == 1
+    finally:
+        await ws.stop()
