@@ -94,3 +94,31 @@ def test_the_demo_incident_is_described_truthfully() -> None:
     shape = describe([(T0 + (i + 1) * MIN, v) for i, v in enumerate(payments)])
     assert shape.trend == "steady high" and iso(shape.onset_at) == "2026-12-02T09:43:00Z"
     assert figures(shape)["baseline"] == 0.002
+
+
+# Onsets mark the first departure from the baseline's own noise, whatever the size of what follows (issue 35).
+
+def test_a_large_excursion_does_not_hide_its_own_beginning() -> None:
+    """payments prod p95: 179–190 ms for 40 minutes, 240 at 09:43, 610 at 09:44, 2395 from 09:45 (was: 09:45)."""
+    base = [179, 185, 190, 182, 188, 181, 186, 184, 189, 183] * 4 + [187, 180, 185]
+    shape = describe(at([*base, 240, 610, *[2395] * 10]))
+    assert shape.direction == "up" and shape.onset_at == T0 + 43 * MIN  # 09:43
+    assert 179 <= (shape.baseline or 0) <= 190 and shape.extreme == 2395
+
+
+def test_a_slow_ramp_starts_where_it_leaves_the_band() -> None:
+    ramp = [100.0] * 20 + [100.0 + 3 * i for i in range(1, 21)]
+    shape = describe(at(ramp))
+    assert shape.onset_at == T0 + 20 * MIN and shape.trend == "rising"
+
+
+def test_a_noisy_baseline_is_not_an_onset() -> None:
+    noisy = [100, 112, 91, 105, 96, 109, 94, 103, 98, 110, 92, 104, 97, 108, 95, 101]
+    shape = describe(at([*noisy, *[200] * 8]))
+    assert shape.onset_at == T0 + 16 * MIN  # the jitter before it did not count as leaving
+
+
+def test_a_one_point_blip_before_the_change_is_not_its_onset() -> None:
+    values = [50.0, 51, 49, 50, 52, 50, 49, 51, 90, 50, 51, 49, 50, 50, 51, *[300.0] * 8]
+    shape = describe(at(values))
+    assert shape.onset_at == T0 + 15 * MIN and shape.extreme == 300  # not the blip at 09:08

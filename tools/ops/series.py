@@ -17,7 +17,8 @@ from typing import Any
 Series = list[tuple[float, float]]
 
 # A level is a point's distance from the baseline as a share of the whole excursion (0 = baseline, 1 = peak).
-ONSET_LEVEL = 0.2  # "clearly above baseline" (and, coming back below it, recovered), with the noise test
+BAND_MADS = 3.0  # a point this many robust standard deviations (1.4826 × MAD) off the baseline has left it
+BACK_LEVEL = 0.2  # back within the baseline's band, or within this share of the excursion: recovered
 HIGH_LEVEL = 0.7  # still near the peak
 TAIL_MOVE = 0.2  # how much the last stretch must move (as a share of the excursion) to be rising or falling
 NOISE_FACTOR = 3.0  # an excursion within 3× the typical step-to-step jitter is noise
@@ -120,21 +121,34 @@ def describe(series: Series, *, counter: bool = False) -> Shape:
     if excursion <= max(noise, RELATIVE_FLOOR * abs(baseline), 1e-12):
         return replace(plain, trend="flat", baseline=baseline)
 
+    # The baseline's own noise band — 3 robust standard deviations, never narrower than the step jitter nor one
+    # step of the values' resolution (values reported in coarse steps have a MAD of 0): a point outside it has
+    # left the baseline, however large the excursion that follows (a share of the excursion would hide the
+    # beginning of a large one — the very time "was it the deploy?" compares).
+    levels = sorted(set(quiet))
+    resolution = min((b - a for a, b in pairwise(levels)), default=0.0)
+    band = max(BAND_MADS * 1.4826 * statistics.median(abs(v - baseline) for v in quiet), resolution, noise, 1e-12)
+
     def level(v: float) -> float:
         return sign * (v - baseline) / excursion
 
-    def clear(v: float) -> bool:  # clearly away from the baseline: a real share of the excursion, above the noise
-        return level(v) >= ONSET_LEVEL and sign * (v - baseline) > noise
+    def clear(v: float) -> bool:  # outside the baseline's band, on the side the series went
+        return sign * (v - baseline) > band
 
-    onset = next(i for i, v in enumerate(values) if clear(v))
+    extreme = max(range(len(values)), key=lambda i: level(values[i]))
+    onset = extreme  # the start of the stretch outside the band that leads to the extreme (an earlier blip is not)
+    while onset > 0 and clear(values[onset - 1]):
+        onset -= 1
     if onset > 0:  # the baseline is what came before the change, not a fixed share of the window
         baseline = statistics.median(values[:onset])
         excursion = max(sign * (v - baseline) for v in values)
-    extreme = max(range(len(values)), key=lambda i: level(values[i]))
+    def returned(v: float) -> bool:  # a baseline with no noise at all has a band of zero: a share of the way counts
+        return not clear(v) or level(v) < BACK_LEVEL
+
     recovered = None
-    if not clear(current):
+    if returned(current):
         recovered = len(values) - 1
-        while recovered > extreme + 1 and not clear(values[recovered - 1]):
+        while recovered > extreme + 1 and returned(values[recovered - 1]):
             recovered -= 1
     tail = values[max(onset, len(values) - max(3, len(values) // 3)):]
     move = sign * (tail[-1] - tail[0]) / excursion if len(tail) > 1 else 1.0
