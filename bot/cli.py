@@ -12,7 +12,8 @@ import time
 from typing import Any, cast
 
 from bot.assembly import assemble, build_registry, open_store
-from bot.config import ConfigError, load_settings, port_number
+from bot.config import ConfigError, Settings, load_settings, port_number
+from bot.slack.meta import channel_of
 from bot.slack.words import say
 from core.text import inert
 from state import StoreError
@@ -131,6 +132,7 @@ async def _stats(window: str, config: str | None) -> int:
         work, dead = await store.queue.stats(), await store.queue.dead_letters(5)
     finally:
         await store.close()
+    public = await _public_channels(settings, {channel_of(e.thread_id) for e in downs})
     show(f"OpsPilot — last {window}")
     show(f"  runs                        {s.runs}")
     show(f"  average steps per run       {s.avg_steps:.2f}")
@@ -158,12 +160,26 @@ async def _stats(window: str, config: str | None) -> int:
         show(f"    {reason:<24}  {count}")
     show("  latest 👎 (newest first)" if downs else "  latest 👎: none")
     for e in downs:
-        note = f": {' '.join(e.note.split())[:100]}" if e.note else ""
+        shown = channel_of(e.thread_id) in public  # a terminal has no reader: only what the workspace may read
+        note = f": {' '.join(e.note.split())[:100]}" if e.note and shown else ""
         show(f"    {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(e.at))}  "
               f"{say('en', 'reason_' + e.reason).lower()}{note} — by {e.user}, model {e.model}")
-        show(f"      asked: {' '.join(e.question.split())[:100]}")
+        show(f"      asked: {' '.join(e.question.split())[:100]}" if shown else "      (private conversation)")
         show(f"      {thread_url(e)}")
     return 0
+
+
+async def _public_channels(settings: Settings, channels: set[str]) -> set[str]:
+    """Which of ``channels`` Slack says are public (``conversations.info`` with the bot token); none without one,
+    or while Slack does not answer: a private conversation's words never reach a terminal on a guess."""
+    if not settings.slack.bot_token or not channels:
+        return set()
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    from bot.slack.visibility import Visibility
+
+    slack = Visibility(AsyncWebClient(token=settings.slack.bot_token, base_url=settings.slack.api_url, timeout=10))
+    return {c for c in channels if await slack.public(c)}
 
 
 def _work_label(body: str) -> str:

@@ -130,8 +130,12 @@ async def test_home_and_stats_list_the_latest_thumbs_down_with_links(redis_url: 
         assert f"<{entry.link}|the thread>" in home
         assert entry.model == DEMO_LABEL and "— the scripted demo model" in home  # named in the reader's words
 
-        code, out, err = await run_cli(["stats", "--window", "1h"], "",
-                                       {"REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix}, tmp_path)
+        env = {"REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix}
+        code, out, err = await run_cli(["stats", "--window", "1h"], "", env, tmp_path)
+        assert code == 0, err
+        assert "(private conversation)" in out and "payments errors" not in out  # no Slack: public is not known
+        code, out, err = await run_cli(["stats", "--window", "1h"], "", {
+            **env, "SLACK_BOT_TOKEN": slack.token, "SLACK_API_URL": slack.api_url}, tmp_path)  # C0OPS is public
         assert code == 0, err
         assert "answers rated 👍 / 👎        0 / 1" in out
         latest = out.split("latest 👎 (newest first)")[1]

@@ -62,6 +62,8 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods, WebhookMethods, Chan
         """False: a workspace without the streaming methods (``unknown_method``)."""
         self.members: dict[str, set[str]] = {}
         """Channel members, where a test needs them (a stream's recipient must be one); unlisted: anyone."""
+        self.private: set[str] = set()
+        """Private channels (conversations.info's is_private; conversations.members lists who is in one)."""
         self.statuses: dict[tuple[str, str], str] = {}
         self.streams_started: list[dict[str, Any]] = []
         self.status_log: list[tuple[str, str, str]] = []

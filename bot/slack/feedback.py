@@ -32,6 +32,7 @@ from bot.slack.failures import slack_error
 from bot.slack.meta import RUN, THREAD, channel_of, thread_key
 from bot.slack.metrics import Metrics
 from bot.slack.outbox import SlackOutbox
+from bot.slack.visibility import Visibility
 from bot.slack.words import language_of, say
 from core.redact import redact
 from state import RunRecord
@@ -226,15 +227,12 @@ def thread_url(entry: FeedbackEntry) -> str:
     return f"https://slack.com/archives/{channel}/p{ts.replace('.', '')}"
 
 
-async def home_lines(reports: Reports, access: AccessPolicy, viewer: str, lang: str, count: int = 5) -> str:
-    """The latest 👎 someone may see on their Home tab: in channels where they may use OpsPilot, and from a direct
-    message only their own."""
+async def home_lines(reports: Reports, visibility: Visibility, viewer: str, lang: str, count: int = 5) -> str:
+    """The latest 👎 someone may see on their Home tab: from conversations they can read in Slack, where they may use
+    OpsPilot (a direct message's only to its person)."""
     lines = []
     for entry in await reports.feedback.latest("down", 4 * count):
-        channel = channel_of(entry.thread_id)
-        if channel.startswith("D") and entry.user != viewer:
-            continue
-        if not channel or not (await access.may_use(viewer, channel, direct=channel.startswith("D"))).allowed:
+        if not await visibility.may_see(viewer, channel_of(entry.thread_id), person=entry.user):
             continue
         note = f": {kit.escape(entry.note[:120])}" if entry.note else ""
         question = kit.escape(" ".join(entry.question.split())[:80]) or "…"

@@ -24,6 +24,7 @@ from bot.slack.limits import RunGate
 from bot.slack.meta import THREAD, thread_key
 from bot.slack.outbox import SlackOutbox
 from bot.slack.thread_log import FollowupKind, followup_events, log_followup
+from bot.slack.visibility import Visibility
 from bot.slack.words import language_of, say
 from state.store import MetaStore, Reports
 from state.timers import Timer, TimerStore
@@ -74,6 +75,8 @@ class SlackFollowups:
         self.followups, self.outbox, self.meta, self.reports, self.access = followups, outbox, meta, reports, access
         self.clock = clock or followups.clock
         self.recheck_minutes = RECHECK_MINUTES
+        self.visibility = Visibility(access.client, access)
+        """Who can read a timer's conversation: App Home lists a timer to its owner only while they can."""
         self.gate: RunGate | None = None
         """Limits on how often runs start (a Re-check press is one)."""
         followups.listeners.append(self.announce)
@@ -240,7 +243,8 @@ class SlackFollowups:
 
     async def home_blocks(self, user: str, lang: str = "en") -> list[kit.Block]:
         """The follow-ups and schedules ``user`` set up, each with Cancel, in ``lang`` (their Home's)."""
-        mine = [t for t in await self.timers.every() if t.owner == user][:HOME_LISTED]
+        mine = [t for t in await self.timers.every()
+                if t.owner == user and await self.visibility.may_see(user, t.channel, person=t.owner)][:HOME_LISTED]
         if not mine:
             return [kit.mrkdwn(f"_{say(lang, 'home_no_timers')}_")]
         blocks: list[kit.Block] = []

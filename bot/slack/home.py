@@ -1,6 +1,7 @@
 """App Home: what OpsPilot has for the person who opens it — the questions waiting for them (cards they may
 answer, with a link to the thread), their recent questions, the last changes from the audit stream and the latest
-answers rated 👎 (why, and a link to each); for someone who may not use OpsPilot, that they may not and whom to ask."""
+answers rated 👎 (why, and a link to each); for someone who may not use OpsPilot, that they may not and whom to ask.
+Every item about a conversation is listed only to people who can read it in Slack (:mod:`bot.slack.visibility`)."""
 
 from __future__ import annotations
 
@@ -20,12 +21,14 @@ from bot.slack.failures import SLACK_FAILURES, slack_error
 from bot.slack.feedback import home_lines
 from bot.slack.meta import THREAD, channel_of, thread_key
 from bot.slack.people import People
+from bot.slack.visibility import Visibility
 from bot.slack.words import language_of, say
 from state.store import MetaStore, Reports
 
 log = logging.getLogger(__name__)
 
 RECENT = 5  # questions per person kept for the Home tab
+CHANGES_READ = 50
 
 
 def recent_key(user: str) -> str:
@@ -38,8 +41,10 @@ def thread_link(channel: str, thread_ts: str, label: str) -> str:
 
 class Home:
     def __init__(self, *, client: AsyncWebClient, engine: Engine, meta: MetaStore, reports: Reports,
-                 access: AccessPolicy, people: People | None = None, no_model: bool = False) -> None:
+                 access: AccessPolicy, people: People | None = None, no_model: bool = False,
+                 visibility: Visibility | None = None) -> None:
         self.client = client
+        self.visibility = visibility or Visibility(client, access)
         self.no_model = no_model  # no model key: said at the top, so nobody mistakes demo answers for theirs
         self.people = people or People(client)
         self.engine = engine
@@ -88,9 +93,9 @@ class Home:
         if self.timers is not None:
             blocks += [{"type": "divider"}, kit.mrkdwn(f"*{say(lang, 'home_timers')}*"),
                        *await self.timers(user, lang)]
-        blocks += [{"type": "divider"}, kit.mrkdwn(f"*{say(lang, 'home_changes')}*"), *await self._changes(lang)]
+        blocks += [{"type": "divider"}, kit.mrkdwn(f"*{say(lang, 'home_changes')}*"), *await self._changes(user, lang)]
         blocks += [{"type": "divider"}, kit.mrkdwn(f"*{say(lang, 'home_latest_down')}*"),
-                   kit.mrkdwn(await home_lines(self.reports, self.access, user, lang))]
+                   kit.mrkdwn(await home_lines(self.reports, self.visibility, user, lang))]
         return blocks[:100]  # Slack's limit for a Home view
 
     async def _not_allowed(self, lang: str = "en") -> str:
@@ -104,7 +109,7 @@ class Home:
             pending = ticket.pending
             env = pending.arguments.get("environment")
             channel = channel_of(ticket.thread_id)
-            if not channel or not (await self.access.may_use(user, channel)).allowed:
+            if not await self.visibility.may_see(user, channel, person=ticket.requester or ""):
                 continue
             if pending.interrupt_type == "confirm_risky":
                 if not (await self.access.may_confirm(user, pending.call.name, env, ticket.requester)).allowed:
@@ -130,10 +135,18 @@ class Home:
                 entry: dict[str, Any] = json.loads(raw)
             except ValueError:
                 continue
+            if not await self.visibility.may_see(user, str(entry.get("channel") or ""), person=user):
+                continue  # they left that private channel: its question goes with it
             link = thread_link(entry["channel"], entry["thread_ts"], entry["text"] or say(lang, "home_no_text"))
             lines.append(f"• {kit.hhmm(float(entry['at']))} — {link}")
         return [kit.mrkdwn("\n".join(lines) if lines else f"_{say(lang, 'home_no_questions')}_")]
 
-    async def _changes(self, lang: str) -> list[kit.Block]:
-        lines = [audit_line(a, lang) for a in await self.reports.read_audit(5)]
+    async def _changes(self, user: str, lang: str) -> list[kit.Block]:
+        lines = []
+        for entry in await self.reports.read_audit(CHANGES_READ):  # read deeper: some are not this reader's
+            if await self.visibility.may_see(user, channel_of(entry.get("thread_id") or ""),
+                                             person=entry.get("requested_by") or ""):
+                lines.append(audit_line(entry, lang))
+            if len(lines) == 5:
+                break
         return [kit.mrkdwn("\n".join(lines) if lines else f"_{say(lang, 'home_no_changes')}_")]

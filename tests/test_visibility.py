@@ -1,0 +1,128 @@
+"""Visibility follows Slack membership, through the real endpoint: App Home (waiting cards, your questions,
+follow-ups, schedules, recent changes, 👎 notes) lists a private channel's items to its members only, and to
+nobody while Slack cannot say who they are; a public channel's to anyone allowed; ``opspilot stats`` shows a
+private conversation's words to nobody. The rule itself (DMs, pages of members) against the local Slack."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.slack.meta import thread_key
+from bot.slack.visibility import Visibility
+from tests.slack_harness import CHANNEL, Workspace
+from tests.test_cli import run_cli
+from tests.test_feedback import answered, picked, rate, submit
+from tests.test_home import home_text, opened
+from tests.test_schedules import command
+from tests.test_slack import ask_restart, confirm
+from tests.test_timers import Clock, open_at, schedule
+
+APPROVERS = {"restart_service": {"prod": {"users": ["UBOSS", "UDAVE"]}}}
+NOTE = "ORION-7731 cutover for ACME"
+
+
+def private(slack: FakeSlack, *members: str) -> None:
+    slack.private.add(CHANNEL)
+    slack.members[CHANNEL] = {"UBOT", *members}
+
+
+async def workspace(redis_url: str, prefix: str, slack: FakeSlack) -> Workspace:
+    ws = await open_at(redis_url, prefix, slack, Clock(), approvers=APPROVERS)
+    assert ws.service.inbound.home is not None
+    ws.service.inbound.home.visibility.ttl_s = 0  # membership read at every check: the test changes it
+    return ws
+
+
+async def home(ws: Workspace, user: str) -> dict[str, str]:
+    """The sections of ``user``'s Home tab, opened through Slack, by heading."""
+    await opened(ws, user)
+    text = home_text(ws.slack, user)
+    parts = {}
+    for name in ("Waiting for you", "Your recent questions", "Your follow-ups and schedules", "Recent changes",
+                 "Latest 👎"):
+        assert f"*{name}*" in text, name
+        parts[name] = text.split(f"*{name}*")[1].split("\n*")[0]
+    return parts
+
+
+async def test_a_private_channels_items_are_listed_to_its_members_only(redis_url: str, prefix: str,
+                                                                       slack: FakeSlack, tmp_path: Path) -> None:
+    private(slack, "UREQ", "UBOSS")  # UDAVE may use OpsPilot and confirm restarts, but is not in the channel
+    ws = await workspace(redis_url, prefix, slack)
+    try:
+        card = await ask_restart(ws, user="UREQ")
+        assert "confirm `restart_service`" in (await home(ws, "UBOSS"))["Waiting for you"]
+        assert "restart_service" not in (dave := await home(ws, "UDAVE"))["Waiting for you"]
+        assert "Nothing is waiting for you" in dave["Waiting for you"]
+
+        await ws.sender.action(confirm(card, "UBOSS"))
+        await ws.settle()
+        answer = await answered(ws)
+        await rate(ws, answer, "UREQ", "down")
+        await submit(ws, "UREQ", slack.modals[-1]["view"], picked("missed", NOTE))
+        await schedule(ws, thread_key(CHANNEL, "900.1"))  # UREQ's follow-up
+        await command(ws, 'schedule "0 9 * * *" UTC payments nightly errors')  # UREQ's schedule
+
+        boss = await home(ws, "UBOSS")
+        assert "`restart_service`" in boss["Recent changes"] and NOTE in boss["Latest 👎"]
+        dave = await home(ws, "UDAVE")
+        assert "restart_service" not in dave["Recent changes"] and "No change" in dave["Recent changes"]
+        assert NOTE not in dave["Latest 👎"] and "payments errors" not in dave["Latest 👎"]
+        req = await home(ws, "UREQ")
+        assert "is payments holding?" in req["Your follow-ups and schedules"]
+        assert "payments nightly errors" in req["Your follow-ups and schedules"]
+        assert "payments errors" in req["Your recent questions"]
+
+        slack.members[CHANNEL].discard("UREQ")  # UREQ leaves the channel: its items leave their Home
+        req = await home(ws, "UREQ")
+        assert "Nothing scheduled" in req["Your follow-ups and schedules"], req
+        assert "payments" not in req["Your recent questions"] and "restart" not in req["Your recent questions"]
+        assert "restart_service" not in req["Recent changes"] and NOTE not in req["Latest 👎"]
+
+        env = {"REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix, "SLACK_BOT_TOKEN": slack.token,
+               "SLACK_API_URL": slack.api_url}
+        code, out, err = await run_cli(["stats", "--window", "1h"], "", env, tmp_path)
+        assert code == 0, err
+        latest = out.split("latest 👎 (newest first)")[1]
+        assert "(private conversation)" in latest and NOTE not in latest and "payments errors" not in latest
+    finally:
+        await ws.stop()
+
+
+async def test_public_items_show_to_anyone_allowed_and_private_ones_to_nobody_while_slack_fails(
+        redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    slack.members[CHANNEL] = {"UBOT", "UREQ", "UBOSS"}  # public: listed members do not limit who may read it
+    ws = await workspace(redis_url, prefix, slack)
+    try:
+        await ask_restart(ws, user="UREQ")
+        assert "confirm `restart_service`" in (await home(ws, "UDAVE"))["Waiting for you"]
+        assert "restart it in prod" in (await home(ws, "UREQ"))["Your recent questions"]
+
+        private(slack, "UREQ", "UBOSS")
+        slack.fault("error", "conversations.members")  # Slack cannot say who is in it
+        boss = await home(ws, "UBOSS")
+        assert "restart_service" not in boss["Waiting for you"] and "Nothing is waiting" in boss["Waiting for you"]
+        assert "restart it in prod" not in (await home(ws, "UREQ"))["Your recent questions"]
+        slack.faults.clear()
+        assert "confirm `restart_service`" in (await home(ws, "UBOSS"))["Waiting for you"]
+        slack.fault("refuse", "conversations.info", error="missing_scope")
+        assert "Nothing is waiting" in (await home(ws, "UBOSS"))["Waiting for you"]
+    finally:
+        await ws.stop()
+
+
+async def test_the_rule_reads_every_page_of_members_and_gives_a_dm_to_its_person(slack: FakeSlack) -> None:
+    slack.private.add("C0BIG")
+    slack.members["C0BIG"] = {f"U{i:05d}" for i in range(450)}  # three pages of 200
+    seen = Visibility(AsyncWebClient(token=slack.token, base_url=slack.api_url))
+    assert await seen.readable("U00449", "C0BIG") and not await seen.readable("UOUT", "C0BIG")
+    assert len(slack.called("conversations.members")) == 3  # cached after: one read per TTL
+    assert [c.get("cursor") for c in slack.called("conversations.members")] == [None, "200", "400"]
+    assert await seen.readable("UANY", "C0PUBLIC") and await seen.public("C0PUBLIC")
+    assert not await seen.public("C0BIG")
+    assert await seen.readable("UREQ", "D0REQ", person="UREQ")
+    assert not await seen.readable("UOTHER", "D0REQ", person="UREQ")  # a DM's items: its person's only
+    assert not await seen.readable("UREQ", "")
