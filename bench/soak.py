@@ -89,8 +89,9 @@ class Soak:
                   follow: bool = False) -> None:
         thread = thread_ts or ts
         self.asked[f"{channel}:{thread}"] += 1
-        event = message(channel, "UREQ", text, ts, thread_ts=thread_ts) if follow else \
-            mention(channel, "UREQ", text, ts, thread_ts=thread_ts)
+        user = f"U{thread.split('.')[0]}"  # many people ask during an incident: one per thread
+        event = message(channel, user, text, ts, thread_ts=thread_ts) if follow else \
+            mention(channel, user, text, ts, thread_ts=thread_ts)
         event_id = f"Ev{uuid.uuid4().hex[:12]}"
         await self.deliver(lambda n: self.sender.event(event, event_id=event_id, retry_num=n))
 
