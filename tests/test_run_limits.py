@@ -1,7 +1,7 @@
 """Limits for every door (issue 34): a sliding window per person and one per channel for each way a run starts,
 through the signed Slack endpoint; refusals say when to try again (to the person only, once per hold and
 conversation) and are counted in ``/metrics`` and the stats; schedules' minimum interval and per-person cap;
-follow-ups' per-person cap; one window on a Redis Cluster."""
+follow-ups' per-person cap; an alert's run in its channel's window; one window on a Redis Cluster."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from bot.followups import followup_tool
 from bot.run_limits import UNLIMITED, RunLimits
 from bot.slack.meta import thread_key
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
+from tests.test_alerts import ALERTS, fire, notification, source
 from tests.test_followups import results
 from tests.test_timers import Clock, open_at
 
@@ -183,5 +184,23 @@ async def test_a_personal_window_on_a_redis_cluster(cluster_url: str, prefix: st
         await ws.settle()
         assert (await ws.store.stats(3600)).runs == 1
         assert len(told(ws, "UREQ", CHANNEL)) == 1
+    finally:
+        await ws.stop()
+
+
+async def test_an_alert_run_counts_in_its_channel_s_window_and_is_offered_when_it_is_full(
+        redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    ws = await open_workspace(redis_url, prefix, slack, alert_sources=[source()],
+                              run_limits=limits(per_channel=1, per_channel_window_s=600))
+    slack.deliver = ws.sender.event
+    try:
+        await ws.sender.event(mention(ALERTS, "UREQ", "payments errors?", "500.1"))
+        await ws.settle()
+        alert_ts = await fire(slack, slack.add_webhook(ALERTS), notification("firing"))
+        await ws.settle()
+        assert (await ws.store.stats(3600)).runs == 1
+        offer = slack.thread(ALERTS, alert_ts)[-1]
+        assert "many runs started in this channel just now" in str(offer.get("text")), offer
+        assert 'opspilot_runs_refused_total{door="alert",scope="channel"} 1' in await metrics(ws)
     finally:
         await ws.stop()

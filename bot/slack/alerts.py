@@ -22,6 +22,7 @@ from bot.config import AlertSource, SlackConfig
 from bot.slack import blocks as kit
 from bot.slack.alert import Alert, parse
 from bot.slack.history import STATUS_NOTE, material, message_text, quote_thread
+from bot.slack.limits import RunGate
 from bot.slack.meta import thread_key
 from bot.slack.outbox import SlackOutbox
 from bot.slack.thread_log import log_alert
@@ -51,6 +52,8 @@ class Alerts:
         self.services = frozenset(s.lower() for s in services)
         self.environments = frozenset(e.lower() for e in environments)
         self.clock = clock
+        self.gate: RunGate | None = None
+        """The channel's window for every run (besides the alert source's own): an alert run counts in it."""
 
     async def on_alert(self, event: dict[str, Any], source: AlertSource) -> None:
         alert = parse(event, services=self.services, environments=self.environments)
@@ -95,6 +98,9 @@ class Alerts:
         if not await self._within_rate(source, f"{channel}:{ts}", lang):
             return await self._offer(channel, ts, lang, say(lang, "alert_held", n=source.max_runs,
                                                             minutes=source.rate_window_s // 60))
+        if self.gate is not None and not await self.gate.admit("alert", user="", channel=channel, lang=lang,
+                                                               member=f"alert:{channel}:{ts}", thread_ts=ts):
+            return await self._offer(channel, ts, lang, say(lang, "alert_busy"))
         await self.dispatch(self._converse(alert, channel, ts, context, requester=_source_id(event), lang=lang))
 
     async def answers_unmentioned(self, channel: str, thread_ts: str) -> bool:

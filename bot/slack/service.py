@@ -195,6 +195,8 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     inbound.gate = RunGate(meta=core.meta, limits=slack.limits, outbox=outbox, metrics=metrics, reports=core.reports)
     if timers is not None:
         timers.slack.gate = timers.firer.gate = inbound.gate
+    if alerts is not None:
+        alerts.gate = inbound.gate
     if timers is not None and inbound.incidents.handover is not None:
         inbound.incidents.handover.followups = timers.slack.handover_lines
     if timers is not None and inbound.home is not None:
