@@ -32,7 +32,9 @@ def private(slack: FakeSlack, *members: str) -> None:
 async def workspace(redis_url: str, prefix: str, slack: FakeSlack) -> Workspace:
     ws = await open_at(redis_url, prefix, slack, Clock(), approvers=APPROVERS)
     assert ws.service.inbound.home is not None
-    ws.service.inbound.home.visibility.ttl_s = 0  # membership read at every check: the test changes it
+    assert ws.service.timers is not None
+    for seen in (ws.service.inbound.home.visibility, ws.service.timers.slack.visibility):
+        seen.ttl_s = 0  # membership read at every check: the test changes it
     return ws
 
 
