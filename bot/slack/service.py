@@ -201,6 +201,7 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
         inbound.incidents.handover.followups = timers.slack.handover_lines
     if timers is not None and inbound.home is not None:
         inbound.home.timers = timers.slack.home_blocks
+        timers.slack.visibility = inbound.home.visibility  # one cache of who can read what per process
         timers.schedules.person_language = inbound.home.language
     renderer = Renderer(outbox=outbox, meta=core.meta, reports=core.reports, language=slack.language,
                         progress=slack.progress, access=access, people=people,
