@@ -23,6 +23,7 @@ from core.quote import defuse, quote, split
 from core.text import hides, hides_any, reveal, reveal_blocks
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
 from tests.test_alerts import fire
+from tests.toolkit import Probe, toolkit
 from tools.hygiene import clean
 
 ALERTS = "C0ALERTS"
@@ -119,35 +120,35 @@ async def test_a_bidi_override_in_a_restart_target_is_shown_and_warned_about(red
                                                                              slack: FakeSlack) -> None:
     """U+202E would make the card read "payments" backwards-and-forwards alike: the card shows the marker, says
     why, and nothing bound for Slack carries the raw character."""
-    steps = iter([reply("", call("restart_service", "r1", service_id="\u202estnemyap", environment="prod",
-                                 reason="errors \u200bup")),
+    # Not restart_service: a service id the catalog lacks gets no card at all (tests/test_env_names.py).
+    steps = iter([reply("", call("change", "r1", target="\u202estnemyap\u200b", environment="prod")),
                   reply("Waiting.")])
     model = ScriptedModel(lambda _, __: next(steps))
-    ws = await open_workspace(redis_url, prefix, slack, model=model)
+    probe = Probe()
+    ws = await open_workspace(redis_url, prefix, slack, model=model, specs=[toolkit(probe)["change"]])
     try:
         await ws.sender.event(mention(CHANNEL, "UREQ", "restart payments in prod", "300.1"))
         await ws.settle()
         card = next(m for m in slack.thread(CHANNEL, "300.1")
                     if any(b["action_id"] == "opspilot_confirm" for b in buttons(m)))
         text = all_text(card)
-        assert "service_id=`&lt;U+202E&gt;stnemyap`" in text  # Slack shows it as <U+202E>stnemyap
-        assert "reason=`errors &lt;U+200B&gt;up`" in text
+        assert "target=`&lt;U+202E&gt;stnemyap&lt;U+200B&gt;`" in text  # Slack shows it as <U+202E>stnemyap
         assert "invisible or text-direction characters" in text
         dialog = next(b["confirm"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
         assert "&lt;U+202E&gt;stnemyap" in dialog["text"]["text"]
         sent = "\n".join(json.dumps(body, ensure_ascii=False) for _, body in slack.calls)
         assert "\u202e" not in sent and "\u200b" not in sent
-        assert ws.toolbox.restarts.done == []
+        assert probe.count("change") == 0
     finally:
         await ws.stop()
 
 
 async def test_the_warning_is_said_in_chinese_in_a_chinese_thread(redis_url: str, prefix: str,
                                                                   slack: FakeSlack) -> None:
-    steps = iter([reply("", call("restart_service", "r1", service_id="pay\u2066ments", environment="prod")),
+    steps = iter([reply("", call("change", "r1", target="pay\u2066ments", environment="prod")),
                   reply("等待确认。")])
     ws = await open_workspace(redis_url, prefix, slack, model=ScriptedModel(lambda _, __: next(steps)),
-                              language="auto")
+                              specs=[toolkit(Probe())["change"]], language="auto")
     try:
         await ws.sender.event(mention(CHANNEL, "UREQ", "重启生产环境的 payments", "301.1"))
         await ws.settle()
