@@ -146,7 +146,9 @@ def _serve_env(slack: FakeSlack, redis_url: str, prefix: str, port: int) -> dict
                   "PORT": str(port), "REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix,
                   "OPSPILOT_SWEEPS__STALE_AFTER_S": "2", "OPSPILOT_SWEEPS__LEASE_TTL_S": "2",
                   "OPSPILOT_SWEEPS__INTERVAL_S": "1", "OPSPILOT_SLACK__LANGUAGE": "en",
-                  "OPSPILOT_SLACK__PROGRESS": "update"}
+                  "OPSPILOT_SLACK__PROGRESS": "update",
+                  # Bursts from one person on purpose: the run limits have their own tests (test_run_limits.py).
+                  "OPSPILOT_SLACK__LIMITS__PER_PERSON": "0", "OPSPILOT_SLACK__LIMITS__PER_CHANNEL": "0"}
 
 
 async def _serve_with_workers(env: dict[str, str], cwd: Path) -> asyncio.subprocess.Process:
