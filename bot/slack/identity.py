@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from slack_bolt.authorization import AuthorizeResult
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.slack.failures import SLACK_FAILURES
 from state import StoreError
 from state.store import MetaStore
 
@@ -67,7 +67,7 @@ class Identity:
         try:
             async with asyncio.timeout(self.timeout_s):
                 answer = await self.client.auth_test()
-        except (SlackApiError, OSError, TimeoutError) as exc:
+        except SLACK_FAILURES as exc:  # a dropped connection (aiohttp) too, not only OSError
             log.warning("auth.test failed (%s): the bot's identity is %s", type(exc).__name__,
                         "kept from before" if self._fields else "unknown, requests are refused with 503")
             return False

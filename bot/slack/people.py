@@ -9,8 +9,9 @@ import logging
 import re
 import time
 
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack.failures import SLACK_FAILURES
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ class People:
         try:
             async with asyncio.timeout(self.timeout_s):  # a name is cosmetic: never hold a question for it
                 user = (await self.client.users_info(user=user_id)).get("user") or {}
-        except (SlackApiError, OSError, TimeoutError) as exc:
+        except SLACK_FAILURES as exc:  # a dropped connection (aiohttp) too, not only OSError
             log.info("users.info %s failed (%s): shown as its id", user_id, type(exc).__name__)
             return user_id
         profile = user.get("profile") or {}
@@ -56,7 +57,7 @@ class People:
                 groups = {str(g.get("id")): f"@{g['handle']}" if g.get("handle") else str(g.get("name") or g.get("id"))
                           for g in listed}
                 self._groups = (groups, time.monotonic() + TTL_S)
-            except (SlackApiError, OSError, TimeoutError) as exc:
+            except SLACK_FAILURES as exc:  # a dropped connection (aiohttp) too, not only OSError
                 log.info("usergroups.list failed (%s): groups shown as their ids", type(exc).__name__)
         return groups.get(group_id, group_id)
 
