@@ -121,7 +121,10 @@ class Soak:
                 "OPSPILOT_KEY_PREFIX": self.prefix, "OPSPILOT_SWEEPS__STALE_AFTER_S": "6",
                 "OPSPILOT_SWEEPS__LEASE_TTL_S": "4", "OPSPILOT_SWEEPS__INTERVAL_S": "2",
                 "OPSPILOT_SLACK__REQUEST_TIMEOUT_S": "3", "OPSPILOT_LLM__SCRIPTED_LATENCY_S": "0.2",
-                "OPSPILOT_REDIS_OUTAGE_GRACE_S": "40",  # questions by the hundred on purpose: no run limits
+                "OPSPILOT_REDIS_OUTAGE_GRACE_S": "40",
+                # SOAK_UPDATES: the workspace's chat.update budget per minute (Slack's Tier 3: ~50), to see its share
+                "OPSPILOT_SLACK__UPDATES_PER_MINUTE": str(_updates_per_minute() * 0.9),
+                # questions by the hundred on purpose: no run limits
                 "OPSPILOT_SLACK__LIMITS__PER_PERSON": "0", "OPSPILOT_SLACK__LIMITS__PER_CHANNEL": "0"}
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "bot.cli", "serve", "--workers", str(self.workers), env=env,
@@ -199,7 +202,7 @@ async def _chaos(soak: Soak, scale: Scale, until: float) -> None:
 
 async def run_soak(scale: Scale) -> dict[str, Any]:
     slack = LocalSlack()
-    slack.per_minute("chat.update", 50)
+    slack.per_minute("chat.update", _updates_per_minute())
     fault = slack.fault("mixed", rate=scale.fault_rate, hang_s=4.0)
     redis = RedisProcess(free_port(), tempfile.mkdtemp(prefix="opspilot-soak-redis-"))
     await asyncio.to_thread(redis.start)
@@ -342,6 +345,10 @@ class RedisProcess:
             self.proc.terminate()
             self.proc.wait(timeout=10)
             self.proc = None
+
+
+def _updates_per_minute() -> int:
+    return int(os.environ.get("SOAK_UPDATES", "50"))
 
 
 def _children(pid: int) -> list[int]:
