@@ -204,3 +204,18 @@ async def test_an_alert_run_counts_in_its_channel_s_window_and_is_offered_when_i
         assert 'opspilot_runs_refused_total{door="alert",scope="channel"} 1' in await metrics(ws)
     finally:
         await ws.stop()
+
+
+async def test_an_incident_summary_counts_in_the_window_like_a_run(person: Workspace) -> None:
+    """A summary is a model call as a run is: with the person's window full, "@OpsPilot summarize" and
+    `/opspilot summary` write no canvas and say when to try again."""
+    ws = person
+    for ts in ("300.1", "300.2"):
+        await ws.sender.event(mention(CHANNEL, "UREQ", "payments errors?", ts))
+    await ws.settle()
+    await ws.sender.event(mention(CHANNEL, "UREQ", "summarize", "300.19", thread_ts="300.1"))
+    await ws.settle()
+    await command(ws, "summary 300.1", channel=CHANNEL)
+    assert ws.slack.called("canvases.create") == [] and ws.slack.called("files.completeUploadExternal") == []
+    assert len(told(ws, "UREQ", CHANNEL)) >= 1
+    assert 'opspilot_runs_refused_total{door="summarize",scope="person"} 2' in await metrics(ws)

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from typing import Any
 
 from bot.agent.engine import Engine
 from bot.slack.access import AccessPolicy
 from bot.slack.handover import Handover, hours_of
+from bot.slack.limits import RunGate
 from bot.slack.meta import THREAD, thread_key
 from bot.slack.outbox import SlackOutbox
 from bot.slack.summaries import Summaries, thread_of
@@ -40,6 +42,8 @@ class IncidentCommands:
                                    timezones=access.config.channel_timezones) \
             if usable is not None and (reports or usable) is not None else None
         self.handover = Handover(client=access.client, store=usable, meta=meta) if usable is not None else None
+        self.gate: RunGate | None = None
+        """A summary is a model call like a run's: it counts in the person's and the channel's windows."""
 
     @staticmethod
     def asks_summary(text: str) -> bool:
@@ -49,8 +53,17 @@ class IncidentCommands:
         """True when the message asked for a summary (and was handled): only in a thread."""
         if thread_ts == ts or not self.asks_summary(text) or self.summaries is None:
             return False
-        await self.summaries.summarize(channel, thread_ts, user, asked=text)
+        if await self._admit(user, channel, thread_ts, f"summarize:{channel}:{ts}"):
+            await self.summaries.summarize(channel, thread_ts, user, asked=text)
         return True
+
+    async def _admit(self, user: str, channel: str, thread_ts: str | None, member: str) -> bool:
+        if self.gate is None:
+            return True
+        lang = (await self.meta.get(THREAD, thread_key(channel, thread_ts or "-"))).get("lang") or \
+            language_of("", self.language)
+        return await self.gate.admit("summarize", user=user, channel=channel, member=member, lang=lang,
+                                     thread_ts=thread_ts)
 
     async def on_command(self, channel: str, user: str, text: str) -> bool:
         """True when ``text`` was a ``summary`` or ``handover`` subcommand (and was handled)."""
@@ -70,7 +83,9 @@ class IncidentCommands:
         if thread_ts is None or self.summaries is None:
             await self.outbox.tell(channel, user, say(lang, "inc_usage" if not rest.strip() else "inc_bad_ref"))
             return True
-        await self.summaries.summarize(channel, thread_ts, user, in_thread=False)
+        # A command carries no id of its own: one start per person, thread and minute.
+        if await self._admit(user, channel, None, f"summarize:{channel}:{thread_ts}:{user}:{int(time.time() // 60)}"):
+            await self.summaries.summarize(channel, thread_ts, user, in_thread=False)
         return True
 
     async def on_shortcut(self, body: dict[str, Any]) -> None:
@@ -86,5 +101,5 @@ class IncidentCommands:
                 language_of("", self.language)
             await self.outbox.tell(channel, user, verdict.words(lang), thread_ts)
             return
-        if self.summaries is not None:
+        if self.summaries is not None and await self._admit(user, channel, thread_ts, f"summarize:{trigger}"):
             await self.summaries.summarize(channel, thread_ts, user)

@@ -22,7 +22,7 @@ from state.store import MetaStore, Reports
 log = logging.getLogger(__name__)
 
 Door = Literal["mention", "reply", "dm", "command", "shortcut", "investigate", "recheck", "followup", "schedule",
-               "alert"]
+               "alert", "summarize"]
 Scope = Literal["person", "channel"]
 
 

@@ -192,7 +192,8 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
                       home=Home(client=client, engine=core.engine, meta=core.meta, reports=core.reports,
                                 access=access, people=people, no_model=core.model.scripted))
     inbound.timers = timers
-    inbound.gate = RunGate(meta=core.meta, limits=slack.limits, outbox=outbox, metrics=metrics, reports=core.reports)
+    inbound.gate = inbound.incidents.gate = RunGate(meta=core.meta, limits=slack.limits, outbox=outbox,
+                                                    metrics=metrics, reports=core.reports)
     if timers is not None:
         timers.slack.gate = timers.firer.gate = inbound.gate
     if alerts is not None:
