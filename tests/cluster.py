@@ -44,6 +44,10 @@ def _info(port: int) -> str:
 @dataclass
 class RedisClusterProcess:
     masters: int = 3
+    base_port: int = 0
+    """Where the nodes' ports start (``2 × masters`` in a row: the client ports, then the cluster bus ports), from
+    the caller's own range below the kernel's ephemeral ports; 0: ports the kernel picks (the bus at + 10000).
+    A port picked from the ephemeral range can be taken by an outgoing connection before the node binds it."""
     ports: list[int] = field(default_factory=list)
     workdir: str = ""
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
@@ -58,10 +62,16 @@ class RedisClusterProcess:
             raise RuntimeError("redis-server and redis-cli are needed for the Cluster tests "
                                "(apt-get install redis-server)")
         self.workdir = tempfile.mkdtemp(prefix="opspilot-cluster-")
-        self.ports = _cluster_ports(self.masters)
-        for port in self.ports:
+        if self.base_port:
+            self.ports = [self.base_port + i for i in range(self.masters)]
+            buses = [self.base_port + self.masters + i for i in range(self.masters)]
+        else:
+            self.ports = _cluster_ports(self.masters)
+            buses = [p + 10000 for p in self.ports]
+        for port, bus in zip(self.ports, buses, strict=True):
             self.procs.append(subprocess.Popen(
                 [server, "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+                 "--cluster-port", str(bus),  # Redis 7: the bus port named, not port + 10000
                  "--cluster-config-file", f"nodes-{port}.conf", "--cluster-node-timeout", "2000",
                  "--save", "", "--appendonly", "no", "--dir", self.workdir],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))

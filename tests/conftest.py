@@ -110,7 +110,7 @@ def redis_url() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def cluster_url() -> Iterator[str]:
     """A real three-master Redis Cluster, started once for the session."""
-    cluster = RedisClusterProcess()
+    cluster = RedisClusterProcess(base_port=free_port(span=6))  # this test process's own ports: never ephemeral
     try:
         url = cluster.start()
     except (RuntimeError, subprocess.SubprocessError) as exc:
