@@ -21,7 +21,7 @@ from rich.text import Text
 from bot.agent.decisions import Confirm, Decision, Decline, ProvideParams
 from bot.agent.errors import EngineError
 from bot.agent.events import Event, PendingView, RunFinished
-from bot.agent.run import RunOutcome
+from bot.agent.outcome import RunOutcome
 from bot.assembly import Assembly
 from bot.keyboard import Interrupted, Keyboard
 from bot.slack.audit import ran_a_change

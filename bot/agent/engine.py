@@ -23,7 +23,8 @@ from bot.agent.events import RunStalled, RunStarted
 from bot.agent.lease import Lease, hold
 from bot.agent.loop import react_loop
 from bot.agent.models.base import ModelError
-from bot.agent.run import Run, RunOutcome, preview
+from bot.agent.outcome import RunOutcome, preview
+from bot.agent.run import Run
 from bot.agent.transcript import ThreadMemo
 from core.messages import Message, UserMessage
 from core.redact import redact

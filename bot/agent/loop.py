@@ -13,7 +13,8 @@ continues as if the call had just returned.
 
 from __future__ import annotations
 
-from bot.agent.run import Run, RunOutcome
+from bot.agent.outcome import RunOutcome
+from bot.agent.run import Run
 
 
 async def react_loop(run: Run) -> RunOutcome:

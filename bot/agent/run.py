@@ -14,7 +14,6 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from bot.agent.decisions import Answers, CancelRun
@@ -24,7 +23,6 @@ from bot.agent.events import (
     Event,
     LoopInterrupt,
     ModelStep,
-    PendingView,
     RunFinished,
     ToolCallEvent,
     ToolResultEvent,
@@ -32,9 +30,10 @@ from bot.agent.events import (
 from bot.agent.lease import Lease
 from bot.agent.limits import call_digest, should_stop
 from bot.agent.models.base import AUTO, NONE, Completion, ModelError, ToolChoice
+from bot.agent.outcome import RunOutcome, pending_view, preview
 from bot.agent.prompt import STOP_INSTRUCTION
 from bot.agent.summary import Fallback, ran
-from bot.agent.transcript import ThreadMemo, sendable
+from bot.agent.transcript import ThreadMemo, sendable, unanswered
 from core.messages import (
     AssistantMessage,
     Message,
@@ -66,25 +65,6 @@ def redacted(message: AssistantMessage) -> AssistantMessage:
                                        "raw_arguments": redact(c.raw_arguments) if c.raw_arguments else None})
                   for c in message.tool_calls)
     return message.model_copy(update={"content": redact(message.content), "tool_calls": calls})
-
-@dataclass(frozen=True)
-class RunOutcome:
-    run_id: str
-    thread_id: str
-    status: str
-    stop_reason: StopReason | None
-    answer: str
-    pending: tuple[PendingView, ...] = ()
-
-
-def preview(text: str, limit: int = 200) -> str:
-    """What run records keep of texts that live in full in the transcript."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def pending_view(p: PendingCall) -> PendingView:
-    return PendingView(call_id=p.call.id, tool=p.call.name, token=p.token, interrupt_type=p.interrupt_type,
-                       reason=p.reason, payload=p.payload, arguments=p.arguments)
 
 
 class Run:
@@ -390,21 +370,10 @@ class Run:
         self.append(AssistantMessage(content=fallback.english()))
         return await self.finish(fallback.reason, fallback.english(), fallback)
 
-    def dangling_calls(self) -> list[ToolCall]:
-        """Calls of the latest tool-using turn that have neither a result nor a pending question."""
-        waiting = {p.call.id for p in self.record.pending}
-        for i in range(len(self.transcript) - 1, -1, -1):
-            m = self.transcript[i]
-            if isinstance(m, AssistantMessage) and m.tool_calls:
-                # Only this turn's results count: an earlier turn may have used the same id.
-                answered = {r.call_id for r in self.transcript[i + 1:] if isinstance(r, ToolResultMessage)}
-                return [c for c in m.tool_calls if c.id not in answered and c.id not in waiting]
-        return []
-
     async def answer_dangling(self, status: ResultStatus, code: str, message: str) -> None:
         """Every call left without a result gets one. A change the journal shows as started may have run:
         it is answered ``outcome_unknown``, never as if nothing happened."""
-        dangling = self.dangling_calls()
+        dangling = unanswered(self.transcript, {p.call.id for p in self.record.pending})
         if any((spec := self.deps.registry.get(c.name)) is None or spec.mutating for c in dangling):
             journaled = await self.deps.store.journal.states(self.id)
         else:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from core.messages import (
     AssistantMessage,
     Message,
+    ToolCall,
     ToolResultMessage,
     UserMessage,
     error_result,
@@ -191,3 +192,14 @@ def sendable(transcript: Sequence[Message], memo: ThreadMemo, *, turn_start: int
     if sum(memo.sizes) <= budget:
         return valid
     return fit(valid, budget, memo.sizes)
+
+
+def unanswered(transcript: Sequence[Message], waiting: set[str]) -> list[ToolCall]:
+    """Calls of the latest tool-using turn that have neither a result nor a pending question (``waiting``)."""
+    for i in range(len(transcript) - 1, -1, -1):
+        m = transcript[i]
+        if isinstance(m, AssistantMessage) and m.tool_calls:
+            # Only this turn's results count: an earlier turn may have used the same id.
+            answered = {r.call_id for r in transcript[i + 1:] if isinstance(r, ToolResultMessage)}
+            return [c for c in m.tool_calls if c.id not in answered and c.id not in waiting]
+    return []

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 
 from bot.agent.engine import Engine
 from bot.agent.events import Event, LoopInterrupt, RunFinished, RunStalled
-from bot.agent.run import pending_view
+from bot.agent.outcome import pending_view
 from bot.agent.summary import Fallback
 from bot.slack.meta import THREAD
 from bot.slack.render import Renderer

@@ -20,7 +20,7 @@ from typing import Literal
 
 from bot.agent.engine import Engine
 from bot.agent.errors import EngineError, ThreadBusy
-from bot.agent.run import RunOutcome
+from bot.agent.outcome import RunOutcome
 from bot.slack import blocks as kit
 from bot.slack.followups import time_of
 from bot.slack.history import STATUS_NOTE
