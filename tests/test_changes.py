@@ -47,8 +47,10 @@ async def test_kubernetes_rollout_history_three_revisions(fakes: OpsFakes) -> No
     changes = found["changes"]
     assert [c["version"] for c in changes] == ["revision 3", "revision 2"]  # newest first, revision 1 before
     assert changes[0]["kind"] == "restart" and changes[0]["at"] == "2026-12-02T09:50:30Z"  # same image: a restart
-    assert changes[1] == {"at": "2026-12-01T16:20:00Z", "kind": "rollout", "version": "revision 2",
-                          "description": "release 2026.12.01-3", "images": ["payments-api:7.8.0"],
+    assert changes[1] == {"at": "2026-12-01T16:20:00Z", "kind": "image", "version": "revision 2",
+                          "from_version": "revision 1", "description": "release 2026.12.01-3",
+                          "from_images": ["payments-api:7.7.0"], "images": ["payments-api:7.8.0"],
+                          "changed": ["image of container api"],
                           "source": "Kubernetes rollout history (payments/payments-api)"}
     assert found["last_before_window"]["version"] == "revision 1"
     listed = [r for r in fakes.requests if r[0] == "k8s_replicasets"]

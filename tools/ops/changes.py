@@ -15,18 +15,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from tools.errors import InvalidArguments, ToolError
+from tools.errors import ToolError
 from tools.ops.catalog import Service
 from tools.ops.http import Http
-from tools.ops.kube import KubeClient
 from tools.ops.series import iso
 
 _AT = ("at", "ts", "time", "timestamp", "created_at", "finished_at")
 _SERVICE = ("service", "service_id", "app")
 _ENV = ("environment", "env")
-_REVISION = "deployment.kubernetes.io/revision"
-_CAUSE = "kubernetes.io/change-cause"
-_RESTARTED = "kubectl.kubernetes.io/restartedAt"
+# A CI/CD record's kind, lower-cased; these other spellings are read as the kinds Kubernetes history uses too.
+_KINDS = {"deployment": "deploy", "release": "deploy", "revert": "rollback", "undo": "rollback",
+          "scaling": "scale", "configuration": "config", "redeploy": "restart"}
 
 
 class NotConfigured(ToolError):
@@ -45,12 +44,23 @@ class Change:
     environment: str | None = None
     url: str | None = None
     note: str | None = None
+    from_version: str | None = None
+    to_version: str | None = None
+    """A rollback's target revision, a scaling's replica count."""
+    from_images: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+    """What differs from the previous revision, by name ("env LOG_LEVEL changed") — never a value."""
+    dated: str | None = None
+    """``approximate`` or ``unknown`` when ``at`` is not the exact time the change took effect."""
 
     def record(self) -> dict[str, Any]:
         out: dict[str, Any] = {"at": iso(self.at), "kind": self.kind, "version": self.version,
+                               "from_version": self.from_version, "to_version": self.to_version,
                                "description": self.description, "author": self.author,
-                               "images": list(self.images), "environment": self.environment, "url": self.url,
-                               "note": self.note, "source": self.source}
+                               "from_images": list(self.from_images), "images": list(self.images),
+                               "changed": list(self.changed), "time": self.dated,
+                               "environment": self.environment, "url": self.url, "note": self.note,
+                               "source": self.source}
         return {k: v for k, v in out.items() if v not in (None, [], "")}
 
 
@@ -61,6 +71,8 @@ class Found:
 
     changes: list[Change] = field(default_factory=list)
     unreadable: int = 0
+    notes: list[str] = field(default_factory=list)
+    """What the answer needs said beside its changes (a paused deployment)."""
 
 
 class ChangeSource(Protocol):
@@ -71,7 +83,7 @@ class ChangeSource(Protocol):
     async def changes(self, service: Service, environment: str, start: float, end: float) -> Found: ...
 
 
-def _timestamp(value: Any) -> float | None:
+def timestamp(value: Any) -> float | None:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     if not isinstance(value, str) or not value:
@@ -96,7 +108,7 @@ def from_record(record: Any, service: Service, environment: str, source: str) ->
     it cannot be read (no time, no service)."""
     if not isinstance(record, dict):
         return None
-    at, named = _timestamp(_first(record, _AT)), _first(record, _SERVICE)
+    at, named = timestamp(_first(record, _AT)), _first(record, _SERVICE)
     if at is None or named is None:
         return None
     if str(named).lower() != service.id.lower():
@@ -105,7 +117,13 @@ def from_record(record: Any, service: Service, environment: str, source: str) ->
     if env is not None and str(env).lower() != environment.lower():
         return False
     images = record.get("images") or ([record["image"]] if record.get("image") else [])
-    return Change(at=at, kind=str(record.get("kind") or "deploy")[:40], source=source,
+    kind = str(record.get("kind") or "deploy").strip().lower()[:40] or "deploy"
+    changed = record.get("changed")
+    return Change(at=at, kind=_KINDS.get(kind, kind), source=source,
+                  from_version=_text(record.get("from_version"), 100),
+                  to_version=_text(record.get("to_version"), 100),
+                  changed=tuple(str(c)[:100] for c in changed if isinstance(c, str))[:20]
+                  if isinstance(changed, list) else (),
                   version=_text(_first(record, ("version", "release", "revision", "tag")), 100),
                   description=_text(_first(record, ("description", "summary", "message", "title"))),
                   author=_text(_first(record, ("author", "by", "user", "actor")), 100),
@@ -124,14 +142,14 @@ def _collect(records: Iterable[Any], service: Service, environment: str, source:
     return found
 
 
-class _Scoped:
+class Scoped:
     environments: list[str] | None = None
 
     def serves(self, environment: str) -> bool:
         return self.environments is None or environment.lower() in (e.lower() for e in self.environments)
 
 
-class FileChanges(_Scoped):
+class FileChanges(Scoped):
     """One JSON object per line: ``{"at": "2026-12-02T09:10:01Z", "service": "orders", "environment":
     "staging", "kind": "deploy", "version": "2026.12.02-1", "description": …, "author": …, "images": […]}``."""
 
@@ -157,7 +175,7 @@ class FileChanges(_Scoped):
         return _collect(records, service, environment, self.name)
 
 
-class HttpChanges(_Scoped):
+class HttpChanges(Scoped):
     """``GET <url>?service=…&environment=…&since=…&until=…`` answering a JSON list of events, or an object with
     them under ``changes``, ``events`` or ``items``. The answer is filtered here too (a service may ignore the
     parameters)."""
@@ -175,62 +193,3 @@ class HttpChanges(_Scoped):
         if not isinstance(body, list):
             raise ToolError(f"{self.http.name} answered without a list of changes", code="upstream_error")
         return _collect(body, service, environment, self.name)
-
-
-class KubernetesChanges(_Scoped):
-    """The deployment's rollout history, as ``kubectl rollout history`` reads it: one ReplicaSet per revision,
-    with its creation time, images and ``kubernetes.io/change-cause``."""
-
-    def __init__(self, kube: KubeClient, environments: list[str] | None = None) -> None:
-        self.kube = kube
-        self.name = "Kubernetes rollout history"
-        self.environments = environments
-
-    async def changes(self, service: Service, environment: str, start: float, end: float) -> Found:
-        if service.kubernetes is None:
-            raise InvalidArguments(f"the catalog has no kubernetes namespace/deployment for {service.id}")
-        namespace, name = service.kubernetes.namespace, service.kubernetes.deployment
-        deployment = await self.kube.deployment(namespace, name)
-        labels = ((deployment.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
-        selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
-        sets = await self.kube.replica_sets(namespace, selector)
-        return rollout_history(sets, name, f"{self.name} ({namespace}/{name})")
-
-
-def _images(replica_set: dict[str, Any]) -> tuple[str, ...]:
-    pod = ((replica_set.get("spec") or {}).get("template") or {}).get("spec") or {}
-    return tuple(str(c.get("image")) for c in pod.get("containers") or [] if c.get("image"))
-
-
-def rollout_history(replica_sets: list[dict[str, Any]], deployment: str, source: str) -> Found:
-    found = Found()
-    owned = []
-    for rs in replica_sets:
-        meta = rs.get("metadata") or {}
-        owners = meta.get("ownerReferences") or []
-        if not any(o.get("kind") == "Deployment" and o.get("name") == deployment for o in owners):
-            continue
-        annotations = meta.get("annotations") or {}
-        at = _timestamp(meta.get("creationTimestamp"))
-        try:
-            revision = int(annotations.get(_REVISION, ""))
-        except ValueError:
-            revision = None
-        if at is None or revision is None:
-            found.unreadable += 1
-            continue
-        owned.append((revision, at, rs, annotations))
-    owned.sort(key=lambda item: item[0])
-    previous: tuple[str, ...] | None = None
-    for revision, at, rs, annotations in owned:
-        images = _images(rs)
-        template = (((rs.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("annotations") or {}
-        restart = previous is not None and images == previous and _RESTARTED in template
-        reused = annotations.get("deployment.kubernetes.io/revision-history")
-        note = (f"this ReplicaSet was rolled out again later (revisions {reused}, e.g. a rollback): the time is "
-                "when it was first created") if reused else None
-        found.changes.append(Change(
-            at=at, kind="restart" if restart else "rollout", source=source, version=f"revision {revision}",
-            description=_text(annotations.get(_CAUSE)), images=images, note=note))
-        previous = images
-    return found

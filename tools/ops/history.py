@@ -14,10 +14,32 @@ from tools.ops.series import hhmm, iso
 MAX_LISTED = 20
 
 
+_LABELS = {"image": "image change", "config": "config change"}
+
+
+def _detail(change: Change) -> str:
+    """What a Kubernetes-derived change was, in brief: its images, what changed, or its target."""
+    if change.kind == "image" and change.from_images:
+        return f"{', '.join(change.from_images)} → {', '.join(change.images)}"
+    if change.kind == "rollback":
+        return ", ".join(change.images)
+    if change.kind == "config":
+        return ", ".join(c.removesuffix(" changed") for c in change.changed)
+    return ""
+
+
 def _line(change: Change, dated: bool = False) -> str:
-    what = " ".join(p for p in (change.kind, change.version) if p)
-    extra = change.description or (", ".join(change.images) if change.images else "")
     when = f"{(iso(change.at) or '')[:10]} {hhmm(change.at)}" if dated else hhmm(change.at)
+    when = {"approximate": f"about {when}", "unknown": f"an unknown time after {when}"}.get(change.dated or "", when)
+    if change.kind == "rollback" and change.to_version:
+        what = f"rollback to {change.to_version}"
+    elif change.kind == "scale" and change.to_version:
+        what = f"scale to {change.to_version}"
+    else:
+        what = " ".join(p for p in (_LABELS.get(change.kind, change.kind), change.version) if p)
+    if detail := _detail(change):
+        return f"{what} ({detail[:80]}) at {when} UTC"
+    extra = change.description or (", ".join(change.images) if change.images else "")
     return f"{what} at {when} UTC" + (f" ({extra[:80]})" if extra else "")
 
 
@@ -31,12 +53,14 @@ async def recent(sources: list[ChangeSource], service: Service, environment: str
     unavailable: list[dict[str, str]] = []
     answered: list[str] = []
     unreadable = 0
+    notes: list[str] = []
     failures: list[ToolError] = []
     for source, answer in zip(asked, answers, strict=True):
         if isinstance(answer, Found):
             answered.append(source.name)
             changes += answer.changes
             unreadable += answer.unreadable
+            notes += answer.notes
         elif isinstance(answer, ToolError):
             failures.append(answer)
             unavailable.append({"source": source.name, "errorCode": answer.code, "message": answer.message})
@@ -57,6 +81,8 @@ async def recent(sources: list[ChangeSource], service: Service, environment: str
     else:
         last = f"; the last one: {_line(before, dated=True)}" if before else ""
         summary = f"no change in the last {minutes} min{last}"
+    if notes:
+        summary += "; " + "; ".join(notes)
     if unavailable:
         summary += f" (not checked: {', '.join(u['source'] for u in unavailable)})"
     out: dict[str, Any] = {
@@ -67,4 +93,6 @@ async def recent(sources: list[ChangeSource], service: Service, environment: str
         "sources": answered, "unavailable": unavailable, "summary": summary}
     if unreadable:
         out["unreadable_records"] = unreadable
+    if notes:
+        out["notes"] = notes
     return out

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tools.errors import InvalidArguments, NotFound, ParamsRequired, ToolError
 from tools.ops import config as cfg
 from tools.ops.catalog import Catalog, Service
-from tools.ops.changes import ChangeSource, FileChanges, HttpChanges, KubernetesChanges
+from tools.ops.changes import ChangeSource, FileChanges, HttpChanges
 from tools.ops.clock import Clock
 from tools.ops.docs import DocIndex
 from tools.ops.history import recent
@@ -29,6 +29,7 @@ from tools.ops.restart import (
     RestartRequest,
     WebhookRestarts,
 )
+from tools.ops.rollouts import KubernetesChanges
 from tools.ops.series import describe, figures, gist
 from tools.registry import ToolContext, ToolSpec, confirm_in, tool
 
