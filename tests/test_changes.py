@@ -7,10 +7,13 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from bot.slack.outputs import output
 from tests.fakes.ops_servers import OpsFakes, replica_set
+from tests.fakes.rollouts import Rollouts
 from tests.test_ops import data, error_code, run
 from tools import ops
 from tools.ops import config as cfg
@@ -114,3 +117,144 @@ async def test_demo_deploy_events_line_up_with_the_logs_and_metrics() -> None:
     assert quiet["changes"] == [] and quiet["last_before_window"]["version"] == "2026.11.30-2"
     assert quiet["summary"].startswith("no change in the last 240 min; the last one: deploy 2026.11.30-2 at "
                                        "2026-11-30 15:04 UTC")
+
+
+# --- every kind of change, from histories the deployment controller would leave (tests/fakes/rollouts.py) ---
+
+def _use(fakes: OpsFakes, sim: Rollouts) -> None:
+    fakes.deployment, fakes.replica_sets = sim.deployment, sim.replica_sets
+
+
+async def _last_hour(fakes: OpsFakes, minutes: int = 60) -> dict[str, Any]:
+    found: dict[str, Any] = data(await run(toolbox(kube(fakes)), "recent_changes", service_id="payments",
+                                           environment="prod", minutes=minutes))
+    return found
+
+
+async def test_a_rollback_is_a_rollback_dated_when_it_happened(fakes: OpsFakes) -> None:
+    sim = Rollouts("payments-api:1.4.1", "2026-11-28T08:00:00Z")  # revision 1, days ago
+    sim.set_image("payments-api:1.4.2", "2026-12-02T08:00:00Z")  # revision 2
+    sim.undo("2026-12-02T09:12:00Z")  # revision 1's ReplicaSet is reused as revision 3
+    _use(fakes, sim)
+    found = await _last_hour(fakes)
+    [back] = found["changes"]
+    assert back["kind"] == "rollback" and back["version"] == "revision 3" and back["to_version"] == "revision 1"
+    assert back["from_version"] == "revision 2" and back["images"] == ["payments-api:1.4.1"]
+    assert back["changed"] == ["image of container api"] and back["time"] == "approximate"
+    assert "2026-12-02T09:12:00Z" <= back["at"] <= "2026-12-02T09:12:30Z"  # not the ReplicaSet's creation
+    assert found["summary"] == "1 change in the last 60 min: rollback to revision 1 (payments-api:1.4.1) at " \
+        "about 09:12 UTC"
+    assert found["last_before_window"]["kind"] == "image"
+
+
+async def test_a_rollback_to_a_chosen_revision_keeps_its_time_when_scaled_later(fakes: OpsFakes) -> None:
+    sim = Rollouts("payments-api:1.4.0", "2026-11-20T08:00:00Z")
+    sim.set_image("payments-api:1.4.1", "2026-11-25T08:00:00Z")
+    sim.set_image("payments-api:1.4.2", "2026-12-02T07:00:00Z")
+    sim.undo("2026-12-02T09:20:00Z", to_revision=1)
+    sim.scale(6, "2026-12-02T09:50:00Z")  # moves the reused ReplicaSet's managedFields time: not the rollback's
+    _use(fakes, sim)
+    found = await _last_hour(fakes)
+    assert [(c["kind"], c["at"][11:16]) for c in found["changes"]] == [("scale", "09:50"), ("rollback", "09:20")]
+    assert found["changes"][1]["to_version"] == "revision 1" and found["changes"][1]["images"] == \
+        ["payments-api:1.4.0"]
+    assert found["changes"][0]["to_version"] == "6 replicas" and found["changes"][0]["author"] == "kubectl"
+    assert found["summary"].startswith("2 changes in the last 60 min: scale to 6 replicas at 09:50 UTC; rollback "
+                                       "to revision 1 (payments-api:1.4.0) at about 09:20 UTC")
+
+
+async def test_a_restart_after_a_restart(fakes: OpsFakes) -> None:
+    sim = Rollouts()
+    sim.restart("2026-12-02T08:00:00Z")
+    sim.restart("2026-12-02T09:30:00Z")
+    _use(fakes, sim)
+    found = await _last_hour(fakes, minutes=180)
+    assert [(c["kind"], c["version"], c.get("changed")) for c in found["changes"]] == [
+        ("restart", "revision 3", ["restartedAt"]), ("restart", "revision 2", ["restartedAt"])]
+    assert found["changes"][0]["from_version"] == "revision 2" and found["changes"][0]["at"] == \
+        "2026-12-02T09:30:00Z"
+
+
+async def test_an_env_change_after_a_restart_is_a_config_change_without_its_value(fakes: OpsFakes) -> None:
+    sim = Rollouts(env={"DB_PASSWORD": "hunter2"})
+    sim.restart("2026-12-02T08:00:00Z")
+    sim.set_env("LOG_LEVEL", "debug", "2026-12-02T09:40:00Z")  # the restartedAt annotation is carried over
+    sim.set_env("DB_PASSWORD", "s3cr3t-value", "2026-12-02T09:45:00Z")
+    _use(fakes, sim)
+    found = await _last_hour(fakes)
+    assert [(c["kind"], c["changed"]) for c in found["changes"]] == [
+        ("config", ["env DB_PASSWORD changed"]), ("config", ["env LOG_LEVEL added"])]
+    assert found["summary"] == "2 changes in the last 60 min: config change revision 4 (env DB_PASSWORD) at " \
+        "09:45 UTC; config change revision 3 (env LOG_LEVEL added) at 09:40 UTC"
+    told = json.dumps(found)
+    assert "debug" not in told and "s3cr3t" not in told and "hunter2" not in told
+
+
+async def test_an_image_change_names_both_images(fakes: OpsFakes) -> None:
+    sim = Rollouts("payments-api:1.4.1")
+    sim.set_image("payments-api:1.4.2", "2026-12-02T09:30:00Z")
+    _use(fakes, sim)
+    found = await _last_hour(fakes)
+    [change] = found["changes"]
+    assert change["kind"] == "image" and change["from_images"] == ["payments-api:1.4.1"]
+    assert change["images"] == ["payments-api:1.4.2"] and change["at"] == "2026-12-02T09:30:00Z"
+    assert found["summary"] == "1 change in the last 60 min: image change revision 2 (payments-api:1.4.1 → " \
+        "payments-api:1.4.2) at 09:30 UTC"
+
+
+async def test_scaling_is_a_change_without_a_revision(fakes: OpsFakes) -> None:
+    sim = Rollouts()
+    sim.scale(5, "2026-12-02T09:40:00Z", manager="horizontal-pod-autoscaler")
+    _use(fakes, sim)
+    found = await _last_hour(fakes)
+    assert [(c["kind"], c["to_version"], c["at"]) for c in found["changes"]] == [
+        ("scale", "5 replicas", "2026-12-02T09:40:00Z")]
+    assert found["summary"].startswith("1 change in the last 60 min: scale to 5 replicas at 09:40 UTC")
+
+
+async def test_a_paused_deployment_is_said_with_what_waits(fakes: OpsFakes) -> None:
+    sim = Rollouts()
+    sim.pause("2026-12-02T09:20:00Z")
+    sim.set_env("LOG_LEVEL", "debug", "2026-12-02T09:25:00Z")  # held back: no new ReplicaSet
+    _use(fakes, sim)
+    found = await _last_hour(fakes)
+    assert [(c["kind"], c["at"]) for c in found["changes"]] == [("pause", "2026-12-02T09:20:00Z")]
+    assert found["notes"] == ["the deployment is paused: template changes are not rolled out until it is "
+                              "resumed (waiting: env LOG_LEVEL added)"]
+    assert "paused" in found["summary"] and "debug" not in json.dumps(found)
+    sim.resume("2026-12-02T09:45:00Z")  # the held-back change rolls out now
+    found = await _last_hour(fakes)
+    assert [(c["kind"], c["at"][11:16]) for c in found["changes"]] == [("config", "09:45")]
+    assert "notes" not in found
+
+
+async def test_a_resume_without_changes_is_a_change(fakes: OpsFakes) -> None:
+    sim = Rollouts()
+    sim.pause("2026-12-02T08:20:00Z")
+    sim.resume("2026-12-02T09:35:00Z")
+    _use(fakes, sim)
+    found = await _last_hour(fakes)
+    assert [(c["kind"], c["at"]) for c in found["changes"]] == [("resume", "2026-12-02T09:35:00Z")]
+
+
+async def test_cicd_kinds_pass_through_in_one_spelling(tmp_path: Path) -> None:
+    events = tmp_path / "changes.jsonl"
+    kinds = ["rollback", "Scale", "config", "restart", "image", "deploy", "Release", "revert"]
+    events.write_text("".join(json.dumps({"at": f"2026-12-02T09:{10 + i}:00Z", "service": "payments",
+                                          "kind": k, "version": f"v{i}"}) + "\n" for i, k in enumerate(kinds)))
+    found = data(await run(toolbox(cfg.FileChanges(file=events)), "recent_changes", service_id="payments",
+                           environment="prod", minutes=60))
+    assert [c["kind"] for c in reversed(found["changes"])] == \
+        ["rollback", "scale", "config", "restart", "image", "deploy", "deploy", "rollback"]
+
+
+def test_slack_counts_changes_and_says_their_kinds() -> None:
+    one: dict[str, Any] = {"window": {"minutes": 60}, "changes": [
+        {"kind": "rollback", "version": "revision 3", "to_version": "revision 1", "at": "2026-12-02T09:12:00Z"}]}
+    assert output("ok", None, {"ok": True, "data": one}, "en") == "1 change in 60 min: rollback to `revision 1` 09:12"
+    two = {**one, "changes": one["changes"] + [{"kind": "config", "version": "revision 2",
+                                                "at": "2026-12-02T09:05:00Z"}]}
+    assert output("ok", None, {"ok": True, "data": two}, "en") == \
+        "2 changes in 60 min: rollback to `revision 1` 09:12, config change `revision 2` 09:05"
+    assert output("ok", None, {"ok": True, "data": two}, "zh") == \
+        "60 分钟内 2 次变更：回滚到 `revision 1` 09:12，配置变更 `revision 2` 09:05"

@@ -101,12 +101,21 @@ def _metric(name: str, fig: dict[str, Any], lang: str) -> str:
                onset=onset)
 
 
+def _change(change: dict[str, Any], lang: str) -> str:
+    kind, at = str(change.get("kind") or ""), str(change.get("at") or "")[11:16]
+    target = change.get("to_version") if kind in ("rollback", "scale") else None
+    version = target or change.get("version")
+    if "change_" + kind not in _KINDS:  # a CI/CD record's own kind: quoted as data
+        return f"{_code(' '.join(str(p) for p in (kind, version) if p), 40)} {at}"
+    return " ".join(p for p in (say(lang, "change_" + kind), _code(version, 40) if version else "", at) if p)
+
+
 def _changes(data: dict[str, Any], lang: str) -> str:
     changes = [c for c in data["changes"] if isinstance(c, dict)]
     minutes = (data.get("window") or {}).get("minutes", "?")
-    listed = ", ".join(f"{_code(' '.join(str(c[k]) for k in ('kind', 'version') if c.get(k)), 40)} "
-                       f"{str(c.get('at') or '')[11:16]}" for c in changes[:3])
-    text = say(lang, "out_changes", n=len(changes), minutes=minutes, listed=listed) if changes else \
+    listed = say(lang, "sep").join(_change(c, lang) for c in changes[:3])
+    key = "out_changes" + ("_one" if len(changes) == 1 else "")
+    text = say(lang, key, n=len(changes), minutes=minutes, listed=listed) if changes else \
         say(lang, "out_no_changes", minutes=minutes)
     missing = [str(u.get("source")) for u in data.get("unavailable") or [] if isinstance(u, dict)]
     return text + (say(lang, "out_not_checked", sources=", ".join(_code(s, 40) for s in missing)) if missing else "")
@@ -125,6 +134,8 @@ def _restart(data: dict[str, Any], lang: str) -> str:
 _TRENDS = {"trend_flat", "trend_rising", "trend_falling", "trend_steady_high", "trend_steady_low",
            "trend_spiked_and_recovered", "trend_dipped_and_recovered", "trend_elevated", "trend_lowered",
            "trend_single_point", "trend_no_data"}
+_KINDS = {f"change_{k}" for k in ("image", "config", "restart", "rollback", "scale", "pause", "resume", "deploy",
+                                  "rollout")}
 _ROLLOUTS = {"rollout_complete", "rollout_timed_out", "rollout_failed", "rollout_unknown"}
 
 
