@@ -63,6 +63,18 @@ async def test_chat_plays_the_opspilot_scenario_on_redis(redis_url: str, prefix:
     assert "runs                        2" in out and "final_answer" in out
 
 
+async def test_chat_answers_questions_about_restarts_without_offering_one(redis_url: str, prefix: str,
+                                                                          tmp_path: Path) -> None:
+    env = {"REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix}
+    code, out, err = await run_cli(["chat", "--user", "U_ONCALL"],
+                                   "how many restarts did payments have in prod?\nwhat happened at 09:11?\nquit\n",
+                                   env, tmp_path)
+    assert code == 0, err
+    assert "Metric restarts (prod, 60 min): now 0" in out and "Restarts in the change history, last 24 h: 0" in out
+    assert "restart_service" not in out and "[y/N]" not in out  # never proposed, never asked
+    assert "Around 09:11 UTC" in out and "no service named" not in out
+
+
 async def test_chat_without_redis_says_it_is_not_durable(tmp_path: Path) -> None:
     code, out, err = await run_cli(["chat"], "restart payments\n2\nquit\n",
                                    {"REDIS_URL": "redis://127.0.0.1:9/0"}, tmp_path)

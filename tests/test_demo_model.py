@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from bot.agent.models.demo_checks import follow_up
+from bot.agent.models.demo_intent import read
 from bot.demo.sender import block_action, mention, message
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
@@ -122,3 +123,67 @@ def test_a_follow_up_without_a_change_compares_with_the_last_figure_found() -> N
     assert answer is not None
     assert answer.content.splitlines()[1:] == ["  • 之前：4.3%（`query_metrics`）", "比之前差：4.3% → 5.1%。"]
     assert english_runs(answer.content) == [], answer.content
+
+
+@pytest.mark.parametrize(("question", "expected", "absent"), [
+    # A question about restarts is answered from the records: no card, no restart.
+    ("how many restarts did payments have in prod?", ["*Restarts*", "Metric `restarts` (prod, 60 min): now 0"],
+     ["Confirm", "Restarting"]),
+    ("did the payments restart help?", ["no restart to judge"], ["Confirm", "Restarting"]),
+    ("支付服务生产环境重启了几次？", ["*重启*", "变更记录里最近 24 小时的重启：0 次"], ["确认", "按要求重启"]),
+    # "Was it rolled back?" is not "was it the deploy?": no "Yes: the errors began…".
+    ("was the orders deploy rolled back?", ["*Rolled back?*", "No: no rollback is recorded in the last 24 h"],
+     ["Yes:"]),
+    # No service named: the catalog is read, never "no service named did/happened".
+    ("did anything change in staging today?", ["today (2026-12-02, UTC)", "`deploy 2026.12.02-1` at 09:10:01"],
+     ["no service named"]),
+    ("what happened at 09:11?", ["*Around 09:11 UTC*", "5xx burst right after deploy 2026.12.02-1",
+                                 "began 09:11, back by 09:15"], ["no service named"]),
+    # Chinese deploy words and a catalog alias followed by an environment word.
+    ("orders 服务 5xx 变多了，是不是刚发版导致的？",
+     ["*和发布有关吗？*", "是：报错在 2026.12.02-1 之后 5 秒 开始"], []),
+    ("支付生产环境有问题吗？", ["错误率 4.3%", "`payments-prod.jsonl` 最近 60 分钟的错误行"],
+     ["没有我认识的服务名", "error lines of"]),
+    ("compare orders and payments error rates", ["*Comparison* (both in prod)"], ["staging"]),
+    ("roll back orders in staging", ["can't roll back `orders`"], ["Confirm", "Restarting"]),
+])
+async def test_questions_about_changes_are_answered_or_honestly_declined(ws: Workspace, question: str,
+                                                                         expected: list[str],
+                                                                         absent: list[str]) -> None:
+    await ask(ws, question, "720.1")
+    thread = ws.slack.thread(CHANNEL, "720.1")
+    answer = all_text(thread[-1])
+    for text in expected:
+        assert text in answer, answer
+    for text in absent:
+        assert text not in answer, answer
+    assert not any(b["action_id"] == "opspilot_confirm" for m in thread for b in buttons(m))  # no card, ever
+    assert ws.toolbox.restarts.done == []
+
+
+@pytest.mark.parametrize(("text", "change", "topics"), [
+    ("restart payments in prod", "restart", set()),
+    ("please restart it", "restart", set()),
+    ("重启支付服务（生产环境）", "restart", set()),
+    ("帮我回滚订单服务", "rollback", set()),
+    ("roll back orders in staging", "rollback", set()),
+    ("how many restarts did payments have in prod?", None, {"restarts"}),
+    ("did the payments restart help?", None, {"restarts"}),
+    ("支付服务重启了几次？", None, {"restarts"}),
+    ("should we restart payments?", None, {"restarts"}),
+    ("was the orders deploy rolled back?", None, {"rollback", "changes"}),
+    ("订单服务的发版回滚了吗？", None, {"rollback", "changes"}),
+    ("what changed for payments in the last hour?", None, {"changes"}),
+    ("what happened at 09:11?", None, {"time"}),
+])
+def test_only_an_imperative_asks_for_a_change(text: str, change: str | None, topics: set[str]) -> None:
+    ask = read(text)
+    assert ask.change == change and set(ask.topics) == topics
+
+
+def test_windows_and_environments_are_read_from_the_question() -> None:
+    assert read("what changed for payments in the last hour?").minutes == 60
+    assert read("最近 2 小时 支付生产环境 有什么变更").minutes == 120
+    assert read("支付生产环境有问题吗？").environment == "prod"
+    assert read("网关预发环境").environment == "staging"
+    assert read("09：45 发生了什么").at == "09:45"

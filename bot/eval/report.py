@@ -39,4 +39,17 @@ def render(result: EvalResult) -> str:
     summary = f"\nmodel: {result.model}\npassed: {passed}/{total} ({result.pass_rate:.0%})"
     if result.prices is None:
         summary += "\ncost: no price for this model (add it under eval.prices in the config)"
-    return "\n".join(lines) + summary + ("\n\nFailed checks:\n" + "\n".join(failures) if failures else "")
+    return "\n".join(lines) + "\n\n" + _facts(result) + summary + \
+        ("\n\nFailed checks:\n" + "\n".join(failures) if failures else "")
+
+
+def _facts(result: EvalResult) -> str:
+    """What each answer had to state (and must not), as the scenario says it, with whether it did."""
+    lines = ["Facts each answer had to state (✓ stated, ✗ missing; ¬ must not say):"]
+    for r in result.results:
+        checks = {c.name: c.passed for c in r.attempts[-1].checks}
+        expect = r.scenario.expect
+        told = [f"{'✓' if checks.get(f'says /{f}/', False) else '✗'} /{f}/" for f in expect.facts] + \
+            [f"¬ /{f}/ {'✓' if checks.get(f'never says /{f}/', False) else '✗'}" for f in expect.not_facts]
+        lines.append(f"- {r.scenario.name}: " + ("; ".join(told) if told else "(none: judged by its calls)"))
+    return "\n".join(lines)

@@ -19,7 +19,7 @@ from bot.eval.scenario import Scenario
 from bot.slack.history import quote_thread
 from state import MemoryStore
 from tools import ops
-from tools.ops.config import OpsConfig, PrometheusMetrics, Verification
+from tools.ops.config import FileChanges, OpsConfig, PrometheusMetrics, Verification
 from tools.registry import Registry
 
 UNREACHABLE = "http://127.0.0.1:9"
@@ -72,6 +72,8 @@ def toolbox_for(scenario: Scenario) -> ops.Toolbox:
                      verify=Verification(timeout_s=10, poll_s=0.05, settle_s=0))
     if fixtures.logs_dir:
         conf = conf.model_copy(update={"logs": conf.logs.model_copy(update={"dir": base / fixtures.logs_dir})})
+    if fixtures.changes_file:
+        conf = conf.model_copy(update={"changes": [FileChanges(file=base / fixtures.changes_file)]})
     if fixtures.metrics == "unreachable":
         conf = conf.model_copy(update={"metrics": PrometheusMetrics(backend="prometheus", url=UNREACHABLE,
                                                                     timeout_s=2)})

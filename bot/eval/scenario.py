@@ -76,6 +76,8 @@ class Fixtures(_Strict):
     """catalog.yml, docs/, logs/, metrics.yml (default: the bundled demo data); relative to the scenario."""
     docs_dir: Path | None = None
     logs_dir: Path | None = None
+    changes_file: Path | None = None
+    """Deploy events (JSON lines, as changes.jsonl) instead of the data directory's, relative to the scenario."""
     metrics: Literal["fixtures", "unreachable"] = "fixtures"
     """``unreachable``: the metrics backend does not answer (a Prometheus URL nothing listens on)."""
 
@@ -114,7 +116,7 @@ def load_scenarios(directory: Path, only: list[str] | None = None) -> list[Scena
             where = ".".join(str(p) for p in err["loc"])
             raise ScenarioError(f"{path}: {where}: {err['msg']}") from exc
         fixtures = scenario.fixtures
-        for field in ("data_dir", "docs_dir", "logs_dir"):
+        for field in ("data_dir", "docs_dir", "logs_dir", "changes_file"):
             value = getattr(fixtures, field)
             if value is not None and not (path.parent / value).exists():
                 raise ScenarioError(f"{path}: fixtures.{field}: {path.parent / value} does not exist")

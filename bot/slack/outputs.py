@@ -11,6 +11,7 @@ from typing import Any
 from bot.agent.summary import Fallback, Ran
 from bot.slack.blocks import escape
 from bot.slack.words import headline, plural, say
+from tools.ops.series import story
 
 _QUOTE = 120  # characters of quoted data in one output (a task card's output holds 256)
 
@@ -91,14 +92,10 @@ def _metric(name: str, fig: dict[str, Any], lang: str) -> str:
         return say(lang, "out_metric_none", name=shown)
     value, word = _n(fig["current"]), trend(str(fig.get("trend", "")), lang)
     onset, back = str(fig.get("onset_at") or "")[11:16], str(fig.get("recovered_at") or "")[11:16]
-    if not onset:
+    told = story(fig)  # the same rule as the tool's summary and the demo model's answer
+    if told == "plain":
         return say(lang, "out_metric", name=shown, value=value, trend=word)
-    if back:
-        return say(lang, "out_metric_back", name=shown, value=value, trend=word, onset=onset, back=back)
-    away = (fig.get("trend") in ("rising", "steady high") and "peak" in fig) or \
-        (fig.get("trend") in ("falling", "steady low") and "low" in fig)
-    return say(lang, "out_metric_since" if away else "out_metric_not_back", name=shown, value=value, trend=word,
-               onset=onset)
+    return say(lang, f"out_metric_{told}", name=shown, value=value, trend=word, onset=onset, back=back)
 
 
 def _change(change: dict[str, Any], lang: str) -> str:

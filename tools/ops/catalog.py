@@ -136,9 +136,11 @@ _CJK = re.compile(r"[\u3400-\u9fff]")
 
 # Words that name no service on their own ("the api", "服务").
 _GENERIC = frozenset({"service", "services", "svc", "api", "app", "server", "system", "服务", "系统", "应用"})
-# Characters that commonly follow a service's name in a question (服务, 的, 最近, 报错, 超时, 挂了, 怎么…).
+# Characters that commonly follow a service's name in a question (服务, 的, 最近, 报错, 超时, 挂了, 怎么…), an
+# environment word (支付生产环境, 网关预发, 订单线上, 测试环境, 灰度) or a change word (发版, 上线, 部署, 变更, 回滚).
 _CJK_NEXT = ("服系的最近报有是出挂怎为在集接模应日告错超延慢一突又了吗呢和跟与"
-             "及还也都现今昨这那崩宕异问重查状情数指相故掉响不没正能会")
+             "及还也都现今昨这那崩宕异问重查状情数指相故掉响不没正能会"
+             "生预线测灰发上部变回版")
 
 
 def _without_generic(text: str) -> str:

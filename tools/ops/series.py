@@ -197,6 +197,21 @@ def figures(shape: Shape) -> dict[str, Any]:
     return out
 
 
+def story(fig: dict[str, Any]) -> str:
+    """How a metric's figures read, one rule for every surface (the tool's summary, Slack's line, the demo
+    model's answer): ``plain`` (it never left its baseline), ``back`` (it left and came back), ``since`` (away
+    and still going that way: "rising since 09:43"), ``not_back`` (on its way back or part way: "falling, not
+    back yet: began 17:58" — never "falling since" the time it rose)."""
+    if "current" not in fig or not fig.get("onset_at"):
+        return "plain"
+    if fig.get("recovered_at"):
+        return "back"
+    trend = fig.get("trend")
+    away = (trend in ("rising", "steady high") and "peak" in fig) or \
+        (trend in ("falling", "steady low") and "low" in fig)
+    return "since" if away else "not_back"
+
+
 def gist(name: str, shape: Shape) -> str:
     """One line from the same facts: ``error_rate 0.043, steady high since 09:42 (baseline 0.002, peak 0.044 at
     09:56)``."""
@@ -207,14 +222,14 @@ def gist(name: str, shape: Shape) -> str:
         return f"{head} ({shape.trend}){_gaps_note(shape)}"
     what = "peak" if shape.direction == "up" else "low"
     base = f"baseline {_n(shape.baseline or 0):g}, {what} {_n(shape.extreme):g} at {hhmm(shape.extreme_at)}"
-    if shape.recovered_at is not None:
-        story = f"{shape.trend}: began {hhmm(shape.onset_at)}, back by {hhmm(shape.recovered_at)}"
-    elif (shape.trend in ("rising", "steady high") and shape.direction == "up") or \
-            (shape.trend in ("falling", "steady low") and shape.direction == "down"):
-        story = f"{shape.trend} since {hhmm(shape.onset_at)}"
+    told = story(figures(shape))
+    if told == "back" and shape.recovered_at is not None:
+        line = f"{shape.trend}: began {hhmm(shape.onset_at)}, back by {hhmm(shape.recovered_at)}"
+    elif told == "since":
+        line = f"{shape.trend} since {hhmm(shape.onset_at)}"
     else:  # on its way back (or part way): when it left the baseline, and that it is not back yet
-        story = f"{shape.trend}, not back yet: began {hhmm(shape.onset_at)}"
-    return f"{head}, {story} ({base}){_gaps_note(shape)}"
+        line = f"{shape.trend}, not back yet: began {hhmm(shape.onset_at)}"
+    return f"{head}, {line} ({base}){_gaps_note(shape)}"
 
 
 def _gaps_note(shape: Shape) -> str:

@@ -43,7 +43,8 @@ class _Args(BaseModel):
 
 
 class SearchResourceArgs(_Args):
-    query: str = Field(min_length=1, max_length=200, description="service name, id or alias, in any language")
+    query: str = Field(min_length=1, max_length=200,
+                       description="service name, id or alias, in any language; * lists every service")
 
 
 class SearchDocsArgs(_Args):
@@ -176,7 +177,12 @@ def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox
     async def search_resource(args: SearchResourceArgs, ctx: ToolContext) -> dict[str, Any]:
         """Find services in the service catalog by name, id or alias (any language, e.g. 支付服务 or pay-svc).
         Returns candidates with ids, owning team, environments, runbooks and recent alerts; several candidates
-        with the same score mean the query was ambiguous."""
+        with the same score mean the query was ambiguous. The query ``*`` lists every service (a question that
+        names none: "what happened at 09:11?", "did anything change in staging?")."""
+        if args.query.strip() == "*":
+            return {"ambiguous": False, "listing": True,
+                    "candidates": [{"score": 0.0, "matched": "*", **s.card()} for s in catalog.services[:50]],
+                    "more_services": max(len(catalog.services) - 50, 0)}
         hits = catalog.search(args.query)
         if not hits:
             near = catalog.suggest(args.query)

@@ -10,24 +10,22 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from bot.agent.models.demo_answers import answer_lookup, answer_restart, cannot_see
+from bot.agent.models.demo_answers import answer_lookup, answer_restart, cannot_see, deploy_verdict
 from bot.agent.models.demo_answers import data as _data
 from bot.agent.models.demo_answers import ok_data as _ok_data
+from bot.agent.models.demo_changes import decline, listing, restarts_part, rollback_part, wide_answer, wide_calls
 from bot.agent.models.demo_checks import with_followups
+from bot.agent.models.demo_intent import Ask, environment, read
 from bot.agent.models.demo_narrative import MARKER, demo_narrative
 from bot.agent.models.scripted import ScriptedModel
 from core.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from core.quote import split as _split
 
 LABEL = "scripted demo model (no API key configured; rule-based, not an LLM)"
-_RESTART = re.compile(r"restart|重启|bounce", re.I)
-_PROD = re.compile(r"\bprod\b|production|生产|线上", re.I)
-_STAGING = re.compile(r"staging|预发|测试环境", re.I)
 _CJK = re.compile(r"[\u3400-\u9fff]")
-_DEPLOY = re.compile(r"deploy|release|roll ?out|rollback|\bchanges?\b|发布|部署|上线|变更|回滚", re.I)
 _COMPARE = re.compile(r"compar|\bvs\.?\b|versus|\band\b|\bboth\b|对比|比较|和|与|跟", re.I)
 
 
@@ -38,43 +36,61 @@ def _call(name: str, **arguments: Any) -> ToolCall:
 
 def _last_service(messages: Sequence[Message]) -> str | None:
     for m in reversed(messages):
-        if isinstance(m, ToolResultMessage) and m.name == "search_resource" and m.status == "ok":
+        if isinstance(m, ToolResultMessage) and m.name == "search_resource" and m.status == "ok" \
+                and not _data(m).get("data", {}).get("listing"):  # the whole catalog names no one service
             candidates = _data(m).get("data", {}).get("candidates", [])
             if candidates:
                 return str(candidates[0]["id"])
     return None
 
 
+_ID_LIKE = re.compile(r"(?<![\w-])([a-z][a-z0-9]*(?:[-_.][a-z0-9]+)+)(?![\w-])|"
+                      r"(?<![\w-])([a-z][a-z0-9]{2,})\s*(?:service|svc|服务)", re.I)
 _STOPWORDS = frozenset({
     "a", "an", "the", "is", "are", "was", "were", "why", "what", "whats", "how", "when", "where", "who", "which",
     "look", "at", "on", "in", "of", "for", "to", "and", "or", "with", "me", "my", "our", "it", "its", "this",
     "that", "there", "any", "recent", "errors", "error", "slow", "slowly", "down", "failing", "fails", "broken",
     "service", "services", "logs", "log", "metrics", "please", "check", "show", "tell", "about", "compare",
     "runbook", "runbooks", "advice", "doc", "docs", "wrong", "going", "happening", "can", "could", "you", "help",
-    "latest", "today", "now", "up", "since"
+    "latest", "today", "now", "up", "since", "did", "does", "do", "done", "has", "have", "had", "happen",
+    "happened", "anything", "something", "everything", "nothing", "should", "would", "will", "we", "they", "be",
+    "been", "fine", "okay", "healthy", "problem", "problems", "issue", "issues", "yesterday", "many", "much",
+    "last", "hour", "hours", "minutes", "all", "still", "again", "ok", "new", "get", "got", "see", "seen",
+    "after", "before", "midnight", "morning", "night", "go", "went", "gone", "off", "out", "weird",
 })
-_NAME = re.compile(r"[a-z][a-z0-9]*(?:[-_.][a-z0-9]+)+|[a-z][a-z0-9]{2,}", re.I)
+_WORD = re.compile(r"[a-z][a-z0-9]*(?:[-_.][a-z0-9]+)+|[a-z][a-z0-9]{2,}", re.I)
 
 
-def _named(text: str) -> str | None:
-    """The word of a question that would name a service: a hyphenated id first, else a word that is not
-    ordinary English."""
-    words = [w for w in _NAME.findall(text) if w.lower() not in _STOPWORDS]
-    return next((w for w in words if re.search(r"[-_.]", w)), words[0] if words else None)
+def _named(text: str, ask: Ask) -> str | None:
+    """The word of a question that names a service the catalog lacks: a word shaped like a service id
+    (``billing-svc``) or called a service ("the ledger service"); in a question about a plain lookup, a word
+    that is not ordinary English ("why is checkout slow?"). A question about changes or a time names no
+    service by accident: "did anything change…" never becomes "no service named did"."""
+    found = _ID_LIKE.search(text)
+    if found:
+        return found.group(1) or found.group(2)
+    if ask.at or ask.about_changes or ask.change:
+        return None
+    words = [w for w in _WORD.findall(text) if w.lower() not in _STOPWORDS]
+    return words[0] if words else None
 
 
-def _not_found(result: ToolResultMessage, text: str, zh: bool) -> str:
-    """search_resource found nothing: say so, with the catalog's services (from the tool's own message)."""
+def _not_found(result: ToolResultMessage, text: str, ask: Ask, tools: Sequence[str], zh: bool) -> str:
+    """search_resource found nothing: the name it could not find (with "did you mean" from the tool's own
+    message), or — when the question names nothing shaped like a service — what was understood and what can be
+    asked instead."""
     message = str(_data(result).get("message") or "")
     known = message.partition("known services: ")[2].partition(".")[0]
     maybe = message.partition("did you mean ")[2].partition("?")[0]
-    name = _named(text)
+    name = _named(text, ask)
+    if name is None:
+        head = decline(text, ask, [k.strip() for k in known.split(",") if k.strip()], tools, zh)
+        return (f"你是指 {maybe} 吗？\n" if zh else f"Did you mean {maybe}?\n") + head if maybe else head
     if zh:
-        head = f"服务目录里没有名为 `{name}` 的服务。" if name else "你的问题里没有我认识的服务名。"
-        return head + (f"你是指 {maybe} 吗？" if maybe else "") + (f"已知的服务：{known}。" if known else "")
-    head = f"There is no service named `{name}` in the catalog." if name else \
-        "Your question names no service I know."
-    return head + (f" Did you mean {maybe}?" if maybe else "") + (f" Known services: {known}." if known else "")
+        return f"服务目录里没有名为 `{name}` 的服务。" + (f"你是指 {maybe} 吗？" if maybe else "") + \
+            (f"已知的服务：{known}。" if known else "")
+    return f"There is no service named `{name}` in the catalog." + (f" Did you mean {maybe}?" if maybe else "") + \
+        (f" Known services: {known}." if known else "")
 
 
 def help_text(zh: bool) -> str:
@@ -98,16 +114,29 @@ def _services(results: list[ToolResultMessage], question: str) -> list[dict[str,
     return candidates[:1]
 
 
+def _common(services: list[dict[str, Any]]) -> str | None:
+    """The environment to compare several services in when the question names none: where the first one's
+    alert fired, else prod — if every service has it (like with like); else none (each its own, said so)."""
+    alerts = services[0].get("recent_alerts") or []
+    first = alerts[0].get("env") if alerts else None
+    for env in (first, "prod"):
+        if env and all(env in (s.get("environments") or []) for s in services):
+            return str(env)
+    return None
+
+
 def _follow_up(results: list[ToolResultMessage], env: str | None, tools: Sequence[str], zh: bool,
-               question: str) -> AssistantMessage | None:
+               question: str, ask: Ask) -> AssistantMessage | None:
     """After finding the service(s): read logs and metrics — and the change history when the question is about
-    a deploy (a dependent second step)."""
+    deploys, restarts or rollbacks (a dependent second step)."""
     if any(r.name in ("query_logs", "query_metrics") for r in results) or "query_logs" not in tools:
         return None
     services = _services(results, question)
     if not services:
         return None
-    reads = ["query_logs", "query_metrics"] + (["recent_changes"] if _DEPLOY.search(question) else [])
+    reads = ["query_logs", "query_metrics"] + (["recent_changes"] if ask.about_changes else [])
+    if env is None and len(services) > 1:
+        env = _common(services)
     calls = []
     for service in services:
         where = env
@@ -117,7 +146,10 @@ def _follow_up(results: list[ToolResultMessage], env: str | None, tools: Sequenc
         args: dict[str, Any] = {"service_id": service["id"]}
         if where:
             args["environment"] = where
-        calls += [_call(name, **args) for name in reads if name in tools]
+        for name in reads:
+            if name in tools:
+                window = {"minutes": max(ask.minutes, 5)} if ask.minutes else {}
+                calls.append(_call(name, **args, **window))
     service = services[0]
     own = [str(r) for r in service.get("runbooks") or []]
     docs = _ok_data(results, "search_docs") or {}
@@ -151,7 +183,7 @@ def _subject(question: str, quoted: str) -> str:
 
 
 def _environment(question: str, quoted: str) -> str | None:
-    env = "prod" if _PROD.search(question) else "staging" if _STAGING.search(question) else None
+    env = environment(question)
     labelled = _ENVIRONMENT.search(quoted) or _ENVIRONMENT.search(question)
     return env or (labelled.group(1) if labelled else None)
 
@@ -173,23 +205,11 @@ def demo_reply(messages: Sequence[Message], tools: Sequence[str]) -> AssistantMe
         return AssistantMessage(content="(scripted demo model) I stop here.")
     if text.lower() in ("", "hello", "hi", "help", "你好", "帮助"):
         return AssistantMessage(content=help_text(zh))
+    ask = read(text)
     if results:
-        restarts = [r for r in results if r.name == "restart_service"]
-        if restarts:
-            return AssistantMessage(content=answer_restart(restarts[-1], zh))
-        missing = next((r for r in results if r.name == "search_resource" and r.status != "ok"
-                        and _data(r).get("errorCode") == "not_found"), None)
-        if missing is not None:
-            return AssistantMessage(content=cannot_see(text, tools, zh) or _not_found(missing, text, zh))
-        service = _last_service(results)
-        if _RESTART.search(text) and service and "restart_service" in tools:  # "restart payments in prod"
-            return _restart(service, text, quoted, messages, zh)
-        return _follow_up(results, _environment(text, quoted), tools, zh, text) or AssistantMessage(
-            content=answer_lookup(results, zh, question=text, tools=tools,
-                                  services=[s["id"] for s in _services(results, text)],
-                                  deploy=any(r.name == "recent_changes" for r in results)))
+        return _after(results, messages[:last_user], ask, text, quoted, tools, zh, messages)
     service = _last_service(messages)
-    if _RESTART.search(text) and "restart_service" in tools and service is not None:
+    if ask.change == "restart" and "restart_service" in tools and service is not None:  # "restart it"
         return _restart(service, text, quoted, messages, zh)
     subject = _subject(text, quoted)
     calls = [_call("search_resource", query=subject)] if "search_resource" in tools else []
@@ -199,6 +219,75 @@ def demo_reply(messages: Sequence[Message], tools: Sequence[str]) -> AssistantMe
         return AssistantMessage(content="(scripted demo model) I have no tool for that.")
     plan = "同时查找服务和相关文档。" if zh else "Looking up the service and the runbooks in parallel."
     return AssistantMessage(content=plan, tool_calls=tuple(calls))
+
+
+def _after(results: list[ToolResultMessage], earlier: Sequence[Message], ask: Ask, text: str, quoted: str,
+           tools: Sequence[str], zh: bool, messages: Sequence[Message]) -> AssistantMessage:
+    """The next step once this question's tools answered."""
+    restarts = [r for r in results if r.name == "restart_service"]
+    if restarts:
+        return AssistantMessage(content=answer_restart(restarts[-1], zh))
+    catalog = listing(results)
+    if catalog is not None:  # a question naming no service, read across the catalog
+        if any(r.name != "search_resource" and r.name != "search_docs" for r in results):
+            return AssistantMessage(content=wide_answer(results, ask, catalog, zh))
+        calls = tuple(_call(name, **args) for name, args in wide_calls(catalog, ask, tools))
+        if not calls:
+            return AssistantMessage(content=decline(text, ask, [str(c["id"]) for c in catalog], tools, zh))
+        plan = "问题里没有具体服务：按时间和环境看整个服务目录。" if zh else \
+            "No service named: reading across the catalog for that time and environment."
+        return AssistantMessage(content=plan, tool_calls=calls)
+    missing = next((r for r in results if r.name == "search_resource" and r.status != "ok"
+                    and _data(r).get("errorCode") == "not_found"), None)
+    if missing is not None:
+        if (seen := cannot_see(text, tools, zh)) is not None:
+            return AssistantMessage(content=seen)
+        if (ask.at or ask.about_changes) and _named(text, ask) is None and "search_resource" in tools:
+            return AssistantMessage(content="列出服务目录。" if zh else "Listing the service catalog.",
+                                    tool_calls=(_call("search_resource", query="*"),))
+        return AssistantMessage(content=_not_found(missing, text, ask, tools, zh))
+    service = _last_service(results)
+    if ask.change == "restart" and service and "restart_service" in tools:  # "restart payments in prod"
+        return _restart(service, text, quoted, messages, zh)
+    if ask.change in ("rollback", "scale") and f"{ask.change}_service" not in tools:
+        return AssistantMessage(content=_cannot_change(ask, service, tools, zh))
+    return _follow_up(results, _environment(text, quoted), tools, zh, text, ask) or AssistantMessage(
+        content=answer_lookup(results, zh, question=text, tools=tools,
+                              services=[s["id"] for s in _services(results, text)],
+                              topics=_topics(results, earlier, ask, text, zh)))
+
+
+def _topics(results: list[ToolResultMessage], earlier: Sequence[Message], ask: Ask, text: str,
+            zh: bool) -> Callable[[str], list[str]] | None:
+    """What the answer says about the question's subject, per service: was it rolled back (never a deploy
+    verdict in its place), restarts (never a new one), or was it the deploy."""
+    if not any(r.name == "recent_changes" for r in results):
+        return None
+
+    def lines(service: str) -> list[str]:
+        out: list[str] = []
+        if "rollback" in ask.topics:
+            out += rollback_part(results, service, zh)
+        if "restarts" in ask.topics:
+            out += restarts_part(results, earlier, service, text, zh)
+        if not out or ("changes" in ask.topics and ask.cause):
+            out += deploy_verdict(results, service, zh)
+        return out
+
+    return lines
+
+
+def _cannot_change(ask: Ask, service: str | None, tools: Sequence[str], zh: bool) -> str:
+    """A rollback or scaling asked for with no tool that does it: said plainly, with what can be done."""
+    what = {"rollback": ("roll back", "回滚"), "scale": ("scale", "扩缩容")}[ask.change or "rollback"]
+    where = f" `{service}`" if service else ""
+    if zh:
+        return (f"我不能{what[1]}{where}：这里没有做这件事的工具，我不会用别的办法代替。"
+                f"我能做的：查看最近的变更和错误（问“{service or '订单服务'} 最近有什么变更？”）"
+                + ("，或重启服务（需要确认）" if "restart_service" in tools else "") + "。")
+    return (f"I can't {what[0]}{where}: no tool here does that, and I won't do something else in its place. "
+            f"What I can do: read the recent changes and errors (ask \"what changed for {service or 'orders'}?\")"
+            + (", or restart the service (with a confirmation)" if "restart_service" in tools else "") + ".")
 
 
 def _restart(service: str, text: str, quoted: str, messages: Sequence[Message], zh: bool = False) -> AssistantMessage:

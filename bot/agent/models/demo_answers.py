@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from core.messages import ToolResultMessage
+from tools.ops.series import story
 
 TIE_S = 30 * 60  # a change more than 30 minutes before the errors began is not tied to them by timing alone
 _TRENDS_ZH = {"flat": "平稳", "rising": "上升", "falling": "下降", "steady high": "持续偏高", "steady low": "持续偏低",
@@ -40,9 +41,9 @@ def failed(results: list[ToolResultMessage], name: str) -> dict[str, Any] | None
     return next((data(r) for r in reversed(results) if r.name == name and not data(r).get("ok")), None)
 
 
-def _ts(stamp: Any) -> float | None:
+def stamp(value: Any) -> float | None:
     try:
-        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
 
@@ -51,7 +52,7 @@ def _clock(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _span(seconds: float, zh: bool) -> str:
+def span(seconds: float, zh: bool) -> str:
     minutes = round(abs(seconds) / 60)
     if minutes < 1:
         return f"{round(abs(seconds))} 秒" if zh else f"{round(abs(seconds))} s"
@@ -65,21 +66,29 @@ def trend_word(word: str, zh: bool) -> str:
 
 
 def metric_part(figures: dict[str, Any], label: str, unit: str, zh: bool) -> str:
-    """``error rate 0.0% (spiked and recovered: peak 13.0% at 09:13, 09:11–09:15)``."""
+    """``error rate 0.0% (spiked and recovered: peak 13.0% at 09:13, began 09:11, back by 09:15)`` — told by
+    the same rule as the Slack line and the tool's summary (tools.ops.series.story)."""
     pct = unit == "%"
 
     def show(v: float) -> str:
         return f"{v:.1%}" if pct else f"{v:.0f} {unit}"
 
     text = f"{label} {show(figures['current'])} ({trend_word(str(figures['trend']), zh)}"
-    peak = figures.get("peak") if figures.get("peak_at") else None
-    if peak is not None and figures.get("onset_at"):
-        at, began = str(figures["peak_at"])[11:16], str(figures["onset_at"])[11:16]
-        back = str(figures["recovered_at"])[11:16] if figures.get("recovered_at") else None
+    key = "peak" if "peak" in figures else "low"
+    extreme = figures.get(key) if figures.get(f"{key}_at") else None
+    told = story(figures)
+    if extreme is not None and told != "plain":
+        at, began = str(figures[f"{key}_at"])[11:16], str(figures["onset_at"])[11:16]
+        back = str(figures.get("recovered_at") or "")[11:16]
+        what = ("峰值" if key == "peak" else "低点") if zh else key
         if zh:
-            text += f"：峰值 {show(peak)}（{at}），{began} 开始" + (f"，{back} 恢复" if back else "")
+            text += f"：{what} {show(extreme)}（{at}），" + {"back": f"{began} 开始，{back} 恢复",
+                                                             "since": f"{began} 起",
+                                                             "not_back": f"{began} 开始，尚未恢复"}[told]
         else:
-            text += f": peak {show(peak)} at {at}, since {began}" + (f", back by {back}" if back else "")
+            text += f": {what} {show(extreme)} at {at}, " + {"back": f"began {began}, back by {back}",
+                                                             "since": f"since {began}",
+                                                             "not_back": f"not back yet: began {began}"}[told]
     return text + ")"
 
 
@@ -88,11 +97,11 @@ def error_onset(results: list[ToolResultMessage], service: str) -> tuple[float, 
     falls in the onset's minute (a metric point covers the step before it)."""
     metrics = ok_data(results, "query_metrics", service)
     rate = ((metrics or {}).get("metrics") or {}).get("error_rate") or {}
-    onset = _ts(rate.get("onset_at")) if rate.get("onset_at") else None
+    onset = stamp(rate.get("onset_at")) if rate.get("onset_at") else None
     if onset is None or "peak" not in rate:
         return None
     logs = ok_data(results, "query_logs", service) or {}
-    firsts = [t for p in logs.get("patterns") or [] if (t := _ts(p.get("first_seen"))) is not None]
+    firsts = [t for p in logs.get("patterns") or [] if (t := stamp(p.get("first_seen"))) is not None]
     first = min(firsts, default=None)
     if first is not None and onset - 60 <= first <= onset:
         return first, "first error log line"
@@ -101,13 +110,17 @@ def error_onset(results: list[ToolResultMessage], service: str) -> tuple[float, 
 
 def deploy_verdict(results: list[ToolResultMessage], service: str, zh: bool) -> list[str]:
     """The onset and the changes side by side, then yes / no / can't tell with the reason."""
-    head = "*和发布有关吗？*" if zh else "*Was it the deploy?*"
     changes = ok_data(results, "recent_changes", service)
+    kinds = {c.get("kind") for c in (changes or {}).get("changes") or [] if isinstance(c, dict)}
+    if kinds <= {"deploy", "rollout", "image", None}:
+        head = "*和发布有关吗？*" if zh else "*Was it the deploy?*"
+    else:  # a configuration change, a restart, a rollback: not a deploy, and not called one
+        head = "*和变更有关吗？*" if zh else "*Was it a change?*"
     if changes is None:
         why = (failed(results, "recent_changes") or {}).get("message") or "no change history"
         return [head, (f"  • 无法判断：读不到变更记录（{why}）。" if zh else
                        f"  • Can't tell: I could not read the change history ({why}).")]
-    listed = [(t, c) for c in changes.get("changes") or [] if (t := _ts(c.get("at"))) is not None]
+    listed = [(t, c) for c in changes.get("changes") or [] if (t := stamp(c.get("at"))) is not None]
     lines = [head]
     for t, c in listed[:3]:
         what = " ".join(str(x) for x in (c.get("kind"), c.get("version")) if x)
@@ -139,21 +152,21 @@ def deploy_verdict(results: list[ToolResultMessage], service: str, zh: bool) -> 
     after = [(t, c) for t, c in listed if t > began]
     if before and began - before[0][0] <= TIE_S:
         t, c = before[0]
-        lines.append(f"  • 是：报错在 {_name(c)} 之后 {_span(began - t, zh)} 开始，之前错误率处于基线。" if zh else
-                     f"  • Yes: the errors began {_span(began - t, zh)} after {_name(c)}, and the error rate was at "
+        lines.append(f"  • 是：报错在 {_name(c)} 之后 {span(began - t, zh)} 开始，之前错误率处于基线。" if zh else
+                     f"  • Yes: the errors began {span(began - t, zh)} after {_name(c)}, and the error rate was at "
                      "its baseline before it.")
     elif after:
         t, c = after[-1]
-        lines.append(f"  • 不是：报错比 {_name(c)} 早 {_span(t - began, zh)} 就开始了。" if zh
-                     else f"  • No: the errors began {_span(t - began, zh)} before {_name(c)}.")
+        lines.append(f"  • 不是：报错比 {_name(c)} 早 {span(t - began, zh)} 就开始了。" if zh
+                     else f"  • No: the errors began {span(t - began, zh)} before {_name(c)}.")
         if before:
             t, c = before[0]
-            lines.append(f"    更早的变更 {_name(c)} 比报错早 {_span(began - t, zh)}。" if zh else
-                         f"    The change before them, {_name(c)}, came {_span(began - t, zh)} earlier.")
+            lines.append(f"    更早的变更 {_name(c)} 比报错早 {span(began - t, zh)}。" if zh else
+                         f"    The change before them, {_name(c)}, came {span(began - t, zh)} earlier.")
     elif before:
         t, c = before[0]
-        lines.append(f"  • 无法判断：最近的变更 {_name(c)} 比报错早 {_span(began - t, zh)}，时间上对不上。" if zh else
-                     f"  • Can't tell: the last change before the errors, {_name(c)}, came {_span(began - t, zh)} "
+        lines.append(f"  • 无法判断：最近的变更 {_name(c)} 比报错早 {span(began - t, zh)}，时间上对不上。" if zh else
+                     f"  • Can't tell: the last change before the errors, {_name(c)}, came {span(began - t, zh)} "
                      "earlier — too long before to tie them by timing alone.")
     else:
         lines.append("  • 不是：这段时间没有任何变更。" if zh else "  • No: nothing changed in this window.")
@@ -161,7 +174,12 @@ def deploy_verdict(results: list[ToolResultMessage], service: str, zh: bool) -> 
 
 
 def _name(change: dict[str, Any]) -> str:
-    return str(change.get("version") or change.get("kind") or "?")
+    """A deploy by its version (2026.12.02-1); any other kind says what it was (config revision 14, rollback
+    2026.12.01-4)."""
+    kind, version = change.get("kind"), change.get("version")
+    if kind in (None, "deploy", "rollout") or not version:
+        return str(version or kind or "?")
+    return f"{kind} {version}"
 
 
 _UNSEEN = (("cpu|处理器", "CPU usage", "CPU 使用率"), ("memory|\\bram\\b|内存", "memory use", "内存"),
@@ -185,6 +203,19 @@ def cannot_see(question: str, tools: Sequence[str], zh: bool) -> str | None:
     return f"I can't see {' or '.join(topics)}: none of my tools reads it. What I can check: {'; '.join(can)}."
 
 
+_FILE_QUERY = re.compile(r'^error lines of (\S+) in the last (\d+) min(?: containing "(.*)")?$', re.S)
+
+
+def query_zh(query: str) -> str:
+    """The file log backend's description in Chinese (it is OpsPilot's own prose); a real query (LogQL) is
+    data, shown as it ran."""
+    found = _FILE_QUERY.match(query)
+    if not found:
+        return f"`{query}`"
+    where, minutes, contains = found.groups()
+    return f"`{where}` 最近 {minutes} 分钟的错误行" + (f"（包含 `{contains}`）" if contains else "")
+
+
 def _service_part(results: list[ToolResultMessage], c: dict[str, Any], zh: bool, several: bool) -> list[str]:
     sid = str(c["id"])
     lines = [f"*服务*：{c['name']}（`{sid}`，团队 `{c.get('team', '?')}`）— _来源：`search_resource`_" if zh else
@@ -193,7 +224,7 @@ def _service_part(results: list[ToolResultMessage], c: dict[str, Any], zh: bool,
     if logs:
         head = "*近期错误日志*" if zh else "*Recent errors*"
         lines.append(f"{head}（`{logs['environment']}`，{logs['window_minutes']} 分钟，{logs['error_lines']} 行）"
-                     f"— _查询：`{logs['query']}`_" if zh else
+                     f"— _查询：{query_zh(str(logs['query']))}_" if zh else
                      f"{head} ({logs['environment']}, {logs['window_minutes']} min, {logs['error_lines']} lines)"
                      f" — _query: `{logs['query']}`_")
         for p in logs.get("patterns", [])[:2 if several else 3]:
@@ -228,13 +259,21 @@ def _comparison(results: list[ToolResultMessage], chosen: list[dict[str, Any]], 
     if sum(1 for r, _ in rates if r >= 0) < 2:
         return []
     highest = max(rates)[1].split()[0]
-    return [f"*对比*：错误率 {' vs '.join(t for _, t in rates)}；{highest} 最高。" if zh else
-            f"*Comparison*: error rate {' vs '.join(t for _, t in rates)}; {highest} is highest."]
+    envs = [str((ok_data(results, "query_metrics", str(c["id"])) or {}).get("environment") or "?") for c in chosen]
+    if len(set(envs)) == 1:  # like with like, and which one, since the question may not have said
+        where = f"（都在 `{envs[0]}`）" if zh else f" (both in {envs[0]})"
+    else:
+        where = ("（环境不同：" if zh else " (not the same environment: ") + ", ".join(
+            f"{c['id']} {e}" for c, e in zip(chosen, envs, strict=True)) + ("）" if zh else ")")
+    return [f"*对比*{where}：错误率 {' vs '.join(t for _, t in rates)}；{highest} 最高。" if zh else
+            f"*Comparison*{where}: error rate {' vs '.join(t for _, t in rates)}; {highest} is highest."]
 
 
 def answer_lookup(results: list[ToolResultMessage], zh: bool, *, question: str = "",
                   tools: Sequence[str] = (), services: list[str] | None = None,
-                  deploy: bool = False) -> str:
+                  topics: Callable[[str], list[str]] | None = None) -> str:
+    """The answer: per service its logs and metrics, then what the question asked about (``topics``: the
+    deploy verdict, rollbacks, restarts), a comparison when it named several, and the runbooks' advice."""
     lines: list[str] = [note] if (note := cannot_see(question, tools, zh)) else []
     for r in results:
         body = data(r)
@@ -246,8 +285,8 @@ def answer_lookup(results: list[ToolResultMessage], zh: bool, *, question: str =
     chosen = [c for c in candidates if c["id"] in (services or [])] or candidates[:1]
     for c in chosen:
         lines += _service_part(results, c, zh, several=len(chosen) > 1)
-        if deploy:
-            lines += deploy_verdict(results, str(c["id"]), zh)
+        if topics is not None:
+            lines += topics(str(c["id"]))
     if len(chosen) > 1:
         lines += _comparison(results, chosen, zh)
     docs = ok_data(results, "search_docs")

@@ -1,0 +1,258 @@
+"""The scripted demo model on questions about changes: was it rolled back, how many restarts, did the restart
+help, what changed (in one environment, across the catalog), what happened at a time — answered from the change
+history and the metrics, each figure with its source; and the honest "I did not understand" with what it can do."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from bot.agent.models.demo_answers import data, metric_part, ok_data, span, stamp
+from bot.agent.models.demo_intent import Ask
+from core.messages import Message, ToolResultMessage
+
+NEAR_S = 20 * 60  # an alert this close to the time asked about is what happened then
+_HELP = ("help", "helped", "work", "worked", "fix", "fixed", "有用", "效果", "好转", "管用", "帮助")
+_KINDS_ZH = {"deploy": "发布", "image": "镜像变更", "rollback": "回滚", "restart": "重启", "config": "配置变更",
+             "scale": "扩缩容", "rollout": "滚动发布"}
+Call = tuple[str, dict[str, Any]]
+
+
+def listing(results: Sequence[ToolResultMessage]) -> list[dict[str, Any]] | None:
+    """The whole catalog, when search_resource was asked for ``*``."""
+    for r in results:
+        found = data(r).get("data") or {}
+        if r.name == "search_resource" and found.get("listing"):
+            return [c for c in found.get("candidates") or [] if isinstance(c, dict)]
+    return None
+
+
+def _minute(hhmm: str) -> int:
+    hours, minutes = hhmm.split(":")
+    return int(hours) * 60 + int(minutes)
+
+
+def targets(services: list[dict[str, Any]], ask: Ask) -> list[tuple[str, str]]:
+    """Which services and environments a question without a service is about: at a time, those whose alerts
+    fired near it (else every service in the environment asked, prod by default); about changes, every
+    service in the environment asked, or in each of its environments."""
+    if ask.at is not None:
+        near = [(str(s["id"]), str(a.get("env") or ask.environment or "prod")) for s in services
+                for a in s.get("recent_alerts") or [] if isinstance(a, dict) and ":" in str(a.get("at", ""))
+                and abs(_minute(str(a["at"])[:5]) - _minute(ask.at)) * 60 <= NEAR_S
+                and (ask.environment is None or a.get("env") == ask.environment)]
+        if near:
+            return list(dict.fromkeys(near))
+        return [(str(s["id"]), ask.environment or "prod") for s in services
+                if (ask.environment or "prod") in (s.get("environments") or [])]
+    return [(str(s["id"]), env) for s in services for env in s.get("environments") or []
+            if ask.environment is None or env == ask.environment]
+
+
+def wide_calls(services: list[dict[str, Any]], ask: Ask, tools: Sequence[str]) -> list[Call]:
+    minutes = ask.minutes or (24 * 60 if ask.today or ask.at is None else 120)
+    reads = ["recent_changes"] + (["query_metrics", "query_logs"] if ask.at is not None else [])
+    calls: list[Call] = []
+    for service, env in targets(services, ask):
+        for name in reads:
+            if name in tools:
+                window = minutes if name != "query_metrics" else max(minutes, 60)
+                calls.append((name, {"service_id": service, "environment": env, "minutes": window}))
+    return calls
+
+
+def _answers(results: Sequence[ToolResultMessage], name: str) -> list[tuple[ToolResultMessage, dict[str, Any]]]:
+    return [(r, data(r)) for r in results if r.name == name]
+
+
+def kind_word(change: dict[str, Any], zh: bool) -> str:
+    kind = str(change.get("kind") or "change")
+    return _KINDS_ZH.get(kind, kind) if zh else kind
+
+
+def change_line(change: dict[str, Any], zh: bool, dated: bool = False) -> str:
+    """``deploy 2026.12.02-1`` at 09:10:01 UTC — order DTO mapper rewrite (source: `changes.jsonl`)."""
+    at = stamp(change.get("at"))
+    when = (datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S" if dated else "%H:%M:%S")
+            if at is not None else "?")
+    what = " ".join(str(x) for x in (change.get("kind"), change.get("version")) if x)
+    about = change.get("description") or ", ".join(str(i) for i in change.get("images") or [])
+    tail = (f" — `{str(about)[:80]}`" if about else "") + \
+        (f"（来源 `{change.get('source')}`）" if zh else f" (source: `{change.get('source')}`)")
+    if zh:
+        return f"{kind_word(change, zh)} `{change.get('version') or change.get('kind')}`，{when} UTC{tail}"
+    return f"`{what}` at {when} UTC{tail}"
+
+
+def _day(found: dict[str, Any]) -> str:
+    return str((found.get("window") or {}).get("to") or "")[:10]
+
+
+def wide_answer(results: Sequence[ToolResultMessage], ask: Ask, services: list[dict[str, Any]], zh: bool) -> str:
+    lines: list[str] = []
+    if ask.at is not None:
+        near = [(s["id"], a) for s in services for a in s.get("recent_alerts") or []
+                if isinstance(a, dict) and ":" in str(a.get("at", ""))
+                and abs(_minute(str(a["at"])[:5]) - _minute(ask.at)) * 60 <= NEAR_S]
+        lines.append(f"*{ask.at} UTC 前后*" if zh else f"*Around {ask.at} UTC*")
+        for sid, alert in near:
+            lines.append(f"  • 告警：`{sid}`（`{alert.get('env')}`）{alert.get('at')} — `{alert.get('summary')}`"
+                         " — _来源：服务目录_" if zh else
+                         f"  • Alert: `{sid}` ({alert.get('env')}) at {alert.get('at')} — `{alert.get('summary')}`"
+                         " — _source: the service catalog_")
+        if not near:
+            lines.append(f"  • 服务目录里没有这个时间前后 {NEAR_S // 60} 分钟内的告警。" if zh else
+                         f"  • No alert in the catalog within {NEAR_S // 60} min of that time.")
+    for _result, body in _answers(results, "recent_changes"):
+        found = body.get("data") or {}
+        if not body.get("ok"):
+            lines.append(f"  • `{body.get('errorCode')}`：`{body.get('message')}`" if zh else
+                         f"  • could not read changes: {body.get('errorCode')} — {body.get('message')}")
+            continue
+        sid, env = found.get("service_id"), found.get("environment")
+        changes = [c for c in found.get("changes") or [] if isinstance(c, dict)]
+        if ask.today:
+            changes = [c for c in changes if str(c.get("at", ""))[:10] == _day(found)]
+        window = (f"今天（{_day(found)}，UTC）" if zh else f"today ({_day(found)}, UTC)") if ask.today else \
+            (f"最近 {span((found.get('window') or {}).get('minutes', 0) * 60, zh)}" if zh else
+             f"in the last {span((found.get('window') or {}).get('minutes', 0) * 60, zh)}")
+        if ask.at is not None:  # what one service did around that time: its changes, error rate and errors
+            lines.append(f"*`{sid}`（`{env}`）*" if zh else f"*`{sid}` ({env})*")
+            lines += [f"  • {'变更' if zh else 'Change'}: {change_line(c, zh)}" for c in changes[:3]] or \
+                [f"  • {window}没有变更" if zh else f"  • No change {window}"]
+            lines += _moment(results, str(sid), zh)
+            continue
+        head = f"*`{sid}`（`{env}`）{window}的变更*：" if zh else f"*Changes to `{sid}` ({env}) {window}*:"
+        if not changes:
+            lines.append(f"{head}{'没有' if zh else ' none'}")
+        else:
+            lines.append(head)
+            lines += [f"  • {change_line(c, zh)}" for c in changes[:5]]
+    if not _answers(results, "recent_changes"):
+        lines.append("我读不到任何变更记录。" if zh else "I could not read any change history.")
+    lines.append("_以上来自演示数据；时间均为 UTC。_" if zh else "_From the demo dataset; times are UTC._")
+    return "\n".join(lines)
+
+
+def _moment(results: Sequence[ToolResultMessage], service: str, zh: bool) -> list[str]:
+    out = []
+    metrics = ok_data(list(results), "query_metrics", service)
+    rate = ((metrics or {}).get("metrics") or {}).get("error_rate") or {}
+    if "current" in rate:
+        out.append("  • " + metric_part(rate, "错误率" if zh else "error rate", "%", zh) +
+                   (" — _来源：`query_metrics`_" if zh else " — _source: query_metrics_"))
+    logs = ok_data(list(results), "query_logs", service) or {}
+    for p in (logs.get("patterns") or [])[:1]:
+        out.append(f"  • {p['count']}× `{p['pattern']}`（首次 {p['first_seen'][11:19]}）— _来源：`query_logs`_" if zh
+                   else f"  • {p['count']}× `{p['pattern']}` (first {p['first_seen'][11:19]}) — _source: query_logs_")
+    return out
+
+
+def rollback_part(results: list[ToolResultMessage], service: str, zh: bool) -> list[str]:
+    """"Was it rolled back?": a rollback in the change history, or none — never a verdict about the deploy."""
+    found = ok_data(results, "recent_changes", service)
+    head = "*回滚了吗？*" if zh else "*Rolled back?*"
+    if found is None:
+        return [head, "  • 无法判断：读不到变更记录。" if zh else
+                "  • Can't tell: I could not read the change history."]
+    changes = [c for c in found.get("changes") or [] if isinstance(c, dict)]
+    window = span((found.get("window") or {}).get("minutes", 0) * 60, zh)
+    backs = [c for c in changes if c.get("kind") == "rollback"]
+    if not backs:
+        last = changes[0] if changes else found.get("last_before_window")
+        line = (f"  • 没有：最近 {window}内没有回滚记录" if zh else
+                f"  • No: no rollback is recorded in the last {window}")
+        if isinstance(last, dict):
+            line += f"；最近一次变更是{change_line(last, zh, dated=True)}" if zh else \
+                f"; the last change: {change_line(last, zh, dated=True)}"
+        return [head, line + ("。" if zh else ".")]
+    lines = [head] + [f"  • 是：{change_line(c, zh)}" if zh else f"  • Yes: {change_line(c, zh)}" for c in backs[:2]]
+    metrics = ok_data(results, "query_metrics", service)
+    rate = ((metrics or {}).get("metrics") or {}).get("error_rate") or {}
+    back, rolled = stamp(rate.get("recovered_at")), stamp(backs[0].get("at"))
+    if back is not None and rolled is not None and back >= rolled:
+        by = str(rate["recovered_at"])[11:16]
+        lines.append(f"  • 回滚后 {span(back - rolled, zh)}，错误率在 {by} 回到基线。" if zh
+                     else f"  • The error rate was back to its baseline by {str(rate['recovered_at'])[11:16]}, "
+                          f"{span(back - rolled, zh)} after the rollback.")
+    return lines
+
+
+def restarts_part(results: list[ToolResultMessage], earlier: Sequence[Message], service: str, question: str,
+                  zh: bool) -> list[str]:
+    """How many restarts, and did one help: the restarts metric, the restarts in the change history and in
+    this thread — never a new restart."""
+    head = "*重启*" if zh else "*Restarts*"
+    lines = [head]
+    metrics = ok_data(results, "query_metrics", service)
+    count = ((metrics or {}).get("metrics") or {}).get("restarts") or {}
+    if metrics is not None and "current" in count:
+        most = count.get("max", count["current"])
+        lines.append(f"  • 指标 `restarts`（`{metrics['environment']}`，{metrics['window_minutes']} 分钟）：现在 "
+                     f"{count['current']:g}，最多 {most:g} — _来源：`query_metrics`_" if zh
+                     else f"  • Metric `restarts` ({metrics['environment']}, {metrics['window_minutes']} min): now "
+                          f"{count['current']:g}, at most {most:g} — "
+                          "_source: query_metrics_")
+    found = ok_data(results, "recent_changes", service)
+    recorded = [c for c in (found or {}).get("changes") or [] if isinstance(c, dict) and c.get("kind") == "restart"]
+    if found is not None:
+        window = span((found.get("window") or {}).get("minutes", 0) * 60, zh)
+        lines.append((f"  • 变更记录里最近 {window}的重启：{len(recorded)} 次" if zh else
+                      f"  • Restarts in the change history, last {window}: {len(recorded)}") +
+                     "".join(f"\n    – {change_line(c, zh)}" for c in recorded[:3]))
+    ours = [r for r in earlier if isinstance(r, ToolResultMessage) and r.name == "restart_service"
+            and (data(r).get("data") or {}).get("service_id") == service]
+    if ours:
+        d = data(ours[-1]).get("data") or {}
+        before, after = d.get("error_rate_before"), d.get("error_rate_after")
+        lines.append(f"  • 这个线程里通过 OpsPilot 重启过：错误率 {before:.1%} → {after:.1%}" if zh and
+                     isinstance(before, float) and isinstance(after, float) else
+                     f"  • Restarted through OpsPilot in this thread: error rate {before:.1%} → {after:.1%}"
+                     if isinstance(before, float) and isinstance(after, float) else
+                     ("  • 这个线程里通过 OpsPilot 重启过。" if zh else
+                      "  • Restarted through OpsPilot in this thread."))
+    if any(w in question.lower() for w in _HELP):
+        lines.append(_helped(results, service, recorded, bool(ours), zh))
+    return lines
+
+
+def _helped(results: list[ToolResultMessage], service: str, recorded: list[dict[str, Any]], ours: bool,
+            zh: bool) -> str:
+    metrics = ok_data(results, "query_metrics", service)
+    rate = ((metrics or {}).get("metrics") or {}).get("error_rate") or {}
+    if not recorded and not ours:
+        return ("  • 没有可判断的重启：这个线程和变更记录里都没有它的重启。" if zh else
+                "  • There is no restart to judge: none in this thread and none in the change history.")
+    if "current" not in rate:
+        return "  • 无法判断：读不到错误率。" if zh else "  • Can't tell: I could not read the error rate."
+    at = stamp(recorded[0].get("at")) if recorded else None
+    back = stamp(rate.get("recovered_at"))
+    now = metric_part(rate, "错误率" if zh else "error rate", "%", zh)
+    if at is not None and back is not None and back >= at:
+        return (f"  • 看起来有用：{now}，重启后 {span(back - at, zh)} 回到基线。" if zh else
+                f"  • It looks like it: {now}, back to its baseline {span(back - at, zh)} after the restart.")
+    if rate.get("trend") in ("steady high", "rising", "elevated"):
+        return f"  • 没有：{now}，仍未回到基线。" if zh else f"  • No: {now} — still not back to its baseline."
+    return f"  • 现在：{now}。" if zh else f"  • Now: {now}."
+
+
+def decline(question: str, ask: Ask, known: list[str], tools: Sequence[str], zh: bool) -> str:
+    """A question the demo cannot map: what it understood, what it can check, and questions it can answer."""
+    understood = [t for t in (
+        (f"环境 `{ask.environment}`" if zh else f"the environment `{ask.environment}`") if ask.environment else "",
+        (f"时间 {ask.at}" if zh else f"the time {ask.at}") if ask.at else "",
+        ("关于变更" if zh else "it is about changes") if ask.about_changes else "") if t]
+        # (a word of the question is never presented as a service it looked for)
+    services = ", ".join(f"`{k}`" for k in known) or "?"
+    if zh:
+        read_as = f"（我读到的：{'；'.join(understood)}）" if understood else ""
+        head = f"我没弄明白你问的是哪个服务、要查什么{read_as}。"
+        return (f"{head}\n我能查的服务：{services}；能看的是错误日志、错误率和延迟、最近的发布和变更、运维文档。\n"
+                "可以这样问：\n• 看看支付服务生产环境最近的报错\n• 订单服务 staging 的报错是发版引起的吗？\n"
+                "• 今天 staging 有什么变更？")
+    head = "I could not tell which service or what to check" + \
+        (f" (what I understood: {'; '.join(understood)})" if understood else "") + "."
+    return (f"{head}\nServices I can look at: {services}; for each: error logs, error rate and latency, recent "
+            "deploys and changes, the runbooks.\nTry:\n• look at the payments errors in prod\n"
+            "• did the last deploy break orders in staging?\n• what changed in staging today?")

@@ -1,0 +1,102 @@
+"""What the scripted demo model understood from a question, before any tool runs: whether it asks for a change
+(only an imperative does: "restart payments", "重启订单服务", "roll back orders"), or asks *about* changes,
+restarts, rollbacks or a moment in time, where, and over how long. A question about a restart is never a request
+for one."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+Change = Literal["restart", "rollback", "scale"]
+Topic = Literal["changes", "restarts", "rollback", "time"]
+
+_PROD = re.compile(r"\bprod\b|production|生产|线上|正式环境", re.I)
+_STAGING = re.compile(r"staging|预发|测试环境|\bstage\b", re.I)
+# A request starts with its verb, after at most a polite opener ("please", "can you", "帮我", "请"); a Chinese
+# one has its verb anywhere but is not a question (吗, 几次, 有没有, 是否, 了没…).
+_OPENER = r"(?:(?:please|pls|ok|okay|now|then|so|go ahead and|can you|could you|would you|let'?s|we need to)\s+)*"
+_IMPERATIVE_EN = {
+    "restart": re.compile(rf"^{_OPENER}(?:restart|bounce|reboot)\b", re.I),
+    "rollback": re.compile(rf"^{_OPENER}(?:roll\s*back|rollback|revert|undo)\b", re.I),
+    "scale": re.compile(rf"^{_OPENER}(?:scale|add replicas|add pods)\b", re.I),
+}
+_IMPERATIVE_ZH = {"restart": re.compile(r"重启"), "rollback": re.compile(r"回滚|回退"),
+                  "scale": re.compile(r"扩容|缩容|扩到|缩到|加副本|加实例")}
+_ZH_QUESTION = re.compile(r"[吗呢？?]|几次|多少|有没有|是否|了没|没有|是不是|什么时候|哪次|为什么|有用|效果|帮助")
+_ROLLBACK_Q = re.compile(r"roll(?:ed|ing)?\s*back|rollbacks?|revert(?:ed)?|回滚|回退", re.I)
+_RESTARTS_Q = re.compile(r"restart(?:s|ed|ing)?|bounced|reboot(?:s|ed)?|重启", re.I)
+_CHANGES_Q = re.compile(r"deploy(?:s|ed|ment)?|releases?d?|roll ?outs?|chang(?:e|es|ed)\b|ship(?:ped)?|"
+                        r"发布|发版|上线|部署|变更|改动|改了什么|更新", re.I)
+_CAUSE_Q = re.compile(r"caus|because|\bbreak|broke|why|after|since|导致|引起|造成|因为|为什么|之后|以后|后", re.I)
+_TIME = re.compile(r"(?<![\d:])([01]?\d|2[0-3])[:：]([0-5]\d)(?![\d:])")
+_LAST = re.compile(r"(?:last|past|previous)\s+(?:(\d+)\s*)?(minute|min|hour|day)s?|"
+                   r"最近\s*(\d+|一|两|半)?\s*(分钟|小时|天)", re.I)
+_TODAY = re.compile(r"\btoday\b|今天|今日", re.I)
+_ZH_NUMBERS = {"一": 1, "两": 2, "半": 0.5}
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What a question asks, as far as words tell: ``change`` only for an imperative request; ``topics`` for
+    what it asks about; ``environment``, ``at`` (HH:MM, UTC) and ``minutes`` when it says them."""
+
+    change: Change | None = None
+    topics: frozenset[Topic] = frozenset()
+    environment: str | None = None
+    at: str | None = None
+    minutes: int | None = None
+    today: bool = False
+    cause: bool = False
+
+    @property
+    def about_changes(self) -> bool:
+        """It needs the change history: deploys, rollbacks, restarts or "what changed"."""
+        return bool(self.topics & {"changes", "restarts", "rollback"}) or (self.at is not None)
+
+
+def environment(text: str) -> str | None:
+    return "prod" if _PROD.search(text) else "staging" if _STAGING.search(text) else None
+
+
+def _change(text: str) -> Change | None:
+    plain = re.sub(r"^(?:<@\w+>\s*|@\w+\s*)+", "", text.strip())
+    for kind, pattern in _IMPERATIVE_EN.items():
+        if pattern.search(plain):
+            return kind  # type: ignore[return-value]
+    if re.search(r"[\u3400-\u9fff]", plain) and not _ZH_QUESTION.search(plain):
+        for kind, pattern in _IMPERATIVE_ZH.items():
+            if pattern.search(plain):
+                return kind  # type: ignore[return-value]
+    return None
+
+
+def _minutes(text: str) -> int | None:
+    found = _LAST.search(text)
+    if not found:
+        return None
+    count_en, unit_en, count_zh, unit_zh = found.groups()
+    count = float(count_en) if count_en else float(_ZH_NUMBERS.get(count_zh or "", count_zh or 1)) \
+        if not (count_zh or "").isdigit() else float(count_zh)
+    unit = (unit_en or unit_zh or "").lower()
+    per = 1 if unit in ("minute", "min", "分钟") else 60 if unit in ("hour", "小时") else 24 * 60
+    return max(5, int(count * per))
+
+
+def read(text: str) -> Ask:
+    topics: set[Topic] = set()
+    change = _change(text)
+    if change is None:  # what the question is about, when it is not a request
+        if _ROLLBACK_Q.search(text):
+            topics.add("rollback")
+        if _RESTARTS_Q.search(text):
+            topics.add("restarts")
+        if _CHANGES_Q.search(text):
+            topics.add("changes")
+    at = _TIME.search(text)
+    if at:
+        topics.add("time")
+    return Ask(change=change, topics=frozenset(topics), environment=environment(text),
+               at=f"{int(at.group(1)):02d}:{at.group(2)}" if at else None, minutes=_minutes(text),
+               today=bool(_TODAY.search(text)), cause=bool(_CAUSE_Q.search(text)))
