@@ -32,6 +32,8 @@ class ToolContext:
     confirmed_by: str | None = None
     unattended: bool = False
     """No person asked for this run (an alert started it): every mutating call waits for a confirmation."""
+    plan: dict[str, Any] | None = None
+    """What the card showed a person before they confirmed (``ToolSpec.plan``), when the tool has one."""
 
 
 ToolFunc = Callable[[Any, ToolContext], Awaitable[Any]]
@@ -91,6 +93,13 @@ class ToolSpec:
     check: Callable[[Any], None] | None = None
     """Run on the validated arguments before the gate: raises a ToolError for an argument naming something that
     does not exist (a service the catalog lacks), so no card asks a person to confirm it."""
+    plan: Callable[[Any, ToolContext], Awaitable[dict[str, Any]]] | None = None
+    """For a change: what it will do, read (never changed) before anyone is asked — ``{"lines": [{"label":
+    "Revision", "from": "7", "to": "5"}, …], …}``, shown on the card as from → to, and given back to the
+    tool in ``ToolContext.plan`` when it runs. Raises a ToolError to refuse before any card (a rollback
+    target that no longer exists, a paused rollout, a change that would change nothing)."""
+    attended_only: bool = False
+    """Never run in a run no person started (an alert's): refused outright, not even offered on a card."""
 
     def environment_fields(self) -> tuple[str, ...]:
         """The arguments holding an environment name: ``environment`` and the field a confirm rule reads."""
@@ -130,6 +139,8 @@ def tool(
     max_result_chars: int = 6000,
     args: type[BaseModel] | None = None,
     check: Callable[[Any], None] | None = None,
+    plan: Callable[[Any, ToolContext], Awaitable[dict[str, Any]]] | None = None,
+    attended_only: bool = False,
 ) -> Callable[[ToolFunc], ToolSpec]:
     """Declare a tool. Its pydantic argument model is ``args`` or the first parameter's annotation.
 
@@ -149,8 +160,8 @@ def tool(
         tool_name = name or func.__name__
         if not _NAME.match(tool_name):
             raise ValueError(f"tool name {tool_name!r} must match {_NAME.pattern}")
-        if confirm is not None and not mutating:
-            raise ValueError(f"tool {tool_name!r}: only mutating tools take a confirmation policy")
+        if (confirm is not None or plan is not None or attended_only) and not mutating:
+            raise ValueError(f"tool {tool_name!r}: only mutating tools take a confirmation policy or a plan")
         doc = description or inspect.getdoc(func) or ""
         if not doc:
             raise ValueError(f"tool {tool_name!r} needs a description (argument or docstring)")
@@ -164,6 +175,8 @@ def tool(
             timeout_s=timeout_s,
             max_result_chars=max_result_chars,
             check=check,
+            plan=plan,
+            attended_only=attended_only,
         )
 
     return decorate

@@ -16,7 +16,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from pydantic import ValidationError
@@ -49,6 +49,8 @@ class Approved:
 
     arguments: dict[str, Any]
     confirmed_by: str | None = None
+    plan: dict[str, Any] | None = None
+    """What the card showed (``ToolSpec.plan``), handed to the tool as ``ToolContext.plan``."""
 
 
 @dataclass(frozen=True)
@@ -160,10 +162,24 @@ async def execute_one(
         except ToolError as exc:
             return done(error_result(call, exc.code, scrub_text(exc.message)))
 
+    if spec.attended_only and ctx.unattended:
+        return done(error_result(call, "not_allowed", f"{spec.name} never runs in a run no person started (an "
+                                 "alert's): a person asks for it in the thread"), arguments=plain_args)
+
     # The gate: code, not the prompt, decides. Only a person's confirmation (set by resume) opens it.
     if spec.mutating and ctx.confirmed_by is None and (ctx.unattended or spec.needs_confirmation(args)):
+        payload = _confirm_payload(spec, plain_args, stated_reason)
+        if spec.plan is not None:  # what exactly will change, read before anyone is asked (or a refusal)
+            try:
+                async with asyncio.timeout(spec.timeout_s):
+                    payload["plan"] = await spec.plan(args, ctx)
+            except ToolError as exc:
+                return done(error_result(call, exc.code, scrub_text(exc.message)), arguments=plain_args)
+            except TimeoutError:
+                return done(error_result(call, "timeout", f"{spec.name} could not read what it would change "
+                                         f"within {spec.timeout_s:g}s"), arguments=plain_args)
         reason = f"{spec.name} changes {plain_args.get('environment') or 'a system'}: a person must confirm"
-        request = InterruptRequest("confirm_risky", reason, _confirm_payload(spec, plain_args, stated_reason))
+        request = InterruptRequest("confirm_risky", reason, payload)
         return done(None, interrupt=request, arguments=plain_args)
 
     if spec.mutating and not await journal.start(ctx.run_id, call.id):
@@ -230,8 +246,11 @@ async def execute_batch(
     async def run(call: ToolCall) -> None:
         decision = decisions.get(call.id)
         if isinstance(decision, Approved):
-            record(await execute_one(call, registry=registry, ctx=make_ctx(call, decision.confirmed_by),
-                                     journal=journal, override_args=decision.arguments))
+            ctx = make_ctx(call, decision.confirmed_by)
+            if decision.plan is not None:
+                ctx = replace(ctx, plan=decision.plan)
+            record(await execute_one(call, registry=registry, ctx=ctx, journal=journal,
+                                     override_args=decision.arguments))
         else:
             record(await execute_one(call, registry=registry, ctx=make_ctx(call, None), journal=journal,
                                      stated_reason=stated_reason))

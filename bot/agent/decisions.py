@@ -25,7 +25,8 @@ class Confirm:
     kind: ClassVar[DecisionKind] = "confirmed"
 
     def for_tool(self, pending: PendingCall, by: str) -> ToolDecision:
-        return Approved(pending.arguments, confirmed_by=by)
+        plan = pending.payload.get("plan") if isinstance(pending.payload, dict) else None
+        return Approved(pending.arguments, confirmed_by=by, plan=plan if isinstance(plan, dict) else None)
 
 
 @dataclass(frozen=True)
