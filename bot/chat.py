@@ -25,7 +25,7 @@ from bot.agent.outcome import RunOutcome
 from bot.assembly import Assembly
 from bot.keyboard import Interrupted, Keyboard
 from bot.slack.audit import ran_a_change
-from bot.slack.blocks import field_label, form_ask, gate
+from bot.slack.blocks import field_label, form_ask, gate, plan_rows
 from bot.slack.outputs import fallback_answer
 from bot.slack.render import model_note, status_word
 from bot.slack.words import Lang, headline, language_of, say
@@ -184,6 +184,12 @@ async def _decide(session: _Session, pending: PendingView) -> Decision | None:
         what = Text(f"{p.get('tool')}(").append_text(arguments(p.get("arguments") or {})).append(")")
         will, _, after = console.words("chat_will_run", what="\0").partition("\0")
         console.rich.print(Text("   " + will).append_text(what).append(after))
+        rows = plan_rows(p, lang)
+        if rows:  # from → to, as the Slack card shows it
+            console.say(f"   {say(lang, 'plan_will_change')}{say(lang, 'colon')}")
+            for label, old, new in rows:
+                console.rich.print(Text(f"     {inert(label)}{say(lang, 'colon')}").append(inert(old), "cyan")
+                                   .append(" → ").append(inert(new), "cyan"))
         if p.get("model_reason"):
             console.say(f"   {say(lang, 'model_reason')}{say(lang, 'colon')}{p['model_reason']}")
         answer = await session.read("   " + console.words("chat_confirm"))

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, get_args
 
 from bot.agent.models.demo import LABEL as DEMO_LABEL
-from bot.slack.words import say
+from bot.slack.words import has_word, say
 from core.split import split
 from core.text import hides_any, reveal
 from tools.registry import Provenance
@@ -135,9 +135,33 @@ def _what_runs(payload: dict[str, Any], lang: str = "en") -> str:
         icon = {"server_destructive": ":rotating_light:", "unannotated": ":grey_question:"}.get(
             provenance, ":information_source:")
         lines.append(f"{icon} {say(lang, 'provenance_' + provenance)}")
+    lines += plan_lines(payload, lang)
     if payload.get("model_reason"):
         lines.append(f"*{say(lang, 'model_reason')}:* {escape(payload['model_reason'])}")
     return "\n".join(lines)
+
+
+def plan_rows(payload: dict[str, Any], lang: str) -> list[tuple[str, str, str]]:
+    """What the change will do (``ToolSpec.plan``) as (label, from, to): the card shows it before anyone
+    confirms — a rollback's revision, images, change cause and when each was deployed; a scale's replicas."""
+    plan = payload.get("plan")
+    changes = plan.get("changes") if isinstance(plan, dict) else None
+    rows = []
+    for change in changes if isinstance(changes, list) else []:
+        if not isinstance(change, dict) or not change.get("field"):
+            continue
+        key = f"plan_{change['field']}"
+        label = say(lang, key) if has_word(key) else str(change["field"])
+        rows.append((label, str(change.get("from") or "—"), str(change.get("to") or "—")))
+    return rows[:8]
+
+
+def plan_lines(payload: dict[str, Any], lang: str) -> list[str]:
+    rows = plan_rows(payload, lang)
+    if not rows:
+        return []
+    return [f"*{say(lang, 'plan_will_change')}:*"] + [
+        f"• *{escape(label)}:* `{escape(_cut(old, 120))}` → `{escape(_cut(new, 120))}`" for label, old, new in rows]
 
 
 def gate(reason: str, payload: dict[str, Any], lang: str) -> str:

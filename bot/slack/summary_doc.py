@@ -173,7 +173,7 @@ def _open(incident: Incident) -> list[str]:
         what = _what(c.tool, c.arguments)
         if c.error_code == "outcome_unknown":
             lines.append("- " + say(lang, "inc_open_unknown", what=what))
-        elif c.status == "ok" and c.tool == "restart_service" and not c.verified:
+        elif c.status == "ok" and "rollout" in c.result and not c.verified:  # restart, rollback, scale
             lines.append("- " + say(lang, "inc_open_unverified", what=what,
                                     why=code(c.result.get("verdict") or c.result.get("rollout") or "?")))
         elif c.status == "error":

@@ -364,6 +364,10 @@ def say(lang: str, key: str, **values: object) -> str:
     return (zh if lang == "zh" else en).format(**values)
 
 
+def has_word(key: str) -> bool:
+    return key in _WORDS
+
+
 def plural(lang: str, key: str, n: int) -> str:
     """``key``'s words for ``n`` things: ``<key>_one`` for one (English needs it; Chinese says both alike)."""
     return say(lang, key + ("_one" if n == 1 else ""), n=n)

@@ -175,6 +175,13 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
                          "this channel or by its owner. It runs again at its next time.",
                          ":warning: 计划检查 {label} 本次没有运行：刚才这个频道或其创建人启动的运行太多。"
                          "下次按时再运行。"),
+    "plan_will_change": ("Will change", "将会改变"),
+    "plan_revision": ("Revision", "版本号"),
+    "plan_release": ("Release", "发布版本"),
+    "plan_images": ("Images", "镜像"),
+    "plan_change_cause": ("Change cause", "变更原因"),
+    "plan_deployed_at": ("Deployed", "部署时间"),
+    "plan_replicas": ("Replicas", "副本数"),
     "alert_busy": ("Not investigating automatically: many runs started in this channel just now. Press Investigate "
                    "when you want me to.", "暂不自动调查：这个频道刚才启动的运行太多。需要时请点“调查”。"),
 }

@@ -12,8 +12,9 @@ from typing import Any
 
 from core.messages import ToolResultMessage
 from tools.ops.series import story
+from tools.ops.verdict import judge
+from tools.ops.verdict import stamp as _stamp
 
-TIE_S = 30 * 60  # a change more than 30 minutes before the errors began is not tied to them by timing alone
 _TRENDS_ZH = {"flat": "平稳", "rising": "上升", "falling": "下降", "steady high": "持续偏高", "steady low": "持续偏低",
               "spiked and recovered": "曾飙升，已恢复", "dipped and recovered": "曾下跌，已恢复", "elevated": "偏高",
               "lowered": "偏低", "single point": "只有一个数据点", "no data": "无数据"}
@@ -42,10 +43,7 @@ def failed(results: list[ToolResultMessage], name: str) -> dict[str, Any] | None
 
 
 def stamp(value: Any) -> float | None:
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+    return _stamp(value)
 
 
 def _clock(ts: float) -> str:
@@ -92,81 +90,59 @@ def metric_part(figures: dict[str, Any], label: str, unit: str, zh: bool) -> str
     return text + ")"
 
 
-def error_onset(results: list[ToolResultMessage], service: str) -> tuple[float, str] | None:
-    """When the errors began: the error rate's onset, sharpened by the first error log line when that line
-    falls in the onset's minute (a metric point covers the step before it)."""
-    metrics = ok_data(results, "query_metrics", service)
-    rate = ((metrics or {}).get("metrics") or {}).get("error_rate") or {}
-    onset = stamp(rate.get("onset_at")) if rate.get("onset_at") else None
-    if onset is None or "peak" not in rate:
-        return None
-    logs = ok_data(results, "query_logs", service) or {}
-    firsts = [t for p in logs.get("patterns") or [] if (t := stamp(p.get("first_seen"))) is not None]
-    first = min(firsts, default=None)
-    if first is not None and onset - 60 <= first <= onset:
-        return first, "first error log line"
-    return onset, "error rate first clearly above its baseline"
-
-
 def deploy_verdict(results: list[ToolResultMessage], service: str, zh: bool) -> list[str]:
-    """The onset and the changes side by side, then yes / no / can't tell with the reason."""
+    """The onset and the changes side by side, then yes / no / can't tell with the reason (the rule:
+    tools.ops.verdict, the same one that decides the Slack answer's "Roll back to …" button)."""
     changes = ok_data(results, "recent_changes", service)
-    kinds = {c.get("kind") for c in (changes or {}).get("changes") or [] if isinstance(c, dict)}
+    rate = ((ok_data(results, "query_metrics", service) or {}).get("metrics") or {}).get("error_rate") or {}
+    v = judge(changes, rate, ok_data(results, "query_logs", service))
+    kinds = {c.get("kind") for _, c in v.changes}
     if kinds <= {"deploy", "rollout", "image", None}:
         head = "*和发布有关吗？*" if zh else "*Was it the deploy?*"
     else:  # a configuration change, a restart, a rollback: not a deploy, and not called one
         head = "*和变更有关吗？*" if zh else "*Was it a change?*"
-    if changes is None:
+    if v.kind == "no_history":
         why = (failed(results, "recent_changes") or {}).get("message") or "no change history"
         return [head, (f"  • 无法判断：读不到变更记录（{why}）。" if zh else
                        f"  • Can't tell: I could not read the change history ({why}).")]
-    listed = [(t, c) for c in changes.get("changes") or [] if (t := stamp(c.get("at"))) is not None]
     lines = [head]
-    for t, c in listed[:3]:
+    for t, c in v.changes[:3]:
         what = " ".join(str(x) for x in (c.get("kind"), c.get("version")) if x)
         source = f"（来源 `{c.get('source')}`）" if zh else f" (source: `{c.get('source')}`)"  # the tool's label: data
         lines.append(f"  • {'变更：' if zh else 'Change: '}`{what}` — {_clock(t)} UTC{source}")
-    window = (changes.get("window") or {}).get("minutes")
-    if not listed:
+    window = ((changes or {}).get("window") or {}).get("minutes")
+    if not v.changes:
         lines.append(f"  • 最近 {window} 分钟内没有变更记录" if zh else
                      f"  • No change recorded in the last {window} min")
-    onset = error_onset(results, service)
-    rate = ((ok_data(results, "query_metrics", service) or {}).get("metrics") or {}).get("error_rate") or {}
-    if onset is None:
-        if rate.get("trend") in (None, "no data", "single point"):  # too little of the series to see a rise
-            lines.append("  • 无法判断：这段时间的错误率数据不足。" if zh else
-                         "  • Can't tell: I could not read enough of the error rate in this window to see when it "
-                         "rose.")
-        elif listed:
-            lines.append("  • 看不出影响：这段时间错误率没有明显上升。" if zh else
-                         "  • No sign of it: the error rate did not clearly rise in this window.")
-        else:
-            lines.append("  • 不是：没有变更，错误率也没有明显上升。" if zh else
-                         "  • No: nothing changed, and the error rate did not clearly rise.")
+    if v.began is None:
+        lines.append({
+            "no_data": ("  • 无法判断：这段时间的错误率数据不足。",
+                        "  • Can't tell: I could not read enough of the error rate in this window to see when "
+                        "it rose."),
+            "no_rise": ("  • 看不出影响：这段时间错误率没有明显上升。",
+                        "  • No sign of it: the error rate did not clearly rise in this window."),
+        }.get(v.kind, ("  • 不是：没有变更，错误率也没有明显上升。",
+                       "  • No: nothing changed, and the error rate did not clearly rise."))[0 if zh else 1])
         return lines
-    began, how = onset
-    how_zh = "第一条错误日志" if how.startswith("first error log") else "错误率首次明显高于基线"
-    lines.append(f"  • 报错开始：{_clock(began)} UTC（{how_zh}）" if zh else
-                 f"  • Errors began: {_clock(began)} UTC ({how})")
-    before = [(t, c) for t, c in listed if t <= began]
-    after = [(t, c) for t, c in listed if t > began]
-    if before and began - before[0][0] <= TIE_S:
-        t, c = before[0]
-        lines.append(f"  • 是：报错在 {_name(c)} 之后 {span(began - t, zh)} 开始，之前错误率处于基线。" if zh else
-                     f"  • Yes: the errors began {span(began - t, zh)} after {_name(c)}, and the error rate was at "
+    how_zh = "第一条错误日志" if v.how.startswith("first error log") else "错误率首次明显高于基线"
+    lines.append(f"  • 报错开始：{_clock(v.began)} UTC（{how_zh}）" if zh else
+                 f"  • Errors began: {_clock(v.began)} UTC ({v.how})")
+    gap = abs(v.began - (v.change_at or v.began))
+    name = _name(v.change or {})
+    if v.kind == "yes":
+        lines.append(f"  • 是：报错在 {name} 之后 {span(gap, zh)} 开始，之前错误率处于基线。" if zh else
+                     f"  • Yes: the errors began {span(gap, zh)} after {name}, and the error rate was at "
                      "its baseline before it.")
-    elif after:
-        t, c = after[-1]
-        lines.append(f"  • 不是：报错比 {_name(c)} 早 {span(t - began, zh)} 就开始了。" if zh
-                     else f"  • No: the errors began {span(t - began, zh)} before {_name(c)}.")
-        if before:
-            t, c = before[0]
-            lines.append(f"    更早的变更 {_name(c)} 比报错早 {span(began - t, zh)}。" if zh else
-                         f"    The change before them, {_name(c)}, came {span(began - t, zh)} earlier.")
-    elif before:
-        t, c = before[0]
-        lines.append(f"  • 无法判断：最近的变更 {_name(c)} 比报错早 {span(began - t, zh)}，时间上对不上。" if zh else
-                     f"  • Can't tell: the last change before the errors, {_name(c)}, came {span(began - t, zh)} "
+    elif v.kind == "no":
+        lines.append(f"  • 不是：报错比 {name} 早 {span(gap, zh)} 就开始了。" if zh
+                     else f"  • No: the errors began {span(gap, zh)} before {name}.")
+        if v.earlier is not None:
+            t, c = v.earlier
+            lines.append(f"    更早的变更 {_name(c)} 比报错早 {span(v.began - t, zh)}。" if zh else
+                         f"    The change before them, {_name(c)}, came {span(v.began - t, zh)} earlier.")
+    elif v.kind == "too_early":
+        lines.append(f"  • 无法判断：最近的变更 {name} 比报错早 {span(gap, zh)}，时间上对不上。" if zh else
+                     f"  • Can't tell: the last change before the errors, {name}, came {span(gap, zh)} "
                      "earlier — too long before to tie them by timing alone.")
     else:
         lines.append("  • 不是：这段时间没有任何变更。" if zh else "  • No: nothing changed in this window.")

@@ -1,0 +1,89 @@
+""""Was it the deploy?" from the tools' own results — one rule for every surface that says it (the demo
+model's answer, the Slack answer's "Roll back to …" button): when the errors began (the error rate's onset,
+sharpened by the first error log line in that minute), the changes before and after it, and yes / no / can't
+tell. Yes only when a change came at most ``TIE_S`` before the errors and the error rate was at its baseline
+before it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+TIE_S = 30 * 60  # a change more than 30 minutes before the errors began is not tied to them by timing alone
+Kind = Literal["yes", "no", "too_early", "nothing_changed", "no_rise", "no_data", "no_history"]
+
+
+def stamp(value: Any) -> float | None:
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: Kind
+    changes: tuple[tuple[float, dict[str, Any]], ...] = ()
+    """The window's changes with their times, newest first."""
+    began: float | None = None
+    how: str = ""
+    """How ``began`` was found: ``first error log line`` or ``error rate first clearly above its baseline``."""
+    change: dict[str, Any] | None = None
+    """The change the verdict is about: the one before the errors (yes, too early), or after them (no)."""
+    change_at: float | None = None
+    earlier: tuple[float, dict[str, Any]] | None = None
+    """For "no": the change before the errors, if any."""
+    previous: dict[str, Any] | None = None
+    """For "yes": the release before the change (a rollback's natural target), when the history shows one."""
+
+
+def onset(rate: dict[str, Any], logs: dict[str, Any] | None) -> tuple[float, str] | None:
+    began = stamp(rate.get("onset_at")) if rate.get("onset_at") else None
+    if began is None or "peak" not in rate:
+        return None
+    firsts = [t for p in (logs or {}).get("patterns") or [] if (t := stamp(p.get("first_seen"))) is not None]
+    first = min(firsts, default=None)
+    if first is not None and began - 60 <= first <= began:
+        return first, "first error log line"
+    return began, "error rate first clearly above its baseline"
+
+
+def _previous(history: list[tuple[float, dict[str, Any]]], change: dict[str, Any],
+              before_window: Any) -> dict[str, Any] | None:
+    """The release that ran before ``change``: the next older deploy in the history, else the last change
+    before the window."""
+    seen = False
+    for _, c in history:
+        if c is change:
+            seen = True
+        elif seen and c.get("kind") in (None, "deploy", "image", "rollout") and c.get("version"):
+            return c
+    return before_window if isinstance(before_window, dict) and before_window.get("version") else None
+
+
+def judge(changes: dict[str, Any] | None, rate: dict[str, Any] | None, logs: dict[str, Any] | None) -> Verdict:
+    """``changes``: recent_changes' data; ``rate``: query_metrics' error_rate figures; ``logs``: query_logs' data."""
+    if changes is None:
+        return Verdict("no_history")
+    listed = tuple((t, c) for c in changes.get("changes") or [] if isinstance(c, dict)
+                   and (t := stamp(c.get("at"))) is not None)
+    found = onset(rate or {}, logs)
+    if found is None:
+        if (rate or {}).get("trend") in (None, "no data", "single point"):
+            return Verdict("no_data", listed)
+        return Verdict("no_rise" if listed else "nothing_changed", listed)
+    began, how = found
+    before = [(t, c) for t, c in listed if t <= began]
+    after = [(t, c) for t, c in listed if t > began]
+    if before and began - before[0][0] <= TIE_S:
+        t, c = before[0]
+        return Verdict("yes", listed, began, how, c, t,
+                       previous=_previous(list(listed), c, changes.get("last_before_window")))
+    if after:
+        t, c = after[-1]
+        return Verdict("no", listed, began, how, c, t, earlier=before[0] if before else None)
+    if before:
+        t, c = before[0]
+        return Verdict("too_early", listed, began, how, c, t)
+    return Verdict("nothing_changed", listed, began, how)
