@@ -202,7 +202,8 @@ def test_rbac_allows_only_what_the_kubernetes_backends_call_in_the_catalogs_name
     needed: dict[str, set[str]] = {}
     for action, kind in calls:
         assert action in VERBS, f"kube.py calls {action}_namespaced_{kind}: grant it in rbac.yaml and here"
-        needed.setdefault(kind.replace("_", "") + "s", set()).add(VERBS[action])
+        resource = kind.replace("_", "") + "s" if kind != "deployment_scale" else "deployments/scale"  # a subresource
+        needed.setdefault(resource, set()).add(VERBS[action])
     catalog = ops.build(_load_config(tmp_path, monkeypatch).toolbox).catalog
     wanted: dict[str, set[str]] = {}
     for service in catalog.services:
@@ -217,7 +218,7 @@ def test_rbac_allows_only_what_the_kubernetes_backends_call_in_the_catalogs_name
             assert rule["apiGroups"] == ["apps"]
             for resource in rule["resources"]:
                 granted.setdefault(resource, set()).update(rule["verbs"])
-            if rule["resources"] == ["deployments"]:  # only the catalog's own Deployments
+            if rule["resources"] in (["deployments"], ["deployments/scale"]):  # only the catalog's own Deployments
                 assert set(rule["resourceNames"]) == wanted[namespace]
         assert granted == needed, namespace
     accounts = {d["spec"]["template"]["spec"]["serviceAccountName"] for d in of_kind("Deployment")}

@@ -7,7 +7,9 @@ Two families, drawn apart on purpose::
     ├── NotFound                   not_found
     ├── ToolTimeout                timeout
     ├── UpstreamError              upstream_error     (backend unreachable or 5xx)
-    └── PermissionDenied           permission_denied
+    ├── PermissionDenied           permission_denied
+    ├── Conflict                   conflict           (the target changed since the card was shown)
+    └── Refused                    paused, no_change, out_of_bounds… (a change that must not be made as asked)
 
     Interrupt                      not a failure: the run pauses and a person is asked
     ├── ParamsRequired             params_required    (missing fields, with their choices)
@@ -52,6 +54,17 @@ class UpstreamError(ToolError):
 
 class PermissionDenied(ToolError):
     code = "permission_denied"
+
+
+class Conflict(ToolError):
+    code = "conflict"
+
+
+class Refused(ToolError):
+    """A change refused before it is made; its code says why (``paused``, ``no_change``, ``out_of_bounds``)."""
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message, code=code)
 
 
 InterruptType = Literal["params_required", "confirm_risky"]

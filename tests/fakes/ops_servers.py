@@ -13,6 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from bot.demo.local_server import LocalServer
+from tests.fakes.rollouts import PatchFailed, Rollouts
 
 
 @dataclass
@@ -44,6 +45,9 @@ class OpsFakes:
     """The deployment's rollout history (see :func:`replica_set`)."""
     change_events: list[Any] = field(default_factory=list)
     """What the deploy-events endpoint answers (it ignores the query parameters, as some do)."""
+    rollouts: Rollouts | None = None
+    """When set, the Deployment and its ReplicaSets are this simulator's, and PATCHes (the Deployment's and its
+    scale subresource's) change them as the API server and the deployment controller would."""
     _polls: int = 0
 
     def __post_init__(self) -> None:
@@ -52,9 +56,11 @@ class OpsFakes:
         app.router.add_get("/api/v1/query_range", self.prom_range)
         app.router.add_get("/api/v1/query", self.prom_instant)
         app.router.add_route("*", "/apis/apps/v1/namespaces/{ns}/deployments/{name}", self.deployment_api)
+        app.router.add_route("*", "/apis/apps/v1/namespaces/{ns}/deployments/{name}/scale", self.scale_api)
         app.router.add_get("/apis/apps/v1/namespaces/{ns}/replicasets", self.replica_set_list)
         app.router.add_get("/hooks/changes", self.changes)
         app.router.add_post("/hooks/restart", self.webhook)
+        app.router.add_post("/hooks/change", self.webhook)
         app.router.add_get("/hooks/jobs/{job}", self.job)
         self.server = LocalServer(app, ssl_context=self.tls)
 
@@ -134,8 +140,12 @@ class OpsFakes:
 
     # --- Kubernetes -------------------------------------------------------------------------------------
 
+    def simulate(self, sim: Rollouts) -> None:
+        """Serve the simulator's Deployment and ReplicaSets, and let PATCHes change them."""
+        self.rollouts, self.deployment, self.replica_sets = sim, sim.deployment, sim.replica_sets
+
     async def deployment_api(self, request: web.Request) -> web.Response:
-        body: dict[str, Any] = {}
+        body: Any = {}
         if request.method == "PATCH":
             body = await request.json()
         self.requests.append((f"k8s_{request.method}", request.path, body))
@@ -146,6 +156,8 @@ class OpsFakes:
         if (ns, name) != (meta["namespace"], meta["name"]):
             return web.json_response({"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404,
                                       "message": f'deployments.apps "{name}" not found'}, status=404)
+        if self.rollouts is not None:
+            return self._simulated(request, body, self.rollouts.patch, lambda: self.deployment)
         if request.method == "PATCH":
             if request.content_type not in ("application/strategic-merge-patch+json", "application/merge-patch+json"):
                 return web.json_response({"kind": "Status", "code": 415, "message": "unsupported patch type"},
@@ -166,6 +178,37 @@ class OpsFakes:
                 status.update(observedGeneration=meta["generation"], updatedReplicas=1, availableReplicas=2)
             return web.json_response(self.deployment)
         return web.Response(status=405)
+
+    async def scale_api(self, request: web.Request) -> web.Response:
+        body: Any = await request.json() if request.method == "PATCH" else {}
+        self.requests.append((f"k8s_scale_{request.method}", request.path, {"body": body}))
+        if (denied := self._auth(request)) is not None:
+            return denied
+        meta = self.deployment["metadata"]
+        if self.rollouts is None or (request.match_info["ns"], request.match_info["name"]) != \
+                (meta["namespace"], meta["name"]):
+            return web.json_response({"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404,
+                                      "message": f'deployments.apps "{request.match_info["name"]}" not found'},
+                                     status=404)
+        return self._simulated(request, body, self.rollouts.patch_scale, self.rollouts.scale_object)
+
+    def _simulated(self, request: web.Request, body: Any, patch: Any, read: Any) -> web.Response:
+        if request.method == "GET":
+            return web.json_response(read())
+        if request.method != "PATCH":
+            return web.Response(status=405)
+        if request.content_type not in ("application/json-patch+json", "application/merge-patch+json",
+                                        "application/strategic-merge-patch+json"):
+            return web.json_response({"kind": "Status", "code": 415, "message": "unsupported patch type"},
+                                     status=415)
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        try:
+            answer = patch(body, request.content_type, at)
+        except PatchFailed as exc:
+            return web.json_response({"kind": "Status", "status": "Failure", "reason": "Invalid", "code": 422,
+                                      "message": str(exc)}, status=422)
+        self.restarted = True  # the error rate reads its after-change value from now on
+        return web.json_response(answer)
 
     async def replica_set_list(self, request: web.Request) -> web.Response:
         self.requests.append(("k8s_replicasets", request.path, dict(request.query)))

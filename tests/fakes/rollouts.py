@@ -56,6 +56,7 @@ class Rollouts:
         self.replica_sets: list[dict[str, Any]] = []
         _touch(self.deployment, "kubectl-client-side-apply", at)
         self._sync(at)
+        self._settle()
 
     # --- what a person does ----------------------------------------------------------------------------
 
@@ -86,7 +87,9 @@ class Rollouts:
 
     def scale(self, replicas: int, at: str, manager: str = "kubectl") -> None:
         self.deployment["spec"]["replicas"] = replicas
+        self.deployment["metadata"]["generation"] += 1
         _touch(self.deployment, manager, at, "scale")
+        self._settle()
         current = self._current()
         if current is not None and not self.deployment["spec"].get("paused"):
             current["spec"]["replicas"] = replicas  # the controller scales the current ReplicaSet
@@ -113,6 +116,42 @@ class Rollouts:
         _touch(self.deployment, manager, at)
         if not self.deployment["spec"].get("paused"):
             self._sync(at)
+            self._settle()
+
+    def _settle(self) -> None:
+        """The rollout done at once, as ``kubectl rollout status`` reads it (this simulator has no pods)."""
+        wanted = self.deployment["spec"]["replicas"]
+        self.deployment["status"].update(observedGeneration=self.deployment["metadata"]["generation"],
+                                         replicas=wanted, updatedReplicas=wanted, availableReplicas=wanted)
+
+    # --- what the API server does with a PATCH (the stand-in server calls these) ------------------------
+
+    def patch(self, body: Any, content_type: str, at: str, manager: str = "opspilot") -> dict[str, Any]:
+        """PATCH the Deployment: a JSON patch (RFC 6902) or a merge patch. Raises PatchFailed (422) when a
+        ``test`` op fails, leaving the Deployment as it was; a changed template rolls out as any other."""
+        was = copy.deepcopy(self.deployment)
+        new = json_patch(was, body) if content_type == "application/json-patch+json" else merge(was, body)
+        template_changed = new["spec"]["template"] != self.deployment["spec"]["template"]
+        self.deployment.clear()
+        self.deployment.update(new)
+        if template_changed:
+            self._changed(manager, at)
+        else:
+            _touch(self.deployment, manager, at)
+        return self.deployment
+
+    def scale_object(self) -> dict[str, Any]:
+        meta = self.deployment["metadata"]
+        return {"apiVersion": "autoscaling/v1", "kind": "Scale",
+                "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+                "spec": {"replicas": self.deployment["spec"]["replicas"]},
+                "status": {"replicas": self.deployment["status"].get("replicas", 0), "selector": f"app={self.app}"}}
+
+    def patch_scale(self, body: Any, content_type: str, at: str, manager: str = "opspilot") -> dict[str, Any]:
+        scale = self.scale_object()
+        new = json_patch(scale, body) if content_type == "application/json-patch+json" else merge(scale, body)
+        self.scale(int(new["spec"]["replicas"]), at, manager)
+        return self.scale_object()
 
     @staticmethod
     def _revision(rs: dict[str, Any]) -> int:
@@ -176,3 +215,50 @@ class Rollouts:
         conditions[:] = [c for c in conditions if c["type"] != "Progressing"] + [
             {"type": "Progressing", "status": status, "reason": reason, "message": message,
              "lastUpdateTime": at, "lastTransitionTime": since}]
+
+
+class PatchFailed(Exception):
+    """What the API server answers 422 for: a JSON patch whose ``test`` op (or a path) does not hold."""
+
+
+def _pointer(doc: Any, path: str) -> tuple[Any, str]:
+    parts = [p.replace("~1", "/").replace("~0", "~") for p in path.split("/")[1:]]
+    for part in parts[:-1]:
+        if not isinstance(doc, dict) or part not in doc:
+            raise PatchFailed(f"path {path} does not exist")
+        doc = doc[part]
+    return doc, parts[-1]
+
+
+def json_patch(doc: dict[str, Any], ops: Any) -> dict[str, Any]:
+    """RFC 6902, the ops the client sends (test, add, replace, remove), on objects only."""
+    for op in ops:
+        parent, key = _pointer(doc, op["path"])
+        if not isinstance(parent, dict):
+            raise PatchFailed(f"path {op['path']} is not inside an object")
+        if op["op"] == "test":
+            if parent.get(key) != op["value"]:
+                raise PatchFailed(f"testing value {op['path']} failed")
+        elif op["op"] in ("add", "replace"):
+            if op["op"] == "replace" and key not in parent:
+                raise PatchFailed(f"replace of {op['path']}: missing value")
+            parent[key] = copy.deepcopy(op["value"])
+        elif op["op"] == "remove":
+            if key not in parent:
+                raise PatchFailed(f"remove of {op['path']}: missing value")
+            del parent[key]
+        else:
+            raise PatchFailed(f"unsupported op {op['op']}")
+    return doc
+
+
+def merge(doc: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """RFC 7386 (which a strategic merge patch of plain maps also is)."""
+    for key, value in patch.items():
+        if value is None:
+            doc.pop(key, None)
+        elif isinstance(value, dict) and isinstance(doc.get(key), dict):
+            merge(doc[key], value)
+        else:
+            doc[key] = copy.deepcopy(value)
+    return doc

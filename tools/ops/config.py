@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 DEFAULT_QUERIES = {
     "error_rate": 'sum(rate(http_requests_total{$labels,code=~"5.."}[5m]))'
@@ -107,6 +107,48 @@ class Verification(_Section):
     settle_s: float = Field(30.0, ge=0, description="pause after the rollout before re-checking the error rate")
 
 
+class DemoActions(_Section):
+    """Rollbacks and scaling recorded, not done (the demo), among the releases of its change history."""
+
+    backend: Literal["demo"] = "demo"
+
+
+class KubernetesActions(KubeConnection):
+    """The service's Deployment: rollback as kubectl rollout undo, scale by its scale subresource; verified.
+
+    A rollback puts the target ReplicaSet's pod template onto the Deployment with its change-cause recorded."""
+
+    backend: Literal["kubernetes"]
+
+
+class WebhookActions(_Section):
+    """A POST to your own endpoint (a CI/CD job), shaped like the restart webhook's, with action and target."""
+
+    backend: Literal["webhook"]
+    url: str = Field(description="POSTed {action, service_id, environment, idempotency_key, requested_by, "
+                     "confirmed_by, reason, to_release | to_revision | replicas}")
+    token_env: str | None = Field(None, description="environment variable holding a bearer token")
+    timeout_s: float = Field(15.0, gt=0, description="per request")
+
+
+ActionBackend = Annotated[DemoActions | KubernetesActions | WebhookActions, Field(discriminator="backend")]
+
+
+class Bounds(_Section):
+    min: int = Field(ge=0, description="fewest replicas scale_service may set")
+    max: int = Field(ge=0, description="most replicas scale_service may set")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Bounds:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is above max ({self.max})")
+        return self
+
+
+def _default_bounds() -> dict[str, dict[str, Bounds]]:
+    return {"*": {"*": Bounds(min=1, max=10)}}
+
+
 _SCOPE = Field(None, description="the environments this source knows about (default: all)")
 
 
@@ -153,6 +195,15 @@ class OpsConfig(_Section):
         default_factory=FixtureMetrics, description="where query_metrics reads series")
     restart: Annotated[DemoRestarts | KubernetesRestarts | WebhookRestarts, Field(discriminator="backend")] = Field(
         default_factory=DemoRestarts, description="what restart_service does (always confirmed by a person first)")
+    rollback: ActionBackend | None = Field(
+        None, description="what rollback_service does (always confirmed in prod). Unset: the restart backend's "
+        "Kubernetes connection when restart is kubernetes, the demo when restart is the demo; with a restart "
+        "webhook, rollbacks are refused (not_configured) until a rollback backend is set")
+    scale: ActionBackend | None = Field(None, description="what scale_service does; unset: as for rollback")
+    scale_bounds: dict[str, dict[str, Bounds]] = Field(
+        default_factory=_default_bounds,
+        description="service id ('*' for any) → environment ('*' for any) → {min, max} replicas; the most "
+        "specific entry wins; a service and environment no entry covers cannot be scaled")
     changes: list[ChangeSource] = Field(
         default_factory=_default_changes,
         description="where recent_changes reads what changed: one source or a list (merged, newest first)")

@@ -96,3 +96,22 @@ async def recent(sources: list[ChangeSource], service: Service, environment: str
     if notes:
         out["notes"] = notes
     return out
+
+
+_RELEASES = {"deploy", "image", "rollback", "rollout", "config"}
+
+
+async def releases(sources: list[ChangeSource], service: Service, environment: str, now: float) -> list[Change]:
+    """A service's releases in one environment up to ``now``, oldest first, from the sources that answer: what a
+    rollback by webhook or by the demo plans from. A source that fails is left out (the plan is shown, and a
+    release it does not know can still be named)."""
+    asked = [s for s in sources if s.serves(environment)]
+    answers = await asyncio.gather(*(s.changes(service, environment, 0.0, now) for s in asked),
+                                   return_exceptions=True)
+    found: list[Change] = []
+    for answer in answers:
+        if isinstance(answer, Found):
+            found += [c for c in answer.changes if c.kind in _RELEASES and c.version and c.at <= now]
+        elif not isinstance(answer, ToolError):
+            raise answer
+    return sorted(found, key=lambda c: c.at)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 
-from tools.errors import NotFound, PermissionDenied, ToolTimeout, UpstreamError
+from tools.errors import Conflict, NotFound, PermissionDenied, ToolTimeout, UpstreamError
 
 if TYPE_CHECKING:
     from kubernetes_asyncio import client
@@ -103,6 +103,20 @@ class KubeClient:
                                    "_request_timeout": self.timeout_s}
         return await self._call(lambda apps: apps.patch_namespaced_deployment(name, namespace, patch, **options))
 
+    async def patch_deployment(self, namespace: str, name: str, patch: Any,
+                               content_type: str = "application/json-patch+json") -> dict[str, Any]:
+        """A PATCH of the Deployment (a rollback: a JSON patch whose ``test`` op guards against a concurrent
+        change, answered 409/422 by the API server, which this raises as Conflict)."""
+        options: dict[str, Any] = {"_content_type": content_type, "_request_timeout": self.timeout_s}
+        return await self._call(lambda apps: apps.patch_namespaced_deployment(name, namespace, patch, **options))
+
+    async def scale(self, namespace: str, name: str, patch: Any,
+                    content_type: str = "application/json-patch+json") -> dict[str, Any]:
+        """A PATCH of the Deployment's scale subresource (RBAC ``deployments/scale``: replicas, nothing else)."""
+        options: dict[str, Any] = {"_content_type": content_type, "_request_timeout": self.timeout_s}
+        return await self._call(lambda apps: apps.patch_namespaced_deployment_scale(name, namespace, patch,
+                                                                                    **options))
+
     async def _call(self, call: Callable[[client.AppsV1Api], Awaitable[Any]]) -> dict[str, Any]:
         from kubernetes_asyncio import client
         from kubernetes_asyncio.client.exceptions import ApiException
@@ -137,6 +151,8 @@ def _classified(exc: ApiException) -> Exception:
         return PermissionDenied(f"{_NAME} {word} ({status}): {message}")
     if status == 404:
         return NotFound(f"{_NAME}: {message}")
+    if status == 409 or (status == 422 and "test" in message.lower()):  # a JSON patch's test op failed
+        return Conflict(f"{_NAME}: the object changed meanwhile, nothing was changed ({status}: {message})")
     return UpstreamError(f"{_NAME} answered {status}: {message}")
 
 

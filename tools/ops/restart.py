@@ -93,17 +93,23 @@ class KubernetesRestarts:
                 "generation": (body.get("metadata") or {}).get("generation")}
 
     async def wait(self, req: RestartRequest, action: dict[str, Any], timeout_s: float, poll_s: float) -> Rollout:
-        started = time.monotonic()
-        detail = "no status yet"
-        while True:
-            deployment = await self.kube.deployment(*self._where(req.service))
-            done, detail = rollout_state(deployment, action.get("generation"))
-            waited = round(time.monotonic() - started, 1)
-            if done:
-                return Rollout("complete", detail, waited)
-            if waited >= timeout_s:
-                return Rollout("timed_out", f"the rollout did not finish within {timeout_s:g}s: {detail}", waited)
-            await asyncio.sleep(poll_s)
+        return await watch_rollout(self.kube, *self._where(req.service), action.get("generation"), timeout_s, poll_s)
+
+
+async def watch_rollout(kube: KubeClient, namespace: str, name: str, generation: Any, timeout_s: float,
+                        poll_s: float) -> Rollout:
+    """Poll the Deployment until ``kubectl rollout status`` would say it finished, at most ``timeout_s``."""
+    started = time.monotonic()
+    detail = "no status yet"
+    while True:
+        deployment = await kube.deployment(namespace, name)
+        done, detail = rollout_state(deployment, generation)
+        waited = round(time.monotonic() - started, 1)
+        if done:
+            return Rollout("complete", detail, waited)
+        if waited >= timeout_s:
+            return Rollout("timed_out", f"the rollout did not finish within {timeout_s:g}s: {detail}", waited)
+        await asyncio.sleep(poll_s)
 
 
 def rollout_state(deployment: dict[str, Any], generation: Any) -> tuple[bool, str]:
@@ -140,22 +146,32 @@ class WebhookRestarts:
             "namespace": k.namespace if k else None, "deployment": k.deployment if k else None,
             "idempotency_key": req.idempotency_key, "requested_by": req.requested_by,
             "confirmed_by": req.confirmed_by, "reason": req.reason})
-        answer = body if isinstance(body, dict) else {}
-        return {"job": answer.get("id") or answer.get("job_id"), "status": answer.get("status"),
-                "status_url": urljoin(self.url, str(answer["status_url"])) if answer.get("status_url") else None}
+        return job_answer(self.url, body)
 
     async def wait(self, req: RestartRequest, action: dict[str, Any], timeout_s: float, poll_s: float) -> Rollout:
-        if not action.get("status_url"):
-            return Rollout("unknown", "the webhook gave no status_url to follow; check the job yourself")
-        started = time.monotonic()
-        while True:
-            body = await self.http.request("GET", str(action["status_url"]))
-            state = str((body or {}).get("status", "")).lower()
-            waited = round(time.monotonic() - started, 1)
-            if state in ("succeeded", "success", "complete", "completed", "done"):
-                return Rollout("complete", f"the job reports {state}", waited)
-            if state in ("failed", "failure", "error", "cancelled"):
-                return Rollout("failed", f"the job reports {state}: {(body or {}).get('message', '')}", waited)
-            if waited >= timeout_s:
-                return Rollout("timed_out", f"the job was still {state or 'running'} after {timeout_s:g}s", waited)
-            await asyncio.sleep(poll_s)
+        return await follow_job(self.http, action, timeout_s, poll_s)
+
+
+def job_answer(url: str, body: Any) -> dict[str, Any]:
+    """What a webhook answered: its job id, status and (resolved against ``url``) the status URL to follow."""
+    answer = body if isinstance(body, dict) else {}
+    return {"job": answer.get("id") or answer.get("job_id"), "status": answer.get("status"),
+            "status_url": urljoin(url, str(answer["status_url"])) if answer.get("status_url") else None}
+
+
+async def follow_job(http: Http, action: dict[str, Any], timeout_s: float, poll_s: float) -> Rollout:
+    """Poll a webhook job's ``status_url`` until it succeeds or fails, at most ``timeout_s``."""
+    if not action.get("status_url"):
+        return Rollout("unknown", "the webhook gave no status_url to follow; check the job yourself")
+    started = time.monotonic()
+    while True:
+        body = await http.request("GET", str(action["status_url"]))
+        state = str((body or {}).get("status", "")).lower()
+        waited = round(time.monotonic() - started, 1)
+        if state in ("succeeded", "success", "complete", "completed", "done"):
+            return Rollout("complete", f"the job reports {state}", waited)
+        if state in ("failed", "failure", "error", "cancelled"):
+            return Rollout("failed", f"the job reports {state}: {(body or {}).get('message', '')}", waited)
+        if waited >= timeout_s:
+            return Rollout("timed_out", f"the job was still {state or 'running'} after {timeout_s:g}s", waited)
+        await asyncio.sleep(poll_s)

@@ -1,4 +1,4 @@
-"""The six ops tools, bound to the backends the config chooses."""
+"""The ops tools (rollback and scaling in tools/ops/changing.py), bound to the backends the config chooses."""
 
 from __future__ import annotations
 
@@ -11,17 +11,20 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools.errors import InvalidArguments, NotFound, ParamsRequired, ToolError
+from tools.errors import InvalidArguments, NotFound, ParamsRequired
 from tools.ops import config as cfg
 from tools.ops.catalog import Catalog, Service
-from tools.ops.changes import ChangeSource, FileChanges, HttpChanges
+from tools.ops.changes import Change, ChangeSource, FileChanges, HttpChanges
+from tools.ops.changing import Changing
+from tools.ops.changing import error_rate as _error_rate
 from tools.ops.clock import Clock
 from tools.ops.docs import DocIndex
-from tools.ops.history import recent
+from tools.ops.history import recent, releases
 from tools.ops.http import Http
 from tools.ops.kube import KubeClient
 from tools.ops.logs import FileBackend, LogBackend, LogQuery, LokiBackend, group
 from tools.ops.metrics import FixtureBackend, MetricsBackend, PrometheusBackend
+from tools.ops.releases import DemoActions, Unconfigured, WebhookActions
 from tools.ops.restart import (
     DemoRestarts,
     KubernetesRestarts,
@@ -29,6 +32,7 @@ from tools.ops.restart import (
     RestartRequest,
     WebhookRestarts,
 )
+from tools.ops.rollback import KubernetesActions
 from tools.ops.rollouts import KubernetesChanges
 from tools.ops.series import describe, figures, gist
 from tools.registry import ToolContext, ToolSpec, confirm_in, tool
@@ -87,6 +91,8 @@ class Toolbox:
     restarts: Any  # a RestartBackend; DemoRestarts in the demo, whose .done tests read
     changes: list[ChangeSource]
     clock: Clock
+    rollbacks: Any = None  # a RollbackBackend; DemoActions in the demo, whose .done tests read
+    scaling: Any = None  # a ScaleBackend
 
 
 def _token(env: str | None) -> str | None:
@@ -138,6 +144,29 @@ def _restarts(conf: cfg.OpsConfig) -> RestartBackend:
         return WebhookRestarts(Http(r.url, name="restart webhook", token=_token(r.token_env), timeout_s=r.timeout_s),
                                r.url)
     return DemoRestarts()
+
+
+def _actions(conf: cfg.OpsConfig, chosen: cfg.ActionBackend | None, what: str, sources: list[ChangeSource],
+             clock: Clock) -> Any:
+    """rollback and scale: as configured; unset, the restart backend's Kubernetes connection or the demo. A
+    restart webhook is never assumed to roll back or scale: unset then, the tool says it is not configured."""
+    if chosen is None:
+        restart = conf.restart
+        if isinstance(restart, cfg.KubernetesRestarts):
+            return KubernetesActions(_kube(restart))
+        if isinstance(restart, cfg.WebhookRestarts):
+            return Unconfigured(what)
+        chosen = cfg.DemoActions()
+
+    async def history(service: Service, env: str) -> list[Change]:
+        return await releases(sources, service, env, clock.now())
+
+    if isinstance(chosen, cfg.KubernetesActions):
+        return KubernetesActions(_kube(chosen))
+    if isinstance(chosen, cfg.WebhookActions):
+        return WebhookActions(Http(chosen.url, name=f"{what} webhook", token=_token(chosen.token_env),
+                                   timeout_s=chosen.timeout_s), chosen.url, history)
+    return DemoActions(history)
 
 
 def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox:
@@ -273,19 +302,14 @@ def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox
                 "error_rate_before": before, "error_rate_after": after,
                 "verdict": _verdict(rollout.status, before, after), "confirmed_by": ctx.confirmed_by}
 
-    specs = [search_resource, search_docs, query_logs, query_metrics, recent_changes, restart_service]
-    return Toolbox(specs, catalog, docs, logs, metrics, backend, changes, clock)
-
-
-async def _error_rate(metrics: MetricsBackend, service: Service, env: str) -> float | str | None:
-    """The symptom to re-check; a failure to read it is reported, not fatal to the restart."""
-    if "error_rate" not in metrics.names:
-        return None
-    try:
-        value = await metrics.current(service, env, "error_rate")
-    except ToolError as exc:
-        return f"unavailable: {exc.message}"
-    return round(value, 4) if value is not None else None
+    rollbacks = _actions(conf, conf.rollback, "rollback", changes, clock)
+    scaling = _actions(conf, conf.scale, "scale", changes, clock)
+    changing = Changing(
+        lambda sid, env, what: service_and_env(ServiceArgs(service_id=sid, environment=env), what),
+        named, metrics, rollbacks, scaling, verify, conf.scale_bounds)
+    specs = [search_resource, search_docs, query_logs, query_metrics, recent_changes, restart_service,
+             *changing.specs()]
+    return Toolbox(specs, catalog, docs, logs, metrics, backend, changes, clock, rollbacks, scaling)
 
 
 def _verdict(rollout: str, before: float | str | None, after: float | str | None) -> str:

@@ -1,0 +1,254 @@
+"""rollback_service and scale_service against the Kubernetes API stand-in (its Deployment and ReplicaSets changed
+as the deployment controller would: tests/fakes/rollouts.py), the webhook and the demo: the plan on the card,
+the refusals before any card, the change the person saw and no other, exactly once."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from core.messages import ToolCall
+from state import MemoryStore
+from tests.fakes.ops_servers import OpsFakes
+from tests.fakes.rollouts import Rollouts
+from tests.test_ops import data, error_code, live
+from tools import ops
+from tools.errors import Conflict
+from tools.ops import config as cfg
+from tools.ops.rollback import ChangeRequest
+from tools.ops.rollouts import template
+from tools.registry import Registry, ToolContext
+from tools.runtime import MutationJournal, Observation, execute_one
+
+
+@pytest.fixture
+async def fakes(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[OpsFakes]:
+    monkeypatch.setenv("OPS_TOKEN", "secret-token")
+    f = OpsFakes()
+    await f.server.start()
+    yield f
+    await f.server.stop()
+
+
+def three_releases(fakes: OpsFakes) -> Rollouts:
+    sim = Rollouts("payments-api:1.4.0", "2026-11-20T08:00:00Z")  # revision 1
+    sim.set_image("payments-api:1.4.1", "2026-11-28T08:00:00Z")  # revision 2
+    sim.set_image("payments-api:1.4.2", "2026-12-02T08:00:00Z")  # revision 3: running
+    fakes.simulate(sim)
+    return sim
+
+
+async def call(toolbox: ops.Toolbox, name: str, *, confirmed_by: str | None = None, plan: dict[str, Any] | None = None,
+               unattended: bool = False, call_id: str | None = None, journal: MutationJournal | None = None,
+               **args: Any) -> Observation:
+    ctx = ToolContext(run_id="r", thread_id="t", user_id="UREQ", call_id=call_id or f"c-{time.time_ns()}",
+                      confirmed_by=confirmed_by, unattended=unattended, plan=plan)
+    return await execute_one(ToolCall(id=ctx.call_id, name=name, arguments=args), registry=Registry.of(toolbox.specs),
+                             ctx=ctx, journal=journal or MemoryStore().journal)
+
+
+async def card(toolbox: ops.Toolbox, name: str, **args: Any) -> dict[str, Any]:
+    """The confirmation card's payload (no person has confirmed yet)."""
+    obs = await call(toolbox, name, **args)
+    assert obs.interrupt is not None and obs.interrupt.interrupt_type == "confirm_risky", obs.result
+    return obs.interrupt.payload
+
+
+def revision(sim: Rollouts, image: str) -> dict[str, Any]:
+    return next(rs for rs in sim.replica_sets if template(rs)["spec"]["containers"][0]["image"] == image)
+
+
+def patches(fakes: OpsFakes) -> list[tuple[str, str, Any]]:
+    return [r for r in fakes.requests if r[0] in ("k8s_PATCH", "k8s_scale_PATCH")]
+
+
+# --- rollback on Kubernetes -------------------------------------------------------------------------------------
+
+async def test_rollback_to_the_previous_revision_shows_from_to_then_does_exactly_that(fakes: OpsFakes) -> None:
+    sim = three_releases(fakes)
+    fakes.prom_series, fakes.prom_after_restart = {"error_rate": [0.01, 0.05]}, {"error_rate": 0.004}
+    toolbox = live(fakes)
+    payload = await card(toolbox, "rollback_service", service_id="payments", environment="prod", reason="bad 1.4.2")
+    plan = payload["plan"]
+    fields = {c["field"]: (c["from"], c["to"]) for c in plan["changes"]}
+    assert fields["revision"] == ("3", "2")
+    assert fields["images"] == ("payments-api:1.4.2", "payments-api:1.4.1")
+    assert fields["deployed_at"] == ("2026-12-02T08:00:00Z", "2026-11-28T08:00:00Z")
+    assert plan["summary"] == "payments prod: revision 3 (payments-api:1.4.2) → revision 2 (payments-api:1.4.1)"
+    assert not patches(fakes)  # a plan only reads
+
+    done = data(await call(toolbox, "rollback_service", confirmed_by="UAPPROVER", plan=plan, service_id="payments",
+                           environment="prod", reason="bad 1.4.2"))
+    target = revision(sim, "payments-api:1.4.1")
+    assert template(sim.deployment) == template(target)  # the Deployment runs revision 2's template
+    assert target["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "4"  # reused, renumbered
+    cause = sim.deployment["metadata"]["annotations"]["kubernetes.io/change-cause"]
+    assert cause == "rollback to revision 2 by UAPPROVER via OpsPilot: bad 1.4.2"
+    [(_, path, ops_sent)] = patches(fakes)
+    assert path == "/apis/apps/v1/namespaces/payments/deployments/payments-api"
+    assert ops_sent[0]["op"] == "test" and ops_sent[0]["path"] == "/metadata/generation"
+    assert done["from"]["revision"] == "3" and done["to"]["revision"] == "2" and done["backend"] == "kubernetes"
+    assert done["rollout"] == "complete" and done["confirmed_by"] == "UAPPROVER"
+    assert (done["error_rate_before"], done["error_rate_after"]) == (0.05, 0.004)
+    assert done["verdict"] == "rolled back; the error rate fell from 5.00% to 0.40%"
+
+
+async def test_rollback_to_a_named_revision_or_release(fakes: OpsFakes) -> None:
+    sim = three_releases(fakes)
+    toolbox = live(fakes)
+    by_release = (await card(toolbox, "rollback_service", service_id="payments", environment="prod",
+                             to_release="1.4.0"))["plan"]
+    assert by_release["changes"][0] == {"field": "revision", "from": "3", "to": "1"}
+    plan = (await card(toolbox, "rollback_service", service_id="payments", environment="prod", to_revision=1))["plan"]
+    assert plan == by_release
+    data(await call(toolbox, "rollback_service", confirmed_by="U", plan=plan, service_id="payments",
+                    environment="prod", to_revision=1))
+    assert template(sim.deployment) == template(revision(sim, "payments-api:1.4.0"))
+    assert sim.deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "payments-api:1.4.0"
+
+
+@pytest.mark.parametrize(("args", "code", "words"), [
+    ({"to_revision": 9}, "not_found", "revision 9 of payments/payments-api no longer exists; kept: 1 "),
+    ({"to_revision": 3}, "no_change", "revision 3 of payments/payments-api is the template running now"),
+    ({"to_release": "9.9.9"}, "not_found", "no earlier revision of payments/payments-api runs '9.9.9'"),
+    ({"to_revision": 1, "to_release": "1.4.0"}, "validation_error", "not both"),
+])
+async def test_refusals_come_before_any_card(fakes: OpsFakes, args: dict[str, Any], code: str, words: str) -> None:
+    three_releases(fakes)
+    obs = await call(live(fakes), "rollback_service", service_id="payments", environment="prod", **args)
+    assert obs.interrupt is None and error_code(obs) == code
+    assert words in json.loads(obs.result.content)["message"]  # type: ignore[union-attr]
+    assert not patches(fakes)
+
+
+async def test_a_paused_rollout_is_refused_before_any_card(fakes: OpsFakes) -> None:
+    sim = three_releases(fakes)
+    sim.pause("2026-12-02T09:00:00Z")
+    obs = await call(live(fakes), "rollback_service", service_id="payments", environment="prod")
+    assert obs.interrupt is None and error_code(obs) == "paused"
+
+
+async def test_a_deployment_changed_after_the_card_is_a_conflict_and_left_alone(fakes: OpsFakes) -> None:
+    sim = three_releases(fakes)
+    toolbox = live(fakes)
+    plan = (await card(toolbox, "rollback_service", service_id="payments", environment="prod"))["plan"]
+    sim.set_image("payments-api:1.5.0", "2026-12-02T09:30:00Z")  # someone deployed meanwhile: revision 4
+    obs = await call(toolbox, "rollback_service", confirmed_by="U", plan=plan, service_id="payments",
+                     environment="prod")
+    assert error_code(obs) == "conflict"
+    assert "revision was 3 → 2 on the card, is 4 → 3 now" in json.loads(obs.result.content)["message"]  # type: ignore[union-attr]
+    assert not patches(fakes) and sim.deployment["spec"]["template"]["spec"]["containers"][0]["image"] == \
+        "payments-api:1.5.0"
+
+
+async def test_the_api_server_refuses_a_patch_racing_another_change(fakes: OpsFakes) -> None:
+    sim = three_releases(fakes)
+    toolbox = live(fakes)
+    service = toolbox.catalog.get("payments")
+    assert service is not None
+    req = ChangeRequest(service, "prod", "c-race", "UREQ", "U")
+    plan = await toolbox.rollbacks.plan_rollback(req)
+    sim.scale(5, "2026-12-02T09:30:00Z")  # between our read and our write
+    with pytest.raises(Conflict):
+        await toolbox.rollbacks.rollback(req, plan)
+    assert sim.deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "payments-api:1.4.2"
+
+
+async def test_an_alert_run_never_rolls_back_or_scales(fakes: OpsFakes) -> None:
+    three_releases(fakes)
+    toolbox = live(fakes)
+    for name, extra in (("rollback_service", {}), ("scale_service", {"replicas": 4})):
+        obs = await call(toolbox, name, unattended=True, service_id="payments", environment="prod", **extra)
+        assert obs.interrupt is None and error_code(obs) == "not_allowed"
+    assert not patches(fakes)
+
+
+# --- scaling ----------------------------------------------------------------------------------------------------
+
+async def test_scale_within_bounds_through_the_scale_subresource(fakes: OpsFakes) -> None:
+    sim = three_releases(fakes)
+    toolbox = live(fakes, scale_bounds={"payments": {"prod": {"min": 2, "max": 6}}})
+    plan = (await card(toolbox, "scale_service", service_id="payments", environment="prod", replicas=5))["plan"]
+    assert plan == {"changes": [{"field": "replicas", "from": "3", "to": "5"}],
+                    "summary": "payments prod: 3 → 5 replicas"}
+    done = data(await call(toolbox, "scale_service", confirmed_by="U", plan=plan, service_id="payments",
+                           environment="prod", replicas=5, reason="peak"))
+    assert sim.deployment["spec"]["replicas"] == 5 and done["rollout"] == "complete"
+    assert done["verdict"].startswith("scaled")
+    [(kind, path, _)] = patches(fakes)
+    assert kind == "k8s_scale_PATCH" and path.endswith("/deployments/payments-api/scale")
+    assert any(e.get("subresource") == "scale" and e["manager"] == "opspilot"
+               for e in sim.deployment["metadata"]["managedFields"])  # recent_changes reads it as a scaling
+
+
+@pytest.mark.parametrize(("service", "replicas", "code", "words"), [
+    ("payments", 8, "out_of_bounds", "8 replicas is outside the bounds for payments in prod: 2 to 6"),
+    ("payments", 1, "out_of_bounds", "2 to 6"),
+    ("payments", 3, "no_change", "runs 3 replicas already"),
+    ("orders", 3, "out_of_bounds", "no replica bounds are configured for orders in prod"),
+])
+async def test_scale_refusals_come_before_any_card(fakes: OpsFakes, service: str, replicas: int, code: str,
+                                                   words: str) -> None:
+    three_releases(fakes)
+    toolbox = live(fakes, scale_bounds={"payments": {"prod": {"min": 2, "max": 6}}})
+    obs = await call(toolbox, "scale_service", service_id=service, environment="prod", replicas=replicas)
+    assert obs.interrupt is None and error_code(obs) == code
+    assert words in json.loads(obs.result.content)["message"]  # type: ignore[union-attr]
+    assert not patches(fakes)
+
+
+def test_default_bounds_are_one_to_ten_and_min_may_not_pass_max() -> None:
+    assert cfg.OpsConfig().scale_bounds["*"]["*"] == cfg.Bounds(min=1, max=10)
+    with pytest.raises(ValueError, match="min"):
+        cfg.OpsConfig(scale_bounds={"payments": {"prod": {"min": 5, "max": 2}}})
+
+
+# --- webhook and demo -------------------------------------------------------------------------------------------
+
+async def test_webhook_rollback_sends_the_idempotency_key_once(fakes: OpsFakes) -> None:
+    hook = cfg.WebhookActions(backend="webhook", url=f"{fakes.url}/hooks/change", token_env="OPS_TOKEN")
+    toolbox = ops.build(cfg.OpsConfig(rollback=hook, scale=hook, verify=cfg.Verification(timeout_s=2, poll_s=0.05,
+                                                                                         settle_s=0)))
+    journal = MemoryStore().journal
+    args = {"service_id": "orders", "environment": "staging", "reason": "DTO mapper"}
+    done = data(await call(toolbox, "rollback_service", call_id="c-1", journal=journal, **args))
+    again = await call(toolbox, "rollback_service", call_id="c-1", journal=journal, **args)
+    assert error_code(again) == "outcome_unknown"  # the same call never runs twice
+    [posted] = [r[2] for r in fakes.requests if r[0] == "webhook"]
+    assert posted["action"] == "rollback" and posted["idempotency_key"] == "c-1"
+    assert (posted["from_release"], posted["to_release"]) == ("2026.12.02-1", "2026.12.01-4")
+    assert posted["requested_by"] == "UREQ" and posted["reason"] == "DTO mapper"
+    assert done["rollout"] == "complete" and done["to"]["images"] == "orders-api:4.1.9"
+    data(await call(toolbox, "scale_service", call_id="c-2", service_id="orders", environment="staging", replicas=4))
+    scaled = [r[2] for r in fakes.requests if r[0] == "webhook"][-1]
+    assert scaled["action"] == "scale" and scaled["replicas"] == 4 and scaled["idempotency_key"] == "c-2"
+
+
+async def test_a_restart_webhook_is_never_assumed_to_roll_back(fakes: OpsFakes) -> None:
+    restart = cfg.WebhookRestarts(backend="webhook", url=f"{fakes.url}/hooks/restart")
+    toolbox = ops.build(cfg.OpsConfig(restart=restart))
+    obs = await call(toolbox, "rollback_service", service_id="payments", environment="prod")
+    assert obs.interrupt is None and error_code(obs) == "not_configured"
+    assert not [r for r in fakes.requests if r[0] == "webhook"]
+
+
+async def test_the_demo_rolls_orders_staging_back_exactly_once() -> None:
+    toolbox = ops.build()
+    args = {"service_id": "orders", "environment": "staging"}
+    first = data(await call(toolbox, "rollback_service", call_id="c-demo", **args))
+    assert first["summary"] == "orders staging: 2026.12.02-1 (orders-api:4.2.0) → 2026.12.01-4 (orders-api:4.1.9)"
+    assert first["from"]["release"] == "2026.12.02-1" and first["to"]["release"] == "2026.12.01-4"
+    # a second instance with its own journal, the same call: the backend answers with what it did
+    data(await call(toolbox, "rollback_service", call_id="c-demo", journal=MemoryStore().journal, **args))
+    assert len(toolbox.rollbacks.done) == 1
+    nothing_older = await call(toolbox, "rollback_service", **args)  # it runs 2026.12.01-4 now
+    assert error_code(nothing_older) == "not_found"
+    prod = (await card(toolbox, "rollback_service", service_id="payments", environment="prod"))["plan"]
+    assert prod["changes"][0] == {"field": "release", "from": "2026.12.02-2", "to": "2026.12.01-3"}
+    back = await call(toolbox, "rollback_service", service_id="orders", environment="staging",
+                      to_release="2026.12.01-4")
+    assert error_code(back) == "no_change"
