@@ -185,7 +185,51 @@ async def toolbox_checks(settings: Settings) -> tuple[list[Check], ops.Toolbox |
             checks.append(Check("Metrics", True, "answers"))
         except ToolError as exc:
             checks.append(Check("Metrics", False, exc.message, "fix toolbox.metrics"))
+    checks += await kubernetes_checks(toolbox)
     return checks, toolbox
+
+
+_NEEDS: dict[str, list[tuple[str, str, str | None]]] = {  # verb, resource, subresource — as rbac.yaml grants
+    "restart_service": [("get", "deployments", None), ("patch", "deployments", None)],
+    "rollback_service": [("get", "deployments", None), ("patch", "deployments", None),
+                         ("list", "replicasets", None)],
+    "scale_service": [("get", "deployments", None), ("patch", "deployments", "scale")],
+    "recent_changes": [("get", "deployments", None), ("list", "replicasets", None)],
+}
+
+
+async def kubernetes_checks(toolbox: ops.Toolbox) -> list[Check]:
+    """Whether the configured Kubernetes credentials may do what each tool needs, on each service in the
+    catalog (SelfSubjectAccessReview, as ``kubectl auth can-i``): a missing grant is found now, not mid-incident."""
+    from tools.ops.kube import KubeClient
+
+    users: list[tuple[str, KubeClient]] = []
+    for name, backend in (("restart_service", toolbox.restarts), ("rollback_service", toolbox.rollbacks),
+                          ("scale_service", toolbox.scaling), *(("recent_changes", c) for c in toolbox.changes)):
+        kube = getattr(backend, "kube", None)
+        if isinstance(kube, KubeClient):
+            users.append((name, kube))
+    checks: list[Check] = []
+    for name, kube in users:
+        missing: list[str] = []
+        try:
+            for service in toolbox.catalog.services:
+                if service.kubernetes is None:
+                    continue
+                ns, deployment = service.kubernetes.namespace, service.kubernetes.deployment
+                for verb, resource, sub in _NEEDS[name]:
+                    target = deployment if resource == "deployments" else None
+                    ok, _ = await kube.allowed(ns, verb, resource, target, sub)
+                    if not ok:
+                        what = resource + (f"/{sub}" if sub else "")
+                        missing.append(f"{verb} {what}" + (f" {ns}/{target}" if target else f" in {ns}"))
+        except ToolError as exc:
+            checks.append(Check(f"Kubernetes permissions ({name})", False, exc.message, "see toolbox in the config"))
+            continue
+        checks.append(Check(f"Kubernetes permissions ({name})", not missing,
+                            "granted" if not missing else "missing: " + "; ".join(missing[:6]),
+                            "grant them as deploy/kubernetes/rbac.yaml does"))
+    return checks
 
 
 async def mcp_checks(settings: Settings) -> list[Check]:

@@ -109,6 +109,13 @@ async def test_rollback_to_a_named_revision_or_release(fakes: OpsFakes) -> None:
                     environment="prod", to_revision=1))
     assert template(sim.deployment) == template(revision(sim, "payments-api:1.4.0"))
     assert sim.deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "payments-api:1.4.0"
+    # and forward again: the default target is now the highest revision below the running one (3: 1.4.2)
+    again = data(await call(toolbox, "rollback_service", confirmed_by="U", service_id="payments", environment="prod",
+                            reason="1.4.0 lacks the fix"))
+    assert again["from"]["revision"] == "4" and again["to"]["revision"] == "3"
+    assert sim.deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "payments-api:1.4.2"
+    assert sim.deployment["metadata"]["annotations"]["kubernetes.io/change-cause"] == \
+        "rollback to revision 3 by U via OpsPilot: 1.4.0 lacks the fix"
 
 
 @pytest.mark.parametrize(("args", "code", "words"), [
@@ -252,3 +259,20 @@ async def test_the_demo_rolls_orders_staging_back_exactly_once() -> None:
     back = await call(toolbox, "rollback_service", service_id="orders", environment="staging",
                       to_release="2026.12.01-4")
     assert error_code(back) == "no_change"
+
+
+async def test_opspilot_check_asks_the_api_server_what_each_tool_may_do(fakes: OpsFakes,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from bot.check import kubernetes_checks
+
+    three_releases(fakes)
+    checks = await kubernetes_checks(live(fakes))
+    assert [(c.name, c.ok) for c in checks] == [("Kubernetes permissions (restart_service)", True),
+                                                ("Kubernetes permissions (rollback_service)", True),
+                                                ("Kubernetes permissions (scale_service)", True)]
+    asked = [r[2] for r in fakes.requests if r[0] == "k8s_access_review"]
+    assert {"namespace": "payments", "verb": "patch", "group": "apps", "resource": "deployments",
+            "subresource": "scale", "name": "payments-api"} in asked
+    monkeypatch.setenv("OPS_TOKEN", "viewer-token")
+    scale = (await kubernetes_checks(live(fakes)))[2]
+    assert not scale.ok and "patch deployments/scale payments/payments-api" in scale.says

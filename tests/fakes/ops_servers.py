@@ -58,6 +58,7 @@ class OpsFakes:
         app.router.add_route("*", "/apis/apps/v1/namespaces/{ns}/deployments/{name}", self.deployment_api)
         app.router.add_route("*", "/apis/apps/v1/namespaces/{ns}/deployments/{name}/scale", self.scale_api)
         app.router.add_get("/apis/apps/v1/namespaces/{ns}/replicasets", self.replica_set_list)
+        app.router.add_post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", self.access_review)
         app.router.add_get("/hooks/changes", self.changes)
         app.router.add_post("/hooks/restart", self.webhook)
         app.router.add_post("/hooks/change", self.webhook)
@@ -209,6 +210,19 @@ class OpsFakes:
                                       "message": str(exc)}, status=422)
         self.restarted = True  # the error rate reads its after-change value from now on
         return web.json_response(answer)
+
+    async def access_review(self, request: web.Request) -> web.Response:
+        """``kubectl auth can-i``: the read-only token may get and list, not patch."""
+        body = await request.json()
+        if (denied := self._auth(request)) is not None:
+            return denied
+        asked = body["spec"]["resourceAttributes"]
+        viewer = request.headers.get("Authorization") == f"Bearer {self.read_only_token}"
+        allowed = not (viewer and asked["verb"] == "patch")
+        self.requests.append(("k8s_access_review", request.path, asked))
+        return web.json_response({**body, "status": {"allowed": allowed,
+                                                     "reason": "" if allowed else "no RBAC policy matched"}},
+                                 status=201)
 
     async def replica_set_list(self, request: web.Request) -> web.Response:
         self.requests.append(("k8s_replicasets", request.path, dict(request.query)))

@@ -117,13 +117,27 @@ class KubeClient:
         return await self._call(lambda apps: apps.patch_namespaced_deployment_scale(name, namespace, patch,
                                                                                     **options))
 
-    async def _call(self, call: Callable[[client.AppsV1Api], Awaitable[Any]]) -> dict[str, Any]:
+    async def allowed(self, namespace: str, verb: str, resource: str, name: str | None = None,
+                      subresource: str | None = None) -> tuple[bool, str]:
+        """Whether these credentials may do this (``kubectl auth can-i``: a SelfSubjectAccessReview, which any
+        authenticated user may create — no grant in rbac.yaml), and the API server's reason."""
+        attributes = {"namespace": namespace, "verb": verb, "group": "apps", "resource": resource,
+                      "subresource": subresource, "name": name}
+        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                "spec": {"resourceAttributes": {k: v for k, v in attributes.items() if v}}}
+        options: dict[str, Any] = {"_request_timeout": self.timeout_s}
+        answer = await self._call(lambda auth: auth.create_self_subject_access_review(body, **options),
+                                  api="AuthorizationV1Api")
+        status = answer.get("status") or {}
+        return bool(status.get("allowed")), str(status.get("reason") or status.get("evaluationError") or "")
+
+    async def _call(self, call: Callable[[Any], Awaitable[Any]], api: str = "AppsV1Api") -> dict[str, Any]:
         from kubernetes_asyncio import client
         from kubernetes_asyncio.client.exceptions import ApiException
 
-        api = await self._client()
+        connection = await self._client()
         try:
-            result = await call(client.AppsV1Api(api))
+            result = await call(getattr(client, api)(connection))
         except ApiException as exc:
             raise _classified(exc) from exc
         except TimeoutError as exc:
@@ -132,7 +146,7 @@ class KubeClient:
             raise UpstreamError(f"cannot reach {_NAME}: {type(exc).__name__}: {_first_line(exc)}") from exc
         except (ValueError, TypeError) as exc:  # an answer that is not the object it should be
             raise UpstreamError(f"{_NAME} sent an answer that could not be read: {_first_line(exc)}") from exc
-        body = api.sanitize_for_serialization(result)
+        body = connection.sanitize_for_serialization(result)
         return body if isinstance(body, dict) else {}
 
     async def close(self) -> None:
