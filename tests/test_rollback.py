@@ -276,3 +276,18 @@ async def test_opspilot_check_asks_the_api_server_what_each_tool_may_do(fakes: O
     monkeypatch.setenv("OPS_TOKEN", "viewer-token")
     scale = (await kubernetes_checks(live(fakes)))[2]
     assert not scale.ok and "patch deployments/scale payments/payments-api" in scale.says
+
+
+async def test_the_confirmation_config_applies_by_tool_name() -> None:
+    toolbox = ops.build()
+    registry = Registry.of(toolbox.specs)
+    registry.require_confirmation_in("rollback_service", ["staging"])  # tools.rollback_service.confirm_in
+    spec = registry.get("rollback_service")
+    assert spec is not None and spec.attended_only and spec.plan is not None
+    ctx = ToolContext(run_id="r", thread_id="t", user_id="UREQ", call_id="c-staging")
+    obs = await execute_one(ToolCall(id="c-staging", name="rollback_service",
+                                     arguments={"service_id": "orders", "environment": "staging"}),
+                            registry=registry, ctx=ctx, journal=MemoryStore().journal)
+    assert obs.interrupt is not None and obs.interrupt.payload["plan"]["changes"][0] == \
+        {"field": "release", "from": "2026.12.02-1", "to": "2026.12.01-4"}
+    assert not toolbox.rollbacks.done
