@@ -27,7 +27,7 @@ from bot.keyboard import Interrupted, Keyboard
 from bot.slack.audit import ran_a_change
 from bot.slack.blocks import field_label, form_ask, gate, plan_rows
 from bot.slack.outputs import fallback_answer
-from bot.slack.render import model_note, status_word
+from bot.slack.progress_words import model_note, status_word
 from bot.slack.words import Lang, headline, language_of, say
 from bot.terminal import markup, printer
 from core.stops import STOP_WORDING

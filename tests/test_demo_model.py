@@ -145,7 +145,6 @@ def test_a_follow_up_without_a_change_compares_with_the_last_figure_found() -> N
     ("支付生产环境有问题吗？", ["错误率 4.3%", "`payments-prod.jsonl` 最近 60 分钟的错误行"],
      ["没有我认识的服务名", "error lines of"]),
     ("compare orders and payments error rates", ["*Comparison* (both in prod)"], ["staging"]),
-    ("roll back orders in staging", ["can't roll back `orders`"], ["Confirm", "Restarting"]),
 ])
 async def test_questions_about_changes_are_answered_or_honestly_declined(ws: Workspace, question: str,
                                                                          expected: list[str],
@@ -187,3 +186,12 @@ def test_windows_and_environments_are_read_from_the_question() -> None:
     assert read("支付生产环境有问题吗？").environment == "prod"
     assert read("网关预发环境").environment == "staging"
     assert read("09：45 发生了什么").at == "09:45"
+
+
+async def test_a_rollback_asked_for_waits_on_a_card_showing_from_and_to(ws: Workspace) -> None:
+    await ask(ws, "roll back orders in staging", "725.1")
+    card = next(m for m in ws.slack.thread(CHANNEL, "725.1") if any(
+        b["action_id"] == "opspilot_confirm" for b in buttons(m)))
+    text = all_text(card)
+    assert "*Release:* `2026.12.02-1` → `2026.12.01-4`" in text and "`orders-api:4.2.0` → `orders-api:4.1.9`" in text
+    assert ws.toolbox.rollbacks.done == [] and ws.toolbox.restarts.done == []  # a card: nothing has changed

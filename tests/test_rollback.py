@@ -222,15 +222,16 @@ async def test_webhook_rollback_sends_the_idempotency_key_once(fakes: OpsFakes) 
                                                                                          settle_s=0)))
     journal = MemoryStore().journal
     args = {"service_id": "orders", "environment": "staging", "reason": "DTO mapper"}
-    done = data(await call(toolbox, "rollback_service", call_id="c-1", journal=journal, **args))
-    again = await call(toolbox, "rollback_service", call_id="c-1", journal=journal, **args)
+    done = data(await call(toolbox, "rollback_service", call_id="c-1", journal=journal, confirmed_by="UBOB", **args))
+    again = await call(toolbox, "rollback_service", call_id="c-1", journal=journal, confirmed_by="UBOB", **args)
     assert error_code(again) == "outcome_unknown"  # the same call never runs twice
     [posted] = [r[2] for r in fakes.requests if r[0] == "webhook"]
     assert posted["action"] == "rollback" and posted["idempotency_key"] == "c-1"
     assert (posted["from_release"], posted["to_release"]) == ("2026.12.02-1", "2026.12.01-4")
     assert posted["requested_by"] == "UREQ" and posted["reason"] == "DTO mapper"
     assert done["rollout"] == "complete" and done["to"]["images"] == "orders-api:4.1.9"
-    data(await call(toolbox, "scale_service", call_id="c-2", service_id="orders", environment="staging", replicas=4))
+    data(await call(toolbox, "scale_service", call_id="c-2", service_id="orders", environment="staging", replicas=4,
+                    confirmed_by="UBOB"))
     scaled = [r[2] for r in fakes.requests if r[0] == "webhook"][-1]
     assert scaled["action"] == "scale" and scaled["replicas"] == 4 and scaled["idempotency_key"] == "c-2"
 
@@ -246,11 +247,12 @@ async def test_a_restart_webhook_is_never_assumed_to_roll_back(fakes: OpsFakes) 
 async def test_the_demo_rolls_orders_staging_back_exactly_once() -> None:
     toolbox = ops.build()
     args = {"service_id": "orders", "environment": "staging"}
-    first = data(await call(toolbox, "rollback_service", call_id="c-demo", **args))
+    first = data(await call(toolbox, "rollback_service", call_id="c-demo", confirmed_by="UBOB", **args))
     assert first["summary"] == "orders staging: 2026.12.02-1 (orders-api:4.2.0) → 2026.12.01-4 (orders-api:4.1.9)"
     assert first["from"]["release"] == "2026.12.02-1" and first["to"]["release"] == "2026.12.01-4"
     # a second instance with its own journal, the same call: the backend answers with what it did
-    data(await call(toolbox, "rollback_service", call_id="c-demo", journal=MemoryStore().journal, **args))
+    data(await call(toolbox, "rollback_service", call_id="c-demo", journal=MemoryStore().journal, confirmed_by="UBOB",
+                    **args))
     assert len(toolbox.rollbacks.done) == 1
     nothing_older = await call(toolbox, "rollback_service", **args)  # it runs 2026.12.01-4 now
     assert error_code(nothing_older) == "not_found"

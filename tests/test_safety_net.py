@@ -180,7 +180,7 @@ async def test_an_outsider_cannot_confirm_stop_or_resume(redis_url: str, prefix:
         await ws.sender.event(mention(CHANNEL, "UREQ", "block", "1500.1"))
         await asyncio.wait_for(probe.started.setdefault("blocker", asyncio.Event()).wait(), 10)
         await ws.store.journal.start(str(await ws.store.thread_run("slack:C0OPS:1500.1")), "b1")
-        for task in list(ws.service.inbound._tasks):
+        for task in list(ws.service.inbound.tasks.running):
             task.cancel()
         await asyncio.sleep(0.2)
         await ws.service.core.sweeps.sweep(now=time.time() + 600)

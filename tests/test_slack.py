@@ -312,7 +312,7 @@ async def test_a_dead_worker_mid_read_is_found_and_its_run_carried_on(redis_url:
     try:
         await ws.sender.event(mention(CHANNEL, "UREQ", "go", "990.1"))
         await asyncio.wait_for(probe.started.setdefault("blocker", asyncio.Event()).wait(), 10)
-        for task in list(ws.service.inbound._tasks):  # the worker dies: its tasks vanish mid-run
+        for task in list(ws.service.inbound.tasks.running):  # the worker dies: its tasks vanish mid-run
             task.cancel()
         await asyncio.sleep(0.2)
         await ws.service.core.sweeps.sweep(now=time.time() + 600)

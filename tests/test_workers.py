@@ -30,7 +30,7 @@ async def test_two_fronts_two_workers_and_a_duplicate_delivery_make_one_run(redi
         for ws in everyone:
             await ws.settle()
         assert (await fronts[0].store.stats(3600)).runs == 1
-        assert not any(f.service.core.bus.busy() or f.service.inbound.busy() for f in fronts)
+        assert not any(f.service.core.bus.busy() or f.service.inbound.tasks.busy() for f in fronts)
         bot = [m for m in slack.thread(CHANNEL, "40.1") if m.get("bot")]
         assert len([m for m in bot if "step" in all_text(m)]) == 1 and len(bot) == 2
         stats = await fronts[0].store.queue.stats()

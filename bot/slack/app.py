@@ -64,9 +64,9 @@ def build_bolt_app(*, client: AsyncWebClient, signing_secret: str, inbound: Inbo
 
     async def handle(work: Coroutine[Any, Any, None], name: str) -> None:
         if stored:
-            await inbound.now(work, name)
+            await inbound.tasks.now(work, name)
         else:
-            inbound.spawn(work, name)
+            inbound.tasks.spawn(work, name)
 
     @app.middleware
     async def installed_workspace_only(context: AsyncBoltContext, body: dict[str, Any],

@@ -7,10 +7,9 @@ It never runs the engine's turns itself, and never renders a run (that is :mod:`
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -20,6 +19,7 @@ from bot.agent.errors import EngineError, NotPending
 from bot.slack import blocks as kit
 from bot.slack.access import AccessPolicy, Verdict, refusal
 from bot.slack.alerts import INVESTIGATE, Alerts
+from bot.slack.background import Background
 from bot.slack.feedback import Feedback
 from bot.slack.followups import CANCEL as TIMER_CANCEL
 from bot.slack.followups import RECHECK
@@ -31,6 +31,7 @@ from bot.slack.meta import CARD, THREAD, channel_of, thread_key
 from bot.slack.metrics import Metrics
 from bot.slack.outbox import SlackOutbox
 from bot.slack.people import People
+from bot.slack.rollback_offer import ROLLBACK, parse, question
 from bot.slack.words import language_of, say
 from bot.slack.work import CLICK_LOST, STORE_DOWN, Answer, Converse, RunButton, WorkItem
 from core.redact import redact
@@ -80,44 +81,8 @@ class Inbound:
         self.dispatch = dispatch
         self.incidents = IncidentCommands(engine=engine, meta=meta, outbox=outbox, access=access, reports=reports)
         self.timers: TimerParts | None = None
-        self.gate: RunGate | None = None
-        """Limits on how often runs start (set where the service wires them)."""
-        """Follow-ups and scheduled checks: their commands and buttons (set where they exist)."""
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    # --- background work ---------------------------------------------------------------------------------
-
-    def spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
-        """Run ``work`` after the acknowledgement; its failure is logged, never raised into Bolt."""
-        async def guarded() -> None:
-            try:
-                await work
-            except Exception:
-                log.exception("background work %s failed", name)
-
-        task = asyncio.create_task(guarded(), name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def now(self, work: Coroutine[Any, Any, None], name: str) -> None:
-        """Run ``work`` before answering (a stored request read by a worker); a failure is logged, as in
-        :meth:`spawn`, except an outage, which leaves the request to be read again."""
-        try:
-            await work
-        except StoreError:
-            raise
-        except Exception:
-            log.exception("work %s failed", name)
-
-    def busy(self) -> bool:
-        return bool(self._tasks)
-
-    async def drain(self, timeout_s: float = 30.0) -> None:
-        """Wait for background work (tests, graceful shutdown)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while self._tasks and loop.time() < deadline:
-            await asyncio.wait(set(self._tasks), timeout=max(deadline - loop.time(), 0.01))
+        self.gate: RunGate | None = None  # limits on how often runs start (set where the service wires them)
+        self.tasks = Background()
 
     # --- messages and the slash command ----------------------------------------------------------------
 
@@ -231,6 +196,8 @@ class Inbound:
                 await self._decide(action_id, value, user, channel, thread_ts, body.get("state") or {})
             elif action_id == INVESTIGATE:
                 await self._investigate(value, user, channel, thread_ts)
+            elif action_id == ROLLBACK:
+                await self._rollback(body, value, user, channel, thread_ts)
             elif action_id.startswith(kit.FEEDBACK) and self.feedback is not None:
                 await self.feedback.click(body, value, user, channel, thread_ts)
             elif action_id.partition(":")[0] in (TIMER_CANCEL, RECHECK) and self.timers is not None:
@@ -265,6 +232,20 @@ class Inbound:
         problem = await self.alerts.investigate(channel, alert_ts, user)
         if problem:
             await self.outbox.tell(channel, user, problem, thread_ts)
+
+    async def _rollback(self, body: dict[str, Any], value: str, user: str, channel: str,
+                        thread_ts: str | None) -> None:
+        """"Roll back to …": asks in the thread, in the presser's name; the rollback then waits on its card."""
+        target = parse(value) or {"run": ""}  # a forged or damaged value names no run of this thread
+        if not await self._may_press(ROLLBACK, target["run"], user, channel, thread_ts):
+            return
+        press = str((body.get("actions") or [{}])[0].get("action_ts") or body.get("trigger_id") or "")
+        member = f"rollback:{channel}:{thread_ts}:{user}:{press}"
+        if not press or not await self.meta.first_time(member):  # the same press delivered again: once
+            return
+        if await self._admit("reply", user, channel, member, thread_ts):
+            await self.dispatch(Converse(channel=channel, thread_ts=str(thread_ts), user=user,
+                                         text=question(target, user), request_id=member))
 
     async def on_home_opened(self, event: dict[str, Any]) -> None:
         if event.get("tab") == "home" and event.get("user") and self.home is not None:
@@ -321,18 +302,20 @@ class Inbound:
                                      request_id=f"{channel}:{ts}:shortcut:{trigger}", context=context))
 
     async def _run_button(self, action_id: str, run_id: str, user: str, channel: str, thread_ts: str | None) -> None:
+        if await self._may_press(action_id, run_id, user, channel, thread_ts):
+            await self.dispatch(RunButton(kind="stop" if action_id == "opspilot_stop" else "resume", run_id=run_id,
+                                          user=user, channel=channel, thread_ts=thread_ts))
+
+    async def _may_press(self, action_id: str, run_id: str, user: str, channel: str, thread_ts: str | None) -> bool:
+        """A button naming a run: the person may use OpsPilot here, and the run is this thread's (told if not)."""
         verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))
-        if not verdict.allowed:
-            await self._refuse(channel, user, verdict, thread_ts)
-            return
-        if not await self._of_thread(run_id, channel, thread_ts):
+        if verdict.allowed and await self._of_thread(run_id, channel, thread_ts):
+            return True
+        if verdict.allowed:
             log.warning("%s by %s in %s/%s for run %s of another thread refused", action_id, user, channel,
                         thread_ts, run_id)
-            await self._refuse(channel, user, _MISPLACED, thread_ts)
-            return
-        item = RunButton(kind="stop" if action_id == "opspilot_stop" else "resume", run_id=run_id, user=user,
-                         channel=channel, thread_ts=thread_ts)
-        await self.dispatch(item)
+        await self._refuse(channel, user, verdict if not verdict.allowed else _MISPLACED, thread_ts)
+        return False
 
     async def _of_thread(self, run_id: str, channel: str, thread_ts: str | None) -> bool:
         """Whether ``run_id`` (a button's value: lifted from another thread's message, or made up) is a run of

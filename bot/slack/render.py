@@ -15,8 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.agent.events import CallDecided, Event, PendingView
-from bot.agent.models.demo import LABEL as DEMO_LABEL
+from bot.agent.events import Event, PendingView, ToolResultEvent
 from bot.agent.summary import Fallback
 from bot.slack import blocks as kit
 from bot.slack.access import AccessPolicy
@@ -26,59 +25,17 @@ from bot.slack.meta import CARD, RUN, THREAD
 from bot.slack.outbox import SlackOutbox
 from bot.slack.outputs import fallback_answer, output
 from bot.slack.people import People
+from bot.slack.progress_words import card_ending, clip, model_note, progress_text
+from bot.slack.rollback_offer import offer, remember
 from bot.slack.words import headline, language_of, say
 from core.stops import STOP_WORDING
 from state.store import MetaStore, Reports
 
 log = logging.getLogger(__name__)
+_who = kit.who
 
 _TONE_ICONS = {"done": ":white_check_mark:", "stopped": ":no_entry_sign:", "expired": ":hourglass:",
                "warning": ":warning:"}
-
-
-def card_ending(event: CallDecided, lang: str = "en") -> str:
-    """A question card's final words: who decided what, and when."""
-    by, at = f"<@{event.by}>", kit.hhmm(event.at)
-    chosen = say(lang, "colon") + say(lang, "comma").join(f"{kit.escape(kit.field_label(k, lang))} = `{kit.escape(v)}`"
-                                                         for k, v in event.values.items()) \
-        if event.values else ""
-    person = bool(event.by) and kit.who(event.by or "").startswith("<@")
-    return {
-        "confirmed": f":white_check_mark: {say(lang, 'confirmed_by', by=by, at=at)}",
-        "submitted": f":memo: {say(lang, 'submitted_by', by=by, at=at)}{chosen}",
-        "declined": f":x: {say(lang, 'declined_by', by=by, at=at)}",
-        "replied": f":speech_balloon: {say(lang, 'replied')}",
-        "expired": f":hourglass: {say(lang, 'expired')}",
-        "cancelled": f":no_entry_sign: {say(lang, 'cancelled_by', by=by, at=at) if person else say(lang, 'cancelled')}",
-    }[event.decision]
-
-
-def progress_text(state: dict[str, Any]) -> str:
-    """The progress message as plain text (notifications, screen readers)."""
-    lang = str(state.get("lang") or "en")
-    lines = [str(state.get("header", ""))] + [f"{kit.escape(ln['tool'])}: {status_word(ln['status'], lang)}"
-                                              for ln in state["lines"]]
-    return kit.fallback_text("\n".join(lines))
-
-
-_who = kit.who
-def _clip(text: str, limit: int) -> str:
-    text = " ".join(text.replace("`", "'").split())
-    return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-_STATUSES = ("running", "ok", "error", "waiting", "cancelled", "skipped", "expired", "declined")
-
-
-def status_word(status: str, lang: str) -> str:
-    return say(lang, f"st_{status}") if status in _STATUSES else status
-
-
-def model_note(label: str, lang: str) -> str:
-    """Under the progress: which stand-in answers (the scripted demo model, or a test's), said in the thread's words."""
-    if not label:
-        return ""
-    return say(lang, "demo_model_note") if label == DEMO_LABEL else say(lang, "model_note", model=f"`{label}`")
 
 
 def _seg_now(state: dict[str, Any]) -> int:
@@ -112,6 +69,8 @@ class Renderer:
         self.model_note = model_note  # the label of a scripted model standing in ('' for a real one): said per thread
         self._runs: dict[str, dict[str, Any]] = {}  # progress state of runs working on this instance
         self.rechecks = 0
+        self.rollbacks = False
+        """Offer "Roll back to <previous release>" under an answer whose verdict is yes (rollback_service exists)."""
         """Offer "Re-check in N min" under an answer that reports a change (0: off, where follow-ups do not exist)."""
         self.shown: Callable[[str, str], Awaitable[None]] | None = None
         """Tells the store a run's pause or end is in the outbox (see ``state.store.UNSHOWN``)."""
@@ -148,7 +107,7 @@ class Renderer:
                 state["plan"] = event.text.strip().splitlines()[0][:200]  # what the model said it would do
         elif event.type == "tool_call":
             # The call's arguments are data: each value in a code span (cut short, never cut open).
-            detail = ", ".join(f"{k}=`{_clip(str(v), 40)}`" for k, v in list(event.arguments.items())[:3])
+            detail = ", ".join(f"{k}=`{clip(str(v), 40)}`" for k, v in list(event.arguments.items())[:3])
             line = _line(state, event.call_id)  # a confirmed call already has its line (it was waiting)
             target = "/".join(str(event.arguments[k]) for k in ("service_id", "environment")
                               if event.arguments.get(k))
@@ -158,6 +117,8 @@ class Renderer:
             else:
                 line.update(status="running", detail=detail, target=target, seg=_seg_now(state))
         elif event.type == "tool_result":
+            if self.rollbacks and isinstance(event, ToolResultEvent):
+                remember(state, event)  # for a "Roll back to …" offer under the answer
             line = _line(state, event.call_id)
             if line is not None:  # what it found, in the thread's words (the facts are the tool's)
                 # A person said no: not a failure (its words say "declined: not run", not "failed").
@@ -353,6 +314,8 @@ class Renderer:
             text += f"\n\n*{say(lang, 'audit')}*\n" + "\n".join(audit_line(a, lang) for a in reversed(changes))
         # An answer whose change ran offers to look again once it has had time to show (a follow-up).
         after = [recheck_button(run_id, lang, self.rechecks)] if ran_a_change(changes) and self.rechecks else []
+        if self.rollbacks and not changes and (button := offer(state, run_id, lang)) is not None:
+            after.append(button)  # never under an answer whose run already changed something
         chunks = kit.split_answer(text, lang)
         if len(chunks[-1]) < kit.MAX_BLOCKS - len(after):
             chunks[-1] = [*chunks[-1], kit.feedback(run_id, lang), *after]

@@ -112,11 +112,11 @@ class SlackService:
             await session.close()
 
     def busy(self) -> bool:
-        return self.inbound.busy() or self.core.bus.busy() or bool(self.worker and self.worker.busy())
+        return self.inbound.tasks.busy() or self.core.bus.busy() or bool(self.worker and self.worker.busy())
 
     async def drain(self, timeout_s: float = 30.0) -> None:
         """Wait for acknowledged work, for every engine event to be rendered, and for the outbox to deliver."""
-        await self.inbound.drain(timeout_s)
+        await self.inbound.tasks.drain(timeout_s)
         try:
             await asyncio.wait_for(self.core.bus.drain(), timeout_s)
         except TimeoutError:
@@ -173,7 +173,7 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
         await queue.put(item.model_dump_json())
 
     async def here(item: WorkItem) -> None:
-        inbound.spawn(attempts(executor, item), name=f"{item.kind}-{item.channel}")
+        inbound.tasks.spawn(attempts(executor, item), name=f"{item.kind}-{item.channel}")
 
     # A worker hands on what a stored request means through the queue too: durable before the request is read.
     dispatch = here if role == "all" else enqueue
@@ -208,6 +208,7 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
                         progress=slack.progress, access=access, people=people,
                         model_note=core.model.label if core.model.scripted else "")
     renderer.rechecks = timers.slack.recheck_minutes if timers is not None else 0
+    renderer.rollbacks = "rollback_service" in core.engine.deps.registry
     if role != "front":  # runs happen where the engine works: the front only hands work on
         core.bus.subscribe(renderer)
         core.bus.subscribe(feedback)  # which model wrote each answer, for the ratings it gets

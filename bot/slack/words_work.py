@@ -176,6 +176,7 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
                          ":warning: 计划检查 {label} 本次没有运行：刚才这个频道或其创建人启动的运行太多。"
                          "下次按时再运行。"),
     "plan_will_change": ("Will change", "将会改变"),
+    "rollback_offer": ("Roll back to {release}", "回滚到 {release}"),
     "plan_revision": ("Revision", "版本号"),
     "plan_release": ("Release", "发布版本"),
     "plan_images": ("Images", "镜像"),

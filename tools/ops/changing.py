@@ -18,7 +18,7 @@ from tools.ops.catalog import Service
 from tools.ops.metrics import MetricsBackend
 from tools.ops.restart import Rollout
 from tools.ops.rollback import ChangeRequest, Plan, RollbackBackend, ScaleBackend, drift
-from tools.registry import ToolContext, ToolSpec, confirm_in, tool
+from tools.registry import ToolContext, ToolSpec, always, tool
 
 Resolve = Callable[[str, str | None, str], tuple[Service, str]]
 """(service_id, environment, what) → the catalog's service and the environment, or asks for what is missing."""
@@ -121,7 +121,7 @@ class Changing:
             if args.to_revision is not None and args.to_release is not None:
                 raise InvalidArguments("name to_revision or to_release, not both")
 
-        @tool(mutating=True, confirm=confirm_in("prod"), check=rollback_check, plan=rollback_plan,
+        @tool(mutating=True, confirm=always, check=rollback_check, plan=rollback_plan,
               attended_only=True, timeout_s=timeout)
         async def rollback_service(args: RollbackArgs, ctx: ToolContext) -> dict[str, Any]:
             """Roll a service's deployment in one environment back to the previous revision, or to a named one
@@ -145,7 +145,7 @@ class Changing:
             if args.environment is not None:  # out of bounds: refused before any card
                 within(self.bounds, args.service_id, args.environment, args.replicas)
 
-        @tool(mutating=True, confirm=confirm_in("prod"), check=scale_check, plan=scale_plan, attended_only=True,
+        @tool(mutating=True, confirm=always, check=scale_check, plan=scale_plan, attended_only=True,
               timeout_s=timeout)
         async def scale_service(args: ScaleArgs, ctx: ToolContext) -> dict[str, Any]:
             """Set the number of replicas of a service's deployment in one environment, within the bounds the

@@ -16,7 +16,15 @@ from typing import Any
 from bot.agent.models.demo_answers import answer_lookup, answer_restart, cannot_see, deploy_verdict
 from bot.agent.models.demo_answers import data as _data
 from bot.agent.models.demo_answers import ok_data as _ok_data
-from bot.agent.models.demo_changes import decline, listing, restarts_part, rollback_part, wide_answer, wide_calls
+from bot.agent.models.demo_changes import (
+    answer_change,
+    decline,
+    listing,
+    restarts_part,
+    rollback_part,
+    wide_answer,
+    wide_calls,
+)
 from bot.agent.models.demo_checks import with_followups
 from bot.agent.models.demo_intent import Ask, environment, read
 from bot.agent.models.demo_narrative import MARKER, demo_narrative
@@ -227,6 +235,9 @@ def _after(results: list[ToolResultMessage], earlier: Sequence[Message], ask: As
     restarts = [r for r in results if r.name == "restart_service"]
     if restarts:
         return AssistantMessage(content=answer_restart(restarts[-1], zh))
+    changed = [r for r in results if r.name in ("rollback_service", "scale_service")]
+    if changed:
+        return AssistantMessage(content=answer_change(changed[-1], zh))
     catalog = listing(results)
     if catalog is not None:  # a question naming no service, read across the catalog
         if any(r.name != "search_resource" and r.name != "search_docs" for r in results):
@@ -251,6 +262,8 @@ def _after(results: list[ToolResultMessage], earlier: Sequence[Message], ask: As
         return _restart(service, text, quoted, messages, zh)
     if ask.change in ("rollback", "scale") and f"{ask.change}_service" not in tools:
         return AssistantMessage(content=_cannot_change(ask, service, tools, zh))
+    if ask.change in ("rollback", "scale") and service:  # the card shows from → to before anything changes
+        return _change(service, ask, text, quoted, messages, zh)
     return _follow_up(results, _environment(text, quoted), tools, zh, text, ask) or AssistantMessage(
         content=answer_lookup(results, zh, question=text, tools=tools,
                               services=[s["id"] for s in _services(results, text)],
@@ -288,6 +301,31 @@ def _cannot_change(ask: Ask, service: str | None, tools: Sequence[str], zh: bool
     return (f"I can't {what[0]}{where}: no tool here does that, and I won't do something else in its place. "
             f"What I can do: read the recent changes and errors (ask \"what changed for {service or 'orders'}?\")"
             + (", or restart the service (with a confirmation)" if "restart_service" in tools else "") + ".")
+
+
+def _change(service: str, ask: Ask, text: str, quoted: str, messages: Sequence[Message],
+            zh: bool) -> AssistantMessage:
+    """A rollback (to the release or revision named, else the previous one) or a scale, as asked."""
+    env = _environment(text, quoted) or next(
+        (e for m in reversed(messages) if isinstance(m, UserMessage)
+         for e in [_environment("", _split(m.content)[0])] if e), None)
+    args: dict[str, Any] = {"service_id": service, "reason": text[:200]}
+    if env:
+        args["environment"] = env
+    if ask.change == "scale":
+        if ask.replicas is None:
+            return AssistantMessage(content="扩缩容到多少个副本？例如“把 payments 扩容到 6 个副本”。" if zh else
+                                    "Scale to how many replicas? For example: \"scale payments in prod to 6 "
+                                    "replicas\".")
+        call = _call("scale_service", **args, replicas=ask.replicas)
+        plan = f"按要求把 {service} 调整到 {ask.replicas} 个副本。" if zh else \
+            f"Scaling {service} to {ask.replicas} replicas as asked."
+        return AssistantMessage(content=plan, tool_calls=(call,))
+    target = {"to_release": ask.release} if ask.release else {"to_revision": ask.revision} if ask.revision else {}
+    previous = "上一个版本" if zh else "the previous revision"
+    shown = ask.release or (f"revision {ask.revision}" if ask.revision else previous)
+    plan = f"按要求把 {service} 回滚到 {shown}。" if zh else f"Rolling {service} back to {shown} as asked."
+    return AssistantMessage(content=plan, tool_calls=(_call("rollback_service", **args, **target),))
 
 
 def _restart(service: str, text: str, quoted: str, messages: Sequence[Message], zh: bool = False) -> AssistantMessage:

@@ -256,3 +256,34 @@ def decline(question: str, ask: Ask, known: list[str], tools: Sequence[str], zh:
     return (f"{head}\nServices I can look at: {services}; for each: error logs, error rate and latency, recent "
             "deploys and changes, the runbooks.\nTry:\n• look at the payments errors in prod\n"
             "• did the last deploy break orders in staging?\n• what changed in staging today?")
+
+
+def answer_change(result: ToolResultMessage, zh: bool) -> str:
+    """A rollback's or a scale's outcome from its own result: from → to, the rollout, the error rate before and
+    after; a refusal or an unknown outcome said as such (never "it did not happen" unless it did not start)."""
+    body = data(result)
+    rollback = result.name == "rollback_service"
+    if not body.get("ok"):
+        code = body.get("errorCode")
+        if code == "outcome_unknown":
+            return ("已开始，但不确定是否完成：请先检查部署的实际状态再决定是否重试。" if zh else
+                    "It was started, but whether it completed is unknown: check the deployment before trying again "
+                    "(outcome_unknown).")
+        if code == "declined_by_user":
+            return "未执行：已被拒绝。" if zh else "Not done: declined."
+        return f"未执行：`{body.get('message')}`（`{code}`）。" if zh else f"Not done: {body.get('message')} ({code})."
+    d = body.get("data") or {}
+    was, now = d.get("from") or {}, d.get("to") or {}
+    key = "release" if now.get("release") else "revision" if rollback else "replicas"
+    moved = f"`{was.get(key, '?')}` → `{now.get(key, '?')}`"
+    sid, env = d.get("service_id"), d.get("environment")
+    where = f"`{sid}`（`{env}`）" if zh else f"`{sid}` in {env}"
+    before, after = d.get("error_rate_before"), d.get("error_rate_after")
+    rates = (f"；错误率 {before:.2%} → {after:.2%}" if zh else f"; error rate {before:.2%} → {after:.2%}") \
+        if isinstance(before, float) and isinstance(after, float) else ""
+    rollout = {"complete": "已完成", "timed_out": "未在时限内完成（未经验证）", "failed": "失败"}.get(
+        str(d.get("rollout")), str(d.get("rollout"))) if zh else str(d.get("rollout"))
+    source = f"_来源：`{result.name}`_" if zh else f"_source: {result.name}_"
+    if zh:
+        return f"已{'回滚' if rollback else '调整副本数'} {where}：{moved}，滚动发布{rollout}{rates}。{source}"
+    return f"{'Rolled back' if rollback else 'Scaled'} {where}: {moved}, rollout {rollout}{rates}. {source}"

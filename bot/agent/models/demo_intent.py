@@ -33,6 +33,9 @@ _CAUSE_Q = re.compile(r"caus|because|\bbreak|broke|why|after|since|导致|引起
 _TIME = re.compile(r"(?<![\d:])([01]?\d|2[0-3])[:：]([0-5]\d)(?![\d:])")
 _LAST = re.compile(r"(?:last|past|previous)\s+(?:(\d+)\s*)?(minute|min|hour|day)s?|"
                    r"最近\s*(\d+|一|两|半)?\s*(分钟|小时|天)", re.I)
+_RELEASE = re.compile(r"(?:to|到)\s*(?:release|version|版本)?\s*`?(\d[\w.:-]*\d|[a-z][\w-]*:[\w.-]+)`?", re.I)
+_REVISION = re.compile(r"revision\s*(\d+)|第\s*(\d+)\s*(?:个)?版", re.I)
+_REPLICAS = re.compile(r"(?:to|到)\s*(\d+)\s*(?:replicas?|pods?|instances?)?|(\d+)\s*(?:个)?(?:副本|实例)", re.I)
 _TODAY = re.compile(r"\btoday\b|今天|今日", re.I)
 _ZH_NUMBERS = {"一": 1, "两": 2, "半": 0.5}
 
@@ -49,6 +52,10 @@ class Ask:
     minutes: int | None = None
     today: bool = False
     cause: bool = False
+    release: str | None = None
+    """A rollback's target as named: "to release 2026.12.01-4", "回滚到 2026.12.01-4"."""
+    revision: int | None = None
+    replicas: int | None = None
 
     @property
     def about_changes(self) -> bool:
@@ -61,7 +68,8 @@ def environment(text: str) -> str | None:
 
 
 def _change(text: str) -> Change | None:
-    plain = re.sub(r"^(?:<@\w+>\s*|@\w+\s*)+", "", text.strip())
+    # A button's request ("<@U1> pressed "Roll back to …": roll back orders …") is the person's own words.
+    plain = re.sub(r"^(?:<@\w+>\s*|@\w+\s*)+(?:pressed \"[^\"]*\":\s*)?", "", text.strip())
     for kind, pattern in _IMPERATIVE_EN.items():
         if pattern.search(plain):
             return kind  # type: ignore[return-value]
@@ -97,6 +105,12 @@ def read(text: str) -> Ask:
     at = _TIME.search(text)
     if at:
         topics.add("time")
+    release = _RELEASE.search(text) if change == "rollback" else None
+    revision = _REVISION.search(text) if change == "rollback" else None
+    replicas = _REPLICAS.search(text) if change == "scale" else None
     return Ask(change=change, topics=frozenset(topics), environment=environment(text),
+               release=release.group(1) if release else None,
+               revision=int(revision.group(1) or revision.group(2)) if revision else None,
+               replicas=int(replicas.group(1) or replicas.group(2)) if replicas else None,
                at=f"{int(at.group(1)):02d}:{at.group(2)}" if at else None, minutes=_minutes(text),
                today=bool(_TODAY.search(text)), cause=bool(_CAUSE_Q.search(text)))

@@ -1,0 +1,82 @@
+"""The "Roll back to <previous release>" offer, through the real app: shown under an answer whose run found the
+errors began right after a deploy (the same rule as the answer's verdict), never where they began before it;
+pressing it goes through the normal confirmation card (from → to), and the rollback runs once."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bot.demo.sender import block_action, mention
+from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.demo.workspace import all_text, buttons
+from bot.slack.rollback_offer import ROLLBACK
+from tests.slack_harness import CHANNEL, Workspace, open_workspace
+
+
+@pytest.fixture
+async def ws(redis_url: str, prefix: str, slack: FakeSlack) -> AsyncIterator[Workspace]:
+    workspace = await open_workspace(redis_url, prefix, slack, language="auto")
+    yield workspace
+    await workspace.stop()
+
+
+def _offers(ws: Workspace, ts: str) -> list[tuple[dict[str, object], dict[str, object]]]:
+    return [(m, b) for m in ws.slack.thread(CHANNEL, ts) for b in buttons(m) if b["action_id"] == ROLLBACK]
+
+
+async def _press(ws: Workspace, message: dict[str, object], button: dict[str, object], user: str = "UREQ") -> None:
+    await ws.sender.action(block_action(user=user, channel=CHANNEL, message=copy.deepcopy(message),
+                                        action_id=ROLLBACK, value=str(button["value"])))
+    await ws.settle()
+
+
+@pytest.mark.parametrize(("question", "label"), [
+    ("was it the deploy that broke orders in staging?", "Roll back to 2026.12.01-4"),
+    ("订单服务 staging 的报错是发布引起的吗？", "回滚到 2026.12.01-4"),
+])
+async def test_a_yes_verdict_offers_the_previous_release_and_the_card_gates_it(ws: Workspace, question: str,
+                                                                             label: str) -> None:
+    await ws.sender.event(mention(CHANNEL, "UREQ", question, "800.1"))
+    await ws.settle()
+    [(answer, button)] = _offers(ws, "800.1")
+    assert button["text"]["text"] == label  # type: ignore[index]
+    assert json.loads(str(button["value"]))["release"] == "2026.12.01-4"
+    assert ws.toolbox.rollbacks.done == []  # an offer does nothing by itself
+
+    await _press(ws, answer, button)
+    card = next(m for m in ws.slack.thread(CHANNEL, "800.1") if any(
+        b["action_id"] == "opspilot_confirm" for b in buttons(m)))
+    text = all_text(card)
+    assert "`2026.12.02-1` → `2026.12.01-4`" in text, text  # from → to, before anyone confirms
+    assert ws.toolbox.rollbacks.done == []
+    token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
+    for _ in range(2):  # a double click acts once
+        await ws.sender.action(block_action(user="UAPPROVER", channel=CHANNEL, message=copy.deepcopy(card),
+                                            action_id="opspilot_confirm", value=token))
+    await ws.settle()
+    assert len(ws.toolbox.rollbacks.done) == 1
+    assert ws.toolbox.rollbacks.done[0]["to_release"] == "2026.12.01-4"
+
+
+async def test_errors_before_the_deploy_offer_no_rollback(ws: Workspace) -> None:
+    await ws.sender.event(mention(CHANNEL, "UREQ", "did the last deploy cause the payments errors in prod?", "810.1"))
+    await ws.settle()
+    assert "No: the errors began 8 min before 2026.12.02-2" in all_text(ws.slack.thread(CHANNEL, "810.1")[-1])
+    assert _offers(ws, "810.1") == []
+
+
+async def test_a_forged_or_lifted_offer_is_refused(ws: Workspace) -> None:
+    await ws.sender.event(mention(CHANNEL, "UREQ", "was it the deploy that broke orders in staging?", "820.1"))
+    await ws.sender.event(mention(CHANNEL, "UREQ", "look at the payment service's recent errors", "830.1"))
+    await ws.settle()
+    [(answer, button)] = _offers(ws, "820.1")
+    elsewhere = ws.slack.thread(CHANNEL, "830.1")[-1]  # the button's value pressed on another thread's message
+    await _press(ws, elsewhere, button)
+    await _press(ws, answer, {"value": "{not json"})
+    assert not any(b["action_id"] == "opspilot_confirm" for ts in ("820.1", "830.1")
+                   for m in ws.slack.thread(CHANNEL, ts) for b in buttons(m))
+    assert ws.toolbox.rollbacks.done == []
