@@ -75,6 +75,19 @@ async def test_chat_answers_questions_about_restarts_without_offering_one(redis_
     assert "Around 09:11 UTC" in out and "no service named" not in out
 
 
+async def test_chat_rolls_back_only_after_a_card_showing_from_and_to(redis_url: str, prefix: str,
+                                                                    tmp_path: Path) -> None:
+    env = {"REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix}
+    code, out, err = await run_cli(["chat", "--user", "U_ONCALL"],
+                                   "was it the deploy that broke orders in staging?\nroll back orders in staging\n"
+                                   "y\nquit\n", env, tmp_path)
+    assert code == 0, err
+    asked, _, after = out.partition("[y/N]")
+    assert "Yes: the errors began 5 s after 2026.12.02-1" in asked
+    assert "Release: 2026.12.02-1 → 2026.12.01-4" in asked and "orders-api:4.2.0 → orders-api:4.1.9" in asked
+    assert "Rolled back orders in staging: 2026.12.02-1 → 2026.12.01-4, rollout complete" in after
+
+
 async def test_chat_without_redis_says_it_is_not_durable(tmp_path: Path) -> None:
     code, out, err = await run_cli(["chat"], "restart payments\n2\nquit\n",
                                    {"REDIS_URL": "redis://127.0.0.1:9/0"}, tmp_path)
