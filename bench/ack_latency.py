@@ -85,7 +85,7 @@ async def opspilot(slack: LocalSlack, url: str, active: int, samples: int) -> tu
         await asyncio.gather(*(sender.event(mention(f"C{i:04d}", f"U{i}", "two lookups", f"{100 + i}.1"))
                                for i in range(active)))
         await asyncio.sleep(1.0)
-        busy = sum(1 for t in service.inbound._tasks if not t.done())
+        busy = sum(1 for t in service.inbound.tasks.running if not t.done())
         result = await _latencies(sender, samples, "P")
         assert busy >= active * 0.9, f"only {busy} runs were active while probing"
         return result
