@@ -338,3 +338,22 @@ async def test_canvases_refused_the_summary_is_a_file_to_open_in_the_thread(demo
     await expect(tab.locator("body")).to_contain_text("`restart_service` `payments` @ `prod`")
     answer = await page.request.get(f"{demo_url}{href}")
     assert answer.ok and answer.headers["content-type"].startswith("text/plain")
+
+
+async def test_the_demos_rollback_in_the_browser(demo_url: str, page: Page) -> None:
+    """"Was it the deploy?" → yes → Roll back to the release before it → the card shows from → to → confirmed."""
+    await page.goto(demo_url)
+    await page.get_by_test_id("composer").fill("@OpsPilot 订单服务 staging 的报错是发布引起的吗？")
+    await page.get_by_test_id("composer").press("Enter")
+    thread = page.get_by_test_id("thread")
+    await expect(thread.locator(".msg", has_text="是：报错在 2026.12.02-1 之后 5 秒 开始").last).to_be_visible()
+    await thread.get_by_role("button", name="回滚到 2026.12.01-4").click()
+    card = thread.locator(".msg", has_text="需要确认").last
+    await expect(card).to_contain_text("2026.12.02-1")
+    await expect(card).to_contain_text("2026.12.01-4")
+    await expect(card).to_contain_text("orders-api:4.1.9")
+    await page.locator('[data-user="U0BOB"]').click()
+    await card.get_by_role("button", name="确认").click()
+    await page.get_by_test_id("dialog-confirm").click()
+    await expect(thread.locator(".msg", has_text="已回滚 orders").last).to_be_visible()
+    await expect(thread.locator(".msg", has_text="需要确认").last.get_by_role("button", name="确认")).to_have_count(0)
