@@ -48,6 +48,11 @@ class _Before:
     source: str
     changed: bool
     after: float | None = None
+    change: str = "restart_service"
+    """The tool that made the change (its words: the restart, the rollback, the scaling)."""
+
+
+_CHANGES = ("restart_service", "rollback_service", "scale_service")  # each reads the error rate before and after
 
 
 def _before(earlier: Sequence[Message], service: str) -> _Before | None:
@@ -62,29 +67,35 @@ def _before(earlier: Sequence[Message], service: str) -> _Before | None:
             current = ((got.get("metrics") or {}).get("error_rate") or {}).get("current")
             if isinstance(current, int | float) and (found is None or not found.changed):
                 found = _Before(float(current), "query_metrics", changed=False)
-        elif m.name == "restart_service":
+        elif m.name in _CHANGES:
             rate, after = got.get("error_rate_before"), got.get("error_rate_after")
             after = float(after) if isinstance(after, int | float) else None
             if isinstance(rate, int | float):
-                found = _Before(float(rate), "restart_service", changed=True, after=after)
-            elif found is not None:  # the restart read nothing itself: the last lookup before it stands
-                found = _Before(found.rate, found.source, changed=True, after=after)
+                found = _Before(float(rate), m.name, changed=True, after=after, change=m.name)
+            elif found is not None:  # the change read nothing itself: the last lookup before it stands
+                found = _Before(found.rate, found.source, changed=True, after=after, change=m.name)
     return found
 
 
-_VERDICTS = {  # (Chinese, after a restart) → better, the same, worse
+_VERDICTS = {  # (Chinese, after a change) → better, the same, worse; {what}: the restart, the rollback…
     (False, False): ("Better than before", "The same as before", "Worse than before"),
-    (False, True): ("Better than before the restart", "The same as before the restart",
-                    "Worse than before the restart"),
+    (False, True): ("Better than before {what}", "The same as before {what}", "Worse than before {what}"),
     (True, False): ("比之前好", "和之前一样", "比之前差"),
-    (True, True): ("比重启前好", "和重启前一样", "比重启前差"),
+    (True, True): ("比{what}前好", "和{what}前一样", "比{what}前差"),
 }
+_WHAT = {"restart_service": ("the restart", "重启"), "rollback_service": ("the rollback", "回滚"),
+         "scale_service": ("the scaling", "扩缩容")}
+
+
+def _what(before: _Before, zh: bool) -> str:
+    return _WHAT.get(before.change, _WHAT["restart_service"])[1 if zh else 0]
 
 
 def _compare(now: float, before: _Before, zh: bool) -> str:
     """Better, the same or worse, from the two numbers it names."""
     same = abs(now - before.rate) < 0.0005
-    verdict = _VERDICTS[(zh, before.changed)][1 if same else 0 if now < before.rate else 2]
+    verdict = _VERDICTS[(zh, before.changed)][1 if same else 0 if now < before.rate else 2].format(
+        what=_what(before, zh))
     figures = f"{before.rate:.1%} → {now:.1%}"
     return f"{verdict}：{figures}。" if zh else f"{verdict}: {figures}."
 
@@ -93,11 +104,12 @@ def _lines(before: _Before, zh: bool) -> list[str]:
     if not before.changed:
         return [f"  • 之前：{before.rate:.1%}（`{before.source}`）" if zh else
                 f"  • Earlier in this thread: {before.rate:.1%} (`{before.source}`)"]
-    lines = [f"  • 重启前：{before.rate:.1%}（`{before.source}`）" if zh else
-             f"  • Before the restart: {before.rate:.1%} (`{before.source}`)"]
+    what = _what(before, zh)
+    lines = [f"  • {what}前：{before.rate:.1%}（`{before.source}`）" if zh else
+             f"  • Before {what}: {before.rate:.1%} (`{before.source}`)"]
     if before.after is not None:
-        lines.append(f"  • 重启刚完成时：{before.after:.1%}（`restart_service`）" if zh else
-                     f"  • Right after the restart: {before.after:.1%} (`restart_service`)")
+        lines.append(f"  • {what}刚完成时：{before.after:.1%}（`{before.change}`）" if zh else
+                     f"  • Right after {what}: {before.after:.1%} (`{before.change}`)")
     return lines
 
 
