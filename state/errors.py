@@ -6,6 +6,8 @@
     └── LeaseLost         another worker holds the thread now: this one's write was refused (it stops quietly)
 """
 
+import logging
+
 
 class StoreError(Exception):
     pass
@@ -24,3 +26,9 @@ class CorruptRecord(StoreError):
     def __init__(self, key: str, problem: str) -> None:
         super().__init__(f"stored record {key} is unreadable: {problem}")
         self.key = key
+
+
+def level_of(exc: BaseException) -> int:
+    """How loud a loop logs a store failure: an outage is told once by the outage log (core/outages.py), so
+    the loop's own line is DEBUG; any other store error stays a WARNING."""
+    return logging.DEBUG if isinstance(exc, StoreUnavailable) else logging.WARNING

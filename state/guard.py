@@ -21,10 +21,12 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from core.outages import outage
 from state.errors import LeaseLost, StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+REDIS = outage("Redis")
 
 LEASE_LOST = "OPSPILOT_LEASE_LOST"
 """What a script answers (as an error) when the writer no longer holds the thread's lease."""
@@ -41,10 +43,12 @@ async def guard(what: str) -> AsyncIterator[None]:
     try:
         yield
     except (RedisConnectionError, RedisTimeoutError, OSError, ClusterDownError, TryAgainError) as exc:
+        REDIS.failed(exc)  # the operator's log: once when it goes, a minute's summary, once when it is back
         raise StoreUnavailable(f"Redis unreachable while {what}: {exc}") from exc
     except (CrossSlotTransactionError, InvalidPipelineStack) as exc:  # our bug, not an outage
         raise StoreError(f"Redis Cluster refused a request while {what}: {exc}") from exc
     except RedisClusterException as exc:  # no node answers, a slot is not served (a cluster in failover)
+        REDIS.failed(exc)
         raise StoreUnavailable(f"Redis Cluster unavailable while {what}: {exc}") from exc
     except ResponseError as exc:
         if str(exc).startswith(LEASE_LOST):  # a script refused a write: someone else holds the thread
@@ -53,6 +57,8 @@ async def guard(what: str) -> AsyncIterator[None]:
         raise StoreError(f"Redis error while {what}: {exc}") from exc
     except RedisError as exc:
         raise StoreError(f"Redis error while {what}: {exc}") from exc
+    else:
+        REDIS.ok()
 
 
 def text(value: bytes | str | None) -> str | None:
@@ -71,7 +77,6 @@ async def retried(what: str, grace_s: float, operation: Callable[[], Awaitable[T
         except StoreUnavailable:
             if time.monotonic() + delay > deadline:
                 raise
-            log.warning("Redis unreachable while %s; retrying for up to %.0fs more", what,
-                        deadline - time.monotonic())
+            log.debug("Redis unreachable while %s; retrying for up to %.0fs more", what, deadline - time.monotonic())
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)

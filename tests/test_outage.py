@@ -4,12 +4,16 @@ when Redis is back, and the user never sees an internal address or a stack trace
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+
+import pytest
 
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
+from core.outages import Outage
 from state import Keys, RedisStore, Ttls, connect
 from tests.conftest import OwnRedis
 from tests.slack_harness import CHANNEL, open_workspace
@@ -104,3 +108,54 @@ async def test_claims_cancels_and_takeovers_wait_out_a_restart(own_redis: OwnRed
         if own_redis.proc is None:
             own_redis.start()
         await store.close()
+
+
+async def test_an_outage_is_logged_once_then_a_summary_then_back(own_redis: OwnRedis, prefix: str, slack: FakeSlack,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """Every loop (outbox, worker, sweeps, reminders, timers) retries a dead Redis several times a second; the
+    operator's log says it once when it goes, once when it is back — not ~3 lines a second."""
+    ws = await open_workspace(own_redis.url, prefix, slack, model=ScriptedModel([reply("done"), reply("done")]))
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "first", "40.1"))
+        await ws.settle()
+        caplog.clear()
+        caplog.set_level(logging.DEBUG)
+        own_redis.stop()
+        await ws.sender.event(mention(CHANNEL, "UREQ", "during", "41.1"))  # work that must wait for Redis
+        await asyncio.sleep(3.0)  # the outbox alone polls every few ms
+        failures = [r for r in caplog.records if r.levelno == logging.DEBUG and "unavailable" in r.getMessage()]
+        own_redis.start()
+        await ws.settle(60)
+        warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        about_redis = [w for w in warnings if "Redis" in w or "store" in w or "queue" in w]
+        assert len(failures) >= 2  # the loops did retry…
+        assert len(about_redis) <= 3, about_redis  # …and the log said it once, not per retry
+        assert any(w.startswith("Redis is back after") for w in warnings), warnings
+        assert len([m for m in slack.thread(CHANNEL, "41.1") if set(all_text(m).split()) == {"done"}]) == 1
+    finally:
+        await ws.stop()
+
+
+def test_the_outage_log_counts_and_times() -> None:
+    now = [0.0]
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    logger = logging.getLogger("test.outage")
+    logger.addHandler(Collect())
+    outage = Outage("Redis", logger=logger, clock=lambda: now[0])
+    outage.ok()  # up and fine: nothing said
+    for t in range(0, 150, 1):  # a failure a second for 150 s
+        now[0] = float(t)
+        outage.failed("Connection refused")
+    now[0] = 151.0
+    outage.ok()
+    outage.ok()
+    assert lines[0] == "Redis is unavailable: Connection refused (retrying; next report in 60 s unless it is back)"
+    assert lines[1] == ("Redis still unavailable after 60 s: 60 failed attempts in the last 60 s; "
+                        "last: Connection refused")
+    assert lines[2].startswith("Redis still unavailable after 2 min: 60 failed attempts")
+    assert lines[3:] == ["Redis is back after 3 min"]

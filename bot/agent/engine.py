@@ -27,12 +27,14 @@ from bot.agent.outcome import RunOutcome, preview
 from bot.agent.run import Run
 from bot.agent.transcript import ThreadMemo
 from core.messages import Message, UserMessage
+from core.outages import outage
 from core.redact import redact
 from state.errors import StoreError
 from state.keys import new_run_id
 from state.records import PendingCall, RunRecord, Ticket
 
 log = logging.getLogger(__name__)
+MODEL = outage("the model")
 
 
 @dataclass(frozen=True)
@@ -286,7 +288,11 @@ class Engine:
                 current.uncancel()
             return await asyncio.shield(run.cancel())
         except ModelError as exc:
-            log.warning("run %s: model error %s", run.id, exc)
+            if exc.kind in ("unreachable", "api_error", "rate_limited"):  # the provider's outage: told once
+                MODEL.failed(exc)
+                log.info("run %s: model error %s", run.id, exc)
+            else:
+                log.warning("run %s: model error %s", run.id, exc)
             return await run.fail("model_error", exc.public)
         except StoreError:
             raise

@@ -46,6 +46,7 @@ from core.messages import (
     one_line_summary,
     result_body,
 )
+from core.outages import outage
 from core.redact import redact, redact_value
 from core.stops import STOP_WORDING, StopReason
 from state.keys import new_token
@@ -179,7 +180,9 @@ class Run:
             if instruction:
                 messages.append(UserMessage(content=instruction))
             try:
-                return await self.deps.model.complete(messages, tools, tool_choice=tool_choice)
+                completion = await self.deps.model.complete(messages, tools, tool_choice=tool_choice)
+                outage("the model").ok()  # if the provider was down, the log says it is back
+                return completion
             except ModelError as exc:
                 if exc.kind != "context_window_exceeded" or attempt:
                     raise

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 
 from bot.agent.engine import Engine
 from bot.agent.errors import EngineError
-from state.errors import StoreError
+from state.errors import StoreError, level_of
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class Sweeps:
                 return False
             await self.sweep()
         except StoreError as exc:
-            log.warning("sweep skipped: %s", exc)
+            log.log(level_of(exc), "sweep skipped: %s", exc)
         return True
 
     async def sweep(self, now: float | None = None) -> None:

@@ -25,6 +25,7 @@ from bot.slack.words import language_of
 from bot.slack.work import AUTOMATIC, RunButton
 from core.messages import AssistantMessage
 from state import StoreError
+from state.errors import level_of
 from state.records import CallTrace, RunRecord
 from state.store import MetaStore
 
@@ -74,7 +75,7 @@ class CatchUp:
                 return False
             await self.show_unshown()
         except StoreError as exc:
-            log.warning("catch-up skipped: %s", exc)
+            log.log(level_of(exc), "catch-up skipped: %s", exc)
         return True
 
     async def show_unshown(self, now: float | None = None) -> int:

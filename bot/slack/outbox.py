@@ -30,36 +30,21 @@ from bot.slack.failures import SLACK_FAILURES, retry_after, slack_error, transie
 from bot.slack.landed import METADATA_TYPE as METADATA_TYPE  # where history.py reads it from too
 from bot.slack.landed import find_posted
 from bot.slack.metrics import Metrics
+from bot.slack.outgoing import message_fields as _message
+from bot.slack.outgoing import redact, redact_blocks
 from bot.slack.pacer import Pacer, low_priority
 from bot.slack.streams import StreamRefused, Streams, control_key
 from bot.slack.words import say
-from core import redact as scrub
-from core.text import reveal, reveal_blocks
-from state.errors import StoreError
+from core.outages import outage
+from state.errors import StoreError, StoreUnavailable
 from state.outbox import OutboxRecord
 from state.store import Outbox
 
 log = logging.getLogger(__name__)
+SLACK = outage("Slack")
 
 _LEASE_MS = 20_000
 _STREAM_SPACING_S = 0.2
-
-
-def redact(text: str) -> str:
-    """Every text bound for Slack passes here: scrubbed (core.redact), and its hidden characters (bidi controls,
-    zero-width) shown as markers, written escaped since Slack reads these texts as mrkdwn."""
-    return reveal(scrub.redact(text), escaped=True)
-
-
-def redact_blocks(blocks: Any) -> Any:
-    """Every Block Kit ``text`` bound for Slack: scrubbed, hidden characters shown (see :func:`redact`)."""
-    return reveal_blocks(scrub.redact_blocks(blocks))
-
-
-def _message(channel: str, thread_ts: str | None, text: str, blocks: list[kit.Block]) -> dict[str, Any]:
-    """A message record's fields; everything bound for Slack (and the outbox in Redis) redacted here."""
-    return {"kind": "message", "channel": channel, "thread_ts": thread_ts, "text": redact(text),
-            "blocks": json.dumps(redact_blocks(blocks), ensure_ascii=False)}
 
 
 class _Retry(Exception):
@@ -228,8 +213,10 @@ class SlackOutbox:
                 return
             try:
                 await self.deliver_due()
+            except StoreUnavailable as exc:  # told once by the outage log (core/outages.py), not every round
+                log.debug("outbox: the store is unavailable (%s); retrying", exc)
             except StoreError as exc:
-                log.warning("outbox: the store is unavailable (%s); retrying", exc)
+                log.warning("outbox: the store refused a round (%s); retrying", exc)
             except Exception:
                 log.exception("outbox delivery round failed")
 
@@ -385,7 +372,7 @@ class SlackOutbox:
         if paced:
             await self.pacer.wait(method, channel)
         try:
-            return await call()
+            answer = await call()
         except SLACK_FAILURES as exc:  # a refusal, a 5xx (JSON or not), a 429, a dropped connection, a hang
             self.metrics.inc("opspilot_slack_api_errors_total", method=method)
             error = slack_error(exc)
@@ -395,5 +382,8 @@ class SlackOutbox:
                 log.error("Slack %s refused a message for good (%s): dropped", method, error)
                 self.metrics.inc("opspilot_outbox_dropped_total")
                 return None
-            log.warning("Slack %s failed (%s): will retry", method, error)
+            SLACK.failed(f"{method}: {error}")  # told once, then a summary a minute (core/outages.py)
+            log.debug("Slack %s failed (%s): will retry", method, error)
             raise _Retry(retry_after(exc)) from exc
+        SLACK.ok()
+        return answer

@@ -19,6 +19,7 @@ from bot.slack.meta import THREAD
 from bot.slack.outbox import SlackOutbox
 from bot.slack.words import say
 from state import StoreError
+from state.errors import level_of
 from state.store import MetaStore
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ class Reminders:
                 return False
             await self.sweep()
         except StoreError as exc:
-            log.warning("reminders skipped: %s", exc)
+            log.log(level_of(exc), "reminders skipped: %s", exc)
         return True
 
     async def sweep(self, now: float | None = None) -> None:

@@ -34,6 +34,7 @@ from bot.slack.words import say
 from bot.slack.work import Check, Converse, Executor, WorkItem
 from core.redact import redact
 from state import StoreError
+from state.errors import level_of
 from state.store import Reports
 from state.timers import Claimed, Timer, TimerStore
 
@@ -78,7 +79,7 @@ class Firer:
                 await self.on_start()
                 break
             except StoreError as exc:
-                log.warning("scheduled checks from the config not loaded yet: %s", exc)
+                log.log(level_of(exc), "scheduled checks from the config not loaded yet: %s", exc)
                 await asyncio.sleep(self.interval_s)
         while True:
             try:
@@ -93,13 +94,13 @@ class Firer:
         try:
             claimed = await self.timers.claim(now, self.lease_s)
         except StoreError as exc:
-            log.warning("due timers not read: %s", exc)
+            log.log(level_of(exc), "due timers not read: %s", exc)
             return 0
         for one in claimed:
             try:
                 await self.fire(one, now)
             except StoreError as exc:  # left claimed: fired again once its lease ends
-                log.warning("timer %s not fired yet: %s", one.timer.id, exc)
+                log.log(level_of(exc), "timer %s not fired yet: %s", one.timer.id, exc)
             except Exception:
                 log.exception("timer %s failed; it is tried again once its lease ends", one.timer.id)
         return len(claimed)

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pydantic import ValidationError
 
 from bot.slack.work import Delivery, Executor, NotYet, StoredAdapter, WorkAdapter, WorkItem
-from state import StoreError
+from state import StoreError, StoreUnavailable
 from state.queue import Entry
 from state.store import WorkQueue
 
@@ -95,8 +95,9 @@ class Worker:
         while not self._stopping:
             try:
                 await self.round()
-            except StoreError as exc:
-                log.warning("%s: the queue is unavailable (%s)", self.name, exc)
+            except StoreError as exc:  # an outage is told once by the outage log (core/outages.py)
+                (log.debug if isinstance(exc, StoreUnavailable) else log.warning)(
+                    "%s: the queue is unavailable (%s)", self.name, exc)
                 await asyncio.sleep(1.0)
             except Exception:
                 log.exception("%s: reading work failed", self.name)
