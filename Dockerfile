@@ -7,10 +7,11 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_ROOT_USER_ACTION=ignore
 WORKDIR /app
-# The dependencies first, from pyproject.toml alone: a change to the code reuses this layer.
+# The dependencies first, from pyproject.toml alone: a change to the code reuses this layer. The core and every
+# runtime extra (kubernetes, mcp, openai, otel: the `all` extra), so one image serves any configuration.
 COPY pyproject.toml README.md ./
 RUN python -m venv /opt/venv \
- && python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+ && python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; o = p['optional-dependencies']; print('\n'.join(p['dependencies'] + [d for e in ('kubernetes', 'mcp', 'openai', 'otel') for d in o[e]]))" \
       > /tmp/requirements.txt \
  && /opt/venv/bin/pip install --no-cache-dir --only-binary=:all: -r /tmp/requirements.txt
 COPY manifest.yml ./

@@ -376,6 +376,10 @@ def load_settings(path: str | None = None) -> Settings:
             setattr(settings.slack, attr, os.environ[env])
     if os.environ.get("PORT"):
         settings.slack.port = port_number(os.environ["PORT"], "PORT")
+    from bot.extras import missing  # a configured feature whose optional extra is not installed
+
+    if lacking := missing(settings):
+        raise ConfigError(str(lacking))
     return settings
 
 

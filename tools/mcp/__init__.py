@@ -13,6 +13,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from core.extras import require
 from tools.mcp.config import ConfirmIn, McpServerConfig, McpToolRule
 from tools.registry import ToolSpec
 
@@ -34,12 +35,17 @@ class McpHub:
         duplicates = {n for n in names if names.count(n) > 1}
         if duplicates:
             raise ValueError(f"mcp_servers: names must be unique ({', '.join(sorted(duplicates))})")
-        from tools.mcp.session import McpServer  # the SDK (~0.4 s of imports) only where servers are configured
+        self.servers: list[McpServer] = []
+        if configs:  # the SDK (~0.4 s of imports, the `mcp` extra) only where servers are configured
+            require("mcp", "mcp_servers")
+            from tools.mcp.session import McpServer
 
-        self.servers: list[McpServer] = [McpServer(c) for c in configs]
+            self.servers = [McpServer(c) for c in configs]
 
     async def start(self) -> list[ToolSpec]:
         """Connect every server (concurrently) and return the tools of those that came up."""
+        if not self.servers:
+            return []
         from tools.mcp.toolset import describe, specs
 
         up = await asyncio.gather(*(s.start() for s in self.servers))

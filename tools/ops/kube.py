@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 
+from core.extras import require
 from tools.errors import Conflict, NotFound, PermissionDenied, ToolTimeout, UpstreamError
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ class KubeClient:
         self.timeout_s = timeout_s
         # The SDK (~0.2 s of imports) loads here, when a Kubernetes backend is configured: not in every process
         # that imports the toolbox, and not on a tool call's turn of the event loop.
+        require("kubernetes", "a Kubernetes backend")  # MissingExtra, naming the extra, without kubernetes_asyncio
         importlib.import_module("kubernetes_asyncio.config")
         self._api: client.ApiClient | None = None
         self._lock = asyncio.Lock()
