@@ -33,9 +33,11 @@ log = logging.getLogger(__name__)
 DEFAULT_MODELS = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-4o-mini"}
 
 
-def build_model(settings: Settings) -> ChatModel:
+def model_choice(settings: Settings) -> tuple[str, str]:
+    """The provider and model name serve would use (``("scripted", "demo")`` for the demo model), or the
+    ConfigError it would stop with. ``opspilot check`` probes exactly this."""
     llm = settings.llm
-    has_anthropic = bool(os.environ.get("ANTHROPIC_API_KEY"))
+    has_anthropic = bool(os.environ.get("ANTHROPIC_API_KEY"))  # an empty variable is unset, as everywhere
     has_openai = bool(os.environ.get("OPENAI_API_KEY"))
     provider = llm.provider
     if provider == "auto":
@@ -44,24 +46,41 @@ def build_model(settings: Settings) -> ChatModel:
         if llm.provider == "scripted" and (has_anthropic or has_openai):
             raise ConfigError("llm.provider is 'scripted' but an API key is configured; "
                               "unset the key or choose provider 'auto', 'anthropic' or 'openai'")
+        return "scripted", "demo"
+    if provider == "anthropic" and not has_anthropic:
+        raise ConfigError("llm.provider is 'anthropic' but ANTHROPIC_API_KEY is not set")
+    if provider == "openai" and not has_openai:
+        raise ConfigError("llm.provider is 'openai' but OPENAI_API_KEY is not set")
+    return provider, llm.name or DEFAULT_MODELS[provider]
+
+
+def build_model(settings: Settings) -> ChatModel:
+    llm = settings.llm
+    provider, name = model_choice(settings)
+    if provider == "scripted":
         return demo_model(llm.scripted_latency_s)
-    name = llm.name or DEFAULT_MODELS[provider]
     # The SDKs take seconds to import: load only the one in use.
     if provider == "anthropic":
         from bot.agent.models.anthropic import AnthropicModel
 
-        if not has_anthropic:
-            raise ConfigError("llm.provider is 'anthropic' but ANTHROPIC_API_KEY is not set")
         return AnthropicModel(name, max_tokens=llm.max_tokens, timeout_s=llm.timeout_s, max_retries=llm.max_retries)
     from bot.agent.models.openai import OpenAIModel
 
-    if not has_openai:
-        raise ConfigError("llm.provider is 'openai' but OPENAI_API_KEY is not set")
     return OpenAIModel(name, max_tokens=llm.max_tokens, timeout_s=llm.timeout_s, max_retries=llm.max_retries,
                        token_field=llm.token_field)
 
 
-def build_registry(settings: Settings, toolbox: ops.Toolbox, extra: Sequence[ToolSpec] = ()) -> Registry:
+def build_toolbox(settings: Settings) -> ops.Toolbox:
+    try:
+        return ops.build(settings.toolbox)
+    except (ops.CatalogError, ValueError, ToolError) as exc:
+        raise ConfigError(f"toolbox: {exc}") from exc
+
+
+def validate(settings: Settings, toolbox: ops.Toolbox, extra: Sequence[ToolSpec] = ()) -> tuple[Registry, list[str]]:
+    """The one validation ``serve`` (through :func:`assemble`) and ``opspilot check`` share: the registry, or the
+    ConfigError serve stops with; and the problems serve starts with but warns about (rules that can never match,
+    a verification that cannot fit the run's time)."""
     try:
         registry = Registry.of([*toolbox.specs, *load_plugins(settings.plugins, {}), *extra])
     except (PluginError, ValueError) as exc:
@@ -75,7 +94,18 @@ def build_registry(settings: Settings, toolbox: ops.Toolbox, extra: Sequence[Too
             except ValueError as exc:
                 raise ConfigError(f"tools.{name}.confirm_in: {exc}") from exc
     registry.know_environments(toolbox.catalog.environments)
-    for problem in environment_problems(settings, toolbox.catalog.environments, [s.name for s in registry]):
+    warnings = environment_problems(settings, toolbox.catalog.environments, [s.name for s in registry])
+    verify = settings.toolbox.verify
+    if verify.timeout_s + verify.settle_s >= settings.limits.max_wall_time_s:
+        warnings.append(f"toolbox.verify ({verify.timeout_s:g}s + {verify.settle_s:g}s settle) does not fit "
+                        f"limits.max_wall_time_s ({settings.limits.max_wall_time_s:g}s): a restart run inside the "
+                        "loop may be stopped before it is verified")
+    return registry, warnings
+
+
+def build_registry(settings: Settings, toolbox: ops.Toolbox, extra: Sequence[ToolSpec] = ()) -> Registry:
+    registry, warnings = validate(settings, toolbox, extra)
+    for problem in warnings:
         log.warning("config: %s", problem)
     return registry
 
@@ -151,10 +181,7 @@ async def assemble(settings: Settings, *, fallback_store: bool = True, with_mcp:
     """Everything an engine needs. ``with_mcp``: connect the MCP servers (where runs happen; a Slack front
     that only hands work on does not need them). ``with_followups``: offer the model ``schedule_followup``."""
     model = build_model(settings)
-    try:
-        toolbox = ops.build(settings.toolbox)
-    except (ops.CatalogError, ValueError, ToolError) as exc:
-        raise ConfigError(f"toolbox: {exc}") from exc
+    toolbox = build_toolbox(settings)
     hub = McpHub(settings.mcp_servers) if with_mcp and settings.mcp_servers else None
     try:
         extra = await hub.start() if hub is not None else []
@@ -163,11 +190,6 @@ async def assemble(settings: Settings, *, fallback_store: bool = True, with_mcp:
         if hub is not None:
             await hub.stop()
         raise ConfigError(str(exc)) from exc
-    verify = settings.toolbox.verify
-    if verify.timeout_s + verify.settle_s >= settings.limits.max_wall_time_s:
-        log.warning("toolbox.verify (%gs + %gs settle) does not fit limits.max_wall_time_s (%gs): a restart run "
-                    "inside the loop may be stopped before it is verified", verify.timeout_s, verify.settle_s,
-                    settings.limits.max_wall_time_s)
     store = await open_store(settings, fallback=fallback_store)
     bus = EventBus()
     telemetry = tracing(settings, model)

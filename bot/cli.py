@@ -11,14 +11,13 @@ import sys
 import time
 from typing import Any, cast
 
-from bot.assembly import assemble, build_registry, open_store
+from bot import exits
+from bot.assembly import assemble, build_registry, build_toolbox, open_store
 from bot.config import ConfigError, Settings, load_settings, port_number
 from bot.slack.meta import channel_of
 from bot.slack.words import say
 from core.text import inert
 from state import StoreError
-from tools import ops
-from tools.errors import ToolError
 from tools.mcp import McpHub, McpStartupError
 
 _COMMON_ENV = ("OPSPILOT_CONFIG (the config file), REDIS_URL, ANTHROPIC_API_KEY or OPENAI_API_KEY (the model; "
@@ -35,8 +34,10 @@ _HELP = {
              "opspilot demo --port 3000", "PORT"),
     "tools": ("Every tool the model may call: where it comes from, read-only or a change, when a person confirms.",
               "opspilot tools", ""),
-    "check": ("Is this installation ready? One line per check (config, Redis, Slack, model, MCP, backends) with the "
-              "fix when it fails; exit 1 when a required one fails.", "opspilot check", _SLACK_ENV),
+    "check": ("Would serve start, and work? The configuration validated as serve validates it, then Redis, Slack, "
+              "the configured model, MCP servers and every toolbox backend probed read-only (each within 8 s, "
+              "all within 20 s). Exit 0 ready, 1 a required check failed, 2 serve would refuse the configuration.",
+              "opspilot check\n  opspilot check --json", _SLACK_ENV),
     "eval": ("Score investigations over incident scenarios (evals/), with the scripted model or a real one.",
              "opspilot eval --model demo\n  opspilot eval --repeat 3 --json results.json", ""),
     "config": ("The configuration in effect (file, environment and defaults merged; secrets hidden), or with "
@@ -85,7 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     demo_cmd = _add(sub, "demo", common, "a Slack-like channel in your browser, no Slack workspace needed")
     demo_cmd.add_argument("--port", type=int, default=None, help="default: $PORT or 3000")
     _add(sub, "tools", common, "every tool: where it comes from, read-only or a change, when a person confirms")
-    _add(sub, "check", common, "is this installation ready? config, Redis, Slack, model, MCP, backends")
+    check_cmd = _add(sub, "check", common, "would serve start and work? config, Redis, Slack, model, backends")
+    check_cmd.add_argument("--json", action="store_true",
+                           help="print {ready, exit_code, checks: [{name, status, detail, fix}]} instead of lines")
     eval_cmd = _add(sub, "eval", common, "score investigations over incident scenarios (evals/), with any model")
     eval_cmd.add_argument("--model", default=None, help="'demo' (the scripted model), or a model name for the "
                                                           "configured provider (default: as configured)")
@@ -196,10 +199,7 @@ def _work_label(body: str) -> str:
 
 async def _tools(config: str | None) -> int:
     settings = load_settings(config)
-    try:
-        toolbox = ops.build(settings.toolbox)
-    except (ops.CatalogError, ValueError, ToolError) as exc:
-        raise ConfigError(f"toolbox: {exc}") from exc
+    toolbox = build_toolbox(settings)
     hub = McpHub(settings.mcp_servers)
     try:
         registry = build_registry(settings, toolbox, await hub.start())
@@ -219,21 +219,17 @@ async def _tools(config: str | None) -> int:
     return 0
 
 
-async def _check(config: str | None) -> int:
+async def _check(config: str | None, as_json: bool = False) -> int:
     from bot import check
 
     try:
         settings = load_settings(config)
-    except ConfigError as exc:
-        show(f"✗ config: {exc}")
-        return 1
-    show("✓ config: valid")
-    checks = await check.run(settings)
-    for each in checks:
-        show(each.line())
-    failed = [c for c in checks if c.required and not c.ok]
-    show(f"{len(failed)} required check(s) failed" if failed else "ready")
-    return 1 if failed else 0
+    except ConfigError as exc:  # serve's words and serve's exit code
+        checks = [check.Check("config", False, str(exc), "correct the key or variable named here", refused=True)]
+    else:
+        checks = [check.Check("config", True, "valid"), *await check.run(settings)]
+    show(check.report(checks, as_json=as_json))
+    return check.exit_code(checks)
 
 
 def _config(reference: bool, write: str | None, config: str | None) -> int:
@@ -241,7 +237,7 @@ def _config(reference: bool, write: str | None, config: str | None) -> int:
 
     if write and not reference:
         print("opspilot: --write goes with --reference", file=sys.stderr)
-        return 2
+        return exits.CONFIG
     if not reference:
         import yaml
 
@@ -254,12 +250,15 @@ def _config(reference: bool, write: str | None, config: str | None) -> int:
 
     page = Path(write)
     try:
-        page.write_text(ref.updated(page.read_text(encoding="utf-8")), encoding="utf-8")
+        before = page.read_text(encoding="utf-8")
+        after = ref.updated(before)
+        if after != before:
+            page.write_text(after, encoding="utf-8")
     except (OSError, ValueError) as exc:
         print(f"opspilot: cannot update {page}: {exc}", file=sys.stderr)
-        return 1
-    print(f"updated {page}")
-    return 0
+        return exits.FAILED
+    print(f"updated {page}" if after != before else f"{page} is up to date")
+    return exits.OK
 
 
 async def _chat(user: str, config: str | None) -> int:
@@ -288,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "config":
             return _config(args.reference, args.write, args.config)
         if args.command == "check":
-            return asyncio.run(_check(args.config))
+            return asyncio.run(_check(args.config, args.json))
         if args.command == "chat":
             return asyncio.run(_chat(args.user, args.config))
         if args.command == "eval":
@@ -328,12 +327,12 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(_stats(args.window, args.config))
     except ConfigError as exc:
         print(f"opspilot: {exc}", file=sys.stderr)
-        return 2
-    except StoreError as exc:
+        return exits.CONFIG
+    except StoreError as exc:  # Redis not reachable at start: waiting for it may be all it takes
         print(f"opspilot: {exc}", file=sys.stderr)
-        return 1
+        return exits.UNAVAILABLE
     except KeyboardInterrupt:
-        return 130
+        return exits.INTERRUPTED
 
 
 if __name__ == "__main__":

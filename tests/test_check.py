@@ -37,7 +37,8 @@ async def test_a_ready_installation_passes_and_says_what_is_optional(env: FakeSl
     assert "✓ Redis persistence: AOF on" in out and "✓ Redis eviction: maxmemory-policy is noeviction" in out
     assert "✓ Slack token: valid for workspace Fake (T0001)" in out and "✓ Slack mode: HTTP mode" in out
     assert "✓ Slack scopes: every scope manifest.yml asks for" in out
-    assert "! Model: **no key: the scripted demo model will answer**" in out and out.rstrip().endswith("ready")
+    assert "! Model: no key: the scripted demo model will answer" in out and out.rstrip().endswith("ready")
+    assert "**" not in out  # a terminal shows Markdown's stars literally
 
 
 async def test_failures_say_the_fix_and_exit_1(env: FakeSlack, own_redis: OwnRedis, tmp_path: Path,
@@ -48,14 +49,14 @@ async def test_failures_say_the_fix_and_exit_1(env: FakeSlack, own_redis: OwnRed
     redis.Redis.from_url(own_redis.url).config_set("maxmemory-policy", "allkeys-lru")
     config = tmp_path / "opspilot.yml"
     config.write_text("slack:\n  approvers: {restart_service: {Production: {users: [UBOSS]}}}\n")
-    assert await _check(None) == 1
+    assert await _check(None) == 1  # the rule is what serve warns about and starts without: said as "!"
     out = capsys.readouterr().out
     assert "✗ Redis eviction: maxmemory-policy is allkeys-lru: paused runs and transcripts can be evicted — fix: " \
            "CONFIG SET maxmemory-policy noeviction" in out
     assert "✗ Slack scopes: missing usergroups:read — fix: add them" in out
-    assert "✗ Config rule: slack.approvers.restart_service.production: no service in the catalog has environment " \
-           "'production' (known: prod, staging)" in out
-    assert "3 required check(s) failed" in out
+    assert "! Config rule: slack.approvers.restart_service.production: no service in the catalog has environment " \
+           "'production' (known: prod, staging) — fix: name an environment the catalog has" in out
+    assert "not ready: 2 required check(s) failed" in out
 
 
 async def test_slack_refusing_the_token_and_redis_away(env: FakeSlack, monkeypatch: pytest.MonkeyPatch,

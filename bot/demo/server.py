@@ -21,6 +21,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from bot import exits
 from bot.config import AlertSource, Approvers, Settings
 from bot.demo.local_server import LocalServer
 from bot.demo.sender import SlackSender, view_submission
@@ -308,7 +309,7 @@ async def run_demo(settings: Settings, port: int) -> int:
         server = await demo.start()
     except PortTaken as exc:
         print(f"opspilot: {exc}", file=sys.stderr)
-        return 2
+        return exits.UNAVAILABLE
     assert demo.service is not None
     print(f"OpsPilot demo: open {server.url}  (model: {demo.service.core.model.label}; "
           f"store: {'Redis' if demo.service.core.store.durable else 'in-process, NOT durable'})", flush=True)

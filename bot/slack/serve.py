@@ -21,7 +21,8 @@ import time
 
 from aiohttp import web
 
-from bot.config import Settings
+from bot import exits
+from bot.config import ConfigError, Settings
 from bot.slack import tether
 from bot.slack.link import TokenRefused
 from bot.slack.service import Role, SlackService, build_service
@@ -48,10 +49,11 @@ class PortTaken(Exception):
 
 async def claim(ports: list[int], wait_s: float = 3.0) -> list[socket.socket]:
     """Sockets bound to ``ports``, before anything else starts. A port still held is waited for a moment (the
-    workers of a front killed just now take up to 2 s to go); then :class:`PortTaken`, in one line."""
+    workers of a front killed just now take up to 2 s to go); then :class:`PortTaken`, in one line (a port out
+    of range is a ConfigError: the configuration, not the moment)."""
     deadline, bound = time.monotonic() + wait_s, list[socket.socket]()
     if too_high := [p for p in ports if not 0 < p < 65536]:  # the workers' ports follow the front's
-        raise PortTaken(f"port {too_high[0]} is out of range: with --workers N, the port and the N after it must "
+        raise ConfigError(f"port {too_high[0]} is out of range: with --workers N, the port and the N after it must "
                         "all be at most 65535; set PORT (or --port) lower")
     try:
         for port in ports:
@@ -102,9 +104,9 @@ async def _run(settings: Settings, role: Role, sock: socket.socket | None, banne
         if service.link is not None and await service.link.connect(stopping):
             print("Connected to Slack (Socket Mode).", flush=True)
         await stopping.wait()
-    except TokenRefused as exc:
+    except TokenRefused as exc:  # a credential Slack refuses: the configuration, not the moment
         print(f"opspilot: {exc}", file=sys.stderr, flush=True)
-        return 1
+        return exits.CONFIG
     finally:
         if service.link is not None:
             await service.link.close()
@@ -151,7 +153,7 @@ async def serve(settings: Settings, *, workers: int | None = None, config: str |
         own, *theirs = await claim([port, *range(port + 1, port + 1 + count)])
     except PortTaken as exc:
         print(f"opspilot: {exc}", file=sys.stderr)
-        return 1
+        return exits.UNAVAILABLE
     # The workers' sockets stay bound here and are handed to each worker (and to one started again): a port
     # released for a moment could be taken by another process in between.
     if count == 0:
@@ -181,7 +183,7 @@ async def work(settings: Settings, *, port: int | None = None) -> int:
         sock = tether.inherited_socket() or ((await claim([port]))[0] if port else None)
     except PortTaken as exc:
         print(f"opspilot worker: {exc}", file=sys.stderr)
-        return 1
+        return exits.UNAVAILABLE
     where = f"; /healthz, /readyz and /metrics on port {port}" if port else ""
     return await _run(settings, "worker", sock, f"OpsPilot worker {os.getpid()} is reading the work queue{where}; "
                                                 "model: {model}", stopping)

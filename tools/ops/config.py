@@ -190,7 +190,7 @@ class OpsConfig(_Section):
     docs_dir: Path | None = Field(None, description="runbooks, Markdown (default: <data_dir>/docs)")
     docs_link_base: str | None = Field(None, description="e.g. https://git.example.com/runbooks/blob/main")
     logs: Annotated[FileLogs | LokiLogs, Field(discriminator="backend")] = Field(
-        default_factory=FileLogs, description="where search_logs reads error lines")
+        default_factory=FileLogs, description="where query_logs reads error lines")
     metrics: Annotated[FixtureMetrics | PrometheusMetrics, Field(discriminator="backend")] = Field(
         default_factory=FixtureMetrics, description="where query_metrics reads series")
     restart: Annotated[DemoRestarts | KubernetesRestarts | WebhookRestarts, Field(discriminator="backend")] = Field(

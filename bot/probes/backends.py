@@ -1,0 +1,136 @@
+"""The toolbox as serve would build it, validated as serve validates it (:func:`bot.assembly.validate`), then
+every configured backend asked one read-only question: logs, metrics, each change source, the reachability of
+restart, rollback and scale targets, and the Kubernetes permissions each tool needs."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+from urllib.parse import urlsplit
+
+from bot.assembly import build_toolbox, validate
+from bot.config import ConfigError, Settings
+from bot.probes import PROBE_S, Check, bounded
+from tools import ops
+from tools.errors import ToolError
+from tools.ops.logs import LogQuery
+
+
+def _rule_fix(problem: str) -> str:
+    if "there is no tool named" in problem:
+        return "name a tool `opspilot tools` lists (or remove the rule)"
+    if "environment" in problem and "catalog" in problem:
+        return "name an environment the catalog has"
+    return "see docs/configuration.md for the key"
+
+
+async def toolbox_checks(settings: Settings) -> list[Check]:
+    try:
+        toolbox = build_toolbox(settings)
+    except ConfigError as exc:
+        return [Check("Config", False, str(exc), "fix the toolbox section (serve refuses to start with it)",
+                      refused=True)]
+    from tools.mcp import McpHub, McpStartupError
+
+    hub = McpHub(settings.mcp_servers) if settings.mcp_servers else None
+    checks: list[Check] = []
+    try:
+        extra: list[Any] = []
+        if hub is not None:
+            try:
+                async with asyncio.timeout(PROBE_S):
+                    extra = list(await hub.start())
+                checks += [Check(f"MCP server {name}", h["state"] == "up", str(h["state"]) + (
+                    f" ({h.get('error')})" if h.get("error") else ""), "see its command, args and env in mcp_servers")
+                    for name, h in hub.health().items()]
+            except McpStartupError as exc:
+                return [Check("Config", False, str(exc), "see mcp_servers (serve refuses to start with it)",
+                              refused=True)]
+            except Exception as exc:  # a server that cannot start at all, or not in time
+                checks.append(Check("MCP servers", False, f"{type(exc).__name__}: {exc}", "see mcp_servers"))
+        try:
+            _, warnings = validate(settings, toolbox, extra)
+        except ConfigError as exc:
+            return [*checks, Check("Config", False, str(exc), _rule_fix(str(exc)) + " (serve refuses to start "
+                                                                                   "with it)", refused=True)]
+        checks += [Check("Config rule", False, w, _rule_fix(w) + " (serve starts, without this rule)",
+                         required=False) for w in warnings]
+        checks.append(Check("Catalog", True, f"{len(toolbox.catalog.ids)} services, environments "
+                                             f"{', '.join(toolbox.catalog.environments)}"))
+        for found in await asyncio.gather(*_probes(settings, toolbox)):
+            checks += found
+    finally:
+        if hub is not None:
+            await hub.stop()
+    return checks
+
+
+def _probes(settings: Settings, toolbox: ops.Toolbox) -> list[Any]:
+    conf = settings.toolbox
+    logs_fix = (f"check toolbox.logs.url ({conf.logs.url}) and its token_env: Loki must answer there"
+                if conf.logs.backend == "loki" else "check toolbox.logs.dir: one file per service and environment")
+    metrics_fix = (f"check toolbox.metrics.url ({conf.metrics.url}) and its token_env: Prometheus must answer there"
+                   if conf.metrics.backend == "prometheus" else "check toolbox.metrics.file")
+    service = toolbox.catalog.services[0] if toolbox.catalog.services else None
+    probes: list[Any] = []
+    if service is not None:
+        env = service.environments[0]
+
+        async def logs() -> list[Check]:
+            try:
+                await toolbox.logs.errors(LogQuery(service, env, minutes=5, limit=1))
+            except ToolError as exc:
+                return [Check(f"Logs ({conf.logs.backend})", False, exc.message, logs_fix)]
+            return [Check(f"Logs ({conf.logs.backend})", True, f"answers for {service.id} in {env}")]
+
+        async def metrics() -> list[Check]:
+            try:
+                await toolbox.metrics.series(service, env, toolbox.metrics.names[0], 5)
+            except ToolError as exc:
+                return [Check(f"Metrics ({conf.metrics.backend})", False, exc.message, metrics_fix)]
+            return [Check(f"Metrics ({conf.metrics.backend})", True, f"answers for {service.id} in {env}")]
+
+        probes += [bounded(f"Logs ({conf.logs.backend})", logs, fix=logs_fix),
+                   bounded(f"Metrics ({conf.metrics.backend})", metrics, fix=metrics_fix)]
+        probes += [bounded(f"Change history ({source.name})", _changes(source, service, toolbox),
+                           fix="check toolbox.changes") for source in toolbox.changes]
+    for key in ("restart", "rollback", "scale"):
+        url = getattr(getattr(conf, key, None), "url", None)
+        if isinstance(url, str):
+            probes.append(bounded(f"{key.capitalize()} webhook", _reach(key, url), fix=f"check toolbox.{key}.url"))
+    from bot.probes.kube import kubernetes_checks
+
+    probes.append(bounded("Kubernetes permissions", lambda: kubernetes_checks(toolbox),
+                          fix="check the cluster API address and credentials in the toolbox section"))
+    return probes
+
+
+def _changes(source: Any, service: Any, toolbox: ops.Toolbox) -> Any:
+    async def probe() -> list[Check]:
+        env = next((e for e in service.environments if source.serves(e)), None)
+        if env is None:
+            return []
+        name = f"Change history ({source.name})"
+        try:
+            await source.changes(service, env, 0.0, toolbox.clock.now())
+        except ToolError as exc:
+            return [Check(name, False, exc.message, "check this source's url, file or credentials under "
+                          "toolbox.changes", required=exc.code != "not_configured")]
+        return [Check(name, True, "answers")]
+    return probe
+
+
+def _reach(key: str, url: str) -> Any:
+    """A webhook is never called here (a POST would act): its host accepting a connection is what can be known."""
+    async def probe() -> list[Check]:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+        name = f"{key.capitalize()} webhook"
+        try:
+            _, writer = await asyncio.open_connection(host, port)
+        except OSError as exc:
+            return [Check(name, False, f"{host}:{port} does not accept connections ({exc.strerror or exc})",
+                          f"check toolbox.{key}.url and the network path to it")]
+        writer.close()
+        return [Check(name, True, f"{host}:{port} accepts connections (not called: it would act)")]
+    return probe

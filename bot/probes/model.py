@@ -1,0 +1,44 @@
+"""The model serve would use (provider and name as configured, empty variables unset): one tiny request with
+a short timeout and no retries — the SDKs' defaults would wait 10 minutes, three times."""
+
+from __future__ import annotations
+
+from bot.assembly import model_choice
+from bot.config import ConfigError, Settings
+from bot.probes import PROBE_S, Check
+
+SDK_TIMEOUT_S = PROBE_S - 1.0  # inside the probe's own deadline, so the SDK's words (not a cut) are reported
+
+
+async def model_check(settings: Settings, timeout_s: float = SDK_TIMEOUT_S) -> Check:
+    try:
+        provider, name = model_choice(settings)
+    except ConfigError as exc:
+        return Check("Model", False, str(exc), "set the provider's key, or llm.provider to match the key you have",
+                     refused=True)
+    if provider == "scripted":
+        return Check("Model", False, "no key: the scripted demo model will answer (rule-based, demo data only)",
+                     "set ANTHROPIC_API_KEY or OPENAI_API_KEY", required=False)
+    try:
+        if provider == "anthropic":
+            import anthropic
+
+            await anthropic.AsyncAnthropic(timeout=timeout_s, max_retries=0).messages.create(
+                model=name, max_tokens=1, messages=[{"role": "user", "content": "ping"}])
+        else:
+            import openai
+
+            client = openai.AsyncOpenAI(timeout=timeout_s, max_retries=0)
+            field = settings.llm.token_field
+            if field == "auto":  # as OpenAIModel chooses it
+                field = "max_completion_tokens" if client.base_url.host == "api.openai.com" else "max_tokens"
+            await client.chat.completions.create(model=name, messages=[{"role": "user", "content": "ping"}],
+                                                 **{field: 16})  # type: ignore[call-overload]
+    except Exception as exc:  # the SDKs' errors: said, with the class name the operator can look up
+        if "Timeout" in type(exc).__name__:
+            says = f"{provider} ({name}) did not answer within {timeout_s:g}s"
+        else:
+            says = f"{provider} ({name}) did not answer a one-token request ({type(exc).__name__}: {str(exc)[:120]})"
+        return Check("Model", False, says, "check the key, llm.name (or OPSPILOT_MODEL) and the network path to "
+                                           f"the provider ({provider.upper()}_BASE_URL if you use one)")
+    return Check("Model", True, f"{provider} answers as {name}")
