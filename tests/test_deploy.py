@@ -1,6 +1,6 @@
 """The container and Kubernetes files (Dockerfile, docker-compose.yml, deploy/kubernetes/): every manifest
-validates offline (kubernetes-validate's bundled schemas, strict; the ScaledObject against KEDA's CRD schema
-vendored in tests/schemas), and they name only commands, flags and environment variables OpsPilot has, the
+validates offline (kubernetes-validate's bundled schemas, strict; the ScaledObject and TriggerAuthentication
+against KEDA's CRD schemas vendored in tests/schemas), and they name only commands, flags and environment variables OpsPilot has, the
 work stream and consumer group it uses, the Kubernetes calls its backends make and the catalog's namespaces."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 import jsonschema
 import kubernetes_validate
@@ -33,13 +33,18 @@ from tools import ops
 
 ROOT = Path(__file__).resolve().parents[1]
 KUBE = ROOT / "deploy" / "kubernetes"
-KEDA_SCHEMA = Path(__file__).parent / "schemas" / "keda-scaledobject-v1alpha1.json"
+KEDA_SCHEMAS = {kind: Path(__file__).parent / "schemas" / f"keda-{kind.lower()}-v1alpha1.json"
+                for kind in ("ScaledObject", "TriggerAuthentication")}
+# Custom resources: validated against their CRD's schema (KEDA's), or by what the tests below check (a PodMonitor).
+CUSTOM_GROUPS = ("keda.sh/", "monitoring.coreos.com/")
 # The oldest Kubernetes the manifests claim (policy/v1, seccompProfile, startupProbe…) and the newest bundled.
 KUBE_VERSIONS = ("1.29", kubernetes_validate.latest_version())
-# KEDA's redis-streams trigger: the metadata keys its documentation lists.
+# KEDA's redis-streams trigger: the metadata keys its documentation lists, and the connection parameters it takes
+# from a TriggerAuthentication (pkg/scalers/redis_scaler.go, authParams).
 REDIS_STREAMS_KEYS = {"address", "addressFromEnv", "host", "hostFromEnv", "port", "portFromEnv", "usernameFromEnv",
                       "passwordFromEnv", "stream", "consumerGroup", "pendingEntriesCount", "streamLength",
                       "lagCount", "activationLagCount", "enableTLS", "unsafeSsl", "databaseIndex"}
+REDIS_AUTH_PARAMS = {"address", "host", "port", "username", "password", "tls", "ca", "cert", "key", "keyPassword"}
 # What each kubernetes_asyncio call in tools/ops/kube.py needs from RBAC.
 VERBS = {"read": "get", "patch": "patch", "list": "list", "create": "create", "delete": "delete",
          "replace": "update"}
@@ -109,7 +114,8 @@ def strict(schema: Any) -> Any:
 
 
 def keda_errors(doc: dict[str, Any]) -> list[str]:
-    validator = jsonschema.Draft7Validator(strict(json.loads(KEDA_SCHEMA.read_text(encoding="utf-8"))))
+    schema = json.loads(KEDA_SCHEMAS[doc["kind"]].read_text(encoding="utf-8"))
+    validator = jsonschema.Draft7Validator(strict(schema))
     return [f"{'.'.join(map(str, e.path))}: {e.message}" for e in validator.iter_errors(doc)]
 
 
@@ -126,17 +132,19 @@ def kube_errors(doc: dict[str, Any]) -> list[str]:
 
 
 def test_every_core_manifest_validates_offline() -> None:
-    core = [(f, d) for f, d in manifests() if not d["apiVersion"].startswith("keda.sh/")]
+    core = [(f, d) for f, d in manifests() if not d["apiVersion"].startswith(CUSTOM_GROUPS)]
     assert {d["kind"] for _, d in core} >= {"Deployment", "Service", "ServiceAccount", "Role", "RoleBinding",
-                                           "PodDisruptionBudget", "ConfigMap", "Secret", "Namespace"}
+                                           "PodDisruptionBudget", "ConfigMap", "Secret", "Namespace",
+                                           "NetworkPolicy"}
     problems = {f"{f} {d['kind']}/{d['metadata']['name']}": kube_errors(d) for f, d in core}
     assert not {k: v for k, v in problems.items() if v}
 
 
-def test_the_scaled_object_validates_against_kedas_crd() -> None:
-    [scaled] = [d for _, d in manifests() if d["apiVersion"].startswith("keda.sh/")]
-    assert scaled["apiVersion"] == "keda.sh/v1alpha1" and scaled["kind"] == "ScaledObject"
-    assert keda_errors(scaled) == []
+def test_the_keda_objects_validate_against_kedas_crds() -> None:
+    keda = [d for _, d in manifests() if d["apiVersion"].startswith("keda.sh/")]
+    assert sorted(d["kind"] for d in keda) == ["ScaledObject", "TriggerAuthentication"]
+    assert {d["apiVersion"] for d in keda} == {"keda.sh/v1alpha1"}
+    assert {d["metadata"]["name"]: keda_errors(d) for d in keda} == {d["metadata"]["name"]: [] for d in keda}
 
 
 def test_the_validators_refuse_a_misspelt_field() -> None:
@@ -146,6 +154,10 @@ def test_the_validators_refuse_a_misspelt_field() -> None:
     [scaled] = of_kind("ScaledObject")
     wrong = copy.deepcopy(scaled)
     wrong["spec"]["minReplicas"] = wrong["spec"].pop("minReplicaCount")
+    assert keda_errors(wrong)
+    [auth] = of_kind("TriggerAuthentication")
+    wrong = copy.deepcopy(auth)
+    wrong["spec"]["secretTargetRef"][0]["secret"] = wrong["spec"]["secretTargetRef"][0].pop("name")
     assert keda_errors(wrong)
 
 
@@ -166,8 +178,27 @@ def test_the_scaled_object_scales_workers_on_the_work_streams_pending_entries(tm
     concurrency = inspect.signature(Worker).parameters["concurrency"].default
     assert 0 < int(meta["pendingEntriesCount"]) < concurrency
     redis = urlparse(_secret()["REDIS_URL"])  # the Redis the pods use
-    assert meta["address"] == f"{redis.hostname}:{redis.port or 6379}"
     assert meta.get("databaseIndex", "0") == (redis.path.strip("/") or "0")
+    # The connection comes from the pods' Secret, through a TriggerAuthentication: nothing hard-coded.
+    assert not set(meta) & {"address", "host", "port", "addressFromEnv", "hostFromEnv", "portFromEnv",
+                            "passwordFromEnv", "usernameFromEnv", "enableTLS"}
+    assert trigger["authenticationRef"].get("kind", "TriggerAuthentication") == "TriggerAuthentication"
+    auth = named("TriggerAuthentication", trigger["authenticationRef"]["name"])
+    assert auth["metadata"]["namespace"] == scaled["metadata"]["namespace"]
+    parts = {ref["parameter"]: _secret()[ref["key"]] for ref in _keda_secret_refs()}
+    assert set(parts) <= REDIS_AUTH_PARAMS and {"address", "password"} <= set(parts)
+    # Its parts of the Secret say what REDIS_URL says.
+    assert parts["address"] == f"{redis.hostname}:{redis.port or 6379}"
+    assert parts["password"] == unquote(redis.password or "")
+    assert parts.get("username", "") == unquote(redis.username or "")
+    assert parts.get("tls", "disable") == ("enable" if redis.scheme == "rediss" else "disable")
+
+
+def _keda_secret_refs() -> list[dict[str, str]]:
+    """The TriggerAuthentication's references into the pods' Secret (and nowhere else)."""
+    refs = [ref for auth in of_kind("TriggerAuthentication") for ref in auth["spec"]["secretTargetRef"]]
+    assert {ref["name"] for ref in refs} == {named("Secret", "opspilot")["metadata"]["name"]}
+    return refs
 
 
 def _secret() -> dict[str, str]:
@@ -291,9 +322,10 @@ def test_compose_and_the_manifests_set_only_variables_opspilot_reads(tmp_path: P
               if not _reads(n, str(config) if n == "OPSPILOT_CONFIG" else "3999" if n == "PORT" else f"x-{n}",
                             monkeypatch)]
     assert unread == []
-    # The Secret's keys are the ones the Deployments take, and each one a Deployment requires is there.
+    # The Secret's keys are the ones the Deployments and KEDA take, and each one a Deployment requires is there.
     refs = [e["valueFrom"]["secretKeyRef"] for _, c in containers() for e in c["env"] if "valueFrom" in e]
-    assert {r["key"] for r in refs} >= set(_secret())
+    assert {r["key"] for r in refs} | {r["key"] for r in _keda_secret_refs()} >= set(_secret())
+    assert {r["key"] for r in _keda_secret_refs()} <= set(_secret())
     assert {r["key"] for r in refs if not r.get("optional")} <= set(_secret())
     assert {e["name"] for _, c in containers() for e in c["env"] if "valueFrom" in e} == {r["key"] for r in refs}
 
