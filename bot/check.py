@@ -35,7 +35,8 @@ async def run(settings: Settings) -> list[Check]:
     probes = [
         bounded("Redis", lambda: redis_checks(settings.redis_url), fix="start Redis or set REDIS_URL"),
         bounded("Slack", lambda: slack_checks(settings), fix="check the network path to Slack (or SLACK_API_URL)"),
-        bounded("Model", model, fix="check the network path to the model provider"),
+        # The model's own deadline is inside (the request's); this one also covers importing its SDK.
+        bounded("Model", model, deadline_s=TOTAL_S - PROBE_S / 2, fix="check the network path to the model provider"),
         # MCP servers start and then every backend is probed: two deadlines back to back, within TOTAL_S.
         bounded("Toolbox", lambda: toolbox_checks(settings), deadline_s=TOTAL_S - PROBE_S / 2,
                 fix="check the toolbox section and mcp_servers"),

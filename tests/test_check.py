@@ -4,20 +4,26 @@ the demo toolbox."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
 from pathlib import Path
 
 import pytest
 import redis
 
+from bot.check import manifest_scopes
 from bot.cli import _check
 from bot.demo.workspace import LocalSlack as FakeSlack
-from tests.conftest import OwnRedis
+from tests.conftest import OwnRedis, free_port
+from tests.fakes.openai_api import FakeOpenAI, text
 from tests.slack_harness import SECRET
 
 
 @pytest.fixture
 def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, own_redis: OwnRedis, slack: FakeSlack) -> FakeSlack:
-    for name in ("OPSPILOT_CONFIG", "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "SLACK_APP_TOKEN"):
+    for name in ("OPSPILOT_CONFIG", "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "SLACK_APP_TOKEN", "OPSPILOT_MODEL",
+                 "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("REDIS_URL", own_redis.url)
@@ -92,3 +98,132 @@ async def test_scopes_granted_beyond_the_manifest_are_said_not_failed(env: FakeS
     assert "✓ Slack scopes: every scope manifest.yml asks for" in out
     assert "! Slack scopes beyond the manifest: granted but unused: im:write, reactions:write — fix: remove them" \
            in out
+
+
+# --- check = what serve would do, every probe within its deadline (issue 37) ---
+
+
+async def test_a_model_endpoint_that_never_answers_is_said_within_the_deadline(
+        env: FakeSlack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """It accepts the connection and never answers: the SDK's defaults would wait 10 minutes, three times."""
+    from bot.probes import TOTAL_S
+    from bot.probes.model import SDK_TIMEOUT_S
+
+    opened: list[asyncio.StreamWriter] = []
+
+    async def accept_and_stay_silent(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        opened.append(writer)
+
+    server = await asyncio.start_server(accept_and_stay_silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://127.0.0.1:{port}")
+    started = time.monotonic()
+    try:
+        code = await _check(None)
+    finally:
+        for writer in opened:
+            writer.close()
+        server.close()
+    took = time.monotonic() - started
+    out = capsys.readouterr().out
+    assert opened and took < TOTAL_S, took
+    assert f"✗ Model: anthropic (claude-sonnet-4-5) did not answer within {SDK_TIMEOUT_S:g}s" in out, out
+    assert code == 1 and "not ready: 1 required check(s) failed" in out
+
+
+async def test_a_tool_serve_does_not_know_is_refused_as_serve_refuses_it(
+        env: FakeSlack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bot.assembly import assemble
+    from bot.config import ConfigError, load_settings
+
+    (tmp_path / "opspilot.yml").write_text("tools: {restart_servise: {confirm_in: [prod]}}\n")
+    with pytest.raises(ConfigError) as serve_says:  # what `serve` stops with (exit 2)
+        await assemble(load_settings(None))
+    assert await _check(None) == 2
+    out = capsys.readouterr().out
+    assert f"✗ Config: {serve_says.value} — fix: name a tool `opspilot tools` lists" in out
+    assert "tools.restart_servise: there is no tool named 'restart_servise'" in out
+    assert out.rstrip().endswith("not ready: serve would refuse this configuration")
+
+
+async def test_an_approvers_rule_for_a_tool_that_does_not_exist_is_a_warning(
+        env: FakeSlack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """serve starts without the rule after one WARNING: check says it with "!" (and stays ready)."""
+    env.scopes = sorted(manifest_scopes())
+    (tmp_path / "opspilot.yml").write_text("slack: {approvers: {restart_servise: {prod: {users: [UBOSS]}}}}\n")
+    assert await _check(None) == 0
+    out = capsys.readouterr().out
+    assert "! Config rule: slack.approvers.restart_servise: there is no tool named 'restart_servise' — fix: " \
+           "name a tool `opspilot tools` lists (or remove the rule) (serve starts, without this rule)" in out
+
+
+async def test_the_model_probed_is_the_configured_one(env: FakeSlack, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    fake = FakeOpenAI()
+    await fake.server.start()
+    fake.queue(text("pong"))
+    (tmp_path / "opspilot.yml").write_text("llm: {provider: openai, name: gpt-4.1-mini}\n")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("OPENAI_BASE_URL", f"{fake.server.url}/v1")
+    monkeypatch.setenv("OPSPILOT_MODEL", "")  # docker-compose's ${OPSPILOT_MODEL:-}: unset, as serve reads it
+    try:
+        await _check(None)
+    finally:
+        await fake.server.stop()
+    assert [r["model"] for r in fake.requests] == ["gpt-4.1-mini"]
+    assert "✓ Model: openai answers as gpt-4.1-mini" in capsys.readouterr().out
+
+
+async def test_a_socket_mode_token_is_asked_to_slack_not_read_by_its_prefix(
+        env: FakeSlack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    env.scopes = sorted(manifest_scopes())
+    monkeypatch.setenv("SLACK_APP_TOKEN", "xapp-fake")
+    assert await _check(None) == 1
+    assert "✗ Slack mode: Socket Mode: Slack refused SLACK_APP_TOKEN (invalid_auth) — fix: SLACK_APP_TOKEN is the " \
+           "app-level token" in capsys.readouterr().out
+    monkeypatch.setenv("SLACK_APP_TOKEN", env.app_token)
+    assert await _check(None) == 0
+    assert "✓ Slack mode: Socket Mode (SLACK_APP_TOKEN opens a connection)" in capsys.readouterr().out
+
+
+async def test_a_wrong_redis_password_has_its_own_fix(env: FakeSlack, own_redis: OwnRedis,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    redis.Redis.from_url(own_redis.url).config_set("requirepass", "right-one")  # this test's own server
+    for url, said in ((f"redis://:wrong-one@127.0.0.1:{own_redis.port}/0", "✗ Redis: refused the user or password "
+                       f"in REDIS_URL at redis://…@127.0.0.1:{own_redis.port}/0 (WRONGPASS)"),
+                      (own_redis.url, f"✗ Redis: asks for a password at {own_redis.url} and REDIS_URL gives none "
+                                      "(NOAUTH)")):
+        monkeypatch.setenv("REDIS_URL", url)
+        assert await _check(None) == 1
+        out = capsys.readouterr().out
+        assert said in out, out
+        assert "— fix: put the user and password Redis expects in REDIS_URL" in out
+        assert "start Redis" not in out and "wrong-one" not in out
+
+
+async def test_loki_down_is_not_ready(env: FakeSlack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    env.scopes = sorted(manifest_scopes())
+    port = free_port(span=1)
+    (tmp_path / "opspilot.yml").write_text(f"toolbox:\n  logs: {{backend: loki, url: 'http://127.0.0.1:{port}'}}\n")
+    assert await _check(None) == 1
+    out = capsys.readouterr().out
+    assert "✗ Logs (loki): Loki is unreachable" in out, out
+    assert f"fix: check toolbox.logs.url (http://127.0.0.1:{port}) and its token_env: Loki must answer there" in out
+    assert "✓ Metrics (fixtures)" in out and "fix: fix" not in out
+
+
+async def test_json_for_automation(env: FakeSlack, monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SLACK_APP_TOKEN", "xapp-fake")
+    code = await _check(None, as_json=True)
+    body = json.loads(capsys.readouterr().out)
+    assert code == body["exit_code"] == 1 and body["ready"] is False
+    assert all(set(c) == {"name", "status", "detail", "fix"} and c["status"] in {"ok", "warn", "fail"}
+               for c in body["checks"])
+    by_name = {c["name"]: c for c in body["checks"]}
+    assert by_name["config"] == {"name": "config", "status": "ok", "detail": "valid", "fix": ""}
+    assert by_name["Slack mode"]["status"] == "fail" and "invalid_auth" in by_name["Slack mode"]["detail"]
+    assert by_name["Model"]["status"] == "warn"

@@ -3,6 +3,9 @@ a short timeout and no retries — the SDKs' defaults would wait 10 minutes, thr
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 from bot.assembly import model_choice
 from bot.config import ConfigError, Settings
 from bot.probes import PROBE_S, Check
@@ -19,23 +22,26 @@ async def model_check(settings: Settings, timeout_s: float = SDK_TIMEOUT_S) -> C
     if provider == "scripted":
         return Check("Model", False, "no key: the scripted demo model will answer (rule-based, demo data only)",
                      "set ANTHROPIC_API_KEY or OPENAI_API_KEY", required=False)
+    # The SDK is imported first (seconds, on a loaded machine): only the request counts against the deadline.
+    if provider == "anthropic":
+        import anthropic
+
+        ask: Any = anthropic.AsyncAnthropic(timeout=timeout_s, max_retries=0).messages.create(
+            model=name, max_tokens=1, messages=[{"role": "user", "content": "ping"}])
+    else:
+        import openai
+
+        client = openai.AsyncOpenAI(timeout=timeout_s, max_retries=0)
+        field = settings.llm.token_field
+        if field == "auto":  # as OpenAIModel chooses it
+            field = "max_completion_tokens" if client.base_url.host == "api.openai.com" else "max_tokens"
+        ask = client.chat.completions.create(model=name, messages=[{"role": "user", "content": "ping"}],
+                                             **{field: 16})  # type: ignore[call-overload]
     try:
-        if provider == "anthropic":
-            import anthropic
-
-            await anthropic.AsyncAnthropic(timeout=timeout_s, max_retries=0).messages.create(
-                model=name, max_tokens=1, messages=[{"role": "user", "content": "ping"}])
-        else:
-            import openai
-
-            client = openai.AsyncOpenAI(timeout=timeout_s, max_retries=0)
-            field = settings.llm.token_field
-            if field == "auto":  # as OpenAIModel chooses it
-                field = "max_completion_tokens" if client.base_url.host == "api.openai.com" else "max_tokens"
-            await client.chat.completions.create(model=name, messages=[{"role": "user", "content": "ping"}],
-                                                 **{field: 16})  # type: ignore[call-overload]
+        async with asyncio.timeout(timeout_s + 0.5):  # the SDK's own timeout is per read: this bounds the whole
+            await ask
     except Exception as exc:  # the SDKs' errors: said, with the class name the operator can look up
-        if "Timeout" in type(exc).__name__:
+        if isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__:
             says = f"{provider} ({name}) did not answer within {timeout_s:g}s"
         else:
             says = f"{provider} ({name}) did not answer a one-token request ({type(exc).__name__}: {str(exc)[:120]})"

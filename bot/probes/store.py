@@ -43,7 +43,9 @@ async def redis_checks(url: str, timeout_s: float = 3.0) -> list[Check]:
             save = None
     except Exception as exc:  # anything: the check says what, the operator fixes it
         if _refused_credentials(exc):
-            return [Check("Redis", False, f"refused the credentials at {safe_url(url)} ({str(exc)[:80]})",
+            says = (f"refused the user or password in REDIS_URL at {safe_url(url)} (WRONGPASS)" if "@" in url
+                    else f"asks for a password at {safe_url(url)} and REDIS_URL gives none (NOAUTH)")
+            return [Check("Redis", False, says,
                           "put the user and password Redis expects in REDIS_URL (redis://user:password@host:port/0; "
                           "requirepass or the ACL user on the server)")]
         return [Check("Redis", False, f"not reachable at {safe_url(url)} ({type(exc).__name__})",
