@@ -1,12 +1,12 @@
 """The container and Kubernetes files (Dockerfile, docker-compose.yml, deploy/kubernetes/): every manifest
 validates offline (kubernetes-validate's bundled schemas, strict; the ScaledObject and TriggerAuthentication
-against KEDA's CRD schemas vendored in tests/schemas), and they name only commands, flags and environment variables OpsPilot has, the
-work stream and consumer group it uses, the Kubernetes calls its backends make and the catalog's namespaces."""
+against KEDA's CRD schemas vendored in tests/schemas), and they name only commands, flags and environment
+variables OpsPilot has, the Kubernetes calls its backends make and the catalog's namespaces. KEDA's trigger,
+the NetworkPolicies and the PodMonitor: tests/test_deploy_cluster.py."""
 
 from __future__ import annotations
 
 import copy
-import inspect
 import json
 import os
 import re
@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
 import jsonschema
 import kubernetes_validate
@@ -26,9 +26,6 @@ import yaml
 from bot.assembly import build_model
 from bot.cli import _parser
 from bot.config import ConfigError, environment_problems, load_settings
-from bot.slack.worker import Worker
-from state import Keys
-from state.queue import GROUP
 from tools import ops
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,39 +156,6 @@ def test_the_validators_refuse_a_misspelt_field() -> None:
     wrong = copy.deepcopy(auth)
     wrong["spec"]["secretTargetRef"][0]["secret"] = wrong["spec"]["secretTargetRef"][0].pop("name")
     assert keda_errors(wrong)
-
-
-def test_the_scaled_object_scales_workers_on_the_work_streams_pending_entries(tmp_path: Path,
-                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    [scaled] = of_kind("ScaledObject")
-    spec = scaled["spec"]
-    assert named("Deployment", spec["scaleTargetRef"]["name"])["metadata"]["labels"][
-        "app.kubernetes.io/component"] == "worker"
-    assert spec["minReplicaCount"] >= 1  # pending entries exist only once a worker took work
-    [trigger] = spec["triggers"]
-    meta = trigger["metadata"]
-    assert trigger["type"] == "redis-streams" and set(meta) <= REDIS_STREAMS_KEYS
-    settings = _load_config(tmp_path, monkeypatch)
-    assert meta["stream"] == Keys(prefix=settings.key_prefix).queue()
-    assert meta["consumerGroup"] == GROUP
-    # Below what one worker takes at once, so a full worker asks for another.
-    concurrency = inspect.signature(Worker).parameters["concurrency"].default
-    assert 0 < int(meta["pendingEntriesCount"]) < concurrency
-    redis = urlparse(_secret()["REDIS_URL"])  # the Redis the pods use
-    assert meta.get("databaseIndex", "0") == (redis.path.strip("/") or "0")
-    # The connection comes from the pods' Secret, through a TriggerAuthentication: nothing hard-coded.
-    assert not set(meta) & {"address", "host", "port", "addressFromEnv", "hostFromEnv", "portFromEnv",
-                            "passwordFromEnv", "usernameFromEnv", "enableTLS"}
-    assert trigger["authenticationRef"].get("kind", "TriggerAuthentication") == "TriggerAuthentication"
-    auth = named("TriggerAuthentication", trigger["authenticationRef"]["name"])
-    assert auth["metadata"]["namespace"] == scaled["metadata"]["namespace"]
-    parts = {ref["parameter"]: _secret()[ref["key"]] for ref in _keda_secret_refs()}
-    assert set(parts) <= REDIS_AUTH_PARAMS and {"address", "password"} <= set(parts)
-    # Its parts of the Secret say what REDIS_URL says.
-    assert parts["address"] == f"{redis.hostname}:{redis.port or 6379}"
-    assert parts["password"] == unquote(redis.password or "")
-    assert parts.get("username", "") == unquote(redis.username or "")
-    assert parts.get("tls", "disable") == ("enable" if redis.scheme == "rediss" else "disable")
 
 
 def _keda_secret_refs() -> list[dict[str, str]]:
