@@ -242,3 +242,52 @@ async def test_workers_ports_past_65535_are_one_line(tmp_path: Path) -> None:
     code, _, err = await run_cli(["serve", "--port", "65535", "--workers", "2"], "", env, tmp_path)
     assert code != 0 and "Traceback" not in err, err
     assert "port 65536 is out of range" in err and err.strip().count("\n") == 0, err
+
+
+# One exit-code table (docs/configuration.md), obeyed by every subcommand (issue 37).
+
+
+async def test_check_and_serve_refuse_a_misspelled_tool_alike(redis_url: str, prefix: str, tmp_path: Path) -> None:
+    (tmp_path / "opspilot.yml").write_text("tools: {restart_servise: {confirm_in: [prod]}}\n")
+    env = {"REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix, "SLACK_BOT_TOKEN": "xoxb-1",
+           "SLACK_SIGNING_SECRET": "s", "SLACK_API_URL": "http://127.0.0.1:9/api/"}
+    said = "tools.restart_servise: there is no tool named 'restart_servise'"
+    serve_code, _, serve_err = await run_cli(["serve", "--workers", "0", "--port", str(free_port())], "", env,
+                                             tmp_path)
+    check_code, check_out, _ = await run_cli(["check"], "", env, tmp_path)
+    assert serve_code == check_code == 2, (serve_err, check_out)
+    assert said in serve_err and f"✗ Config: {said}" in check_out
+
+
+@pytest.mark.parametrize("command", ["serve", "worker", "demo"])
+async def test_a_port_in_use_is_exit_3_everywhere(command: str, redis_url: str, prefix: str, tmp_path: Path) -> None:
+    port = free_port()
+    env = {"REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix, "SLACK_BOT_TOKEN": "xoxb-1",
+           "SLACK_SIGNING_SECRET": "s"}
+    extra = ["--workers", "0"] if command == "serve" else []
+    with socket.socket() as squatter:
+        squatter.bind(("0.0.0.0", port))
+        squatter.listen()
+        code, _, err = await run_cli([command, "--port", str(port), *extra], "", env, tmp_path)
+    assert code == 3 and f"port {port} is in use" in err, err
+
+
+def test_config_write_says_updated_only_when_it_changed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bot.cli import main
+
+    page = tmp_path / "configuration.md"
+    page.write_text("# stale\n<!-- reference:start -->\nold\n<!-- reference:end -->\n", encoding="utf-8")
+    assert main(["config", "--reference", "--write", str(page)]) == 0
+    assert capsys.readouterr().out == f"updated {page}\n"
+    written = page.stat().st_mtime_ns
+    assert main(["config", "--reference", "--write", str(page)]) == 0
+    assert capsys.readouterr().out == f"{page} is up to date\n" and page.stat().st_mtime_ns == written
+
+
+def test_the_exit_code_table_is_the_one_the_code_uses() -> None:
+    from bot import exits
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text(encoding="utf-8")
+    rows = {int(line.split("|")[1]) for line in page.splitlines() if line.startswith("| ") and
+            line.split("|")[1].strip().isdigit()}
+    assert rows == {exits.OK, exits.FAILED, exits.CONFIG, exits.UNAVAILABLE, exits.INTERRUPTED}
