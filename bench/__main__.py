@@ -1,7 +1,7 @@
 """``python -m bench`` runs every benchmark, prints its tables (markdown) and writes every figure as JSON
 under ``bench/results/`` (machine, versions, date), from which ``python -m bench.readme`` regenerates the
 tables in docs/benchmarks.md. ``--small`` runs tiny sizes (what CI does to check that they still run; no file unless
-``--json``). ``--only storage,overhead`` picks some."""
+``--json``; fresh_install, a whole install, is not in it). ``--only storage,overhead`` picks some."""
 
 from __future__ import annotations
 
@@ -15,7 +15,18 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench import ack_latency, burst, concurrency, overhead, scaleout, slack_economy, soak, startup, storage
+from bench import (
+    ack_latency,
+    burst,
+    concurrency,
+    fresh_install,
+    overhead,
+    scaleout,
+    slack_economy,
+    soak,
+    startup,
+    storage,
+)
 from bench.common import Table
 
 FULL = {
@@ -28,6 +39,7 @@ FULL = {
     "burst": lambda: burst.run(200, 10.0, 20),
     "startup": lambda: startup.run(5),
     "soak": lambda: soak.run(),
+    "fresh_install": lambda: fresh_install.run(1),
 }
 SMALL = {
     "storage": lambda: storage.run((3, 5)),
