@@ -92,7 +92,7 @@ async def test_a_port_in_use_at_start_is_one_line_and_a_non_zero_exit(redis_url:
             sys.executable, "-m", "bot.cli", "serve", "--workers", "2", env=_serve_env(slack, redis_url, prefix, port),
             cwd=tmp_path, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 1 and out == b""  # no banner: nothing was started
+    assert proc.returncode == 3 and out == b""  # unavailable at start; no banner: nothing was started
     lines = err.decode().strip().splitlines()
     # The squatted port, or (on a busy machine, where another process may take a port of the range between
     # free_port() and the start) another of the range: either way one line, and nothing started.

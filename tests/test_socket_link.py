@@ -61,13 +61,13 @@ async def test_slack_out_of_reach_is_one_line_per_try_with_a_growing_wait(
     assert all("Socket Mode" in line for line in text.splitlines() if line.strip()), text[:3000]
 
 
-async def test_a_refused_app_token_is_one_line_and_exit_1(redis_url: str, prefix: str, slack: FakeSlack,
+async def test_a_refused_app_token_is_one_line_and_exit_2(redis_url: str, prefix: str, slack: FakeSlack,
                                                           tmp_path: Path) -> None:
     env = _serve_env(slack, redis_url, prefix, free_port()) | {"SLACK_APP_TOKEN": "xapp-1-not-this-one"}
     proc, err = await _start(env, tmp_path)
     code = await asyncio.wait_for(proc.wait(), 120)
     text = err.read_text()
-    assert code == 1
+    assert code == 2  # a credential refused: the configuration (docs/configuration.md, Exit codes)
     assert "Slack refused SLACK_APP_TOKEN (invalid_auth)" in text and "connections:write" in text
     assert "Traceback" not in text, text[:3000]
 
