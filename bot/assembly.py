@@ -77,6 +77,21 @@ def build_toolbox(settings: Settings) -> ops.Toolbox:
         raise ConfigError(f"toolbox: {exc}") from exc
 
 
+def demo_data_problem(settings: Settings) -> str | None:
+    """Why ``serve``/``worker`` must not start: they would answer on-call questions from the bundled demo data
+    (nothing in the config points the toolbox elsewhere) — unless ``demo_data`` says that is the point."""
+    conf = settings.toolbox
+    bundled = ops.DEMO_DATA.resolve()
+    data = (conf.data_dir or bundled).resolve()
+    catalog = (conf.catalog or data / "catalog.yml").resolve()
+    if settings.demo_data or (data != bundled and not catalog.is_relative_to(bundled)):
+        return None
+    return ("the toolbox would answer from the bundled demo data (examples/demo: a fictional catalog, logs and "
+            "metrics on a replayed clock), not your systems: set toolbox.catalog / toolbox.data_dir and the "
+            "backends in opspilot.yml (docs/configuration.md), or pass --demo-data (OPSPILOT_DEMO_DATA=1) to "
+            "serve the demo data on purpose")
+
+
 def validate(settings: Settings, toolbox: ops.Toolbox, extra: Sequence[ToolSpec] = ()) -> tuple[Registry, list[str]]:
     """The one validation ``serve`` (through :func:`assemble`) and ``opspilot check`` share: the registry, or the
     ConfigError serve stops with; and the problems serve starts with but warns about (rules that can never match,

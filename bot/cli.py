@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 import time
 from typing import Any, cast
@@ -78,9 +79,13 @@ def _parser() -> argparse.ArgumentParser:
     chat_cmd.add_argument("--user", default="local-user", help="who you are (for confirmations and audit)")
     serve_cmd = _add(sub, "serve", common, "serve Slack: Socket Mode with SLACK_APP_TOKEN, otherwise HTTP on $PORT")
     serve_cmd.add_argument("--workers", type=int, default=None,
-                           help="worker processes beside the front (default: one per core, up to 4; 0: one process)")
+                           help="worker processes beside the front (default: one per CPU the container may use, "
+                                "its CPU quota; at most 4; 0: one process)")
     serve_cmd.add_argument("--port", type=int, default=None,
                            help="HTTP port of the front (default: $PORT or 3000); workers use the next ones")
+    for cmd in (serve_cmd,):
+        cmd.add_argument("--demo-data", action="store_true", help="answer from the bundled demo data on purpose "
+                         "(without it, serve refuses to start when nothing points the toolbox at your systems)")
     worker_cmd = _add(sub, "worker", common, "run the engine for fronts elsewhere (reads the work queue in Redis)")
     worker_cmd.add_argument("--port", type=int, default=None, help="serve /healthz and /metrics on this port")
     demo_cmd = _add(sub, "demo", common, "a Slack-like channel in your browser, no Slack workspace needed")
@@ -308,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             from bot.slack.serve import serve
 
+            if args.demo_data:  # its workers (child processes) inherit it
+                os.environ["OPSPILOT_DEMO_DATA"] = "1"
             settings = load_settings(args.config)
             settings.slack.port = _port(args.port) or settings.slack.port
             return asyncio.run(serve(settings, workers=args.workers, config=args.config))

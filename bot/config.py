@@ -257,6 +257,9 @@ class Settings(BaseSettings):
     slack: SlackConfig = Field(default_factory=SlackConfig)
     schedules: list[ScheduleConfig] = Field(default_factory=list,
                                             description="scheduled checks (see docs/slack.md, Follow-ups)")
+    demo_data: bool = Field(False, description="or OPSPILOT_DEMO_DATA=1, or `serve --demo-data`: let serve and worker "
+                            "answer from the bundled demo data (a fictional catalog, logs and metrics on a replayed "
+                            "clock) — to try OpsPilot in a real workspace; without it they refuse to start on it")
     misfire_grace_s: int = Field(600, ge=0, description="a follow-up or check missed while OpsPilot was down runs "
                                  "late within this; later, it is skipped with a line saying so")
 
@@ -270,7 +273,10 @@ class Settings(BaseSettings):
                              "(e.g. redis://localhost:6379/0), or redis+cluster:// for a Redis Cluster")
         try:
             for node in parts.netloc.rpartition("@")[2].split(","):  # a cluster's URL names several host:port
-                _ = urlsplit(f"//{node}").port  # a port that is not a number, or out of range, raises
+                where = urlsplit(f"//{node}")
+                _ = where.port  # a port that is not a number, or out of range, raises
+                if parts.scheme != "unix" and not where.hostname:  # redis://:@/ would dial whatever answers
+                    raise ValueError("no host")
         except ValueError as exc:
             raise ValueError(f"{value!r} is not a Redis URL ({exc}): e.g. redis://localhost:6379/0") from exc
         return value.strip()

@@ -30,6 +30,7 @@ def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, own_redis: OwnRedis, sl
     monkeypatch.setenv("SLACK_BOT_TOKEN", slack.token)
     monkeypatch.setenv("SLACK_API_URL", slack.api_url)
     monkeypatch.setenv("SLACK_SIGNING_SECRET", SECRET)
+    monkeypatch.setenv("OPSPILOT_DEMO_DATA", "1")  # these installations serve the demo data on purpose
     return slack
 
 
@@ -227,3 +228,13 @@ async def test_json_for_automation(env: FakeSlack, monkeypatch: pytest.MonkeyPat
     assert by_name["config"] == {"name": "config", "status": "ok", "detail": "valid", "fix": ""}
     assert by_name["Slack mode"]["status"] == "fail" and "invalid_auth" in by_name["Slack mode"]["detail"]
     assert by_name["Model"]["status"] == "warn"
+
+
+async def test_the_bundled_demo_data_is_refused_as_serve_refuses_it(env: FakeSlack, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """No opspilot.yml: check said all ✓ while serve would answer on-call questions from the demo catalog."""
+    monkeypatch.delenv("OPSPILOT_DEMO_DATA")
+    code = await _check(None)
+    out = capsys.readouterr().out
+    assert code == 2, out  # what serve refuses to start with: a configuration error, as serve's exit
+    assert "the toolbox would answer from the bundled demo data" in out and "--demo-data" in out

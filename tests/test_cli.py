@@ -27,6 +27,7 @@ def opspilot() -> list[str]:
 
 async def run_cli(args: list[str], stdin: str, env: dict[str, str], cwd: Path) -> tuple[int, str, str]:
     base = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("OPSPILOT_")}
+    base["OPSPILOT_DEMO_DATA"] = "1"  # serve's and worker's cases here are about ports and config, not data
     proc = await asyncio.create_subprocess_exec(
         *opspilot(), *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, env={**base, **env}, cwd=cwd)
@@ -291,3 +292,22 @@ def test_the_exit_code_table_is_the_one_the_code_uses() -> None:
     rows = {int(line.split("|")[1]) for line in page.splitlines() if line.startswith("| ") and
             line.split("|")[1].strip().isdigit()}
     assert rows == {exits.OK, exits.FAILED, exits.CONFIG, exits.UNAVAILABLE, exits.INTERRUPTED}
+
+
+async def test_the_demo_names_the_store_it_uses(redis_url: str, prefix: str, tmp_path: Path) -> None:
+    """"Offline, nothing to configure" must not mean "silently on whatever Redis answers on localhost"."""
+    base = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("OPSPILOT_")}
+    for url, says in ((redis_url, f"store: Redis at {redis_url}, keys under {prefix}-demo:"),
+                      ("redis://127.0.0.1:9/0", "store: in-process, NOT durable (no Redis answered at "
+                                                "redis://127.0.0.1:9/0)")):
+        env = base | {"REDIS_URL": url, "OPSPILOT_KEY_PREFIX": prefix}
+        proc = await asyncio.create_subprocess_exec(*opspilot(), "demo", "--port", str(free_port()), env=env,
+                                                    cwd=tmp_path, stdout=asyncio.subprocess.PIPE,
+                                                    stderr=asyncio.subprocess.DEVNULL)
+        try:
+            assert proc.stdout is not None
+            banner = (await asyncio.wait_for(proc.stdout.readline(), 90)).decode()
+            assert says in banner, banner
+        finally:
+            proc.terminate()
+            await proc.wait()

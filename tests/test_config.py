@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.assembly import build_model, build_registry
-from bot.config import ConfigError, load_settings
+from bot.config import ConfigError, Settings, load_settings
 from state import RedisStore
 from tests.conftest import make_harness
 from tools import ops
@@ -193,3 +194,10 @@ def test_a_config_file_that_is_not_utf8_names_the_file(tmp_path: Path) -> None:
     path.write_bytes(b"limits:\n  max_steps: 3\n# caf\xe9\n")  # Latin-1, as an old editor saves it
     with pytest.raises(ConfigError, match=r"opspilot\.yml is not UTF-8 text \(at byte 28\): save it as UTF-8"):
         load_settings(str(path))
+
+
+@pytest.mark.parametrize("url", ["redis://:@/", "redis://:6379/0", "rediss://@/0"])
+def test_a_redis_url_without_a_host_is_refused(url: str) -> None:
+    """It would dial whatever answers on localhost (the demo's "nothing to configure" Redis included)."""
+    with pytest.raises(ValidationError, match="no host"):
+        Settings(redis_url=url)

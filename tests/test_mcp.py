@@ -216,7 +216,7 @@ async def serve(cwd: Path, slack: FakeSlack, fake: FakeAnthropic, redis_url: str
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith(("OPSPILOT_",
                                                                                                     "SLACK_"))}
     env |= {"SLACK_BOT_TOKEN": slack.token, "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_URL": slack.api_url,
-            "PORT": str(port), "REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix,
+            "PORT": str(port), "REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix, "OPSPILOT_DEMO_DATA": "1",
             "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": fake.server.url,
             "OPSPILOT_LLM__PROVIDER": "anthropic", "OPSPILOT_LLM__NAME": "claude-test",
             "OPSPILOT_SLACK__LANGUAGE": "en", "OPSPILOT_SLACK__PROGRESS": "update"}

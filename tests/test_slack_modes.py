@@ -73,7 +73,8 @@ async def test_opspilot_serve_in_http_mode(redis_url: str, prefix: str, slack: F
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith(("OPSPILOT_",
                                                                                                     "SLACK_"))}
     env |= {"SLACK_BOT_TOKEN": slack.token, "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_URL": slack.api_url,
-            "PORT": str(port), "REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix, "OPSPILOT_SLACK__LANGUAGE": "en"}
+            "PORT": str(port), "REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix, "OPSPILOT_SLACK__LANGUAGE": "en",
+            "OPSPILOT_DEMO_DATA": "1"}
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", "serve", "--workers", "2", env=env,
                                                 cwd=tmp_path, stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.PIPE)
@@ -118,11 +119,36 @@ async def test_opspilot_serve_in_http_mode(redis_url: str, prefix: str, slack: F
 
 async def test_serve_without_a_token_is_one_readable_line(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "OPSPILOT_"))}
+    env["OPSPILOT_DEMO_DATA"] = "1"  # (the refusal of the demo data has its own test)
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", "serve", env=env, cwd=tmp_path,
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 2
     assert "SLACK_BOT_TOKEN is not set" in err.decode() and "Traceback" not in err.decode()
+
+
+async def test_serve_refuses_the_demo_data_unless_asked(slack: FakeSlack, redis_url: str, prefix: str,
+                                                        tmp_path: Path) -> None:
+    """No opspilot.yml: on-call questions would be answered from the bundled demo catalog, logs and metrics."""
+    port = free_port()
+    env = _serve_env(slack, redis_url, prefix, port) | {"OPSPILOT_DEMO_DATA": "0"}
+    for command in (["serve", "--workers", "0"], ["worker"]):
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", *command, env=env, cwd=tmp_path,
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 2, err.decode()
+        assert "not starting: the toolbox would answer from the bundled demo data" in err.decode()
+        assert "--demo-data" in err.decode() and "Traceback" not in err.decode()
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", "serve", "--workers", "0",
+                                                "--demo-data", env=env, cwd=tmp_path,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        banner = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+        assert "answering from the bundled DEMO data (--demo-data), not your systems" in banner, banner
+    finally:
+        proc.terminate()
+        await proc.wait()
 
 
 def _children(pid: int) -> list[int]:
@@ -143,7 +169,7 @@ def _serve_env(slack: FakeSlack, redis_url: str, prefix: str, port: int) -> dict
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith(("OPSPILOT_",
                                                                                                     "SLACK_"))}
     return env | {"SLACK_BOT_TOKEN": slack.token, "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_URL": slack.api_url,
-                  "PORT": str(port), "REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix,
+                  "PORT": str(port), "REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix, "OPSPILOT_DEMO_DATA": "1",
                   "OPSPILOT_SWEEPS__STALE_AFTER_S": "2", "OPSPILOT_SWEEPS__LEASE_TTL_S": "2",
                   "OPSPILOT_SWEEPS__INTERVAL_S": "1", "OPSPILOT_SLACK__LANGUAGE": "en",
                   "OPSPILOT_SLACK__PROGRESS": "update",

@@ -26,6 +26,7 @@ from bot.config import AlertSource, Approvers, Settings
 from bot.demo.local_server import LocalServer
 from bot.demo.sender import SlackSender, view_submission
 from bot.demo.workspace import BOT_USER, TEAM, LocalSlack
+from bot.probes.store import safe_url
 from bot.slack.serve import PortTaken
 from bot.slack.service import SlackService, build_service
 
@@ -311,8 +312,10 @@ async def run_demo(settings: Settings, port: int) -> int:
         print(f"opspilot: {exc}", file=sys.stderr)
         return exits.UNAVAILABLE
     assert demo.service is not None
-    print(f"OpsPilot demo: open {server.url}  (model: {demo.service.core.model.label}; "
-          f"store: {'Redis' if demo.service.core.store.durable else 'in-process, NOT durable'})", flush=True)
+    store = f"Redis at {safe_url(demo.settings.redis_url)}, keys under {demo.settings.key_prefix}:" \
+        if demo.service.core.store.durable else \
+        f"in-process, NOT durable (no Redis answered at {safe_url(demo.settings.redis_url)})"
+    print(f"OpsPilot demo: open {server.url}  (model: {demo.service.core.model.label}; store: {store})", flush=True)
     try:
         await asyncio.Event().wait()
     finally:

@@ -22,7 +22,9 @@ import time
 from aiohttp import web
 
 from bot import exits
+from bot.assembly import demo_data_problem
 from bot.config import ConfigError, Settings
+from bot.cpus import effective_cpus
 from bot.slack import tether
 from bot.slack.link import TokenRefused
 from bot.slack.service import Role, SlackService, build_service
@@ -32,8 +34,9 @@ log = logging.getLogger(__name__)
 
 
 def default_workers() -> int:
-    """One worker process per core, up to four (each runs hundreds of runs concurrently)."""
-    return max(1, min(4, os.cpu_count() or 1))
+    """One worker process per CPU the container may use (its cgroup quota, not the node's cores), up to four
+    (each runs hundreds of runs concurrently)."""
+    return max(1, min(4, effective_cpus()))
 
 
 class PortTaken(Exception):
@@ -145,7 +148,21 @@ async def _supervise(index: int, argv: list[str], stopping: asyncio.Event, sock:
             await asyncio.sleep(delay)
 
 
+def _demo_data_refused(settings: Settings, who: str = "opspilot") -> bool:
+    """Production never answers from the demo data by accident (a missing opspilot.yml): said, and not started."""
+    problem = demo_data_problem(settings)
+    if problem:
+        print(f"{who}: not starting: {problem}", file=sys.stderr)
+    return problem is not None
+
+
+def _demo_note(settings: Settings) -> str:
+    return "; answering from the bundled DEMO data (--demo-data), not your systems" if settings.demo_data else ""
+
+
 async def serve(settings: Settings, *, workers: int | None = None, config: str | None = None) -> int:
+    if _demo_data_refused(settings):
+        return exits.CONFIG
     count = default_workers() if workers is None else workers
     port = settings.slack.port
     mode = "Socket Mode" if settings.slack.app_token else f"HTTP mode, POST http://0.0.0.0:{port}/slack/events"
@@ -158,7 +175,8 @@ async def serve(settings: Settings, *, workers: int | None = None, config: str |
     # released for a moment could be taken by another process in between.
     if count == 0:
         return await _run(settings, "all", own, f"OpsPilot is serving Slack ({mode}), one process; /healthz, "
-                                                f"/readyz and /metrics on port {port}; model: {{model}}")
+                                                f"/readyz and /metrics on port {port}; model: {{model}}"
+                                                f"{_demo_note(settings)}")
     base = [*(["--config", config] if config else []), "worker"]
     stopping = asyncio.Event()
     keepers = [asyncio.create_task(_supervise(i, [*base, "--port", str(port + 1 + i)], stopping, sock))
@@ -166,7 +184,7 @@ async def serve(settings: Settings, *, workers: int | None = None, config: str |
     try:
         code = await _run(settings, "front", own, f"OpsPilot is serving Slack ({mode}) with {count} worker process(es) "
                                            f"on ports {port + 1}–{port + count}; /healthz, /readyz and /metrics "
-                                           f"on port {port}; model: {{model}}", stopping)
+                                           f"on port {port}; model: {{model}}{_demo_note(settings)}", stopping)
     finally:
         for keeper in keepers:
             keeper.cancel()
@@ -177,6 +195,8 @@ async def serve(settings: Settings, *, workers: int | None = None, config: str |
 
 
 async def work(settings: Settings, *, port: int | None = None) -> int:
+    if _demo_data_refused(settings, "opspilot worker"):
+        return exits.CONFIG
     stopping = asyncio.Event()
     tether.hold(stopping.set)  # started by a front: leave with it
     try:
@@ -186,4 +206,4 @@ async def work(settings: Settings, *, port: int | None = None) -> int:
         return exits.UNAVAILABLE
     where = f"; /healthz, /readyz and /metrics on port {port}" if port else ""
     return await _run(settings, "worker", sock, f"OpsPilot worker {os.getpid()} is reading the work queue{where}; "
-                                                "model: {model}", stopping)
+                                                f"model: {{model}}{_demo_note(settings)}", stopping)
