@@ -126,7 +126,7 @@ async def split(url: str, active: int, samples: int, workers: int) -> tuple[Meas
     env |= {"SLACK_BOT_TOKEN": TOKEN, "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_URL": api_url,
             "PORT": str(front_port), "REDIS_URL": url, "OPSPILOT_KEY_PREFIX": f"bench-{uuid.uuid4().hex[:6]}",
             "OPSPILOT_LLM__SCRIPTED_LATENCY_S": "1.0", "OPSPILOT_SLACK__POSTS_PER_SECOND": "0",
-            "OPSPILOT_SLACK__UPDATES_PER_MINUTE": "0"}
+            "OPSPILOT_SLACK__UPDATES_PER_MINUTE": "0", "OPSPILOT_DEMO_DATA": "1"}
     front = await _process("bot.cli", "serve", "--workers", str(workers), env=env)
     try:
         baseline = await _latencies(SlackSender(f"http://127.0.0.1:{bare_port}/slack/events", SECRET), samples, "B")

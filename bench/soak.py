@@ -121,7 +121,7 @@ class Soak:
                 "OPSPILOT_KEY_PREFIX": self.prefix, "OPSPILOT_SWEEPS__STALE_AFTER_S": "6",
                 "OPSPILOT_SWEEPS__LEASE_TTL_S": "4", "OPSPILOT_SWEEPS__INTERVAL_S": "2",
                 "OPSPILOT_SLACK__REQUEST_TIMEOUT_S": "3", "OPSPILOT_LLM__SCRIPTED_LATENCY_S": "0.2",
-                "OPSPILOT_REDIS_OUTAGE_GRACE_S": "40",
+                "OPSPILOT_REDIS_OUTAGE_GRACE_S": "40", "OPSPILOT_DEMO_DATA": "1",
                 # SOAK_UPDATES: the workspace's chat.update budget per minute (Slack's Tier 3: ~50), to see its share
                 "OPSPILOT_SLACK__UPDATES_PER_MINUTE": str(_updates_per_minute() * 0.9),
                 # questions by the hundred on purpose: no run limits

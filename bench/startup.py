@@ -44,7 +44,7 @@ def _env(slack: LocalSlack, url: str, port: int) -> dict[str, str]:
     return env | {"SLACK_BOT_TOKEN": slack.token, "SLACK_SIGNING_SECRET": SECRET, "SLACK_API_URL": slack.api_url,
                   "PORT": str(port), "REDIS_URL": url, "OPSPILOT_KEY_PREFIX": f"bench-{uuid.uuid4().hex[:6]}",
                   "OPSPILOT_SLACK__POSTS_PER_SECOND": "0", "OPSPILOT_SLACK__PROGRESS": "update",
-                  "OPSPILOT_SLACK__LANGUAGE": "en"}
+                  "OPSPILOT_SLACK__LANGUAGE": "en", "OPSPILOT_DEMO_DATA": "1"}
 
 
 async def _until(check: Callable[[], Awaitable[bool]], what: str, timeout_s: float = 60.0) -> float:
