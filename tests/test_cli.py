@@ -309,5 +309,5 @@ async def test_the_demo_names_the_store_it_uses(redis_url: str, prefix: str, tmp
             banner = (await asyncio.wait_for(proc.stdout.readline(), 90)).decode()
             assert says in banner, banner
         finally:
-            proc.terminate()
-            await proc.wait()
+            proc.kill()  # (a demo has nothing to finish)
+            await asyncio.wait_for(proc.wait(), 30)

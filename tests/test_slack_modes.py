@@ -147,8 +147,8 @@ async def test_serve_refuses_the_demo_data_unless_asked(slack: FakeSlack, redis_
         banner = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
         assert "answering from the bundled DEMO data (--demo-data), not your systems" in banner, banner
     finally:
-        proc.terminate()
-        await proc.wait()
+        proc.terminate()  # handled from before the banner: a graceful stop
+        await asyncio.wait_for(proc.wait(), 60)
 
 
 def _children(pid: int) -> list[int]:

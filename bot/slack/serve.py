@@ -97,12 +97,13 @@ async def _run(settings: Settings, role: Role, sock: socket.socket | None, banne
         raise
     service.start()
     runner = await _listen(service, sock) if sock is not None else None
+    stopping = stopping or asyncio.Event()
+    # Before the banner: whoever reads it may stop us at once (a signal ignored until now would be lost).
+    for sig in (signal.SIGTERM, signal.SIGINT):  # stop gracefully: finish, deliver, stop the workers
+        asyncio.get_running_loop().add_signal_handler(sig, stopping.set)
     print(banner.format(model=service.core.model.label), flush=True)
     if service.core.model.scripted:  # said where an operator looks first, not only in App Home
         print(f"  {say('en', 'no_model_key')}", flush=True)
-    stopping = stopping or asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):  # stop gracefully: finish, deliver, stop the workers
-        asyncio.get_running_loop().add_signal_handler(sig, stopping.set)
     try:
         if service.link is not None and await service.link.connect(stopping):
             print("Connected to Slack (Socket Mode).", flush=True)
