@@ -7,15 +7,13 @@ learn what a sweep did from the engine's events (a closed question, a stalled ru
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
 
 from bot.agent.engine import Engine
 from bot.agent.errors import EngineError
-from state.errors import StoreError, level_of
+from bot.agent.periodic import Periodic, claimed
 
 log = logging.getLogger(__name__)
 
@@ -25,40 +23,22 @@ class Sweeps:
         self.engine = engine
         self.interval_s = interval_s
         self.stale_after_s = stale_after_s
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Periodic("engine-sweeps", lambda: self.tick(), lambda: self.interval_s, logger=log,
+                              failed="engine sweep failed")
         self.on_lost: Callable[[str], Awaitable[bool]] | None = None
         """Where a front end can carry on a run whose worker died while it only read (no change in flight):
         True when it took the run on (resumed elsewhere, bounded), False to park it for a person's Resume."""
 
     def start(self) -> None:
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._forever(), name="engine-sweeps")
+        self._loop.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    async def _forever(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            try:
-                await self.tick()
-            except Exception:  # one bad tick must not end the sweeps
-                log.exception("engine sweep failed")
+        await self._loop.stop()
 
     async def tick(self) -> bool:
         """One sweep, if this instance is the first to claim this interval's slot."""
-        slot = int(time.time() // self.interval_s)
-        try:
-            if not await self.engine.deps.store.locks.once(f"sweep:{slot}", int(self.interval_s) + 5):
-                return False
-            await self.sweep()
-        except StoreError as exc:
-            log.log(level_of(exc), "sweep skipped: %s", exc)
-        return True
+        return await claimed(self.engine.deps.store.locks, "sweep", self.interval_s, self.sweep, logger=log,
+                             skipped="sweep skipped")
 
     async def sweep(self, now: float | None = None) -> None:
         now = now or time.time()

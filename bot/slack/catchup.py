@@ -9,8 +9,6 @@ in flight still waits for a person: its outcome is unknown and it is never re-ru
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -18,14 +16,13 @@ from collections.abc import Awaitable, Callable
 from bot.agent.engine import Engine
 from bot.agent.events import Event, LoopInterrupt, RunFinished, RunStalled
 from bot.agent.outcome import pending_view
+from bot.agent.periodic import Periodic, claimed
 from bot.agent.summary import Fallback
 from bot.slack.meta import THREAD
 from bot.slack.render import Renderer
 from bot.slack.words import language_of
 from bot.slack.work import AUTOMATIC, RunButton
 from core.messages import AssistantMessage
-from state import StoreError
-from state.errors import level_of
 from state.records import CallTrace, RunRecord
 from state.store import MetaStore
 
@@ -47,36 +44,18 @@ class CatchUp:
         self.grace_s = grace_s
         self.dispatch = dispatch
         """Hands work on (to whichever worker reads first)."""
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Periodic("slack-catch-up", lambda: self.tick(), lambda: self.interval_s, logger=log,
+                              failed="catch-up round failed")
 
     def start(self) -> None:
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._forever(), name="slack-catch-up")
+        self._loop.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    async def _forever(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            try:
-                await self.tick()
-            except Exception:  # one bad round must not end the duty
-                log.exception("catch-up round failed")
+        await self._loop.stop()
 
     async def tick(self) -> bool:
-        slot = int(time.time() // self.interval_s)
-        try:
-            if not await self.engine.deps.store.locks.once(f"catch-up:{slot}", int(self.interval_s) + 5):
-                return False
-            await self.show_unshown()
-        except StoreError as exc:
-            log.log(level_of(exc), "catch-up skipped: %s", exc)
-        return True
+        return await claimed(self.engine.deps.store.locks, "catch-up", self.interval_s, self.show_unshown,
+                             logger=log, skipped="catch-up skipped")
 
     async def show_unshown(self, now: float | None = None) -> int:
         """Show every run that stopped running over ``grace_s`` ago and was never shown; returns how many."""

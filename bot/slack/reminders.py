@@ -1,8 +1,8 @@
 """Slack's own periodic duty: remind the requester shortly before a question expires.
 
 Expiry and recovery themselves are engine sweeps (:mod:`bot.agent.sweeps`); this only speaks.
-Every instance schedules it (APScheduler); a once-per-tick lock makes each tick fire on one instance,
-and a first-time marker per question makes each reminder go out once.
+Every instance runs it (:class:`~bot.agent.periodic.Periodic`); a once-per-tick lock makes each tick fire on one
+instance, and a first-time marker per question makes each reminder go out once.
 """
 
 from __future__ import annotations
@@ -10,16 +10,13 @@ from __future__ import annotations
 import logging
 import time
 
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
-
 from bot.agent.engine import Engine
+from bot.agent.periodic import Periodic, claimed
 from bot.config import SlackConfig
 from bot.slack import blocks as kit
 from bot.slack.meta import THREAD
 from bot.slack.outbox import SlackOutbox
 from bot.slack.words import say
-from state import StoreError
-from state.errors import level_of
 from state.store import MetaStore
 
 log = logging.getLogger(__name__)
@@ -33,30 +30,20 @@ class Reminders:
         self.outbox = outbox
         self.config = config
         self.interval_s = interval_s
-        self._scheduler: AsyncIOScheduler | None = None
+        self._loop = Periodic("opspilot-reminders", lambda: self.tick(), lambda: self.interval_s, logger=log,
+                              failed="reminders round failed")
 
     def start(self) -> None:
-        if not self.config.reminder_before_s:
-            return
-        self._scheduler = AsyncIOScheduler(timezone="UTC")
-        self._scheduler.add_job(self.tick, "interval", seconds=self.interval_s, id="opspilot-reminders",
-                                max_instances=1, coalesce=True)
-        self._scheduler.start()
+        if self.config.reminder_before_s:
+            self._loop.start()
 
     def stop(self) -> None:
-        if self._scheduler is not None:
-            self._scheduler.shutdown(wait=False)
+        self._loop.cancel()  # the service stops it without awaiting, as it did the scheduler
 
     async def tick(self) -> bool:
         """One round, claimed so that only one instance performs it per interval."""
-        slot = int(time.time() // self.interval_s)
-        try:
-            if not await self.engine.deps.store.locks.once(f"remind:{slot}", int(self.interval_s) + 5):
-                return False
-            await self.sweep()
-        except StoreError as exc:
-            log.log(level_of(exc), "reminders skipped: %s", exc)
-        return True
+        return await claimed(self.engine.deps.store.locks, "remind", self.interval_s, self.sweep, logger=log,
+                             skipped="reminders skipped")
 
     async def sweep(self, now: float | None = None) -> None:
         now = now or time.time()

@@ -12,8 +12,6 @@ with a line saying so, and a schedule goes on from its next time.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -21,6 +19,7 @@ from dataclasses import dataclass
 
 from bot import when
 from bot.agent.engine import Engine
+from bot.agent.periodic import Periodic
 from bot.assembly import Assembly
 from bot.config import Settings
 from bot.slack.access import AccessPolicy
@@ -58,35 +57,18 @@ class Firer:
         self.interval_s = interval_s
         self.lease_s = lease_s
         self.on_start = on_start
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Periodic("opspilot-timers", lambda: self.tick(), lambda: self.interval_s, logger=log,
+                              failed="firing due timers failed", wait_first=False,
+                              setup=on_start,  # the config's schedules, once Redis answers
+                              setup_failed="scheduled checks from the config not loaded yet")
         self.gate: RunGate | None = None
         """Limits on how often runs start: a follow-up or a check counts in its owner's and channel's windows."""
 
     def start(self) -> None:
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._forever(), name="opspilot-timers")
+        self._loop.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    async def _forever(self) -> None:
-        while self.on_start is not None:  # the config's schedules, once Redis answers
-            try:
-                await self.on_start()
-                break
-            except StoreError as exc:
-                log.log(level_of(exc), "scheduled checks from the config not loaded yet: %s", exc)
-                await asyncio.sleep(self.interval_s)
-        while True:
-            try:
-                await self.tick()
-            except Exception:  # one bad round must not end the firing
-                log.exception("firing due timers failed")
-            await asyncio.sleep(self.interval_s)
+        await self._loop.stop()
 
     async def tick(self) -> int:
         """Claim what is due now and hand each occurrence on; returns how many were claimed."""
