@@ -14,59 +14,33 @@ from typing import Any, cast
 
 import anthropic
 
-from bot.agent.models.base import AUTO, Completion, ModelError, ModelStop, ToolChoice, Usage, classify_api_error
-from core.messages import (
-    AssistantMessage,
-    Message,
-    SystemMessage,
-    ToolCall,
-    ToolResultMessage,
-    UserMessage,
-)
+from bot.agent.models import convert
+from bot.agent.models.base import AUTO, Completion, ToolChoice, Usage
+from bot.agent.models.convert import Part, Result, Text
+from core.messages import AssistantMessage, Message, ToolCall
 from tools.registry import ToolDefinition
 
 log = logging.getLogger(__name__)
 
 _MAX_PAUSE_CONTINUATIONS = 3
+_USAGE = {"input_tokens": "input_tokens", "output_tokens": "output_tokens",
+          "cache_read_tokens": "cache_read_input_tokens", "cache_write_tokens": "cache_creation_input_tokens"}
+_CHOICES = {"auto": {"type": "auto"}, "any": {"type": "any"}, "none": {"type": "none"}}
+_NAMED = {"type": "tool", "name": "{name}"}
+
+
+def _block(part: Part) -> dict[str, Any]:
+    if isinstance(part, Text):
+        return {"type": "text", "text": part.text}
+    if isinstance(part, Result):
+        return {"type": "tool_result", "tool_use_id": part.call_id, "content": part.content, "is_error": part.is_error}
+    return {"type": "tool_use", "id": part.id, "name": part.name, "input": part.arguments}
 
 
 def to_wire(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
     """Our transcript → (system prompt, Anthropic messages)."""
-    system: list[str] = []
-    wire: list[dict[str, Any]] = []
-
-    def user_turn() -> list[dict[str, Any]]:
-        if not wire or wire[-1]["role"] != "user":
-            wire.append({"role": "user", "content": []})
-        content: list[dict[str, Any]] = wire[-1]["content"]
-        return content
-
-    for m in messages:
-        if isinstance(m, SystemMessage):
-            system.append(m.content)
-        elif isinstance(m, UserMessage):
-            if m.content.strip():
-                user_turn().append({"type": "text", "text": m.content})
-        elif isinstance(m, ToolResultMessage):
-            blocks = user_turn()
-            first_text = next((i for i, b in enumerate(blocks) if b["type"] == "text"), len(blocks))
-            blocks.insert(first_text, {
-                "type": "tool_result", "tool_use_id": m.call_id, "content": m.content, "is_error": m.is_error,
-            })
-        elif isinstance(m, AssistantMessage):
-            turn: list[dict[str, Any]] = []
-            if m.content.strip():
-                turn.append({"type": "text", "text": m.content})
-            turn.extend({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}
-                        for c in m.tool_calls)
-            if not turn:
-                turn.append({"type": "text", "text": "(no reply)"})
-            if wire and wire[-1]["role"] == "assistant":
-                wire[-1]["content"].extend(turn)
-            else:
-                wire.append({"role": "assistant", "content": turn})
-    wire = [w for w in wire if w["content"]]
-    return "\n\n".join(system), wire
+    system, turns = convert.conversation(messages)
+    return system, [{"role": t.role, "content": [_block(p) for p in t.parts]} for t in turns]
 
 
 _CACHE = {"type": "ephemeral"}
@@ -86,13 +60,6 @@ def cached(wire: list[dict[str, Any]]) -> list[dict[str, Any]]:
         content[-1] = {**content[-1], "cache_control": _CACHE}
         out[i] = {**out[i], "content": content}
     return out
-
-
-def _tool_choice(choice: ToolChoice) -> dict[str, Any]:
-    if choice.mode == "tool":
-        return {"type": "tool", "name": choice.name}
-    return {"type": choice.mode}
-
 
 
 class AnthropicModel:
@@ -124,14 +91,14 @@ class AnthropicModel:
             kwargs["tools"] = [{"name": t.name, "description": t.description, "input_schema": t.input_schema}
                                for t in tools]
             kwargs["tools"][-1] = {**kwargs["tools"][-1], "cache_control": _CACHE}
-            kwargs["tool_choice"] = _tool_choice(choice)
+            kwargs["tool_choice"] = convert.tool_choice(choice, _CHOICES, _NAMED)
         wire = cached(wire)
         try:
             return await self._client.messages.create(
                 model=self.model, max_tokens=max_tokens, messages=cast(Any, wire), **kwargs,
             )
         except anthropic.APIError as exc:
-            raise classify_api_error(exc, anthropic, "Anthropic") from exc
+            raise convert.classify_api_error(exc, anthropic, "Anthropic") from exc
 
     async def complete(
         self,
@@ -146,15 +113,12 @@ class AnthropicModel:
         budget = max_tokens or self.max_tokens
         text_parts: list[str] = []
         calls: list[ToolCall] = []
-        usage_in = usage_out = cache_read = cache_write = 0
+        usage = Usage()
         retried_truncation = False
         continuations = 0
         while True:
             response = await self._create(system, wire, tools, tool_choice, budget)
-            usage_in += response.usage.input_tokens
-            usage_out += response.usage.output_tokens
-            cache_read += response.usage.cache_read_input_tokens or 0
-            cache_write += response.usage.cache_creation_input_tokens or 0
+            usage = convert.add(usage, convert.usage_of(response.usage, _USAGE))
             turn_text = [b.text for b in response.content if b.type == "text" and b.text]
             turn_calls = [ToolCall(id=b.id, name=b.name, arguments=dict(b.input or {}))
                           for b in response.content if b.type == "tool_use"]
@@ -162,7 +126,7 @@ class AnthropicModel:
             if reason == "max_tokens" and turn_calls:
                 # The last tool_use may be cut off: never execute it. Retry once with more room.
                 if retried_truncation:
-                    raise ModelError("truncated", "the model's reply was cut off before its tool call was complete")
+                    raise convert.truncated()
                 retried_truncation, budget = True, budget * 2
                 continue
             if reason == "pause_turn" and continuations < _MAX_PAUSE_CONTINUATIONS:
@@ -172,13 +136,11 @@ class AnthropicModel:
                 text_parts.extend(turn_text)
                 continue
             if reason == "refusal":
-                raise ModelError("refusal", "the model declined to continue with this request")
+                raise convert.refused()
             if reason == "model_context_window_exceeded":
-                raise ModelError("context_window_exceeded", "the conversation no longer fits the model's context")
+                raise convert.too_long()
             text_parts.extend(turn_text)
             calls.extend(turn_calls)
             break
-        stop: ModelStop = "tool_use" if calls else ("max_tokens" if reason == "max_tokens" else "end_turn")
         message = AssistantMessage(content="\n".join(text_parts).strip(), tool_calls=tuple(calls))
-        usage = Usage(usage_in, usage_out, cache_read, cache_write)
-        return Completion(message, stop, usage, (time.perf_counter() - started) * 1000)
+        return convert.completion(started, message, usage, cut_off=reason == "max_tokens")

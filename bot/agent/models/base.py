@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Literal, Protocol
 
 from core.messages import AssistantMessage, Message
 from tools.registry import ToolDefinition
-
-log = logging.getLogger(__name__)
 
 ModelStop = Literal["end_turn", "tool_use", "max_tokens"]
 ModelErrorKind = Literal[
@@ -56,26 +52,6 @@ class ModelError(Exception):
         super().__init__(f"{kind}: {public}")
         self.kind = kind
         self.public = public
-
-
-def classify_api_error(exc: Exception, sdk: ModuleType, provider: str) -> ModelError:
-    """Map an SDK error (after the SDK's own retries) to a readable ModelError.
-
-    ``sdk`` is the ``anthropic`` or ``openai`` module: both expose the same error class names.
-    """
-    if isinstance(exc, sdk.APIConnectionError):  # timeouts included
-        return ModelError("unreachable", "the model service could not be reached")
-    if isinstance(exc, sdk.RateLimitError):
-        return ModelError("rate_limited", "the model service is rate limiting us; try again shortly")
-    if isinstance(exc, sdk.BadRequestError):
-        lowered = str(exc).lower()
-        if "context" in lowered and ("length" in lowered or "window" in lowered):
-            return ModelError("context_window_exceeded", "the conversation no longer fits the model's context")
-        log.error("BUG or bad config: the %s API rejected our request: %s", provider, exc)
-        return ModelError("bad_request", "the model service rejected the request")
-    if isinstance(exc, sdk.APIStatusError):
-        return ModelError("api_error", f"the model service answered with HTTP {exc.status_code}")
-    return ModelError("api_error", "the model service failed")
 
 
 class ChatModel(Protocol):

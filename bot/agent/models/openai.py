@@ -15,41 +15,40 @@ from typing import Any, Literal, cast
 
 import openai
 
-from bot.agent.models.base import AUTO, Completion, ModelError, ModelStop, ToolChoice, Usage, classify_api_error
-from core.messages import (
-    AssistantMessage,
-    Message,
-    SystemMessage,
-    ToolCall,
-    ToolResultMessage,
-    UserMessage,
-)
+from bot.agent.models import convert
+from bot.agent.models.base import AUTO, Completion, ModelError, ToolChoice
+from bot.agent.models.convert import Result, Text, Turn
+from core.messages import AssistantMessage, Message, ToolCall
 from tools.registry import ToolDefinition
 
 log = logging.getLogger(__name__)
 
+_USAGE = {"input_tokens": "prompt_tokens", "output_tokens": "completion_tokens"}
+_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
+_NAMED = {"type": "function", "function": {"name": "{name}"}}
+
+
+def _arguments(call: ToolCall) -> str:
+    """As the model sent them when they did not parse (the runtime answered that), else as JSON."""
+    return call.raw_arguments if call.raw_arguments is not None else json.dumps(call.arguments, ensure_ascii=False)
+
+
+def _message(turn: Turn) -> dict[str, Any]:
+    part = turn.parts[0] if turn.parts else None
+    if isinstance(part, Result):
+        return {"role": "tool", "tool_call_id": part.call_id, "content": part.content}
+    if turn.role != "assistant":
+        return {"role": turn.role, "content": part.text if isinstance(part, Text) else ""}
+    entry: dict[str, Any] = {"role": "assistant", "content": convert.text_of(turn.parts)}
+    if calls := convert.calls_of(turn.parts):
+        entry["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name,
+                                                                             "arguments": _arguments(c)}}
+                               for c in calls]
+    return entry
+
 
 def to_wire(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    wire: list[dict[str, Any]] = []
-    for m in messages:
-        if isinstance(m, SystemMessage):
-            wire.append({"role": "system", "content": m.content})
-        elif isinstance(m, UserMessage):
-            wire.append({"role": "user", "content": m.content})
-        elif isinstance(m, ToolResultMessage):
-            wire.append({"role": "tool", "tool_call_id": m.call_id, "content": m.content})
-        elif isinstance(m, AssistantMessage):
-            entry: dict[str, Any] = {"role": "assistant", "content": m.content or None}
-            if m.tool_calls:
-                entry["tool_calls"] = [{
-                    "id": c.id, "type": "function",
-                    "function": {"name": c.name, "arguments": c.raw_arguments
-                                 if c.raw_arguments is not None else json.dumps(c.arguments, ensure_ascii=False)},
-                } for c in m.tool_calls]
-            elif not m.content:
-                entry["content"] = "(no reply)"
-            wire.append(entry)
-    return wire
+    return [_message(t) for t in convert.flat(messages)]
 
 
 def _parse_call(call_id: str, name: str, raw: str) -> ToolCall:
@@ -60,13 +59,6 @@ def _parse_call(call_id: str, name: str, raw: str) -> ToolCall:
     if isinstance(args, dict):
         return ToolCall(id=call_id, name=name, arguments=args)
     return ToolCall(id=call_id, name=name, raw_arguments=raw)
-
-
-def _tool_choice(choice: ToolChoice) -> Any:
-    if choice.mode == "tool":
-        return {"type": "function", "function": {"name": choice.name}}
-    return {"any": "required"}.get(choice.mode, choice.mode)
-
 
 
 TokenField = Literal["auto", "max_completion_tokens", "max_tokens"]
@@ -112,7 +104,7 @@ class OpenAIModel:
         if tools:
             kwargs["tools"] = [{"type": "function", "function": {
                 "name": t.name, "description": t.description, "parameters": t.input_schema}} for t in tools]
-            kwargs["tool_choice"] = _tool_choice(tool_choice)
+            kwargs["tool_choice"] = convert.tool_choice(tool_choice, _CHOICES, _NAMED)
         budget = max_tokens or self.max_tokens
         for attempt in range(2):
             kwargs[self.token_field] = budget
@@ -121,7 +113,7 @@ class OpenAIModel:
                     model=self.model, messages=cast(Any, to_wire(messages)), **kwargs,
                 )
             except openai.APIError as exc:
-                raise classify_api_error(exc, openai, "OpenAI-compatible") from exc
+                raise convert.classify_api_error(exc, openai, "OpenAI-compatible") from exc
             if not response.choices:
                 raise ModelError("bad_response", "the model service returned no choices")
             choice = response.choices[0]
@@ -131,11 +123,10 @@ class OpenAIModel:
                 if attempt == 0:
                     budget *= 2  # a cut-off call is never executed: retry once with more room
                     continue
-                raise ModelError("truncated", "the model's reply was cut off before its tool call was complete")
+                raise convert.truncated()
             if choice.finish_reason == "content_filter":
-                raise ModelError("refusal", "the model declined to continue with this request")
+                raise convert.refused()
             break
-        stop: ModelStop = "tool_use" if calls else ("max_tokens" if choice.finish_reason == "length" else "end_turn")
-        usage = Usage(response.usage.prompt_tokens, response.usage.completion_tokens) if response.usage else Usage()
         message = AssistantMessage(content=(choice.message.content or "").strip(), tool_calls=tuple(calls))
-        return Completion(message, stop, usage, (time.perf_counter() - started) * 1000)
+        return convert.completion(started, message, convert.usage_of(response.usage, _USAGE),
+                                  cut_off=choice.finish_reason == "length")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.agent.models.base import AUTO, Completion, ModelError, ToolChoice, Usage
+from bot.agent.models.convert import completion
 from bot.agent.transcript import estimate_tokens, repair
 from core.messages import AssistantMessage, Message, ToolCall
 from tools.registry import ToolDefinition
@@ -86,5 +87,4 @@ class ScriptedModel:
         if tool_choice.mode == "none" and message.tool_calls:
             message = AssistantMessage(content=message.content or "(scripted summary)")
         usage = Usage(len(messages), estimate_tokens(message.content))  # a scripted model reads no tokens
-        return Completion(message, "tool_use" if message.tool_calls else "end_turn", usage,
-                          (time.perf_counter() - started) * 1000)
+        return completion(started, message, usage)
