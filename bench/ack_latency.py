@@ -22,7 +22,7 @@ from bot.assembly import Assembly
 from bot.config import Settings, SlackConfig
 from bot.demo.local_server import LocalServer
 from bot.demo.sender import SlackSender, block_action, mention
-from bot.demo.streams import TIERS
+from bot.demo.stream_api import TIERS
 from bot.demo.workspace import LocalSlack
 from bot.run_limits import UNLIMITED
 from bot.slack.service import build_service

@@ -16,14 +16,14 @@ from bot.agent.models.base import ChatModel
 from bot.agent.models.demo import demo_model
 from bot.agent.sweeps import Sweeps
 from bot.config import ConfigError, Settings, environment_problems
-from bot.followups import Followups, followup_tool
+from bot.followup_tool import Followups, followup_tool
 from state import Keys, MemoryStore, RedisStore, StoreError, Ttls, connect
 from state.store import MetaStore, Outbox, Reports, Store, WorkQueue
 from tools import ops
-from tools.errors import ToolError
 from tools.mcp import McpHub, McpStartupError
 from tools.plugins import PluginError, load_plugins
 from tools.registry import Registry, ToolSpec
+from tools.tool_errors import ToolError
 
 if TYPE_CHECKING:  # imported only when traces are on
     from bot.telemetry import Telemetry

@@ -19,16 +19,16 @@ from typing import Any, TextIO
 from rich.text import Text
 
 from bot.agent.decisions import Confirm, Decision, Decline, ProvideParams
-from bot.agent.errors import EngineError
+from bot.agent.engine_errors import EngineError
 from bot.agent.events import Event, PendingView, RunFinished
 from bot.agent.outcome import RunOutcome
 from bot.assembly import Assembly
 from bot.keyboard import Interrupted, Keyboard
-from bot.slack.audit import ran_a_change
-from bot.slack.blocks import field_label, form_ask, gate, plan_rows
-from bot.slack.outputs import fallback_answer
-from bot.slack.progress_words import model_note, status_word
-from bot.slack.words import Lang, headline, language_of, say
+from bot.slack.outbound.audit import ran_a_change
+from bot.slack.outbound.blocks import field_label, form_ask, gate, plan_rows
+from bot.slack.outbound.outputs import fallback_answer
+from bot.slack.outbound.progress_words import model_note, status_word
+from bot.slack.outbound.words import Lang, headline, language_of, say
 from bot.terminal import markup, printer
 from core.stops import STOP_WORDING
 from core.text import inert

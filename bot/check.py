@@ -16,9 +16,9 @@ from typing import Any
 from bot import exits
 from bot.config import Settings
 from bot.probes import PROBE_S, TOTAL_S, Check, bounded
-from bot.probes.kube import kubernetes_checks
+from bot.probes.kube_probe import kubernetes_checks
+from bot.probes.redis_probe import MIN_REDIS, redis_checks
 from bot.probes.slack import MANIFEST, manifest_scopes
-from bot.probes.store import MIN_REDIS, redis_checks
 
 __all__ = ["MANIFEST", "MIN_REDIS", "Check", "exit_code", "kubernetes_checks", "manifest_scopes", "redis_checks",
            "report", "run"]

@@ -15,8 +15,8 @@ from typing import Any, cast
 from bot import exits
 from bot.assembly import assemble, build_registry, build_toolbox, open_store
 from bot.config import ConfigError, Settings, load_settings, port_number
-from bot.slack.meta import channel_of
-from bot.slack.words import say
+from bot.slack.outbound.thread_meta import channel_of
+from bot.slack.outbound.words import say
 from core.text import inert
 from state import StoreError
 from tools.mcp import McpHub, McpStartupError
@@ -130,7 +130,7 @@ def _version() -> str:
 
 async def _stats(window: str, config: str | None) -> int:
     settings = load_settings(config)
-    from bot.slack.feedback import thread_url
+    from bot.slack.feedback.votes import thread_url
 
     store = await open_store(settings, fallback=False)
     try:
@@ -184,7 +184,7 @@ async def _public_channels(settings: Settings, channels: set[str]) -> set[str]:
         return set()
     from slack_sdk.web.async_client import AsyncWebClient
 
-    from bot.slack.visibility import Visibility
+    from bot.slack.inbound.visibility import Visibility
 
     slack = Visibility(AsyncWebClient(token=settings.slack.bot_token, base_url=settings.slack.api_url, timeout=10))
     return {c for c in channels if await slack.public(c)}

@@ -19,8 +19,8 @@ from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSett
 from bot import when
 from bot.agent.limits import Limits
 from bot.run_limits import RunLimits
-from tools.mcp.config import McpServerConfig
-from tools.ops.config import OpsConfig
+from tools.mcp.servers import McpServerConfig
+from tools.ops.toolbox_config import OpsConfig
 
 
 def environments(names: list[str]) -> list[str]:
@@ -257,9 +257,8 @@ class Settings(BaseSettings):
     slack: SlackConfig = Field(default_factory=SlackConfig)
     schedules: list[ScheduleConfig] = Field(default_factory=list,
                                             description="scheduled checks (see docs/slack.md, Follow-ups)")
-    demo_data: bool = Field(False, description="or OPSPILOT_DEMO_DATA=1, or `serve --demo-data`: let serve and worker "
-                            "answer from the bundled demo data (a fictional catalog, logs and metrics on a replayed "
-                            "clock) — to try OpsPilot in a real workspace; without it they refuse to start on it")
+    demo_data: bool = Field(False, description="or `serve --demo-data`: serve and worker may answer from the bundled "
+                            "demo data (fictional; a replayed clock); without it they refuse to start on it")
     misfire_grace_s: int = Field(600, ge=0, description="a follow-up or check missed while OpsPilot was down runs "
                                  "late within this; later, it is skipped with a line saying so")
 
@@ -382,7 +381,7 @@ def load_settings(path: str | None = None) -> Settings:
             setattr(settings.slack, attr, os.environ[env])
     if os.environ.get("PORT"):
         settings.slack.port = port_number(os.environ["PORT"], "PORT")
-    from bot.extras import missing  # a configured feature whose optional extra is not installed
+    from bot.needed_extras import missing  # a configured feature whose optional extra is not installed
 
     if lacking := missing(settings):
         raise ConfigError(str(lacking))

@@ -10,9 +10,9 @@ import sys
 from bot import when
 from bot.assembly import build_model, open_store
 from bot.config import ConfigError, Settings
-from bot.slack.incident import gather
-from bot.slack.narrative import write
-from bot.slack.summary_doc import render
+from bot.slack.incidents.document import render
+from bot.slack.incidents.incident import gather
+from bot.slack.incidents.narrative import write
 from core.text import inert
 
 _THREAD = re.compile(r"^(?P<channel>[A-Z0-9]+):(?P<ts>\d+\.\d+)$")

@@ -1,6 +1,6 @@
 """How often runs may start (``slack.limits``): every run costs model tokens, so every way one starts — a
 mention, a DM, ``/opspilot``, the message shortcut, Investigate, Re-check, a follow-up, a scheduled check — passes
-a sliding window per person and one per channel (:mod:`bot.slack.limits`). 0 turns a window or cap off."""
+a sliding window per person and one per channel (:mod:`bot.slack.inbound.run_gate`). 0 turns a window or cap off."""
 
 from __future__ import annotations
 

@@ -2,9 +2,9 @@
 time zones, the hour that daylight saving time skips or repeats — and nothing here re-implements it; only a fixed
 time of day in a repeated hour is taken once, as classic cron takes it (:func:`next_due`).
 
-Keeping and firing timers is OpsPilot's own (:mod:`state.timers`, :mod:`bot.slack.timers`): APScheduler 3's job
-stores have no way for several processes to share one (each scheduler takes every due job for itself, and its
-Redis job store has no claim between processes), so every instance would run every job.
+Keeping and firing timers is OpsPilot's own (:mod:`state.timer_store`, :mod:`bot.slack.followups.firing`):
+APScheduler 3's job stores have no way for several processes to share one (each scheduler takes every due job
+for itself, and its Redis job store has no claim between processes), so every instance would run every job.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The core install carries what a default Slack deployment (Anthropic's model, Redis, Slack) and the demo need.
 A configured feature whose extra is missing is refused in one line that names the extra — at config time
-(:func:`bot.extras.check`), and again where the package is first imported (:func:`require`), never as a
+(:func:`bot.needed_extras.check`), and again where the package is first imported (:func:`require`), never as a
 traceback from deep inside a call.
 """
 

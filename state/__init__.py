@@ -6,7 +6,6 @@ records, and :class:`StoreError` / :class:`StoreUnavailable` / :class:`CorruptRe
 """
 
 from state.client import connect, is_cluster_url
-from state.errors import CorruptRecord, LeaseLost, StoreError, StoreUnavailable
 from state.keys import Keys, Ttls
 from state.memory import MemoryStore
 from state.records import (
@@ -20,6 +19,7 @@ from state.records import (
 )
 from state.redis import RedisStore
 from state.store import Claim, Journal, Locks, MetaStore, Opened, Outbox, Reports, Stats, Store, Write
+from state.store_errors import CorruptRecord, LeaseLost, StoreError, StoreUnavailable
 
 __all__ = [
     "SCHEMA_VERSION",

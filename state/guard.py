@@ -1,4 +1,4 @@
-"""Redis errors → :mod:`state.errors`, at one place for every Redis-backed part; retries through short outages."""
+"""Redis errors → :mod:`state.store_errors`, at one place for every Redis-backed part; retries through short outages."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from core.outages import outage
-from state.errors import LeaseLost, StoreError, StoreUnavailable
+from state.store_errors import LeaseLost, StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -5,16 +5,16 @@ from __future__ import annotations
 from collections import defaultdict
 
 from core.messages import Message
-from state.errors import LeaseLost
-from state.feedback import MemoryFeedbacks
+from state.feedback_store import MemoryFeedbacks
 from state.journal import MemoryJournal
 from state.locks import MemoryLocks
-from state.meta import MemoryMeta
-from state.outbox import MemoryOutbox
+from state.meta_store import MemoryMeta
+from state.outbox_store import MemoryOutbox
 from state.queue import MemoryQueue
 from state.records import RunRecord, Ticket
 from state.store import UNSHOWN, UNSHOWN_KEEP_S, Opened, Stats, Write, hour_now, merge_stats
-from state.timers import MemoryTimers
+from state.store_errors import LeaseLost
+from state.timer_store import MemoryTimers
 
 
 class MemoryStore:

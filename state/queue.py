@@ -107,7 +107,7 @@ class RedisQueue:
             entry_id, _ = await pipe.execute()
             return str(text(entry_id))
 
-        # A retry after a lost reply may enqueue twice: work items are idempotent (see bot/slack/work.py).
+        # A retry after a lost reply may enqueue twice: work items are idempotent (see bot/slack/inbound/work.py).
         return await retried("enqueueing work", self.grace_s, attempt)
 
     async def take(self, consumer: str, *, count: int = 1, block_ms: int = 1000) -> list[Entry]:

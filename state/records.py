@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, Val
 
 from core.messages import ToolCall
 from core.stops import StopReason
-from state.errors import CorruptRecord
+from state.store_errors import CorruptRecord
 
 SCHEMA_VERSION = 1
 
@@ -105,7 +105,7 @@ class RunRecord(_Record):
     """Who pressed Stop, when someone did (shown with the answer, also when it is shown late)."""
     fallback: dict[str, Any] | None = None
     """The facts of an answer OpsPilot composed itself (a stop, a limit, a failure), to word it in any language
-    again if it has to be shown from the record (``bot.agent.summary.Fallback``)."""
+    again if it has to be shown from the record (``bot.agent.fallback.Fallback``)."""
     created_at: float
     updated_at: float
     trace: list[TraceEntry] = Field(default_factory=list)

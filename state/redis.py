@@ -14,19 +14,19 @@ from redis.asyncio.cluster import RedisCluster
 
 from core.messages import Message, dump_message, load_message
 from state.client import Client
-from state.errors import CorruptRecord
-from state.feedback import RedisFeedbacks
+from state.feedback_store import RedisFeedbacks
 from state.guard import guard, retried, text
 from state.journal import RedisJournal
 from state.keys import Keys, Ttls, all_shards, shard_of
 from state.locks import RedisLocks
-from state.meta import RedisMeta
+from state.meta_store import RedisMeta
 from state.migrate import migrate
-from state.outbox import RedisOutbox
+from state.outbox_store import RedisOutbox
 from state.queue import RedisQueue
 from state.records import COMMIT_ID_BYTES, RunRecord, Ticket, dump_entry, dump_run, first_problem, parse_run
 from state.store import UNSHOWN, UNSHOWN_KEEP_S, Opened, Stats, Write, hour_now, merge_stats
-from state.timers import RedisTimers
+from state.store_errors import CorruptRecord
+from state.timer_store import RedisTimers
 
 # The commit. ARGV[1] is a named header (JSON), ARGV[2] the run record behind this commit's id, then the new
 # transcript messages, then the new trace entries, then one ticket per new token. KEYS: transcript, run, thread's run,

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from core.messages import Message
-from state.feedback import Feedbacks
-from state.outbox import OutboxRecord
+from state.feedback_store import Feedbacks
+from state.outbox_store import OutboxRecord
 from state.queue import DeadLetter, Entry, QueueStats
 from state.records import RunRecord, Ticket, TraceEntry
 
@@ -48,7 +48,7 @@ class Write:
     release_lease: str | None = None
     """The thread lease's owner, when this is the turn's last write: the lease goes with it (no extra trip)."""
     lease_owner: str | None = None
-    """Who writes: refused (:class:`state.errors.LeaseLost`) if another owner holds the thread's lease."""
+    """Who writes: refused (:class:`state.store_errors.LeaseLost`) if another owner holds the thread's lease."""
 
     def tickets(self) -> list[Ticket]:
         """What each new token opens, stored beside it so a click needs one read."""
@@ -207,7 +207,7 @@ class Store(Protocol):
 class Reports(Protocol):
     @property
     def feedback(self) -> Feedbacks:
-        """Ratings of answers with their context (see :mod:`state.feedback`)."""
+        """Ratings of answers with their context (see :mod:`state.feedback_store`)."""
 
     async def stats(self, window_s: int) -> Stats: ...
 
@@ -259,7 +259,7 @@ class MetaStore(Protocol):
 
 
 class Outbox(Protocol):
-    """Per thread, in order: each message's desired state and what was delivered (see :mod:`state.outbox`)."""
+    """Per thread, in order: each message's desired state and what was delivered (see :mod:`state.outbox_store`)."""
 
     async def put(self, thread: str, key: str, fields: Mapping[str, Any], *, due: float,
                   urgent: bool = False) -> int: ...

@@ -1,5 +1,5 @@
 """A fault proxy between OpsPilot's processes and the local Slack: what a flaky network or a struggling Slack
-does to a Web API call, on the wire. Faults follow :class:`bot.demo.limits.Fault` (``lost`` here means Slack
+does to a Web API call, on the wire. Faults follow :class:`bot.demo.block_limits.Fault` (``lost`` here means Slack
 did the work and the connection dropped before its answer arrived; ``reset`` drops it before; ``hang`` answers
 only after the caller has given up)."""
 
@@ -12,7 +12,7 @@ from collections import Counter
 import aiohttp
 from aiohttp import web
 
-from bot.demo.limits import Fault
+from bot.demo.block_limits import Fault
 
 HOP_BY_HOP = {"host", "content-length", "connection", "transfer-encoding", "keep-alive"}
 

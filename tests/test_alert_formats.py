@@ -15,9 +15,9 @@ from redis.crc import key_slot
 from bot.agent.models.scripted import ScriptedModel
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
-from bot.slack.alert import parse
+from bot.slack.alerts.parsing import parse
 from state import Keys, RedisStore
-from state.meta import MemoryMeta
+from state.meta_store import MemoryMeta
 from tests.slack_harness import open_workspace
 from tests.test_alerts import ALERTS, fire, notification, source
 from tests.test_threads import answer, user_texts

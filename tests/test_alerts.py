@@ -15,8 +15,8 @@ from bot.config import AlertSource
 from bot.demo.sender import block_action, mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
-from bot.slack.alert import parse
-from bot.slack.alerts import Alerts
+from bot.slack.alerts.investigations import Alerts
+from bot.slack.alerts.parsing import parse
 from state import Keys, RedisStore, connect
 from tests.slack_harness import Workspace, open_workspace, slack_settings
 from tests.toolkit import Probe, toolkit

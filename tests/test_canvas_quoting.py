@@ -15,8 +15,8 @@ import pytest
 from bot.agent.models.scripted import ScriptedModel, reply
 from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
-from bot.slack.markdown import code, fenced, inert
-from bot.slack.words import say
+from bot.slack.outbound.markdown import code, fenced, inert
+from bot.slack.outbound.words import say
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
 from tests.test_incident_summary import restarted
 

@@ -11,7 +11,7 @@ from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
-from bot.slack.meta import THREAD, thread_key
+from bot.slack.outbound.thread_meta import THREAD, thread_key
 from state import RedisStore
 from tests.conftest import make_harness, until
 from tests.slack_harness import CHANNEL, Workspace, open_workspace

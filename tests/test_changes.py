@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from bot.slack.outputs import output
+from bot.slack.outbound.outputs import output
 from tests.fakes.ops_servers import OpsFakes, replica_set
 from tests.fakes.rollouts import Rollouts
 from tests.test_ops import data, error_code, run
 from tools import ops
-from tools.ops import config as cfg
+from tools.ops import toolbox_config as cfg
 
 NOW = "2026-12-02T10:00:00Z"
 

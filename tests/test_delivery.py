@@ -9,8 +9,8 @@ from bot.agent.models.scripted import ScriptedModel, reply
 from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
-from bot.slack.work import Converse, Executor, WorkItem
-from bot.slack.worker import MAX_DELIVERIES, Worker
+from bot.slack.inbound.work import Converse, Executor, WorkItem
+from bot.slack.inbound.worker import MAX_DELIVERIES, Worker
 from core.messages import Message
 from tests.conftest import until
 from tests.slack_harness import CHANNEL, open_workspace

@@ -15,8 +15,8 @@ from bot.agent.models.demo_intent import read
 from bot.demo.sender import block_action, mention, message
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
-from bot.slack.followups import RECHECK
-from bot.slack.meta import thread_key
+from bot.slack.followups.buttons import RECHECK
+from bot.slack.outbound.thread_meta import thread_key
 from core.messages import ToolResultMessage, UserMessage
 from tests.language_scan import chinese, english_runs
 from tests.slack_harness import CHANNEL, Workspace, open_workspace

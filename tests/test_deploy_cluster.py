@@ -13,7 +13,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from bot.slack.worker import Worker
+from bot.slack.inbound.worker import Worker
 from state import Keys
 from state.queue import GROUP
 from tests.test_deploy import (

@@ -16,7 +16,7 @@ from bot.config import SlackConfig
 from bot.demo.sender import block_action, mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import buttons
-from bot.slack.access import AccessPolicy
+from bot.slack.inbound.access import AccessPolicy
 from core.envs import environment_name
 from core.messages import ToolCall
 from state import MemoryStore

@@ -1,4 +1,4 @@
-"""Optional extras (core/extras.py, bot/extras.py): a configured feature whose package is missing is refused
+"""Optional extras (core/extras.py, bot/needed_extras.py): a configured feature whose package is missing is refused
 when the settings load, in one line naming the extra; the default configuration (the demo, a Slack deployment
 with Anthropic's model) needs none; the image and the test command install them all, the demo script the core."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bot.config import ConfigError, load_settings
-from bot.extras import needed
+from bot.needed_extras import needed
 from core.extras import EXTRAS, MissingExtra, installed, require
 from tools.mcp import McpHub
 from tools.ops.kube import KubeClient

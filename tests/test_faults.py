@@ -20,7 +20,7 @@ from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
 from state.client import connect
 from state.keys import Keys, Ttls
-from state.outbox import RedisOutbox
+from state.outbox_store import RedisOutbox
 from tests.conftest import free_port
 from tests.fault_proxy import FaultProxy
 from tests.slack_harness import CHANNEL, SECRET, open_workspace

@@ -18,9 +18,9 @@ from bot.demo.server import CHANNEL as DEMO_CHANNEL
 from bot.demo.server import Demo
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import buttons
-from bot.slack.feedback import VIEW_ID
+from bot.slack.feedback.votes import VIEW_ID
 from state import MemoryStore, RedisStore
-from state.feedback import FeedbackEntry
+from state.feedback_store import FeedbackEntry
 from state.keys import shard_of
 from tests.conftest import free_port, until
 from tests.slack_harness import CHANNEL, Workspace, open_workspace

@@ -15,10 +15,10 @@ from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.demo.sender import block_action, mention, message
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
-from bot.followups import followup_tool
-from bot.slack.audit import ran_a_change
-from bot.slack.followups import CANCEL, RECHECK
-from bot.slack.meta import thread_key
+from bot.followup_tool import followup_tool
+from bot.slack.followups.buttons import CANCEL, RECHECK
+from bot.slack.outbound.audit import ran_a_change
+from bot.slack.outbound.thread_meta import thread_key
 from core.messages import ToolResultMessage, UserMessage
 from tests.language_scan import english_runs
 from tests.slack_harness import CHANNEL, Workspace

@@ -1,7 +1,8 @@
 """Four guarantees, each held by a test written to fail when its one guarded line is broken (each was checked so):
 a retried claim whose first try landed is still won (state/locks.py: the attempt id); the outbox shows bidi and
-zero-width characters as <U+…> (bot/slack/outbox.py ``redact``); a digits-only value under a password-like name is
-redacted (core/redact.py); a long answer is never cut inside an inline code span (core/split.py ``_safe``)."""
+zero-width characters as <U+…> (bot/slack/outbound/outgoing.py ``redact``); a digits-only value under a
+password-like name is redacted (core/redact.py); a long answer is never cut inside an inline code span
+(core/split.py ``_safe``)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.config import SlackConfig
 from bot.demo.workspace import LocalSlack as FakeSlack
-from bot.slack.access import AccessPolicy
-from bot.slack.blocks import SECTION_TEXT, split_answer
+from bot.slack.inbound.access import AccessPolicy
+from bot.slack.outbound.blocks import SECTION_TEXT, split_answer
 from core.redact import redact
 from state import RedisStore
 from tests.slack_harness import CHANNEL, open_workspace

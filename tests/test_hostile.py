@@ -20,7 +20,7 @@ from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.demo.sender import block_action, mention, signature
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
-from bot.slack import gate
+from bot.slack.inbound import gate
 from core.messages import Message
 from tests.conftest import until
 from tests.redaction_corpus import SECRETS

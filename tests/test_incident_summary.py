@@ -19,10 +19,10 @@ from bot.demo.sender import block_action, mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
 from bot.report import report
-from bot.slack.followups import CANCEL
-from bot.slack.incident import gather
-from bot.slack.narrative import write
-from bot.slack.summaries import thread_of
+from bot.slack.followups.buttons import CANCEL
+from bot.slack.incidents.canvas import thread_of
+from bot.slack.incidents.incident import gather
+from bot.slack.incidents.narrative import write
 from core.messages import ToolResultMessage
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
 from tests.test_alerts import ALERTS, fire, notification, source

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from bot.chat import Console
 from bot.demo.workspace import LocalSlack as FakeSlack
-from bot.slack.meta import thread_key
+from bot.slack.outbound.thread_meta import thread_key
 from core.text import inert
 from state import RedisStore
-from state.feedback import FeedbackEntry
+from state.feedback_store import FeedbackEntry
 from tests.test_cli import run_cli
 
 LINK = "\x1b]8;;https://evil.example/sso\x1b\\the runbook\x1b]8;;\x1b\\"

@@ -15,7 +15,7 @@ import pytest
 
 from tests.fakes.ops_servers import OpsFakes
 from tests.test_ops import data, error_code, live, run
-from tools.ops import config as cfg
+from tools.ops import toolbox_config as cfg
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 from bot.demo.sender import block_action, mention, message
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
-from bot.slack.words import catalog
+from bot.slack.outbound.words import catalog
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
 
 

@@ -16,7 +16,7 @@ from multidict import CIMultiDict
 
 from bot.demo.sender import block_action, mention
 from bot.demo.workspace import LocalSlack as FakeSlack
-from bot.slack import gate
+from bot.slack.inbound import gate
 from tests.conftest import until
 from tests.slack_harness import CHANNEL, SECRET, Workspace, open_workspace
 from tests.test_hostile import _raw, _signed

@@ -61,8 +61,9 @@ def needed_scopes() -> dict[str, set[str]]:
 def test_the_scan_finds_the_calls_it_must() -> None:
     """The scan itself works: methods known to be called, in the files known to call them."""
     called = called_methods()
-    assert {"bot/slack/outbox.py"} <= called["chat.postMessage"]
-    assert called["views.publish"] == {"bot/slack/home.py"} and called["views.open"] == {"bot/slack/feedback.py"}
+    assert {"bot/slack/outbound/outbox.py"} <= called["chat.postMessage"]
+    assert called["views.publish"] == {"bot/slack/home/tab.py"}
+    assert called["views.open"] == {"bot/slack/feedback/votes.py"}
     assert "chat.getPermalink" in called and "assistant.threads.setStatus" in called
     assert "usergroups.users.list" in called and "apps.connections.open" in called
     assert not [m for m in called if not re.fullmatch(r"[a-z]+(\.[a-z][A-Za-z]*)+", m)], called

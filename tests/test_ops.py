@@ -15,7 +15,7 @@ from core.messages import ToolCall
 from state import MemoryStore
 from tests.fakes.ops_servers import OpsFakes, loki_line
 from tools import ops
-from tools.ops import config as cfg
+from tools.ops import toolbox_config as cfg
 from tools.registry import Registry, ToolContext
 from tools.runtime import Observation, execute_one
 

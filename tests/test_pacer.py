@@ -11,12 +11,12 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.demo.workspace import TEAM
 from bot.demo.workspace import LocalSlack as FakeSlack
-from bot.slack import blocks as kit
-from bot.slack.metrics import Metrics
-from bot.slack.outbox import SlackOutbox
-from bot.slack.pacer import Pacer
+from bot.slack.outbound import blocks as kit
+from bot.slack.outbound.counters import Metrics
+from bot.slack.outbound.outbox import SlackOutbox
+from bot.slack.outbound.pacer import Pacer
 from state import Keys, MemoryStore, RedisStore, connect
-from state.outbox import RedisOutbox
+from state.outbox_store import RedisOutbox
 from state.pacing import RedisPacing
 from state.store import Outbox
 from tests.conftest import free_port, until

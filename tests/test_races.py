@@ -10,7 +10,7 @@ import pytest
 
 from bot.agent.decisions import Confirm, Decline
 from bot.agent.engine import EngineOptions
-from bot.agent.errors import AlreadyHandled
+from bot.agent.engine_errors import AlreadyHandled
 from bot.agent.limits import Limits
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.agent.transcript import violations

@@ -11,8 +11,8 @@ import pytest
 from bot.demo.sender import block_action, mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import buttons
-from bot.slack.followups import RECHECK
-from bot.slack.meta import thread_key
+from bot.slack.followups.buttons import RECHECK
+from bot.slack.outbound.thread_meta import thread_key
 from tests.slack_harness import CHANNEL, Workspace
 from tests.test_followups import restarted
 from tests.test_timers import QUESTION, Clock, open_at

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bot.slack.blocks import escape
+from bot.slack.outbound.blocks import escape
 from core.redact import redact, redact_blocks, redact_value
 from tests.redaction_corpus import SECRETS, ordinary_lines
 

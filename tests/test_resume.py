@@ -8,7 +8,7 @@ import json
 import pytest
 
 from bot.agent.decisions import Confirm, Decline, ProvideParams
-from bot.agent.errors import AlreadyHandled, InterruptExpired, InvalidDecision, NotPending
+from bot.agent.engine_errors import AlreadyHandled, InterruptExpired, InvalidDecision, NotPending
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.agent.transcript import violations
 from core.messages import ToolResultMessage

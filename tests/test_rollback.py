@@ -17,12 +17,12 @@ from tests.fakes.ops_servers import OpsFakes
 from tests.fakes.rollouts import Rollouts
 from tests.test_ops import data, error_code, live
 from tools import ops
-from tools.errors import Conflict
-from tools.ops import config as cfg
+from tools.ops import toolbox_config as cfg
 from tools.ops.rollback import ChangeRequest
 from tools.ops.rollouts import template
 from tools.registry import Registry, ToolContext
 from tools.runtime import MutationJournal, Observation, execute_one
+from tools.tool_errors import Conflict
 
 
 @pytest.fixture

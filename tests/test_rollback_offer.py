@@ -13,7 +13,7 @@ import pytest
 from bot.demo.sender import block_action, mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
-from bot.slack.rollback_offer import ROLLBACK
+from bot.slack.rollbacks.offer import ROLLBACK
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
 
 

@@ -14,9 +14,9 @@ import pytest
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.demo.sender import mention, message
 from bot.demo.workspace import LocalSlack as FakeSlack
-from bot.followups import followup_tool
+from bot.followup_tool import followup_tool
 from bot.run_limits import UNLIMITED, RunLimits
-from bot.slack.meta import thread_key
+from bot.slack.outbound.thread_meta import thread_key
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
 from tests.test_alerts import ALERTS, fire, notification, source
 from tests.test_followups import results

@@ -18,7 +18,7 @@ import pytest
 
 from bot.agent.decisions import Confirm
 from bot.agent.engine import EngineOptions
-from bot.agent.errors import AlreadyHandled
+from bot.agent.engine_errors import AlreadyHandled
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.agent.sweeps import Sweeps
 from bot.demo.sender import block_action, mention, message

@@ -17,10 +17,10 @@ from bot.config import ScheduleConfig, Settings
 from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
-from bot.slack.checks import status_of
-from bot.slack.followups import time_of
-from bot.slack.schedules import config_timer
-from state.timers import Timer
+from bot.slack.followups.buttons import time_of
+from bot.slack.followups.checks import status_of
+from bot.slack.followups.schedules import config_timer
+from state.timer_store import Timer
 from tests.slack_harness import CHANNEL, Workspace
 from tests.test_timers import Clock, open_at, tick
 

@@ -12,7 +12,7 @@ import pytest
 from bot.agent.models.scripted import ScriptedModel, reply
 from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
-from bot.slack import blocks as kit
+from bot.slack.outbound import blocks as kit
 from core.split import FENCE, Part, split
 from tests.slack_harness import CHANNEL, open_workspace
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from bot.agent.decisions import Confirm
-from bot.agent.errors import ThreadBusy
+from bot.agent.engine_errors import ThreadBusy
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from state import CorruptRecord, Keys, MemoryStore, RedisStore, StoreUnavailable, connect
 from state.keys import shard_of

@@ -10,7 +10,7 @@ from typing import Any
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
-from state.errors import StoreUnavailable
+from state.store_errors import StoreUnavailable
 from tests.conftest import OwnRedis, until
 from tests.slack_harness import CHANNEL, open_workspace
 from tests.test_streaming import ask, stop_buttons

@@ -12,7 +12,7 @@ from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.demo.sender import block_action, mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
-from bot.slack.meta import THREAD, thread_key
+from bot.slack.outbound.thread_meta import THREAD, thread_key
 from tests.conftest import until
 from tests.slack_harness import CHANNEL, open_workspace
 from tests.test_slack import card_of
@@ -255,9 +255,9 @@ def test_a_stream_stopped_elsewhere_stops_holding_a_slot_once_slack_would_have_e
     its run gone) must not hold a slot for good."""
     import time
 
-    from bot.slack.metrics import Metrics
-    from bot.slack.pacer import Pacer
-    from bot.slack.streams import Streams
+    from bot.slack.outbound.counters import Metrics
+    from bot.slack.outbound.pacer import Pacer
+    from bot.slack.outbound.streams import Streams
 
     streams = Streams(client=None, pacer=Pacer(), metrics=Metrics(), mode="auto")  # type: ignore[arg-type]
     streams._open = {"t/a": time.monotonic() - 301, "t/b": time.monotonic() - 10}

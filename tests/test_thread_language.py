@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from bot.agent.summary import Fallback, Ran
+from bot.agent.fallback import Fallback, Ran
 from bot.demo.sender import block_action, mention, message, view_submission
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import buttons
-from bot.slack.outputs import fallback_answer, output
-from bot.slack.words import catalog
+from bot.slack.outbound.outputs import fallback_answer, output
+from bot.slack.outbound.words import catalog
 from tests.language_scan import chinese, english_runs, leaks, written
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
 from tests.test_alerts import ALERTS, fire, notification, source

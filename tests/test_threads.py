@@ -12,7 +12,7 @@ from bot.agent.models.scripted import ScriptedModel, reply
 from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
-from bot.slack.history import ThreadReader
+from bot.slack.inbound.thread_reader import ThreadReader
 from core.messages import Message, UserMessage
 from core.quote import split
 from tests.slack_harness import CHANNEL, open_workspace

@@ -13,11 +13,11 @@ import pytest
 from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
-from bot.slack.followups import time_of
-from bot.slack.meta import thread_key
+from bot.slack.followups.buttons import time_of
+from bot.slack.outbound.thread_meta import thread_key
 from core.messages import UserMessage
 from state import Keys, RedisStore, connect
-from state.timers import Timer, new_timer_id
+from state.timer_store import Timer, new_timer_id
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
 
 T0 = 1_760_000_000.0  # a fixed "now" the tests move by hand

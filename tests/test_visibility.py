@@ -10,8 +10,8 @@ from pathlib import Path
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.demo.workspace import LocalSlack as FakeSlack
-from bot.slack.meta import thread_key
-from bot.slack.visibility import Visibility
+from bot.slack.inbound.visibility import Visibility
+from bot.slack.outbound.thread_meta import thread_key
 from tests.slack_harness import CHANNEL, Workspace
 from tests.test_cli import run_cli
 from tests.test_feedback import answered, picked, rate, submit

@@ -11,7 +11,7 @@ import asyncio
 import os
 import sys
 
-from bot.slack.work import Converse
+from bot.slack.inbound.work import Converse
 from state import Keys, RedisStore, connect
 
 

@@ -16,7 +16,8 @@ List the module under ``plugins:`` in the config; every ``ToolSpec`` it defines 
 module level (or returns from ``opspilot_tools(config)``) is registered.
 """
 
-from tools.errors import (
+from tools.registry import Registry, ToolContext, ToolDefinition, ToolSpec, always, confirm_in, never, tool
+from tools.tool_errors import (
     ConfirmRisky,
     Interrupt,
     InvalidArguments,
@@ -27,7 +28,6 @@ from tools.errors import (
     ToolTimeout,
     UpstreamError,
 )
-from tools.registry import Registry, ToolContext, ToolDefinition, ToolSpec, always, confirm_in, never, tool
 
 __all__ = [
     "ConfirmRisky",

@@ -23,9 +23,9 @@ from pydantic import ValidationError
 
 from core.envs import environment_name
 from core.messages import ResultStatus, ToolCall, ToolResultMessage, error_result, ok_content
-from tools.errors import Interrupt, InterruptType, ToolError
 from tools.hygiene import clean, scrub_text
 from tools.registry import Registry, ToolContext, ToolSpec
+from tools.tool_errors import Interrupt, InterruptType, ToolError
 
 log = logging.getLogger(__name__)
 

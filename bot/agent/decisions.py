@@ -10,7 +10,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import ValidationError
 
-from bot.agent.errors import InvalidDecision
+from bot.agent.engine_errors import InvalidDecision
 from state.records import PendingCall
 from tools.registry import Registry
 from tools.runtime import Approved, Denied, ToolDecision

@@ -2,7 +2,7 @@
 
 Each public method is one unit of work with one broad boundary (``_turn``): a run
 ends with an outcome, never with a tool's or the model's exception. What can reach
-the caller is drawn in :mod:`bot.agent.errors` (plus ``state.StoreError``).
+the caller is drawn in :mod:`bot.agent.engine_errors` (plus ``state.StoreError``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from bot.agent.decisions import Answers, CancelRun, Decision, Expire, ReplyInstead, check_fits
 from bot.agent.deps import RunDeps
-from bot.agent.errors import AlreadyHandled, InterruptExpired, NotPending, RunNotFound, ThreadBusy
+from bot.agent.engine_errors import AlreadyHandled, InterruptExpired, NotPending, RunNotFound, ThreadBusy
 from bot.agent.events import RunStalled, RunStarted
 from bot.agent.lease import Lease, hold
 from bot.agent.loop import react_loop
@@ -29,9 +29,9 @@ from bot.agent.transcript import ThreadMemo
 from core.messages import Message, UserMessage
 from core.outages import outage
 from core.redact import redact
-from state.errors import StoreError
 from state.keys import new_run_id
 from state.records import PendingCall, RunRecord, Ticket
+from state.store_errors import StoreError
 
 log = logging.getLogger(__name__)
 MODEL = outage("the model")

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from bot.agent.decisions import DecisionKind
-from bot.agent.summary import Fallback
+from bot.agent.fallback import Fallback
 from core.stops import StopReason
 
 log = logging.getLogger(__name__)

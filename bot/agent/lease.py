@@ -14,12 +14,12 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from bot.agent.errors import ThreadBusy
+from bot.agent.engine_errors import ThreadBusy
 from bot.agent.events import EventBus
 from core.messages import Message
-from state.errors import StoreError
 from state.records import RunRecord
 from state.store import Store
+from state.store_errors import StoreError
 
 log = logging.getLogger(__name__)
 

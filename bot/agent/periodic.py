@@ -13,8 +13,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from state.errors import StoreError, level_of
 from state.store import Locks
+from state.store_errors import StoreError, level_of
 
 Round = Callable[[], Awaitable[object]]
 

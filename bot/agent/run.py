@@ -27,12 +27,12 @@ from bot.agent.events import (
     ToolCallEvent,
     ToolResultEvent,
 )
+from bot.agent.fallback import Fallback, ran
 from bot.agent.lease import Lease
 from bot.agent.limits import call_digest, should_stop
 from bot.agent.models.base import AUTO, NONE, Completion, ModelError, ToolChoice
 from bot.agent.outcome import RunOutcome, pending_view, preview
 from bot.agent.prompt import STOP_INSTRUCTION
-from bot.agent.summary import Fallback, ran
 from bot.agent.transcript import ThreadMemo, sendable, unanswered
 from core.messages import (
     AssistantMessage,

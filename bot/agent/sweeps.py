@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from bot.agent.engine import Engine
-from bot.agent.errors import EngineError
+from bot.agent.engine_errors import EngineError
 from bot.agent.periodic import Periodic, claimed
 
 log = logging.getLogger(__name__)

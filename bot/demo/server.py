@@ -26,7 +26,7 @@ from bot.config import AlertSource, Approvers, Settings
 from bot.demo.local_server import LocalServer
 from bot.demo.sender import SlackSender, view_submission
 from bot.demo.workspace import BOT_USER, TEAM, LocalSlack
-from bot.probes.store import safe_url
+from bot.probes.redis_probe import safe_url
 from bot.slack.serve import PortTaken
 from bot.slack.service import SlackService, build_service
 

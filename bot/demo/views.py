@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bot.demo.limits import block_problems
+from bot.demo.block_limits import block_problems
 
 VIEW_TITLE = 24  # a modal's title, submit and close texts
 PRIVATE_METADATA = 3000

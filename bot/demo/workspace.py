@@ -19,11 +19,11 @@ from typing import Any
 
 from aiohttp import web
 
+from bot.demo.block_limits import Fault, block_problems
 from bot.demo.canvases import CanvasMethods
 from bot.demo.channels import ChannelMethods
-from bot.demo.limits import Fault, block_problems
 from bot.demo.local_server import LocalServer
-from bot.demo.streams import STREAM_METHODS, TIERS, StreamMethods
+from bot.demo.stream_api import STREAM_METHODS, TIERS, StreamMethods
 from bot.demo.views import ViewMethods
 from bot.demo.webhooks import WebhookMethods
 

@@ -14,9 +14,9 @@ from pathlib import Path
 from bot.agent.models.base import ChatModel
 from bot.config import ConfigError, Settings
 from bot.eval.replay import Recorder, Replayer
-from bot.eval.report import render
 from bot.eval.scenario import Scenario, ScenarioError, load_scenarios
 from bot.eval.suite import EvalResult, run_eval
+from bot.eval.table import render
 
 __all__ = ["EvalResult", "Scenario", "ScenarioError", "evaluate", "load_scenarios", "run_eval"]
 

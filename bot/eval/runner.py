@@ -16,10 +16,10 @@ from bot.agent.events import Event, EventBus
 from bot.agent.limits import Limits
 from bot.agent.models.base import ChatModel
 from bot.eval.scenario import Scenario
-from bot.slack.history import quote_thread
+from bot.slack.inbound.thread_reader import quote_thread
 from state import MemoryStore
 from tools import ops
-from tools.ops.config import FileChanges, OpsConfig, PrometheusMetrics, Verification
+from tools.ops.toolbox_config import FileChanges, OpsConfig, PrometheusMetrics, Verification
 from tools.registry import Registry
 
 UNREACHABLE = "http://127.0.0.1:9"

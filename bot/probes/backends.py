@@ -12,8 +12,8 @@ from bot.assembly import build_toolbox, demo_data_problem, validate
 from bot.config import ConfigError, Settings
 from bot.probes import PROBE_S, Check, bounded
 from tools import ops
-from tools.errors import ToolError
 from tools.ops.logs import LogQuery
+from tools.tool_errors import ToolError
 
 
 def _rule_fix(problem: str) -> str:
@@ -101,7 +101,7 @@ def _probes(settings: Settings, toolbox: ops.Toolbox) -> list[Any]:
         url = getattr(getattr(conf, key, None), "url", None)
         if isinstance(url, str):
             probes.append(bounded(f"{key.capitalize()} webhook", _reach(key, url), fix=f"check toolbox.{key}.url"))
-    from bot.probes.kube import kubernetes_checks
+    from bot.probes.kube_probe import kubernetes_checks
 
     probes.append(bounded("Kubernetes permissions", lambda: kubernetes_checks(toolbox),
                           fix="check the cluster API address and credentials in the toolbox section"))

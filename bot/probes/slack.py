@@ -9,7 +9,7 @@ import yaml
 
 from bot.config import Settings
 from bot.probes import PROBE_S, Check
-from bot.slack.failures import slack_error
+from bot.slack.outbound.api_errors import slack_error
 
 MANIFEST = Path(__file__).resolve().parents[2] / "manifest.yml"
 

@@ -1,7 +1,7 @@
 """The Bolt app and the HTTP server around it: ``POST /slack/events``, ``GET /healthz`` (alive),
 ``GET /readyz`` (able to do its part), ``GET /metrics``.
 
-Every request passes :mod:`bot.slack.gate` first (signature on the raw bytes, a well-formed body, the
+Every request passes :mod:`bot.slack.inbound.gate` first (signature on the raw bytes, a well-formed body, the
 installed workspace); then Bolt acknowledges events by itself and actions/commands through ``ack()`` —
 always before any work, which runs in the background.
 """
@@ -22,15 +22,15 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack.feedback import VIEW_ID as FEEDBACK_FORM
-from bot.slack.gate import bolt_text, foreign, refusal
-from bot.slack.identity import Identity
-from bot.slack.inbound import Inbound
-from bot.slack.incident_commands import SHORTCUT as SUMMARIZE_SHORTCUT
-from bot.slack.link import OneLine
-from bot.slack.metrics import Metrics
-from bot.slack.outbox import SlackOutbox
-from bot.slack.worker import READ_WINDOW_S, Worker
+from bot.slack.feedback.votes import VIEW_ID as FEEDBACK_FORM
+from bot.slack.inbound.gate import bolt_text, foreign, refusal
+from bot.slack.inbound.identity import Identity
+from bot.slack.inbound.link import OneLine
+from bot.slack.inbound.worker import READ_WINDOW_S, Worker
+from bot.slack.incidents.commands import SHORTCUT as SUMMARIZE_SHORTCUT
+from bot.slack.outbound.counters import Metrics
+from bot.slack.outbound.outbox import SlackOutbox
+from bot.slack.router import Inbound
 from state import StoreError
 from state.store import Store, WorkQueue
 
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 class _NotAboutTokens(logging.Filter):
     """Bolt warns at every start that SLACK_BOT_TOKEN "will be ignored/unused": true and expected (the token is
-    the client's, the identity comes from :mod:`bot.slack.identity`), and noise that hides real warnings."""
+    the client's, the identity comes from :mod:`bot.slack.inbound.identity`), and noise that hides real warnings."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()

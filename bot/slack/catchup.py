@@ -15,13 +15,13 @@ from collections.abc import Awaitable, Callable
 
 from bot.agent.engine import Engine
 from bot.agent.events import Event, LoopInterrupt, RunFinished, RunStalled
+from bot.agent.fallback import Fallback
 from bot.agent.outcome import pending_view
 from bot.agent.periodic import Periodic, claimed
-from bot.agent.summary import Fallback
-from bot.slack.meta import THREAD
+from bot.slack.inbound.work import AUTOMATIC, RunButton
+from bot.slack.outbound.thread_meta import THREAD
+from bot.slack.outbound.words import language_of
 from bot.slack.render import Renderer
-from bot.slack.words import language_of
-from bot.slack.work import AUTOMATIC, RunButton
 from core.messages import AssistantMessage
 from state.records import CallTrace, RunRecord
 from state.store import MetaStore

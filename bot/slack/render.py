@@ -16,18 +16,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot.agent.events import Event, PendingView, ToolResultEvent
-from bot.agent.summary import Fallback
-from bot.slack import blocks as kit
-from bot.slack.access import AccessPolicy
-from bot.slack.audit import audit_line, ran_a_change
-from bot.slack.followups import recheck_button
-from bot.slack.meta import CARD, RUN, THREAD
-from bot.slack.outbox import SlackOutbox
-from bot.slack.outputs import fallback_answer, output
-from bot.slack.people import People
-from bot.slack.progress_words import card_ending, clip, model_note, progress_text
-from bot.slack.rollback_offer import offer, remember
-from bot.slack.words import headline, language_of, say
+from bot.agent.fallback import Fallback
+from bot.slack.followups.buttons import recheck_button
+from bot.slack.inbound.access import AccessPolicy
+from bot.slack.outbound import blocks as kit
+from bot.slack.outbound.audit import audit_line, ran_a_change
+from bot.slack.outbound.outbox import SlackOutbox
+from bot.slack.outbound.outputs import fallback_answer, output
+from bot.slack.outbound.people import People
+from bot.slack.outbound.progress_words import card_ending, clip, model_note, progress_text
+from bot.slack.outbound.thread_meta import CARD, RUN, THREAD
+from bot.slack.outbound.words import headline, language_of, say
+from bot.slack.rollbacks.offer import offer, remember
 from core.stops import STOP_WORDING
 from state.store import MetaStore, Reports
 

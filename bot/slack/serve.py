@@ -5,7 +5,7 @@ that run the engine, render and deliver.
 dies; ``worker`` runs workers alone, so fronts and workers scale separately across machines on one
 Redis. ``--workers 0`` is one process that does everything. Each process serves ``/healthz``, ``/readyz``
 and ``/metrics`` (workers on ``PORT + i``). A worker a front started exits when the front is gone
-(:mod:`bot.slack.tether`), so a front started again finds its ports free.
+(:mod:`bot.slack.inbound.tether`), so a front started again finds its ports free.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from bot import exits
 from bot.assembly import demo_data_problem
 from bot.config import ConfigError, Settings
 from bot.cpus import effective_cpus
-from bot.slack import tether
-from bot.slack.link import TokenRefused
+from bot.slack.inbound import tether
+from bot.slack.inbound.link import TokenRefused
+from bot.slack.outbound.words import say
 from bot.slack.service import Role, SlackService, build_service
-from bot.slack.words import say
 
 log = logging.getLogger(__name__)
 

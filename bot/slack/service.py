@@ -20,31 +20,31 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.assembly import Assembly, assemble
 from bot.config import ConfigError, Settings
-from bot.slack.access import AccessPolicy
-from bot.slack.alerts import Alerts
+from bot.slack.alerts.investigations import Alerts
 from bot.slack.app import StoreFirst, build_bolt_app, readiness, web_routes
 from bot.slack.catchup import CatchUp
-from bot.slack.feedback import Feedback
-from bot.slack.gate import bolt_text
-from bot.slack.history import ThreadReader
-from bot.slack.home import Home
-from bot.slack.identity import Identity
-from bot.slack.inbound import Inbound
-from bot.slack.limits import RunGate
-from bot.slack.link import SocketLink, store_first
-from bot.slack.metrics import CountingRateLimitHandler, Metrics, retry_handlers
-from bot.slack.outbox import SlackOutbox
-from bot.slack.pacer import Pacer
-from bot.slack.people import People
-from bot.slack.reminders import Reminders
+from bot.slack.feedback.votes import Feedback
+from bot.slack.followups.firing import TimerParts
+from bot.slack.followups.firing import wire as wire_timers
+from bot.slack.followups.reminders import Reminders
+from bot.slack.home.tab import Home
+from bot.slack.inbound.access import AccessPolicy
+from bot.slack.inbound.gate import bolt_text
+from bot.slack.inbound.identity import Identity
+from bot.slack.inbound.link import SocketLink, store_first
+from bot.slack.inbound.run_gate import RunGate
+from bot.slack.inbound.thread_reader import ThreadReader
+from bot.slack.inbound.work import Delivery, Executor, NotYet, WorkItem
+from bot.slack.inbound.worker import Worker, attempts
+from bot.slack.outbound.counters import CountingRateLimitHandler, Metrics, retry_handlers
+from bot.slack.outbound.outbox import SlackOutbox
+from bot.slack.outbound.pacer import Pacer
+from bot.slack.outbound.people import People
+from bot.slack.outbound.streams import Streams
 from bot.slack.render import Renderer
-from bot.slack.streams import Streams
-from bot.slack.timers import TimerParts
-from bot.slack.timers import wire as wire_timers
-from bot.slack.work import Delivery, Executor, NotYet, WorkItem
-from bot.slack.worker import Worker, attempts
+from bot.slack.router import Inbound
 from state import RedisStore, StoreError
-from state.meta import DEDUPE_MARK
+from state.meta_store import DEDUPE_MARK
 from state.pacing import RedisPacing
 from state.store import WorkQueue
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from core.extras import require
-from tools.mcp.config import ConfirmIn, McpServerConfig, McpToolRule
+from tools.mcp.servers import ConfirmIn, McpServerConfig, McpToolRule
 from tools.registry import ToolSpec
 
 if TYPE_CHECKING:

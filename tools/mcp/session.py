@@ -18,8 +18,8 @@ from typing import Any, Literal
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 
-from tools.errors import UpstreamError
-from tools.mcp.config import McpServerConfig
+from tools.mcp.servers import McpServerConfig
+from tools.tool_errors import UpstreamError
 
 log = logging.getLogger(__name__)
 

@@ -19,10 +19,10 @@ from jsonschema.exceptions import SchemaError
 from mcp import types
 from pydantic import BaseModel, ConfigDict, create_model, model_validator
 
-from tools.errors import ToolError
-from tools.mcp.config import ConfirmIn, McpServerConfig
+from tools.mcp.servers import ConfirmIn, McpServerConfig
 from tools.mcp.session import McpServer
 from tools.registry import ConfirmPolicy, Provenance, ToolContext, ToolSpec, always, confirm_in, never
+from tools.tool_errors import ToolError
 
 log = logging.getLogger(__name__)
 

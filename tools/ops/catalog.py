@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tools.ops.text import terms
+from tools.ops.terms import terms
 
 
 class Kubernetes(BaseModel):

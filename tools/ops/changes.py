@@ -15,10 +15,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from tools.errors import ToolError
 from tools.ops.catalog import Service
 from tools.ops.http import Http
 from tools.ops.series import iso
+from tools.tool_errors import ToolError
 
 _AT = ("at", "ts", "time", "timestamp", "created_at", "finished_at")
 _SERVICE = ("service", "service_id", "app")

@@ -12,13 +12,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools.errors import Conflict, InvalidArguments, Refused, ToolError
-from tools.ops import config as cfg
+from tools.ops import toolbox_config as cfg
 from tools.ops.catalog import Service
-from tools.ops.metrics import MetricsBackend
+from tools.ops.metric_backends import MetricsBackend
 from tools.ops.restart import Rollout
 from tools.ops.rollback import ChangeRequest, Plan, RollbackBackend, ScaleBackend, drift
 from tools.registry import ToolContext, ToolSpec, always, tool
+from tools.tool_errors import Conflict, InvalidArguments, Refused, ToolError
 
 Resolve = Callable[[str, str | None, str], tuple[Service, str]]
 """(service_id, environment, what) → the catalog's service and the environment, or asks for what is missing."""

@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.ops.text import terms
+from tools.ops.terms import terms
 
 
 @dataclass(frozen=True)

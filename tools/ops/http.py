@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from tools.errors import InvalidArguments, NotFound, PermissionDenied, ToolTimeout, UpstreamError
+from tools.tool_errors import InvalidArguments, NotFound, PermissionDenied, ToolTimeout, UpstreamError
 
 MAX_BODY = 8 * 1024 * 1024
 

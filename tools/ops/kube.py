@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import aiohttp
 
 from core.extras import require
-from tools.errors import Conflict, NotFound, PermissionDenied, ToolTimeout, UpstreamError
+from tools.tool_errors import Conflict, NotFound, PermissionDenied, ToolTimeout, UpstreamError
 
 if TYPE_CHECKING:
     from kubernetes_asyncio import client

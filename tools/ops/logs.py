@@ -15,9 +15,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from tools.errors import InvalidArguments, NotFound
 from tools.ops.catalog import Service
 from tools.ops.http import Http
+from tools.tool_errors import InvalidArguments, NotFound
 
 ERROR_LEVELS = {"error", "err", "fatal", "critical", "crit", "panic", "alert", "emerg"}
 _TEXT_LINE = re.compile(r"^(?P<ts>\d{4}-\d\d-\d\dT\S+)\s+(?P<level>[A-Za-z]+)\s+(?P<msg>.*)$")

@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from tools.errors import InvalidArguments, NotFound, Refused, ToolError
 from tools.ops.changes import Change, NotConfigured
 from tools.ops.http import Http
 from tools.ops.restart import Rollout, follow_job, job_answer
 from tools.ops.rollback import ChangeRequest, History, Plan, line, names, text
 from tools.ops.series import iso
+from tools.tool_errors import InvalidArguments, NotFound, Refused, ToolError
 
 
 def release_plan(req: ChangeRequest, releases: list[Change], current: Change | None,

@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 from urllib.parse import urljoin
 
-from tools.errors import InvalidArguments
 from tools.ops.catalog import Service
 from tools.ops.http import Http
 from tools.ops.kube import KubeClient
+from tools.tool_errors import InvalidArguments
 
 
 @dataclass(frozen=True)

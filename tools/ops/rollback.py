@@ -12,13 +12,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tools.errors import InvalidArguments, NotFound, Refused
 from tools.ops.catalog import Service
 from tools.ops.changes import Change, timestamp
 from tools.ops.kube import KubeClient
 from tools.ops.restart import Rollout, watch_rollout
 from tools.ops.rollouts import template
 from tools.ops.series import iso
+from tools.tool_errors import InvalidArguments, NotFound, Refused
 
 _REVISION = "deployment.kubernetes.io/revision"
 _CAUSE = "kubernetes.io/change-cause"

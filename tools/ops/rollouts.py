@@ -16,11 +16,11 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from tools.errors import InvalidArguments
 from tools.ops.catalog import Service
 from tools.ops.changes import Change, Found, Scoped, timestamp
 from tools.ops.kube import KubeClient
 from tools.ops.series import iso
+from tools.tool_errors import InvalidArguments
 
 _REVISION = "deployment.kubernetes.io/revision"
 _HISTORY = "deployment.kubernetes.io/revision-history"

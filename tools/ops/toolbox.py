@@ -11,19 +11,18 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools.errors import InvalidArguments, NotFound, ParamsRequired
-from tools.ops import config as cfg
+from tools.ops import toolbox_config as cfg
 from tools.ops.catalog import Catalog, Service
+from tools.ops.change_summary import recent, releases
 from tools.ops.changes import Change, ChangeSource, FileChanges, HttpChanges
 from tools.ops.changing import Changing
 from tools.ops.changing import error_rate as _error_rate
 from tools.ops.clock import Clock
 from tools.ops.docs import DocIndex
-from tools.ops.history import recent, releases
 from tools.ops.http import Http
 from tools.ops.kube import KubeClient
 from tools.ops.logs import FileBackend, LogBackend, LogQuery, LokiBackend, group
-from tools.ops.metrics import FixtureBackend, MetricsBackend, PrometheusBackend
+from tools.ops.metric_backends import FixtureBackend, MetricsBackend, PrometheusBackend
 from tools.ops.releases import DemoActions, Unconfigured, WebhookActions
 from tools.ops.restart import (
     DemoRestarts,
@@ -36,6 +35,7 @@ from tools.ops.rollback import KubernetesActions
 from tools.ops.rollouts import KubernetesChanges
 from tools.ops.series import describe, figures, gist
 from tools.registry import ToolContext, ToolSpec, confirm_in, tool
+from tools.tool_errors import InvalidArguments, NotFound, ParamsRequired
 
 log = logging.getLogger(__name__)
 

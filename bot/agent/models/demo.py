@@ -199,7 +199,7 @@ def _environment(question: str, quoted: str) -> str | None:
 def demo_reply(messages: Sequence[Message], tools: Sequence[str]) -> AssistantMessage:
     last_user = max((i for i, m in enumerate(messages) if isinstance(m, UserMessage)), default=-1)
     content = messages[last_user].content if last_user >= 0 else ""
-    if MARKER in content:  # an incident summary's narrative (bot/slack/narrative.py)
+    if MARKER in content:  # an incident summary's narrative (bot/slack/incidents/narrative.py)
         return AssistantMessage(content=demo_narrative(content))
     quoted, question = _split(content)
     text = question.strip()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 MARKER = "<incident_facts>"
-"""Opens the facts of a narrative request (see :mod:`bot.slack.narrative`)."""
+"""Opens the facts of a narrative request (see :mod:`bot.slack.incidents.narrative`)."""
 _COUNTS = re.compile(r"^counts: (.*)$", re.M)
 
 

@@ -1,0 +1,47 @@
+"""Kubernetes permissions: whether the configured credentials may do what each tool needs, on each service in
+the catalog (SelfSubjectAccessReview, as ``kubectl auth can-i``): a missing grant is found now, not mid-incident."""
+
+from __future__ import annotations
+
+from bot.probes import Check
+from tools import ops
+from tools.tool_errors import ToolError
+
+_NEEDS: dict[str, list[tuple[str, str, str | None]]] = {  # verb, resource, subresource — as rbac.yaml grants
+    "restart_service": [("get", "deployments", None), ("patch", "deployments", None)],
+    "rollback_service": [("get", "deployments", None), ("patch", "deployments", None),
+                         ("list", "replicasets", None)],
+    "scale_service": [("get", "deployments", None), ("patch", "deployments", "scale")],
+    "recent_changes": [("get", "deployments", None), ("list", "replicasets", None)],
+}
+
+
+async def kubernetes_checks(toolbox: ops.Toolbox) -> list[Check]:
+    users = [(name, kube) for name, backend in (
+        ("restart_service", toolbox.restarts), ("rollback_service", toolbox.rollbacks),
+        ("scale_service", toolbox.scaling), *(("recent_changes", c) for c in toolbox.changes))
+        if (kube := getattr(backend, "kube", None)) is not None]
+    if not users:  # nothing configured for Kubernetes: its client library is not even imported
+        return []
+    checks: list[Check] = []
+    for name, kube in users:
+        missing: list[str] = []
+        try:
+            for service in toolbox.catalog.services:
+                if service.kubernetes is None:
+                    continue
+                ns, deployment = service.kubernetes.namespace, service.kubernetes.deployment
+                for verb, resource, sub in _NEEDS[name]:
+                    target = deployment if resource == "deployments" else None
+                    ok, _ = await kube.allowed(ns, verb, resource, target, sub)
+                    if not ok:
+                        what = resource + (f"/{sub}" if sub else "")
+                        missing.append(f"{verb} {what}" + (f" {ns}/{target}" if target else f" in {ns}"))
+        except ToolError as exc:
+            checks.append(Check(f"Kubernetes permissions ({name})", False, exc.message,
+                                "check the cluster API address and credentials in the toolbox section"))
+            continue
+        checks.append(Check(f"Kubernetes permissions ({name})", not missing,
+                            "granted" if not missing else "missing: " + "; ".join(missing[:6]),
+                            "grant them as deploy/kubernetes/rbac.yaml does"))
+    return checks

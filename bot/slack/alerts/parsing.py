@@ -1,0 +1,156 @@
+"""An alert as alerting tools post it in Slack, read back to its name, status, service, environment and severity.
+
+Formats read (fixtures of each in tests/fixtures/alerts/):
+
+- Alertmanager's default Slack template: only a title, ``[FIRING:n] <group label values> (<common label
+  values>)`` — values without their names, so a value is taken for an environment or a severity only when it is
+  one's usual word (``prod``, ``critical``), and for a service only when it names one the toolbox knows;
+- templates that list labels, one per line: ``name: value``, ``• *name:* `value```` (the Prometheus
+  notification-template example), `` - name = value`` (Grafana's default message, whose title may also say
+  ``[FIRING:2, RESOLVED:1]``);
+- anything else as far as a generic reader can (PagerDuty and others say "Triggered"/"Resolved" and list fields).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from bot.slack.inbound.thread_reader import message_text
+
+_TITLE = re.compile(r"\[(FIRING|RESOLVED)(?::(\d+))?(?:,\s*RESOLVED:\d+)?\]\s*(.+)", re.I)
+_GENERIC_STATUS = re.compile(r"\b(resolved|recovered|firing|triggered|alerting|critical|warning)\b", re.I)
+# "name: value", "• *name:* `value`", " - name = value": bullets, bold and code marks around either part.
+_PAIR = re.compile(r"^\s*(?:[-•*>]\s*)*\*?`?(?P<name>[A-Za-z_][\w.-]{0,40})`?\*?\s*[:=]\*?\s*"
+                   r"(?:`(?P<code>[^`\n]*)`|(?P<value>.*?))\s*\*?\s*$")
+_BRACES = re.compile(r"(\w+)\s*=\s*\"([^\"]*)\"")
+_ANNOTATIONS = {"summary", "description", "runbook_url", "runbook", "message", "dashboard", "value", "impact",
+                "alert", "graph", "source", "silence", "panel"}
+_SECTIONS = {"labels": "labels", "label": "labels", "details": "labels", "annotations": "annotations",
+             "annotation": "annotations"}
+_NAME_LABELS = ("alertname", "alert_name")
+_SERVICE_LABELS = ("service", "app", "application", "app_kubernetes_io_name", "job", "deployment", "container")
+_ENV_LABELS = ("environment", "env", "stage", "deployment_environment")
+_SEVERITY_LABELS = ("severity", "priority", "level")
+# What a bare value in a title is taken for (its label's name is not there to say).
+SEVERITIES = frozenset({"critical", "warning", "info", "page", "error", "high", "medium", "low", "major", "minor"})
+ENVIRONMENTS = frozenset({"prod", "production", "staging", "stage", "stg", "dev", "development", "test", "qa",
+                          "uat", "preprod", "sandbox"})
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+_ALERT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_:]{0,127}")
+
+
+@dataclass(frozen=True)
+class Alert:
+    status: Literal["firing", "resolved"]
+    title: str
+    group: str
+    """What stays the same while the alert group fires, fires again and resolves (its dedupe key)."""
+    count: int = 1
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    name: str | None = None
+    service: str | None = None
+    environment: str | None = None
+    severity: str | None = None
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha1(self.group.encode()).hexdigest()[:16]
+
+    def label(self) -> str:
+        """A short name for the alert made of its names (``PaymentsHighErrorRate · payments · prod``), in no
+        language; its title when its name is not known."""
+        names = [v for v in (self.name, self.service, self.environment) if v and _NAME.fullmatch(v)]
+        return " · ".join(names) if self.name and names else " ".join(self.title.split())
+
+    def question(self, lang: str = "en") -> str:
+        """What an automatic investigation asks, in the thread's language (people read it too: App Home, feedback).
+        The alert's own words stay in the quote above it: the question is ours, so only label values shaped like
+        names (``payments``, ``prod``) are repeated in it."""
+        zh = lang == "zh"
+        known = [f"{what} `{value}`" for what, value in (("服务" if zh else "service", self.service),
+                                                          ("环境" if zh else "environment", self.environment))
+                 if value and _NAME.fullmatch(value)]
+        if zh:
+            about = f"涉及{'、'.join(known)}。" if known else ""
+            return (f"告警已触发（见上方引用）。{about}请排查：找到受影响的服务，查看它最近的错误、指标和运行手册，"
+                    "说明问题所在以及手册的建议。不要做任何改动。")
+        about = f" It is about {' and '.join(known)}." if known else ""
+        return (f"An alert fired (quoted above).{about} Investigate it: find the affected service, read its recent "
+                "errors, metrics and runbook, and say what is wrong and what the runbook advises. Change nothing.")
+
+
+def parse(message: dict[str, Any], *, services: Collection[str] = (),
+          environments: Collection[str] = ()) -> Alert | None:
+    """The alert a bot message carries, or None when it does not look like one. ``services`` and
+    ``environments``: names the toolbox knows, which a title's bare values may be read as."""
+    text = message_text(message)
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return None
+    labels, annotations = _pairs(lines)
+    titled = next((m for m in map(_TITLE.search, lines) if m), None)
+    status: Literal["firing", "resolved"]
+    values: list[str] = []
+    if titled is not None:
+        status = "resolved" if titled.group(1).upper() == "RESOLVED" else "firing"
+        title = titled.group(0).strip()
+        count = int(titled.group(2) or 1)
+        head = re.sub(r"[*`|]", " ", titled.group(3))
+        common = re.search(r"\(([^()]*)\)\s*$", head)
+        values = head[:common.start()].split() + common.group(1).split() if common else head.split()
+        # The default subject: group label values (alertname first), then the other common values in brackets.
+        first = values[0] if values else ""
+        named = bool(_ALERT_NAME.fullmatch(first)) and (common is not None or bool(re.search(r"[a-z][A-Z]|_", first)))
+        # Common labels change with the count: they are not part of the group (unless they are all there is).
+        group = re.sub(r"\(.*\)\s*$", "", re.sub(r"[*_`:|]", " ", titled.group(3))).strip() or \
+            (common.group(1) if common else "")
+    else:
+        generic = next((m for m in map(_GENERIC_STATUS.search, lines[:3]) if m), None)
+        if generic is None:
+            return None
+        status = "resolved" if generic.group(1).lower() in ("resolved", "recovered") else "firing"
+        title, count, named = lines[0].strip(), 1, False
+        group = re.sub(r"\(.*\)\s*$", "", re.sub(r"[*_`:|]", " ", _GENERIC_STATUS.sub("", lines[0])))
+    words = [v.strip(",") for v in values]
+    return Alert(
+        status, title[:300], " ".join(group.lower().split())[:200] or title, count, labels, annotations,
+        name=_label(labels, _NAME_LABELS) or (words[0] if named else None),
+        service=_label(labels, _SERVICE_LABELS) or _word(words, set(services)),
+        environment=_label(labels, _ENV_LABELS) or _word(words, ENVIRONMENTS | set(environments)),
+        severity=_label(labels, _SEVERITY_LABELS) or _word(words, SEVERITIES))
+
+
+def _label(labels: dict[str, str], names: tuple[str, ...]) -> str | None:
+    return next((labels[k] for k in names if labels.get(k)), None)
+
+
+def _word(words: list[str], vocabulary: Collection[str]) -> str | None:
+    """The one title value that is a word of ``vocabulary`` (none when two are: which one it is cannot be told)."""
+    found = {w.lower(): w for w in words if w.lower() in vocabulary}
+    return next(iter(found.values())) if len(found) == 1 else None
+
+
+def _pairs(lines: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    section: dict[str, str] | None = None
+    for line in lines:
+        heading = _SECTIONS.get(line.strip(" *_:").lower())
+        if heading is not None:
+            section = labels if heading == "labels" else annotations
+            continue
+        for name, value in _BRACES.findall(line):
+            labels.setdefault(name, value)
+        match = _PAIR.match(line)
+        value = (match.group("code") if match and match.group("code") is not None else
+                 match.group("value") if match else "") or ""
+        if match and value.strip():
+            name = match.group("name")
+            target = section if section is not None else annotations if name.lower() in _ANNOTATIONS else labels
+            target.setdefault(name.lower() if target is labels else name, value.strip()[:300])
+    return labels, annotations

@@ -1,0 +1,264 @@
+"""Follow-ups and scheduled checks as people see them in Slack: a follow-up's announcement in its thread (with
+Cancel), kept true as it runs, is skipped or is cancelled; the "Re-check in 10 min" button under an answer whose
+change ran; Cancel from an announcement or App Home; App Home's "Your follow-ups and schedules". Times are shown in
+the reader's language (:func:`time_of`); links to threads come from Slack (``chat.getPermalink``).
+
+Who may cancel: anyone who may use OpsPilot in the timer's channel (on-call is a team); a schedule from the
+configuration is removed in the configuration.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from bot import when
+from bot.followup_tool import Followups, Refused, keyed_id
+from bot.slack.inbound.access import AccessPolicy
+from bot.slack.inbound.run_gate import RunGate
+from bot.slack.inbound.thread_log import FollowupKind, followup_events, log_followup
+from bot.slack.inbound.visibility import Visibility
+from bot.slack.outbound import blocks as kit
+from bot.slack.outbound.api_errors import SLACK_FAILURES, slack_error
+from bot.slack.outbound.audit import ran_a_change
+from bot.slack.outbound.outbox import SlackOutbox
+from bot.slack.outbound.thread_meta import THREAD, thread_key
+from bot.slack.outbound.words import language_of, say
+from state.store import MetaStore, Reports
+from state.timer_store import Timer, TimerStore
+
+log = logging.getLogger(__name__)
+
+CANCEL = "opspilot_timer_cancel"
+RECHECK = "opspilot_recheck"
+RECHECK_MINUTES = 10
+"""The Re-check button's delay (the demo shortens it, to show a follow-up while one watches)."""
+HOME_LISTED = 10
+_DAYS = {"en": ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"),
+         "zh": ("周一", "周二", "周三", "周四", "周五", "周六", "周日")}
+
+
+def time_of(ts: float, lang: str, timezone: str = "UTC", with_day: bool = False) -> str:
+    """``15:17 UTC``, ``Fri 09:00 UTC+8`` / ``周五 09:00 UTC+8``: the weekday in the reader's language, and a zone
+    other than UTC by its offset (an abbreviation is ambiguous: CST is China's, the US's and Cuba's)."""
+    moment = datetime.fromtimestamp(ts, when.zone(timezone or "UTC"))
+    minutes = round((moment.utcoffset() or timedelta()).total_seconds() / 60)
+    zone = "UTC"
+    if minutes:
+        hours, rest = divmod(abs(minutes), 60)
+        zone += ("+" if minutes > 0 else "-") + str(hours) + (f":{rest:02d}" if rest else "")
+    day = _DAYS["zh" if lang == "zh" else "en"][moment.weekday()] + " " if with_day else ""
+    return f"{day}{moment:%H:%M} {zone}"
+
+
+def recheck_button(run_id: str, lang: str, minutes: int = RECHECK_MINUTES) -> kit.Block:
+    """Under an answer whose change ran (:func:`bot.slack.outbound.audit.ran_a_change`): a follow-up in ``minutes``, on
+    behalf of whoever presses it."""
+    return {"type": "actions", "block_id": f"recheck:{run_id}"[:255],
+            "elements": [kit.button(say(lang, "fu_recheck", minutes=minutes), RECHECK, run_id)]}
+
+
+def announcement_key(timer_id: str) -> str:
+    return f"timer:{timer_id}"
+
+
+def label(timer: Timer) -> str:
+    """A schedule as lists show it: its name (or question), cron and time zone."""
+    return f"{kit.escape(timer.name or timer.question)} (`{kit.escape(timer.cron)}` {kit.escape(timer.timezone)})"
+
+
+class SlackFollowups:
+    def __init__(self, *, followups: Followups, outbox: SlackOutbox, meta: MetaStore, reports: Reports,
+                 access: AccessPolicy, clock: Callable[[], float] | None = None) -> None:
+        self.followups, self.outbox, self.meta, self.reports, self.access = followups, outbox, meta, reports, access
+        self.clock = clock or followups.clock
+        self.recheck_minutes = RECHECK_MINUTES
+        self.visibility = Visibility(access.client, access)
+        """Who can read a timer's conversation: App Home lists a timer to its owner only while they can."""
+        self.gate: RunGate | None = None
+        """Limits on how often runs start (a Re-check press is one)."""
+        followups.listeners.append(self.announce)
+
+    @property
+    def timers(self) -> TimerStore:
+        return self.followups.timers
+
+    async def lang(self, timer: Timer) -> str:
+        if timer.thread_ts:
+            known = (await self.meta.get(THREAD, thread_key(timer.channel, timer.thread_ts))).get("lang")
+            if known:
+                return known
+        return language_of(timer.question, self.access.config.language)
+
+    # --- a follow-up's announcement, kept true --------------------------------------------------------------
+
+    async def announce(self, timer: Timer) -> None:
+        await self._log(timer, "scheduled", timer.created_at)
+        lang = await self.lang(timer)
+        text = say(lang, "fu_announce", due=time_of(timer.due, lang), by=kit.who(timer.owner),
+                   question=kit.escape(timer.question))
+        await self._show(timer, text, [kit.mrkdwn(text), {"type": "actions", "block_id": f"timer:{timer.id}",
+                                                          "elements": [kit.button(say(lang, "cancel"), CANCEL,
+                                                                                  timer.id)]}])
+
+    async def ran(self, timer: Timer, at: float, late_s: float = 0.0) -> None:
+        await self._log(timer, "ran", at)
+        await self._show(timer, await self._ran(timer, at, late_s))
+
+    async def late(self, timer: Timer, at: float, late_s: float) -> None:
+        """A follow-up that runs late says how late in its thread: a line of its own, just above its turn."""
+        await self.outbox.say(timer.channel, timer.thread_ts, await self._ran(timer, at, late_s),
+                              key=f"timer-late:{timer.id}:{timer.due}")
+
+    async def _ran(self, timer: Timer, at: float, late_s: float) -> str:
+        lang = await self.lang(timer)
+        values = {"at": time_of(at, lang), "by": kit.who(timer.owner), "question": kit.escape(timer.question)}
+        if late_s:
+            return say(lang, "fu_ran_late", due=time_of(timer.due, lang), minutes=int(late_s // 60), **values)
+        return say(lang, "fu_ran", **values)
+
+    async def skipped(self, timer: Timer, key: str, **values: object) -> None:
+        """Said in the thread (a line of its own, so the thread reads in order) and on the announcement."""
+        await self._log(timer, "skipped", self.clock(), why="late" if key == "fu_skipped_late" else "busy")
+        lang = await self.lang(timer)
+        text = say(lang, key, due=time_of(timer.due, lang), question=kit.escape(timer.question), **values)
+        await self.outbox.say(timer.channel, timer.thread_ts, text, key=f"timer-skip:{timer.id}:{timer.due}")
+        await self._show(timer, text)
+
+    async def _log(self, timer: Timer, kind: FollowupKind, at: float, *, by: str = "", why: str = "") -> None:
+        """The thread's record of its follow-ups (an incident summary renders it)."""
+        if timer.kind == "followup" and timer.thread_ts:
+            await log_followup(self.meta, timer.channel, timer.thread_ts, kind, at, timer_id=timer.id,
+                               question=timer.question, due=timer.due, by=by or timer.owner, why=why)
+
+    async def _show(self, timer: Timer, text: str, blocks: list[kit.Block] | None = None) -> None:
+        await self.outbox.message(announcement_key(timer.id), timer.channel, timer.thread_ts,
+                                  kit.fallback_text(text), blocks or [kit.mrkdwn(text)])
+
+    # --- clicks ------------------------------------------------------------------------------------------------
+
+    async def click_cancel(self, user: str, timer_id: str, channel: str, thread_ts: str | None) -> None:
+        timer = await self.timers.get(timer_id)
+        if timer is None:
+            lang = (await self.meta.get(THREAD, thread_key(channel, thread_ts))).get("lang", "en") \
+                if thread_ts else "en"
+            await self._tell(channel, user, say(lang, "fu_gone"), thread_ts)
+            return
+        lang = await self.lang(timer)
+        verdict = await self.access.may_use(user, timer.channel, direct=timer.channel.startswith("D"))
+        if not verdict.allowed:
+            await self._tell(channel, user, verdict.words(lang), thread_ts)
+            return
+        if timer.source == "config":
+            await self._tell(channel, user, say(lang, "sc_config"), thread_ts)
+            return
+        await self.cancel(timer, user)
+
+    async def cancel(self, timer: Timer, user: str) -> bool:
+        """Cancel ``timer`` (already checked: ``user`` may), and say so where it was announced."""
+        if await self.timers.cancel(timer.id) is None:
+            return False
+        lang = await self.lang(timer)
+        await self.reports.tally(timer.group, f"{timer.kind}_cancelled")
+        if timer.kind == "followup":
+            await self._log(timer, "cancelled", self.clock(), by=user)
+            await self._show(timer, say(lang, "fu_cancelled", due=time_of(timer.due, lang), by=kit.who(user),
+                                        at=time_of(self.clock(), lang), question=kit.escape(timer.question)))
+        else:
+            await self.outbox.say(timer.channel, None, say(lang, "sc_cancelled", by=kit.who(user),
+                                                           cron=kit.escape(timer.cron), tz=kit.escape(timer.timezone),
+                                                           question=kit.escape(timer.question)))
+        return True
+
+    async def click_recheck(self, user: str, run_id: str, channel: str, thread_ts: str | None) -> None:
+        thread_id = thread_key(channel, str(thread_ts))
+        lang = (await self.meta.get(THREAD, thread_id)).get("lang") or "en"
+        verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))
+        if not verdict.allowed or not thread_ts:
+            await self._tell(channel, user, verdict.words(lang) or say(lang, "fu_gone"), thread_ts)
+            return
+        # Offered only under a change that ran; a button posted before that rule (or a made-up run id) is refused here.
+        if not ran_a_change(await self.reports.read_audit(200, run_id=run_id)):
+            await self._tell(channel, user, say(lang, "fu_recheck_no_change"), thread_ts)
+            return
+        if self.gate is not None and not await self.gate.admit(
+                "recheck", user=user, channel=channel, member=f"recheck:{run_id}:{user}", lang=lang,
+                thread_ts=thread_ts):
+            return
+        try:
+            _, fresh = await self.followups.schedule(
+                thread_id=thread_id, owner=user, after_minutes=self.recheck_minutes,
+                question=say(lang, "fu_recheck_question"), source="button",
+                key=await self._recheck_key(run_id, thread_id, channel, thread_ts))
+        except Refused as exc:
+            await self._tell(channel, user, say(lang, "fu_refused", why=str(exc)), thread_ts)
+            return
+        if not fresh:
+            await self._tell(channel, user, say(lang, "fu_recheck_taken"), thread_ts)
+
+    async def _recheck_key(self, run_id: str, thread_id: str, channel: str, thread_ts: str) -> str:
+        """The key of this answer's re-check: the pending one's (pressed again, it is the same re-check), else the
+        first not used yet. One that ran, was skipped or cancelled keeps its announcement as it ended: the next
+        press is a new follow-up, announced on its own."""
+        used = {e.timer_id for e in await followup_events(self.meta, channel, thread_ts)}
+        n = 0
+        while True:
+            key = f"recheck:{run_id}" + (f":{n}" if n else "")
+            timer_id = keyed_id(thread_id, key)
+            if timer_id not in used or await self.timers.get(timer_id) is not None:
+                return key
+            n += 1
+
+    async def _tell(self, channel: str, user: str, text: str, thread_ts: str | None) -> None:
+        if channel and channel != "None":  # a click in App Home has no channel: its list is published again
+            await self.outbox.tell(channel, user, text, thread_ts)
+
+    async def handover_lines(self, channel: str, since: float, lang: str | None = None) -> list[str]:
+        """The channel's pending follow-ups asked for since ``since``, one line each (``/opspilot handover``), in
+        ``lang`` — by default the handover's own: the configured language, else English."""
+        lang = lang or language_of("", self.access.config.language)
+        lines = []
+        for timer in await self.timers.every():
+            if timer.kind == "followup" and timer.channel == channel and timer.created_at >= since:
+                link = await self._permalink(timer.channel, timer.thread_ts)
+                line = say(lang, "fu_handover", due=time_of(timer.due, lang), by=kit.who(timer.owner),
+                           question=kit.escape(timer.question))
+                lines.append(line + (f" — <{link}|{say(lang, 'home_open_thread')}>" if link else ""))
+        return lines
+
+    async def _permalink(self, channel: str, ts: str | None) -> str:
+        """A thread's link as Slack gives it (right on Enterprise Grid and in the local Slack); "" when it cannot."""
+        if not ts:
+            return ""
+        try:
+            answer: Any = await self.access.client.chat_getPermalink(channel=channel, message_ts=ts)
+        except SLACK_FAILURES as exc:
+            log.info("no permalink for %s/%s: %s", channel, ts, slack_error(exc))
+            return ""
+        return str(answer.get("permalink") or "")
+
+    # --- App Home ----------------------------------------------------------------------------------------------
+
+    async def home_blocks(self, user: str, lang: str = "en") -> list[kit.Block]:
+        """The follow-ups and schedules ``user`` set up, each with Cancel, in ``lang`` (their Home's)."""
+        mine = [t for t in await self.timers.every()
+                if t.owner == user and await self.visibility.may_see(user, t.channel, person=t.owner)][:HOME_LISTED]
+        if not mine:
+            return [kit.mrkdwn(f"_{say(lang, 'home_no_timers')}_")]
+        blocks: list[kit.Block] = []
+        for timer in mine:
+            if timer.kind == "followup":
+                link = await self._permalink(timer.channel, timer.thread_ts)
+                where = f"<{link}|{say(lang, 'home_thread')}>" if link else say(lang, "home_thread")
+                line = say(lang, "home_followup", due=time_of(timer.due, lang, with_day=True), thread=where,
+                           question=kit.escape(timer.question))
+            else:
+                line = say(lang, "home_check", channel=f"<#{timer.channel}>", label=label(timer),
+                           next=time_of(timer.due, lang, timer.timezone, with_day=True))
+            blocks.append({**kit.mrkdwn(line[:kit.SECTION_TEXT]),
+                           # one Home view holds many: action ids must differ within a view
+                           "accessory": kit.button(say(lang, "cancel"), f"{CANCEL}:{timer.id}"[:255], timer.id)})
+        return blocks
+

@@ -1,0 +1,202 @@
+"""Firing follow-ups and scheduled checks when they are due, once, however many instances run.
+
+Every instance that runs the engine ticks; each tick claims what is due (:meth:`state.timer_store.TimerStore.claim`:
+a lease no other instance sees through), hands each occurrence on as work — a follow-up as a turn in its thread,
+a scheduled check as a :class:`~bot.slack.inbound.work.Check` — and then completes it. An instance killed between the
+claim and the hand-on leaves the occurrence to be claimed again when the lease ends; one killed after handing it
+on hands it on again, under the same request id (timer + due time), which the engine runs once.
+
+Missed while nothing ran: within ``misfire_grace_s`` it runs late (the turn says how late); beyond, it is skipped
+with a line saying so, and a schedule goes on from its next time.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from bot import when
+from bot.agent.engine import Engine
+from bot.agent.periodic import Periodic
+from bot.assembly import Assembly
+from bot.config import Settings
+from bot.slack.followups.buttons import SlackFollowups, label, time_of
+from bot.slack.followups.checks import Checks
+from bot.slack.followups.schedules import Schedules
+from bot.slack.inbound.access import AccessPolicy
+from bot.slack.inbound.run_gate import Door, RunGate
+from bot.slack.inbound.work import Check, Converse, Executor, WorkItem
+from bot.slack.outbound.outbox import SlackOutbox
+from bot.slack.outbound.thread_meta import thread_key
+from bot.slack.outbound.words import say
+from core.redact import redact
+from state import StoreError
+from state.store import Reports
+from state.store_errors import level_of
+from state.timer_store import Claimed, Timer, TimerStore
+
+log = logging.getLogger(__name__)
+
+LEASE_S = 60.0
+"""How long a claimed occurrence stays hidden from other instances: far longer than handing it on takes."""
+LATE_NOTE_S = 60.0
+"""Later than this, a turn says it runs late."""
+
+
+class Firer:
+    def __init__(self, *, timers: TimerStore, slack: SlackFollowups, engine: Engine, outbox: SlackOutbox,
+                 reports: Reports, dispatch: Callable[[WorkItem], Awaitable[None]], misfire_grace_s: float,
+                 clock: Callable[[], float] = time.time, interval_s: float = 5.0, lease_s: float = LEASE_S,
+                 on_start: Callable[[], Awaitable[None]] | None = None) -> None:
+        self.timers, self.slack, self.engine, self.outbox, self.reports = timers, slack, engine, outbox, reports
+        self.dispatch = dispatch
+        self.grace_s = misfire_grace_s
+        self.clock = clock
+        self.interval_s = interval_s
+        self.lease_s = lease_s
+        self.on_start = on_start
+        self._loop = Periodic("opspilot-timers", lambda: self.tick(), lambda: self.interval_s, logger=log,
+                              failed="firing due timers failed", wait_first=False,
+                              setup=on_start,  # the config's schedules, once Redis answers
+                              setup_failed="scheduled checks from the config not loaded yet")
+        self.gate: RunGate | None = None
+        """Limits on how often runs start: a follow-up or a check counts in its owner's and channel's windows."""
+
+    def start(self) -> None:
+        self._loop.start()
+
+    async def stop(self) -> None:
+        await self._loop.stop()
+
+    async def tick(self) -> int:
+        """Claim what is due now and hand each occurrence on; returns how many were claimed."""
+        now = self.clock()
+        try:
+            claimed = await self.timers.claim(now, self.lease_s)
+        except StoreError as exc:
+            log.log(level_of(exc), "due timers not read: %s", exc)
+            return 0
+        for one in claimed:
+            try:
+                await self.fire(one, now)
+            except StoreError as exc:  # left claimed: fired again once its lease ends
+                log.log(level_of(exc), "timer %s not fired yet: %s", one.timer.id, exc)
+            except Exception:
+                log.exception("timer %s failed; it is tried again once its lease ends", one.timer.id)
+        return len(claimed)
+
+    async def fire(self, claimed: Claimed, now: float) -> None:
+        timer = claimed.timer
+        late = now - timer.due
+        if timer.kind == "followup":
+            await self._followup(claimed, late, now)
+        else:
+            await self._schedule(claimed, late, now)
+
+    async def _followup(self, claimed: Claimed, late: float, now: float) -> None:
+        timer = claimed.timer
+        grace = self.grace_s
+        if late > grace:
+            if await self.timers.complete(claimed):
+                await self.slack.skipped(timer, "fu_skipped_late", minutes=int(late // 60), grace=int(grace // 60))
+                await self.reports.tally(timer.group, "followup_skipped")
+            return
+        thread_id = thread_key(timer.channel, str(timer.thread_ts))
+        # Handed on before (this instance or one that died after): the engine has it; only completing is left.
+        if not await self.engine.handled(thread_id, timer.request_id):
+            if await self.engine.under_way(thread_id):  # a turn there, or a question waiting for a decision
+                if await self.timers.complete(claimed):
+                    await self.slack.skipped(timer, "fu_skipped_busy")
+                    await self.reports.tally(timer.group, "followup_skipped")
+                return
+            if not await self._admitted(timer, "followup"):
+                if await self.timers.complete(claimed):
+                    await self.slack.skipped(timer, "fu_skipped_limit")
+                    await self.reports.tally(timer.group, "followup_skipped")
+                return
+            if late > LATE_NOTE_S:  # people read it too, just above the turn's answer (the turn tells the model)
+                await self.slack.late(timer, now, late)
+            await self.dispatch(await self._turn(timer, late))
+        if await self.timers.complete(claimed):
+            await self.reports.tally(timer.group, "followup_fired")
+            await self.slack.ran(timer, now, late if late > LATE_NOTE_S else 0.0)
+
+    async def _admitted(self, timer: Timer, door: Door) -> bool:
+        """Whether its owner's and its channel's windows take it (the config owns no window of its own). Nobody
+        is there to be told privately: a refused one is skipped with a line saying so."""
+        if self.gate is None:
+            return True
+        return await self.gate.admit(door, user="" if timer.owner == "config" else timer.owner,
+                                     channel=timer.channel, member=timer.request_id, lang="en",
+                                     thread_ts=timer.thread_ts, tell=False)
+
+    async def _turn(self, timer: Timer, late: float) -> Converse:
+        lang = await self.slack.lang(timer)
+        text = say(lang, "fu_turn", by=f"<@{timer.owner}>", at=time_of(timer.created_at, lang),
+                   question=timer.question)
+        if late > LATE_NOTE_S:
+            text += say(lang, "late", due=time_of(timer.due, lang), minutes=int(late // 60))
+        return Converse(channel=timer.channel, thread_ts=timer.thread_ts, user=timer.owner, text=redact(text),
+                        request_id=timer.request_id, unattended=True)
+
+    async def _schedule(self, claimed: Claimed, late: float, now: float) -> None:
+        timer = claimed.timer
+        following = when.next_due(timer.cron, timer.timezone, max(now, timer.due + 1))
+        if late > self.grace_s:
+            if await self.timers.complete(claimed, following):
+                lang = await self.slack.lang(timer)
+                nxt = time_of(following, lang, timer.timezone, with_day=True) if following else "—"
+                text = say(lang, "sc_skipped", due=time_of(timer.due, lang, timer.timezone, with_day=True),
+                           minutes=int(late // 60), grace=int(self.grace_s // 60), next=nxt,
+                           label=label(timer))
+                await self.outbox.say(timer.channel, None, text, key=f"timer-skip:{timer.id}:{timer.due}")
+                await self.reports.tally(timer.group, "schedule_skipped")
+            return
+        if not await self._admitted(timer, "schedule"):
+            if await self.timers.complete(claimed, following):
+                lang = await self.slack.lang(timer)
+                await self.outbox.say(timer.channel, None, say(lang, "sc_skipped_limit", label=label(timer)),
+                                      key=f"timer-skip:{timer.id}:{timer.due}")
+                await self.reports.tally(timer.group, "schedule_skipped")
+            return
+        await self.dispatch(Check(channel=timer.channel, thread_ts=None, user=timer.owner, timer=timer.id,
+                                  due=timer.due, request_id=timer.request_id, question=redact(timer.question),
+                                  label=label(timer), quiet=timer.quiet, late_s=max(late, 0.0)))
+        if await self.timers.complete(claimed, following):
+            await self.reports.tally(timer.group, "schedule_fired")
+
+
+
+@dataclass
+class TimerParts:
+    """Follow-ups and scheduled checks, assembled for one Slack service."""
+
+    slack: SlackFollowups
+    schedules: Schedules
+    firer: Firer
+
+
+def wire(*, core: Assembly, settings: Settings, outbox: SlackOutbox, access: AccessPolicy,
+         dispatch: Callable[[WorkItem], Awaitable[None]], executor: Executor) -> TimerParts | None:
+    """The parts over the assembly's follow-ups (none without them); scheduled checks run in ``executor``.
+    One clock for all (the follow-ups'), so a test moves time for every part at once."""
+    followups = core.followups
+    if followups is None:
+        return None
+
+    def clock() -> float:
+        return followups.clock()
+
+    slack = SlackFollowups(followups=followups, outbox=outbox, meta=core.meta, reports=core.reports, access=access,
+                           clock=clock)
+    schedules = Schedules(timers=followups.timers, slack=slack, outbox=outbox, access=access,
+                          configured=settings.schedules, clock=clock)
+    executor.checks = Checks(engine=core.engine, outbox=outbox, meta=core.meta, reports=core.reports,
+                             language=settings.slack.language)
+    firer = Firer(timers=followups.timers, slack=slack, engine=core.engine, outbox=outbox, reports=core.reports,
+                  dispatch=dispatch, misfire_grace_s=settings.misfire_grace_s, clock=clock, on_start=schedules.sync)
+    followups.per_person = settings.slack.limits.followups_per_person
+    schedules.limits = settings.slack.limits
+    return TimerParts(slack, schedules, firer)

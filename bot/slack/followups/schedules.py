@@ -1,0 +1,176 @@
+"""Scheduled checks: ``schedules:`` in the config, and ``/opspilot schedule "<cron>" <time zone> <question>`` /
+``/opspilot schedules`` (list) / ``/opspilot schedules cancel <id>`` for whoever may use OpsPilot in the channel.
+
+A schedule is a timer (:mod:`state.timer_store`) in its channel's group, due at its next time by its crontab in its
+time zone (:mod:`bot.when`). The config's schedules are made to match the file at every start — each one's id is
+a digest of what it says, so instances starting together agree, and an edited entry replaces the old one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+from bot import when
+from bot.config import ScheduleConfig
+from bot.run_limits import RunLimits
+from bot.slack.followups.buttons import SlackFollowups, time_of
+from bot.slack.inbound.access import AccessPolicy
+from bot.slack.inbound.run_gate import duration
+from bot.slack.outbound import blocks as kit
+from bot.slack.outbound.outbox import SlackOutbox
+from bot.slack.outbound.words import language_of, say
+from state.keys import shard_of
+from state.timer_store import Timer, TimerStore, new_timer_id
+
+log = logging.getLogger(__name__)
+
+PER_CHANNEL = 10
+QUESTION_CHARS = 500
+_COMMAND = re.compile(r"^[\"“”']([^\"“”']+)[\"“”']\s+(\S+)\s+(.+)$", re.S)
+
+
+def group_of(channel: str) -> str:
+    return f"channel:{channel}"
+
+
+def config_timer(entry: ScheduleConfig, now: float) -> Timer | None:
+    """The timer a config entry stands for (None when its crontab never fires again)."""
+    group = group_of(entry.channel)
+    digest = hashlib.sha256(json.dumps(entry.model_dump(), sort_keys=True).encode()).hexdigest()[:16]
+    due = when.next_due(entry.cron, entry.timezone, now)
+    if due is None:
+        return None
+    return Timer(id=f"{shard_of(group)}.c{digest}", kind="schedule", group=group, channel=entry.channel,
+                 owner="config", question=entry.question, created_at=now, due=due, cron=entry.cron,
+                 timezone=entry.timezone, quiet=entry.quiet_when_ok, source="config", name=entry.name)
+
+
+class Schedules:
+    def __init__(self, *, timers: TimerStore, slack: SlackFollowups, outbox: SlackOutbox, access: AccessPolicy,
+                 configured: Sequence[ScheduleConfig] = (), clock: Callable[[], float] = time.time) -> None:
+        self.timers, self.slack, self.outbox, self.access = timers, slack, outbox, access
+        self.configured = list(configured)
+        self.clock = clock
+        self.limits = RunLimits()
+        self.person_language: Callable[[str], Awaitable[str]] | None = None
+        """A person's language when a command's own words do not say one (App Home's: their latest thread's)."""
+
+    async def sync(self) -> None:
+        """Make the kept config schedules match the config (added, or removed when gone from the file)."""
+        now = self.clock()
+        wanted = {t.id: t for entry in self.configured if (t := config_timer(entry, now)) is not None}
+        kept = {t.id for t in await self.timers.every() if t.source == "config"}
+        for gone in kept - wanted.keys():
+            await self.timers.cancel(gone)
+        for timer_id, timer in wanted.items():
+            if timer_id not in kept:
+                await self.timers.add(timer)
+        if wanted.keys() != kept:
+            log.info("scheduled checks from the config: %d (%d added, %d removed)", len(wanted),
+                     len(wanted.keys() - kept), len(kept - wanted.keys()))
+
+    async def on_command(self, channel: str, user: str, text: str) -> bool:
+        """True when ``text`` was a ``schedule``/``schedules`` subcommand (and was handled)."""
+        word, _, rest = text.strip().partition(" ")
+        word = word.lower()
+        if word not in ("schedule", "schedules"):
+            return False
+        lang: str = language_of(rest, self.access.config.language)
+        if lang == "en" and self.access.config.language == "auto" and self.person_language is not None:
+            lang = await self.person_language(user)  # "schedules", "schedules cancel x": no words to go by
+        verb, _, arg = rest.strip().partition(" ")
+        if word == "schedules" and verb.lower() == "cancel":
+            await self._cancel(channel, user, arg.strip(), lang)
+        elif word == "schedules" and not rest.strip():
+            await self.outbox.tell(channel, user, await self.listing(channel, lang))
+        elif word == "schedule" and rest.strip():
+            await self._create(channel, user, rest, lang)
+        else:
+            await self.outbox.tell(channel, user, say(lang, "sc_usage"))
+        return True
+
+    async def listing(self, channel: str, lang: str) -> str:
+        mine = await self.timers.pending(group_of(channel))
+        if not mine:
+            return say(lang, "sc_none")
+        lines = [say(lang, "sc_line", id=t.id, cron=kit.escape(t.cron), tz=kit.escape(t.timezone),
+                     quiet=say(lang, "sc_quiet") if t.quiet else "",
+                     next=time_of(t.due, lang, t.timezone, with_day=True),
+                     by="config" if t.owner == "config" else kit.who(t.owner),
+                     question=kit.escape(t.name or t.question)) for t in mine]
+        return "\n".join([say(lang, "sc_list"), *(f"• {line}" for line in lines)])
+
+    async def _create(self, channel: str, user: str, rest: str, lang: str) -> None:
+        words = rest.split()
+        quiet = "--quiet" in words
+        found = _COMMAND.match(" ".join(w for w in words if w != "--quiet").strip())
+        if found is None:
+            await self.outbox.tell(channel, user, say(lang, "sc_usage"))
+            return
+        cron, timezone, question = found.group(1).strip(), found.group(2), " ".join(found.group(3).split())
+        now = self.clock()
+        try:
+            due = when.next_due(cron, timezone, now)
+        except when.WhenError as exc:
+            await self.outbox.tell(channel, user, say(lang, "sc_bad", why=kit.escape(exc)))
+            return
+        if due is None:
+            await self.outbox.tell(channel, user, say(lang, "sc_bad", why=f"`{kit.escape(cron)}` never fires again"))
+            return
+        every = shortest_interval(cron, timezone, due)
+        if every is not None and every < self.limits.schedule_min_interval_s:
+            await self.outbox.tell(channel, user, say(lang, "sc_too_often", cron=kit.escape(cron),
+                                                      every=duration(lang, every),
+                                                      minimum=duration(lang, self.limits.schedule_min_interval_s)))
+            return
+        cap = self.limits.schedules_per_person
+        if cap and len([t for t in await self.timers.every() if t.kind == "schedule" and t.owner == user]) >= cap:
+            await self.outbox.tell(channel, user, say(lang, "sc_person_full", n=cap))
+            return
+        group = group_of(channel)
+        timer = Timer(id=new_timer_id(group), kind="schedule", group=group, channel=channel, owner=user,
+                      question=question[:QUESTION_CHARS], created_at=now, due=due, cron=cron, timezone=timezone,
+                      quiet=quiet, source="command")
+        if await self.timers.add(timer, limit=PER_CHANNEL) == "full":
+            await self.outbox.tell(channel, user, say(lang, "sc_full", n=PER_CHANNEL))
+            return
+        await self.outbox.say(channel, None, say(
+            lang, "sc_created", by=kit.who(user), cron=kit.escape(cron), tz=kit.escape(timezone),
+            quiet=say(lang, "sc_quiet") if quiet else "", next=time_of(due, lang, timezone, with_day=True),
+            question=kit.escape(timer.question), id=timer.id))
+
+    async def _cancel(self, channel: str, user: str, timer_id: str, lang: str) -> None:
+        timer = await self.timers.get(timer_id) if timer_id else None
+        if timer is None or timer.kind != "schedule" or timer.channel != channel:
+            await self.outbox.tell(channel, user, say(lang, "sc_unknown", id=kit.escape(timer_id or "?")))
+            return
+        if timer.source == "config":
+            await self.outbox.tell(channel, user, say(lang, "sc_config"))
+            return
+        if not await self.slack.cancel(timer, user):
+            await self.outbox.tell(channel, user, say(lang, "sc_unknown", id=kit.escape(timer_id)))
+
+
+SAMPLED = 200
+"""Firings looked at for the shortest gap: a day of every-15-minutes, and any crontab's uneven minute list."""
+
+
+def shortest_interval(cron: str, timezone: str, first: int) -> int | None:
+    """The shortest gap, in seconds, between consecutive firings from ``first`` (``0,5 * * * *`` fires 5 minutes
+    apart once an hour: its shortest gap is what it costs). None when it fires once only."""
+    shortest, at = None, first
+    for _ in range(SAMPLED):
+        following = when.next_due(cron, timezone, at + 1)
+        if following is None:
+            break
+        gap = following - at
+        shortest = gap if shortest is None else min(shortest, gap)
+        if shortest < 60:
+            break
+        at = following
+    return shortest

@@ -1,0 +1,180 @@
+"""Who may use the bot, where changes may run, and who may confirm them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.config import Approvers, SlackConfig
+from bot.slack.outbound.api_errors import SLACK_FAILURES, retried, slack_error
+from bot.slack.outbound.blocks import escape, is_user
+from bot.slack.outbound.people import People
+from bot.slack.outbound.words import say
+from core.envs import environment_name
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    key: str = ""
+    """Why not: the catalog's words (:mod:`bot.slack.outbound.words`), said in the thread's language."""
+    values: tuple[tuple[str, str], ...] = ()
+
+    def words(self, lang: str) -> str:
+        return say(lang, self.key, **dict(self.values)) if self.key else ""
+
+
+def refusal(key: str, **values: str) -> Verdict:
+    return Verdict(False, key, tuple(values.items()))
+
+
+ALLOW = Verdict(True)
+_LISTED = 10  # people (and groups) named before "N more"
+
+
+class AccessPolicy:
+    """Fails closed: a rule that cannot be matched (an environment nobody knows, an approver group Slack would
+    not list) lets nobody confirm and says why — "no rule" means anyone only for a known environment."""
+
+    def __init__(self, config: SlackConfig, client: AsyncWebClient, *, cache_s: float = 60.0,
+                 environments: list[str] | None = None) -> None:
+        self.config = config
+        self.client = client
+        self.cache_s = cache_s
+        self.environments = environments  # the catalog's; None: not known here (nothing is judged unknown)
+        self._groups: dict[str, tuple[float, frozenset[str]]] = {}
+        self._unread: set[str] = set()  # groups Slack would not list, with nothing cached to fall back on
+
+    async def members(self, usergroup: str) -> frozenset[str]:
+        cached = self._groups.get(usergroup)
+        if cached and cached[0] > time.monotonic():
+            return cached[1]
+        try:
+            response = await retried("usergroups.users.list",
+                                     lambda: self.client.usergroups_users_list(usergroup=usergroup))
+            users = frozenset(response.get("users") or [])
+            self._unread.discard(usergroup)
+        except SLACK_FAILURES as exc:  # a hang or a dropped connection too: never out of a card's rendering
+            log.warning("could not read user group %s: %s", usergroup, slack_error(exc))
+            if not cached:
+                self._unread.add(usergroup)
+                return frozenset()  # not cached: asked again next time
+            users = cached[1]
+        self._groups[usergroup] = (time.monotonic() + self.cache_s, users)
+        return users
+
+    def known(self, environment: str) -> bool:
+        return self.environments is None or not environment or environment in self.environments
+
+    def unmatched(self, tool: str, environment: str) -> bool:
+        """Rules exist for ``tool`` but none can match ``environment``, which no catalog service has."""
+        rules = self.config.approvers.get(tool) or {}
+        return bool(rules) and environment not in rules and "*" not in rules and not self.known(environment)
+
+    async def _in_any_group(self, user: str, groups: list[str]) -> bool:
+        for group in groups:
+            if user in await self.members(group):
+                return True
+        return False
+
+    async def may_use(self, user: str, channel: str, *, direct: bool = False) -> Verdict:
+        c = self.config
+        if c.allowed_channels and not direct and channel not in c.allowed_channels:
+            return refusal("no_channel")
+        if c.allowed_users or c.allowed_usergroups:
+            if user in c.allowed_users or await self._in_any_group(user, c.allowed_usergroups):
+                return ALLOW
+            return refusal("no_user")
+        return ALLOW
+
+    def may_change_in(self, channel: str, *, direct: bool = False) -> Verdict:
+        allowed = self.config.mutating_channels
+        if allowed and (direct or channel not in allowed):
+            where = ", ".join(f"<#{c}>" for c in allowed)
+            return refusal("no_change_here", where=where)
+        return ALLOW
+
+    def approvers_for(self, tool: str, environment: str | None) -> Approvers | None:
+        """Who may confirm ``tool`` in ``environment``; None: no rule (anyone allowed to use the bot)."""
+        rules = self.config.approvers.get(tool, {})
+        return rules.get(environment_name(environment or "") or "*") or rules.get("*")
+
+    def two_person(self, environment: str | None) -> bool:
+        """Fails closed: a name with hidden or look-alike characters counts as one the rule names."""
+        env = environment_name(environment or "")
+        return env is None or env in {environment_name(e) for e in self.config.two_person_rule}
+
+    async def may_confirm(self, user: str, tool: str, environment: str | None, requester: str | None) -> Verdict:
+        env = environment_name(environment or "")
+        if env is None:  # the runtime refuses such a name before any card; a stored one is still not judged
+            return refusal("no_env", tool=tool, env=environment or "", known=", ".join(self.environments or []))
+        if requester and user == requester and self.two_person(env):
+            return refusal("no_own_approval", tool=tool, env=env)
+        if self.unmatched(tool, env):
+            known = ", ".join(self.environments or [])
+            return refusal("no_env", tool=tool, env=env, known=known)
+        rule = self.approvers_for(tool, env)
+        if rule is None:
+            return ALLOW  # no approvers configured for this tool in this known environment: anyone who may use it
+        if user in rule.users or await self._in_any_group(user, rule.usergroups):
+            return ALLOW
+        unread = [g for g in rule.usergroups if g in self._unread]
+        if unread:
+            return refusal("no_group_read")
+        return refusal("no_approver_in" if env else "no_approver", tool=tool, env=env)
+
+    async def who_may_confirm(self, people: People, *, tool: str, environment: str | None, requester: str | None,
+                              channel: str, lang: str) -> list[str]:
+        """What a confirm card says about who may confirm it, before anyone clicks: the same rules
+        :meth:`may_confirm` and :meth:`may_change_in` apply to the click, from the config as it stands."""
+        env = environment_name(environment or "")
+        if env is None:
+            return [say(lang, "unknown_env_confirms", env=escape(environment or ""),
+                        known=", ".join(self.environments or []))]
+        rule = self.approvers_for(tool, env)
+        if self.unmatched(tool, env):
+            lines = [say(lang, "unknown_env_confirms", env=escape(env), known=", ".join(self.environments or []))]
+        elif rule is None:
+            lines = [say(lang, "anyone_confirms")]
+        elif not rule.users and not rule.usergroups:
+            lines = [say(lang, "nobody_confirms", tool=escape(tool), env=escape(env or "*"))]
+        else:
+            if requester and self.two_person(env):  # the requester cannot approve their own request
+                rule = rule.model_copy(update={"users": [u for u in rule.users if u != requester]})
+            await asyncio.gather(*(self.members(g) for g in rule.usergroups))  # which can be read right now
+            unread = [g for g in rule.usergroups if g in self._unread]
+            if unread:
+                readable = [g for g in rule.usergroups if g not in unread]
+                names = await self._names(people, rule.users, readable, lang) or say(lang, "no_one")
+                groups = say(lang, "comma").join(escape(g) for g in await asyncio.gather(*map(people.group, unread)))
+                lines = [say(lang, "unread_group_confirms", names=names, groups=groups)]
+            else:
+                names = await self._names(people, rule.users, rule.usergroups, lang) or say(lang, "no_one")
+                lines = [say(lang, "who_confirms", names=names)]
+        if requester and is_user(requester) and self.two_person(env):
+            lines.append(say(lang, "two_person", env=escape(env), name=escape(await people.name(requester))))
+        where = self.may_change_in(channel, direct=channel.startswith("D"))
+        if not where.allowed:
+            lines.append(where.words(lang))
+        return lines
+
+    async def who_may_use(self, people: People, lang: str) -> str:
+        """Whom OpsPilot answers, by name (empty: anyone)."""
+        return await self._names(people, self.config.allowed_users, self.config.allowed_usergroups, lang)
+
+    @staticmethod
+    async def _names(people: People, users: list[str], groups: list[str], lang: str) -> str:
+        """Names, not mentions: a card must not notify everyone it lists. Looked up at once (each is cached; a
+        slow users.info costs one timeout, not one per name)."""
+        found = await asyncio.gather(*(people.name(u) for u in users[:_LISTED]),
+                                     *(people.group(g) for g in groups[:_LISTED]))
+        names = [escape(n) for n in found[:len(users[:_LISTED])]]
+        names += [say(lang, "group_members", group=escape(g)) for g in found[len(users[:_LISTED]):]]
+        extra = max(len(users) - _LISTED, 0) + max(len(groups) - _LISTED, 0)
+        return say(lang, "comma").join([*names, *([say(lang, "more", n=extra)] if extra else [])])

@@ -1,0 +1,275 @@
+"""The work a Slack front hands on: start or continue a conversation, apply a decision, stop or resume a run.
+
+A front checks who may do what and enqueues a :data:`WorkItem`; :class:`Executor` does it (in the front's
+own process when there are no workers, or in a :class:`Worker` that reads the queue). Every item is safe
+to do twice: a message carries its Slack id (``request_id``), a decision its claim, Stop and Resume
+their run's state — a queue entry whose worker died is simply done again by another.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from bot.agent.decisions import Confirm, Decision, Decline, ProvideParams
+from bot.agent.engine import Engine
+from bot.agent.engine_errors import (
+    AlreadyHandled,
+    EngineError,
+    InterruptExpired,
+    InvalidDecision,
+    NotPending,
+    ResumeRefused,
+    ThreadBusy,
+)
+from bot.slack.inbound.thread_reader import ThreadReader
+from bot.slack.outbound import blocks as kit
+from bot.slack.outbound.counters import Metrics
+from bot.slack.outbound.outbox import SlackOutbox
+from bot.slack.outbound.thread_meta import CARD, THREAD, thread_key
+from bot.slack.outbound.words import language_of, say
+from state import LeaseLost, StoreError, Ticket
+from state.store import MetaStore
+
+log = logging.getLogger(__name__)
+
+STORE_DOWN, CLICK_LOST = "store_down", "click_lost"  # catalog keys: said in the asker's language
+
+
+class _Item(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    channel: str
+    thread_ts: str | None
+    user: str
+
+
+class Converse(_Item):
+    kind: Literal["converse"] = "converse"
+    text: str
+    request_id: str
+    ts: str | None = None
+    """The message's own ts, when it is a reply in a thread: the thread before it is read for the model."""
+    context: str = ""
+    """Quoted material that comes with the question (the alert or message it is about); already redacted."""
+    unattended: bool = False
+    """No person asked (an alert did): every change waits for a person's Confirm."""
+
+
+class Answer(_Item):
+    kind: Literal["answer"] = "answer"
+    ticket: Ticket
+    decision: Literal["confirm", "submit", "decline"]
+    values: dict[str, str] = Field(default_factory=dict)
+    reason: str = ""
+
+    def to_decision(self) -> Decision:
+        if self.decision == "confirm":
+            return Confirm()
+        if self.decision == "submit":
+            return ProvideParams(dict(self.values))
+        return Decline(self.reason)
+
+
+AUTOMATIC = "opspilot:auto"
+"""The ``user`` of a Resume nobody pressed: a run whose worker died while it only read, carried on by itself
+(see :mod:`bot.slack.catchup`)."""
+
+
+class RunButton(_Item):
+    kind: Literal["stop", "resume"]
+    run_id: str
+
+
+class Check(_Item):
+    """One occurrence of a scheduled check (see :mod:`bot.slack.followups.checks`): ``user`` is who set it up."""
+
+    kind: Literal["check"] = "check"
+    timer: str
+    due: int
+    request_id: str
+    question: str
+    label: str
+    """What it is, as lists show it: its name or question, its cron and time zone."""
+    quiet: bool = False
+    late_s: float = 0.0
+
+
+class NotYet(Exception):
+    """A stored request that could not be read just now (Slack or Redis away): left for a later round."""
+
+
+class Delivery(BaseModel):
+    """A Slack request exactly as a front received it (after its signature was checked), stored before it is
+    acknowledged; a worker reads it as the front would have and hands on what it means."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["delivery"] = "delivery"
+    body: str
+    content_type: str
+    received_at: float
+
+
+WorkItem = Annotated[Converse | Answer | RunButton | Check, Field(discriminator="kind")]
+Stored = Annotated[Converse | Answer | RunButton | Check | Delivery, Field(discriminator="kind")]
+StoredAdapter: TypeAdapter[Stored] = TypeAdapter(Stored)
+WorkAdapter: TypeAdapter[WorkItem] = TypeAdapter(WorkItem)
+
+
+class Executor:
+    """Does one work item; tells the person in words when it cannot. Never raises."""
+
+    def __init__(self, *, engine: Engine, meta: MetaStore, outbox: SlackOutbox, metrics: Metrics,
+                 reader: ThreadReader | None = None, language: str = "auto") -> None:
+        self.engine = engine
+        self.language = language
+        self.reader = reader
+        self.meta = meta
+        self.outbox = outbox
+        self.metrics = metrics
+        self.checks: Callable[[Check], Awaitable[None]] | None = None
+        """Runs a scheduled check's occurrence (it says itself what went wrong, and never raises)."""
+
+    async def __call__(self, item: WorkItem) -> None:
+        if isinstance(item, Check):
+            if self.checks is not None:
+                await self.checks(item)
+            return
+        try:
+            if isinstance(item, Converse):
+                await self._converse(item)
+            elif isinstance(item, Answer):
+                await self._answer(item)
+            elif item.kind == "stop":
+                if (await self.engine.run_record(item.run_id)).status == "finished":
+                    # A Stop pressed as the run ended, before its button was taken back: say so.
+                    await self.outbox.tell(item.channel, item.user, say(await self._lang(item), "already_finished"),
+                                           item.thread_ts)
+                    return
+                await self.engine.cancel(item.run_id, by=item.user)
+            elif item.user == AUTOMATIC:
+                await self._carry_on(item)
+            else:
+                await self.engine.recover(item.run_id)
+        except ThreadBusy:
+            if isinstance(item, Converse) and await self.engine.handled(
+                    thread_key(item.channel, str(item.thread_ts)), item.request_id):
+                return  # the same message, taken meanwhile by another worker: nothing to tell
+            await self.outbox.tell(item.channel, item.user, say(await self._lang(item), "still_working"),
+                                   item.thread_ts)
+        except EngineError as exc:
+            if isinstance(item, Converse):
+                log.warning("thread %s: %s", item.thread_ts, exc)
+                lang = await self._lang(item)  # the engine's reason is English, for operators: quoted
+                why = kit.escape(exc) if lang == "en" else f"`{kit.escape(exc)}`"
+                await self.outbox.say(item.channel, str(item.thread_ts), say(lang, "could_not_start", why=why))
+            else:
+                lang = await self._lang(item)
+                why = kit.escape(exc) if lang == "en" else f"`{kit.escape(exc)}`"
+                await self.outbox.tell(item.channel, item.user, say(lang, "nothing_changed", why=why), item.thread_ts)
+        except LeaseLost as exc:  # it could not renew in time and another worker took the thread: that one goes on
+            log.warning("%s in thread %s stopped here: %s", item.kind, item.thread_ts, exc)
+        except StoreError as exc:
+            ref = uuid.uuid4().hex[:8]  # the operator gets the details, the person a reference to them
+            log.error("%s dropped (ref %s): %s", item.kind, ref, exc)
+            # The thread's language is in the store that is away: the question's, else the configured one.
+            lang = language_of(item.text, self.language) if isinstance(item, Converse) else \
+                language_of("", self.language)
+            key = STORE_DOWN if isinstance(item, Converse) else CLICK_LOST
+            await self.outbox.store_down(item.channel, say(lang, key), ref=ref, thread_ts=item.thread_ts,
+                                         user=None if isinstance(item, Converse) else item.user, lang=lang)
+
+    async def give_up(self, item: WorkItem, ref: str) -> None:
+        """Say that ``item`` could not be done (every try failed): in the thread for a question or a check, to the
+        person for a click. Keyed, so a second give-up of the same item edits the same message."""
+        try:
+            lang = await self._lang(item)
+        except StoreError:
+            lang = language_of(item.text if isinstance(item, Converse) else "", self.language)
+        if isinstance(item, Converse | Check):
+            key = f"failed:{item.request_id}"
+            await self.outbox.say(item.channel, item.thread_ts, say(lang, "work_failed", ref=ref), key=key)
+        else:
+            await self.outbox.tell(item.channel, item.user, say(lang, "click_failed", ref=ref), item.thread_ts)
+
+    async def _converse(self, item: Converse) -> None:
+        thread_ts = str(item.thread_ts)
+        thread_id = thread_key(item.channel, thread_ts)
+        known = (await self.meta.get(THREAD, thread_id)).get("lang")
+        lang = known or language_of(item.text, self.language)  # a thread keeps its first question's language
+        await self.meta.put(THREAD, thread_id, {"channel": item.channel, "thread_ts": thread_ts, "lang": lang})
+        context = item.context
+        if self.reader is not None and not context:
+            context = await self.reader.context(item.channel, thread_ts, item.ts)
+        if lang != language_of(item.text):  # e.g. "restart it" in a Chinese thread: say which to answer in
+            context = f"<reply_language>{'Chinese' if lang == 'zh' else 'English'}</reply_language>\n{context}"
+        await self.engine.ask(thread_id, item.text, user_id=item.user, request_id=item.request_id, context=context,
+                              unattended=item.unattended)
+
+    async def _carry_on(self, item: RunButton) -> None:
+        """Resume a run whose worker died mid-read, saying so in its thread once this worker holds it; quiet when
+        its worker lives after all (the thread is busy) or the run moved on meanwhile."""
+        lang = await self._lang(item)
+
+        async def say_it() -> None:
+            await self.outbox.say(item.channel, item.thread_ts, say(lang, "auto_resumed"),
+                                  key=f"auto-resume:{item.run_id}")
+
+        try:
+            await self.engine.recover(item.run_id, on_taken=say_it)
+        except (ThreadBusy, EngineError) as exc:
+            log.info("run %s not carried on: %s", item.run_id, exc)
+
+    async def _siblings(self, item: Answer) -> None:
+        """The other calls of the step that asked for the same fields on the same form: the same answer,
+        here in the work item (so a worker dying half-way leaves them to the redelivery, not to expiry)."""
+        card = await self.meta.get(CARD, item.ticket.pending.token)
+        for token in filter(None, card.get("siblings", "").split(",")):
+            try:
+                await self.engine.answer(await self.engine.ticket(token), item.to_decision(), by=item.user)
+            except (ResumeRefused, InvalidDecision):
+                continue  # answered already (the claim holds), expired, or no longer pending
+
+    async def _lang(self, item: WorkItem) -> str:
+        """The thread's language, for what is said to one person in it."""
+        if item.thread_ts is None:
+            return "zh" if self.language == "zh" else "en"
+        return (await self.meta.get(THREAD, thread_key(item.channel, item.thread_ts))).get("lang") or "en"
+
+    async def _answer(self, item: Answer) -> None:
+        ticket, decision = item.ticket, item.to_decision()
+        try:
+            await self.engine.answer(ticket, decision, by=item.user)
+            self.metrics.inc("opspilot_interrupts_resolved_total", how=type(decision).__name__.lower())
+            await self._siblings(item)
+        except AlreadyHandled as exc:
+            if exc.holder == item.user:  # redelivered after its worker died: finish what it left
+                await self._siblings(item)
+            # (A decision redelivered after its worker died lands here too: applied once, its author told so.)
+            lang = await self._lang(item)
+            # How it ended, as its card says it ("answered in the thread instead" is not "handled by Alice").
+            decided = str((await self.meta.get(CARD, ticket.pending.token)).get("decided", ""))
+            text = say(lang, "request_expired") if exc.holder == "expiry" else \
+                say(lang, "handled", how=f" ({decided})") if decided else \
+                say(lang, "handled_by", by=f"<@{exc.holder}>")
+            await self.outbox.tell(item.channel, item.user, text, item.thread_ts)
+        except InterruptExpired:
+            await self.outbox.tell(item.channel, item.user, say(await self._lang(item), "request_expired"),
+                                   item.thread_ts)
+        except NotPending:
+            await self.outbox.tell(item.channel, item.user, say(await self._lang(item), "not_pending"),
+                                   item.thread_ts)
+        except InvalidDecision as exc:
+            problem, token = str(exc), ticket.pending.token
+            card = await self.meta.get(CARD, token)
+            if card.get("channel"):  # the form stays, with the error shown, in the thread's language
+                lang, pending = str(card.get("lang") or "en"), ticket.pending
+                problem = say(lang, "form_invalid", problem=problem if lang == "en" else f"`{problem}`")
+                form = kit.params_form(token, pending.reason, pending.payload, error=problem, lang=lang,
+                                       subject=kit.form_subject([pending.call.name], pending.arguments, lang))
+                await self.outbox.message(f"card:{token}", card["channel"], card.get("thread_ts"), problem, form)

@@ -1,0 +1,124 @@
+"""A shift handover: ``/opspilot handover [hours]`` in a channel lists, across its threads with activity in the
+last N hours, the open investigations, the confirmations still waiting for someone and the scheduled
+follow-ups, each with its state and a link — from the records, like a summary's records part."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack.alerts import ALERT
+from bot.slack.inbound.thread_log import alert_events
+from bot.slack.incidents.incident import asked_in
+from bot.slack.outbound import blocks as kit
+from bot.slack.outbound.api_errors import SLACK_FAILURES
+from bot.slack.outbound.thread_meta import thread_key
+from bot.slack.outbound.words import headline, say
+from state.memory import MemoryStore
+from state.records import RunRecord
+from state.redis import RedisStore
+from state.store import MetaStore
+from state.threads import threads_with_prefix
+
+DEFAULT_HOURS, MAX_HOURS = 12, 168
+FollowUps = Callable[[str, float, str], Awaitable[list[str]]]
+"""A channel's follow-ups scheduled since a time, one line each in a language (the scheduler's, when there is
+one)."""
+
+
+def hours_of(argument: str) -> int | None:
+    """``""`` → the default; a whole number of hours from 1 to a week; anything else → None (usage)."""
+    if not argument.strip():
+        return DEFAULT_HOURS
+    try:
+        hours = int(argument.strip().rstrip("hH"))
+    except ValueError:
+        return None
+    return hours if 1 <= hours <= MAX_HOURS else None
+
+
+@dataclass(frozen=True)
+class Entry:
+    thread_ts: str
+    run: RunRecord
+    firing: bool
+    topic: str
+    """What the thread is about: its alert's names, else its first question (not the latest "restart it")."""
+
+
+class Handover:
+    def __init__(self, *, client: AsyncWebClient, store: RedisStore | MemoryStore, meta: MetaStore,
+                 followups: FollowUps | None = None) -> None:
+        self.client, self.store, self.meta, self.followups = client, store, meta, followups
+
+    async def entries(self, channel: str, since: float) -> list[Entry]:
+        found = []
+        for thread_id in await threads_with_prefix(self.store, thread_key(channel, "")):
+            run_id = await self.store.thread_run(thread_id)
+            run = await self.store.load_run(run_id) if run_id else None
+            thread_ts = thread_id.rsplit(":", 1)[-1]
+            events = await alert_events(self.meta, channel, thread_ts)
+            latest = max([run.updated_at if run else 0.0, *(e.at for e in events)])
+            if run is not None and latest >= since:
+                found.append(Entry(thread_ts, run, bool(events) and events[-1].kind != "resolved",
+                                   await self._topic(channel, thread_ts, thread_id) or run.text))
+        return sorted(found, key=lambda e: e.run.updated_at, reverse=True)
+
+    async def text(self, channel: str, hours: int, lang: str, now: float | None = None) -> str:
+        since = (now or time.time()) - hours * 3600
+        entries = await self.entries(channel, since)
+        links = {e.thread_ts: await self._link(channel, e.thread_ts) for e in entries}
+        open_: list[str] = []
+        answered: list[str] = []
+        pending: list[str] = []
+        for e in entries:
+            run, link = e.run, links[e.thread_ts]
+            subject = kit.escape(" ".join(e.topic.split())[:80])
+            state = _state(run, lang) + (f", {say(lang, 'ho_firing')}" if e.firing else "")
+            line = f"• <{link}|{subject}> — {state} ({kit.hhmm(run.updated_at)})" if link else \
+                f"• {subject} — {state} ({kit.hhmm(run.updated_at)})"
+            done = run.status == "finished" and run.stop_reason in (None, "final_answer") and not e.firing
+            (answered if done else open_).append(line)
+            for p in run.pending:
+                target = p.arguments.get("service_id") or p.arguments.get("service") or ""
+                env = p.arguments.get("environment") or ""
+                what = f"`{kit.escape(p.call.name)}`" + (f" `{kit.escape(target)}`" if target else "") + \
+                    (f" @ `{kit.escape(env)}`" if env else "")
+                asker = say(lang, "requested_by", by=kit.who(run.user_id or "?"))
+                pending.append(f"• {what} — {asker} — {kit.hhmm(p.created_at)} → {kit.hhmm(p.expires_at)}"
+                               + (f" — <{link}|↗>" if link else ""))
+        follow = await self.followups(channel, since, lang) if self.followups is not None else []
+        none = f"_{say(lang, 'ho_none')}_"
+        parts = [f"*{say(lang, 'ho_title', channel=channel, hours=hours)}*",
+                 f"*{say(lang, 'ho_open')}*", *(open_ or [none]),
+                 f"*{say(lang, 'ho_pending')}*", *(pending or [none]),
+                 f"*{say(lang, 'ho_followups')}*",
+                 *([f"• {f}" for f in follow] or [f"_{say(lang, 'ho_no_followups')}_"]),
+                 f"*{say(lang, 'ho_answered', n=len(answered))}*", *answered]
+        return "\n".join(parts)
+
+    async def _topic(self, channel: str, thread_ts: str, thread_id: str) -> str:
+        group = (await self.meta.get(ALERT, f"{channel}:{thread_ts}")).get("group")
+        alert = await self.meta.get(ALERT, group) if group else {}
+        if alert.get("label") or alert.get("title"):
+            return str(alert.get("label") or alert.get("title"))
+        people = [a for a in asked_in(await self.store.load_transcript(thread_id)) if not a.automatic]
+        return people[0].text if people else ""
+
+    async def _link(self, channel: str, ts: str) -> str:
+        try:
+            answer: Any = await self.client.chat_getPermalink(channel=channel, message_ts=ts)
+        except SLACK_FAILURES:
+            return ""
+        return str(answer.get("permalink") or "")
+
+
+def _state(run: RunRecord, lang: str) -> str:
+    if run.status == "finished":
+        return say(lang, "inc_st_answered") if run.stop_reason in (None, "final_answer") else \
+            say(lang, "inc_st_stopped", reason=headline(lang, run.stop_reason))
+    return say(lang, f"inc_st_{run.status}")

@@ -1,0 +1,169 @@
+"""What a tool call came to, and what a run did, in the thread's language.
+
+Tools return facts (counts, figures, trend codes, error codes); the words are the catalog's. What a tool quotes
+— a log pattern, a version, a metric's name, a tool's own error message — is data: it goes in a code span, as
+written. The result is mrkdwn-safe once escaped (the progress message escapes it; a task card shows it as is)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bot.agent.fallback import Fallback, Ran
+from bot.slack.outbound.blocks import escape
+from bot.slack.outbound.words import headline, plural, say
+from tools.ops.series import story
+
+_QUOTE = 120  # characters of quoted data in one output (a task card's output holds 256)
+
+
+def _code(value: object, limit: int = _QUOTE) -> str:
+    text = " ".join(str(value).replace("`", "'").split())
+    return f"`{text if len(text) <= limit else text[:limit - 1] + '…'}`"
+
+
+def _n(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def output(status: str, error_code: str | None, body: dict[str, Any], lang: str, summary: str = "") -> str:
+    """One line for a finished call: what it found, or why it did not."""
+    if status != "ok" or body.get("ok") is False:
+        return failure(status, error_code or str(body.get("errorCode") or status), str(body.get("message") or ""),
+                       lang)
+    data = body.get("data")
+    if not isinstance(data, dict):
+        return _code(data if data is not None else summary) if (data or summary) else say(lang, "out_done")
+    if isinstance(data.get("error_lines"), int):
+        return _logs(data, lang)
+    if isinstance(data.get("metrics"), dict):
+        return say(lang, "semi").join(_metric(str(k), v, lang) for k, v in list(data["metrics"].items())[:3]
+                                     if isinstance(v, dict))
+    if isinstance(data.get("changes"), list) and "window" in data:
+        return _changes(data, lang)
+    if "rollout" in data and "verdict" in data:
+        return _restart(data, lang)
+    for key in ("candidates", "results", "items"):
+        if isinstance(data.get(key), list):
+            return _count(key, data[key], lang)
+    if isinstance(data.get("summary"), str) and data["summary"]:  # a tool we do not know: its own words, quoted
+        return _code(data["summary"])
+    plain = ", ".join(f"{k}={v}" for k, v in list(data.items())[:3] if not isinstance(v, dict | list))
+    return _code(plain) if plain else say(lang, "out_done")
+
+
+def failure(status: str, code: str, message: str, lang: str) -> str:
+    named = {"outcome_unknown": "out_unknown", "declined_by_user": "audit_declined", "expired": "audit_expired",
+             "user_replied_instead": "audit_replied", "interrupted_by_restart": "interrupted"}
+    if code in named:
+        return say(lang, named[code])
+    if status == "cancelled":
+        return say(lang, "ran_not_started" if "nothing was run" in message else "ran_stopped")
+    if status == "expired":
+        return say(lang, "audit_expired")
+    if lang == "en":  # the tool's words are English prose already
+        return say(lang, "out_failed", code=code, message=" ".join(message.split())[:_QUOTE])
+    return say(lang, "out_failed", code=_code(code, 40), message=_code(message) if message else "")
+
+
+def _count(key: str, items: list[Any], lang: str) -> str:
+    n = len(items)
+    names = [str(c.get("id")) for c in items[:3] if isinstance(c, dict) and c.get("id")]
+    shown = plural(lang, "out_" + key, n)
+    return shown + (": " + ", ".join(_code(x, 40) for x in names) if names else "")
+
+
+def _logs(data: dict[str, Any], lang: str) -> str:
+    n, minutes = data["error_lines"], data.get("window_minutes", "?")
+    patterns = [p for p in data.get("patterns") or [] if isinstance(p, dict)]
+    if not n or not patterns:
+        return say(lang, "out_no_logs", minutes=minutes)
+    top = patterns[0]
+    return say(lang, "out_logs", n=n, minutes=minutes, pattern=_code(top.get("pattern", "")), count=top.get("count"))
+
+
+def trend(word: str, lang: str) -> str:
+    key = "trend_" + word.replace(" ", "_")
+    return say(lang, key) if key in _TRENDS else _code(word, 40)
+
+
+def _metric(name: str, fig: dict[str, Any], lang: str) -> str:
+    shown = _code(name, 40)
+    if "current" not in fig:
+        return say(lang, "out_metric_none", name=shown)
+    value, word = _n(fig["current"]), trend(str(fig.get("trend", "")), lang)
+    onset, back = str(fig.get("onset_at") or "")[11:16], str(fig.get("recovered_at") or "")[11:16]
+    told = story(fig)  # the same rule as the tool's summary and the demo model's answer
+    if told == "plain":
+        return say(lang, "out_metric", name=shown, value=value, trend=word)
+    return say(lang, f"out_metric_{told}", name=shown, value=value, trend=word, onset=onset, back=back)
+
+
+def _change(change: dict[str, Any], lang: str) -> str:
+    kind, at = str(change.get("kind") or ""), str(change.get("at") or "")[11:16]
+    target = change.get("to_version") if kind in ("rollback", "scale") else None
+    version = target or change.get("version")
+    if "change_" + kind not in _KINDS:  # a CI/CD record's own kind: quoted as data
+        return f"{_code(' '.join(str(p) for p in (kind, version) if p), 40)} {at}"
+    return " ".join(p for p in (say(lang, "change_" + kind), _code(version, 40) if version else "", at) if p)
+
+
+def _changes(data: dict[str, Any], lang: str) -> str:
+    changes = [c for c in data["changes"] if isinstance(c, dict)]
+    minutes = (data.get("window") or {}).get("minutes", "?")
+    listed = say(lang, "sep").join(_change(c, lang) for c in changes[:3])
+    key = "out_changes" + ("_one" if len(changes) == 1 else "")
+    text = say(lang, key, n=len(changes), minutes=minutes, listed=listed) if changes else \
+        say(lang, "out_no_changes", minutes=minutes)
+    missing = [str(u.get("source")) for u in data.get("unavailable") or [] if isinstance(u, dict)]
+    return text + (say(lang, "out_not_checked", sources=", ".join(_code(s, 40) for s in missing)) if missing else "")
+
+
+def _restart(data: dict[str, Any], lang: str) -> str:
+    rollout = str(data.get("rollout"))
+    key = "rollout_" + rollout
+    text = say(lang, key) if key in _ROLLOUTS else say(lang, "rollout_other", state=_code(rollout, 40))
+    before, after = data.get("error_rate_before"), data.get("error_rate_after")
+    if isinstance(before, int | float) and isinstance(after, int | float):
+        text += say(lang, "out_error_rate", before=f"{before:.2%}", after=f"{after:.2%}")
+    return text
+
+
+_TRENDS = {"trend_flat", "trend_rising", "trend_falling", "trend_steady_high", "trend_steady_low",
+           "trend_spiked_and_recovered", "trend_dipped_and_recovered", "trend_elevated", "trend_lowered",
+           "trend_single_point", "trend_no_data"}
+_KINDS = {f"change_{k}" for k in ("image", "config", "restart", "rollback", "scale", "pause", "resume", "deploy",
+                                  "rollout")}
+_ROLLOUTS = {"rollout_complete", "rollout_timed_out", "rollout_failed", "rollout_unknown"}
+
+
+# --- what a run did, when OpsPilot composed its answer -------------------------------------------------------
+
+def ran_line(call: Ran, lang: str) -> str:
+    """A call in a composed answer (mrkdwn, escaped: its tool and target come from the model's arguments)."""
+    outcome = {"done": "audit_ok", "unknown": "ran_unknown", "not_started": "ran_not_started",
+               "stopped": "ran_stopped", "declined": "ran_declined"}.get(call.outcome)
+    code = call.code if lang == "en" else _code(call.code, 40)  # an error code reads as a word in English only
+    words = say(lang, outcome) if outcome else say(lang, "audit_failed", code=code) if call.outcome == "failed" \
+        else code
+    on = say(lang, "ran_on", target=escape(call.target)) if call.target else ""
+    return say(lang, "ran_line", tool=escape(call.tool), on=on, outcome=escape(words))
+
+
+def what_ran(calls: tuple[Ran, ...], lang: str) -> str:
+    lines = "\n".join(ran_line(c, lang) for c in calls) or say(lang, "ran_none")
+    warnings = "".join("\n" + say(lang, "ran_warning", tool=escape(c.tool)) for c in calls if c.outcome == "unknown")
+    return f"{say(lang, 'ran_title')}\n{lines}{warnings}\n{say(lang, 'ran_next')}"
+
+
+def fallback_answer(fallback: Fallback, lang: str, stopped_by: str = "") -> str:
+    """The answer OpsPilot composed (Stop, a limit, a failure) in ``lang``, as mrkdwn: why, then the model's
+    summary if it wrote one (escaped: its words, not ours), else what ran. ``stopped_by``: a live mention."""
+    if fallback.kind == "stopped":
+        head = say(lang, "stopped_by", by=stopped_by, at=fallback.at) if stopped_by else \
+            say(lang, "stopped_at", at=fallback.at)
+    elif fallback.kind == "early":
+        head = headline(lang, fallback.reason)
+    else:
+        head = say(lang, "failed_because", why=headline(lang, fallback.reason), detail=escape(_code(fallback.why, 200)))
+    body = escape(fallback.summary) if fallback.summary else what_ran(fallback.ran, lang)
+    return f"_{head}{say(lang, 'period')}_\n\n{body}"

@@ -1,0 +1,140 @@
+"""Client-side pacing under Slack's rate limits, so bursts queue instead of meeting 429s.
+
+``chat.postMessage``: about one message per second per channel. ``chat.update``: Tier 3, about 50 a
+minute. ``chat.startStream`` / ``stopStream``: Tier 2 (20 a minute); ``chat.appendStream``: Tier 4 (100);
+``assistant.threads.setStatus``: 50. Slack counts per workspace, whichever process calls: the buckets live in
+Redis (:mod:`state.pacing`, one per method and workspace, one per channel for posts), shared by every front and
+worker. While Redis cannot be reached they are counted in this process instead, so delivery never waits for Redis.
+
+Priorities: progress edits (outbox keys ``progress:…``) take an edit slot only while some remain for everything
+else, and otherwise wait and coalesce into their next state; cards, their endings and new posts reserve the next
+slot in order. So a Confirm card closes within a slot or two however many runs are editing their progress.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+
+from state.pacing import FOREVER_S, Grant, MemoryPacing, Pacing
+from state.store_errors import StoreError
+
+log = logging.getLogger(__name__)
+
+Workspace = str | Callable[[], Awaitable[str | None]]
+"""The workspace whose budget this is (its team id), or how to learn it (None: not known yet)."""
+
+_EDIT_RESERVE = 2  # edit slots a progress edit leaves for cards and answers
+_SHARED_TIMEOUT_S = 1.0  # longer than this for Redis to answer: paced in process
+_LOCAL_FOR_S = 5.0  # after Redis failed us, paced in process this long before asking it again
+# Set by edit_slot when a progress edit took its slot: its call then goes without taking another. A context
+# variable, so each outbox thread's delivery task (where the slot is taken and the call made) has its own.
+_PREPAID: ContextVar[str | None] = ContextVar("pacer_prepaid", default=None)
+
+
+def low_priority(key: str) -> bool:
+    """Outbox messages that may wait for Slack's budget: progress, whose next state supersedes this one."""
+    return key.startswith("progress:")
+
+
+class Pacer:
+    def __init__(self, *, posts_per_second: float = 0.95, post_burst: float = 1,
+                 updates_per_minute: float = 45, update_burst: float = 5, shared: Pacing | None = None,
+                 workspace: Workspace = "local") -> None:
+        self.enabled = posts_per_second > 0 and updates_per_minute > 0
+        self._post = (posts_per_second, post_burst)
+        # Below Slack's figures (a rolling minute lets a full burst plus a full rate through, Slack does not).
+        self._tiers = {"chat.update": (updates_per_minute / 60, update_burst),
+                       "chat.startStream": (15 / 60, 2), "chat.stopStream": (15 / 60, 2),
+                       "chat.appendStream": (80 / 60, 5), "assistant.threads.setStatus": (40 / 60, 3)}
+        self.shared = shared
+        self.local = MemoryPacing()
+        self._workspace = workspace
+        self._team = workspace if isinstance(workspace, str) else None
+        self._local_until = 0.0
+        self._next: dict[str, float] = {}  # bucket → when its next slot is free, as last heard (ready_in)
+
+    def _bucket(self, method: str, channel: str | None) -> tuple[str, float, float] | None:
+        if method == "chat.postMessage" and channel:
+            return (f"post:{channel}", *self._post)
+        if method in self._tiers:
+            return (method, *self._tiers[method])
+        return None
+
+    async def _take(self, bucket: str, rate: float, capacity: float, reserve: float = 0.0,
+                    max_wait_s: float = FOREVER_S) -> Grant:
+        grant = None
+        if self.shared is not None and time.monotonic() >= self._local_until:
+            grant = await self._take_shared(self.shared, bucket, rate, capacity, reserve, max_wait_s)
+        if grant is None:
+            grant = await self.local.take(self._team or "local", bucket, rate=rate, capacity=capacity,
+                                          reserve=reserve, max_wait_s=max_wait_s)
+        self._next[bucket] = time.monotonic() + grant.next_s
+        return grant
+
+    async def _take_shared(self, shared: Pacing, bucket: str, rate: float, capacity: float, reserve: float,
+                           max_wait_s: float) -> Grant | None:
+        """The workspace's budget in Redis, or None: never hold a message back for Redis. Unreachable (or the
+        workspace not known yet), each process paces on its own for a while; Slack may then see up to one budget
+        per process, and the 429s that costs are retried like any other."""
+        try:
+            async with asyncio.timeout(_SHARED_TIMEOUT_S):
+                team = self._team
+                if team is None and not isinstance(self._workspace, str):
+                    team = self._team = await self._workspace()
+                if team is None:
+                    raise LookupError("the workspace is not known yet")
+                return await shared.take(team, bucket, rate=rate, capacity=capacity, reserve=reserve,
+                                         max_wait_s=max_wait_s)
+        except (StoreError, TimeoutError, LookupError) as exc:
+            if time.monotonic() >= self._local_until + _LOCAL_FOR_S:  # once per outage, not once per call
+                log.warning("Slack calls paced in this process only for now: %s", exc or type(exc).__name__)
+            self._local_until = time.monotonic() + _LOCAL_FOR_S
+            return None
+
+    async def delay(self, method: str, channel: str | None = None) -> float:
+        """Reserve the next slot for ``method``: how long until it comes (0: go now)."""
+        if not self.enabled or (bucket := self._bucket(method, channel)) is None:
+            return 0.0
+        return (await self._take(*bucket)).wait_s
+
+    async def wait(self, method: str, channel: str | None = None) -> None:
+        """Wait for a slot for a call of ``method`` (none when :meth:`edit_slot` took it already)."""
+        if _PREPAID.get() == method:
+            _PREPAID.set(None)
+            return
+        delay = await self.delay(method, channel)
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    async def edit_slot(self, key: str, method: str) -> float:
+        """Seconds until an edit of outbox message ``key`` (by ``method``) may go; 0: now. A progress edit takes its
+        slot here, only while slots remain for the rest (it never waits in line: it comes back, newer); other
+        edits reserve theirs in line when they are made."""
+        _PREPAID.set(None)
+        if not self.enabled or not low_priority(key) or method not in self._tiers:
+            return 0.0
+        rate, capacity = self._tiers[method]
+        reserve = min(_EDIT_RESERVE, capacity - 1) if method == "chat.update" else 0.0
+        grant = await self._take(method, rate, capacity, reserve, max_wait_s=0.0)
+        if not grant.taken:
+            return max(grant.wait_s, 0.01)
+        _PREPAID.set(method)
+        return 0.0
+
+    async def try_reserve(self, method: str, max_wait_s: float) -> float | None:
+        """Reserve a slot for ``method`` only if it comes within ``max_wait_s``: the wait, or None (nothing
+        reserved). Checking and reserving at once, so concurrent callers cannot all pass the check."""
+        if not self.enabled or method not in self._tiers:
+            return 0.0
+        grant = await self._take(method, *self._tiers[method], max_wait_s=min(max_wait_s, FOREVER_S))
+        return grant.wait_s if grant.taken else None
+
+    def ready_in(self, method: str) -> float:
+        """Seconds until a call of ``method`` may go without queueing, as last heard (a hint: nothing is taken)."""
+        if not self.enabled or method not in self._tiers:
+            return 0.0
+        return max(0.0, self._next.get(method, 0.0) - time.monotonic())

@@ -1,0 +1,74 @@
+"""People by name: Slack user ids turned into display names (``users.info``, cached), for text the model reads
+("@Alice, can you check…") and the terminal. In Slack itself the bot writes ``<@U…>``, which Slack renders as
+the name for each reader."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack.outbound.api_errors import SLACK_FAILURES
+
+log = logging.getLogger(__name__)
+
+_MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|([^>]*))?>")
+TTL_S = 3600.0
+
+
+class People:
+    def __init__(self, client: AsyncWebClient, *, max_size: int = 5000, timeout_s: float = 2.0) -> None:
+        self.client = client
+        self.timeout_s = timeout_s
+        self.max_size = max_size
+        self._names: dict[str, tuple[str, float]] = {}
+        self._groups: tuple[dict[str, str], float] = ({}, 0.0)
+
+    async def name(self, user_id: str) -> str:
+        """The person's display name (else real name, else the id: users.info failing is not an error)."""
+        cached = self._names.get(user_id)
+        if cached and cached[1] > time.monotonic():
+            return cached[0]
+        try:
+            async with asyncio.timeout(self.timeout_s):  # a name is cosmetic: never hold a question for it
+                user = (await self.client.users_info(user=user_id)).get("user") or {}
+        except SLACK_FAILURES as exc:  # a dropped connection (aiohttp) too, not only OSError
+            log.info("users.info %s failed (%s): shown as its id", user_id, type(exc).__name__)
+            return user_id
+        profile = user.get("profile") or {}
+        name = str(profile.get("display_name") or profile.get("real_name") or user.get("real_name")
+                   or user.get("name") or user_id)
+        if len(self._names) >= self.max_size:
+            self._names.clear()
+        self._names[user_id] = (name, time.monotonic() + TTL_S)
+        return name
+
+    async def group(self, group_id: str) -> str:
+        """A user group's @handle (else its name, else the id). Written out, never ``<!subteam^…>``: that would
+        notify the whole group wherever it is shown."""
+        groups, until = self._groups
+        if until <= time.monotonic():
+            try:
+                async with asyncio.timeout(self.timeout_s):  # one call reads every group: cached together
+                    listed = (await self.client.usergroups_list()).get("usergroups") or []
+                groups = {str(g.get("id")): f"@{g['handle']}" if g.get("handle") else str(g.get("name") or g.get("id"))
+                          for g in listed}
+                self._groups = (groups, time.monotonic() + TTL_S)
+            except SLACK_FAILURES as exc:  # a dropped connection (aiohttp) too, not only OSError
+                log.info("usergroups.list failed (%s): groups shown as their ids", type(exc).__name__)
+        return groups.get(group_id, group_id)
+
+    async def plain(self, text: str, *, me: str | None) -> str:
+        """``text`` with the bot's own mention removed and everyone else's written as @name."""
+        out, last = [], 0
+        for match in _MENTION.finditer(text):
+            out.append(text[last:match.start()])
+            user = match.group(1)
+            if user != me:
+                out.append("@" + (match.group(2) or await self.name(user)))
+            last = match.end()
+        out.append(text[last:])
+        return re.sub(r"[ \t]{2,}", " ", "".join(out)).strip()

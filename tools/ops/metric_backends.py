@@ -1,0 +1,129 @@
+"""query_metrics backends: the Prometheus HTTP API and YAML fixtures (described by ``tools.ops.series``)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import string
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from tools.ops.catalog import Service
+from tools.ops.http import Http
+from tools.tool_errors import InvalidArguments, NotFound, UpstreamError
+
+Series = list[tuple[float, float]]
+
+
+class MetricsBackend(Protocol):
+    names: list[str]
+
+    def is_counter(self, metric: str) -> bool: ...
+
+    def describe(self, service: Service, environment: str, metric: str) -> str: ...
+
+    async def series(self, service: Service, environment: str, metric: str, minutes: int) -> Series: ...
+
+    async def current(self, service: Service, environment: str, metric: str) -> float | None: ...
+
+
+class PrometheusBackend:
+    def __init__(self, http: Http, *, queries: dict[str, str], env_label: str = "env", step_s: int = 60,
+                 counters: list[str] | None = None) -> None:
+        self.http = http
+        self.queries = queries
+        self.names = list(queries)
+        self.env_label = env_label
+        self.step_s = step_s
+        self.counters = set(counters or ())
+
+    def is_counter(self, metric: str) -> bool:
+        return metric in self.counters or metric.endswith("_total")
+
+    def describe(self, service: Service, environment: str, metric: str) -> str:
+        template = self.queries.get(metric)
+        if template is None:
+            raise InvalidArguments(f"unknown metric {metric!r}; configured: {', '.join(self.queries)}")
+        labels = {**service.metric_labels, self.env_label: environment}
+        k8s = service.kubernetes
+        return string.Template(template).safe_substitute(
+            labels=",".join(f'{k}="{v}"' for k, v in labels.items()), env=environment, service=service.id,
+            namespace=k8s.namespace if k8s else service.id, deployment=k8s.deployment if k8s else service.id)
+
+    async def series(self, service: Service, environment: str, metric: str, minutes: int) -> Series:
+        end = time.time()
+        body = await self.http.get("/api/v1/query_range", {
+            "query": self.describe(service, environment, metric), "start": f"{end - minutes * 60:.3f}",
+            "end": f"{end:.3f}", "step": f"{self.step_s}s"})
+        result = _result(body, "matrix")
+        if not result:
+            return []
+        return [(float(t), _number(v)) for t, v in result[0].get("values") or []]
+
+    async def current(self, service: Service, environment: str, metric: str) -> float | None:
+        body = await self.http.get("/api/v1/query", {"query": self.describe(service, environment, metric)})
+        result = _result(body, "vector")
+        return _number(result[0]["value"][1]) if result else None
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _result(body: Any, kind: str) -> list[dict[str, Any]]:
+    if not isinstance(body, dict) or body.get("status") != "success":
+        raise UpstreamError(f"Prometheus answered without success: {str(body)[:200]}")
+    data = body.get("data") or {}
+    if data.get("resultType") != kind:
+        raise InvalidArguments(f"expected a {kind} result from Prometheus, got {data.get('resultType')!r}")
+    return list(data.get("result") or [])
+
+
+class FixtureBackend:
+    """``metrics.yml``: ``<service>: <env>: <metric>: [values…]`` at one-minute steps ending now; an optional
+    ``after_restart:`` block replaces the series once the demo restart backend restarted that service. A metric
+    named ``*_total`` is a raw counter. The last point is at ``now()`` (a replayed dataset's clock)."""
+
+    def __init__(self, path: Path, now: Callable[[], float] = time.time) -> None:
+        self.path = path
+        self.now = now
+        try:
+            self.data: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ValueError(f"cannot load metrics fixtures {path}: {exc}") from exc
+        self.names = sorted({m for envs in self.data.values() for env in envs.values() for m in env
+                             if m != "after_restart"})
+        self.restarted: set[tuple[str, str]] = set()
+
+    def is_counter(self, metric: str) -> bool:
+        return metric.endswith("_total")
+
+    def describe(self, service: Service, environment: str, metric: str) -> str:
+        return f"fixture {self.path.name}: {service.id}/{environment}/{metric}"
+
+    def _values(self, service: Service, environment: str, metric: str) -> list[float]:
+        env = (self.data.get(service.id) or {}).get(environment)
+        if env is None:
+            raise NotFound(f"no metrics for {service.id} in {environment}")
+        if (service.id, environment) in self.restarted and metric in (env.get("after_restart") or {}):
+            return [float(v) for v in env["after_restart"][metric]]
+        if metric not in env:
+            raise InvalidArguments(f"unknown metric {metric!r}; known: {', '.join(self.names)}")
+        return [float(v) for v in env[metric]]
+
+    async def series(self, service: Service, environment: str, metric: str, minutes: int) -> Series:
+        values = self._values(service, environment, metric)[-minutes:]
+        now = self.now()
+        await asyncio.sleep(0)
+        return [(now - (len(values) - 1 - i) * 60, v) for i, v in enumerate(values)]
+
+    async def current(self, service: Service, environment: str, metric: str) -> float | None:
+        values = self._values(service, environment, metric)
+        return values[-1] if values else None
