@@ -40,8 +40,7 @@ from state.timer_store import RedisTimers
 # lets go of the thread's lease, if it still holds it.
 _COMMIT = """
 local h = cjson.decode(ARGV[1])
-local stored = redis.call('GET', KEYS[2])
-if stored and string.sub(stored, 1, #h.commit_id) == h.commit_id then return redis.call('LLEN', KEYS[1]) end
+if redis.call('GETRANGE', KEYS[2], 0, #h.commit_id - 1) == h.commit_id then return redis.call('LLEN', KEYS[1]) end
 if h.owner then
   local holder = redis.call('GET', KEYS[10])
   if holder and holder ~= h.owner then return redis.error_reply('OPSPILOT_LEASE_LOST ' .. holder) end
@@ -50,15 +49,16 @@ local i = 3
 local length = -1
 if h.messages > 0 then
   length = redis.call('RPUSH', KEYS[1], unpack(ARGV, i, i + h.messages - 1))
-  redis.call('EXPIRE', KEYS[1], h.ttl)
+  if length == h.messages then redis.call('EXPIRE', KEYS[1], h.ttl) end  -- new; a turn's opening renews it
   i = i + h.messages
 end
 redis.call('SET', KEYS[2], ARGV[2], 'EX', h.ttl)
 if h.fold then
   redis.call('DEL', KEYS[9])
 elseif h.trace > 0 then
-  redis.call('RPUSH', KEYS[9], unpack(ARGV, i, i + h.trace - 1))
-  redis.call('EXPIRE', KEYS[9], h.ttl)
+  if redis.call('RPUSH', KEYS[9], unpack(ARGV, i, i + h.trace - 1)) == h.trace then
+    redis.call('EXPIRE', KEYS[9], h.ttl)  -- once, when the run's trace list is made
+  end
 end
 i = i + h.trace
 if h.status_changed then
@@ -114,6 +114,7 @@ if run_id ~= '' and string.sub(run_id, 1, #ARGV[6]) == ARGV[6] then
   trace = redis.call('LRANGE', ARGV[4] .. run_id .. ':trace', 0, -1)
 end
 local length = redis.call('LLEN', KEYS[3])
+if length > 0 then redis.call('EXPIRE', KEYS[3], ARGV[7]) end  -- the thread's TTL counts from its last turn
 local start = tonumber(ARGV[3])
 if length < start then start = 0 end
 return {1, run_id, raw, trace, length, start, redis.call('LRANGE', KEYS[3], start, -1)}
@@ -202,7 +203,7 @@ class RedisStore:
         keys = [k.lease(thread_id), k.thread_run(thread_id), k.transcript(thread_id)]
         own_shard = f"{shard_of(thread_id)}."
         args: list[str | int] = [owner, ttl_ms, len(cached) if cached is not None else 0, k.runs_of(thread_id),
-                                 run_id or "", own_shard]
+                                 run_id or "", own_shard, self.ttls.thread_s]
         reply: list[Any] = await retried("taking the thread lease", self.outage_grace_s,
                                          lambda: self._open_turn(keys=keys, args=args))
         if not int(reply[0]):
