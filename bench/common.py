@@ -9,10 +9,12 @@ import shutil
 import socket
 import tempfile
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
 from pydantic import BaseModel
@@ -25,6 +27,7 @@ from bot.agent.limits import Limits
 from bot.agent.models.scripted import ScriptedModel
 from core.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from state import Keys, RedisStore, connect
+from state.client import is_cluster_url
 from tools import ToolContext, tool
 from tools.registry import Registry, ToolSpec
 
@@ -70,6 +73,78 @@ async def isolated_redis() -> AsyncIterator[str]:
         await client.aclose()
         proc.terminate()
         await asyncio.wait_for(proc.wait(), 10)
+
+
+@asynccontextmanager
+async def isolated_cluster(masters: int = 3) -> AsyncIterator[str]:
+    """A Redis Cluster of our own: the tests' (tests/cluster.py, three masters), on ports from the benchmarks'
+    range so that no outgoing connection can hold one; yields its ``redis+cluster://`` URL."""
+    from tests.cluster import RedisClusterProcess
+
+    cluster = RedisClusterProcess(masters=masters, base_port=free_port(2 * masters))
+    url = await asyncio.to_thread(cluster.start)
+    try:
+        yield url
+    finally:
+        await asyncio.to_thread(cluster.stop)
+
+
+def redis_nodes(url: str) -> list[tuple[str, int]]:
+    """Each server a URL names (a Cluster URL names all its masters when the benchmarks made it)."""
+    hosts = urlsplit(url).netloc.rpartition("@")[2]
+    names = hosts.split(",") if is_cluster_url(url) else [hosts]
+    return [(h.rpartition(":")[0] or "127.0.0.1", int(h.rpartition(":")[2] or 6379)) for h in names if h]
+
+
+@dataclass(frozen=True)
+class ServerSample:
+    """What the servers say about themselves at one moment: ``INFO cpu`` and ``INFO commandstats``."""
+
+    at: float
+    main_thread_s: list[float]
+    """Each server's main-thread CPU seconds: the one thread that executes commands, what saturates first."""
+    calls: Counter[str]
+    """Commands executed, summed over the servers, by name; commands called inside scripts count too."""
+
+    def since(self, before: ServerSample) -> ServerUse:
+        seconds = max(self.at - before.at, 1e-9)
+        cores = [(b - a) / seconds for a, b in zip(before.main_thread_s, self.main_thread_s, strict=True)]
+        calls = Counter({name: n - before.calls[name] for name, n in self.calls.items()
+                         if n - before.calls[name] > 0})
+        return ServerUse(seconds, cores, calls)
+
+
+@dataclass(frozen=True)
+class ServerUse:
+    seconds: float
+    cores: list[float]
+    """Each server's main thread, in cores (CPU seconds per second)."""
+    calls: Counter[str]
+
+
+# INFO is the sampling itself, CONFIG RESETSTAT a reset: neither is the system's work.
+_OWN = ("info", "config|resetstat")
+
+
+async def server_sample(url: str) -> ServerSample:
+    cpu_s: list[float] = []
+    calls: Counter[str] = Counter()
+    for host, port in redis_nodes(url):
+        client = aioredis.Redis(host=host, port=port)
+        try:
+            usage = await client.info("cpu")
+            stats = await client.info("commandstats")
+        finally:
+            await client.aclose()
+        # Redis 7 reports the main thread apart from its I/O and background threads; older ones the process.
+        main = ("used_cpu_sys_main_thread", "used_cpu_user_main_thread")
+        keys = main if main[0] in usage else ("used_cpu_sys", "used_cpu_user")
+        cpu_s.append(sum(float(usage[k]) for k in keys))
+        for key, value in stats.items():
+            name = str(key).removeprefix("cmdstat_")
+            if name not in _OWN and isinstance(value, dict):
+                calls[name] += int(value["calls"])
+    return ServerSample(time.perf_counter(), cpu_s, calls)
 
 
 class Payload(BaseModel):
