@@ -41,10 +41,9 @@ from state.timer_store import RedisTimers
 _COMMIT = """
 local h = cjson.decode(ARGV[1])
 if redis.call('GETRANGE', KEYS[2], 0, #h.commit_id - 1) == h.commit_id then return redis.call('LLEN', KEYS[1]) end
-if h.owner then
-  local holder = redis.call('GET', KEYS[10])
-  if holder and holder ~= h.owner then return redis.error_reply('OPSPILOT_LEASE_LOST ' .. holder) end
-end
+local holder = false
+if h.owner or h.release then holder = redis.call('GET', KEYS[10]) end  -- read once: the check and the release
+if h.owner and holder and holder ~= h.owner then return redis.error_reply('OPSPILOT_LEASE_LOST ' .. holder) end
 local i = 3
 local length = -1
 if h.messages > 0 then
@@ -63,12 +62,15 @@ end
 i = i + h.trace
 if h.status_changed then
   redis.call('SET', KEYS[3], h.run_id, 'EX', h.ttl)
-  if h.paused_score then redis.call('ZADD', KEYS[4], h.paused_score, h.run_id)
+  -- an index's TTL is renewed when a run joins it (leaving needs none)
+  if h.paused_score then
+    redis.call('ZADD', KEYS[4], h.paused_score, h.run_id)
+    redis.call('EXPIRE', KEYS[4], h.ttl)
   else redis.call('ZREM', KEYS[4], h.run_id) end
-  if h.active_score then redis.call('ZADD', KEYS[5], h.active_score, h.run_id)
+  if h.active_score then
+    redis.call('ZADD', KEYS[5], h.active_score, h.run_id)
+    redis.call('EXPIRE', KEYS[5], h.ttl)
   else redis.call('ZREM', KEYS[5], h.run_id) end
-  redis.call('EXPIRE', KEYS[4], h.ttl)
-  redis.call('EXPIRE', KEYS[5], h.ttl)
 end
 if next(h.counters) ~= nil then
   for name, n in pairs(h.counters) do redis.call('HINCRBY', KEYS[6], name, n) end
@@ -92,7 +94,7 @@ end
 for j = 0, h.tickets - 1 do
   redis.call('SET', KEYS[12 + j], ARGV[i + j], 'EX', h.ticket_ttl)
 end
-if h.release and redis.call('GET', KEYS[10]) == h.release then redis.call('DEL', KEYS[10]) end
+if h.release and holder == h.release then redis.call('DEL', KEYS[10]) end
 return length
 """
 
