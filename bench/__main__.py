@@ -13,8 +13,8 @@ import json
 import os
 import platform
 import time
-from importlib import metadata
 from collections.abc import Awaitable, Callable
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 

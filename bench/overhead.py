@@ -3,7 +3,8 @@
 CPU time per model step, early and late in a long thread, for each side in a fresh process of its own (so
 neither warms the other's imports and caches), in alternating order over the rounds; the median per side:
 
-* ``opspilot``         the engine with the Redis store (and, on a few more turns, its round trips counted);
+* ``opspilot``         the engine with the Redis store (and, on a few more turns, its round trips counted at the
+                       client and the commands the server executed, from ``INFO commandstats``);
 * ``floor``            what no engine can go below: per step one script call (EVALSHA) and one dump of a message;
 * ``langgraph``        langchain 1.x ``create_agent`` with ``InMemorySaver``, same tools and payloads;
 * ``opspilot-uvloop``  the engine again under uvloop (when installed), to see whether it pays.
@@ -29,6 +30,7 @@ from bench.common import (
     isolated_redis,
     payload_tools,
     redis_store,
+    server_sample,
     steps_script,
     verdict,
 )
@@ -44,7 +46,7 @@ def _per_step(marks: list[float], window: int) -> tuple[float, float]:
     return sum(per_step[:window]) / window, sum(per_step[-window:]) / window
 
 
-async def ours(url: str, turns: int, window: int) -> dict[str, float]:
+async def ours(url: str, turns: int, window: int) -> dict[str, Any]:
     store = redis_store(url, f"bench-{uuid.uuid4().hex[:6]}")
     eng = engine(store, ScriptedModel(steps_script(1), strict=False, keep_requests=False), payload_tools(64))
     await eng.ask("warmup", "hi")
@@ -59,10 +61,16 @@ async def ours(url: str, turns: int, window: int) -> dict[str, float]:
     eng = engine(counted, ScriptedModel(steps_script(1), strict=False, keep_requests=False), payload_tools(64))
     await eng.ask("thread", "warm up")
     trips.clear()
+    # What the server executed, beside what the client sent: a script's inner commands are work too.
+    before = await server_sample(url)
     for i in range(5):
         await eng.ask("thread", f"question {i}")
+    calls = (await server_sample(url)).since(before).calls
     await counted.close()
-    return {"early": early, "late": late, "round_trips_per_step": len(trips) / (5 * STEPS_PER_TURN)}
+    steps = 5 * STEPS_PER_TURN
+    return {"early": early, "late": late, "round_trips_per_step": len(trips) / steps,
+            "commands_per_step": sum(calls.values()) / steps,
+            "commands_by_name": {name: n / steps for name, n in calls.most_common()}}
 
 
 async def floor(url: str, turns: int, window: int) -> dict[str, float]:
@@ -146,6 +154,10 @@ async def run(turns: int = 50, window: int = 5, rounds: int = 3) -> list[Table]:
              verdict("LangGraph create_agent / OpsPilot late in the thread", theirs[1] / mine[1], 5,
                      lower_is_better=False),
              verdict("Redis round trips per model step", trips, 2, ""),
+             verdict("Redis commands per model step (INFO commandstats, inside scripts included)",
+                     median("opspilot", "commands_per_step"), 8, ""),
+             "Redis commands per model step by command: " + ", ".join(
+                 f"{name.upper()} {n:.1f}" for name, n in measured["opspilot"][0]["commands_by_name"].items()),
              f"floor: one EVALSHA + one message dump per step, measured in the same run ({base[1]:.3f} ms here); "
              f"each side in a fresh process, median of {rounds} rounds in alternating order ({'; '.join(orders)})"]
     notes.append("LangGraph's Redis checkpointer (langgraph-checkpoint-redis 0.5.2) installs but needs the RediSearch "
