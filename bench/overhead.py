@@ -141,7 +141,7 @@ async def run(turns: int = 50, window: int = 5, rounds: int = 3) -> list[Table]:
                 measured[side].append(await _fresh_process(side, url, turns, window))
 
     def median(side: str, figure: str) -> float:
-        return statistics.median(m[figure] for m in measured[side])
+        return float(statistics.median(m[figure] for m in measured[side]))
 
     mine = (median("opspilot", "early"), median("opspilot", "late"))
     base = (median("floor", "early"), median("floor", "late"))

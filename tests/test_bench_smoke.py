@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+from bench import scaleout
 from bench.__main__ import SMALL, main
 
 
@@ -9,7 +12,8 @@ async def test_every_benchmark_runs_at_a_small_size() -> None:
     tables = await main(small=True, only=[name for name in SMALL if name != "soak"])  # tests/test_soak.py runs it
     titles = " ".join(t.title for t in tables)
     for part in ("Storage", "CPU per model step", "concurrent runs in one process", "one channel", "Ack latency",
-                 "worker processes", "1 vs 2 worker processes", "A burst", "Start-up", "Import cost"):
+                 "Scale-out: runs/s by worker processes, one Redis", "by command", "A burst", "Start-up",
+                 "Import cost"):
         assert part in titles
     assert all(t.rows for t in tables)
     economy = next(t for t in tables if "one channel" in t.title)
@@ -17,3 +21,16 @@ async def test_every_benchmark_runs_at_a_small_size() -> None:
     row = economy.rows[0]
     assert row[header.index("final answers")] == "3/3"  # nothing lost under Slack's limits
     assert row[header.index("progress messages final")] == "3/3"
+    curve = next(t for t in tables if t.title.startswith("Scale-out"))
+    assert [r[0] for r in curve.rows] == [1, 2]
+    for figure in ("runs/s", "efficiency", "Redis main thread (cores, busiest)", "commands per run"):
+        assert all(r[curve.header.index(figure)] > 0 for r in curve.rows), figure
+
+
+async def test_the_scale_out_series_runs_on_a_redis_cluster() -> None:
+    tables = await scaleout.run(dataclasses.replace(scaleout.SMALL, workers=(1,), runs=10, cluster=True))
+    cluster = next(t for t in tables if "Redis Cluster" in t.title)
+    row = cluster.rows[0]
+    assert row[cluster.header.index("runs")] >= 1
+    assert row[cluster.header.index("commands per run")] > 0
+    assert row[cluster.header.index("Redis main threads (cores, all)")] > 0
