@@ -122,8 +122,9 @@ class ServerUse:
     calls: Counter[str]
 
 
-# INFO is the sampling itself, CONFIG RESETSTAT a reset: neither is the system's work.
-_OWN = ("info", "config|resetstat")
+# INFO is the sampling itself (HELLO its connection's handshake, as any new connection's), CONFIG RESETSTAT a
+# reset: none is work a run does.
+_OWN = ("info", "hello", "config|resetstat")
 
 
 async def server_sample(url: str) -> ServerSample:
