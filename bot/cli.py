@@ -311,13 +311,16 @@ def main(argv: list[str] | None = None) -> int:
             settings = load_settings(args.config)
             return asyncio.run(run_demo(settings, _port(args.port) or settings.slack.port))
         if args.command == "serve":
-            from bot.slack.serve import serve
+            from bot.slack.serve import ForkedWorker, Front, prepare, serve
 
             if args.demo_data:  # its workers (child processes) inherit it
                 os.environ["OPSPILOT_DEMO_DATA"] = "1"
             settings = load_settings(args.config)
             settings.slack.port = _port(args.port) or settings.slack.port
-            return asyncio.run(serve(settings, workers=args.workers, config=args.config))
+            started = prepare(settings, workers=args.workers, config=args.config)
+            if isinstance(started, ForkedWorker):  # forked from the front: `opspilot worker`, its imports done
+                return main(started.argv)
+            return asyncio.run(serve(settings, started)) if isinstance(started, Front) else started
         if args.command == "report":
             from bot.report import report
 

@@ -17,7 +17,10 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from aiohttp import web
 
@@ -51,6 +54,11 @@ class PortTaken(Exception):
 
 
 async def claim(ports: list[int], wait_s: float = 3.0) -> list[socket.socket]:
+    """:func:`claim_now` from a running event loop: the waiting happens in a thread, the loop stays responsive."""
+    return await asyncio.to_thread(claim_now, ports, wait_s)
+
+
+def claim_now(ports: list[int], wait_s: float = 3.0) -> list[socket.socket]:
     """Sockets bound to ``ports``, before anything else starts. A port still held is waited for a moment (the
     workers of a front killed just now take up to 2 s to go); then :class:`PortTaken`, in one line (a port out
     of range is a ConfigError: the configuration, not the moment)."""
@@ -71,7 +79,7 @@ async def claim(ports: list[int], wait_s: float = 3.0) -> list[socket.socket]:
                     sock.close()
                     if time.monotonic() >= deadline:
                         raise PortTaken.at(port, exc) from exc
-                    await asyncio.sleep(0.1)
+                    time.sleep(0.1)
     except BaseException:
         for sock in bound:
             sock.close()
@@ -87,7 +95,7 @@ async def _listen(service: SlackService, sock: socket.socket) -> web.AppRunner:
 
 
 async def _run(settings: Settings, role: Role, sock: socket.socket | None, banner: str,
-               stopping: asyncio.Event | None = None) -> int:
+               stopping: asyncio.Event | None = None, said: Callable[[], None] | None = None) -> int:
     socket_mode = role != "worker" and bool(settings.slack.app_token)
     try:
         service = await build_service(settings, socket_mode=socket_mode, role=role)
@@ -101,9 +109,13 @@ async def _run(settings: Settings, role: Role, sock: socket.socket | None, banne
     # Before the banner: whoever reads it may stop us at once (a signal ignored until now would be lost).
     for sig in (signal.SIGTERM, signal.SIGINT):  # stop gracefully: finish, deliver, stop the workers
         asyncio.get_running_loop().add_signal_handler(sig, stopping.set)
+    if role == "worker":
+        await _after_front(stopping)
     print(banner.format(model=service.core.model.label), flush=True)
     if service.core.model.scripted:  # said where an operator looks first, not only in App Home
         print(f"  {say('en', 'no_model_key')}", flush=True)
+    if said is not None:
+        said()
     try:
         if service.link is not None and await service.link.connect(stopping):
             print("Connected to Slack (Socket Mode).", flush=True)
@@ -121,14 +133,86 @@ async def _run(settings: Settings, role: Role, sock: socket.socket | None, banne
     return 0
 
 
-async def _supervise(index: int, argv: list[str], stopping: asyncio.Event, sock: socket.socket) -> None:
+_SAID_ENV = "OPSPILOT_FRONT_SAID_FD"
+"""In a worker forked from its front: a pipe the front writes to (or closes) once it has printed its banner."""
+
+
+async def _after_front(stopping: asyncio.Event) -> None:
+    """A forked worker is ready before its front: it prints its banner only after the front's, so whoever reads
+    the output reads the front's first (as when its workers were new processes, slower to start). It works
+    meanwhile; only the lines wait."""
+    spec = os.environ.pop(_SAID_ENV, "")
+    if not spec.isdigit():
+        return
+    fd, loop = int(spec), asyncio.get_running_loop()
+    heard: asyncio.Future[bool] = loop.create_future()
+
+    def readable() -> None:  # at end-of-file, until the reader is removed
+        if not heard.done():
+            heard.set_result(True)
+
+    loop.add_reader(fd, readable)
+
+    async def stopped() -> bool:
+        return await stopping.wait()
+
+    leaving = asyncio.ensure_future(stopped())
+    try:
+        await asyncio.wait({heard, leaving}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        leaving.cancel()
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
+def _tell(fds: list[int]) -> None:
+    """The front has printed its banner (or is gone): each forked worker may print its own."""
+    while fds:
+        os.close(fds.pop())  # end-of-file is the word
+
+
+class Forked:
+    """A worker forked from its front (:func:`prepare`), waited for and stopped as an asyncio subprocess is."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._reaped: asyncio.Future[None] | None = None
+
+    def _reap(self) -> None:  # in a thread: blocks until the worker exits
+        _, status = os.waitpid(self.pid, 0)
+        self.returncode = os.waitstatus_to_exitcode(status)  # at once: no signal may reach the pid once reused
+
+    async def wait(self) -> int:
+        if self._reaped is None:
+            self._reaped = asyncio.ensure_future(asyncio.to_thread(self._reap))
+        await asyncio.shield(self._reaped)  # a cancelled wait leaves the reaping running, for the next one
+        return self.returncode if self.returncode is not None else -1
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if self.returncode is not None:
+            raise ProcessLookupError(self.pid)
+        os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self._signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+
+async def _supervise(index: int, argv: list[str], stopping: asyncio.Event, sock: socket.socket,
+                     first: tuple[Forked, int] | None = None) -> None:
     """Keep one worker process alive: a worker that dies is started again (its work is claimed meanwhile),
     after a wait that grows while it keeps dying young. Once the front is stopping, a worker that exits
-    (Ctrl-C reaches the whole process group) stays stopped."""
+    (Ctrl-C reaches the whole process group) stays stopped. ``first``: the worker forked at the front's start
+    (the ones started again are new processes: by then this one has an event loop and threads to fork with)."""
     failures = 0
     while not stopping.is_set():
         started = time.monotonic()
-        proc, pipe = await tether.spawn(sys.executable, "-m", "bot.cli", *argv, listen=sock)
+        proc: Forked | asyncio.subprocess.Process
+        proc, pipe = first or await tether.spawn(sys.executable, "-m", "bot.cli", *argv, listen=sock)
+        first = None
         try:
             code = await proc.wait()
         except asyncio.CancelledError:
@@ -161,36 +245,114 @@ def _demo_note(settings: Settings) -> str:
     return "; answering from the bundled DEMO data (--demo-data), not your systems" if settings.demo_data else ""
 
 
-async def serve(settings: Settings, *, workers: int | None = None, config: str | None = None) -> int:
+@dataclass
+class Front:
+    """A front about to serve (:func:`prepare`): every port bound, and its workers forked from it."""
+
+    own: socket.socket
+    theirs: list[socket.socket]
+    argvs: list[list[str]]
+    """Each worker's command line (``worker --port …``): how one that dies is started again."""
+    forked: list[tuple[Forked, int] | None]
+    """Each first worker and the write end of its tether (None: not forked, it is spawned)."""
+    said: list[int]
+    """The write ends of the forked workers' :data:`_SAID_ENV` pipes, closed once the front's banner is out."""
+
+
+@dataclass
+class ForkedWorker:
+    """In a process just forked from a front: it is a worker, and runs this command line (``worker …``)."""
+
+    argv: list[str]
+
+
+def prepare(settings: Settings, *, workers: int | None = None, config: str | None = None
+            ) -> Front | ForkedWorker | int:
+    """Before the front's event loop exists: bind every port the front and its workers need, then fork the
+    workers from this process, which has imported what they run (a worker started as a new process spends most
+    of its start importing it again). In the front, a :class:`Front` for :func:`serve`; in each worker, a
+    :class:`ForkedWorker`; an exit code when it cannot start."""
     if _demo_data_refused(settings):
         return exits.CONFIG
     count = default_workers() if workers is None else workers
     port = settings.slack.port
-    mode = "Socket Mode" if settings.slack.app_token else f"HTTP mode, POST http://0.0.0.0:{port}/slack/events"
     try:  # every port this front and its workers need, now: a port in use is one line, not workers crash-looping
-        own, *theirs = await claim([port, *range(port + 1, port + 1 + count)])
+        own, *theirs = claim_now([port, *range(port + 1, port + 1 + count)])
     except PortTaken as exc:
         print(f"opspilot: {exc}", file=sys.stderr)
         return exits.UNAVAILABLE
     # The workers' sockets stay bound here and are handed to each worker (and to one started again): a port
     # released for a moment could be taken by another process in between.
-    if count == 0:
-        return await _run(settings, "all", own, f"OpsPilot is serving Slack ({mode}), one process; /healthz, "
-                                                f"/readyz and /metrics on port {port}; model: {{model}}"
-                                                f"{_demo_note(settings)}")
     base = [*(["--config", config] if config else []), "worker"]
-    stopping = asyncio.Event()
-    keepers = [asyncio.create_task(_supervise(i, [*base, "--port", str(port + 1 + i)], stopping, sock))
-               for i, sock in enumerate(theirs)]
+    front = Front(own, theirs, [[*base, "--port", str(port + 1 + i)] for i in range(count)], [], [])
+    for argv, sock in zip(front.argvs, theirs, strict=True):
+        forked = _fork(argv, sock, front)
+        if isinstance(forked, ForkedWorker):
+            return forked
+        front.forked.append(forked)
+    return front
+
+
+def _fork(argv: list[str], sock: socket.socket, front: Front) -> tuple[Forked, int] | ForkedWorker | None:
+    """One worker forked, tied to this front as :func:`tether.spawn` ties one it starts; None where forking is
+    not safe (threads already running: a lock one holds would stay held in the child forever; not Linux)."""
+    if sys.platform != "linux" or threading.active_count() > 1:
+        return None
+    read_end, write_end = os.pipe()
+    hear, told = os.pipe()
+    sys.stdout.flush()  # what is buffered would be written by both processes
+    sys.stderr.flush()
     try:
-        code = await _run(settings, "front", own, f"OpsPilot is serving Slack ({mode}) with {count} worker process(es) "
-                                           f"on ports {port + 1}–{port + count}; /healthz, /readyz and /metrics "
-                                           f"on port {port}; model: {{model}}{_demo_note(settings)}", stopping)
+        pid = os.fork()
+    except OSError as exc:
+        for fd in (read_end, write_end, hear, told):
+            os.close(fd)
+        log.warning("could not fork a worker (%s): starting it as a new process", exc)
+        return None
+    if pid:
+        os.close(read_end)
+        os.close(hear)
+        front.said.append(told)
+        return Forked(pid), write_end
+    # The worker keeps nothing of the front's but its own socket and its end of the tether: a port or a pipe
+    # held here would outlive the front (a front started again would find its port taken).
+    for fd in (write_end, told, *front.said):
+        os.close(fd)
+    for other in front.forked:
+        if other is not None:
+            os.close(other[1])
+    for held in (front.own, *front.theirs):
+        if held is not sock:
+            held.close()
+    os.environ[tether.ENV] = f"{os.getppid()}:{read_end}"
+    os.environ[_SAID_ENV] = str(hear)
+    os.environ[tether.LISTEN_ENV] = str(sock.detach())  # tether.inherited_socket() owns it from now on
+    return ForkedWorker(argv)
+
+
+async def serve(settings: Settings, front: Front) -> int:
+    """The front, its workers already started by :func:`prepare`."""
+    count, port = len(front.theirs), settings.slack.port
+    mode = "Socket Mode" if settings.slack.app_token else f"HTTP mode, POST http://0.0.0.0:{port}/slack/events"
+    if count == 0:  # nothing forked
+        return await _run(settings, "all", front.own, f"OpsPilot is serving Slack ({mode}), one process; /healthz, "
+                                                      f"/readyz and /metrics on port {port}; model: {{model}}"
+                                                      f"{_demo_note(settings)}")
+    stopping = asyncio.Event()
+    keepers = [asyncio.create_task(_supervise(i, argv, stopping, sock, forked))
+               for i, (argv, sock, forked) in enumerate(zip(front.argvs, front.theirs, front.forked, strict=True))]
+    try:
+        code = await _run(settings, "front", front.own, f"OpsPilot is serving Slack ({mode}) with {count} worker "
+                                                        f"process(es) on ports {port + 1}–{port + count}; /healthz, "
+                                                        f"/readyz and /metrics on port {port}; model: {{model}}"
+                                                        f"{_demo_note(settings)}", stopping,
+                          lambda: _tell(front.said))
     finally:
+        _tell(front.said)
         for keeper in keepers:
             keeper.cancel()
         await asyncio.gather(*keepers, return_exceptions=True)
-        for sock in theirs:
+        for sock in front.theirs:
             sock.close()
     return code
 
