@@ -13,13 +13,12 @@ import time
 from typing import Any, cast
 
 from bot import exits
-from bot.assembly import assemble, build_registry, build_toolbox, open_store
 from bot.config import ConfigError, Settings, load_settings, port_number
-from bot.slack.outbound.thread_meta import channel_of
 from bot.slack.outbound.words import say
 from core.text import inert
-from state import StoreError
-from tools.mcp import McpHub, McpStartupError
+
+# What a command needs is imported by that command (the engine, Redis, MCP, Slack): `opspilot --help` or
+# `opspilot config` loads none of it, and `worker` loads what it runs once (bench/startup.py measures it).
 
 _COMMON_ENV = ("OPSPILOT_CONFIG (the config file), REDIS_URL, ANTHROPIC_API_KEY or OPENAI_API_KEY (the model; "
                "none: the scripted demo model), OPSPILOT_MODEL, OPSPILOT_<SECTION>__<KEY> (any setting)")
@@ -130,7 +129,9 @@ def _version() -> str:
 
 async def _stats(window: str, config: str | None) -> int:
     settings = load_settings(config)
+    from bot.assembly import open_store
     from bot.slack.feedback.votes import thread_url
+    from bot.slack.outbound.thread_meta import channel_of
 
     store = await open_store(settings, fallback=False)
     try:
@@ -203,6 +204,9 @@ def _work_label(body: str) -> str:
 
 
 async def _tools(config: str | None) -> int:
+    from bot.assembly import build_registry, build_toolbox
+    from tools.mcp import McpHub, McpStartupError
+
     settings = load_settings(config)
     toolbox = build_toolbox(settings)
     hub = McpHub(settings.mcp_servers)
@@ -267,6 +271,7 @@ def _config(reference: bool, write: str | None, config: str | None) -> int:
 
 
 async def _chat(user: str, config: str | None) -> int:
+    from bot.assembly import assemble
     from bot.chat import chat  # the terminal's rich, not loaded by the serve and worker processes
 
     settings = load_settings(config)
@@ -276,6 +281,13 @@ async def _chat(user: str, config: str | None) -> int:
     finally:
         await app.close_tools()
         await app.store.close()
+
+
+def _store_error(exc: Exception) -> bool:
+    """Whether ``exc`` is the store's: only a command that loaded the store can raise one, so one that did not
+    is not made to load it (with Redis's client) just to tell."""
+    errors = sys.modules.get("state.store_errors")
+    return errors is not None and isinstance(exc, errors.StoreError)
 
 
 def _port(given: int | None) -> int | None:
@@ -338,8 +350,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"opspilot: {exc}", file=sys.stderr)
         return exits.CONFIG
-    except StoreError as exc:  # Redis not reachable at start: waiting for it may be all it takes
-        print(f"opspilot: {exc}", file=sys.stderr)
+    except Exception as exc:
+        if not _store_error(exc):
+            raise
+        print(f"opspilot: {exc}", file=sys.stderr)  # Redis not reachable at start: waiting may be all it takes
         return exits.UNAVAILABLE
     except KeyboardInterrupt:
         return exits.INTERRUPTED

@@ -12,10 +12,11 @@ from __future__ import annotations
 import functools
 import math
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-from apscheduler.triggers.cron import CronTrigger
-from apscheduler.triggers.date import DateTrigger
+if TYPE_CHECKING:  # imported when a timer is computed, not by every process at start
+    from apscheduler.triggers.cron import CronTrigger
 
 
 class WhenError(ValueError):
@@ -87,6 +88,8 @@ def weekdays(field: str) -> str:
 
 def trigger(cron: str, timezone: str) -> CronTrigger:
     """The crontab expression (minute hour day-of-month month day-of-week, 0 or 7 = Sunday) in ``timezone``."""
+    from apscheduler.triggers.cron import CronTrigger
+
     tz = zone(timezone)
     try:
         fields = cron.split()
@@ -130,6 +133,8 @@ def _repeated(moment: datetime, tz: ZoneInfo) -> bool:
 
 def once(after_s: float, now: float) -> int:
     """A single occurrence ``after_s`` from ``now`` (a follow-up), to the second."""
+    from apscheduler.triggers.date import DateTrigger
+
     start = datetime.fromtimestamp(now, UTC)
     fire: datetime | None = DateTrigger(run_date=start + timedelta(seconds=after_s)).get_next_fire_time(None, start)
     assert fire is not None  # a date trigger fires once, at its date

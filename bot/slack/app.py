@@ -12,14 +12,9 @@ import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from slack_bolt.adapter.aiohttp import to_aiohttp_response
-from slack_bolt.async_app import AsyncAck, AsyncApp
-from slack_bolt.context.async_context import AsyncBoltContext
-from slack_bolt.request.async_request import AsyncBoltRequest
-from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.feedback.votes import VIEW_ID as FEEDBACK_FORM
@@ -33,6 +28,12 @@ from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.router import Inbound
 from state import StoreError
 from state.store import Store, WorkQueue
+
+if TYPE_CHECKING:  # Bolt (~50 ms to import) is loaded where an app is built: a worker builds its own only
+    # for the first stored request it reads, and starts reading the queue without it
+    from slack_bolt.async_app import AsyncAck, AsyncApp
+    from slack_bolt.context.async_context import AsyncBoltContext
+    from slack_bolt.response import BoltResponse
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,9 @@ def build_bolt_app(*, client: AsyncWebClient, signing_secret: str, inbound: Inbo
                    identity: Identity | None = None, stored: bool = False) -> AsyncApp:
     """``stored``: the app that reads requests a front stored before acknowledging them (their signature was
     checked then): each listener finishes its work before the request counts as read."""
+    from slack_bolt.async_app import AsyncApp
+    from slack_bolt.response import BoltResponse
+
     # With an identity, Bolt authorizes from its cache instead of asking auth.test on a request's path.
     # The gate verified every HTTP request on its raw bytes before Bolt sees it (Bolt gets a body it can parse,
     # see gate.bolt_text); Socket Mode has no signatures.
@@ -185,8 +189,8 @@ def readiness(*, store: Store, queue: WorkQueue, front: bool, worker: Worker | N
     return check
 
 
-def web_routes(*, bolt: AsyncApp, signing_secret: str, store: Store, outbox: SlackOutbox, queue: WorkQueue,
-               metrics: Metrics, path: str = "/slack/events",
+def web_routes(*, bolt: Callable[[], AsyncApp], signing_secret: str, store: Store, outbox: SlackOutbox,
+               queue: WorkQueue, metrics: Metrics, path: str = "/slack/events",
                tools_health: Callable[[], dict[str, Any]] | None = None,
                ready: Readiness | None = None, identity: Identity | None = None,
                store_first: StoreFirst | None = None) -> list[web.RouteDef]:
@@ -207,9 +211,12 @@ def web_routes(*, bolt: AsyncApp, signing_secret: str, store: Store, outbox: Sla
                 metrics.inc("opspilot_requests_refused_total", status="503")
                 return web.Response(status=503, text="could not store this request in time; try again")
             return web.Response(status=200, text="")  # acknowledged once stored: a worker reads it
+        from slack_bolt.adapter.aiohttp import to_aiohttp_response
+        from slack_bolt.request.async_request import AsyncBoltRequest
+
         bolt_request = AsyncBoltRequest(body=bolt_text(raw.decode("utf-8"), request.content_type),
                                         query=request.query_string, headers=dict(request.headers))
-        return await to_aiohttp_response(await bolt.async_dispatch(bolt_request))
+        return await to_aiohttp_response(await bolt().async_dispatch(bolt_request))
 
     async def healthz(request: web.Request) -> web.Response:
         # Alive, nothing more: a Redis outage must not get a live process restarted (that is /readyz's to say).

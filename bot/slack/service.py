@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import aiohttp
 from aiohttp import web
-from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
-from slack_bolt.async_app import AsyncApp
-from slack_bolt.request.async_request import AsyncBoltRequest
-from slack_sdk.socket_mode.aiohttp import SocketModeClient
-from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.assembly import Assembly, assemble
@@ -48,6 +44,11 @@ from state.meta_store import DEDUPE_MARK
 from state.pacing import RedisPacing
 from state.store import WorkQueue
 
+if TYPE_CHECKING:  # Bolt and Socket Mode are imported where they are used (see build_service)
+    from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+    from slack_bolt.async_app import AsyncApp
+    from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
+
 log = logging.getLogger(__name__)
 
 
@@ -59,7 +60,8 @@ class SlackService:
     renderer: Renderer
     outbox: SlackOutbox
     reminders: Reminders
-    bolt: AsyncApp
+    bolt_app: Callable[[], AsyncApp]
+    """The Bolt app, built on first use (a worker's, by the first request it reads)."""
     routes: list[web.RouteDef]
     metrics: Metrics
     role: Role = "all"
@@ -72,6 +74,10 @@ class SlackService:
     """Follow-ups and scheduled checks (fired where runs happen)."""
     catchup: CatchUp | None = None
     """What a dead instance left undone: pauses and ends never shown, runs cut off mid-read (where runs happen)."""
+
+    @property
+    def bolt(self) -> AsyncApp:
+        return self.bolt_app()
 
     @property
     def web_app(self) -> web.Application:
@@ -222,13 +228,18 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
         core.sweeps.on_lost = catchup.lost
     # Socket Mode carries no signatures; Bolt still wants a secret string.
     secret = slack.signing_secret or "socket-mode"
-    bolt = build_bolt_app(client=client, signing_secret=secret, inbound=inbound, identity=identity)
+    # A worker reads stored requests and serves no Slack traffic of its own: it starts reading the queue without
+    # importing or building Bolt (~60 ms), and builds its apps for the first request that needs one.
+    bolt = functools.cache(lambda: build_bolt_app(client=client, signing_secret=secret, inbound=inbound,
+                                                  identity=identity))
+    if role != "worker":  # a front's first request is acknowledged against Slack's 3 s: built now
+        bolt()
     store_first = None
     if role == "front" and not socket_mode:
         store_first = _store_first(queue)  # acknowledged only once stored; a worker reads it
     if worker is not None:
-        worker.deliveries = _reader(build_bolt_app(client=client, signing_secret=secret, inbound=inbound,
-                                                   identity=identity, stored=True))
+        worker.deliveries = _reader(functools.cache(lambda: build_bolt_app(
+            client=client, signing_secret=secret, inbound=inbound, identity=identity, stored=True)))
     link = _socket_link(client, str(slack.app_token), bolt, _store_first(queue) if role == "front" else None,
                         identity) if socket_mode and slack.app_token else None
     routes = web_routes(bolt=bolt, signing_secret=secret, store=core.store, outbox=outbox, queue=queue,
@@ -259,14 +270,16 @@ def _store_first(queue: WorkQueue) -> StoreFirst:
     return store
 
 
-def _reader(bolt: AsyncApp) -> Callable[[Delivery, str], Awaitable[None]]:
+def _reader(bolt: Callable[[], AsyncApp]) -> Callable[[Delivery, str], Awaitable[None]]:
     """A worker reads a stored request as the front would have, its dedupe markers carrying the entry's id."""
     async def read(item: Delivery, entry_id: str) -> None:
+        from slack_bolt.request.async_request import AsyncBoltRequest
+
         mark = DEDUPE_MARK.set(f"stored:{entry_id}")
         try:
             request = AsyncBoltRequest(body=bolt_text(item.body, item.content_type),
                                        headers={"content-type": [item.content_type]})
-            response = await bolt.async_dispatch(request)
+            response = await bolt().async_dispatch(request)
         finally:
             DEDUPE_MARK.reset(mark)
         if response.status >= 500:  # e.g. the identity unknown while Slack is away: read it again later
@@ -275,12 +288,15 @@ def _reader(bolt: AsyncApp) -> Callable[[Delivery, str], Awaitable[None]]:
     return read
 
 
-def _socket_link(client: AsyncWebClient, app_token: str, bolt: AsyncApp, store: StoreFirst | None,
+def _socket_link(client: AsyncWebClient, app_token: str, bolt: Callable[[], AsyncApp], store: StoreFirst | None,
                  identity: Identity) -> SocketLink:
     """A front with workers stores each envelope before acknowledging it; a single process hands it to Bolt."""
     def socket() -> AsyncBaseSocketModeClient:
+        from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+        from slack_sdk.socket_mode.aiohttp import SocketModeClient
+
         if store is None:
-            return AsyncSocketModeHandler(bolt, app_token, web_client=client).client
+            return AsyncSocketModeHandler(bolt(), app_token, web_client=client).client
         bare = SocketModeClient(app_token, web_client=client, logger=logging.getLogger("opspilot.bolt"))
         bare.socket_mode_request_listeners.append(store_first(store, lambda: _known(identity)))
         return bare
@@ -298,4 +314,6 @@ async def _known(identity: Identity) -> bool:
 
 def socket_mode_handler(service: SlackService, app_token: str) -> AsyncSocketModeHandler:
     """Socket Mode over slack-sdk's aiohttp client; it asks ``apps.connections.open`` at the same API URL."""
+    from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+
     return AsyncSocketModeHandler(service.bolt, app_token, web_client=service.client)

@@ -12,15 +12,16 @@ import logging
 import re
 from collections.abc import Mapping
 from itertools import accumulate
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, parse_qsl
 
 from pydantic import ValidationError
-from slack_bolt.context.async_context import AsyncBoltContext
-from slack_bolt.request.internals import parse_body
 from slack_sdk.signature import SignatureVerifier
 
 from bot.slack.inbound import shapes
+
+if TYPE_CHECKING:  # Bolt is imported where a request is read: a worker starts reading the queue without it
+    from slack_bolt.context.async_context import AsyncBoltContext
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,8 @@ def _parse(body: bytes, headers: Mapping[str, str], content_type: str) -> dict[s
     else:
         for payload in parse_qs(text, strict_parsing=bool(text), keep_blank_values=True).get("payload", []):
             _shallow(payload)
+    from slack_bolt.request.internals import parse_body
+
     parsed = parse_body(bolt_text(text, mime), mime or None)
     if not isinstance(parsed, dict):
         raise ValueError("not a JSON object")

@@ -13,14 +13,16 @@ import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from slack_bolt.authorization import AuthorizeResult
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.outbound.api_errors import SLACK_FAILURES
 from state import StoreError
 from state.store import MetaStore
+
+if TYPE_CHECKING:  # Bolt is imported where a request is read: a worker starts reading the queue without it
+    from slack_bolt.authorization import AuthorizeResult
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +98,8 @@ class Identity:
     async def _result(self) -> AuthorizeResult:
         """The cached identity, never a call to Slack on the request's path. Unknown: an error, so the request
         is not acknowledged (HTTP answers 503 before this; Socket Mode leaves it unacknowledged)."""
+        from slack_bolt.authorization import AuthorizeResult
+
         fields = await self.get()
         if fields is None:
             raise IdentityUnknown("the bot's identity is not known (auth.test is failing)")
