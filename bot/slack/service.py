@@ -88,6 +88,8 @@ class SlackService:
     def start(self) -> None:
         """The background duties: the outbox's delivery; where runs happen, the engine's sweeps, Slack's
         reminders and (in a worker) reading the queue."""
+        if self.worker is not None:  # first: its first read is not queued behind the sweeps' first rounds
+            self.worker.start()
         self.outbox.start()
         if self.role != "front":
             self.core.sweeps.start()
@@ -96,8 +98,6 @@ class SlackService:
                 self.catchup.start()
             if self.timers is not None:
                 self.timers.firer.start()
-        if self.worker is not None:
-            self.worker.start()
 
     async def stop(self, timeout_s: float = 10.0) -> None:
         self.reminders.stop()

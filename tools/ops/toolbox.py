@@ -173,8 +173,9 @@ def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox
     conf = conf or cfg.OpsConfig()
     data = conf.data_dir or DEMO_DATA
     catalog = Catalog.load(conf.catalog or data / "catalog.yml")
+    # Indexed at the first search, in its thread (DocIndex.search): a large docs folder does not delay a
+    # worker's first read of the queue.
     docs = DocIndex(conf.docs_dir or data / "docs", link_base=conf.docs_link_base)
-    docs.refresh()
     clock = Clock.for_data(conf.now, data)
     logs = _logs(conf, data)
     metrics = _metrics(conf, data, clock)
