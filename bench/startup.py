@@ -7,6 +7,7 @@ one only where it is configured. Each process is fresh; the median of the rounds
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import statistics
@@ -69,6 +70,9 @@ async def worker_start(slack: LocalSlack, url: str, command: str = "worker") -> 
     async def reading() -> bool:
         return any(c.get("cmd") == "xreadgroup" for c in await client.client_list())
 
+    async def gone() -> bool:
+        return not await reading()
+
     start = time.perf_counter()
     args = ["--port", env["PORT"]] + (["--workers", "1"] if command == "serve" else [])
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", ENTRY, command, *args,
@@ -79,6 +83,10 @@ async def worker_start(slack: LocalSlack, url: str, command: str = "worker") -> 
         return time.perf_counter() - start
     finally:
         await _stop(proc)
+        # A front stopped this early may not have its handlers yet: it dies at once and its worker follows
+        # within tether.GRACE_S; the next round must not see this one's worker reading.
+        with contextlib.suppress(RuntimeError):
+            await _until(gone, "the worker gone", 10.0)
         await client.aclose()
 
 
