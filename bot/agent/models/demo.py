@@ -303,15 +303,19 @@ def _cannot_change(ask: Ask, service: str | None, tools: Sequence[str], zh: bool
             + (", or restart the service (with a confirmation)" if "restart_service" in tools else "") + ".")
 
 
-def _change(service: str, ask: Ask, text: str, quoted: str, messages: Sequence[Message],
-            zh: bool) -> AssistantMessage:
-    """A rollback (to the release or revision named, else the previous one) or a scale, as asked."""
+def _change_args(service: str, text: str, quoted: str, messages: Sequence[Message]) -> dict[str, Any]:
+    """A requested change's service, reason and environment: asked for, else where the thread's alert fired (an
+    earlier turn's quoted labels); none found is left for the tool to ask."""
     env = _environment(text, quoted) or next(
         (e for m in reversed(messages) if isinstance(m, UserMessage)
          for e in [_environment("", _split(m.content)[0])] if e), None)
-    args: dict[str, Any] = {"service_id": service, "reason": text[:200]}
-    if env:
-        args["environment"] = env
+    return {"service_id": service, "reason": text[:200], **({"environment": env} if env else {})}
+
+
+def _change(service: str, ask: Ask, text: str, quoted: str, messages: Sequence[Message],
+            zh: bool) -> AssistantMessage:
+    """A rollback (to the release or revision named, else the previous one) or a scale, as asked."""
+    args = _change_args(service, text, quoted, messages)
     if ask.change == "scale":
         if ask.replicas is None:
             return AssistantMessage(content="扩缩容到多少个副本？例如“把 payments 扩容到 6 个副本”。" if zh else
@@ -329,14 +333,7 @@ def _change(service: str, ask: Ask, text: str, quoted: str, messages: Sequence[M
 
 
 def _restart(service: str, text: str, quoted: str, messages: Sequence[Message], zh: bool = False) -> AssistantMessage:
-    # The environment: asked for, else where the thread's alert fired (an earlier turn's quoted labels).
-    env = _environment(text, quoted) or next(
-        (e for m in reversed(messages) if isinstance(m, UserMessage)
-         for e in [_environment("", _split(m.content)[0])] if e), None)
-    args: dict[str, Any] = {"service_id": service, "reason": text[:200]}
-    if env:
-        args["environment"] = env
-    restart = _call("restart_service", **args)
+    restart = _call("restart_service", **_change_args(service, text, quoted, messages))
     plan = f"按要求重启 {service}。" if zh else f"Restarting {service} as asked."
     return AssistantMessage(content=plan, tool_calls=(restart,))
 

@@ -13,7 +13,7 @@ from typing import Any
 from core.messages import ToolResultMessage
 from tools.ops.series import story
 from tools.ops.verdict import judge
-from tools.ops.verdict import stamp as _stamp
+from tools.ops.verdict import stamp as stamp  # (re-exported for the demo model)
 
 _TRENDS_ZH = {"flat": "平稳", "rising": "上升", "falling": "下降", "steady high": "持续偏高", "steady low": "持续偏低",
               "spiked and recovered": "曾飙升，已恢复", "dipped and recovered": "曾下跌，已恢复", "elevated": "偏高",
@@ -40,10 +40,6 @@ def ok_data(results: list[ToolResultMessage], name: str, service: str | None = N
 
 def failed(results: list[ToolResultMessage], name: str) -> dict[str, Any] | None:
     return next((data(r) for r in reversed(results) if r.name == name and not data(r).get("ok")), None)
-
-
-def stamp(value: Any) -> float | None:
-    return _stamp(value)
 
 
 def _clock(ts: float) -> str:

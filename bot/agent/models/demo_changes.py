@@ -206,12 +206,11 @@ def restarts_part(results: list[ToolResultMessage], earlier: Sequence[Message], 
     if ours:
         d = data(ours[-1]).get("data") or {}
         before, after = d.get("error_rate_before"), d.get("error_rate_after")
-        lines.append(f"  • 这个线程里通过 OpsPilot 重启过：错误率 {before:.1%} → {after:.1%}" if zh and
-                     isinstance(before, float) and isinstance(after, float) else
-                     f"  • Restarted through OpsPilot in this thread: error rate {before:.1%} → {after:.1%}"
-                     if isinstance(before, float) and isinstance(after, float) else
-                     ("  • 这个线程里通过 OpsPilot 重启过。" if zh else
-                      "  • Restarted through OpsPilot in this thread."))
+        both = isinstance(before, float) and isinstance(after, float)
+        figures = (f"：错误率 {before:.1%} → {after:.1%}" if zh else f": error rate {before:.1%} → {after:.1%}") \
+            if both else ""
+        lines.append(f"  • 这个线程里通过 OpsPilot 重启过{figures}" if zh else
+                     f"  • Restarted through OpsPilot in this thread{figures}")
     if any(w in question.lower() for w in _HELP):
         lines.append(_helped(results, service, recorded, bool(ours), zh))
     return lines

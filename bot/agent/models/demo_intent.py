@@ -85,8 +85,8 @@ def _minutes(text: str) -> int | None:
     if not found:
         return None
     count_en, unit_en, count_zh, unit_zh = found.groups()
-    count = float(count_en) if count_en else float(_ZH_NUMBERS.get(count_zh or "", count_zh or 1)) \
-        if not (count_zh or "").isdigit() else float(count_zh)
+    said = count_en or count_zh  # "last hour" / 最近一小时 say no number, or a Chinese one
+    count = float(said) if said and said.isdigit() else _ZH_NUMBERS.get(said or "", 1)
     unit = (unit_en or unit_zh or "").lower()
     per = 1 if unit in ("minute", "min", "分钟") else 60 if unit in ("hour", "小时") else 24 * 60
     return max(5, int(count * per))
