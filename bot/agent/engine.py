@@ -288,7 +288,7 @@ class Engine:
                 current.uncancel()
             return await asyncio.shield(run.cancel())
         except ModelError as exc:
-            if exc.kind in ("unreachable", "api_error", "rate_limited"):  # the provider's outage: told once
+            if exc.kind in ("unreachable", "api_error"):  # the provider's outage (a 429 is not one): told once
                 MODEL.failed(exc)
                 log.info("run %s: model error %s", run.id, exc)
             else:

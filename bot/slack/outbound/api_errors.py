@@ -49,6 +49,11 @@ def transient(exc: BaseException) -> bool:
     return status == 429 or status >= 500 or slack_error(exc) in TRANSIENT
 
 
+def rate_limited(exc: BaseException) -> bool:
+    """A 429: Slack answered, and asked us to slow down — pacing, not an outage."""
+    return isinstance(exc, SlackApiError) and int(getattr(exc.response, "status_code", 0) or 0) == 429
+
+
 def retry_after(exc: BaseException) -> float | None:
     """Slack's ``Retry-After`` on a 429, in seconds, when it gave one."""
     if not isinstance(exc, SlackApiError) or getattr(exc.response, "status_code", 0) != 429:

@@ -26,7 +26,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.outbound import blocks as kit
-from bot.slack.outbound.api_errors import SLACK_FAILURES, retry_after, slack_error, transient
+from bot.slack.outbound.api_errors import SLACK_FAILURES, rate_limited, retry_after, slack_error, transient
 from bot.slack.outbound.counters import Metrics
 from bot.slack.outbound.landed import METADATA_TYPE as METADATA_TYPE  # where history.py reads it from too
 from bot.slack.outbound.landed import find_posted
@@ -382,7 +382,8 @@ class SlackOutbox:
                 log.error("Slack %s refused a message for good (%s): dropped", method, error)
                 self.metrics.inc("opspilot_outbox_dropped_total")
                 return None
-            SLACK.failed(f"{method}: {error}")  # told once, then a summary a minute (core/outages.py)
+            if not rate_limited(exc):  # an outage is told once, then a summary a minute (core/outages.py)
+                SLACK.failed(f"{method}: {error}")
             log.debug("Slack %s failed (%s): will retry", method, error)
             raise _Retry(retry_after(exc)) from exc
         SLACK.ok()
