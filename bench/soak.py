@@ -98,12 +98,13 @@ class Soak:
     async def click(self, channel: str, card: dict[str, Any], twice: bool) -> None:
         token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
         self.clicked.setdefault(card["ts"], time.monotonic())
+        # Each click carries a response URL for the card, as Slack's do (the card closes through it).
         payload = block_action(user="UAPPROVER", channel=channel, message=card, action_id="opspilot_confirm",
-                               value=token)
+                               value=token, response_url=self.slack.response_url(channel, card["ts"]))
         clicks = [self.deliver(lambda n: self.sender.action(payload))]
         if twice:
             other = block_action(user="UAPPROVER2", channel=channel, message=card, action_id="opspilot_confirm",
-                                 value=token)
+                                 value=token, response_url=self.slack.response_url(channel, card["ts"]))
             clicks.append(self.deliver(lambda n: self.sender.action(other)))
         await asyncio.gather(*clicks)
 

@@ -154,8 +154,34 @@ def test_the_outage_log_counts_and_times() -> None:
     now[0] = 151.0
     outage.ok()
     outage.ok()
+    # Said once it has failed for 3 s with no success (at t=3), counted from its first failure.
     assert lines[0] == "Redis is unavailable: Connection refused (retrying; next report in 60 s unless it is back)"
-    assert lines[1] == ("Redis still unavailable after 60 s: 60 failed attempts in the last 60 s; "
+    assert lines[1] == ("Redis still unavailable after 63 s: 60 failed attempts in the last 60 s; "
                         "last: Connection refused")
     assert lines[2].startswith("Redis still unavailable after 2 min: 60 failed attempts")
     assert lines[3:] == ["Redis is back after 3 min"]
+
+
+def test_failures_between_successes_are_a_blip_told_once_a_minute() -> None:
+    """Slack failing 40 % of calls in an incident is degraded, not gone: one line a minute, not "unavailable" and
+    "back after 0 s" for every failure (the soak's log had hundreds of them)."""
+    now = [0.0]
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    logger = logging.getLogger("test.blips")
+    logger.addHandler(Collect())
+    outage = Outage("Slack", logger=logger, clock=lambda: now[0])
+    for t in range(0, 130):  # every second a call; every other one fails
+        now[0] = float(t)
+        outage.failed("chat.update: http_503") if t % 2 else outage.ok()
+    assert not outage.down
+    assert lines == ["Slack is failing intermittently: 30 of 60 calls failed in the last 60 s; "
+                     "last: chat.update: http_503"] * 2
+    outage.failed("chat.update: TimeoutError")  # then only failures: after 3 s it is an outage
+    now[0] = 133.0
+    outage.failed("chat.update: TimeoutError")
+    assert outage.down and lines[-1].startswith("Slack is unavailable: chat.update: TimeoutError")

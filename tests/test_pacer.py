@@ -57,6 +57,18 @@ async def test_progress_edits_leave_edit_slots_for_cards_and_never_queue() -> No
     assert await pacer.edit_slot("progress:r1", "chat.update") > 2  # progress waits behind the queued card
 
 
+async def test_other_edits_leave_a_slot_for_cards_and_never_queue() -> None:
+    """An answer brought up to date, a Stop message ended: they go only while a slot stays for cards, and come
+    back later rather than wait in line ahead of one (the soak's cards waited behind them: p95 73 s)."""
+    pacer = Pacer(updates_per_minute=60, update_burst=5)
+    assert [await pacer.edit_slot(f"answer:r{i}:0", "chat.update") for i in range(4)] == [0, 0, 0, 0]
+    assert 0.9 < await pacer.edit_slot("answer:r9:0", "chat.update") <= 1.0  # refused: one is a card's
+    assert await pacer.edit_slot("progress:r1", "chat.update") > 1.9  # progress behind both
+    assert await pacer.edit_slot("card:t1", "chat.update") == 0
+    assert await pacer.delay("chat.update") == 0  # the card takes the slot kept for it, at once
+    assert await pacer.edit_slot("answer:r9:0", "chat.update") > 1.9  # and the answer comes after the card
+
+
 @pytest.fixture(params=["redis", "cluster"])
 def shared_store(request: pytest.FixtureRequest) -> RedisStore:
     """A store on one Redis and on a Redis Cluster (each bucket one key, so each script one slot)."""
@@ -139,19 +151,20 @@ async def test_two_processes_stay_within_slacks_budget_together(store: RedisStor
             await outbox.stop()
 
 
-async def test_cards_close_ahead_of_a_backlog_of_progress_edits(store: RedisStore, slack: FakeSlack) -> None:
-    """Many runs' progress edits waiting for the edit budget, then three decisions: the cards that show them go in
-    the next slots, not after the backlog (the soak saw cards still showing Confirm minutes after the click)."""
+@pytest.mark.parametrize("backlog", ["progress:r{}", "answer:r{}:0"])
+async def test_cards_close_ahead_of_a_backlog_of_edits(store: RedisStore, slack: FakeSlack, backlog: str) -> None:
+    """Many runs' progress (or answers) waiting for the edit budget, then three decisions: the cards that show them
+    go in the next slots, not after the backlog (the soak saw cards still showing Confirm minutes after the click)."""
     outbox = _outbox(store, slack, posts_per_second=50, updates_per_minute=60, update_burst=5)
     runs, cards = 24, 3
     try:
         for i in range(runs):
-            await _say(outbox, f"progress:r{i}", "C1", f"8.{i:02}", "step 1")
+            await _say(outbox, backlog.format(i), "C1", f"8.{i:02}", "step 1")
         for i in range(runs - cards, runs):  # each in its run's thread, under its progress
             await _say(outbox, f"card:t{i}", "C1", f"8.{i:02}", "Confirm restarting payments?")
         await until(lambda: len(slack.called("chat.postMessage")) == runs + cards, 20)
         for i in range(runs):
-            await _say(outbox, f"progress:r{i}", "C1", f"8.{i:02}", "step 2")
+            await _say(outbox, backlog.format(i), "C1", f"8.{i:02}", "step 2")
         await until(lambda: len(slack.called("chat.update")) >= 4, 20)  # the budget is down to what cards keep
 
         before = len(slack.called("chat.update"))

@@ -69,14 +69,16 @@ def message(channel: str, user: str, text: str, ts: str, thread_ts: str | None =
 
 
 def block_action(*, user: str, channel: str, message: dict[str, Any], action_id: str, value: str,
-                 state: dict[str, Any] | None = None) -> dict[str, Any]:
+                 state: dict[str, Any] | None = None, response_url: str = "") -> dict[str, Any]:
+    """A click as Slack sends it; ``response_url``: one the local Slack made for ``message``
+    (:meth:`bot.demo.workspace.LocalSlack.response_url`), else none that answers."""
     return {
         "type": "block_actions", "team": {"id": "T0001"}, "user": {"id": user, "username": user},
         "api_app_id": "A0001", "token": "legacy", "trigger_id": "1.2.3",
         "container": {"type": "message", "message_ts": message["ts"], "channel_id": channel},
         "channel": {"id": channel}, "message": {"ts": message["ts"], "thread_ts": message.get("thread_ts"),
                                                  "blocks": message.get("blocks", []), "type": "message"},
-        "state": state or {"values": {}}, "response_url": "https://hooks.slack.test/actions/1",
+        "state": state or {"values": {}}, "response_url": response_url,
         "actions": [{"type": "button", "action_id": action_id, "block_id": "b", "value": value,
                      "action_ts": f"{time.time():.6f}"}],
     }

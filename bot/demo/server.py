@@ -205,7 +205,7 @@ class Demo:
             "channel": {"id": channel, "name": CHANNELS.get(channel, {}).get("name", channel)},
             "message": {"ts": message["ts"], "thread_ts": message.get("thread_ts"), "blocks": message["blocks"]},
             "state": {"values": values},
-            "response_url": f"http://127.0.0.1:{self.port}/demo/response",
+            "response_url": self.slack.response_url(channel, message["ts"], base_url=f"http://127.0.0.1:{self.port}"),
             "actions": [{"type": _text(body, "type", "button"), "action_id": _text(body, "action_id"),
                          "block_id": _text(body, "block_id"), "value": _text(body, "value"),
                          "action_ts": f"{time.time():.6f}"}],

@@ -23,6 +23,7 @@ from bot.demo.block_limits import Fault, block_problems
 from bot.demo.canvases import CanvasMethods
 from bot.demo.channels import ChannelMethods
 from bot.demo.local_server import LocalServer
+from bot.demo.responses import ResponseMethods
 from bot.demo.stream_api import STREAM_METHODS, TIERS, StreamMethods
 from bot.demo.views import ViewMethods
 from bot.demo.webhooks import WebhookMethods
@@ -35,7 +36,7 @@ _FAKE_ONLY = frozenset({"stream", "was_stream"})
 Watcher = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-class LocalSlack(StreamMethods, ViewMethods, CanvasMethods, WebhookMethods, ChannelMethods):
+class LocalSlack(StreamMethods, ViewMethods, CanvasMethods, WebhookMethods, ChannelMethods, ResponseMethods):
     def __init__(self, token: str = "xoxb-test-token") -> None:
         self.token = token
         self.calls: list[tuple[str, dict[str, Any]]] = []
@@ -91,6 +92,7 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods, WebhookMethods, Chan
         """The App Home view published for each user."""
         self.responses: list[dict[str, Any]] = []
         """What was posted to a command's or an action's response_url."""
+        self._response_urls: dict[str, dict[str, Any]] = {}
         self.modals: list[dict[str, Any]] = []
         self.triggers: dict[str, str] = {}
         self._deliveries: set[asyncio.Task[Any]] = set()
@@ -104,7 +106,8 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods, WebhookMethods, Chan
     def routes(self) -> list[web.RouteDef]:
         """The Web API routes, to mount in another aiohttp app (the demo serves them next to its page)."""
         return [web.post("/api/{method}", self._dispatch), web.get("/api/{method}", self._dispatch),
-                web.get("/socket-mode", self._socket), *self.webhook_routes(), *self.canvas_routes()]
+                web.get("/socket-mode", self._socket), web.post("/response/{id}", self._response),
+                *self.webhook_routes(), *self.canvas_routes()]
 
     async def _announce(self, change: dict[str, Any]) -> None:
         for watcher in list(self.watchers):
@@ -123,13 +126,6 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods, WebhookMethods, Chan
                                    "thread_ts": thread_ts, "edits": 0}
         self.messages[(channel, ts)] = message
         return message
-
-    async def _response(self, request: web.Request) -> web.Response:
-        self.responses.append(await request.json())
-        return web.json_response({"ok": True})
-
-    def response_url(self) -> str:
-        return f"{self.server.url}/response/{len(self.responses) + 1}"
 
     @property
     def api_url(self) -> str:

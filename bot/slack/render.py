@@ -182,7 +182,8 @@ class Renderer:
         if not card.get("channel"):
             return
         await self.outbox.message(f"card:{token}", card["channel"], card.get("thread_ts"), outcome,
-                                  kit.decided_card(card.get("summary", ""), outcome))
+                                  kit.decided_card(card.get("summary", ""), outcome),
+                                  response_url=card.get("response_url", ""))
 
     async def _open_progress(self, run_id: str, thread_id: str, lang: str, user_id: str | None = None) -> None:
         where = await self.meta.get(THREAD, thread_id)

@@ -12,8 +12,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
-
 from bot.agent.engine import Engine
 from bot.agent.engine_errors import EngineError, NotPending
 from bot.slack.alerts.investigations import INVESTIGATE, Alerts
@@ -31,6 +29,7 @@ from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.counters import Metrics
 from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.people import People
+from bot.slack.outbound.responses import ResponseFailed, post_response, usable
 from bot.slack.outbound.thread_meta import CARD, THREAD, channel_of, thread_key
 from bot.slack.outbound.words import language_of, say
 from bot.slack.rollbacks.offer import ROLLBACK, parse, question
@@ -46,15 +45,12 @@ log = logging.getLogger(__name__)
 
 async def respond(response_url: str, text: str) -> None:
     """An ephemeral answer through a command's ``response_url`` (works where the bot cannot post)."""
-    if not response_url.startswith(("https://", "http://")):
+    if not usable(response_url):
         return
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session, session.post(
-                response_url, json={"response_type": "ephemeral", "text": text}) as answer:
-            if answer.status >= 300:
-                log.warning("response_url answered HTTP %s", answer.status)
-    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        log.warning("response_url could not be reached: %s", type(exc).__name__)
+        await post_response(response_url, {"response_type": "ephemeral", "text": text})
+    except ResponseFailed as exc:
+        log.warning("response_url did not take the answer: %s", exc.error)
 
 _MISPLACED = refusal("misplaced")
 _IGNORED_SUBTYPES = {None, "thread_broadcast", "file_share"}
@@ -193,7 +189,8 @@ class Inbound:
             if action_id in ("opspilot_stop", "opspilot_resume"):
                 await self._run_button(action_id, value, user, channel, thread_ts)
             elif action_id in ("opspilot_confirm", "opspilot_decline", "opspilot_submit"):
-                await self._decide(action_id, value, user, channel, thread_ts, body.get("state") or {})
+                await self._decide(action_id, value, user, channel, thread_ts, body.get("state") or {},
+                                   str(body.get("response_url") or ""))
             elif action_id == INVESTIGATE:
                 await self._investigate(value, user, channel, thread_ts)
             elif action_id == ROLLBACK:
@@ -327,7 +324,7 @@ class Inbound:
         return home == thread_key(channel, str(thread_ts))
 
     async def _decide(self, action_id: str, token: str, user: str, channel: str, thread_ts: str | None,
-                      state: dict[str, Any]) -> None:
+                      state: dict[str, Any], response_url: str) -> None:
         try:
             ticket = await self.engine.ticket(token)  # the one read a click needs before it is claimed
         except NotPending:
@@ -350,7 +347,7 @@ class Inbound:
         if not verdict.allowed:
             await self._refuse(channel, user, verdict, thread_ts)
             return
-        await self.dispatch(answer)
+        await self.dispatch(answer.model_copy(update={"response_url": response_url}))
 
     async def _decision(self, action_id: str, ticket: Ticket, user: str, channel: str, thread_ts: str | None,
                         state: dict[str, Any]) -> tuple[Answer, Verdict]:

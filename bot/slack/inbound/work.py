@@ -30,6 +30,7 @@ from bot.slack.inbound.thread_reader import ThreadReader
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.counters import Metrics
 from bot.slack.outbound.outbox import SlackOutbox
+from bot.slack.outbound.responses import usable
 from bot.slack.outbound.thread_meta import CARD, THREAD, thread_key
 from bot.slack.outbound.words import language_of, say
 from state import LeaseLost, StoreError, Ticket
@@ -66,6 +67,8 @@ class Answer(_Item):
     decision: Literal["confirm", "submit", "decline"]
     values: dict[str, str] = Field(default_factory=dict)
     reason: str = ""
+    response_url: str = ""
+    """The click's: its card is closed through it (see :mod:`bot.slack.outbound.responses`)."""
 
     def to_decision(self) -> Decision:
         if self.decision == "confirm":
@@ -243,6 +246,8 @@ class Executor:
 
     async def _answer(self, item: Answer) -> None:
         ticket, decision = item.ticket, item.to_decision()
+        if usable(item.response_url):  # read when its card closes (render.close_card), on this instance
+            await self.meta.put(CARD, ticket.pending.token, {"response_url": item.response_url})
         try:
             await self.engine.answer(ticket, decision, by=item.user)
             self.metrics.inc("opspilot_interrupts_resolved_total", how=type(decision).__name__.lower())

@@ -26,31 +26,23 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.outbound import blocks as kit
-from bot.slack.outbound.api_errors import SLACK_FAILURES, rate_limited, retry_after, slack_error, transient
+from bot.slack.outbound.api_errors import slack_error
 from bot.slack.outbound.counters import Metrics
 from bot.slack.outbound.landed import METADATA_TYPE as METADATA_TYPE  # where history.py reads it from too
-from bot.slack.outbound.landed import find_posted
 from bot.slack.outbound.outgoing import message_fields as _message
 from bot.slack.outbound.outgoing import redact, redact_blocks
-from bot.slack.outbound.pacer import Pacer, low_priority
-from bot.slack.outbound.streams import StreamRefused, Streams, control_key
+from bot.slack.outbound.pacer import Pacer, first_in_line, low_priority
+from bot.slack.outbound.responses import usable
+from bot.slack.outbound.sending import Retry, Sender, plain_edit
+from bot.slack.outbound.streams import Streams, control_key
 from bot.slack.outbound.words import say
-from core.outages import outage
-from state.outbox_store import OutboxRecord
 from state.store import Outbox
 from state.store_errors import StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
-SLACK = outage("Slack")
 
 _LEASE_MS = 20_000
-_STREAM_SPACING_S = 0.2
-
-
-class _Retry(Exception):
-    def __init__(self, after_s: float | None = None) -> None:
-        super().__init__(after_s)
-        self.after_s = after_s
+_CARD_BACKOFF_S = 1.0  # the longest a card waits between attempts while Slack fails: someone just clicked it
 
 
 class SlackOutbox:
@@ -65,6 +57,8 @@ class SlackOutbox:
         self.update_interval_s = update_interval_s
         self.poll_s = poll_s
         self.max_backoff_s = max_backoff_s
+        self.sender = Sender(store=store, client=client, pacer=pacer, streams=self.streams, metrics=metrics,
+                             update_interval_s=update_interval_s)
         self.owner = uuid.uuid4().hex[:12]
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -75,10 +69,14 @@ class SlackOutbox:
     # --- what front ends call ------------------------------------------------------------------------
 
     async def message(self, key: str, channel: str, thread_ts: str | None, text: str,
-                      blocks: list[kit.Block]) -> None:
+                      blocks: list[kit.Block], *, response_url: str = "") -> None:
         """Post message ``key`` in the thread, or, if it was posted already, edit it to this state.
-        Everything that reaches Slack (and the outbox in Redis) is redacted here, whatever composed it."""
-        await self._put(channel, thread_ts, key, _message(channel, thread_ts, text, blocks))
+        Everything that reaches Slack (and the outbox in Redis) is redacted here, whatever composed it.
+        ``response_url``: a click's on this message, to edit it through (see :mod:`.responses`)."""
+        fields = _message(channel, thread_ts, text, blocks)
+        if usable(response_url):
+            fields |= {"response_url": response_url, "response_tries": 0}
+        await self._put(channel, thread_ts, key, fields)
 
     async def stream(self, key: str, channel: str, thread_ts: str, *, recipient: str | None, text: str,
                      blocks: list[kit.Block], tasks: list[dict[str, Any]], plan: str = "",
@@ -129,7 +127,7 @@ class SlackOutbox:
         fields: dict[str, Any] = {"kind": "ephemeral" if user else "message", "channel": channel,
                                   "thread_ts": thread_ts, "user": user, "text": text,
                                   "blocks": json.dumps([kit.mrkdwn(text)], ensure_ascii=False)}
-        with contextlib.suppress(_Retry):
+        with contextlib.suppress(Retry):
             await self._send_direct(fields)
 
     async def post_now(self, channel: str, text: str) -> tuple[str | None, str]:
@@ -153,7 +151,7 @@ class SlackOutbox:
             # The store is down, so this cannot be kept for later: one direct attempt (typically the very
             # message that tells the user the store is down).
             log.warning("outbox unavailable (%s): sending %s directly, once", exc, key)
-            with contextlib.suppress(_Retry):
+            with contextlib.suppress(Retry):
                 await self._send_direct(fields)
             return
         self._wake.set()
@@ -161,10 +159,10 @@ class SlackOutbox:
     async def _send_direct(self, f: dict[str, Any]) -> None:
         blocks = json.loads(f["blocks"]) if f.get("blocks") else None
         if f["kind"] == "ephemeral":
-            await self._call("chat.postEphemeral", f["channel"], lambda: self.client.chat_postEphemeral(
+            await self.sender.call("chat.postEphemeral", f["channel"], lambda: self.client.chat_postEphemeral(
                 channel=f["channel"], user=f["user"], text=f["text"], thread_ts=f.get("thread_ts")))
         else:
-            await self._call("chat.postMessage", f["channel"], lambda: self.client.chat_postMessage(
+            await self.sender.call("chat.postMessage", f["channel"], lambda: self.client.chat_postMessage(
                 channel=f["channel"], thread_ts=f.get("thread_ts"), text=f["text"], blocks=blocks))
 
     # --- delivery ------------------------------------------------------------------------------------
@@ -257,134 +255,36 @@ class SlackOutbox:
                 await self.store.lease(thread, self.owner, _LEASE_MS)
 
     async def _deliver_records(self, thread: str) -> float:
-        """Send what is undelivered, posts strictly in order; returns when to come back if anything is left."""
-        retry_at, sent = float("inf"), False
+        """Send what is undelivered, posts strictly in order; returns when to come back if anything is left. A
+        failed edit holds back later chat.update edits only: posts, and a card edited through its click's response
+        URL, go on (a progress edit meeting a 429 must not keep a clicked card open)."""
+        retry_at, sent, failed = float("inf"), False, False
         skip: set[str] = set()
         for record in await self.store.records(thread):
-            if not record.dirty or record.key in skip:
+            if not record.dirty or record.key in skip or (failed and plain_edit(record)):
                 continue
             if record.get("kind") == "stream" and record.get("fallback") and record.get("final"):
-                await self._put_then(thread, record)  # the answer never waits behind the edit's budget
-            wait = await self._edit_wait(record)
+                await self.sender.put_then(thread, record)  # the answer never waits behind the edit's budget
+            wait = await self.sender.edit_wait(record)
             if wait > 0:  # an edit waits for its interval; later posts need not wait for it
                 retry_at = min(retry_at, time.time() + wait)
                 continue
             try:
-                await self._send(thread, record)
+                await self.sender.send(thread, record)
                 sent = True
                 if record.get("control_gone"):  # this round's copy of its Stop message is stale: read it again
                     skip.add(control_key(record.key))
-            except _Retry as retry:
+            except Retry as retry:
                 # Failures in a row grow the backoff; a round that delivered something starts it over (busy threads).
                 failures = self._failures[thread] = 1 if sent else self._failures.get(thread, 0) + 1
-                backoff = min(2 ** failures * 0.25, self.max_backoff_s) * (0.75 + random.random() / 2)
+                cap = min(self.max_backoff_s, _CARD_BACKOFF_S) if first_in_line(record.key) else self.max_backoff_s
+                backoff = min(2 ** failures * 0.25, cap) * (0.75 + random.random() / 2)
                 self.metrics.inc("opspilot_outbox_retries_total")
-                return time.time() + (retry.after_s if retry.after_s is not None else backoff)
+                retry_at = min(retry_at, time.time() + (retry.after_s if retry.after_s is not None else backoff))
+                if not plain_edit(record) and not record.get("response_url"):
+                    return retry_at  # a post (or a stream): what follows waits for it
+                failed = True
+        if failed:
+            return retry_at
         self._failures.pop(thread, None)
         return retry_at if retry_at != float("inf") else time.time()
-
-    async def _edit_wait(self, record: OutboxRecord) -> float:
-        """Edits of one message are spaced by ``update_interval_s``; a progress edit never queues for Slack's edit
-        budget ahead of cards and answers (:meth:`Pacer.edit_slot`): what changes meanwhile coalesces into the next
-        edit. A stream's appends are spaced less (they show every step; Tier 4) and coalesce the same way."""
-        if record.get("kind") == "ephemeral" or not record.get("ts"):
-            return 0.0
-        method, spacing_s = "chat.update", self.update_interval_s
-        if record.get("kind") == "stream" and not record.get("fallback"):
-            if record.get("final") or record.get("stopped"):
-                return 0.0
-            method, spacing_s = "chat.appendStream", _STREAM_SPACING_S
-        spacing = float(record.get("sent_at", 0.0)) + spacing_s - time.time()
-        return spacing if spacing > 0 else await self.pacer.edit_slot(record.key, method)
-
-    async def _send(self, thread: str, record: OutboxRecord) -> None:
-        f = record.fields
-        if f.get("gone"):
-            await self._remove(thread, record)
-            return
-        if f["kind"] == "stream" and not f.get("fallback"):
-            try:
-                await self.streams.send(thread, record, self._call, self.store)
-                return
-            except StreamRefused as exc:
-                log.info("progress %s as a plain message (%s)", record.key, exc.error)
-                self.metrics.inc("opspilot_stream_fallbacks_total", reason=exc.error)
-                await self.streams.abandon(thread, record, self.store)
-                await self.store.patch(thread, record.key, {"fallback": exc.error})
-        blocks = json.loads(f["blocks"]) if f.get("blocks") else None
-        if f["kind"] == "ephemeral":
-            await self._call("chat.postEphemeral", f["channel"], lambda: self.client.chat_postEphemeral(
-                channel=f["channel"], user=f["user"], text=f["text"], thread_ts=f.get("thread_ts")))
-            ts = None
-        elif f.get("ts"):
-            await self._call("chat.update", f["channel"], lambda: self.client.chat_update(
-                channel=f["channel"], ts=f["ts"], text=f["text"], blocks=blocks))
-            ts = f["ts"]
-        else:
-            landed = await self._find_posted(record) if f.get("attempted") else None
-            if landed is None:
-                # The first attempt's time stays: a look in the channel reads from just before it.
-                await self.store.patch(thread, record.key, {"attempted": True,
-                                                            "attempted_at": f.get("attempted_at") or time.time()})
-                answer = await self._call("chat.postMessage", f["channel"], lambda: self.client.chat_postMessage(
-                    channel=f["channel"], thread_ts=f.get("thread_ts"), text=f["text"], blocks=blocks,
-                    metadata={"event_type": METADATA_TYPE, "event_payload": {"key": record.key}}))
-                ts = str(answer["ts"]) if answer is not None else None
-            else:
-                # An earlier attempt landed after all: bring it to the current state instead of posting again.
-                ts = landed
-                await self.store.patch(thread, record.key, {"ts": ts, "attempted": False})
-                await self._call("chat.update", f["channel"], lambda: self.client.chat_update(
-                    channel=f["channel"], ts=landed, text=f["text"], blocks=blocks))
-        if f["kind"] == "stream" and f.get("final"):
-            await self._put_then(thread, record)
-        await self.store.patch(thread, record.key, {"ts": ts, "attempted": False, "sent_at": time.time()},
-                               delivered=record.version)
-
-    async def _remove(self, thread: str, record: OutboxRecord) -> None:
-        """A message taken back: deleted if it was posted (or landed unseen), never posted if not yet."""
-        f = record.fields
-        ts = f.get("ts") or (await self._find_posted(record) if f.get("attempted") else None)
-        if ts:
-            await self._call("chat.delete", f["channel"], lambda: self.client.chat_delete(channel=f["channel"], ts=ts))
-        await self.store.patch(thread, record.key, {"ts": None, "attempted": False}, delivered=record.version)
-
-    async def _put_then(self, thread: str, record: OutboxRecord) -> None:
-        """A fallen-back stream's end: post what the stream would have said at its end (the answer), once."""
-        f = record.fields
-        if f.get("then_put"):
-            return
-        for key, text, then_blocks in json.loads(f.get("then") or "[]"):
-            # Recorded, never sent directly: during an outage this raises and the next round puts it again.
-            await self.store.put(thread, key, _message(f["channel"], f.get("thread_ts"), text, then_blocks),
-                                 due=time.time())
-        await self.store.patch(thread, record.key, {"then_put": True})
-        f["then_put"] = True  # this round's copy too
-
-    async def _find_posted(self, record: OutboxRecord) -> str | None:
-        """The ts of an earlier attempt of this post that landed after all, or None (in a thread or not)."""
-        return await find_posted(self._call, self.client, record, self.metrics)
-
-    async def _call(self, method: str, channel: str | None, call: Any, refusals: bool = False,
-                    paced: bool = True) -> Any:
-        """The call's response; :class:`_Retry` when it may succeed later; None when it never can (or, with
-        ``refusals``, :class:`StreamRefused` saying why). ``paced``: False when the caller reserved its slot."""
-        if paced:
-            await self.pacer.wait(method, channel)
-        try:
-            answer = await call()
-        except SLACK_FAILURES as exc:  # a refusal, a 5xx (JSON or not), a 429, a dropped connection, a hang
-            self.metrics.inc("opspilot_slack_api_errors_total", method=method)
-            error = slack_error(exc)
-            if not transient(exc):
-                if refusals:
-                    raise StreamRefused(error) from exc
-                log.error("Slack %s refused a message for good (%s): dropped", method, error)
-                self.metrics.inc("opspilot_outbox_dropped_total")
-                return None
-            if not rate_limited(exc):  # an outage is told once, then a summary a minute (core/outages.py)
-                SLACK.failed(f"{method}: {error}")
-            log.debug("Slack %s failed (%s): will retry", method, error)
-            raise _Retry(retry_after(exc)) from exc
-        SLACK.ok()
-        return answer

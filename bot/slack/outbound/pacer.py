@@ -6,9 +6,11 @@ minute. ``chat.startStream`` / ``stopStream``: Tier 2 (20 a minute); ``chat.appe
 Redis (:mod:`state.pacing`, one per method and workspace, one per channel for posts), shared by every front and
 worker. While Redis cannot be reached they are counted in this process instead, so delivery never waits for Redis.
 
-Priorities: progress edits (outbox keys ``progress:…``) take an edit slot only while some remain for everything
-else, and otherwise wait and coalesce into their next state; cards, their endings and new posts reserve the next
-slot in order. So a Confirm card closes within a slot or two however many runs are editing their progress.
+Priorities, for edits (Slack's scarcest budget): a card (outbox keys ``card:…``: a decision, an expiry) reserves
+the next slot in line and waits for it; any other edit (an answer brought up to date, a Stop message ended) takes a
+slot only while one remains for cards, and a progress edit (``progress:…``) only while two remain; refused, both
+come back later, and progress coalesces into its next state meanwhile. So nothing but other cards is ever in line
+ahead of a card: a Confirm card shows who confirmed within a slot or two, however many runs are answering.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ log = logging.getLogger(__name__)
 Workspace = str | Callable[[], Awaitable[str | None]]
 """The workspace whose budget this is (its team id), or how to learn it (None: not known yet)."""
 
-_EDIT_RESERVE = 2  # edit slots a progress edit leaves for cards and answers
+_EDIT_RESERVE = 2  # edit slots a progress edit leaves for cards and other edits
+_CARD_RESERVE = 1  # edit slots any other edit leaves for cards
 _SHARED_TIMEOUT_S = 1.0  # longer than this for Redis to answer: paced in process
 _LOCAL_FOR_S = 5.0  # after Redis failed us, paced in process this long before asking it again
 # Set by edit_slot when a progress edit took its slot: its call then goes without taking another. A context
@@ -38,6 +41,12 @@ _PREPAID: ContextVar[str | None] = ContextVar("pacer_prepaid", default=None)
 def low_priority(key: str) -> bool:
     """Outbox messages that may wait for Slack's budget: progress, whose next state supersedes this one."""
     return key.startswith("progress:")
+
+
+def first_in_line(key: str) -> bool:
+    """Outbox messages whose edits go before any other: cards, which people act on (a Confirm still showing
+    after the click invites a second one)."""
+    return key.startswith("card:")
 
 
 class Pacer:
@@ -111,14 +120,17 @@ class Pacer:
             await asyncio.sleep(delay)
 
     async def edit_slot(self, key: str, method: str) -> float:
-        """Seconds until an edit of outbox message ``key`` (by ``method``) may go; 0: now. A progress edit takes its
-        slot here, only while slots remain for the rest (it never waits in line: it comes back, newer); other
-        edits reserve theirs in line when they are made."""
+        """Seconds until an edit of outbox message ``key`` (by ``method``) may go; 0: now. A progress edit, or any
+        other ``chat.update`` but a card's, takes its slot here, only while slots remain for those before it (it
+        never waits in line: it comes back later); a card reserves its slot in line when it is sent."""
         _PREPAID.set(None)
-        if not self.enabled or not low_priority(key) or method not in self._tiers:
+        if not self.enabled or first_in_line(key) or method not in self._tiers:
+            return 0.0
+        if not low_priority(key) and method != "chat.update":
             return 0.0
         rate, capacity = self._tiers[method]
-        reserve = min(_EDIT_RESERVE, capacity - 1) if method == "chat.update" else 0.0
+        reserve = 0.0 if method != "chat.update" else \
+            min(_EDIT_RESERVE if low_priority(key) else _CARD_RESERVE, capacity - 1)
         grant = await self._take(method, rate, capacity, reserve, max_wait_s=0.0)
         if not grant.taken:
             return max(grant.wait_s, 0.01)

@@ -1,0 +1,59 @@
+"""A clicked card closes through the click's own response URL (Slack's way to answer an interaction, outside
+chat.update's Tier 3 budget that every progress edit in the workspace shares): at the soak's load the cards
+otherwise queued behind each other's edits and kept their Confirm button for seconds after the click. A URL that
+cannot serve (used, expired, failing) falls back to chat.update, and the card closes all the same."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.demo.sender import block_action
+from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.demo.workspace import all_text, buttons
+from tests.conftest import until
+from tests.slack_harness import CHANNEL, Workspace
+from tests.test_slack import ask_restart, ws  # noqa: F401  (the fixture)
+
+
+def _click(slack: FakeSlack, card: dict, user: str = "UAPPROVER", *, url: bool = True) -> dict:
+    token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
+    return block_action(user=user, channel=CHANNEL, message=card, action_id="opspilot_confirm", value=token,
+                        response_url=slack.response_url(CHANNEL, card["ts"]) if url else "")
+
+
+def _closed(slack: FakeSlack, card: dict) -> bool:
+    now = slack.messages[(CHANNEL, card["ts"])]
+    return not buttons(now) and "Confirmed by" in all_text(now)
+
+
+async def test_a_card_closes_through_its_response_url_while_chat_update_is_refused(ws: Workspace) -> None:  # noqa: F811
+    card = await ask_restart(ws, thread="300.1")
+    limited = ws.slack.fault("limited", "chat.update")  # every edit answers 429: the budget is spent
+    status, _ = await ws.sender.action(_click(ws.slack, card))
+    assert status == 200
+    await until(lambda: _closed(ws.slack, card), 20)
+    edit = ws.slack.responses[-1]
+    assert edit["replace_original"] is True and "Confirmed by" in edit["text"]
+    limited.until = 0.0
+    await ws.settle()
+    assert len(ws.toolbox.restarts.done) == 1
+
+
+@pytest.mark.parametrize("kind", ["error", "refuse"])
+async def test_a_response_url_that_cannot_serve_falls_back_to_chat_update(ws: Workspace, kind: str) -> None:  # noqa: F811
+    """Failing (5xx: three tries) or refused for good (404 used_url: at once): chat.update closes the card."""
+    card = await ask_restart(ws, thread="301.1")
+    ws.slack.fault(kind, "response_url", error="used_url")
+    before = len(ws.slack.called("chat.update"))
+    await ws.sender.action(_click(ws.slack, card))
+    await ws.settle()
+    assert _closed(ws.slack, card) and ws.slack.responses == []
+    assert any(u["ts"] == card["ts"] for u in ws.slack.called("chat.update")[before:])
+    assert len(ws.toolbox.restarts.done) == 1
+
+
+async def test_a_click_without_a_response_url_closes_its_card_as_before(ws: Workspace) -> None:  # noqa: F811
+    card = await ask_restart(ws, thread="302.1")
+    await ws.sender.action(_click(ws.slack, card, url=False))
+    await ws.settle()
+    assert _closed(ws.slack, card) and ws.slack.responses == []
