@@ -11,7 +11,17 @@ import sys
 import time
 import uuid
 
-from bench.common import Table, free_port, isolated_redis, payload_tools, steps_script, verdict
+from bench.common import (
+    Table,
+    children,
+    core_split,
+    free_port,
+    isolated_redis,
+    payload_tools,
+    pin,
+    steps_script,
+    verdict,
+)
 from bench.processes import bare_bolt_app
 from bot.agent.deps import RunDeps
 from bot.agent.engine import Engine, EngineOptions
@@ -116,7 +126,9 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
 
 async def split(url: str, active: int, samples: int, workers: int) -> tuple[Measured, Measured]:
     """The layout `opspilot serve` runs: a front and worker processes; the Slack stand-in, a bare Bolt app
-    and the sender (this process) each in a process of their own."""
+    and the sender (this process) each in a process of their own. With two cores or more, the front (and the
+    bare Bolt app it is compared with) on the first, everything else on the rest: the ratio then measures the
+    front, not the workers' runs taking its core."""
     slack_port, bare_port, front_port = free_port(), free_port(), free_port(workers + 1)
     api_url = f"http://127.0.0.1:{slack_port}/api/"
     stand_in = await _process("bench.processes", "slack", str(slack_port))
@@ -128,6 +140,11 @@ async def split(url: str, active: int, samples: int, workers: int) -> tuple[Meas
             "OPSPILOT_LLM__SCRIPTED_LATENCY_S": "1.0", "OPSPILOT_SLACK__POSTS_PER_SECOND": "0",
             "OPSPILOT_SLACK__UPDATES_PER_MINUTE": "0", "OPSPILOT_DEMO_DATA": "1"}
     front = await _process("bot.cli", "serve", "--workers", str(workers), env=env)
+    cores = core_split()
+    mine = os.sched_getaffinity(0)
+    if cores is not None:  # the front's workers are forked before its banner: all there by now
+        pin([front.pid, bare.pid], cores[0])
+        pin([*children(front.pid), stand_in.pid, os.getpid()], cores[1])
     try:
         baseline = await _latencies(SlackSender(f"http://127.0.0.1:{bare_port}/slack/events", SECRET), samples, "B")
         sender = SlackSender(f"http://127.0.0.1:{front_port}/slack/events", SECRET)
@@ -136,6 +153,7 @@ async def split(url: str, active: int, samples: int, workers: int) -> tuple[Meas
         await asyncio.sleep(1.0)  # the runs are at work (each model step takes 1 s)
         return baseline, await _latencies(sender, samples, "P")
     finally:
+        pin([os.getpid()], mine)  # the benchmarks after this one get every core again
         for proc in (front, bare, stand_in):
             await _stop(proc)
 
@@ -165,8 +183,18 @@ async def run(active: int = 200, samples: int = 200, workers: int = 2) -> list[T
     return [Table(f"Ack latency (ms) with {active} runs active in one process (`serve --workers 0`), {samples} "
                   "requests each, one at a time", header, rows, notes),
             Table(f"Ack latency (ms) of a front with {workers} worker processes and {active} runs active; the Slack "
-                  f"stand-in, a bare Bolt app and the sender each in their own process; {samples} requests each",
+                  f"stand-in, a bare Bolt app and the sender each in their own process; {samples} requests each; "
+                  f"{_layout()}",
                   header, split_rows, split_notes)]
+
+
+def _layout() -> str:
+    cores = core_split()
+    if cores is None:
+        return "one core: every process shares it"
+    rest = sorted(cores[1])
+    return (f"the front and the bare Bolt app on core {min(cores[0])}, its workers, the stand-in and the sender on "
+            f"core{'s' if len(rest) > 1 else ''} {', '.join(map(str, rest))}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import os
 import random
 import shutil
 import socket
@@ -13,6 +15,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -30,6 +33,30 @@ from state import Keys, RedisStore, connect
 from state.client import is_cluster_url
 from tools import ToolContext, tool
 from tools.registry import Registry, ToolSpec
+
+
+def children(pid: int) -> list[int]:
+    """The processes ``pid`` started (its workers), from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+    return found
+
+
+def core_split() -> tuple[set[int], set[int]] | None:
+    """Two disjoint sets of the cores this process may use (the first core; the rest), or None on one core."""
+    cores = sorted(os.sched_getaffinity(0))
+    return ({cores[0]}, set(cores[1:])) if len(cores) >= 2 else None
+
+
+def pin(pids: Sequence[int], cores: set[int]) -> None:
+    """Keep ``pids`` on ``cores`` (a process gone meanwhile is skipped)."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(pid, cores)
 
 
 def free_port(span: int = 1) -> int:

@@ -26,12 +26,11 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from bench.common import Table, free_port, verdict
+from bench.common import Table, children, free_port, verdict
 from bot.demo.sender import SlackSender, block_action, mention, message
-from bot.demo.workspace import LocalSlack, buttons
+from bot.demo.workspace import LocalSlack, all_text, buttons
 from state import Keys, RedisStore, connect
 
 SECRET = "soak-secret"
@@ -70,6 +69,9 @@ class Soak:
     clicked: dict[str, float] = field(default_factory=dict)
     """Card ts → when it was first clicked."""
     closed: dict[str, float] = field(default_factory=dict)
+    """Card ts → when it first showed no Confirm button (the click's receipt, or its outcome)."""
+    ended: dict[str, float] = field(default_factory=dict)
+    """Card ts → when it first showed its outcome (who decided; not only that the click arrived)."""
     kills: int = 0
 
     @property
@@ -110,9 +112,10 @@ class Soak:
 
     async def watch(self, change: dict[str, Any]) -> None:
         m = change.get("message") or {}
-        if m.get("ts") in self.clicked and m["ts"] not in self.closed and \
-                not any(b["action_id"] == "opspilot_confirm" for b in buttons(m)):
-            self.closed[m["ts"]] = time.monotonic()
+        if m.get("ts") in self.clicked and not any(b["action_id"] == "opspilot_confirm" for b in buttons(m)):
+            self.closed.setdefault(m["ts"], time.monotonic())
+            if ":inbox_tray:" not in all_text(m):  # not the receipt a slow store gets (bot/slack/inbound/receipt.py)
+                self.ended.setdefault(m["ts"], time.monotonic())
 
     async def start_serve(self) -> None:
         env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")
@@ -148,9 +151,9 @@ class Soak:
         raise RuntimeError("opspilot serve never became ready")
 
     def kill_a_worker(self) -> None:
-        children = _children(self.proc.pid) if self.proc is not None else []
-        if children:
-            os.kill(random.choice(children), signal.SIGKILL)
+        workers = children(self.proc.pid) if self.proc is not None else []
+        if workers:
+            os.kill(random.choice(workers), signal.SIGKILL)
             self.kills += 1
 
 
@@ -260,7 +263,7 @@ async def _converge(soak: Soak, deadline: float) -> None:
     while time.monotonic() < deadline:
         answers = _answers(soak)
         if all(len(answers.get(t, ())) >= n for t, n in soak.asked.items()) and \
-                all(ts in soak.closed for ts in soak.clicked) and not soak.slack.unstopped_streams():
+                all(ts in soak.ended for ts in soak.clicked) and not soak.slack.unstopped_streams():
             return
         await asyncio.sleep(0.5)
 
@@ -284,11 +287,14 @@ async def _figures(soak: Soak, scale: Scale, wall_s: float) -> dict[str, Any]:
         await store.close()
     restarts = Counter((a["run_id"], a["call_id"]) for a in audit if a.get("status") not in ("skipped",))
     latency = [soak.closed[ts] - at for ts, at in soak.clicked.items() if ts in soak.closed]
+    ended = sorted(soak.ended[ts] - at for ts, at in soak.clicked.items() if ts in soak.ended)
     return {"questions": asked, "answered": answered, "answered_twice": twice, "duplicates": duplicates,
             "cards": len(soak.clicked), "confirms": min(scale.confirms, scale.questions),
             "restarts_twice": sum(1 for n in restarts.values() if n > 1), "restarts": len(restarts),
             "cards_closed": len(latency), "close_p50_s": statistics.median(latency) if latency else float("nan"),
             "close_p95_s": sorted(latency)[int(0.95 * (len(latency) - 1))] if latency else float("nan"),
+            "cards_ended": len(ended), "outcome_p50_s": statistics.median(ended) if ended else float("nan"),
+            "outcome_p95_s": ended[int(0.95 * (len(ended) - 1))] if ended else float("nan"),
             "streams_open": len(soak.slack.unstopped_streams()), "keys_without_ttl": untimed, "dead_letters": dead,
             "worker_kills": soak.kills, "wall_s": wall_s}
 
@@ -301,11 +307,11 @@ async def run(scale: Scale | None = None) -> list[Table]:
         f"{scale.over_s:g} s, {scale.fault_rate:.0%} of Slack calls failing, a worker killed every "
         f"{scale.kill_every_s:g} s, Redis stopped {len(scale.redis_stops)}×",
         ["answered", "answered twice", "posted twice", "cards shown", "restarts run twice", "card close p50 (s)",
-         "card close p95 (s)", "streams left open", "keys without TTL", "dead letters", "kills", "wall (s)"],
+         "card close p95 (s)", "outcome on card p50 (s)", "outcome on card p95 (s)", "streams left open",
+         "keys without TTL", "dead letters", "kills", "wall (s)"],
         [[f"{f['answered']}/{f['questions']}", f["answered_twice"], f["duplicates"], f"{f['cards']}/{f['confirms']}",
-          f["restarts_twice"],
-          f["close_p50_s"], f["close_p95_s"], f["streams_open"], f["keys_without_ttl"], f["dead_letters"],
-          f["worker_kills"], f["wall_s"]]],
+          f["restarts_twice"], f["close_p50_s"], f["close_p95_s"], f["outcome_p50_s"], f["outcome_p95_s"],
+          f["streams_open"], f["keys_without_ttl"], f["dead_letters"], f["worker_kills"], f["wall_s"]]],
         [verdict("questions answered exactly once", f["answered"], f["questions"], "", lower_is_better=False),
          verdict("questions answered twice", f["answered_twice"], 0, ""),
          verdict("messages posted twice", f["duplicates"], 0, ""),
@@ -350,16 +356,6 @@ class RedisProcess:
 
 def _updates_per_minute() -> int:
     return int(os.environ.get("SOAK_UPDATES", "50"))
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError):
-                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(entry.name))
-    return found
 
 
 if __name__ == "__main__":

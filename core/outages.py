@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 
 SUMMARY_EVERY_S = 60.0
-DOWN_AFTER_S = 3.0
+DOWN_AFTER_S = 1.0
 """Failures with no success in between for this long make an outage; shorter, it is a blip (an incident's
 Slack failing 40 % of calls is degraded, not gone: a line per failure and per success would bury the log)."""
 _INTERMITTENT = 3  # failures in a minute, between successes, worth one line

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from bench import scaleout
 from bench.__main__ import SMALL, main
 
 
 async def test_every_benchmark_runs_at_a_small_size() -> None:
+    cores = os.sched_getaffinity(0)
     tables = await main(small=True, only=[name for name in SMALL if name != "soak"])  # tests/test_soak.py runs it
+    assert os.sched_getaffinity(0) == cores  # the ack-latency split gave this process its cores back
+    split = next(t for t in tables if "Ack latency" in t.title and "worker processes" in t.title)
+    assert ("the front and the bare Bolt app on core" if len(cores) > 1 else "one core") in split.title
     titles = " ".join(t.title for t in tables)
     for part in ("Storage", "CPU per model step", "concurrent runs in one process", "one channel", "Ack latency",
                  "Scale-out: runs/s by worker processes, one Redis", "by command", "A burst", "Start-up",

@@ -12,6 +12,6 @@ async def test_nothing_is_lost_or_done_twice_through_a_small_incident() -> None:
     f = await run_soak(SMALL)
     assert f["worker_kills"] >= 1  # the incident did happen
     assert (f["answered"], f["answered_twice"], f["duplicates"]) == (f["questions"], 0, 0), f
-    assert f["cards"] == f["confirms"] and f["cards_closed"] == f["cards"], f
+    assert f["cards"] == f["confirms"] and f["cards_closed"] == f["cards"] == f["cards_ended"], f
     assert f["restarts_twice"] == 0 and f["restarts"] == f["cards"], f
     assert (f["streams_open"], f["keys_without_ttl"], f["dead_letters"]) == (0, 0, 0), f

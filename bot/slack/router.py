@@ -21,6 +21,7 @@ from bot.slack.followups.buttons import RECHECK
 from bot.slack.home.tab import Home
 from bot.slack.inbound.access import AccessPolicy, Verdict, refusal
 from bot.slack.inbound.background import Background
+from bot.slack.inbound.receipt import Receipt
 from bot.slack.inbound.run_gate import Door, RunGate
 from bot.slack.inbound.thread_reader import render, rich_text
 from bot.slack.inbound.work import CLICK_LOST, STORE_DOWN, Answer, Converse, RunButton, WorkItem
@@ -189,8 +190,14 @@ class Inbound:
             if action_id in ("opspilot_stop", "opspilot_resume"):
                 await self._run_button(action_id, value, user, channel, thread_ts)
             elif action_id in ("opspilot_confirm", "opspilot_decline", "opspilot_submit"):
-                await self._decide(action_id, value, user, channel, thread_ts, body.get("state") or {},
-                                   str(body.get("response_url") or ""))
+                receipt = Receipt(str(body.get("response_url") or ""), body.get("message") or {}, user, action_id,
+                                  language=self.access.config.language)
+                recorded = False
+                try:
+                    recorded = await self._decide(action_id, value, user, channel, thread_ts, body.get("state") or {},
+                                                  receipt)
+                finally:  # a decision not recorded (refused, or the store away past its grace) puts the card back
+                    await receipt.settle(recorded)
             elif action_id == INVESTIGATE:
                 await self._investigate(value, user, channel, thread_ts)
             elif action_id == ROLLBACK:
@@ -324,30 +331,32 @@ class Inbound:
         return home == thread_key(channel, str(thread_ts))
 
     async def _decide(self, action_id: str, token: str, user: str, channel: str, thread_ts: str | None,
-                      state: dict[str, Any], response_url: str) -> None:
+                      state: dict[str, Any], receipt: Receipt) -> bool:
+        """Whether the decision was recorded (queued for a worker, which closes the card)."""
         try:
             ticket = await self.engine.ticket(token)  # the one read a click needs before it is claimed
         except NotPending:
             card = await self.meta.get(CARD, token)
             decided, lang = card.get("decided", ""), card.get("lang", "en")
+            if decided and card.get("summary"):  # a receipt shown meanwhile gives way to how it ended
+                receipt.restore = kit.decided_card(card["summary"], decided)
             text = say(lang, "request_expired") if decided.startswith(":hourglass:") else \
                 say(lang, "handled", how=f" ({decided})" if decided else "")
             await self.outbox.tell(channel, user, text, thread_ts)
-            return
+            return False
         verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))
-        if not verdict.allowed:
-            await self._refuse(channel, user, verdict, thread_ts)
-            return
-        if ticket.thread_id != thread_key(channel, str(thread_ts)):  # a token lifted from another card
+        if verdict.allowed and ticket.thread_id != thread_key(channel, str(thread_ts)):  # a token lifted elsewhere
             log.warning("%s by %s in %s/%s with a token of thread %s refused", action_id, user, channel, thread_ts,
                         ticket.thread_id)
-            await self._refuse(channel, user, _MISPLACED, thread_ts)
-            return
-        answer, verdict = await self._decision(action_id, ticket, user, channel, thread_ts, state)
+            verdict = _MISPLACED
+        if verdict.allowed:
+            answer, verdict = await self._decision(action_id, ticket, user, channel, thread_ts, state)
         if not verdict.allowed:
             await self._refuse(channel, user, verdict, thread_ts)
-            return
-        await self.dispatch(answer.model_copy(update={"response_url": response_url}))
+            return False
+        await receipt.hold()  # a receipt on its way lands before the worker's close
+        await self.dispatch(answer.model_copy(update={"response_url": receipt.url}))
+        return True
 
     async def _decision(self, action_id: str, ticket: Ticket, user: str, channel: str, thread_ts: str | None,
                         state: dict[str, Any]) -> tuple[Answer, Verdict]:

@@ -148,6 +148,9 @@ _WORDS: dict[str, tuple[str, str]] = {
     "request_expired": ("This request expired.", "这个请求已过期。"),
     "handled_by": ("Already handled by {by}.", "已由 {by} 处理。"),
     "handled": ("This request was already handled{how}.", "这个请求已经处理过了{how}。"),
+    "click_received": (":inbox_tray: {who}'s {what} received; recording it (the state store is slow to answer). "
+                       "Nothing has run yet.",
+                       ":inbox_tray: 已收到 {who} 的「{what}」，正在记录（状态存储响应较慢）。尚未执行任何操作。"),
     "not_pending": ("This request is no longer pending.", "这个请求已不在等待中。"),
     "rated": ("You already rated this answer. Thanks!", "你已经评价过这个回答了，谢谢！"),
     "thanks_up": ("Thanks for the feedback.", "谢谢反馈。"),

@@ -1,0 +1,77 @@
+"""A click's receipt on its card, when recording the decision is slow (Redis away: the store waits out the outage
+for up to ``redis_outage_grace_s``). Whoever clicked sees at once that the click arrived and that nothing has run
+yet; the buttons go meanwhile, so nobody clicks again into the same wait. Said through the click's response URL,
+which needs no Redis.
+
+Then, once the front knows: the decision recorded (queued for a worker), the receipt stays until the worker closes
+the card with the outcome; not recorded (refused, no longer pending, the store still away past its grace), the card
+is put back as it was — or as it ended — so a button never stays hidden for a decision nobody will make.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from bot.slack.outbound import blocks as kit
+from bot.slack.outbound.responses import ResponseFailed, post_response, usable
+from bot.slack.outbound.words import language_of, say
+
+log = logging.getLogger(__name__)
+
+SLOW_S = 1.5
+"""How long a decision may take to be recorded before the card says the click arrived."""
+_TIMEOUT_S = 5.0
+_VERBS = {"opspilot_confirm": "confirm", "opspilot_decline": "cancel", "opspilot_submit": "submit"}
+
+
+class Receipt:
+    def __init__(self, response_url: str, message: dict[str, Any], user: str, action_id: str, *,
+                 language: str = "auto", after_s: float = SLOW_S) -> None:
+        self.url, self.user, self.action_id, self.language = response_url, user, action_id, language
+        self.blocks: list[kit.Block] = list(message.get("blocks") or [])
+        self.text = str(message.get("text") or "")
+        self.restore: list[kit.Block] | None = None
+        """What the card shows if the decision is not recorded (None: as it was before the click)."""
+        self._posting = asyncio.Event()  # a receipt went out (and may have landed, whatever its answer)
+        self._task = asyncio.create_task(self._show(after_s)) if usable(response_url) and self.blocks else None
+
+    async def _show(self, after_s: float) -> None:
+        await asyncio.sleep(after_s)
+        everything = " ".join(str((b.get("text") or {}).get("text") or "") for b in self.blocks)
+        lang = language_of(everything, self.language)
+        note = say(lang, "click_received", who=f"<@{self.user}>",
+                   what=say(lang, _VERBS.get(self.action_id, "confirm")))
+        blocks = [b for b in self.blocks if b.get("type") not in ("actions", "input")] + [kit.context(note)]
+        self._posting.set()
+        await self._post(blocks, note)
+
+    async def hold(self) -> None:
+        """Before the decision is queued: a receipt not sent yet never will be, one on its way lands first (the
+        worker's close must come after it)."""
+        if self._task is None:
+            return
+        if not self._posting.is_set():
+            self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    async def settle(self, recorded: bool) -> None:
+        """The click's work is over: ``recorded``, the worker closes the card; otherwise put it back."""
+        await self.hold()
+        if not recorded and self._posting.is_set():
+            await self._post(self.restore or self.blocks, self.text or "OpsPilot")
+
+    async def _post(self, blocks: list[kit.Block], text: str) -> None:
+        for attempt in range(3):
+            try:
+                await post_response(self.url, {"replace_original": True, "text": text, "blocks": blocks},
+                                    timeout_s=_TIMEOUT_S)
+                return
+            except ResponseFailed as exc:
+                if not exc.transient or attempt == 2:
+                    log.warning("a click's card could not be updated through its response URL: %s", exc.error)
+                    return
+                await asyncio.sleep(0.5)
