@@ -3,8 +3,11 @@ one Lua script call (one round trip, atomic); every key gets a TTL."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -14,6 +17,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from core.messages import Message, dump_message, load_message
 from state.client import Client
+from state.counts import RedisCounter
 from state.feedback_store import RedisFeedbacks
 from state.guard import guard, retried, text
 from state.journal import RedisJournal
@@ -24,23 +28,26 @@ from state.migrate import migrate
 from state.outbox_store import RedisOutbox
 from state.queue import RedisQueue
 from state.records import COMMIT_ID_BYTES, RunRecord, Ticket, dump_entry, dump_run, first_problem, parse_run
-from state.store import UNSHOWN, UNSHOWN_KEEP_S, Opened, Stats, Write, hour_now, merge_stats
-from state.store_errors import CorruptRecord
+from state.store import UNSHOWN, UNSHOWN_KEEP_S, Opened, Stats, Write, hour_now
+from state.store_errors import CorruptRecord, StoreError
 from state.timer_store import RedisTimers
 
 # The commit. ARGV[1] is a named header (JSON), ARGV[2] the run record behind this commit's id, then the new
 # transcript messages, then the new trace entries, then one ticket per new token. KEYS: transcript, run, thread's run,
 # paused index, active index, stats bucket, audit stream, cancel flag, run trace, thread lease, unshown index, then
 # one key per new token. A run that stops running (paused, finished, stalled) joins the unshown index in the same
-# write: a front end that dies before showing it leaves it there for another to show. A commit whose id the run record
-# already carries (retried after its reply was lost) does nothing. A live run's trace entries are appended to a list;
-# a finished run's record holds its whole trace and the list goes (one key per run kept, not two). A writer that no
-# longer holds the thread's lease (another worker took it after it lapsed) is refused. A run that stops running drops
-# any cancel request: nobody is left to act on it, and it must not stop the run's next turn. The turn's last write
-# lets go of the thread's lease, if it still holds it.
+# write: a front end that dies before showing it leaves it there for another to show. A commit whose id the run
+# record already carries (a retry after its reply was lost: only a retry looks) does nothing. A live run's trace
+# entries are appended to a list; a finished run's record holds its whole trace and the list goes (one key per run
+# kept, not two). A writer that no longer holds the thread's lease (another worker took it after it lapsed) is
+# refused. A run that pauses drops any cancel request: nobody is left to act on it, and it must not stop the run's
+# next turn. The turn's last write lets go of the thread's lease, if it still holds it. Every command here is Redis
+# work on every step (issue 39): a write touches only what changes.
 _COMMIT = """
 local h = cjson.decode(ARGV[1])
-if redis.call('GETRANGE', KEYS[2], 0, #h.commit_id - 1) == h.commit_id then return redis.call('LLEN', KEYS[1]) end
+if h.check and redis.call('GETRANGE', KEYS[2], 0, #h.commit_id - 1) == h.commit_id then  -- a retry, applied already
+  return redis.call('LLEN', KEYS[1])
+end
 local holder = false
 if h.owner or h.release then holder = redis.call('GET', KEYS[10]) end  -- read once: the check and the release
 if h.owner and holder and holder ~= h.owner then return redis.error_reply('OPSPILOT_LEASE_LOST ' .. holder) end
@@ -61,20 +68,24 @@ elseif h.trace > 0 then
 end
 i = i + h.trace
 if h.status_changed then
-  redis.call('SET', KEYS[3], h.run_id, 'EX', h.ttl)
-  -- an index's TTL is renewed when a run joins it (leaving needs none)
+  -- the thread's run is named when the run is made (it lives minutes; the name a week); an index's TTL is renewed
+  -- when a run joins it (leaving needs none), and a run leaves only the index it was in (all, if not known)
+  if h.was == '' or not h.was then redis.call('SET', KEYS[3], h.run_id, 'EX', h.ttl) end
   if h.paused_score then
     redis.call('ZADD', KEYS[4], h.paused_score, h.run_id)
     redis.call('EXPIRE', KEYS[4], h.ttl)
-  else redis.call('ZREM', KEYS[4], h.run_id) end
+  elseif not h.was or h.was == 'paused' then redis.call('ZREM', KEYS[4], h.run_id) end
   if h.active_score then
     redis.call('ZADD', KEYS[5], h.active_score, h.run_id)
     redis.call('EXPIRE', KEYS[5], h.ttl)
-  else redis.call('ZREM', KEYS[5], h.run_id) end
+  elseif not h.was or h.was == 'running' then redis.call('ZREM', KEYS[5], h.run_id) end
 end
 if next(h.counters) ~= nil then
-  for name, n in pairs(h.counters) do redis.call('HINCRBY', KEYS[6], name, n) end
-  redis.call('EXPIRE', KEYS[6], h.stats_ttl)
+  local fresh = false  -- the hour's first count of something (the hash itself may be new): its TTL is set
+  for name, n in pairs(h.counters) do
+    if redis.call('HINCRBY', KEYS[6], name, n) == n then fresh = true end
+  end
+  if fresh then redis.call('EXPIRE', KEYS[6], h.stats_ttl) end
 end
 for _, entry in ipairs(h.audit) do
   local fields = {}
@@ -85,10 +96,10 @@ for _, entry in ipairs(h.audit) do
   redis.call('XADD', KEYS[7], 'MAXLEN', '~', h.audit_max, '*', unpack(fields))
   redis.call('EXPIRE', KEYS[7], h.audit_ttl)
 end
-if h.status_changed and not h.active_score then redis.call('DEL', KEYS[8]) end
-if h.unshown_score then
+-- a cancel request must not stop a paused run's next turn (a finished run has none)
+if h.status_changed and not h.active_score and not h.fold then redis.call('DEL', KEYS[8]) end
+if h.unshown_score then  -- trimmed by whoever reads it (runs_due)
   redis.call('ZADD', KEYS[11], h.unshown_score, h.run_id)
-  redis.call('ZREMRANGEBYSCORE', KEYS[11], '-inf', h.unshown_trim)
   redis.call('EXPIRE', KEYS[11], h.ttl)
 end
 for j = 0, h.tickets - 1 do
@@ -139,6 +150,7 @@ class RedisStore:
         self.queue = RedisQueue(client, self.keys, self.ttls, outage_grace_s)
         self.feedback = RedisFeedbacks(client, self.keys, self.ttls, outage_grace_s)
         self.timers = RedisTimers(client, self.keys, self.ttls, outage_grace_s)
+        self.counter = RedisCounter(client, self.keys, self.ttls)
         self._transcripts: OrderedDict[str, list[Message]] = OrderedDict()
         self.transcript_cache_size = 512
         self._commit = client.register_script(_COMMIT)
@@ -161,12 +173,16 @@ class RedisStore:
         return 0 if self.cluster else await migrate(self.client, self.keys, self.ttls)
 
     async def close(self) -> None:
+        with contextlib.suppress(StoreError):
+            await self.counter.flush()
         await self.client.aclose()
 
     async def commit(self, write: Write) -> None:
         """One atomic write as one script call: a single round trip and a single reply to parse."""
         run, k, ttls = write.run, self.keys, self.ttls
         tickets = write.tickets()
+        shard = shard_of(run.thread_id)  # one hash slot for every key (see state.keys)
+        counted = self.counter.counts.add(shard, write.counters)  # the shard's counts of the last seconds, or none
         fold = run.status == "finished"  # its trace is complete: kept in the record, the list goes
         trace = () if fold else write.trace
         commit_id = os.urandom(COMMIT_ID_BYTES).hex()
@@ -178,24 +194,33 @@ class RedisStore:
             else False,
             "active_score": repr(run.updated_at) if run.status == "running" else False,
             "unshown_score": repr(run.updated_at) if write.status_changed and run.status in UNSHOWN else False,
-            "unshown_trim": repr(run.updated_at - UNSHOWN_KEEP_S),
-            "counters": dict(write.counters), "stats_ttl": ttls.stats_s,
+            "was": write.was if write.was is not None else False,
+            "counters": counted, "stats_ttl": ttls.stats_s,
             "audit": [dict(e) for e in write.audit], "audit_ttl": ttls.audit_s, "audit_max": ttls.audit_max_entries,
             "messages": len(write.messages), "tickets": len(tickets),
             "ticket_ttl": ttls.interrupt_s + ttls.claim_margin_s, "release": write.release_lease or False,
             "owner": write.lease_owner or False,
         }
-        shard = shard_of(run.thread_id)  # one hash slot for every key (see state.keys)
         keys = [k.transcript(run.thread_id), k.run(run.run_id), k.thread_run(run.thread_id), k.index(shard, "paused"),
                 k.index(shard, "active"), k.stats(shard, hour_now()), k.audit(shard), k.cancel(run.run_id),
                 k.run_trace(run.run_id), k.lease(run.thread_id), k.index(shard, "unshown"),
                 *(k.token(t.pending.token) for t in tickets)]
-        args: list[Any] = [json.dumps(header, ensure_ascii=False, separators=(",", ":")),
-                           commit_id + dump_run(run, with_trace=fold), *(dump_message(m) for m in write.messages),
+        args: list[Any] = [commit_id + dump_run(run, with_trace=fold), *(dump_message(m) for m in write.messages),
                            *(dump_entry(e) for e in trace),
                            *(t.model_dump_json() for t in tickets)]
-        length = await retried(f"saving run {run.run_id}", self.outage_grace_s,
-                               lambda: self._commit(keys=keys, args=args))
+        attempts = itertools.count()
+
+        def attempt() -> Any:  # only a retry (the reply to an earlier attempt was lost) checks it was applied
+            check = {"check": next(attempts) > 0}
+            return self._commit(keys=keys, args=[json.dumps(header | check, ensure_ascii=False,
+                                                            separators=(",", ":")), *args])
+
+        try:
+            length = await retried(f"saving run {run.run_id}", self.outage_grace_s, attempt)
+        except BaseException:
+            self.counter.counts.restore(shard, counted)  # not saved: they go with a later write
+            raise
+        await self.counter.flush(due_only=True)
         if write.messages:
             self._cache_append(run.thread_id, write.messages, int(length))
 
@@ -310,8 +335,11 @@ class RedisStore:
         async with guard("reading the run index"):
             pipe = self.client.pipeline(transaction=False)
             for shard in all_shards():
+                if index == "unshown":  # trimmed here, not in every commit: runs nobody showed for an hour go
+                    pipe.zremrangebyscore(self.keys.index(shard, index), "-inf", time.time() - UNSHOWN_KEEP_S)
                 pipe.zrangebyscore(self.keys.index(shard, index), "-inf", before, withscores=True)
-            shards: list[list[tuple[Any, float]]] = await pipe.execute()
+            replies: list[Any] = await pipe.execute()
+        shards: list[list[tuple[Any, float]]] = replies[1::2] if index == "unshown" else replies
         found = sorted(((float(score), str(text(m))) for rows in shards for m, score in rows))
         return [run_id for _, run_id in found]
 
@@ -343,24 +371,10 @@ class RedisStore:
         return entries[:count]
 
     async def tally(self, thread_id: str, name: str) -> None:
-        key = self.keys.stats(shard_of(thread_id), hour_now())
-        async with guard("counting"):
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hincrby(key, name, 1)
-            pipe.expire(key, self.ttls.stats_s)
-            await pipe.execute()
+        await self.counter.tally(thread_id, name)
 
     async def stats(self, window_s: int) -> Stats:
-        now = hour_now()
-        hours = range(now - max(window_s // 3600, 1) + 1, now + 1)
-        async with guard("reading stats"):
-            pipe = self.client.pipeline(transaction=False)
-            for hour in hours:
-                for shard in all_shards():
-                    pipe.hgetall(self.keys.stats(shard, hour))
-                pipe.hgetall(self.keys.legacy(f"stats:{hour}"))
-            buckets: list[dict[str, Any]] = await pipe.execute()
-        return merge_stats(buckets, window_s)
+        return await self.counter.stats(window_s)
 
 
 def _entry_order(entry_id: Any) -> tuple[int, int]:

@@ -49,6 +49,9 @@ class Write:
     """The thread lease's owner, when this is the turn's last write: the lease goes with it (no extra trip)."""
     lease_owner: str | None = None
     """Who writes: refused (:class:`state.store_errors.LeaseLost`) if another owner holds the thread's lease."""
+    was: str | None = None
+    """The status the store holds before this write ("": a new run, nothing stored); None: not known, so every
+    index is brought up to date. Known, a write touches only the indexes the run leaves or joins."""
 
     def tickets(self) -> list[Ticket]:
         """What each new token opens, stored beside it so a click needs one read."""

@@ -68,6 +68,7 @@ async def test_every_key_has_a_ttl_and_the_transcript_only_grows(store: RedisSto
     paused = await h.engine.ask("t", "restart in prod")
     await store.meta.first_time("evt")
     await h.engine.resume_token(paused.pending[0].token, Confirm(), by="U2")
+    await store.stats(3600)  # the hour's counts reach Redis with a later commit, when read, or at close
 
     keys = [k async for k in store.client.scan_iter(match=f"{prefix}:*")]
     kinds = {_kind(k) for k in keys}

@@ -29,6 +29,7 @@ async def test_two_fronts_two_workers_and_a_duplicate_delivery_make_one_run(redi
                                    for m in slack.thread(CHANNEL, "40.1") if "step" not in all_text(m)))
         for ws in everyone:
             await ws.settle()
+            await ws.store.stats(3600)  # its own counts reach Redis (else within seconds, or when it closes)
         assert (await fronts[0].store.stats(3600)).runs == 1
         assert not any(f.service.core.bus.busy() or f.service.inbound.tasks.busy() for f in fronts)
         bot = [m for m in slack.thread(CHANNEL, "40.1") if m.get("bot")]
@@ -72,6 +73,7 @@ async def test_a_worker_that_dies_mid_run_is_taken_over_by_another(redis_url: st
             assert probe.count("blocker") == 1
             progress = " ".join(all_text(m) for m in slack.thread(CHANNEL, "41.1"))
             assert "blocker" in progress and "Interrupted by a restart" in progress  # its line is closed
+            await second.store.stats(3600)  # its own counts reach Redis (else within seconds, or when it closes)
             assert (await front.store.stats(3600)).runs == 1
         finally:
             await second.stop()

@@ -97,7 +97,7 @@ class Engine:
                 record = RunRecord(run_id=new_run_id(thread_id), thread_id=thread_id, user_id=user_id,
                                    text=preview(redact(text)), created_at=now, updated_at=now, unattended=unattended)
                 # The transcript as it is now (a run closed out above appended to it).
-                run = self._run(record, lease)
+                run = Run(self.deps, record, lease.transcript, self._memo(record.thread_id), lease, stored=False)
                 run.count("runs")
                 run.emit(RunStarted, user_id=user_id, text=text)
             run.record.status, run.record.request_id = "running", request_id

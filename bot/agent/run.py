@@ -68,7 +68,7 @@ def redacted(message: AssistantMessage) -> AssistantMessage:
 
 class Run:
     def __init__(self, deps: RunDeps, record: RunRecord, transcript: list[Message],
-                 memo: ThreadMemo | None = None, lease: Lease | None = None) -> None:
+                 memo: ThreadMemo | None = None, lease: Lease | None = None, *, stored: bool = True) -> None:
         self.deps = deps
         self.record = record
         self.transcript = transcript
@@ -86,7 +86,7 @@ class Run:
         self._segment_start = time.monotonic()
         # Kept as the transcript grows, so a step costs the same early and late in a long thread.
         self.memo = memo if memo is not None and len(memo.sizes) <= len(transcript) else ThreadMemo([])
-        self._committed_status: str | None = None
+        self._committed_status: str = record.status if stored else ""  # as stored ("": a run being made)
         self._turn_start = next((i for i in range(len(transcript) - 1, -1, -1)
                                  if isinstance(transcript[i], UserMessage)), 0)
 
@@ -136,13 +136,13 @@ class Run:
         self.record.active_ms += (now - self._segment_start) * 1000
         self._segment_start = now
         self.record.updated_at = time.time()
-        release = self.lease.release_by(final) if self.lease is not None else None
+        release, owner = (self.lease.release_by(final), self.lease.owner) if self.lease is not None else (None, None)
         changed = self.record.status != self._committed_status
         # Counters reach the hour's stats when the turn pauses or ends: fewer Redis commands per step.
         counted, self._counters = (dict(self._counters), Counter()) if final or changed else ({}, self._counters)
         write = Write(run=self.record, messages=self._messages, counters=counted, new_tokens=self._tokens,
                       audit=self._audit, trace=self.record.unsaved_trace(), status_changed=changed,
-                      release_lease=release, lease_owner=self.lease.owner if self.lease is not None else None)
+                      release_lease=release, lease_owner=owner, was=self._committed_status)
         self._messages, self._tokens, self._audit = [], [], []
         self._committed_status = self.record.status
         # A Stop arriving meanwhile waits for this write: what it sent must not be sent twice, nor half.

@@ -23,7 +23,7 @@ from bot.demo.block_limits import Fault, block_problems
 from bot.demo.canvases import CanvasMethods
 from bot.demo.channels import ChannelMethods
 from bot.demo.local_server import LocalServer
-from bot.demo.responses import ResponseMethods
+from bot.demo.response_urls import ResponseMethods
 from bot.demo.stream_api import STREAM_METHODS, TIERS, StreamMethods
 from bot.demo.views import ViewMethods
 from bot.demo.webhooks import WebhookMethods

@@ -19,6 +19,7 @@ from bot.agent.events import Event, PendingView, ToolResultEvent
 from bot.agent.fallback import Fallback
 from bot.slack.followups.buttons import recheck_button
 from bot.slack.inbound.access import AccessPolicy
+from bot.slack.inbound.receipt import Receipt
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.audit import audit_line, ran_a_change
 from bot.slack.outbound.outbox import SlackOutbox
@@ -181,6 +182,8 @@ class Renderer:
         await self.meta.put(CARD, token, {"decided": outcome})  # even before the card exists: see _post_card
         if not card.get("channel"):
             return
+        if (receipt := Receipt.of(token)) is not None:
+            await receipt.hold()  # the click's receipt on its way (the store was slow) lands before the outcome
         await self.outbox.message(f"card:{token}", card["channel"], card.get("thread_ts"), outcome,
                                   kit.decided_card(card.get("summary", ""), outcome),
                                   response_url=card.get("response_url", ""))

@@ -355,7 +355,8 @@ class Inbound:
             await self._refuse(channel, user, verdict, thread_ts)
             return False
         await receipt.hold()  # a receipt on its way lands before the worker's close
-        await self.dispatch(answer.model_copy(update={"response_url": receipt.url}))
+        await self.dispatch(answer.model_copy(update={"response_url": receipt.url,
+                                                      "card": {"blocks": receipt.blocks, "text": receipt.text}}))
         return True
 
     async def _decision(self, action_id: str, ticket: Ticket, user: str, channel: str, thread_ts: str | None,

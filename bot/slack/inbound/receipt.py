@@ -6,6 +6,10 @@ which needs no Redis.
 Then, once the front knows: the decision recorded (queued for a worker), the receipt stays until the worker closes
 the card with the outcome; not recorded (refused, no longer pending, the store still away past its grace), the card
 is put back as it was — or as it ended — so a button never stays hidden for a decision nobody will make.
+
+The worker does the same around recording the decision (Redis may go away after the front queued it). Its receipt
+is registered under the card's token: the card's close (``render.close_card``, in the same process) waits for a
+receipt on its way, so the outcome always lands last.
 """
 
 from __future__ import annotations
@@ -24,19 +28,29 @@ log = logging.getLogger(__name__)
 SLOW_S = 1.5
 """How long a decision may take to be recorded before the card says the click arrived."""
 _TIMEOUT_S = 5.0
-_VERBS = {"opspilot_confirm": "confirm", "opspilot_decline": "cancel", "opspilot_submit": "submit"}
+_VERBS = {"opspilot_confirm": "confirm", "opspilot_decline": "cancel", "opspilot_submit": "submit",
+          "confirm": "confirm", "decline": "cancel", "submit": "submit"}
+_OPEN: dict[str, Receipt] = {}  # the worker's receipts by card token, until settled
 
 
 class Receipt:
     def __init__(self, response_url: str, message: dict[str, Any], user: str, action_id: str, *,
-                 language: str = "auto", after_s: float = SLOW_S) -> None:
-        self.url, self.user, self.action_id, self.language = response_url, user, action_id, language
+                 language: str = "auto", after_s: float = SLOW_S, token: str = "") -> None:
+        """``message``: the card as clicked (its blocks and text); ``token``: the card's, to register under."""
+        self.url, self.user, self.action_id, self.language, self.token = response_url, user, action_id, language, token
         self.blocks: list[kit.Block] = list(message.get("blocks") or [])
         self.text = str(message.get("text") or "")
         self.restore: list[kit.Block] | None = None
         """What the card shows if the decision is not recorded (None: as it was before the click)."""
         self._posting = asyncio.Event()  # a receipt went out (and may have landed, whatever its answer)
         self._task = asyncio.create_task(self._show(after_s)) if usable(response_url) and self.blocks else None
+        if token and self._task is not None:
+            _OPEN[token] = self
+
+    @staticmethod
+    def of(token: str) -> Receipt | None:
+        """The receipt this process may be showing on card ``token`` (its close must wait for it)."""
+        return _OPEN.get(token)
 
     async def _show(self, after_s: float) -> None:
         await asyncio.sleep(after_s)
@@ -61,8 +75,15 @@ class Receipt:
     async def settle(self, recorded: bool) -> None:
         """The click's work is over: ``recorded``, the worker closes the card; otherwise put it back."""
         await self.hold()
+        if _OPEN.get(self.token) is self:
+            del _OPEN[self.token]
         if not recorded and self._posting.is_set():
             await self._post(self.restore or self.blocks, self.text or "OpsPilot")
+
+    @property
+    def shown(self) -> bool:
+        """Whether a receipt went out (it may then need putting back)."""
+        return self._posting.is_set()
 
     async def _post(self, blocks: list[kit.Block], text: str) -> None:
         for attempt in range(3):

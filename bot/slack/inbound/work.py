@@ -8,10 +8,11 @@ their run's state — a queue entry whose worker died is simply done again by an
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -26,6 +27,7 @@ from bot.agent.engine_errors import (
     ResumeRefused,
     ThreadBusy,
 )
+from bot.slack.inbound.receipt import Receipt
 from bot.slack.inbound.thread_reader import ThreadReader
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.counters import Metrics
@@ -69,6 +71,8 @@ class Answer(_Item):
     reason: str = ""
     response_url: str = ""
     """The click's: its card is closed through it (see :mod:`bot.slack.outbound.responses`)."""
+    card: dict[str, Any] = Field(default_factory=dict)
+    """The card as clicked (blocks, text): a receipt on it while recording waits for the store."""
 
     def to_decision(self) -> Decision:
         if self.decision == "confirm":
@@ -245,6 +249,21 @@ class Executor:
         return (await self.meta.get(THREAD, thread_key(item.channel, item.thread_ts))).get("lang") or "en"
 
     async def _answer(self, item: Answer) -> None:
+        token = item.ticket.pending.token
+        receipt = Receipt(item.response_url, item.card, item.user, item.decision, language=self.language, token=token)
+        recorded = False
+        try:
+            recorded = await self._record(item, receipt)
+        finally:
+            if not recorded and receipt.shown:  # put back as it ended (answered by another click), if it did
+                with contextlib.suppress(StoreError):
+                    card = await self.meta.get(CARD, token)
+                    if card.get("decided") and card.get("summary"):
+                        receipt.restore = kit.decided_card(card["summary"], card["decided"])
+            await receipt.settle(recorded)
+
+    async def _record(self, item: Answer, receipt: Receipt) -> bool:
+        """Record the decision (the card closes as its event is shown); False when it was not recorded."""
         ticket, decision = item.ticket, item.to_decision()
         if usable(item.response_url):  # read when its card closes (render.close_card), on this instance
             await self.meta.put(CARD, ticket.pending.token, {"response_url": item.response_url})
@@ -252,6 +271,7 @@ class Executor:
             await self.engine.answer(ticket, decision, by=item.user)
             self.metrics.inc("opspilot_interrupts_resolved_total", how=type(decision).__name__.lower())
             await self._siblings(item)
+            return True
         except AlreadyHandled as exc:
             if exc.holder == item.user:  # redelivered after its worker died: finish what it left
                 await self._siblings(item)
@@ -277,4 +297,7 @@ class Executor:
                 problem = say(lang, "form_invalid", problem=problem if lang == "en" else f"`{problem}`")
                 form = kit.params_form(token, pending.reason, pending.payload, error=problem, lang=lang,
                                        subject=kit.form_subject([pending.call.name], pending.arguments, lang))
+                await receipt.hold()  # a receipt on its way lands before the form it gives way to
                 await self.outbox.message(f"card:{token}", card["channel"], card.get("thread_ts"), problem, form)
+                return True
+        return False

@@ -1,0 +1,29 @@
+"""The hour's counters wait a few seconds in process and ride along with a later commit (issue 39: one HINCRBY per
+counter per run was a third of a step's Redis commands); runs are counted at once; nothing is lost on a failed
+write, and a reader sees its own process's counts."""
+
+from __future__ import annotations
+
+from bot.agent.models.scripted import ScriptedModel, reply
+from state import RedisStore
+from state.counts import Counts
+from tests.conftest import make_harness
+
+
+def test_counts_wait_then_ride_with_a_commit_and_runs_never_wait() -> None:
+    counts = Counts(every_s=0.0)
+    assert counts.add("s1", {"runs": 1, "steps": 2}) == {"runs": 1, "steps": 2}  # due at once with every_s 0
+    waiting = Counts(every_s=3600)
+    assert waiting.add("s1", {"runs": 1, "steps": 2}) == {"runs": 1}  # the run itself is counted by this write
+    assert waiting.add("s1", {"steps": 1, "tool_calls": 3}) == {}
+    assert waiting.add("s2", {"steps": 5}) == {}  # shards wait apart (each commit touches its own slot)
+    waiting.restore("s1", {"runs": 1})  # a write that failed gives its counts back
+    assert waiting.take("s1") == {"steps": 3, "tool_calls": 3, "runs": 1} and waiting.shards() == ["s2"]
+
+
+async def test_a_reader_sees_its_own_process_counts(store: RedisStore) -> None:
+    h = make_harness(ScriptedModel([reply("one"), reply("two")]), store)
+    await h.engine.ask("t1", "first?")
+    await h.engine.ask("t1", "second?")
+    stats = await store.stats(3600)
+    assert stats.runs == 2 and stats.get("steps") == 2
