@@ -10,8 +10,13 @@ import pytest
 from bot.demo.sender import block_action
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
+from bot.slack.outbound import blocks as kit
+from bot.slack.outbound.counters import Metrics
+from bot.slack.outbound.streams import Streams
+from state import RedisStore
 from tests.conftest import until
 from tests.slack_harness import CHANNEL, Workspace
+from tests.test_pacer import _outbox, _say, _ts
 from tests.test_slack import ask_restart, ws  # noqa: F401  (the fixture)
 
 
@@ -57,3 +62,29 @@ async def test_a_click_without_a_response_url_closes_its_card_as_before(ws: Work
     await ws.sender.action(_click(ws.slack, card, url=False))
     await ws.settle()
     assert _closed(ws.slack, card) and ws.slack.responses == []
+
+
+async def test_a_card_closes_while_its_threads_stream_keeps_failing(store: RedisStore, slack: FakeSlack) -> None:
+    """The run's progress, streamed, meets Slack's failures and backs off (up to half a minute); a card edited
+    through its click's response URL does not wait behind it (the soak's slowest cards did: 20–39 s)."""
+    outbox = _outbox(store, slack, posts_per_second=50, updates_per_minute=600)
+    outbox.sender.streams = outbox.streams = Streams(client=outbox.client, pacer=outbox.pacer, metrics=Metrics(),
+                                                     mode="stream")
+    task = {"id": "c1", "title": "search_docs", "status": "in_progress"}
+    slack.post_as_user("C1", "UREQ", "how is payments?", ts="9.1")  # the thread the run streams in
+    try:
+        await outbox.stream("progress:r1", "C1", "9.1", recipient="UREQ", text="step 1", blocks=[kit.mrkdwn("1")],
+                            tasks=[task])
+        await _say(outbox, "card:t1", "C1", "9.1", "Confirm restarting payments?")
+        await until(lambda: bool(slack.called("chat.startStream")) and len(slack.called("chat.postMessage")) == 1)
+        card_ts = str(await _ts(store, "C1:9.1", "card:t1"))
+        slack.fault("error", "chat.appendStream")
+        await outbox.stream("progress:r1", "C1", "9.1", recipient="UREQ", text="step 2", blocks=[kit.mrkdwn("2")],
+                            tasks=[{**task, "status": "complete"}])
+        await until(lambda: len(slack.called("chat.appendStream")) >= 3, 20)  # failing, and backing off
+        decided = kit.decided_card("restart payments", "Confirmed by <@UBOB>")
+        await outbox.message("card:t1", "C1", "9.1", "Confirmed by <@UBOB>", decided,
+                             response_url=slack.response_url("C1", card_ts))
+        await until(lambda: "Confirmed by" in all_text(slack.messages[("C1", card_ts)]), 10)
+    finally:
+        await outbox.stop()

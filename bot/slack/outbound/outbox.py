@@ -256,12 +256,14 @@ class SlackOutbox:
 
     async def _deliver_records(self, thread: str) -> float:
         """Send what is undelivered, posts strictly in order; returns when to come back if anything is left. A
-        failed edit holds back later chat.update edits only: posts, and a card edited through its click's response
-        URL, go on (a progress edit meeting a 429 must not keep a clicked card open)."""
-        retry_at, sent, failed = float("inf"), False, False
+        failed edit holds back later chat.update edits only; a failed post (or stream) everything after it but a
+        card edited through its click's response URL (a progress edit meeting a 429, or an answer's post backing
+        off while Slack fails, must not keep a clicked card open)."""
+        retry_at, sent, failed, post_failed = float("inf"), False, False, False
         skip: set[str] = set()
         for record in await self.store.records(thread):
-            if not record.dirty or record.key in skip or (failed and plain_edit(record)):
+            if not record.dirty or record.key in skip or (failed and plain_edit(record)) or \
+                    (post_failed and not (record.get("ts") and record.get("response_url"))):
                 continue
             if record.get("kind") == "stream" and record.get("fallback") and record.get("final"):
                 await self.sender.put_then(thread, record)  # the answer never waits behind the edit's budget
@@ -281,9 +283,8 @@ class SlackOutbox:
                 backoff = min(2 ** failures * 0.25, cap) * (0.75 + random.random() / 2)
                 self.metrics.inc("opspilot_outbox_retries_total")
                 retry_at = min(retry_at, time.time() + (retry.after_s if retry.after_s is not None else backoff))
-                if not plain_edit(record) and not record.get("response_url"):
-                    return retry_at  # a post (or a stream): what follows waits for it
                 failed = True
+                post_failed = post_failed or not (plain_edit(record) or record.get("response_url"))
         if failed:
             return retry_at
         self._failures.pop(thread, None)
