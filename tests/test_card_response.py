@@ -5,6 +5,8 @@ cannot serve (used, expired, failing) falls back to chat.update, and the card cl
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from bot.demo.sender import block_action
@@ -86,5 +88,26 @@ async def test_a_card_closes_while_its_threads_stream_keeps_failing(store: Redis
         await outbox.message("card:t1", "C1", "9.1", "Confirmed by <@UBOB>", decided,
                              response_url=slack.response_url("C1", card_ts))
         await until(lambda: "Confirmed by" in all_text(slack.messages[("C1", card_ts)]), 10)
+    finally:
+        await outbox.stop()
+
+
+async def test_a_card_closes_at_once_though_a_dead_process_holds_its_thread(store: RedisStore,
+                                                                            slack: FakeSlack) -> None:
+    """The process that delivered the thread was killed holding its outbox lease (20 s): the clicked card is edited
+    at once by whoever closes it, through its response URL, and its record is marked sent."""
+    outbox = _outbox(store, slack, posts_per_second=50, updates_per_minute=600)
+    try:
+        await _say(outbox, "card:t1", "C1", "9.1", "Confirm restarting payments?")
+        await until(lambda: len(slack.called("chat.postMessage")) == 1)
+        card_ts = str(await _ts(store, "C1:9.1", "card:t1"))
+        assert await store.outbox.lease("C1:9.1", "a-process-killed-9", 20_000)
+        decided = kit.decided_card("restart payments", "Confirmed by <@UBOB>")
+        await outbox.message("card:t1", "C1", "9.1", "Confirmed by <@UBOB>", decided,
+                             response_url=slack.response_url("C1", card_ts))
+        await until(lambda: "Confirmed by" in all_text(slack.messages[("C1", card_ts)]), 5)
+        await until(lambda: len(slack.responses) == 1, 5)
+        await asyncio.sleep(0.3)
+        assert not [r for r in await store.outbox.records("C1:9.1") if r.dirty]  # nothing left to send
     finally:
         await outbox.stop()

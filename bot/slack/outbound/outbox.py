@@ -32,7 +32,7 @@ from bot.slack.outbound.landed import METADATA_TYPE as METADATA_TYPE  # where hi
 from bot.slack.outbound.outgoing import message_fields as _message
 from bot.slack.outbound.outgoing import redact, redact_blocks
 from bot.slack.outbound.pacer import Pacer, first_in_line, low_priority
-from bot.slack.outbound.responses import usable
+from bot.slack.outbound.responses import ResponseFailed, post_response, usable
 from bot.slack.outbound.sending import Retry, Sender, plain_edit
 from bot.slack.outbound.streams import Streams, control_key
 from bot.slack.outbound.words import say
@@ -64,6 +64,7 @@ class SlackOutbox:
         self._task: asyncio.Task[None] | None = None
         self._failures: dict[str, int] = {}
         self._busy: dict[str, asyncio.Task[None]] = {}
+        self._direct: set[asyncio.Task[None]] = set()  # clicked cards edited at once
         self._stopping = False
 
     # --- what front ends call ------------------------------------------------------------------------
@@ -74,9 +75,28 @@ class SlackOutbox:
         Everything that reaches Slack (and the outbox in Redis) is redacted here, whatever composed it.
         ``response_url``: a click's on this message, to edit it through (see :mod:`.responses`)."""
         fields = _message(channel, thread_ts, text, blocks)
-        if usable(response_url):
-            fields |= {"response_url": response_url, "response_tries": 0}
-        await self._put(channel, thread_ts, key, fields)
+        if not usable(response_url):
+            await self._put(channel, thread_ts, key, fields)
+            return
+        fields |= {"response_url": response_url, "response_tries": 0}
+        version = await self._put(channel, thread_ts, key, fields, direct=False)
+        # A clicked card goes at once, from here, not behind its thread's delivery (which another process may hold,
+        # or have died holding, for its lease's 20 s). The edit is idempotent: the outbox may send it again.
+        task = asyncio.create_task(self._in_place_now(f"{channel}:{thread_ts or '-'}", key, version, fields))
+        self._direct.add(task)
+        task.add_done_callback(self._direct.discard)
+
+    async def _in_place_now(self, thread: str, key: str, version: int | None, fields: dict[str, Any]) -> None:
+        try:
+            await post_response(fields["response_url"], {"replace_original": True, "text": fields["text"],
+                                                         "blocks": json.loads(fields["blocks"] or "[]")},
+                                session=self.client.session, timeout_s=float(self.client.timeout))
+        except ResponseFailed as exc:
+            log.debug("%s: its response URL did not take it at once (%s): the outbox goes on", key, exc.error)
+            return
+        if version is not None:
+            with contextlib.suppress(StoreError):
+                await self.store.patch(thread, key, {"sent_at": time.time()}, delivered=version)
 
     async def stream(self, key: str, channel: str, thread_ts: str, *, recipient: str | None, text: str,
                      blocks: list[kit.Block], tasks: list[dict[str, Any]], plan: str = "",
@@ -143,18 +163,24 @@ class SlackOutbox:
             return None, "unavailable"
         return str(answer["ts"]), ""
 
-    async def _put(self, channel: str, thread_ts: str | None, key: str, fields: dict[str, Any]) -> None:
+    async def _put(self, channel: str, thread_ts: str | None, key: str, fields: dict[str, Any], *,
+                   direct: bool = True) -> int | None:
+        """Record it; its version, or None when the store is down (then, with ``direct``, one attempt now)."""
         try:
-            await self.store.put(f"{channel}:{thread_ts or '-'}", key, fields, due=time.time(),
-                                 urgent=not low_priority(key))  # a card need not wait out a progress edit's turn
+            version = await self.store.put(f"{channel}:{thread_ts or '-'}", key, fields, due=time.time(),
+                                           urgent=not low_priority(key))  # a card need not wait out a progress edit
         except StoreError as exc:
+            if not direct:  # a clicked card: edited through its response URL, which needs no store
+                log.warning("outbox unavailable (%s): %s edited through its response URL only", exc, key)
+                return None
             # The store is down, so this cannot be kept for later: one direct attempt (typically the very
             # message that tells the user the store is down).
             log.warning("outbox unavailable (%s): sending %s directly, once", exc, key)
             with contextlib.suppress(Retry):
                 await self._send_direct(fields)
-            return
+            return None
         self._wake.set()
+        return version
 
     async def _send_direct(self, f: dict[str, Any]) -> None:
         blocks = json.loads(f["blocks"]) if f.get("blocks") else None
@@ -180,7 +206,7 @@ class SlackOutbox:
         self._wake.set()
         if self._task is not None and not (await asyncio.wait({self._task}, timeout=5))[0]:
             self._task.cancel()
-        for task in [self._task, *self._busy.values()]:
+        for task in [self._task, *self._busy.values(), *self._direct]:
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
