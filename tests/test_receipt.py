@@ -10,7 +10,9 @@ from bot.demo.workspace import LocalSlack, all_text, buttons
 from bot.slack.inbound.receipt import Receipt
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.responses import post_response
-from tests.conftest import until
+from state import RedisStore, connect
+from state.meta_store import MemoryMeta
+from tests.conftest import free_port, until
 
 
 def _card(slack: LocalSlack) -> dict:
@@ -54,3 +56,43 @@ async def test_a_decision_never_recorded_gets_the_card_back(slack: LocalSlack) -
     await receipt.settle(False)
     back = slack.messages[("C1", card["ts"])]
     assert [b["action_id"] for b in buttons(back)] == ["opspilot_confirm", "opspilot_decline"]
+
+
+async def test_queued_but_not_read_while_redis_is_away_the_front_shows_the_receipt(slack: LocalSlack) -> None:
+    """The front queued the decision, then Redis went away before a worker read it: nobody is recording it, so
+    nobody else would say the click arrived. The front does, once the card has not closed in time."""
+    card = _card(slack)
+    away = RedisStore(connect(f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.2), outage_grace_s=0.2)
+    receipt = Receipt(slack.response_url("C1", card["ts"]), card, "UBOB", "opspilot_confirm", after_s=0.05)
+    await receipt.hold()  # the decision is queued at once: the front's own wait is over
+    receipt.follow(away.meta, "tok-1", grace_s=1.0)
+    await until(lambda: ":inbox_tray:" in all_text(slack.messages[("C1", card["ts"])]), 10)
+    assert buttons(slack.messages[("C1", card["ts"])]) == []
+    await away.close()
+
+
+class _Record(MemoryMeta):
+    """The card's record as the front reads it: not decided at its first look, then the worker's decision (its
+    close was sent between the front's look and its receipt, so it landed first)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.looks = 0
+
+    async def get(self, kind: str, key: str) -> dict[str, str]:
+        self.looks += 1
+        if self.looks == 1:
+            return {}
+        return {"decided": "Confirmed by <@UBOB>", "summary": "*Confirmation* — restart payments"}
+
+
+async def test_a_close_that_landed_before_the_receipt_is_put_back_on_top(slack: LocalSlack) -> None:
+    card = _card(slack)
+    receipt = Receipt(slack.response_url("C1", card["ts"]), card, "UBOB", "opspilot_confirm", after_s=0.05)
+    await receipt.hold()
+    record = _Record()
+    receipt.follow(record, "tok-1", grace_s=10.0)
+    await until(lambda: record.looks >= 2 and "Confirmed by" in all_text(slack.messages[("C1", card["ts"])]), 10)
+    now = slack.messages[("C1", card["ts"])]
+    assert ":inbox_tray:" not in all_text(now) and buttons(now) == []
+    assert [":inbox_tray:" in r["text"] for r in slack.responses] == [True, False]  # the receipt, then the close

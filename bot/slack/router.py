@@ -357,6 +357,7 @@ class Inbound:
         await receipt.hold()  # a receipt on its way lands before the worker's close
         await self.dispatch(answer.model_copy(update={"response_url": receipt.url,
                                                       "card": {"blocks": receipt.blocks, "text": receipt.text}}))
+        receipt.follow(self.meta, token)  # queued: a receipt if no worker closes it soon
         return True
 
     async def _decision(self, action_id: str, ticket: Ticket, user: str, channel: str, thread_ts: str | None,

@@ -10,6 +10,10 @@ is put back as it was — or as it ended — so a button never stays hidden for 
 The worker does the same around recording the decision (Redis may go away after the front queued it). Its receipt
 is registered under the card's token: the card's close (``render.close_card``, in the same process) waits for a
 receipt on its way, so the outcome always lands last.
+
+Between the two (queued, not yet read by a worker: Redis went away meanwhile) the front follows the click
+(:meth:`Receipt.follow`): if the card has not closed 1.5 s after the click, the receipt goes out; a close that
+landed first is put back on top once the store says how the card ended.
 """
 
 from __future__ import annotations
@@ -17,11 +21,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.responses import ResponseFailed, post_response, usable
+from bot.slack.outbound.thread_meta import CARD
 from bot.slack.outbound.words import language_of, say
+from state.store import MetaStore
+from state.store_errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +39,10 @@ _TIMEOUT_S = 5.0
 _VERBS = {"opspilot_confirm": "confirm", "opspilot_decline": "cancel", "opspilot_submit": "submit",
           "confirm": "confirm", "decline": "cancel", "submit": "submit"}
 _OPEN: dict[str, Receipt] = {}  # the worker's receipts by card token, until settled
+_FOLLOWING: set[asyncio.Task[None]] = set()
+FOLLOW_S = 120.0
+"""How long the front looks for how a card it put a receipt on ended (beyond any outage the store waits out)."""
+_LOOK_S = 1.0  # how long a look at the card's record may take before the store counts as away
 
 
 class Receipt:
@@ -43,6 +55,7 @@ class Receipt:
         self.restore: list[kit.Block] | None = None
         """What the card shows if the decision is not recorded (None: as it was before the click)."""
         self._posting = asyncio.Event()  # a receipt went out (and may have landed, whatever its answer)
+        self._at = time.monotonic() + after_s
         self._task = asyncio.create_task(self._show(after_s)) if usable(response_url) and self.blocks else None
         if token and self._task is not None:
             _OPEN[token] = self
@@ -54,13 +67,38 @@ class Receipt:
 
     async def _show(self, after_s: float) -> None:
         await asyncio.sleep(after_s)
+        self._posting.set()
+        await self._post(*self._receipt())
+
+    def _receipt(self) -> tuple[list[kit.Block], str]:
         everything = " ".join(str((b.get("text") or {}).get("text") or "") for b in self.blocks)
         lang = language_of(everything, self.language)
         note = say(lang, "click_received", who=f"<@{self.user}>",
                    what=say(lang, _VERBS.get(self.action_id, "confirm")))
-        blocks = [b for b in self.blocks if b.get("type") not in ("actions", "input")] + [kit.context(note)]
+        return [b for b in self.blocks if b.get("type") not in ("actions", "input")] + [kit.context(note)], note
+
+    def follow(self, meta: MetaStore, token: str, grace_s: float = FOLLOW_S) -> None:
+        """After the decision was queued (the front): the receipt, if the card has not closed by its time."""
+        if self._task is None or self._posting.is_set():
+            return  # no URL, or the receipt is out already (and landed before the decision was queued)
+        task = asyncio.create_task(self._follow(meta, token, grace_s))
+        _FOLLOWING.add(task)
+        task.add_done_callback(_FOLLOWING.discard)
+
+    async def _follow(self, meta: MetaStore, token: str, grace_s: float) -> None:
+        await asyncio.sleep(max(self._at - time.monotonic(), 0))
+        if await _ended(meta, token):
+            return  # closed already
         self._posting.set()
-        await self._post(blocks, note)
+        await self._post(*self._receipt())
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:  # the close may have landed before the receipt: look once it can be seen
+            ended = await _ended(meta, token)
+            if ended:
+                await self._post(*ended)
+            if ended is not None:
+                return
+            await asyncio.sleep(_LOOK_S)
 
     async def hold(self) -> None:
         """Before the decision is queued: a receipt not sent yet never will be, one on its way lands first (the
@@ -86,6 +124,7 @@ class Receipt:
         return self._posting.is_set()
 
     async def _post(self, blocks: list[kit.Block], text: str) -> None:
+        """Replace the clicked card (a few tries; a receipt that never lands is only a receipt missed)."""
         for attempt in range(3):
             try:
                 await post_response(self.url, {"replace_original": True, "text": text, "blocks": blocks},
@@ -96,3 +135,17 @@ class Receipt:
                     log.warning("a click's card could not be updated through its response URL: %s", exc.error)
                     return
                 await asyncio.sleep(0.5)
+
+
+async def _ended(meta: MetaStore, token: str) -> tuple[list[kit.Block], str] | tuple[()] | None:
+    """How card ``token`` ended, as its record says: its blocks and text; () while it has not; None when the store
+    does not answer in a second."""
+    try:
+        async with asyncio.timeout(_LOOK_S):
+            card = await meta.get(CARD, token)
+    except (StoreError, TimeoutError):
+        return None
+    decided = str(card.get("decided") or "")
+    if not decided:
+        return ()
+    return kit.decided_card(str(card.get("summary") or ""), decided), decided
