@@ -11,6 +11,9 @@ The worker does the same around recording the decision (Redis may go away after 
 is registered under the card's token: the card's close (``render.close_card``, in the same process) waits for a
 receipt on its way, so the outcome always lands last.
 
+(The "front" here is whoever handles the click: the process Slack sent it to, or in ``serve`` the worker that read
+the forwarded request; the decision then goes to the queue as its own work item.)
+
 Between the two (queued, not yet read by a worker: Redis went away meanwhile) the front follows the click
 (:meth:`Receipt.follow`): if the card has not closed 1.5 s after the click, the receipt goes out; a close that
 landed first is put back on top once the store says how the card ended.
