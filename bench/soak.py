@@ -130,10 +130,14 @@ class Soak:
                 "OPSPILOT_SLACK__UPDATES_PER_MINUTE": str(_updates_per_minute() * 0.9),
                 # questions by the hundred on purpose: no run limits
                 "OPSPILOT_SLACK__LIMITS__PER_PERSON": "0", "OPSPILOT_SLACK__LIMITS__PER_CHANNEL": "0"}
+        # SOAK_LOG=path keeps serve's log (the operator's view of the incident) for a run worth reading again.
+        where = os.environ.get("SOAK_LOG")
+        log = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if where else asyncio.subprocess.DEVNULL
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "bot.cli", "serve", "--workers", str(self.workers), env=env,
-            cwd=tempfile.mkdtemp(prefix="opspilot-soak-"), stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL)
+            cwd=tempfile.mkdtemp(prefix="opspilot-soak-"), stdout=asyncio.subprocess.DEVNULL, stderr=log)
+        if where:
+            os.close(log)  # the child has its own copy
         await self.ready()
 
     async def ready(self, timeout_s: float = 60.0) -> None:
