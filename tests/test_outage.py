@@ -136,17 +136,22 @@ async def test_an_outage_is_logged_once_then_a_summary_then_back(own_redis: OwnR
         await ws.stop()
 
 
-def test_the_outage_log_counts_and_times() -> None:
-    now = [0.0]
+def _logged(name: str, logger_name: str, now: list[float]) -> tuple[Outage, list[str]]:
+    """An :class:`Outage` on a fake clock (``now[0]``), and the lines its log says."""
     lines: list[str] = []
 
     class Collect(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
             lines.append(record.getMessage())
 
-    logger = logging.getLogger("test.outage")
+    logger = logging.getLogger(logger_name)
     logger.addHandler(Collect())
-    outage = Outage("Redis", logger=logger, clock=lambda: now[0])
+    return Outage(name, logger=logger, clock=lambda: now[0]), lines
+
+
+def test_the_outage_log_counts_and_times() -> None:
+    now = [0.0]
+    outage, lines = _logged("Redis", "test.outage", now)
     outage.ok()  # up and fine: nothing said
     for t in range(0, 150, 1):  # a failure a second for 150 s
         now[0] = float(t)
@@ -166,15 +171,7 @@ def test_failures_between_successes_are_a_blip_told_once_a_minute() -> None:
     """Slack failing 40 % of calls in an incident is degraded, not gone: one line a minute, not "unavailable" and
     "back after 0 s" for every failure (the soak's log had hundreds of them)."""
     now = [0.0]
-    lines: list[str] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            lines.append(record.getMessage())
-
-    logger = logging.getLogger("test.blips")
-    logger.addHandler(Collect())
-    outage = Outage("Slack", logger=logger, clock=lambda: now[0])
+    outage, lines = _logged("Slack", "test.blips", now)
     for t in range(0, 130):  # every second a call; every other one fails
         now[0] = float(t)
         outage.failed("chat.update: http_503") if t % 2 else outage.ok()

@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from bot.slack.outbound import blocks as kit
-from bot.slack.outbound.responses import ResponseFailed, post_response, usable
+from bot.slack.outbound.responses import ResponseFailed, replace_original, usable
 from bot.slack.outbound.thread_meta import CARD
 from bot.slack.outbound.words import language_of, say
 from state.store import MetaStore
@@ -90,13 +90,13 @@ class Receipt:
 
     async def _follow(self, meta: MetaStore, token: str, grace_s: float) -> None:
         await asyncio.sleep(max(self._at - time.monotonic(), 0))
-        if await _ended(meta, token):
+        if await ended_as(meta, token):
             return  # closed already
         self._posting.set()
         await self._post(*self._receipt())
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:  # the close may have landed before the receipt: look once it can be seen
-            ended = await _ended(meta, token)
+            ended = await ended_as(meta, token)
             if ended:
                 await self._post(*ended)
             if ended is not None:
@@ -130,8 +130,7 @@ class Receipt:
         """Replace the clicked card (a few tries; a receipt that never lands is only a receipt missed)."""
         for attempt in range(3):
             try:
-                await post_response(self.url, {"replace_original": True, "text": text, "blocks": blocks},
-                                    timeout_s=_TIMEOUT_S)
+                await replace_original(self.url, text, blocks, timeout_s=_TIMEOUT_S)
                 return
             except ResponseFailed as exc:
                 if not exc.transient or attempt == 2:
@@ -140,7 +139,7 @@ class Receipt:
                 await asyncio.sleep(0.5)
 
 
-async def _ended(meta: MetaStore, token: str) -> tuple[list[kit.Block], str] | tuple[()] | None:
+async def ended_as(meta: MetaStore, token: str) -> tuple[list[kit.Block], str] | tuple[()] | None:
     """How card ``token`` ended, as its record says: its blocks and text; () while it has not; None when the store
     does not answer in a second."""
     try:

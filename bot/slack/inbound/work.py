@@ -8,7 +8,6 @@ their run's state — a queue entry whose worker died is simply done again by an
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -27,7 +26,7 @@ from bot.agent.engine_errors import (
     ResumeRefused,
     ThreadBusy,
 )
-from bot.slack.inbound.receipt import Receipt
+from bot.slack.inbound.receipt import Receipt, ended_as
 from bot.slack.inbound.thread_reader import ThreadReader
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.counters import Metrics
@@ -255,11 +254,8 @@ class Executor:
         try:
             recorded = await self._record(item, receipt)
         finally:
-            if not recorded and receipt.shown:  # put back as it ended (answered by another click), if it did
-                with contextlib.suppress(StoreError):
-                    card = await self.meta.get(CARD, token)
-                    if card.get("decided") and card.get("summary"):
-                        receipt.restore = kit.decided_card(card["summary"], card["decided"])
+            if not recorded and receipt.shown and (ended := await ended_as(self.meta, token)):
+                receipt.restore = ended[0]  # put back as it ended (answered by another click), not as it was
             await receipt.settle(recorded)
 
     async def _record(self, item: Answer, receipt: Receipt) -> bool:

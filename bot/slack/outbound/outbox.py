@@ -32,7 +32,7 @@ from bot.slack.outbound.landed import METADATA_TYPE as METADATA_TYPE  # where hi
 from bot.slack.outbound.outgoing import message_fields as _message
 from bot.slack.outbound.outgoing import redact, redact_blocks
 from bot.slack.outbound.pacer import Pacer, first_in_line, low_priority
-from bot.slack.outbound.responses import ResponseFailed, post_response, usable
+from bot.slack.outbound.responses import ResponseFailed, replace_original, usable
 from bot.slack.outbound.sending import Retry, Sender, plain_edit
 from bot.slack.outbound.streams import Streams, control_key
 from bot.slack.outbound.words import say
@@ -88,9 +88,8 @@ class SlackOutbox:
 
     async def _in_place_now(self, thread: str, key: str, version: int | None, fields: dict[str, Any]) -> None:
         try:
-            await post_response(fields["response_url"], {"replace_original": True, "text": fields["text"],
-                                                         "blocks": json.loads(fields["blocks"] or "[]")},
-                                session=self.client.session, timeout_s=float(self.client.timeout))
+            await replace_original(fields["response_url"], fields["text"], json.loads(fields["blocks"] or "[]"),
+                                   session=self.client.session, timeout_s=float(self.client.timeout))
         except ResponseFailed as exc:
             log.debug("%s: its response URL did not take it at once (%s): the outbox goes on", key, exc.error)
             return

@@ -52,9 +52,8 @@ class InPlace:
         tries = int(f.get("response_tries") or 0)
         if tries < _TRIES:
             try:
-                await post_response(f["response_url"], {"replace_original": True, "text": f["text"],
-                                                        "blocks": blocks or []},
-                                    session=self.client.session, timeout_s=float(self.client.timeout))
+                await replace_original(f["response_url"], f["text"], blocks or [], session=self.client.session,
+                                       timeout_s=float(self.client.timeout))
                 self.slack.ok()
                 return True
             except ResponseFailed as exc:
@@ -92,6 +91,13 @@ async def post_response(url: str, payload: dict[str, Any], *, session: aiohttp.C
         answer_json = json.loads(body)
         if isinstance(answer_json, dict) and answer_json.get("ok") is False:
             raise ResponseFailed(str(answer_json.get("error") or "refused"), transient=False)
+
+
+async def replace_original(url: str, text: str, blocks: list[Block], *,
+                           session: aiohttp.ClientSession | None = None, timeout_s: float = 10.0) -> None:
+    """Edit the clicked message to ``text``/``blocks`` (idempotent: a retry after a lost reply does no harm)."""
+    await post_response(url, {"replace_original": True, "text": text, "blocks": blocks}, session=session,
+                        timeout_s=timeout_s)
 
 
 @contextlib.asynccontextmanager
