@@ -12,6 +12,7 @@ from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.responses import post_response
 from state import RedisStore, connect
 from state.meta_store import MemoryMeta
+from state.store_errors import StoreUnavailable
 from tests.conftest import free_port, until
 
 
@@ -72,27 +73,69 @@ async def test_queued_but_not_read_while_redis_is_away_the_front_shows_the_recei
 
 
 class _Record(MemoryMeta):
-    """The card's record as the front reads it: not decided at its first look, then the worker's decision (its
-    close was sent between the front's look and its receipt, so it landed first)."""
+    """The card's record as the front reads it: the store away for the first ``away`` looks, then what ``then``
+    says, one look each (the last one from then on)."""
 
-    def __init__(self) -> None:
+    def __init__(self, away: int, *then: dict[str, str]) -> None:
         super().__init__()
-        self.looks = 0
+        self.away, self.then, self.looks = away, list(then), 0
 
     async def get(self, kind: str, key: str) -> dict[str, str]:
         self.looks += 1
-        if self.looks == 1:
-            return {}
-        return {"decided": "Confirmed by <@UBOB>", "summary": "*Confirmation* — restart payments"}
+        if self.looks <= self.away:
+            raise StoreUnavailable("Redis unreachable")
+        return self.then[min(self.looks - self.away, len(self.then)) - 1]
+
+
+_DECIDED = {"decided": "Confirmed by <@UBOB>", "summary": "*Confirmation* — restart payments"}
 
 
 async def test_a_close_that_landed_before_the_receipt_is_put_back_on_top(slack: LocalSlack) -> None:
+    """The worker closed the card just before the store went away, and the receipt landed after its close: once
+    the store answers, the close goes back on top."""
     card = _card(slack)
     receipt = Receipt(slack.response_url("C1", card["ts"]), card, "UBOB", "opspilot_confirm", after_s=0.05)
     await receipt.hold()
-    record = _Record()
+    record = _Record(2, _DECIDED)
     receipt.follow(record, "tok-1", grace_s=10.0)
-    await until(lambda: record.looks >= 2 and "Confirmed by" in all_text(slack.messages[("C1", card["ts"])]), 10)
+    await until(lambda: record.looks >= 3 and len(slack.responses) == 2, 10)
     now = slack.messages[("C1", card["ts"])]
-    assert ":inbox_tray:" not in all_text(now) and buttons(now) == []
+    assert "Confirmed by" in all_text(now) and ":inbox_tray:" not in all_text(now) and buttons(now) == []
     assert [":inbox_tray:" in r["text"] for r in slack.responses] == [True, False]  # the receipt, then the close
+
+
+async def test_a_card_not_decided_when_the_store_is_back_gets_its_buttons_back(slack: LocalSlack) -> None:
+    """Not decided once the store answers: put back as it was (a worker on it closes it after; one that failed, a
+    form refused for a bad value, must not leave it without buttons)."""
+    card = _card(slack)
+    receipt = Receipt(slack.response_url("C1", card["ts"]), card, "UBOB", "opspilot_confirm", after_s=0.05)
+    await receipt.hold()
+    receipt.follow(_Record(2, {}), "tok-1", grace_s=10.0)
+    await until(lambda: len(slack.responses) == 2, 10)
+    assert [b["action_id"] for b in buttons(slack.messages[("C1", card["ts"])])] == ["opspilot_confirm",
+                                                                                    "opspilot_decline"]
+
+
+async def test_while_the_store_answers_the_front_shows_no_receipt(slack: LocalSlack) -> None:
+    """A worker on it closes the card, or says why not (its form refused, its work failed): a receipt from here
+    would hide the buttons with nobody left to bring them back."""
+    card = _card(slack)
+    receipt = Receipt(slack.response_url("C1", card["ts"]), card, "UBOB", "opspilot_submit", after_s=0.05)
+    await receipt.hold()
+    record = _Record(0, {})
+    receipt.follow(record, "tok-1", grace_s=10.0)
+    await until(lambda: record.looks >= 1, 5)
+    await asyncio.sleep(0.3)
+    assert slack.responses == [] and buttons(slack.messages[("C1", card["ts"])])
+
+
+async def test_a_close_sent_while_the_card_was_put_back_stays_on_top(slack: LocalSlack) -> None:
+    """Not decided at the look, decided just after (its close may land before our put-back): looked at again once
+    ours is in, the close goes back on top — the soak's small run once ended with a closed card showing Confirm."""
+    card = _card(slack)
+    receipt = Receipt(slack.response_url("C1", card["ts"]), card, "UBOB", "opspilot_confirm", after_s=0.05)
+    await receipt.hold()
+    receipt.follow(_Record(2, {}, _DECIDED), "tok-1", grace_s=10.0)
+    await until(lambda: len(slack.responses) == 3, 10)
+    now = slack.messages[("C1", card["ts"])]
+    assert "Confirmed by" in all_text(now) and buttons(now) == []

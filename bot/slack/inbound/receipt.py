@@ -15,8 +15,10 @@ receipt on its way, so the outcome always lands last.
 the forwarded request; the decision then goes to the queue as its own work item.)
 
 Between the two (queued, not yet read by a worker: Redis went away meanwhile) the front follows the click
-(:meth:`Receipt.follow`): if the card has not closed 1.5 s after the click, the receipt goes out; a close that
-landed first is put back on top once the store says how the card ended.
+(:meth:`Receipt.follow`): if the store does not answer 1.5 s after the click, the receipt goes out; once it answers,
+the card shows how it ended (a close that landed before the receipt goes back on top) or, not decided yet, is put
+back as it was — a worker on it closes it after, and one that failed must not leave it without its buttons (a form
+refused for a bad value, a work item that failed for good).
 """
 
 from __future__ import annotations
@@ -90,18 +92,16 @@ class Receipt:
 
     async def _follow(self, meta: MetaStore, token: str, grace_s: float) -> None:
         await asyncio.sleep(max(self._at - time.monotonic(), 0))
-        if await ended_as(meta, token):
-            return  # closed already
-        self._posting.set()
+        if await ended_as(meta, token) is not None:
+            return  # the store answers: the card is closed, or a worker closes it (or says why not)
+        self._posting.set()  # the store is away: nobody can record the decision now
         await self._post(*self._receipt())
         deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:  # the close may have landed before the receipt: look once it can be seen
-            ended = await ended_as(meta, token)
-            if ended:
-                await self._post(*ended)
-            if ended is not None:
-                return
-            await asyncio.sleep(_LOOK_S)
+        ended = await _answered(meta, token, deadline)
+        await self._post(*(ended or (self.blocks, self.text or "OpsPilot")))  # how it ended, or as it was
+        # Put back: a close sent since that look may have landed first. Look again, now that ours is in.
+        if ended == () and (again := await _answered(meta, token, deadline)):
+            await self._post(*again)
 
     async def hold(self) -> None:
         """Before the decision is queued: a receipt not sent yet never will be, one on its way lands first (the
@@ -137,6 +137,15 @@ class Receipt:
                     log.warning("a click's card could not be updated through its response URL: %s", exc.error)
                     return
                 await asyncio.sleep(0.5)
+
+
+async def _answered(meta: MetaStore, token: str, deadline: float) -> tuple[list[kit.Block], str] | tuple[()] | None:
+    """:func:`ended_as` once the store answers (None: not by ``deadline``)."""
+    while time.monotonic() < deadline:
+        await asyncio.sleep(_LOOK_S)
+        if (ended := await ended_as(meta, token)) is not None:
+            return ended
+    return None
 
 
 async def ended_as(meta: MetaStore, token: str) -> tuple[list[kit.Block], str] | tuple[()] | None:
