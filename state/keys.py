@@ -164,9 +164,11 @@ class Keys:
         """Who delivers a thread's messages right now (one deliverer at a time keeps them in order)."""
         return f"{self.prefix}:{{{shard_of(thread)}}}:outbox-lease:{thread}"
 
-    def queue(self) -> str:
-        """The work stream fronts add to and workers read (one consumer group)."""
-        return f"{self.prefix}:work"
+    def queue(self, lane: str = "work") -> str:
+        """A work stream fronts add to and workers read (one consumer group each). The quick lane is tagged with
+        the work stream's own name (which hashes as that untagged key does): one slot, so a worker reads both
+        lanes in one command, on a cluster too."""
+        return f"{self.prefix}:work" if lane == "work" else f"{{{self.prefix}:work}}:{lane}"
 
     def dead_letters(self) -> str:
         """Work items no worker could finish (a stream the operator reads). Its hash tag is the work stream's own

@@ -2,6 +2,11 @@
 a Redis Stream with one consumer group. An entry stays pending until its worker acknowledges it; a worker
 that dies leaves it pending, and another claims it once it has been idle long enough. A worker still
 busy with an entry touches it, so a long run is never taken from a live worker.
+
+Two lanes, read in one command: ``work`` (questions, runs: long, claimed from a dead worker after a long idle)
+and ``quick`` (what a person just clicked or typed and watches for — a click, a command, a decision): touched
+often and claimed from a dead worker within seconds, so a killed worker never leaves a card waiting for the
+work lane's idle period.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ import asyncio
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from redis.exceptions import ResponseError
 
@@ -19,6 +24,8 @@ from state.guard import guard, retried, text
 from state.keys import Keys, Ttls
 
 GROUP = "workers"
+Lane = Literal["work", "quick"]
+LANES: tuple[Lane, ...] = ("quick", "work")  # the quick lane is read first
 # Reset an entry's idle time only while it is still this consumer's (never take back a reclaimed one).
 _TOUCH = """
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
@@ -72,6 +79,7 @@ class Entry:
     id: str
     body: str
     deliveries: int = 1
+    lane: Lane = "work"
 
 
 class RedisQueue:
@@ -80,7 +88,7 @@ class RedisQueue:
         self.client, self.keys, self.ttls, self.grace_s = client, keys, ttls, outage_grace_s
         self.max_length = max_length
         self._ready = False
-        self._cursor = "0-0"
+        self._cursors: dict[Lane, str] = {lane: "0-0" for lane in LANES}
         self._touch = client.register_script(_TOUCH)
         self._beat = client.register_script(_BEAT)
         self._readers = client.register_script(_READERS)
@@ -88,16 +96,17 @@ class RedisQueue:
     async def _group(self) -> None:
         if self._ready:
             return
-        try:
-            await self.client.xgroup_create(self.keys.queue(), GROUP, id="0", mkstream=True)
-            await self.client.expire(self.keys.queue(), self.ttls.thread_s)
-        except ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+        for lane in LANES:
+            try:
+                await self.client.xgroup_create(self.keys.queue(lane), GROUP, id="0", mkstream=True)
+                await self.client.expire(self.keys.queue(lane), self.ttls.thread_s)
+            except ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
         self._ready = True
 
-    async def put(self, body: str) -> str:
-        key = self.keys.queue()
+    async def put(self, body: str, *, lane: Lane = "work") -> str:
+        key = self.keys.queue(lane)
 
         async def attempt() -> str:
             await self._group()
@@ -114,23 +123,35 @@ class RedisQueue:
         async with guard("reading work"):
             await self._group()
             try:
-                # BLOCK 0 would wait for ever: 0 here means "what is there now".
-                reply: Any = await self.client.xreadgroup(GROUP, consumer, {self.keys.queue(): ">"}, count=count,
-                                                          block=block_ms or None)
+                # BLOCK 0 would wait for ever: 0 here means "what is there now". Both lanes, quick first.
+                reply: Any = await self.client.xreadgroup(GROUP, consumer, {self.keys.queue(n): ">" for n in LANES},
+                                                          count=count, block=block_ms or None)
             except ResponseError as exc:
                 if "NOGROUP" not in str(exc):
                     raise
                 self._ready = False  # the stream expired (idle for its whole TTL): made again next round
                 return []
-        return [Entry(str(text(eid)), str(text(fields.get("body")))) for _, rows in reply or [] for eid, fields in rows]
+        lanes = {self.keys.queue(n): n for n in LANES}
+        return [Entry(str(text(eid)), str(text(fields.get("body"))), lane=lanes.get(str(text(key)), "work"))
+                for key, rows in reply or [] for eid, fields in rows]
 
-    async def reclaim(self, consumer: str, *, idle_ms: int, count: int = 10) -> list[Entry]:
-        """Entries whose worker went quiet for ``idle_ms`` (it died), now this consumer's."""
+    async def reclaim(self, consumer: str, *, idle_ms: int, count: int = 10,
+                      quick_idle_ms: int | None = None) -> list[Entry]:
+        """Entries whose worker went quiet (it died), now this consumer's: the quick lane's after ``quick_idle_ms``
+        (by default ``idle_ms``), the work lane's after ``idle_ms``."""
+        entries = []
+        for lane in LANES:
+            entries += await self._reclaim(lane, consumer, quick_idle_ms if lane == "quick" and quick_idle_ms
+                                           is not None else idle_ms, count)
+        return entries
+
+    async def _reclaim(self, lane: Lane, consumer: str, idle_ms: int, count: int) -> list[Entry]:
+        key = self.keys.queue(lane)
         async with guard("reclaiming work"):
             await self._group()
             try:
-                reply: Any = await self.client.xautoclaim(self.keys.queue(), GROUP, consumer, idle_ms,
-                                                          self._cursor, count=count)
+                reply: Any = await self.client.xautoclaim(key, GROUP, consumer, idle_ms, self._cursors[lane],
+                                                          count=count)
             except ResponseError as exc:
                 if "NOGROUP" not in str(exc):
                     raise
@@ -138,23 +159,23 @@ class RedisQueue:
                 return []
         # Each call scans a window of the pending list; the next one goes on from there, so an orphan behind
         # many live entries is reached too.
-        self._cursor = str(text(reply[0])) if reply else "0-0"
+        self._cursors[lane] = str(text(reply[0])) if reply else "0-0"
         rows = [(str(text(eid)), fields) for eid, fields in (reply[1] if reply else []) if fields]
         entries = []
         for eid, fields in rows:  # how often each was handed out: a poison entry must not go round for ever
             async with guard("reclaiming work"):
-                detail: Any = await self.client.xpending_range(self.keys.queue(), GROUP, eid, eid, 1)
+                detail: Any = await self.client.xpending_range(key, GROUP, eid, eid, 1)
             times = int(detail[0]["times_delivered"]) if detail else 2
-            entries.append(Entry(eid, str(text(fields.get("body"))), times))
+            entries.append(Entry(eid, str(text(fields.get("body"))), times, lane))
         return entries
 
-    async def touch(self, consumer: str, entry_id: str) -> bool:
+    async def touch(self, consumer: str, entry_id: str, *, lane: Lane = "work") -> bool:
         """Still working on it: reset its idle time so nobody reclaims it. False if another worker has it now."""
         async with guard("touching work"):
-            return bool(await self._touch(keys=[self.keys.queue()], args=[GROUP, consumer, entry_id]))
+            return bool(await self._touch(keys=[self.keys.queue(lane)], args=[GROUP, consumer, entry_id]))
 
-    async def ack(self, entry_id: str) -> None:
-        key = self.keys.queue()
+    async def ack(self, entry_id: str, *, lane: Lane = "work") -> None:
+        key = self.keys.queue(lane)
 
         async def attempt() -> None:
             pipe = self.client.pipeline(transaction=True)
@@ -164,16 +185,18 @@ class RedisQueue:
 
         await retried("acknowledging work", self.grace_s, attempt)
 
-    async def retry_later(self, consumer: str, entry_id: str, *, after_s: float, idle_ms: int) -> None:
+    async def retry_later(self, consumer: str, entry_id: str, *, after_s: float, idle_ms: int,
+                          lane: Lane = "work") -> None:
         """A try failed: leave the entry pending, to be reclaimed (by any worker, ``idle_ms`` being what they wait
-        for) in about ``after_s`` rather than after a whole idle period. JUSTID keeps the delivery count."""
+        for in its lane) in about ``after_s`` rather than after a whole idle period. JUSTID keeps the delivery
+        count."""
         idle = max(idle_ms - int(after_s * 1000), 0)
         async with guard("postponing work"):
-            await self.client.xclaim(self.keys.queue(), GROUP, consumer, 0, [entry_id], idle=idle, justid=True)
+            await self.client.xclaim(self.keys.queue(lane), GROUP, consumer, 0, [entry_id], idle=idle, justid=True)
 
     async def bury(self, entry: Entry, reason: str) -> None:
         """Set an entry aside for the operator and take it off the queue, in one transaction (one slot)."""
-        key, dead = self.keys.queue(), self.keys.dead_letters()
+        key, dead = self.keys.queue(entry.lane), self.keys.dead_letters()
 
         async def attempt() -> None:
             pipe = self.client.pipeline(transaction=True)
@@ -199,16 +222,19 @@ class RedisQueue:
         return out
 
     async def stats(self) -> QueueStats:
-        key = self.keys.queue()
+        length, pending, detail = 0, 0, list[Any]()
         async with guard("reading the queue"):
             await self._group()
-            length = int(await self.client.xlen(key))
-            summary: Any = await self.client.xpending(key, GROUP)
-            detail: Any = await self.client.xpending_range(key, GROUP, "-", "+", 100) if summary["pending"] else []
+            for lane in LANES:
+                key = self.keys.queue(lane)
+                length += int(await self.client.xlen(key))
+                summary: Any = await self.client.xpending(key, GROUP)
+                pending += int(summary["pending"])
+                detail += await self.client.xpending_range(key, GROUP, "-", "+", 100) if summary["pending"] else []
             dead = int(await self.client.xlen(self.keys.dead_letters()))
         oldest = max((d["time_since_delivered"] for d in detail), default=0) / 1000
         redelivered = sum(1 for d in detail if d["times_delivered"] > 1)
-        return QueueStats(length, int(summary["pending"]), oldest, redelivered, dead)
+        return QueueStats(length, pending, oldest, redelivered, dead)
 
     async def beat(self, consumer: str) -> None:
         """``consumer`` is reading the queue now (see :meth:`readers`)."""
@@ -225,49 +251,54 @@ class MemoryQueue:
     """The same semantics in one process (the in-process store): pending until acknowledged."""
 
     def __init__(self) -> None:
-        self._entries: OrderedDict[str, str] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[str, Lane]] = OrderedDict()
         self._pending: dict[str, tuple[str, float, int]] = {}
         self._beats: dict[str, float] = {}
         self._dead: list[DeadLetter] = []
         self._seq = 0
 
-    async def put(self, body: str) -> str:
+    async def put(self, body: str, *, lane: Lane = "work") -> str:
         self._seq += 1
         entry_id = f"{int(time.time() * 1000)}-{self._seq}"
-        self._entries[entry_id] = body
+        self._entries[entry_id] = (body, lane)
         return entry_id
 
     async def take(self, consumer: str, *, count: int = 1, block_ms: int = 1000) -> list[Entry]:
         deadline = time.monotonic() + block_ms / 1000
         while True:
-            fresh = [eid for eid in self._entries if eid not in self._pending][:count]
+            fresh = sorted((eid for eid in self._entries if eid not in self._pending),
+                           key=lambda eid: LANES.index(self._entries[eid][1]))[:count]
             if fresh or time.monotonic() >= deadline:
                 break
             await asyncio.sleep(0.01)
         for eid in fresh:
             self._pending[eid] = (consumer, time.monotonic(), 1)
-        return [Entry(eid, self._entries[eid]) for eid in fresh]
+        return [Entry(eid, self._entries[eid][0], lane=self._entries[eid][1]) for eid in fresh]
 
-    async def reclaim(self, consumer: str, *, idle_ms: int, count: int = 10) -> list[Entry]:
+    async def reclaim(self, consumer: str, *, idle_ms: int, count: int = 10,
+                      quick_idle_ms: int | None = None) -> list[Entry]:
         now, taken = time.monotonic(), list[Entry]()
         for eid, (_, at, n) in list(self._pending.items()):
-            if now - at >= idle_ms / 1000 and len(taken) < count:
+            body, lane = self._entries[eid]
+            idle = quick_idle_ms if lane == "quick" and quick_idle_ms is not None else idle_ms
+            if now - at >= idle / 1000 and len(taken) < count:
                 self._pending[eid] = (consumer, now, n + 1)
-                taken.append(Entry(eid, self._entries[eid], n + 1))
+                taken.append(Entry(eid, body, n + 1, lane))
         return taken
 
-    async def touch(self, consumer: str, entry_id: str) -> bool:
+    async def touch(self, consumer: str, entry_id: str, *, lane: Lane = "work") -> bool:
         held = self._pending.get(entry_id)
         if held is None or held[0] != consumer:
             return False
         self._pending[entry_id] = (consumer, time.monotonic(), held[2])
         return True
 
-    async def ack(self, entry_id: str) -> None:
+    async def ack(self, entry_id: str, *, lane: Lane = "work") -> None:
         self._pending.pop(entry_id, None)
         self._entries.pop(entry_id, None)
 
-    async def retry_later(self, consumer: str, entry_id: str, *, after_s: float, idle_ms: int) -> None:
+    async def retry_later(self, consumer: str, entry_id: str, *, after_s: float, idle_ms: int,
+                          lane: Lane = "work") -> None:
         held = self._pending.get(entry_id)
         if held is not None:
             self._pending[entry_id] = (consumer, time.monotonic() - idle_ms / 1000 + after_s, held[2])

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from core.messages import Message
 from state.feedback_store import Feedbacks
 from state.outbox_store import OutboxRecord
-from state.queue import DeadLetter, Entry, QueueStats
+from state.queue import DeadLetter, Entry, Lane, QueueStats
 from state.records import RunRecord, Ticket, TraceEntry
 
 UNSHOWN = ("paused", "finished", "stalled")
@@ -286,17 +286,19 @@ class Outbox(Protocol):
 class WorkQueue(Protocol):
     """Work from fronts to workers, each entry pending until acknowledged (see :mod:`state.queue`)."""
 
-    async def put(self, body: str) -> str: ...
+    async def put(self, body: str, *, lane: Lane = "work") -> str: ...
 
     async def take(self, consumer: str, *, count: int = 1, block_ms: int = 1000) -> list[Entry]: ...
 
-    async def reclaim(self, consumer: str, *, idle_ms: int, count: int = 10) -> list[Entry]: ...
+    async def reclaim(self, consumer: str, *, idle_ms: int, count: int = 10,
+                      quick_idle_ms: int | None = None) -> list[Entry]: ...
 
-    async def touch(self, consumer: str, entry_id: str) -> bool: ...
+    async def touch(self, consumer: str, entry_id: str, *, lane: Lane = "work") -> bool: ...
 
-    async def ack(self, entry_id: str) -> None: ...
+    async def ack(self, entry_id: str, *, lane: Lane = "work") -> None: ...
 
-    async def retry_later(self, consumer: str, entry_id: str, *, after_s: float, idle_ms: int) -> None:
+    async def retry_later(self, consumer: str, entry_id: str, *, after_s: float, idle_ms: int,
+                          lane: Lane = "work") -> None:
         """A try failed: any worker takes the entry again in about ``after_s``."""
 
     async def bury(self, entry: Entry, reason: str) -> None:

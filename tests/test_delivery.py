@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
+
 from bot.agent.models.scripted import ScriptedModel, reply
 from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
@@ -12,6 +14,7 @@ from bot.demo.workspace import all_text
 from bot.slack.inbound.work import Converse, Executor, WorkItem
 from bot.slack.inbound.worker import MAX_DELIVERIES, Worker
 from core.messages import Message
+from state.queue import Lane
 from tests.conftest import until
 from tests.slack_harness import CHANNEL, open_workspace
 from tests.test_threads import user_texts
@@ -85,9 +88,11 @@ async def _worker_over(ws_store_queue: object, executor: Executor) -> Worker:
     return worker
 
 
-async def test_a_work_item_that_fails_is_tried_again_by_a_worker_and_answered_once(redis_url: str, prefix: str,
-                                                                                     slack: FakeSlack) -> None:
-    """Today's code acknowledged a failed item and dropped it: nobody was told, nothing answered."""
+@pytest.mark.parametrize("lane", ["work", "quick"])
+async def test_a_work_item_that_fails_is_tried_again_by_a_worker_and_answered_once(
+        redis_url: str, prefix: str, slack: FakeSlack, lane: Lane) -> None:
+    """Today's code acknowledged a failed item and dropped it: nobody was told, nothing answered. (The quick lane's
+    entries are tried again by the worker holding them, on the same schedule.)"""
     model = ScriptedModel(looked)
     ws = await open_workspace(redis_url, prefix, slack, model=model, specs=[], role="front")
     workers: list[Worker] = []
@@ -99,7 +104,7 @@ async def test_a_work_item_that_fails_is_tried_again_by_a_worker_and_answered_on
         flaky = Flaky(real.service.worker.executor, fails=2)
         workers = [await _worker_over(ws.store.queue, flaky)]
         item = Converse(channel=CHANNEL, thread_ts="50.1", user="UREQ", text="how is payments?", request_id="50.1")
-        await ws.store.queue.put(item.model_dump_json())
+        await ws.store.queue.put(item.model_dump_json(), lane=lane)
         await until(lambda: any("Looked at it." in all_text(m) for m in slack.thread(CHANNEL, "50.1")))
         await until(lambda: not workers[0].busy())
         stats = await ws.store.queue.stats()  # acknowledged once it was done, and done once
@@ -114,8 +119,9 @@ async def test_a_work_item_that_fails_is_tried_again_by_a_worker_and_answered_on
         await ws.stop()
 
 
+@pytest.mark.parametrize("lane", ["work", "quick"])
 async def test_a_work_item_that_always_fails_is_set_aside_and_its_asker_told(redis_url: str, prefix: str,
-                                                                             slack: FakeSlack) -> None:
+                                                                             slack: FakeSlack, lane: Lane) -> None:
     model = ScriptedModel(looked)
     ws = await open_workspace(redis_url, prefix, slack, model=model, specs=[], role="front")
     workers: list[Worker] = []
@@ -127,7 +133,7 @@ async def test_a_work_item_that_always_fails_is_set_aside_and_its_asker_told(red
         flaky = Flaky(real.service.worker.executor, fails=float("inf"))
         workers = [await _worker_over(ws.store.queue, flaky) for _ in range(2)]  # another worker takes it again
         item = Converse(channel=CHANNEL, thread_ts="51.1", user="UREQ", text="how is payments?", request_id="51.1")
-        await ws.store.queue.put(item.model_dump_json())
+        await ws.store.queue.put(item.model_dump_json(), lane=lane)
         await until(lambda: any("failed every time I tried" in all_text(m) for m in slack.thread(CHANNEL, "51.1")),
                     timeout_s=60)
         assert flaky.tries == MAX_DELIVERIES

@@ -86,3 +86,20 @@ async def test_readers_are_the_workers_that_read_lately(queue: WorkQueue) -> Non
     assert await queue.readers(0.2) == 1  # w1 has not read since
     if isinstance(queue, RedisQueue):  # the list expires like every key
         assert 0 < await queue.client.ttl(queue.keys.readers()) <= queue.ttls.readers_s
+
+
+async def test_the_quick_lane_is_read_first_and_handed_on_sooner(queue: WorkQueue) -> None:
+    """What a person watches (a click, a command) is read before the work lane's backlog and claimed from a dead
+    worker after its own short idle period, while a live worker's long work is left alone."""
+    await queue.put("question")
+    await queue.put("click", lane="quick")
+    taken = await queue.take("w1", count=2, block_ms=100)
+    assert [(e.body, e.lane) for e in taken] == [("click", "quick"), ("question", "work")]
+    await asyncio.sleep(0.25)
+    claimed = await queue.reclaim("w2", idle_ms=60_000, quick_idle_ms=200)
+    assert [(e.body, e.lane) for e in claimed] == [("click", "quick")] and claimed[0].deliveries == 2
+    assert not await queue.touch("w1", claimed[0].id, lane="quick")
+    await queue.ack(claimed[0].id, lane="quick")
+    await queue.ack(taken[1].id)
+    stats = await queue.stats()
+    assert (stats.length, stats.pending) == (0, 0)

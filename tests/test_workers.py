@@ -8,10 +8,10 @@ from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.agent.transcript import violations
 from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
-from bot.demo.workspace import all_text
+from bot.demo.workspace import all_text, buttons
 from tests.conftest import until
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
-from tests.test_slack import QUESTION
+from tests.test_slack import QUESTION, ask_restart, confirm
 from tests.toolkit import Probe, toolkit
 
 
@@ -79,4 +79,30 @@ async def test_a_worker_that_dies_mid_run_is_taken_over_by_another(redis_url: st
             await second.stop()
     finally:
         await first.stop()
+        await front.stop()
+
+
+async def test_a_click_whose_worker_died_is_done_within_seconds(redis_url: str, prefix: str,
+                                                                 slack: FakeSlack) -> None:
+    """In ``serve`` the front stores a click and a worker reads it. A worker killed holding it left it for the work
+    lane's idle period (45 s by default) with the card's Confirm button up; the quick lane hands it on in ~2 s."""
+    front = await open_workspace(redis_url, prefix, slack, role="front")
+    worker = await open_workspace(redis_url, prefix, slack, role="worker")  # stale_after_s: 45 s
+    try:
+        card = await ask_restart(front, thread="42.1")
+        reader = worker.service.worker
+        assert reader is not None
+        await reader.stop()  # a dead worker takes the click from the queue and never finishes it
+        assert (await front.sender.action(confirm(card, "UAPPROVER")))[0] == 200
+        held = await front.store.queue.take("worker-killed", block_ms=2000)
+        assert [e.lane for e in held] == ["quick"]
+        reader.start()
+        start = asyncio.get_running_loop().time()
+        await until(lambda: "Confirmed by" in all_text(slack.messages[(CHANNEL, card["ts"])]), 20)
+        assert asyncio.get_running_loop().time() - start < 15  # the work lane would wait 45 s
+        await worker.settle()
+        assert len(worker.toolbox.restarts.done) == 1
+        assert not buttons(slack.messages[(CHANNEL, card["ts"])])
+    finally:
+        await worker.stop()
         await front.stop()

@@ -42,6 +42,7 @@ from bot.slack.router import Inbound
 from state import RedisStore, StoreError
 from state.meta_store import DEDUPE_MARK
 from state.pacing import RedisPacing
+from state.queue import Lane
 from state.store import WorkQueue
 
 if TYPE_CHECKING:  # Bolt and Socket Mode are imported where they are used (see build_service)
@@ -176,7 +177,9 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
         if role == "worker" else None
 
     async def enqueue(item: WorkItem) -> None:
-        await queue.put(item.model_dump_json())
+        # Stop is short and watched: the quick lane (state/queue.py). A decision stays in the work lane: it carries
+        # on its run, which a short idle period would take from a worker that is only slow.
+        await queue.put(item.model_dump_json(), lane="quick" if item.kind == "stop" else "work")
 
     async def here(item: WorkItem) -> None:
         inbound.tasks.spawn(attempts(executor, item), name=f"{item.kind}-{item.channel}")
@@ -259,8 +262,10 @@ event again; a click's or a command's sender sees an error and can try again).""
 def _store_first(queue: WorkQueue) -> StoreFirst:
     async def store(raw: bytes, content_type: str) -> bool:
         item = Delivery(body=raw.decode("utf-8"), content_type=content_type, received_at=time.time())
+        # A click, a form or a command (form-encoded; events are JSON) is what a person watches: the quick lane.
+        lane: Lane = "quick" if content_type.startswith("application/x-www-form-urlencoded") else "work"
         try:
-            await asyncio.wait_for(queue.put(item.model_dump_json()), STORE_DEADLINE_S)
+            await asyncio.wait_for(queue.put(item.model_dump_json(), lane=lane), STORE_DEADLINE_S)
         except (TimeoutError, StoreError) as exc:
             log.warning("a Slack request was not acknowledged: it could not be stored in %gs (%s)",
                         STORE_DEADLINE_S, type(exc).__name__)

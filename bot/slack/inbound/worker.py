@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 import uuid
@@ -29,6 +30,10 @@ RETRY_AFTER_S = (2.0, 5.0, 15.0, 30.0)
 READ_WINDOW_S = 10.0
 """A worker that has not read the queue for this long does not count as reading it (readiness)."""
 BEAT_S = 2.0
+QUICK_RECLAIM_S = 2.0
+"""How long the quick lane's entries (a click, a command, a decision: a person watches a card) may go untouched
+before another worker takes them: a killed worker's click is done again within seconds, not after the work
+lane's idle period. Its holder touches them every third of it."""
 
 
 class Worker:
@@ -43,6 +48,7 @@ class Worker:
         self.deliveries = deliveries
         self.name = f"worker-{uuid.uuid4().hex[:8]}"
         self.reclaim_after_s = reclaim_after_s
+        self.quick_reclaim_s = min(reclaim_after_s, QUICK_RECLAIM_S)
         self.retry_after_s = tuple(retry_after_s)
         self._slots = asyncio.Semaphore(concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -109,7 +115,8 @@ class Worker:
         self._slots.release()
         # What dead workers (or failed tries) left starts at once, before this round waits for new work: an entry
         # claimed but not started is touched by nobody and would be claimed again.
-        reclaimed = await self.queue.reclaim(self.name, idle_ms=int(self.reclaim_after_s * 1000))
+        reclaimed = await self.queue.reclaim(self.name, idle_ms=int(self.reclaim_after_s * 1000),
+                                             quick_idle_ms=int(self.quick_reclaim_s * 1000))
         await self._start(reclaimed)
         taken = await self.queue.take(self.name, count=8, block_ms=0 if reclaimed else block_ms)
         self._read_at = time.monotonic()
@@ -130,23 +137,36 @@ class Worker:
     async def _do(self, entry: Entry) -> None:
         """Do one entry; acknowledged only once its outcome is durable (done, or its asker told why not)."""
         done = asyncio.Event()
-        keeper = asyncio.create_task(self._keep(entry.id, done))  # also while it waits for a slot
+        keeper = asyncio.create_task(self._keep(entry, done))  # also while it waits for a slot
         try:
-            async with self._slots:
-                failure = await self._attempt(entry)
+            entry, failure = await self._tries(entry)
         finally:
             done.set()  # let a touch in flight finish: a command cut off mid-reply can leave its connection stuck
             await asyncio.wait({keeper}, timeout=5)
         if failure is None:
-            await self.queue.ack(entry.id)
+            await self.queue.ack(entry.id, lane=entry.lane)
         elif failure and entry.deliveries < MAX_DELIVERIES:  # another try, soon, by whichever worker reads first
-            after = self.retry_after_s[min(entry.deliveries, len(self.retry_after_s)) - 1]
             self.executor.metrics.inc("opspilot_work_retries_total", kind=_kind(entry.body))
             with contextlib.suppress(StoreError):  # Redis away: it is reclaimed after a whole idle period instead
-                await self.queue.retry_later(self.name, entry.id, after_s=after,
-                                             idle_ms=int(self.reclaim_after_s * 1000))
+                await self.queue.retry_later(self.name, entry.id, after_s=self._after(entry), lane=entry.lane,
+                                             idle_ms=int(self._idle_s(entry) * 1000))
         elif failure:
             await self._bury(entry, failure)
+
+    async def _tries(self, entry: Entry) -> tuple[Entry, str | None]:
+        """The entry tried (see :meth:`_attempt`). A quick-lane entry that fails is tried again here, held and
+        touched meanwhile: its lane's idle period is too short to carry the retry schedule."""
+        while True:
+            async with self._slots:
+                failure = await self._attempt(entry)
+            if not failure or entry.lane != "quick" or entry.deliveries >= MAX_DELIVERIES:
+                return entry, failure
+            self.executor.metrics.inc("opspilot_work_retries_total", kind=_kind(entry.body))
+            await asyncio.sleep(self._after(entry))
+            entry = dataclasses.replace(entry, deliveries=entry.deliveries + 1)
+
+    def _after(self, entry: Entry) -> float:
+        return self.retry_after_s[min(entry.deliveries, len(self.retry_after_s)) - 1]
 
     async def _attempt(self, entry: Entry) -> str | None:
         """None: done. "": an outage, left pending as it is (done again once Redis is back). Otherwise what failed."""
@@ -185,14 +205,18 @@ class Worker:
             await self.executor.give_up(item, ref)  # told first: a crash here leaves it to be buried again
         await self.queue.bury(entry, f"ref {ref}: {reason}")
 
-    async def _keep(self, entry_id: str, done: asyncio.Event) -> None:
+    def _idle_s(self, entry: Entry) -> float:
+        """How long ``entry`` may go untouched before another worker takes it (its lane's)."""
+        return self.quick_reclaim_s if entry.lane == "quick" else self.reclaim_after_s
+
+    async def _keep(self, entry: Entry, done: asyncio.Event) -> None:
         while not done.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(done.wait(), self.reclaim_after_s / 3)
+                await asyncio.wait_for(done.wait(), self._idle_s(entry) / 3)
                 return
             with contextlib.suppress(StoreError):
-                if not await self.queue.touch(self.name, entry_id):
-                    log.warning("%s: %s was taken over by another worker", self.name, entry_id)
+                if not await self.queue.touch(self.name, entry.id, lane=entry.lane):
+                    log.warning("%s: %s was taken over by another worker", self.name, entry.id)
                     return
 
 
