@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -13,8 +14,10 @@ from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
+from bot.slack.inbound.worker import Worker
+from bot.slack.outbound.counters import Metrics
 from core.outages import Outage
-from state import Keys, RedisStore, Ttls, connect
+from state import Keys, RedisStore, StoreError, Ttls, connect
 from tests.conftest import OwnRedis, until
 from tests.slack_harness import CHANNEL, open_workspace
 from tests.test_slack import ask_restart, confirm
@@ -237,3 +240,33 @@ async def test_a_click_the_store_never_recorded_gets_its_card_back(own_redis: Ow
         if own_redis.proc is None:
             own_redis.start()
         await ws.stop()
+
+
+async def test_after_an_outage_a_live_workers_click_is_not_taken_from_it(own_redis: OwnRedis, prefix: str) -> None:
+    """An outage makes every pending entry look idle (its holder's touches fail too): a worker back from one took
+    a click from the live worker doing it, in the quick lane's 2 s, and the click was done twice. It now waits
+    until every live holder has had a touch; a holder that really died is still replaced."""
+    store = RedisStore(connect(own_redis.url, timeout_s=0.5), keys=Keys(prefix), outage_grace_s=0.0)
+    other = Worker(queue=store.queue, executor=SimpleNamespace(metrics=Metrics()),  # type: ignore[arg-type]
+                   reclaim_after_s=1.0, retry_after_s=(0.05,))
+    try:
+        await store.queue.put("a click", lane="quick")
+        (held,) = await store.queue.take("holder", block_ms=500)
+        own_redis.stop()
+        with pytest.raises(StoreError):
+            await other.round(block_ms=0)
+        await asyncio.sleep(1.5)  # longer than the quick lane's idle period (1 s here)
+        own_redis.start()
+        assert await other.round(block_ms=0) == 0  # the holder has not touched yet: it may be alive
+        assert await store.queue.touch("holder", held.id, lane="quick")  # it is
+        await asyncio.sleep(0.3)
+        assert await other.round(block_ms=0) == 0
+        deadline = time.monotonic() + 10
+        while not await other.round(block_ms=0):  # the holder goes quiet for good: handed on
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.1)
+    finally:
+        if own_redis.proc is None:
+            own_redis.start()
+        await other.stop()
+        await store.close()

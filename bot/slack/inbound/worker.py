@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from bot.slack.inbound.work import Delivery, Executor, NotYet, StoredAdapter, WorkAdapter, WorkItem
 from state import StoreError, StoreUnavailable
-from state.queue import Entry
+from state.queue import Entry, Lane
 from state.store import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,8 @@ QUICK_RECLAIM_S = 2.0
 """How long the quick lane's entries (a click, a command, a decision: a person watches a card) may go untouched
 before another worker takes them: a killed worker's click is done again within seconds, not after the work
 lane's idle period. Its holder touches them every third of it."""
+_TOUCH_MARGIN_S = 1.0
+_NEVER_MS = 2**31 - 1  # an idle time no entry reaches (XAUTOCLAIM's min-idle-time)
 
 
 class Worker:
@@ -56,6 +58,9 @@ class Worker:
         self._beats: asyncio.Task[None] | None = None
         self._read_at = float("-inf")
         self._stopping = False
+        self._back_at = time.monotonic()
+        """When this worker started, or first tried Redis again after it could not reach it: see :meth:`_idle_ms`."""
+        self._unheard = False
 
     def start(self) -> None:
         self._stopping = False
@@ -113,12 +118,18 @@ class Worker:
         """Take what is there (and what dead workers left) and start on it; returns how many."""
         await self._slots.acquire()
         self._slots.release()
-        # What dead workers (or failed tries) left starts at once, before this round waits for new work: an entry
-        # claimed but not started is touched by nobody and would be claimed again.
-        reclaimed = await self.queue.reclaim(self.name, idle_ms=int(self.reclaim_after_s * 1000),
-                                             quick_idle_ms=int(self.quick_reclaim_s * 1000))
-        await self._start(reclaimed)
-        taken = await self.queue.take(self.name, count=8, block_ms=0 if reclaimed else block_ms)
+        if self._unheard:
+            self._back_at, self._unheard = time.monotonic(), False
+        try:
+            # What dead workers (or failed tries) left starts at once, before this round waits for new work: an
+            # entry claimed but not started is touched by nobody and would be claimed again.
+            reclaimed = await self.queue.reclaim(self.name, idle_ms=self._idle_ms("work"),
+                                                 quick_idle_ms=self._idle_ms("quick"))
+            await self._start(reclaimed)
+            taken = await self.queue.take(self.name, count=8, block_ms=0 if reclaimed else block_ms)
+        except StoreError:
+            self._unheard = True
+            raise
         self._read_at = time.monotonic()
         await self._start(taken)
         return len(reclaimed) + len(taken)
@@ -209,15 +220,26 @@ class Worker:
         """How long ``entry`` may go untouched before another worker takes it (its lane's)."""
         return self.quick_reclaim_s if entry.lane == "quick" else self.reclaim_after_s
 
+    def _idle_ms(self, lane: Lane) -> int:
+        """What this round reclaims from ``lane``: entries idle that long. Nothing (an idle no entry reaches) until
+        every live holder has had a touch since this worker found Redis again after it could not reach it (or
+        started): an outage makes every entry look idle, its holder's touches failing too."""
+        idle_s = self.quick_reclaim_s if lane == "quick" else self.reclaim_after_s
+        if time.monotonic() - self._back_at < idle_s / 3 + _TOUCH_MARGIN_S:
+            return _NEVER_MS
+        return int(idle_s * 1000)
+
     async def _keep(self, entry: Entry, done: asyncio.Event) -> None:
         while not done.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(done.wait(), self._idle_s(entry) / 3)
                 return
-            with contextlib.suppress(StoreError):
+            try:
                 if not await self.queue.touch(self.name, entry.id, lane=entry.lane):
                     log.warning("%s: %s was taken over by another worker", self.name, entry.id)
                     return
+            except StoreError:
+                self._unheard = True
 
 
 def _kind(body: str) -> str:
