@@ -31,7 +31,7 @@ from core.outages import outage
 from core.redact import redact
 from state.keys import new_run_id
 from state.records import PendingCall, RunRecord, Ticket
-from state.store_errors import StoreError
+from state.store_errors import StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 MODEL = outage("the model")
@@ -311,8 +311,9 @@ class Engine:
                 return
             try:
                 requested = await self.deps.store.locks.cancel_requests(list(running))
-            except StoreError:
-                log.warning("could not poll for cancellations")
+            except StoreError as exc:  # an outage is told once by the outage log (core/outages.py)
+                (log.debug if isinstance(exc, StoreUnavailable) else log.warning)(
+                    "could not poll for cancellations: %s", exc)
                 continue
             for run_id, by in requested.items():
                 run, task = running[run_id]

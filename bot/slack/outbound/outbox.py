@@ -266,8 +266,9 @@ class SlackOutbox:
             finally:
                 renewer.cancel()
                 await self.store.release(thread, self.owner)
-        except StoreError as exc:
-            log.warning("outbox: thread %s not delivered this round: %s", thread, exc)
+        except StoreError as exc:  # an outage is told once by the outage log (core/outages.py), not per thread
+            (log.debug if isinstance(exc, StoreUnavailable) else log.warning)(
+                "outbox: thread %s not delivered this round: %s", thread, exc)
         except Exception:
             log.exception("outbox: delivering thread %s failed", thread)
 
