@@ -139,3 +139,16 @@ async def test_a_close_sent_while_the_card_was_put_back_stays_on_top(slack: Loca
     await until(lambda: len(slack.responses) == 3, 10)
     now = slack.messages[("C1", card["ts"])]
     assert "Confirmed by" in all_text(now) and buttons(now) == []
+
+
+async def test_a_click_not_recorded_puts_its_card_back_then_looks_again(slack: LocalSlack) -> None:
+    """A click not recorded (refused, or the store away past its grace) puts the card back as it was; another
+    person's click decided it meanwhile, its close landing before our put-back: looked at once more, the close goes
+    back on top instead of a Confirm button for a decision already made."""
+    card = _card(slack)
+    receipt = Receipt(slack.response_url("C1", card["ts"]), card, "UBOB", "opspilot_confirm", after_s=0.05)
+    await until(lambda: receipt.shown, 5)
+    await receipt.settle(False, _Record(0, _DECIDED), "tok-1")
+    now = slack.messages[("C1", card["ts"])]
+    assert "Confirmed by" in all_text(now) and buttons(now) == []
+    assert [":inbox_tray:" in r["text"] for r in slack.responses] == [True, False, False]  # receipt, back, close

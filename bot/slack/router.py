@@ -197,7 +197,7 @@ class Inbound:
                     recorded = await self._decide(action_id, value, user, channel, thread_ts, body.get("state") or {},
                                                   receipt)
                 finally:  # a decision not recorded (refused, or the store away past its grace) puts the card back
-                    await receipt.settle(recorded)
+                    await receipt.settle(recorded, self.meta, value)
             elif action_id == INVESTIGATE:
                 await self._investigate(value, user, channel, thread_ts)
             elif action_id == ROLLBACK:

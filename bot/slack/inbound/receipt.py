@@ -113,13 +113,17 @@ class Receipt:
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
 
-    async def settle(self, recorded: bool) -> None:
-        """The click's work is over: ``recorded``, the worker closes the card; otherwise put it back."""
+    async def settle(self, recorded: bool, meta: MetaStore | None = None, token: str = "") -> None:
+        """The click's work is over: ``recorded``, the worker closes the card; otherwise put it back. With ``meta``:
+        looked at once more after the put-back, so a close sent meanwhile (another person's click) stays on top."""
         await self.hold()
         if _OPEN.get(self.token) is self:
             del _OPEN[self.token]
         if not recorded and self._posting.is_set():
             await self._post(self.restore or self.blocks, self.text or "OpsPilot")
+            if meta is not None and token and (ended := await ended_as(meta, token)) \
+                    and ended[0] != self.restore:
+                await self._post(*ended)
 
     @property
     def shown(self) -> bool:

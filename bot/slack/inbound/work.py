@@ -256,7 +256,7 @@ class Executor:
         finally:
             if not recorded and receipt.shown and (ended := await ended_as(self.meta, token)):
                 receipt.restore = ended[0]  # put back as it ended (answered by another click), not as it was
-            await receipt.settle(recorded)
+            await receipt.settle(recorded, self.meta, token)
 
     async def _record(self, item: Answer, receipt: Receipt) -> bool:
         """Record the decision (the card closes as its event is shown); False when it was not recorded."""
