@@ -1,20 +1,24 @@
 """The soak (issue 33): ``opspilot serve`` (a front and its workers, HTTP mode) through an incident, as an operator
 fears it — questions in bursts over many channels, follow-ups in OpsPilot's threads, confirm flows (some
 double-clicked), Slack's Web API failing a share of calls (5xx with JSON or a proxy's page, 429, resets, hangs,
-replies lost after the work was done), a worker killed -9 every few seconds and Redis stopped and started again
-(AOF on). Then the faults stop and everything must converge. It reports what a person would check:
+replies lost after the work was done), a worker killed -9 every few seconds, the front killed -9 and started again,
+Redis stopped and started again (AOF on), an alert storm in an alerts channel. Then the faults stop and everything
+must converge. It reports what a person would check:
 
 - every question answered exactly once (or its asker told plainly why not), no message posted twice;
 - every confirm flow's card shown, its restart run exactly once, the card closed soon after the click;
+- the alert storm: at most the channel's automatic runs investigated (each answered once), the storm said once;
 - no Slack stream left open, no Redis key without a TTL.
 
-``python -m bench --only soak`` runs the scale below; ``tests/test_soak.py`` a small version.
+``python -m bench --only soak`` runs the scale below (``SOAK_SCALE=issue``: issue 33's, 13 minutes);
+``tests/test_soak.py`` a small version.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import random
 import shutil
@@ -50,10 +54,20 @@ class Scale:
     """(seconds after the start, how long Redis stays away)."""
     over_s: float = 180.0
     settle_s: float = 240.0
+    front_kills: tuple[float, ...] = (45.0,)
+    """Seconds after the start at which the front is killed -9 (its workers follow it) and started again."""
+    alert_storm: tuple[float, int, float] = (100.0, 30, 10.0)
+    """(seconds after the start, how many alerts, over how many seconds) in the alerts channel; 0 alerts: none."""
 
 
 SMALL = Scale(questions=16, channels=4, confirms=4, double_clicks=2, workers=2, fault_rate=0.25, kill_every_s=6.0,
-              redis_stops=((8.0, 3.0),), over_s=20.0, settle_s=90.0)
+              redis_stops=((8.0, 3.0),), over_s=20.0, settle_s=90.0, front_kills=(14.0,), alert_storm=(12.0, 8, 3.0))
+ISSUE = Scale(questions=1200, confirms=150, double_clicks=44, redis_stops=((60.0, 5.0), (300.0, 30.0), (600.0, 5.0)),
+              over_s=780.0, settle_s=300.0, front_kills=(200.0, 450.0, 700.0), alert_storm=(400.0, 100, 20.0))
+"""Issue 33's incident: 1,200 questions and 150 confirm flows (44 double-clicked) in 13 minutes, the front killed
+three times, Redis stopped three times (5 s, 30 s, 5 s), an alert storm of 100 messages in 20 s."""
+ALERTS = "C0ALERTS"
+ALERT_RUNS = 5  # the alerts channel's automatic runs per window (alert_sources.max_runs)
 
 
 @dataclass
@@ -73,6 +87,9 @@ class Soak:
     ended: dict[str, float] = field(default_factory=dict)
     """Card ts → when it first showed its outcome (who decided; not only that the click arrived)."""
     kills: int = 0
+    front_kills: int = 0
+    alerts: list[str] = field(default_factory=list)
+    """The storm's alert messages (their ts), in the alerts channel."""
 
     @property
     def sender(self) -> SlackSender:
@@ -129,7 +146,9 @@ class Soak:
                 # SOAK_UPDATES: the workspace's chat.update budget per minute (Slack's Tier 3: ~50), to see its share
                 "OPSPILOT_SLACK__UPDATES_PER_MINUTE": str(_updates_per_minute() * 0.9),
                 # questions by the hundred on purpose: no run limits
-                "OPSPILOT_SLACK__LIMITS__PER_PERSON": "0", "OPSPILOT_SLACK__LIMITS__PER_CHANNEL": "0"}
+                "OPSPILOT_SLACK__LIMITS__PER_PERSON": "0", "OPSPILOT_SLACK__LIMITS__PER_CHANNEL": "0",
+                "OPSPILOT_SLACK__ALERT_SOURCES": json.dumps([{"channel": ALERTS, "bot_ids": ["B0ALERTS"],
+                                                               "mode": "investigate", "max_runs": ALERT_RUNS}])}
         # SOAK_LOG=path keeps serve's log (the operator's view of the incident) for a run worth reading again.
         where = os.environ.get("SOAK_LOG")
         log = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if where else asyncio.subprocess.DEVNULL
@@ -159,6 +178,46 @@ class Soak:
         if workers:
             os.kill(random.choice(workers), signal.SIGKILL)
             self.kills += 1
+
+    async def kill_the_front(self) -> None:
+        """The front killed -9 (its workers leave with it: they are tethered), then started again, as a pod is."""
+        if self.proc is None:
+            return
+        workers = children(self.proc.pid)
+        self.proc.kill()
+        await self.proc.wait()
+        self.front_kills += 1
+        for _ in range(300):  # up to 30 s
+            if not any(_alive(pid) for pid in workers):
+                break
+            await asyncio.sleep(0.1)
+        await self.start_serve()
+
+    async def storm(self, count: int, over_s: float) -> None:
+        """Alertmanager posting ``count`` firing alerts through its webhook (a few of them the same alert again)."""
+        import aiohttp
+
+        hook = self.slack.add_webhook(ALERTS)
+        async with aiohttp.ClientSession() as session:
+            for i in range(count):
+                name = f"Alert{i % max(count * 3 // 4, 1)}"  # a quarter repeat an earlier alert
+                body = {"username": "Alertmanager", "attachments": [{
+                    "title": f"[FIRING:1] {name} payments (prod critical)", "color": "danger",
+                    "text": f"*Labels:*\n• alertname: `{name}`\n• service: `payments`\n• environment: `prod`"}]}
+                before = set(self.slack.messages)
+                async with session.post(hook, json=body) as response:
+                    if response.status == 200:
+                        self.alerts += [ts for (ch, ts), m in list(self.slack.messages.items())
+                                        if (ch, ts) not in before and ch == ALERTS and m.get("bot_id") == "B0ALERTS"]
+                await asyncio.sleep(over_s / count)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
 
 
 async def _flow(soak: Soak, channel: str, i: int, twice: bool, deadline: float) -> None:
@@ -191,21 +250,30 @@ async def _follow_up(soak: Soak, channel: str, i: int, earlier: str, deadline: f
 
 
 async def _chaos(soak: Soak, scale: Scale, until: float) -> None:
-    """Workers killed every ``kill_every_s``; Redis stopped and started on schedule."""
+    """Workers killed every ``kill_every_s``; the front killed, Redis stopped and started, alerts storming, on
+    schedule."""
     start = time.monotonic()
-    stops = list(scale.redis_stops)
+    stops, fronts = list(scale.redis_stops), list(scale.front_kills)
     next_kill = start + scale.kill_every_s
+    storm: asyncio.Task[None] | None = None
     while time.monotonic() < until:
         now = time.monotonic()
         if now >= next_kill:
             soak.kill_a_worker()
             next_kill = now + scale.kill_every_s
+        if fronts and now - start >= fronts[0]:
+            fronts.pop(0)
+            await soak.kill_the_front()
+        if storm is None and scale.alert_storm[1] and now - start >= scale.alert_storm[0]:
+            storm = asyncio.create_task(soak.storm(*scale.alert_storm[1:]))
         if stops and now - start >= stops[0][0]:
             _, away = stops.pop(0)
             await asyncio.to_thread(soak.redis.stop)
             await asyncio.sleep(away)
             await asyncio.to_thread(soak.redis.start)
         await asyncio.sleep(0.2)
+    if storm is not None:
+        await storm
 
 
 async def run_soak(scale: Scale) -> dict[str, Any]:
@@ -217,6 +285,12 @@ async def run_soak(scale: Scale) -> dict[str, Any]:
     await slack.server.start()
     soak = Soak(slack, redis, free_port(scale.workers + 2), scale.workers)
     slack.watchers.append(soak.watch)
+
+    async def alert_event(event: dict[str, Any]) -> None:  # Slack sends the app each webhook's message event
+        event_id = f"Ev{uuid.uuid4().hex[:12]}"
+        await soak.deliver(lambda n: soak.sender.event(event, event_id=event_id, retry_num=n))
+
+    slack.deliver = alert_event
     started = time.monotonic()
     try:
         fault.until = 0.0  # Slack is well while OpsPilot starts: the incident begins with the load
@@ -265,11 +339,30 @@ def _answers(soak: Soak) -> dict[str, Counter[str]]:
 
 async def _converge(soak: Soak, deadline: float) -> None:
     while time.monotonic() < deadline:
-        answers = _answers(soak)
+        answers, storm = _answers(soak), _storm(soak)
         if all(len(answers.get(t, ())) >= n for t, n in soak.asked.items()) and \
-                all(ts in soak.ended for ts in soak.clicked) and not soak.slack.unstopped_streams():
+                all(ts in soak.ended for ts in soak.clicked) and not soak.slack.unstopped_streams() and \
+                storm["alerts_answered"] >= storm["alerts_investigated"]:
             return
         await asyncio.sleep(0.5)
+
+
+def _storm(soak: Soak) -> dict[str, int]:
+    """The alert storm as the alerts channel shows it: which alerts got an investigation (its progress message),
+    which an answer (how many: more than one is twice), which an Investigate button, and the storm notices."""
+    answers = _answers(soak)
+    investigated = answered = twice = offered = 0
+    for ts in soak.alerts:
+        thread = soak.slack.thread(ALERTS, ts)
+        keys = [str(((m.get("metadata") or {}).get("event_payload") or {}).get("key") or "") for m in thread]
+        investigated += any(k.startswith("progress:") for k in keys)
+        n = len(answers.get(f"{ALERTS}:{ts}", ()))
+        answered, twice = answered + min(n, 1), twice + max(n - 1, 0)
+        offered += any(b["action_id"] == "opspilot_investigate" for m in thread for b in buttons(m))
+    notices = sum(1 for (ch, _), m in list(soak.slack.messages.items())
+                  if ch == ALERTS and not m.get("thread_ts") and "Many alerts at once" in all_text(m))
+    return {"alerts": len(soak.alerts), "alerts_investigated": investigated, "alerts_answered": answered,
+            "alerts_answered_twice": twice, "alerts_offered": offered, "storm_notices": notices}
 
 
 async def _figures(soak: Soak, scale: Scale, wall_s: float) -> dict[str, Any]:
@@ -300,28 +393,37 @@ async def _figures(soak: Soak, scale: Scale, wall_s: float) -> dict[str, Any]:
             "cards_ended": len(ended), "outcome_p50_s": statistics.median(ended) if ended else float("nan"),
             "outcome_p95_s": ended[int(0.95 * (len(ended) - 1))] if ended else float("nan"),
             "streams_open": len(soak.slack.unstopped_streams()), "keys_without_ttl": untimed, "dead_letters": dead,
-            "worker_kills": soak.kills, "wall_s": wall_s}
+            "worker_kills": soak.kills, "front_kills": soak.front_kills, "wall_s": wall_s} | _storm(soak)
 
 
 async def run(scale: Scale | None = None) -> list[Table]:
-    scale = scale or Scale()
+    scale = scale or (ISSUE if os.environ.get("SOAK_SCALE") == "issue" else Scale())
     f = await run_soak(scale)
     return [Table(
         f"The soak: {f['questions']} questions ({f['confirms']} confirm flows) over {scale.channels} channels in "
         f"{scale.over_s:g} s, {scale.fault_rate:.0%} of Slack calls failing, a worker killed every "
-        f"{scale.kill_every_s:g} s, Redis stopped {len(scale.redis_stops)}×",
+        f"{scale.kill_every_s:g} s, the front killed {len(scale.front_kills)}×, Redis stopped "
+        f"{len(scale.redis_stops)}×, {scale.alert_storm[1]} alerts in {scale.alert_storm[2]:g} s",
         ["answered", "answered twice", "posted twice", "cards shown", "restarts run twice", "card close p50 (s)",
          "card close p95 (s)", "outcome on card p50 (s)", "outcome on card p95 (s)", "streams left open",
-         "keys without TTL", "dead letters", "kills", "wall (s)"],
+         "keys without TTL", "dead letters", "kills (workers / front)", "alerts investigated / answered / offered",
+         "storm notices", "wall (s)"],
         [[f"{f['answered']}/{f['questions']}", f["answered_twice"], f["duplicates"], f"{f['cards']}/{f['confirms']}",
           f["restarts_twice"], f["close_p50_s"], f["close_p95_s"], f["outcome_p50_s"], f["outcome_p95_s"],
-          f["streams_open"], f["keys_without_ttl"], f["dead_letters"], f["worker_kills"], f["wall_s"]]],
+          f["streams_open"], f["keys_without_ttl"], f["dead_letters"], f"{f['worker_kills']} / {f['front_kills']}",
+          f"{f['alerts_investigated']} / {f['alerts_answered']} / {f['alerts_offered']} of {f['alerts']}",
+          f["storm_notices"], f["wall_s"]]],
         [verdict("questions answered exactly once", f["answered"], f["questions"], "", lower_is_better=False),
          verdict("questions answered twice", f["answered_twice"], 0, ""),
          verdict("messages posted twice", f["duplicates"], 0, ""),
          verdict("cards shown", f["cards"], f["confirms"], "", lower_is_better=False),
          verdict("card close p95 after a click", f["close_p95_s"], 5.0, " s"),
-         verdict("streams left open", f["streams_open"], 0, "")])]
+         verdict("streams left open", f["streams_open"], 0, ""),
+         verdict("alert investigations (at most the channel's automatic runs)", f["alerts_investigated"],
+                 ALERT_RUNS, ""),
+         verdict("alert investigations answered", f["alerts_answered"], f["alerts_investigated"], "",
+                 lower_is_better=False),
+         verdict("alert investigations answered twice", f["alerts_answered_twice"], 0, "")])]
 
 
 @dataclass

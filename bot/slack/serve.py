@@ -201,6 +201,13 @@ class Forked:
         self._signal(signal.SIGKILL)
 
 
+YOUNG_S = 10.0
+"""A worker that dies sooner than this after its start is crash-looping (its configuration, a bug at start): the wait
+before the next start doubles, up to 30 s. One that worked longer (killed by the OOM killer or a node's trouble,
+every few seconds during an incident) starts again after 1 s: doubling then left the soak's front with one worker,
+or none, for half a minute at a time."""
+
+
 async def _supervise(index: int, argv: list[str], stopping: asyncio.Event, sock: socket.socket,
                      first: tuple[Forked, int] | None = None) -> None:
     """Keep one worker process alive: a worker that dies is started again (its work is claimed meanwhile),
@@ -227,7 +234,7 @@ async def _supervise(index: int, argv: list[str], stopping: asyncio.Event, sock:
         finally:
             os.close(pipe)  # only once it has exited: to the worker, a closed pipe means the front is gone
         if not stopping.is_set():
-            failures = failures + 1 if time.monotonic() - started < 60 else 1
+            failures = failures + 1 if time.monotonic() - started < YOUNG_S else 1
             delay = min(30.0, 2.0 ** (failures - 1))
             log.error("worker %d exited with code %s; starting it again in %gs", index, code, delay)
             await asyncio.sleep(delay)
