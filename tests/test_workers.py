@@ -9,6 +9,7 @@ from bot.agent.transcript import violations
 from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
+from bot.slack.serve import restart_after
 from tests.conftest import until
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
 from tests.test_slack import QUESTION, ask_restart, confirm
@@ -106,3 +107,18 @@ async def test_a_click_whose_worker_died_is_done_within_seconds(redis_url: str, 
     finally:
         await worker.stop()
         await front.stop()
+
+
+def test_a_worker_killed_after_working_starts_again_at_once_a_crash_loop_backs_off() -> None:
+    """``serve`` restarts its workers. One dying at start again and again waits longer each time (up to 30 s); one
+    killed after working (the OOM killer, a node's trouble: every few seconds in an incident) starts again after
+    1 s — the doubling left the soak's front with one worker, or none, for 30 s at a time."""
+    failures, waits = 0, []
+    for _ in range(7):
+        failures, wait = restart_after(failures, 0.5)
+        waits.append(wait)
+    assert waits == [1, 2, 4, 8, 16, 30, 30]
+    for _ in range(5):  # killed every 12–25 s while working
+        failures, wait = restart_after(failures, 12.0)
+        assert wait == 1.0
+    assert restart_after(failures, 1.0)[1] == 2.0  # then crash-looping again: backing off again

@@ -208,6 +208,13 @@ every few seconds during an incident) starts again after 1 s: doubling then left
 or none, for half a minute at a time."""
 
 
+def restart_after(failures: int, lived_s: float) -> tuple[int, float]:
+    """A worker died after ``lived_s``, its ``failures``-th young death before: how many now, and how long to wait
+    before starting it again."""
+    failures = failures + 1 if lived_s < YOUNG_S else 1
+    return failures, min(30.0, 2.0 ** (failures - 1))
+
+
 async def _supervise(index: int, argv: list[str], stopping: asyncio.Event, sock: socket.socket,
                      first: tuple[Forked, int] | None = None) -> None:
     """Keep one worker process alive: a worker that dies is started again (its work is claimed meanwhile),
@@ -234,8 +241,7 @@ async def _supervise(index: int, argv: list[str], stopping: asyncio.Event, sock:
         finally:
             os.close(pipe)  # only once it has exited: to the worker, a closed pipe means the front is gone
         if not stopping.is_set():
-            failures = failures + 1 if time.monotonic() - started < YOUNG_S else 1
-            delay = min(30.0, 2.0 ** (failures - 1))
+            failures, delay = restart_after(failures, time.monotonic() - started)
             log.error("worker %d exited with code %s; starting it again in %gs", index, code, delay)
             await asyncio.sleep(delay)
 
