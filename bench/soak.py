@@ -32,9 +32,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
+
 from bench.common import Table, children, free_port, verdict
 from bot.demo.sender import SlackSender, block_action, mention, message
 from bot.demo.workspace import LocalSlack, all_text, buttons
+from bot.slack.inbound.thread_reader import STATUS_NOTE
 from state import Keys, RedisStore, connect
 
 SECRET = "soak-secret"
@@ -88,17 +91,18 @@ class Soak:
     """Card ts → when it first showed its outcome (who decided; not only that the click arrived)."""
     kills: int = 0
     front_kills: int = 0
-    alerts: list[str] = field(default_factory=list)
-    """The storm's alert messages (their ts), in the alerts channel."""
+    alerts: list[tuple[str, str]] = field(default_factory=list)
+    """The storm's alert messages in the alerts channel: (ts, alert name)."""
 
     @property
     def sender(self) -> SlackSender:
         return SlackSender(f"http://127.0.0.1:{self.port}/slack/events", SECRET)
 
     async def deliver(self, send: Any, *, retries: int = 30) -> None:
-        """As Slack does: a request the front did not take (it is down, or answered 5xx) is sent again."""
+        """As Slack does: a request the front did not take (it is down, killed mid-request, or answered 5xx) is sent
+        again."""
         for attempt in range(retries):
-            with contextlib.suppress(OSError, asyncio.TimeoutError):
+            with contextlib.suppress(OSError, asyncio.TimeoutError, aiohttp.ClientError):
                 status, _ = await asyncio.wait_for(send(attempt or None), 10)
                 if status < 500:
                     return
@@ -161,8 +165,6 @@ class Soak:
 
     async def ready(self, timeout_s: float = 60.0) -> None:
         """The front answers /readyz (its workers read the queue)."""
-        import aiohttp
-
         deadline = time.monotonic() + timeout_s
         async with aiohttp.ClientSession() as session:
             while time.monotonic() < deadline:
@@ -195,8 +197,6 @@ class Soak:
 
     async def storm(self, count: int, over_s: float) -> None:
         """Alertmanager posting ``count`` firing alerts through its webhook (a few of them the same alert again)."""
-        import aiohttp
-
         hook = self.slack.add_webhook(ALERTS)
         async with aiohttp.ClientSession() as session:
             for i in range(count):
@@ -207,7 +207,7 @@ class Soak:
                 before = set(self.slack.messages)
                 async with session.post(hook, json=body) as response:
                     if response.status == 200:
-                        self.alerts += [ts for (ch, ts), m in list(self.slack.messages.items())
+                        self.alerts += [(ts, name) for (ch, ts), m in list(self.slack.messages.items())
                                         if (ch, ts) not in before and ch == ALERTS and m.get("bot_id") == "B0ALERTS"]
                 await asyncio.sleep(over_s / count)
 
@@ -342,27 +342,38 @@ async def _converge(soak: Soak, deadline: float) -> None:
         answers, storm = _answers(soak), _storm(soak)
         if all(len(answers.get(t, ())) >= n for t, n in soak.asked.items()) and \
                 all(ts in soak.ended for ts in soak.clicked) and not soak.slack.unstopped_streams() and \
-                storm["alerts_answered"] >= storm["alerts_investigated"]:
+                storm["alerts_answered"] >= storm["alerts_investigated"] and not storm["alerts_unhandled"]:
             return
         await asyncio.sleep(0.5)
 
 
 def _storm(soak: Soak) -> dict[str, int]:
-    """The alert storm as the alerts channel shows it: which alerts got an investigation (its progress message),
-    which an answer (how many: more than one is twice), which an Investigate button, and the storm notices."""
+    """The alert storm as the alerts channel shows it. An alert (by name) gets one investigation (its progress
+    message, then one answer: more than one is twice) or one Investigate button, under whichever of its messages
+    OpsPilot read first (Slack does not promise the order of events); each of its other messages is noted in that
+    thread as fired again; the storm is said once, in the channel. ``alerts_unhandled``: messages showing none of it."""
     answers = _answers(soak)
-    investigated = answered = twice = offered = 0
-    for ts in soak.alerts:
-        thread = soak.slack.thread(ALERTS, ts)
-        keys = [str(((m.get("metadata") or {}).get("event_payload") or {}).get("key") or "") for m in thread]
-        investigated += any(k.startswith("progress:") for k in keys)
-        n = len(answers.get(f"{ALERTS}:{ts}", ()))
-        answered, twice = answered + min(n, 1), twice + max(n - 1, 0)
-        offered += any(b["action_id"] == "opspilot_investigate" for m in thread for b in buttons(m))
+    investigated = answered = twice = offered = unhandled = 0
+    groups: dict[str, list[str]] = {}
+    for ts, name in soak.alerts:
+        groups.setdefault(name, []).append(ts)
+    for stamps in groups.values():
+        keys = {ts: [str(((m.get("metadata") or {}).get("event_payload") or {}).get("key") or "")
+                     for m in soak.slack.thread(ALERTS, ts)] for ts in stamps}
+        started = [ts for ts in stamps if any(k.startswith("progress:") for k in keys[ts])]
+        button = [ts for ts in stamps if any(b["action_id"] == "opspilot_investigate"
+                                             for m in soak.slack.thread(ALERTS, ts) for b in buttons(m))]
+        primary = (started + button)[:1]
+        n = sum(len(answers.get(f"{ALERTS}:{ts}", ())) for ts in started)
+        investigated, answered, twice = investigated + len(started), answered + min(n, 1), twice + max(n - 1, 0)
+        offered += len(button)
+        noted = {k.removeprefix(STATUS_NOTE) for ts in primary for k in keys[ts] if k.startswith(STATUS_NOTE)}
+        unhandled += sum(1 for ts in stamps if ts not in primary and ts not in noted)
     notices = sum(1 for (ch, _), m in list(soak.slack.messages.items())
                   if ch == ALERTS and not m.get("thread_ts") and "Many alerts at once" in all_text(m))
     return {"alerts": len(soak.alerts), "alerts_investigated": investigated, "alerts_answered": answered,
-            "alerts_answered_twice": twice, "alerts_offered": offered, "storm_notices": notices}
+            "alerts_answered_twice": twice, "alerts_offered": offered, "alerts_unhandled": unhandled,
+            "storm_notices": notices}
 
 
 async def _figures(soak: Soak, scale: Scale, wall_s: float) -> dict[str, Any]:
@@ -406,12 +417,14 @@ async def run(scale: Scale | None = None) -> list[Table]:
         f"{len(scale.redis_stops)}×, {scale.alert_storm[1]} alerts in {scale.alert_storm[2]:g} s",
         ["answered", "answered twice", "posted twice", "cards shown", "restarts run twice", "card close p50 (s)",
          "card close p95 (s)", "outcome on card p50 (s)", "outcome on card p95 (s)", "streams left open",
-         "keys without TTL", "dead letters", "kills (workers / front)", "alerts investigated / answered / offered",
+         "keys without TTL", "dead letters", "kills (workers / front)",
+         "alerts investigated / answered / offered / unhandled",
          "storm notices", "wall (s)"],
         [[f"{f['answered']}/{f['questions']}", f["answered_twice"], f["duplicates"], f"{f['cards']}/{f['confirms']}",
           f["restarts_twice"], f["close_p50_s"], f["close_p95_s"], f["outcome_p50_s"], f["outcome_p95_s"],
           f["streams_open"], f["keys_without_ttl"], f["dead_letters"], f"{f['worker_kills']} / {f['front_kills']}",
-          f"{f['alerts_investigated']} / {f['alerts_answered']} / {f['alerts_offered']} of {f['alerts']}",
+          f"{f['alerts_investigated']} / {f['alerts_answered']} / {f['alerts_offered']} / {f['alerts_unhandled']} "
+          f"of {f['alerts']}",
           f["storm_notices"], f["wall_s"]]],
         [verdict("questions answered exactly once", f["answered"], f["questions"], "", lower_is_better=False),
          verdict("questions answered twice", f["answered_twice"], 0, ""),
@@ -423,7 +436,8 @@ async def run(scale: Scale | None = None) -> list[Table]:
                  ALERT_RUNS, ""),
          verdict("alert investigations answered", f["alerts_answered"], f["alerts_investigated"], "",
                  lower_is_better=False),
-         verdict("alert investigations answered twice", f["alerts_answered_twice"], 0, "")])]
+         verdict("alert investigations answered twice", f["alerts_answered_twice"], 0, ""),
+         verdict("alerts neither investigated, offered nor noted", f["alerts_unhandled"], 0, "")])]
 
 
 @dataclass

@@ -18,3 +18,4 @@ async def test_nothing_is_lost_or_done_twice_through_a_small_incident() -> None:
     # The alert storm: at most the channel's automatic runs, each answered once; the rest offered; said once.
     assert 0 < f["alerts_investigated"] <= ALERT_RUNS and f["alerts_answered"] == f["alerts_investigated"], f
     assert f["alerts_answered_twice"] == 0 and f["storm_notices"] == 1 and f["alerts_offered"] >= 1, f
+    assert f["alerts_unhandled"] == 0, f  # each alert: investigated, offered, or noted where it first fired
