@@ -46,6 +46,15 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` still exists."""
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
 def core_split() -> tuple[set[int], set[int]] | None:
     """Two disjoint sets of the cores this process may use (the first core; the rest), or None on one core."""
     cores = sorted(os.sched_getaffinity(0))

@@ -1,12 +1,16 @@
 """Processes a benchmark starts beside itself, so that what it measures does not share its event loop:
-the Slack stand-in (``python -m bench.processes slack PORT``) and a bare Bolt app that only acknowledges
-(``python -m bench.processes bare PORT``)."""
+the Slack stand-in (``python -m bench.processes slack PORT``), a bare Bolt app that only acknowledges
+(``python -m bench.processes bare PORT``), and a redis-server the soak stops and starts (:class:`RedisProcess`)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+import shutil
 import sys
+import time
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -55,6 +59,40 @@ async def bare(port: int, api_url: str) -> None:
     await LocalServer(bare_bolt_app(api_url), port=port).start()
     print("ready", flush=True)
     await asyncio.Event().wait()
+
+
+@dataclass
+class RedisProcess:
+    """A redis-server the soak stops and starts again (AOF on: what it held survives)."""
+
+    port: int
+    workdir: str
+    proc: Any = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:  # blocking: call it in a thread (asyncio.to_thread)
+        import socket
+        import subprocess
+
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise SystemExit("the soak needs redis-server (apt-get install redis-server)")
+        self.proc = subprocess.Popen([binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                                      "--appendonly", "yes", "--dir", self.workdir],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(200):
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                return
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.proc = None
 
 
 if __name__ == "__main__":

@@ -34,10 +34,11 @@ from typing import Any
 
 import aiohttp
 
-from bench.common import Table, children, free_port, verdict
+from bench import storm
+from bench.common import Table, alive, children, free_port, verdict
+from bench.processes import RedisProcess
 from bot.demo.sender import SlackSender, block_action, mention, message
 from bot.demo.workspace import LocalSlack, all_text, buttons
-from bot.slack.inbound.thread_reader import STATUS_NOTE
 from state import Keys, RedisStore, connect
 
 SECRET = "soak-secret"
@@ -69,8 +70,6 @@ ISSUE = Scale(questions=1200, confirms=150, double_clicks=44, redis_stops=((60.0
               over_s=780.0, settle_s=300.0, front_kills=(200.0, 450.0, 700.0), alert_storm=(400.0, 100, 20.0))
 """Issue 33's incident: 1,200 questions and 150 confirm flows (44 double-clicked) in 13 minutes, the front killed
 three times, Redis stopped three times (5 s, 30 s, 5 s), an alert storm of 100 messages in 20 s."""
-ALERTS = "C0ALERTS"
-ALERT_RUNS = 5  # the alerts channel's automatic runs per window (alert_sources.max_runs)
 
 
 @dataclass
@@ -151,8 +150,7 @@ class Soak:
                 "OPSPILOT_SLACK__UPDATES_PER_MINUTE": str(_updates_per_minute() * 0.9),
                 # questions by the hundred on purpose: no run limits
                 "OPSPILOT_SLACK__LIMITS__PER_PERSON": "0", "OPSPILOT_SLACK__LIMITS__PER_CHANNEL": "0",
-                "OPSPILOT_SLACK__ALERT_SOURCES": json.dumps([{"channel": ALERTS, "bot_ids": ["B0ALERTS"],
-                                                               "mode": "investigate", "max_runs": ALERT_RUNS}])}
+                "OPSPILOT_SLACK__ALERT_SOURCES": json.dumps([storm.SOURCE])}
         # SOAK_LOG=path keeps serve's log (the operator's view of the incident) for a run worth reading again.
         where = os.environ.get("SOAK_LOG")
         log = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if where else asyncio.subprocess.DEVNULL
@@ -190,34 +188,13 @@ class Soak:
         await self.proc.wait()
         self.front_kills += 1
         for _ in range(300):  # up to 30 s
-            if not any(_alive(pid) for pid in workers):
+            if not any(alive(pid) for pid in workers):
                 break
             await asyncio.sleep(0.1)
         await self.start_serve()
 
     async def storm(self, count: int, over_s: float) -> None:
-        """Alertmanager posting ``count`` firing alerts through its webhook (a few of them the same alert again)."""
-        hook = self.slack.add_webhook(ALERTS)
-        async with aiohttp.ClientSession() as session:
-            for i in range(count):
-                name = f"Alert{i % max(count * 3 // 4, 1)}"  # a quarter repeat an earlier alert
-                body = {"username": "Alertmanager", "attachments": [{
-                    "title": f"[FIRING:1] {name} payments (prod critical)", "color": "danger",
-                    "text": f"*Labels:*\n• alertname: `{name}`\n• service: `payments`\n• environment: `prod`"}]}
-                before = set(self.slack.messages)
-                async with session.post(hook, json=body) as response:
-                    if response.status == 200:
-                        self.alerts += [(ts, name) for (ch, ts), m in list(self.slack.messages.items())
-                                        if (ch, ts) not in before and ch == ALERTS and m.get("bot_id") == "B0ALERTS"]
-                await asyncio.sleep(over_s / count)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
+        self.alerts += await storm.post(self.slack, count, over_s)
 
 
 async def _flow(soak: Soak, channel: str, i: int, twice: bool, deadline: float) -> None:
@@ -255,7 +232,7 @@ async def _chaos(soak: Soak, scale: Scale, until: float) -> None:
     start = time.monotonic()
     stops, fronts = list(scale.redis_stops), list(scale.front_kills)
     next_kill = start + scale.kill_every_s
-    storm: asyncio.Task[None] | None = None
+    storming: asyncio.Task[None] | None = None
     while time.monotonic() < until:
         now = time.monotonic()
         if now >= next_kill:
@@ -264,16 +241,16 @@ async def _chaos(soak: Soak, scale: Scale, until: float) -> None:
         if fronts and now - start >= fronts[0]:
             fronts.pop(0)
             await soak.kill_the_front()
-        if storm is None and scale.alert_storm[1] and now - start >= scale.alert_storm[0]:
-            storm = asyncio.create_task(soak.storm(*scale.alert_storm[1:]))
+        if storming is None and scale.alert_storm[1] and now - start >= scale.alert_storm[0]:
+            storming = asyncio.create_task(soak.storm(*scale.alert_storm[1:]))
         if stops and now - start >= stops[0][0]:
             _, away = stops.pop(0)
             await asyncio.to_thread(soak.redis.stop)
             await asyncio.sleep(away)
             await asyncio.to_thread(soak.redis.start)
         await asyncio.sleep(0.2)
-    if storm is not None:
-        await storm
+    if storming is not None:
+        await storming
 
 
 async def run_soak(scale: Scale) -> dict[str, Any]:
@@ -339,41 +316,13 @@ def _answers(soak: Soak) -> dict[str, Counter[str]]:
 
 async def _converge(soak: Soak, deadline: float) -> None:
     while time.monotonic() < deadline:
-        answers, storm = _answers(soak), _storm(soak)
+        answers = _answers(soak)
+        alerts = storm.figures(soak.slack, soak.alerts, answers)
         if all(len(answers.get(t, ())) >= n for t, n in soak.asked.items()) and \
                 all(ts in soak.ended for ts in soak.clicked) and not soak.slack.unstopped_streams() and \
-                storm["alerts_answered"] >= storm["alerts_investigated"] and not storm["alerts_unhandled"]:
+                alerts["alerts_answered"] >= alerts["alerts_investigated"] and not alerts["alerts_unhandled"]:
             return
         await asyncio.sleep(0.5)
-
-
-def _storm(soak: Soak) -> dict[str, int]:
-    """The alert storm as the alerts channel shows it. An alert (by name) gets one investigation (its progress
-    message, then one answer: more than one is twice) or one Investigate button, under whichever of its messages
-    OpsPilot read first (Slack does not promise the order of events); each of its other messages is noted in that
-    thread as fired again; the storm is said once, in the channel. ``alerts_unhandled``: messages showing none of it."""
-    answers = _answers(soak)
-    investigated = answered = twice = offered = unhandled = 0
-    groups: dict[str, list[str]] = {}
-    for ts, name in soak.alerts:
-        groups.setdefault(name, []).append(ts)
-    for stamps in groups.values():
-        keys = {ts: [str(((m.get("metadata") or {}).get("event_payload") or {}).get("key") or "")
-                     for m in soak.slack.thread(ALERTS, ts)] for ts in stamps}
-        started = [ts for ts in stamps if any(k.startswith("progress:") for k in keys[ts])]
-        button = [ts for ts in stamps if any(b["action_id"] == "opspilot_investigate"
-                                             for m in soak.slack.thread(ALERTS, ts) for b in buttons(m))]
-        primary = (started + button)[:1]
-        n = sum(len(answers.get(f"{ALERTS}:{ts}", ())) for ts in started)
-        investigated, answered, twice = investigated + len(started), answered + min(n, 1), twice + max(n - 1, 0)
-        offered += len(button)
-        noted = {k.removeprefix(STATUS_NOTE) for ts in primary for k in keys[ts] if k.startswith(STATUS_NOTE)}
-        unhandled += sum(1 for ts in stamps if ts not in primary and ts not in noted)
-    notices = sum(1 for (ch, _), m in list(soak.slack.messages.items())
-                  if ch == ALERTS and not m.get("thread_ts") and "Many alerts at once" in all_text(m))
-    return {"alerts": len(soak.alerts), "alerts_investigated": investigated, "alerts_answered": answered,
-            "alerts_answered_twice": twice, "alerts_offered": offered, "alerts_unhandled": unhandled,
-            "storm_notices": notices}
 
 
 async def _figures(soak: Soak, scale: Scale, wall_s: float) -> dict[str, Any]:
@@ -404,7 +353,8 @@ async def _figures(soak: Soak, scale: Scale, wall_s: float) -> dict[str, Any]:
             "cards_ended": len(ended), "outcome_p50_s": statistics.median(ended) if ended else float("nan"),
             "outcome_p95_s": ended[int(0.95 * (len(ended) - 1))] if ended else float("nan"),
             "streams_open": len(soak.slack.unstopped_streams()), "keys_without_ttl": untimed, "dead_letters": dead,
-            "worker_kills": soak.kills, "front_kills": soak.front_kills, "wall_s": wall_s} | _storm(soak)
+            "worker_kills": soak.kills, "front_kills": soak.front_kills,
+            "wall_s": wall_s} | storm.figures(soak.slack, soak.alerts, answers)
 
 
 async def run(scale: Scale | None = None) -> list[Table]:
@@ -433,45 +383,11 @@ async def run(scale: Scale | None = None) -> list[Table]:
          verdict("card close p95 after a click", f["close_p95_s"], 5.0, " s"),
          verdict("streams left open", f["streams_open"], 0, ""),
          verdict("alert investigations (at most the channel's automatic runs)", f["alerts_investigated"],
-                 ALERT_RUNS, ""),
+                 storm.ALERT_RUNS, ""),
          verdict("alert investigations answered", f["alerts_answered"], f["alerts_investigated"], "",
                  lower_is_better=False),
          verdict("alert investigations answered twice", f["alerts_answered_twice"], 0, ""),
          verdict("alerts neither investigated, offered nor noted", f["alerts_unhandled"], 0, "")])]
-
-
-@dataclass
-class RedisProcess:
-    """A redis-server the soak stops and starts again (AOF on: what it held survives)."""
-
-    port: int
-    workdir: str
-    proc: Any = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:  # blocking: call it in a thread (asyncio.to_thread)
-        import socket
-        import subprocess
-
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise SystemExit("the soak needs redis-server (apt-get install redis-server)")
-        self.proc = subprocess.Popen([binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                                      "--appendonly", "yes", "--dir", self.workdir],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(200):
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                return
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-            self.proc = None
 
 
 def _updates_per_minute() -> int:

@@ -5,7 +5,8 @@ lacks a TTL. (Latency figures are the benchmark's: ``python -m bench --only soak
 
 from __future__ import annotations
 
-from bench.soak import ALERT_RUNS, SMALL, run_soak
+from bench.soak import SMALL, run_soak
+from bench.storm import ALERT_RUNS
 
 
 async def test_nothing_is_lost_or_done_twice_through_a_small_incident() -> None:

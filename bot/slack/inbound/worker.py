@@ -31,7 +31,7 @@ READ_WINDOW_S = 10.0
 """A worker that has not read the queue for this long does not count as reading it (readiness)."""
 BEAT_S = 2.0
 QUICK_RECLAIM_S = 2.0
-"""How long the quick lane's entries (a click, a command, a decision: a person watches a card) may go untouched
+"""How long the quick lane's entries (a click, a form, a command, Stop: a person watches for them) may go untouched
 before another worker takes them: a killed worker's click is done again within seconds, not after the work
 lane's idle period. Its holder touches them every third of it."""
 _TOUCH_MARGIN_S = 1.0
@@ -160,7 +160,7 @@ class Worker:
             self.executor.metrics.inc("opspilot_work_retries_total", kind=_kind(entry.body))
             with contextlib.suppress(StoreError):  # Redis away: it is reclaimed after a whole idle period instead
                 await self.queue.retry_later(self.name, entry.id, after_s=self._after(entry), lane=entry.lane,
-                                             idle_ms=int(self._idle_s(entry) * 1000))
+                                             idle_ms=int(self._idle_s(entry.lane) * 1000))
         elif failure:
             await self._bury(entry, failure)
 
@@ -216,15 +216,15 @@ class Worker:
             await self.executor.give_up(item, ref)  # told first: a crash here leaves it to be buried again
         await self.queue.bury(entry, f"ref {ref}: {reason}")
 
-    def _idle_s(self, entry: Entry) -> float:
-        """How long ``entry`` may go untouched before another worker takes it (its lane's)."""
-        return self.quick_reclaim_s if entry.lane == "quick" else self.reclaim_after_s
+    def _idle_s(self, lane: Lane) -> float:
+        """How long an entry of ``lane`` may go untouched before another worker takes it."""
+        return self.quick_reclaim_s if lane == "quick" else self.reclaim_after_s
 
     def _idle_ms(self, lane: Lane) -> int:
         """What this round reclaims from ``lane``: entries idle that long. Nothing (an idle no entry reaches) until
         every live holder has had a touch since this worker found Redis again after it could not reach it (or
         started): an outage makes every entry look idle, its holder's touches failing too."""
-        idle_s = self.quick_reclaim_s if lane == "quick" else self.reclaim_after_s
+        idle_s = self._idle_s(lane)
         if time.monotonic() - self._back_at < idle_s / 3 + _TOUCH_MARGIN_S:
             return _NEVER_MS
         return int(idle_s * 1000)
@@ -232,7 +232,7 @@ class Worker:
     async def _keep(self, entry: Entry, done: asyncio.Event) -> None:
         while not done.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(done.wait(), self._idle_s(entry) / 3)
+                await asyncio.wait_for(done.wait(), self._idle_s(entry.lane) / 3)
                 return
             try:
                 if not await self.queue.touch(self.name, entry.id, lane=entry.lane):
