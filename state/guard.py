@@ -36,6 +36,11 @@ RELEASE_IF_HELD = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
 return 0
 """
+# Extend a lease only while it is still the owner's: one that lapsed is not silently taken again.
+RENEW_IF_HELD = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
+return 0
+"""
 
 
 @asynccontextmanager

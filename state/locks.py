@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from state.client import Client
-from state.guard import RELEASE_IF_HELD, guard, retried, text
+from state.guard import RELEASE_IF_HELD, RENEW_IF_HELD, guard, retried, text
 from state.keys import Keys, Ttls
 from state.store import Claim
 
@@ -18,10 +18,6 @@ from state.store import Claim
 _CLAIM = """
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return {1, ARGV[1], -1} end
 return {0, redis.call('get', KEYS[1]), redis.call('pttl', KEYS[1])}
-"""
-_RENEW = """
-if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
-return 0
 """
 
 
@@ -38,7 +34,7 @@ class RedisLocks:
     def __init__(self, client: Client, keys: Keys, ttls: Ttls, outage_grace_s: float = 30.0) -> None:
         self.client, self.keys, self.ttls, self.grace_s = client, keys, ttls, outage_grace_s
         self._claim = client.register_script(_CLAIM)
-        self._renew = client.register_script(_RENEW)
+        self._renew = client.register_script(RENEW_IF_HELD)
         self._release = client.register_script(RELEASE_IF_HELD)
 
     async def claim(self, token: str, holder: str) -> Claim:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from state.client import Client
-from state.guard import RELEASE_IF_HELD, guard, retried, text
+from state.guard import RELEASE_IF_HELD, RENEW_IF_HELD, guard, retried, text
 from state.keys import Keys, Ttls, all_shards, shard_of
 
 
@@ -97,6 +97,7 @@ class RedisOutbox:
         self._patch = client.register_script(_PATCH)
         self._settle = client.register_script(_SETTLE)
         self._release = client.register_script(RELEASE_IF_HELD)
+        self._renew = client.register_script(RENEW_IF_HELD)
 
     async def put(self, thread: str, key: str, fields: Mapping[str, Any], *, due: float, urgent: bool = False) -> int:
         """Record the desired state of message ``key``; returns its version. ``urgent``: the thread is due by ``due``
@@ -152,6 +153,11 @@ class RedisOutbox:
             await self.client.pexpire(key, ttl_ms)
             return True
 
+    async def renew(self, thread: str, owner: str, ttl_ms: int) -> bool:
+        """Extend the lease only while it is still ``owner``'s (not re-entrant: one that lapsed is lost)."""
+        async with guard("renewing an outbox lease"):
+            return bool(await self._renew(keys=[self.keys.outbox_lease(thread)], args=[owner, ttl_ms]))
+
     async def release(self, thread: str, owner: str) -> None:
         async with guard("releasing an outbox lease"):
             await self._release(keys=[self.keys.outbox_lease(thread)], args=[owner])
@@ -203,6 +209,13 @@ class MemoryOutbox:
     async def lease(self, thread: str, owner: str, ttl_ms: int) -> bool:
         held = self._leases.get(thread)
         if held is not None and held[1] > time.monotonic() and held[0] != owner:
+            return False
+        self._leases[thread] = (owner, time.monotonic() + ttl_ms / 1000)
+        return True
+
+    async def renew(self, thread: str, owner: str, ttl_ms: int) -> bool:
+        held = self._leases.get(thread)
+        if held is None or held[0] != owner or held[1] <= time.monotonic():
             return False
         self._leases[thread] = (owner, time.monotonic() + ttl_ms / 1000)
         return True

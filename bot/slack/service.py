@@ -32,7 +32,7 @@ from bot.slack.inbound.run_gate import RunGate
 from bot.slack.inbound.thread_reader import ThreadReader
 from bot.slack.inbound.work import Delivery, Executor, NotYet, WorkItem
 from bot.slack.inbound.worker import Worker, attempts
-from bot.slack.outbound.counters import CountingRateLimitHandler, Metrics, retry_handlers
+from bot.slack.outbound.counters import Metrics, retry_handlers
 from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.pacer import Pacer
 from bot.slack.outbound.people import People
@@ -156,10 +156,11 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
                 aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=max(slack.request_timeout_s, 1))))
     client = AsyncWebClient(token=slack.bot_token, base_url=api_url, retry_handlers=retry_handlers(metrics),
                             session=sessions[0])
-    # Deliveries retry on their own, after checking whether a post landed: this client retries 429s only
-    # (Slack did not take those), never a 5xx or a dropped connection (which may have landed).
+    # Deliveries retry on their own, after checking whether a post landed: this client retries nothing, not a
+    # 5xx or a dropped connection (which may have landed), nor a 429 (the outbox comes back after Retry-After, and
+    # a call must end within its timeout: it starts only while its thread's lease is sure, see outbound/hold.py).
     delivery = AsyncWebClient(token=slack.bot_token, base_url=api_url, timeout=int(max(slack.request_timeout_s, 1)),
-                              retry_handlers=[CountingRateLimitHandler(metrics)], session=sessions[1])
+                              retry_handlers=[], session=sessions[1])
     identity = Identity(client, core.meta)
     # Slack counts per workspace, whichever process calls: so do all ours, in Redis.
     shared = RedisPacing(core.store.client, core.store.keys) if isinstance(core.store, RedisStore) else None

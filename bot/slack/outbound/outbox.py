@@ -28,6 +28,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.api_errors import slack_error
 from bot.slack.outbound.counters import Metrics
+from bot.slack.outbound.hold import Hold, LeaseLost
 from bot.slack.outbound.landed import METADATA_TYPE as METADATA_TYPE  # where history.py reads it from too
 from bot.slack.outbound.outgoing import message_fields as _message
 from bot.slack.outbound.outgoing import redact, redact_blocks
@@ -41,14 +42,14 @@ from state.store_errors import StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
-_LEASE_MS = 20_000
+_LEASE_S = 20.0  # at least; longer where a Slack call may take longer (Hold.lease_for)
 _CARD_BACKOFF_S = 1.0  # the longest a card waits between attempts while Slack fails: someone just clicked it
 
 
 class SlackOutbox:
     def __init__(self, *, store: Outbox, client: AsyncWebClient, pacer: Pacer, metrics: Metrics,
                  update_interval_s: float = 1.0, poll_s: float = 1.0, max_backoff_s: float = 30.0,
-                 streams: Streams | None = None) -> None:
+                 streams: Streams | None = None, lease_s: float = _LEASE_S) -> None:
         self.store = store
         self.client = client
         self.pacer = pacer
@@ -60,6 +61,7 @@ class SlackOutbox:
         self.sender = Sender(store=store, client=client, pacer=pacer, streams=self.streams, metrics=metrics,
                              update_interval_s=update_interval_s)
         self.owner = uuid.uuid4().hex[:12]
+        self.lease_s = Hold.lease_for(float(client.timeout), lease_s)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._failures: dict[str, int] = {}
@@ -256,31 +258,39 @@ class SlackOutbox:
 
     async def _deliver_thread(self, thread: str) -> None:
         try:
-            if not await self.store.lease(thread, self.owner, _LEASE_MS):
+            hold = Hold(self.lease_s, float(self.client.timeout))
+            if not await self.store.lease(thread, self.owner, self._lease_ms):
                 return  # another instance delivers this thread right now
-            renewer = asyncio.create_task(self._renew(thread))
+            renewer = asyncio.create_task(self._renew(thread, hold))
             try:
-                retry_at = await self._deliver_records(thread)
+                retry_at = await self._deliver_records(thread, self.sender.holding(hold))
                 if await self.store.settle(thread, retry_at=retry_at) and retry_at <= time.time():
                     self._wake.set()  # a newer state arrived while we were sending
             finally:
                 renewer.cancel()
                 await self.store.release(thread, self.owner)
+        except LeaseLost as exc:  # what is left stays due: the thread's holder, or our next round, sends it
+            log.debug("outbox: thread %s: round stopped (%s)", thread, exc)
         except StoreError as exc:  # an outage is told once by the outage log (core/outages.py), not per thread
             (log.debug if isinstance(exc, StoreUnavailable) else log.warning)(
                 "outbox: thread %s not delivered this round: %s", thread, exc)
         except Exception:
             log.exception("outbox: delivering thread %s failed", thread)
 
-    async def _renew(self, thread: str) -> None:
-        """Hold the thread while delivering, however long Slack's pacing or a slow answer takes: a lapsed lease
-        would let another instance send the same message."""
-        while True:
-            await asyncio.sleep(_LEASE_MS / 3000)
-            with contextlib.suppress(StoreError):
-                await self.store.lease(thread, self.owner, _LEASE_MS)
+    @property
+    def _lease_ms(self) -> int:
+        return int(self.lease_s * 1000)
 
-    async def _deliver_records(self, thread: str) -> float:
+    async def _renew(self, thread: str, hold: Hold) -> None:
+        """Hold the thread while delivering, however long Slack's pacing or a slow answer takes: a lapsed lease
+        would let another instance send the same message (see :mod:`.hold`)."""
+        while not hold.lost:
+            await asyncio.sleep(hold.renew_every_s)
+            sent_at = hold.renewing()
+            with contextlib.suppress(StoreError):
+                hold.renewed(sent_at, await self.store.renew(thread, self.owner, self._lease_ms))
+
+    async def _deliver_records(self, thread: str, sender: Sender) -> float:
         """Send what is undelivered, posts strictly in order; returns when to come back if anything is left. A
         failed edit holds back later chat.update edits only; a failed post (or stream) everything after it but a
         card edited through its click's response URL (a progress edit meeting a 429, or an answer's post backing
@@ -292,13 +302,13 @@ class SlackOutbox:
                     (post_failed and not (record.get("ts") and record.get("response_url"))):
                 continue
             if record.get("kind") == "stream" and record.get("fallback") and record.get("final"):
-                await self.sender.put_then(thread, record)  # the answer never waits behind the edit's budget
-            wait = await self.sender.edit_wait(record)
+                await sender.put_then(thread, record)  # the answer never waits behind the edit's budget
+            wait = await sender.edit_wait(record)
             if wait > 0:  # an edit waits for its interval; later posts need not wait for it
                 retry_at = min(retry_at, time.time() + wait)
                 continue
             try:
-                await self.sender.send(thread, record)
+                await sender.send(thread, record)
                 sent = True
                 if record.get("control_gone"):  # this round's copy of its Stop message is stale: read it again
                     skip.add(control_key(record.key))

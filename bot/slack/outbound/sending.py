@@ -4,6 +4,7 @@ next state, a removal; every Web API failure classified once — retry later, or
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import time
@@ -13,6 +14,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.outbound.api_errors import SLACK_FAILURES, rate_limited, retry_after, slack_error, transient
 from bot.slack.outbound.counters import Metrics
+from bot.slack.outbound.hold import Hold
 from bot.slack.outbound.landed import METADATA_TYPE, find_posted
 from bot.slack.outbound.outgoing import message_fields as _message
 from bot.slack.outbound.pacer import Pacer
@@ -46,6 +48,14 @@ class Sender:
         self.store, self.client, self.pacer, self.streams, self.metrics = store, client, pacer, streams, metrics
         self.update_interval_s = update_interval_s
         self.in_place = InPlace(store, client, metrics, SLACK)
+        self.hold: Hold | None = None
+
+    def holding(self, hold: Hold) -> Sender:
+        """This sender for one delivery round: each of its Slack calls starts only while ``hold`` is sure
+        (:class:`~bot.slack.outbound.hold.LeaseLost` otherwise)."""
+        bound = copy.copy(self)
+        bound.hold = hold
+        return bound
 
     async def edit_wait(self, record: OutboxRecord) -> float:
         """Edits of one message are spaced by ``update_interval_s``; only a card's edit queues for Slack's edit
@@ -137,6 +147,8 @@ class Sender:
         ``refusals``, :class:`StreamRefused` saying why). ``paced``: False when the caller reserved its slot."""
         if paced:
             await self.pacer.wait(method, channel)
+        if self.hold is not None:  # checked after the wait for its turn, which may be long
+            self.hold.check()
         try:
             answer = await call()
         except SLACK_FAILURES as exc:  # a refusal, a 5xx (JSON or not), a 429, a dropped connection, a hang
@@ -148,7 +160,9 @@ class Sender:
                 log.error("Slack %s refused a message for good (%s): dropped", method, error)
                 self.metrics.inc("opspilot_outbox_dropped_total")
                 return None
-            if not rate_limited(exc):  # an outage is told once, then a summary a minute (core/outages.py)
+            if rate_limited(exc):
+                self.metrics.inc("opspilot_slack_rate_limited_total")
+            else:  # an outage is told once, then a summary a minute (core/outages.py)
                 SLACK.failed(f"{method}: {error}")
             log.debug("Slack %s failed (%s): will retry", method, error)
             raise Retry(retry_after(exc)) from exc
