@@ -191,3 +191,27 @@ async def test_an_urgent_message_brings_a_waiting_thread_forward(store: RedisSto
         assert await outbox.due(time.time()) == []
         await outbox.put("C1:9.1", "card:t1", {"text": "Confirmed by @Bob"}, due=time.time(), urgent=True)
         assert await outbox.due(time.time()) == ["C1:9.1"]
+
+
+async def test_turns_reserved_by_a_process_that_died_do_not_hold_a_channel_up(store: RedisStore,
+                                                                               slack: FakeSlack) -> None:
+    """Posts reserve their turn in the channel's budget, in Redis, for every process; a process killed while its
+    deliveries wait takes their turns with it. The soak's alert storm (~100 posts in one channel, a process killed
+    every 10 s) crawled at a tenth of Slack's pace behind such turns. A delivery now reserves only a few seconds
+    ahead: another process's posts in that channel go within those seconds of the death, not after the dead line."""
+    own = [RedisOutbox(store.client, Keys(f"{store.keys.prefix}:{name}"), store.ttls) for name in "ab"]
+    dying = _outbox(store, slack, own=own[0], posts_per_second=2, updates_per_minute=60)
+    for i in range(40):  # 20 s of this channel's turns, were they all reserved
+        await _say(dying, f"alert-offer:{i}", "C1", f"9.{i:02}", "Investigate?")
+    await until(lambda: len(slack.called("chat.postMessage")) >= 2, 20)
+    await dying.stop()  # its deliveries end in their waits, as a process killed -9 does (their turns not given back)
+    died = time.monotonic()
+    alive = _outbox(store, slack, own=own[1], posts_per_second=2, updates_per_minute=60)
+    try:
+        before = len(slack.called("chat.postMessage"))
+        for i in range(3):
+            await _say(alive, f"answer:r{i}:0", "C1", f"10.{i}", "done")
+        await until(lambda: len(slack.called("chat.postMessage")) >= before + 3, 30)
+        assert time.monotonic() - died < 10, time.monotonic() - died  # ≤ the horizon (5 s) and their own 1.5 s
+    finally:
+        await alive.stop()

@@ -9,6 +9,7 @@ from bot.agent.transcript import violations
 from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
+from bot import exits
 from bot.slack.serve import restart_after
 from tests.conftest import until
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
@@ -122,3 +123,6 @@ def test_a_worker_killed_after_working_starts_again_at_once_a_crash_loop_backs_o
         failures, wait = restart_after(failures, 12.0)
         assert wait == 1.0
     assert restart_after(failures, 1.0)[1] == 2.0  # then crash-looping again: backing off again
+    for _ in range(8):  # started during a Redis outage: "unavailable" at start, again and again
+        failures, wait = restart_after(failures, 0.7, exits.UNAVAILABLE)
+        assert wait == 2.0  # back within seconds of Redis, not 30 s later

@@ -206,11 +206,17 @@ YOUNG_S = 10.0
 before the next start doubles, up to 30 s. One that worked longer (killed by the OOM killer or a node's trouble,
 every few seconds during an incident) starts again after 1 s: doubling then left the soak's front with one worker,
 or none, for half a minute at a time."""
+UNAVAILABLE_WAIT_S = 2.0
+"""A worker that exits because Redis did not answer at its start (``exits.UNAVAILABLE``: an outage under way) is
+started again after this, however often: each start costs ~0.6 s of a core, and a longer wait would leave the
+front short of workers for up to 30 s after Redis is back (the issue-scale soak saw it)."""
 
 
-def restart_after(failures: int, lived_s: float) -> tuple[int, float]:
-    """A worker died after ``lived_s``, its ``failures``-th young death before: how many now, and how long to wait
-    before starting it again."""
+def restart_after(failures: int, lived_s: float, code: int | None = None) -> tuple[int, float]:
+    """A worker died after ``lived_s`` (exit ``code``), its ``failures``-th young death before: how many now, and
+    how long to wait before starting it again."""
+    if code == exits.UNAVAILABLE:  # Redis away as it started: not a crash loop of ours; tried again every few
+        return failures, UNAVAILABLE_WAIT_S  # seconds, so that the worker is back within them of Redis, not 30 s
     failures = failures + 1 if lived_s < YOUNG_S else 1
     return failures, min(30.0, 2.0 ** (failures - 1))
 
@@ -241,7 +247,7 @@ async def _supervise(index: int, argv: list[str], stopping: asyncio.Event, sock:
         finally:
             os.close(pipe)  # only once it has exited: to the worker, a closed pipe means the front is gone
         if not stopping.is_set():
-            failures, delay = restart_after(failures, time.monotonic() - started)
+            failures, delay = restart_after(failures, time.monotonic() - started, code)
             log.error("worker %d exited with code %s; starting it again in %gs", index, code, delay)
             await asyncio.sleep(delay)
 

@@ -34,7 +34,7 @@ from bot.slack.outbound.outgoing import message_fields as _message
 from bot.slack.outbound.outgoing import redact, redact_blocks
 from bot.slack.outbound.pacer import Pacer, first_in_line, low_priority
 from bot.slack.outbound.responses import ResponseFailed, replace_original, usable
-from bot.slack.outbound.sending import Retry, Sender, plain_edit
+from bot.slack.outbound.sending import Later, Retry, Sender, plain_edit
 from bot.slack.outbound.streams import Streams, control_key
 from bot.slack.outbound.words import say
 from state.store import Outbox
@@ -312,6 +312,9 @@ class SlackOutbox:
                 sent = True
                 if record.get("control_gone"):  # this round's copy of its Stop message is stale: read it again
                     skip.add(control_key(record.key))
+            except Later as later:  # not tried: its turn at Slack's pace is further off
+                retry_at, failed = min(retry_at, time.time() + later.wait_s), True
+                post_failed = post_failed or not (plain_edit(record) or record.get("response_url"))
             except Retry as retry:
                 # Failures in a row grow the backoff; a round that delivered something starts it over (busy threads).
                 failures = self._failures[thread] = 1 if sent else self._failures.get(thread, 0) + 1

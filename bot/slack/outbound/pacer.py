@@ -11,6 +11,9 @@ the next slot in line and waits for it; any other edit (an answer brought up to 
 slot only while one remains for cards, and a progress edit (``progress:…``) only while two remain; refused, both
 come back later, and progress coalesces into its next state meanwhile. So nothing but other cards is ever in line
 ahead of a card: a Confirm card shows who confirmed within a slot or two, however many runs are answering.
+
+A delivery reserves its turn at most a few seconds ahead (``HORIZON_S`` in :mod:`.sending`), further off it comes
+back when the turn would have come: a turn reserved by a process that is then killed is lost to everyone.
 """
 
 from __future__ import annotations
@@ -47,6 +50,14 @@ def first_in_line(key: str) -> bool:
     """Outbox messages whose edits go before any other: cards, which people act on (a Confirm still showing
     after the click invites a second one)."""
     return key.startswith("card:")
+
+
+class NotYet(Exception):
+    """No slot within the time asked for: come back in ``wait_s`` (when one would have been free)."""
+
+    def __init__(self, wait_s: float) -> None:
+        super().__init__(wait_s)
+        self.wait_s = wait_s
 
 
 class Pacer:
@@ -110,14 +121,19 @@ class Pacer:
             return 0.0
         return (await self._take(*bucket)).wait_s
 
-    async def wait(self, method: str, channel: str | None = None) -> None:
-        """Wait for a slot for a call of ``method`` (none when :meth:`edit_slot` took it already)."""
+    async def wait(self, method: str, channel: str | None = None, *, within_s: float | None = None) -> None:
+        """Wait for a slot for a call of ``method`` (none when :meth:`edit_slot` took it already). ``within_s``:
+        take one only if it comes that soon, else raise :class:`NotYet` (nothing taken)."""
         if _PREPAID.get() == method:
             _PREPAID.set(None)
             return
-        delay = await self.delay(method, channel)
-        if delay > 0:
-            await asyncio.sleep(delay)
+        if not self.enabled or (bucket := self._bucket(method, channel)) is None:
+            return
+        grant = await self._take(*bucket, max_wait_s=FOREVER_S if within_s is None else within_s)
+        if not grant.taken:
+            raise NotYet(grant.wait_s)
+        if grant.wait_s > 0:
+            await asyncio.sleep(grant.wait_s)
 
     async def edit_slot(self, key: str, method: str) -> float:
         """Seconds until an edit of outbox message ``key`` (by ``method``) may go; 0: now. A progress edit, or any

@@ -17,7 +17,7 @@ from bot.slack.outbound.counters import Metrics
 from bot.slack.outbound.hold import Hold
 from bot.slack.outbound.landed import METADATA_TYPE, find_posted
 from bot.slack.outbound.outgoing import message_fields as _message
-from bot.slack.outbound.pacer import Pacer
+from bot.slack.outbound.pacer import NotYet, Pacer
 from bot.slack.outbound.responses import InPlace, TryLater
 from bot.slack.outbound.streams import StreamRefused, Streams
 from core.outages import outage
@@ -40,6 +40,22 @@ class Retry(Exception):
     def __init__(self, after_s: float | None = None) -> None:
         super().__init__(after_s)
         self.after_s = after_s
+
+
+class Later(Retry):
+    """Not tried: its turn at Slack's pace is further off than a delivery queues for."""
+
+    def __init__(self, wait_s: float) -> None:
+        super().__init__(wait_s)
+        self.wait_s = wait_s
+
+
+HORIZON_S = 5.0
+"""How far ahead a delivery reserves its turn in Slack's budget (a channel's posts, the workspace's edits); one
+further off comes back when its turn would have come. A turn is reserved in Redis, for every process: one
+reserved by a process that is then killed is lost, and with a long line (the soak's alert storm, ~100 posts in
+one channel, with a process killed every 10 s) most of the line was turns of dead processes, and the channel's
+posts crawled at a tenth of their pace."""
 
 
 class Sender:
@@ -102,12 +118,13 @@ class Sender:
         else:
             landed = await find_posted(self.call, self.client, record, self.metrics) if f.get("attempted") else None
             if landed is None:
+                await self.turn("chat.postMessage", f["channel"])  # before it counts as attempted
                 # The first attempt's time stays: a look in the channel reads from just before it.
                 await self.store.patch(thread, record.key, {"attempted": True,
                                                             "attempted_at": f.get("attempted_at") or time.time()})
                 answer = await self.call("chat.postMessage", f["channel"], lambda: self.client.chat_postMessage(
                     channel=f["channel"], thread_ts=f.get("thread_ts"), text=f["text"], blocks=blocks,
-                    metadata={"event_type": METADATA_TYPE, "event_payload": {"key": record.key}}))
+                    metadata={"event_type": METADATA_TYPE, "event_payload": {"key": record.key}}), paced=False)
                 ts = str(answer["ts"]) if answer is not None else None
             else:
                 # An earlier attempt landed after all: bring it to the current state instead of posting again.
@@ -141,12 +158,21 @@ class Sender:
         await self.store.patch(thread, record.key, {"then_put": True})
         f["then_put"] = True  # this round's copy too
 
+    async def turn(self, method: str, channel: str | None) -> None:
+        """Wait for the call's turn at Slack's pace; in a delivery round, only a few seconds ahead (:class:`Later`
+        otherwise, see :data:`HORIZON_S`)."""
+        horizon = HORIZON_S if self.hold is not None else None
+        try:
+            await self.pacer.wait(method, channel, within_s=horizon)
+        except NotYet as exc:
+            raise Later(exc.wait_s) from exc
+
     async def call(self, method: str, channel: str | None, call: Any, refusals: bool = False,
                     paced: bool = True) -> Any:
         """The call's response; :class:`Retry` when it may succeed later; None when it never can (or, with
         ``refusals``, :class:`StreamRefused` saying why). ``paced``: False when the caller reserved its slot."""
         if paced:
-            await self.pacer.wait(method, channel)
+            await self.turn(method, channel)
         if self.hold is not None:  # checked after the wait for its turn, which may be long
             self.hold.check()
         try:
