@@ -86,7 +86,11 @@ MessageAdapter: TypeAdapter[Message] = TypeAdapter(Message)
 
 
 def dump_message(message: Message) -> str:
-    return message.model_dump_json(exclude_none=True)
+    """As stored: defaults left out (restored on load: an answer's empty ``tool_calls``, a result's ``ok``
+    status), but the role, which tells the message kinds apart."""
+    body = message.model_dump_json(exclude_defaults=True)
+    head = f'{{"role":"{message.role}"'
+    return f"{head}}}" if body == "{}" else f"{head},{body[1:]}"
 
 
 def load_message(raw: str | bytes) -> Message:

@@ -130,12 +130,49 @@ COMMIT_ID_BYTES = 8
 
 def dump_run(run: RunRecord, *, with_trace: bool) -> str:
     """Compact: defaults are left out (they are restored on load), the schema version never is. A live run's
-    trace lives in its own list (see :func:`dump_entry`)."""
-    body = run.model_dump(mode="json", exclude_defaults=True, exclude={"trace"})
+    trace lives in its own list (see :func:`dump_entry`). A finished run (``with_trace``: kept a week, one per
+    turn; issue 39 holds a thread's storage to 1.3× its content) keeps its trace as rows (:func:`_row`), and not
+    what only a live run needs (its recent calls, for the repeated-call limit), nor its id (its key's)."""
+    body = run.model_dump(mode="json", exclude_defaults=True,  # its id is its key's (restored by parse_run)
+                          exclude={"trace", "recent_calls", "run_id"} if with_trace else {"trace"})
     body["schema_version"] = run.schema_version
+    if "active_ms" in body:
+        body["active_ms"] = round(run.active_ms, 1)  # shown to the tenth; the clock's noise below that
     if with_trace and run.trace:
-        body["trace"] = [{"kind": e.kind, **e.model_dump(mode="json", exclude_defaults=True)} for e in run.trace]
+        body["rows"] = [_row(e) for e in run.trace]
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+
+
+_ROW_FIELDS = {cls.model_fields["kind"].default: [n for n in cls.model_fields if n != "kind"]
+               for cls in (StepTrace, CallTrace, FinishTrace)}
+"""A trace row's values, in the entry's field order (new fields go last: a shorter row leaves them default)."""
+
+
+def _row(entry: TraceEntry) -> list[Any]:
+    """A trace entry as ``[kind, value, …]``: its field names once in the code, not in every entry stored; trailing
+    defaults left out; a call's argument digest without its tool name (it is the row's tool)."""
+    body = entry.model_dump(mode="json")
+    names = _ROW_FIELDS[entry.kind]
+    if isinstance(entry, CallTrace):  # any other digest is marked by a leading ":" (kept whole)
+        prefix = f"{entry.tool}:"
+        digest = entry.args_digest
+        body["args_digest"] = digest[len(prefix):] if digest.startswith(prefix) else f":{digest}"
+    values = [body[n] for n in names]
+    fields = type(entry).model_fields
+    while values and values[-1] == fields[names[len(values) - 1]].default:
+        values.pop()
+    return [entry.kind, *values]
+
+
+def _unrow(row: Any) -> Any:
+    """The entry a row stands for, as a dict to validate (anything malformed is left for validation to name)."""
+    if not isinstance(row, list) or not row or row[0] not in _ROW_FIELDS:
+        return row
+    body = {"kind": row[0], **dict(zip(_ROW_FIELDS[row[0]], row[1:], strict=False))}
+    digest = body.get("args_digest")
+    if row[0] == "call" and isinstance(digest, str):
+        body["args_digest"] = digest[1:] if digest.startswith(":") else f"{body.get('tool')}:{digest}"
+    return body
 
 
 def dump_entry(entry: TraceEntry) -> str:
@@ -154,6 +191,9 @@ def parse_run(key: str, raw: str, trace: Sequence[Any] = ()) -> RunRecord:
     version = body.get("schema_version") if isinstance(body, dict) else None
     if version != SCHEMA_VERSION:
         raise CorruptRecord(key, f"schema version {version!r}, this build reads {SCHEMA_VERSION}")
+    if isinstance(body, dict) and "rows" in body:  # a finished run: its trace as rows, its id its key's (dump_run)
+        body["trace"] = [_unrow(row) for row in body.pop("rows") or []]
+        body.setdefault("run_id", key.rpartition(":run:")[2])
     try:
         record = RunRecord.model_validate(body)
         # A finished run's trace is inline (and so is one written before the trace had its own list: saved

@@ -60,7 +60,7 @@ async def test_a_step_costs_at_most_two_round_trips(counted: tuple[RedisStore, l
     assert [e.kind for e in record.trace] == (["step", "call", "call"] * tool_steps) + ["step", "finish"]
     stored = str(await store.client.get(store.keys.run(out.run_id)))
     finished = json.loads(stored[stored.index("{"):])
-    assert len(finished["trace"]) == len(record.trace)  # a finished run holds its whole trace: one key
+    assert len(finished["rows"]) == len(record.trace)  # a finished run holds its whole trace: one key
     assert not await store.client.exists(store.keys.run_trace(out.run_id))
     assert await store.client.ttl(store.keys.run(out.run_id)) > 0
     assert violations(await store.load_transcript("thread")) == []

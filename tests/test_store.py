@@ -136,3 +136,34 @@ async def test_stats_from_the_store(store: RedisStore) -> None:
     assert s.get("tool_calls") == 3 and s.get("tool_failures") == 1  # not_found, interrupted, ok
     assert s.get("interrupts") == 1 and s.resume_rate == 1.0
     assert s.stop_reasons == {"final_answer": 2}
+
+
+def test_a_finished_run_is_stored_compactly_and_read_back_whole() -> None:
+    """A finished run is kept a week, one per turn: its trace as rows (no field names), without its id (its key's)
+    or its recent calls; read back, it is the same record. A record written the older way still reads."""
+    import json
+
+    from state.records import CallTrace, FinishTrace, RunRecord, StepTrace, dump_run, parse_run
+
+    run = RunRecord(run_id="s3.abc", thread_id="slack:C1:1.1", user_id="U1", text="q", status="finished", step=2,
+                    active_ms=12.345678, recent_calls=["lookup:ffff"], created_at=1.5, updated_at=2.5,
+                    trace=[StepTrace(step=1, model_latency_ms=3.2, asked_for_tools=True, model_stop="tool_use",
+                                     input_tokens=7),
+                           CallTrace(step=1, call_id="c1", tool="lookup", args_digest="lookup:ffff", status="error",
+                                     error_code="timeout", latency_ms=9.5),
+                           CallTrace(step=1, call_id="c2", tool="other", args_digest="odd-digest", status="ok",
+                                     latency_ms=1.0),
+                           FinishTrace(stop_reason="final_answer", steps=2, active_ms=12.3)])
+    key = "opspilot:{s3}:run:s3.abc"
+    stored = dump_run(run, with_trace=True)
+    assert '"run_id"' not in stored and '"recent_calls"' not in stored and '"args_digest"' not in stored
+    back = parse_run(key, stored)
+    assert back.trace == run.trace and back.run_id == "s3.abc" and back.active_ms == 12.3
+    assert back.model_dump(exclude={"recent_calls", "active_ms"}) == run.model_dump(exclude={"recent_calls",
+                                                                                             "active_ms"})
+    older = json.loads(stored)
+    older.pop("rows")
+    older |= {"run_id": "s3.abc", "trace": [{"kind": e.kind, **e.model_dump(mode="json")} for e in run.trace]}
+    assert parse_run(key, json.dumps(older)).trace == run.trace
+    live = dump_run(run.model_copy(update={"status": "running"}), with_trace=False)
+    assert '"run_id"' in live and '"recent_calls"' in live  # a live run keeps what its next step needs

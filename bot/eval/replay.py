@@ -14,12 +14,13 @@ from typing import Any
 
 from bot.agent.models.base import AUTO, ChatModel, Completion, ModelError, ToolChoice, Usage
 from bot.agent.transcript import violations
-from core.messages import AssistantMessage, Message, SystemMessage, dump_message
+from core.messages import AssistantMessage, Message, SystemMessage
 from tools.registry import ToolDefinition
 
 
 def digest(messages: Sequence[Message], tools: Sequence[ToolDefinition], tool_choice: ToolChoice) -> str:
-    body = {"messages": [json.loads(dump_message(m)) for m in messages],
+    # Its own form, not the store's (core.messages.dump_message may change): recorded digests stay valid.
+    body = {"messages": [m.model_dump(mode="json", exclude_none=True) for m in messages],
             "tools": sorted(t.name for t in tools), "tool_choice": [tool_choice.mode, tool_choice.name]}
     return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
 
@@ -51,7 +52,7 @@ class Recorder(_PerScenario):
         u = completion.usage
         line = {"call": self.calls, "model": self.inner.label, "request": digest(messages, tools, tool_choice),
                 "question": next((m.content[:200] for m in messages if not isinstance(m, SystemMessage)), ""),
-                "message": json.loads(dump_message(completion.message)), "stop": completion.stop,
+                "message": completion.message.model_dump(mode="json", exclude_none=True), "stop": completion.stop,
                 "usage": [u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens],
                 "latency_ms": completion.latency_ms}
         await asyncio.to_thread(self._append, self.directory / f"{self.scenario}.jsonl", line)
