@@ -94,6 +94,7 @@ class Keys:
         return f"{self._by_id(run_id)}:run:{run_id}"
 
     def run_trace(self, run_id: str) -> str:
+        """Where a run written before its trace moved into its record kept the trace (read, never written)."""
         return f"{self.run(run_id)}:trace"
 
     def runs_of(self, thread_id: str) -> str:

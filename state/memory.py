@@ -84,9 +84,7 @@ class MemoryStore:
         raw = self._runs.get(run_id)
         if not raw:
             return None
-        record = RunRecord.model_validate_json(raw)  # the trace is stored inside it here: all of it saved
-        record.trace_saved()
-        return record
+        return RunRecord.model_validate_json(raw)
 
     async def load_transcript(self, thread_id: str) -> list[Message]:
         return list(self._transcripts.get(thread_id, ()))

@@ -12,7 +12,10 @@ from core.messages import ToolCall
 from core.stops import StopReason
 from state.store_errors import CorruptRecord
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""What this build writes. 2: a run's trace is inside its record, as rows (1 kept it in a list beside a live run;
+a build that writes 1 cannot read 2, and says so: upgrade every worker together, see docs/architecture.md)."""
+READS = (1, 2)
 
 RunStatus = Literal["running", "paused", "stalled", "finished"]
 """``stalled``: its worker died; the transcript was repaired and it waits for someone to resume it."""
@@ -81,7 +84,7 @@ TraceAdapter: TypeAdapter[TraceEntry] = TypeAdapter(TraceEntry)
 
 
 class RunRecord(_Record):
-    schema_version: Literal[1] = 1
+    schema_version: int = SCHEMA_VERSION
     run_id: str
     thread_id: str
     user_id: str | None
@@ -109,16 +112,10 @@ class RunRecord(_Record):
     created_at: float
     updated_at: float
     trace: list[TraceEntry] = Field(default_factory=list)
-    """Per step the model latency; per call its status and latency; the stop reason. Stored beside the record
-    as JSON lines, appended to (a step never rewrites the earlier steps' entries)."""
-    _trace_saved: int = PrivateAttr(0)
-
-    def unsaved_trace(self) -> list[TraceEntry]:
-        return self.trace[self._trace_saved:]
-
-    def trace_saved(self, count: int | None = None) -> None:
-        """The first ``count`` entries (all, by default) are in the store's list."""
-        self._trace_saved = len(self.trace) if count is None else count
+    """Per step the model latency; per call its status and latency; the stop reason. Stored inside the record, as
+    rows (:func:`dump_run`): one write per step, one key per run."""
+    _rows: list[list[Any]] = PrivateAttr(default_factory=list)
+    """The trace as rows so far (entries are only ever appended): a step dumps only its own."""
 
 
 # --- as stored (the Redis store's encoding of a run record) ---------------------------------------------
@@ -128,18 +125,23 @@ COMMIT_ID_BYTES = 8
 ``{``): a retried commit finds it there, and no key per run holds it."""
 
 
-def dump_run(run: RunRecord, *, with_trace: bool) -> str:
-    """Compact: defaults are left out (they are restored on load), the schema version never is. A live run's
-    trace lives in its own list (see :func:`dump_entry`). A finished run (``with_trace``: kept a week, one per
-    turn; issue 39 holds a thread's storage to 1.3× its content) keeps its trace as rows (:func:`_row`), and not
-    what only a live run needs (its recent calls, for the repeated-call limit), nor its id (its key's)."""
-    body = run.model_dump(mode="json", exclude_defaults=True,  # its id is its key's (restored by parse_run)
-                          exclude={"trace", "recent_calls", "run_id"} if with_trace else {"trace"})
-    body["schema_version"] = run.schema_version
+def dump_run(run: RunRecord) -> str:
+    """Compact: defaults are left out (they are restored on load), the schema version never is; the trace as rows
+    (:func:`_row`). A finished run (kept a week, one per turn; issue 39 holds a thread's storage to 1.3× its
+    content) leaves out what only a live run needs (its recent calls, for the repeated-call limit) and its id (its
+    key's)."""
+    finished = run.status == "finished"
+    body = run.model_dump(mode="json", exclude_defaults=True,
+                          exclude={"trace", "recent_calls", "run_id"} if finished else {"trace"})
+    body["schema_version"] = SCHEMA_VERSION
     if "active_ms" in body:
         body["active_ms"] = round(run.active_ms, 1)  # shown to the tenth; the clock's noise below that
-    if with_trace and run.trace:
-        body["rows"] = [_row(e) for e in run.trace]
+    rows = run._rows
+    if len(rows) > len(run.trace):  # not a prefix any more (never, as entries are only appended): again
+        rows.clear()
+    rows.extend(_row(e) for e in run.trace[len(rows):])
+    if rows:
+        body["rows"] = rows
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -175,13 +177,8 @@ def _unrow(row: Any) -> Any:
     return body
 
 
-def dump_entry(entry: TraceEntry) -> str:
-    # The discriminator ("kind") is a default: kept.
-    return json.dumps({"kind": entry.kind, **entry.model_dump(mode="json", exclude_defaults=True)},
-                      separators=(",", ":"), ensure_ascii=False)
-
-
 def parse_run(key: str, raw: str, trace: Sequence[Any] = ()) -> RunRecord:
+    """``trace``: entries of a run written before its trace moved into the record (a list of JSON lines)."""
     if not raw.startswith("{"):
         raw = raw[COMMIT_ID_BYTES * 2:]
     try:
@@ -189,20 +186,16 @@ def parse_run(key: str, raw: str, trace: Sequence[Any] = ()) -> RunRecord:
     except ValueError as exc:
         raise CorruptRecord(key, "not JSON") from exc
     version = body.get("schema_version") if isinstance(body, dict) else None
-    if version != SCHEMA_VERSION:
-        raise CorruptRecord(key, f"schema version {version!r}, this build reads {SCHEMA_VERSION}")
-    if isinstance(body, dict) and "rows" in body:  # a finished run: its trace as rows, its id its key's (dump_run)
+    if version not in READS:
+        raise CorruptRecord(key, f"schema version {version!r}, this build reads {' and '.join(map(str, READS))}")
+    if "rows" in body:  # its trace as rows (dump_run)
         body["trace"] = [_unrow(row) for row in body.pop("rows") or []]
-        body.setdefault("run_id", key.rpartition(":run:")[2])
+    body.setdefault("run_id", key.rpartition(":run:")[2])  # a finished run's id is its key's
     try:
         record = RunRecord.model_validate(body)
-        # A finished run's trace is inline (and so is one written before the trace had its own list: saved
-        # again, into the list, if it goes on).
-        inline = len(record.trace)
         record.trace.extend(TraceAdapter.validate_json(row) for row in trace)
     except ValidationError as exc:
         raise CorruptRecord(key, first_problem(exc)) from exc
-    record.trace_saved(len(trace) if not inline else len(record.trace) if trace else 0)
     return record
 
 

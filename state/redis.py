@@ -27,29 +27,27 @@ from state.meta_store import RedisMeta
 from state.migrate import migrate
 from state.outbox_store import RedisOutbox
 from state.queue import RedisQueue
-from state.records import COMMIT_ID_BYTES, RunRecord, Ticket, dump_entry, dump_run, first_problem, parse_run
+from state.records import COMMIT_ID_BYTES, RunRecord, Ticket, dump_run, first_problem, parse_run
 from state.store import UNSHOWN, UNSHOWN_KEEP_S, Opened, Stats, Write, hour_now
 from state.store_errors import CorruptRecord, StoreError
 from state.timer_store import RedisTimers
 
-# The commit. ARGV[1] is a named header (JSON), ARGV[2] the run record behind this commit's id, then the new
-# transcript messages, then the new trace entries, then one ticket per new token. KEYS: transcript, run, thread's run,
-# paused index, active index, stats bucket, audit stream, cancel flag, run trace, thread lease, unshown index, then
-# one key per new token. A run that stops running (paused, finished, stalled) joins the unshown index in the same
-# write: a front end that dies before showing it leaves it there for another to show. A commit whose id the run
-# record already carries (a retry after its reply was lost: only a retry looks) does nothing. A live run's trace
-# entries are appended to a list; a finished run's record holds its whole trace and the list goes (one key per run
-# kept, not two). A writer that no longer holds the thread's lease (another worker took it after it lapsed) is
-# refused. A run that pauses drops any cancel request: nobody is left to act on it, and it must not stop the run's
-# next turn. The turn's last write lets go of the thread's lease, if it still holds it. Every command here is Redis
-# work on every step (issue 39): a write touches only what changes.
+# The commit. ARGV[1] is a named header (JSON), ARGV[2] the run record (with its trace) behind this commit's id, then
+# the new transcript messages, then one ticket per new token. KEYS: transcript, run, thread's run, paused index, active
+# index, stats bucket, audit stream, cancel flag, thread lease, unshown index, then one key per new token. A run that
+# stops running (paused, finished, stalled) joins the unshown index in the same write: a front end that dies before
+# showing it leaves it there for another to show. A commit whose id the run record already carries (a retry after
+# its reply was lost: only a retry looks) does nothing. A writer that no longer holds the thread's lease (another
+# worker took it after it lapsed) is refused. A run that pauses drops any cancel request: nobody is left to act on
+# it, and it must not stop the run's next turn. The turn's last write lets go of the thread's lease, if it still
+# holds it. Every command here is Redis work on every step (issue 39): a write touches only what changes.
 _COMMIT = """
 local h = cjson.decode(ARGV[1])
 if h.check and redis.call('GETRANGE', KEYS[2], 0, #h.commit_id - 1) == h.commit_id then  -- a retry, applied already
   return redis.call('LLEN', KEYS[1])
 end
 local holder = false
-if h.owner or h.release then holder = redis.call('GET', KEYS[10]) end  -- read once: the check and the release
+if h.owner or h.release then holder = redis.call('GET', KEYS[9]) end  -- read once: the check and the release
 if h.owner and holder and holder ~= h.owner then return redis.error_reply('OPSPILOT_LEASE_LOST ' .. holder) end
 local i = 3
 local length = -1
@@ -59,14 +57,6 @@ if h.messages > 0 then
   i = i + h.messages
 end
 redis.call('SET', KEYS[2], ARGV[2], 'EX', h.ttl)
-if h.fold then
-  redis.call('DEL', KEYS[9])
-elseif h.trace > 0 then
-  if redis.call('RPUSH', KEYS[9], unpack(ARGV, i, i + h.trace - 1)) == h.trace then
-    redis.call('EXPIRE', KEYS[9], h.ttl)  -- once, when the run's trace list is made
-  end
-end
-i = i + h.trace
 if h.status_changed then
   -- the thread's run is named when the run is made (it lives minutes; the name a week); an index's TTL is renewed
   -- when a run joins it (leaving needs none), and a run leaves only the index it was in (all, if not known)
@@ -97,22 +87,23 @@ for _, entry in ipairs(h.audit) do
   redis.call('EXPIRE', KEYS[7], h.audit_ttl)
 end
 -- a cancel request must not stop a paused run's next turn (a finished run has none)
-if h.status_changed and not h.active_score and not h.fold then redis.call('DEL', KEYS[8]) end
+if h.status_changed and not h.active_score and not h.finished then redis.call('DEL', KEYS[8]) end
 if h.unshown_score then  -- trimmed by whoever reads it (runs_due)
-  redis.call('ZADD', KEYS[11], h.unshown_score, h.run_id)
-  redis.call('EXPIRE', KEYS[11], h.ttl)
+  redis.call('ZADD', KEYS[10], h.unshown_score, h.run_id)
+  redis.call('EXPIRE', KEYS[10], h.ttl)
 end
 for j = 0, h.tickets - 1 do
-  redis.call('SET', KEYS[12 + j], ARGV[i + j], 'EX', h.ticket_ttl)
+  redis.call('SET', KEYS[11 + j], ARGV[i + j], 'EX', h.ticket_ttl)
 end
-if h.release and holder == h.release then redis.call('DEL', KEYS[10]) end
+if h.release and holder == h.release then redis.call('DEL', KEYS[9]) end
 return length
 """
 
 # A turn opens: take the thread's lease (a retry after a lost reply finds its own owner there), then read the
-# run (ARGV[5], or the thread's latest), its trace and the transcript from ARGV[3] on (all of it if it is
-# shorter now: expired and recreated). KEYS: lease, thread's run, transcript. The run's keys are named from
-# ARGV[4] (the thread's run key prefix) when its id carries the thread's shard (ARGV[6]): same hash slot.
+# run (ARGV[5], or the thread's latest; the trace list of one written before its trace moved into its record) and
+# the transcript from ARGV[3] on (all of it if it is shorter now: expired and recreated). KEYS: lease, thread's run,
+# transcript. The run's keys are named from ARGV[4] (the thread's run key prefix) when its id carries the thread's
+# shard (ARGV[6]): same hash slot.
 # Returns {0, holder} when busy, else {1, run id, run record, trace, transcript length, first index, rows}.
 _OPEN_TURN = """
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -124,7 +115,8 @@ if run_id == '' then run_id = redis.call('GET', KEYS[2]) or '' end
 local raw, trace = '', {}
 if run_id ~= '' and string.sub(run_id, 1, #ARGV[6]) == ARGV[6] then
   raw = redis.call('GET', ARGV[4] .. run_id) or ''
-  trace = redis.call('LRANGE', ARGV[4] .. run_id .. ':trace', 0, -1)
+  local inline = string.find(raw, '"rows":', 1, true) or string.find(raw, '"status":"finished"', 1, true)
+  if raw ~= '' and not inline then trace = redis.call('LRANGE', ARGV[4] .. run_id .. ':trace', 0, -1) end
 end
 local length = redis.call('LLEN', KEYS[3])
 if length > 0 then redis.call('EXPIRE', KEYS[3], ARGV[7]) end  -- the thread's TTL counts from its last turn
@@ -183,11 +175,9 @@ class RedisStore:
         tickets = write.tickets()
         shard = shard_of(run.thread_id)  # one hash slot for every key (see state.keys)
         counted = self.counter.counts.add(shard, write.counters)  # the shard's counts of the last seconds, or none
-        fold = run.status == "finished"  # its trace is complete: kept in the record, the list goes
-        trace = () if fold else write.trace
         commit_id = os.urandom(COMMIT_ID_BYTES).hex()
         header = {
-            "commit_id": commit_id, "fold": fold, "trace": len(trace), "ttl": ttls.thread_s, "run_id": run.run_id,
+            "commit_id": commit_id, "finished": run.status == "finished", "ttl": ttls.thread_s, "run_id": run.run_id,
             "status_changed": write.status_changed,
             # Scores travel as strings so that no float is rounded on its way through Lua.
             "paused_score": repr(min(p.expires_at for p in run.pending)) if run.status == "paused" and run.pending
@@ -203,10 +193,8 @@ class RedisStore:
         }
         keys = [k.transcript(run.thread_id), k.run(run.run_id), k.thread_run(run.thread_id), k.index(shard, "paused"),
                 k.index(shard, "active"), k.stats(shard, hour_now()), k.audit(shard), k.cancel(run.run_id),
-                k.run_trace(run.run_id), k.lease(run.thread_id), k.index(shard, "unshown"),
-                *(k.token(t.pending.token) for t in tickets)]
-        args: list[Any] = [commit_id + dump_run(run, with_trace=fold), *(dump_message(m) for m in write.messages),
-                           *(dump_entry(e) for e in trace),
+                k.lease(run.thread_id), k.index(shard, "unshown"), *(k.token(t.pending.token) for t in tickets)]
+        args: list[Any] = [commit_id + dump_run(run), *(dump_message(m) for m in write.messages),
                            *(t.model_dump_json() for t in tickets)]
         attempts = itertools.count()
 
@@ -245,7 +233,7 @@ class RedisStore:
         key = self.keys.run(run_id)
 
         async def fetch() -> list[Any]:
-            pipe = self.client.pipeline(transaction=True)  # a finishing commit folds the list into the record
+            pipe = self.client.pipeline(transaction=True)  # the list: a run written before its trace was inline
             pipe.get(key)
             pipe.lrange(self.keys.run_trace(run_id), 0, -1)
             result: list[Any] = await pipe.execute()

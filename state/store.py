@@ -23,7 +23,7 @@ from core.messages import Message
 from state.feedback_store import Feedbacks
 from state.outbox_store import OutboxRecord
 from state.queue import DeadLetter, Entry, Lane, QueueStats
-from state.records import RunRecord, Ticket, TraceEntry
+from state.records import RunRecord, Ticket
 
 UNSHOWN = ("paused", "finished", "stalled")
 """A run that stops running in one of these states waits in the ``unshown`` index until a front end shows it."""
@@ -33,8 +33,8 @@ UNSHOWN_KEEP_S = 3600
 
 @dataclass(frozen=True)
 class Write:
-    """One atomic write: what a step (or a pause, or a finish) adds. Only the run's small record is rewritten;
-    messages and trace entries are appended."""
+    """One atomic write: what a step (or a pause, or a finish) adds. Only the run's small record (with its trace)
+    is rewritten; messages are appended."""
 
     run: RunRecord
     messages: Sequence[Message] = ()
@@ -43,8 +43,6 @@ class Write:
     audit: Sequence[Mapping[str, str]] = ()
     status_changed: bool = True
     """False when the run's status is what the last write stored: indexes need no update."""
-    trace: Sequence[TraceEntry] = ()
-    """The run's trace entries added since the last write."""
     release_lease: str | None = None
     """The thread lease's owner, when this is the turn's last write: the lease goes with it (no extra trip)."""
     lease_owner: str | None = None

@@ -139,8 +139,9 @@ async def test_stats_from_the_store(store: RedisStore) -> None:
 
 
 def test_a_finished_run_is_stored_compactly_and_read_back_whole() -> None:
-    """A finished run is kept a week, one per turn: its trace as rows (no field names), without its id (its key's)
-    or its recent calls; read back, it is the same record. A record written the older way still reads."""
+    """A run's trace is in its record, as rows (no field names); a finished one (kept a week, one per turn) goes
+    without its id (its key's) or its recent calls. Read back, each is the same record; records written the older
+    ways (the trace inline as objects, or in a list beside a live run) still read."""
     import json
 
     from state.records import CallTrace, FinishTrace, RunRecord, StepTrace, dump_run, parse_run
@@ -155,7 +156,7 @@ def test_a_finished_run_is_stored_compactly_and_read_back_whole() -> None:
                                      latency_ms=1.0),
                            FinishTrace(stop_reason="final_answer", steps=2, active_ms=12.3)])
     key = "opspilot:{s3}:run:s3.abc"
-    stored = dump_run(run, with_trace=True)
+    stored = dump_run(run)
     assert '"run_id"' not in stored and '"recent_calls"' not in stored and '"args_digest"' not in stored
     back = parse_run(key, stored)
     assert back.trace == run.trace and back.run_id == "s3.abc" and back.active_ms == 12.3
@@ -165,5 +166,12 @@ def test_a_finished_run_is_stored_compactly_and_read_back_whole() -> None:
     older.pop("rows")
     older |= {"run_id": "s3.abc", "trace": [{"kind": e.kind, **e.model_dump(mode="json")} for e in run.trace]}
     assert parse_run(key, json.dumps(older)).trace == run.trace
-    live = dump_run(run.model_copy(update={"status": "running"}), with_trace=False)
-    assert '"run_id"' in live and '"recent_calls"' in live  # a live run keeps what its next step needs
+    live = run.model_copy(update={"status": "running"})
+    stored = dump_run(live)
+    assert '"run_id"' in stored and '"recent_calls"' in stored  # a live run keeps what its next step needs
+    assert parse_run(key, stored).model_dump(exclude={"active_ms"}) == live.model_dump(exclude={"active_ms"})
+    # A live run written before its trace moved into its record: the trace came from a list beside it.
+    older = json.loads(stored)
+    older.pop("rows")
+    lines = [json.dumps({"kind": e.kind, **e.model_dump(mode="json")}) for e in run.trace]
+    assert parse_run(key, json.dumps(older), lines).trace == run.trace

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
+from bot import exits
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.agent.transcript import violations
 from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
-from bot import exits
 from bot.slack.serve import restart_after
 from tests.conftest import until
 from tests.slack_harness import CHANNEL, Workspace, open_workspace

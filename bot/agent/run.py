@@ -141,7 +141,7 @@ class Run:
         # Counters reach the hour's stats when the turn pauses or ends: fewer Redis commands per step.
         counted, self._counters = (dict(self._counters), Counter()) if final or changed else ({}, self._counters)
         write = Write(run=self.record, messages=self._messages, counters=counted, new_tokens=self._tokens,
-                      audit=self._audit, trace=self.record.unsaved_trace(), status_changed=changed,
+                      audit=self._audit, status_changed=changed,
                       release_lease=release, lease_owner=owner, was=self._committed_status)
         self._messages, self._tokens, self._audit = [], [], []
         self._committed_status = self.record.status
@@ -153,10 +153,9 @@ class Run:
             await saving
             raise
         finally:
-            if saving.done() and not saving.cancelled() and saving.exception() is None:
-                self.record.trace_saved()
-                if release is not None and self.lease is not None:
-                    self.lease.released = True
+            if saving.done() and not saving.cancelled() and saving.exception() is None and release is not None \
+                    and self.lease is not None:
+                self.lease.released = True
         self.flush_events()
 
     def outcome(self) -> RunOutcome:
