@@ -181,6 +181,35 @@ async def test_cards_close_ahead_of_a_backlog_of_edits(store: RedisStore, slack:
         await outbox.stop()
 
 
+async def test_a_progress_messages_last_state_goes_ahead_of_progress_still_moving(store: RedisStore,
+                                                                                  slack: FakeSlack) -> None:
+    """Many runs' progress edits waiting for the edit budget, then three runs end: their progress messages' last
+    state (no Stop button any more) goes in the next slots, not after the others' intermediate steps (the soak at
+    issue scale left hundreds of finished runs' progress showing "working" behind edits of runs still moving)."""
+    outbox = _outbox(store, slack, posts_per_second=50, updates_per_minute=60, update_burst=5)
+    runs, ended = 24, 3
+    try:
+        for i in range(runs):
+            await _say(outbox, f"progress:r{i}", "C1", f"11.{i:02}", "step 1")
+        await until(lambda: len(slack.called("chat.postMessage")) == runs, 20)
+        for i in range(runs):
+            await _say(outbox, f"progress:r{i}", "C1", f"11.{i:02}", "step 2")
+        await until(lambda: len(slack.called("chat.update")) >= 3, 20)  # the budget is down to what others keep
+
+        before = len(slack.called("chat.update"))
+        for i in range(runs - ended, runs):
+            await outbox.message(f"progress:r{i}", "C1", f"11.{i:02}", "Done", [kit.mrkdwn("Done")], settled=True)
+        done_ts = {await _ts(store, f"C1:11.{i:02}", f"progress:r{i}") for i in range(runs - ended, runs)}
+        await until(lambda: done_ts <= {u.get("ts") for u in slack.called("chat.update") if u.get("text") == "Done"},
+                    60)
+        after = [u for u in slack.called("chat.update")][before:]
+        last = max(n for n, u in enumerate(after) if u.get("text") == "Done")
+        ahead = len([u for u in after[:last] if u.get("text") != "Done"])  # moving progress sent meanwhile
+        assert runs - before >= 15 and ahead <= 1, (runs - before, ahead)
+    finally:
+        await outbox.stop()
+
+
 async def test_an_urgent_message_brings_a_waiting_thread_forward(store: RedisStore) -> None:
     """A thread waiting out a backoff (or a progress edit's turn) keeps its time for a newer progress state, but
     not for a card: that is due at once."""

@@ -237,7 +237,7 @@ class Renderer:
         await self.meta.put(RUN, run_id, {"progress": json.dumps(state, ensure_ascii=False)})
         if not streamed:
             await self.outbox.message(f"progress:{run_id}", state["channel"], state["thread_ts"],
-                                      progress_text(state), kit.progress_blocks(state))
+                                      progress_text(state), kit.progress_blocks(state), settled=end is not None)
             return
         seg, lang = state["seg"], str(state.get("lang") or "en")
         # A stopped stretch offers no Stop, even as the plain message a stream may fall back to.

@@ -72,11 +72,12 @@ class SlackOutbox:
     # --- what front ends call ------------------------------------------------------------------------
 
     async def message(self, key: str, channel: str, thread_ts: str | None, text: str,
-                      blocks: list[kit.Block], *, response_url: str = "") -> None:
+                      blocks: list[kit.Block], *, response_url: str = "", settled: bool = False) -> None:
         """Post message ``key`` in the thread, or, if it was posted already, edit it to this state.
         Everything that reaches Slack (and the outbox in Redis) is redacted here, whatever composed it.
-        ``response_url``: a click's on this message, to edit it through (see :mod:`.responses`)."""
-        fields = _message(channel, thread_ts, text, blocks)
+        ``response_url``: a click's on this message, to edit it through (see :mod:`.responses`). ``settled``: a
+        progress message's last state, edited ahead of progress still moving (:meth:`Pacer.edit_slot`)."""
+        fields = _message(channel, thread_ts, text, blocks) | {"settled": settled}
         if not usable(response_url):
             await self._put(channel, thread_ts, key, fields)
             return

@@ -8,7 +8,8 @@ worker. While Redis cannot be reached they are counted in this process instead, 
 
 Priorities, for edits (Slack's scarcest budget): a card (outbox keys ``card:…``: a decision, an expiry) reserves
 the next slot in line and waits for it; any other edit (an answer brought up to date, a Stop message ended) takes a
-slot only while one remains for cards, and a progress edit (``progress:…``) only while two remain; refused, both
+slot only while one remains for cards (so does a progress message's settled state: its run ended or waits for a
+person, its Stop button goes), and a progress edit (``progress:…``) only while two remain; refused, both
 come back later, and progress coalesces into its next state meanwhile. So nothing but other cards is ever in line
 ahead of a card: a Confirm card shows who confirmed within a slot or two, however many runs are answering.
 
@@ -135,10 +136,12 @@ class Pacer:
         if grant.wait_s > 0:
             await asyncio.sleep(grant.wait_s)
 
-    async def edit_slot(self, key: str, method: str) -> float:
+    async def edit_slot(self, key: str, method: str, *, settled: bool = False) -> float:
         """Seconds until an edit of outbox message ``key`` (by ``method``) may go; 0: now. A progress edit, or any
         other ``chat.update`` but a card's, takes its slot here, only while slots remain for those before it (it
-        never waits in line: it comes back later); a card reserves its slot in line when it is sent."""
+        never waits in line: it comes back later); a card reserves its slot in line when it is sent. ``settled``:
+        a progress message's last state (its run ended or waits for a person: no Stop button any more), which goes
+        with the other edits, ahead of progress still moving."""
         _PREPAID.set(None)
         if not self.enabled or first_in_line(key) or method not in self._tiers:
             return 0.0
@@ -146,7 +149,7 @@ class Pacer:
             return 0.0
         rate, capacity = self._tiers[method]
         reserve = 0.0 if method != "chat.update" else \
-            min(_EDIT_RESERVE if low_priority(key) else _CARD_RESERVE, capacity - 1)
+            min(_EDIT_RESERVE if low_priority(key) and not settled else _CARD_RESERVE, capacity - 1)
         grant = await self._take(method, rate, capacity, reserve, max_wait_s=0.0)
         if not grant.taken:
             return max(grant.wait_s, 0.01)

@@ -85,7 +85,8 @@ class Sender:
                 return 0.0
             method, spacing_s = "chat.appendStream", _STREAM_SPACING_S
         spacing = float(record.get("sent_at", 0.0)) + spacing_s - time.time()
-        return spacing if spacing > 0 else await self.pacer.edit_slot(record.key, method)
+        return spacing if spacing > 0 else await self.pacer.edit_slot(record.key, method,
+                                                                       settled=bool(record.get("settled")))
 
     async def send(self, thread: str, record: OutboxRecord) -> None:
         f = record.fields
