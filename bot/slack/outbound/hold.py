@@ -34,11 +34,8 @@ class Hold:
         """Often enough that two renewals may fail before a call could no longer start."""
         return (self.lease_s - self.call_s - MARGIN_S) / 3
 
-    def renewing(self) -> float:
-        """Mark a renewal about to be sent; the time to pass to :meth:`renewed` if it succeeds."""
-        return time.monotonic()
-
     def renewed(self, sent_at: float, held: bool) -> None:
+        """A renewal sent at ``sent_at`` (monotonic: the lease counts from then at the latest) answered ``held``."""
         if held:
             self.renewed_at = max(self.renewed_at, sent_at)
         else:

@@ -32,9 +32,9 @@ from bot.slack.outbound.hold import Hold, LeaseLost
 from bot.slack.outbound.landed import METADATA_TYPE as METADATA_TYPE  # where history.py reads it from too
 from bot.slack.outbound.outgoing import message_fields as _message
 from bot.slack.outbound.outgoing import redact, redact_blocks
-from bot.slack.outbound.pacer import Pacer, first_in_line, low_priority
+from bot.slack.outbound.pacer import NotYet, Pacer, first_in_line, low_priority
 from bot.slack.outbound.responses import ResponseFailed, replace_original, usable
-from bot.slack.outbound.sending import Later, Retry, Sender, plain_edit
+from bot.slack.outbound.sending import Retry, Sender, plain_edit
 from bot.slack.outbound.streams import Streams, control_key
 from bot.slack.outbound.words import say
 from state.store import Outbox
@@ -62,6 +62,7 @@ class SlackOutbox:
                              update_interval_s=update_interval_s)
         self.owner = uuid.uuid4().hex[:12]
         self.lease_s = Hold.lease_for(float(client.timeout), lease_s)
+        self._lease_ms = int(self.lease_s * 1000)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._failures: dict[str, int] = {}
@@ -278,16 +279,12 @@ class SlackOutbox:
         except Exception:
             log.exception("outbox: delivering thread %s failed", thread)
 
-    @property
-    def _lease_ms(self) -> int:
-        return int(self.lease_s * 1000)
-
     async def _renew(self, thread: str, hold: Hold) -> None:
         """Hold the thread while delivering, however long Slack's pacing or a slow answer takes: a lapsed lease
         would let another instance send the same message (see :mod:`.hold`)."""
         while not hold.lost:
             await asyncio.sleep(hold.renew_every_s)
-            sent_at = hold.renewing()
+            sent_at = time.monotonic()
             with contextlib.suppress(StoreError):
                 hold.renewed(sent_at, await self.store.renew(thread, self.owner, self._lease_ms))
 
@@ -313,7 +310,7 @@ class SlackOutbox:
                 sent = True
                 if record.get("control_gone"):  # this round's copy of its Stop message is stale: read it again
                     skip.add(control_key(record.key))
-            except Later as later:  # not tried: its turn at Slack's pace is further off
+            except NotYet as later:  # not tried: its turn at Slack's pace is further off (sending.HORIZON_S)
                 retry_at, failed = min(retry_at, time.time() + later.wait_s), True
                 post_failed = post_failed or not (plain_edit(record) or record.get("response_url"))
             except Retry as retry:

@@ -17,7 +17,7 @@ from bot.slack.outbound.counters import Metrics
 from bot.slack.outbound.hold import Hold
 from bot.slack.outbound.landed import METADATA_TYPE, find_posted
 from bot.slack.outbound.outgoing import message_fields as _message
-from bot.slack.outbound.pacer import NotYet, Pacer
+from bot.slack.outbound.pacer import Pacer
 from bot.slack.outbound.responses import InPlace, TryLater
 from bot.slack.outbound.streams import StreamRefused, Streams
 from core.outages import outage
@@ -40,14 +40,6 @@ class Retry(Exception):
     def __init__(self, after_s: float | None = None) -> None:
         super().__init__(after_s)
         self.after_s = after_s
-
-
-class Later(Retry):
-    """Not tried: its turn at Slack's pace is further off than a delivery queues for."""
-
-    def __init__(self, wait_s: float) -> None:
-        super().__init__(wait_s)
-        self.wait_s = wait_s
 
 
 HORIZON_S = 5.0
@@ -160,13 +152,9 @@ class Sender:
         f["then_put"] = True  # this round's copy too
 
     async def turn(self, method: str, channel: str | None) -> None:
-        """Wait for the call's turn at Slack's pace; in a delivery round, only a few seconds ahead (:class:`Later`
-        otherwise, see :data:`HORIZON_S`)."""
-        horizon = HORIZON_S if self.hold is not None else None
-        try:
-            await self.pacer.wait(method, channel, within_s=horizon)
-        except NotYet as exc:
-            raise Later(exc.wait_s) from exc
+        """Wait for the call's turn at Slack's pace; in a delivery round, only a few seconds ahead
+        (:class:`~bot.slack.outbound.pacer.NotYet` otherwise, see :data:`HORIZON_S`)."""
+        await self.pacer.wait(method, channel, within_s=HORIZON_S if self.hold is not None else None)
 
     async def call(self, method: str, channel: str | None, call: Any, refusals: bool = False,
                     paced: bool = True) -> Any:
