@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from core.messages import Message
+from core.messages import Message, UserMessage
 from state.feedback_store import MemoryFeedbacks
 from state.journal import MemoryJournal
 from state.locks import MemoryLocks
@@ -12,7 +12,7 @@ from state.meta_store import MemoryMeta
 from state.outbox_store import MemoryOutbox
 from state.queue import MemoryQueue
 from state.records import RunRecord, Ticket
-from state.store import UNSHOWN, UNSHOWN_KEEP_S, Opened, Stats, Write, hour_now, merge_stats
+from state.store import UNSHOWN, UNSHOWN_KEEP_S, Opened, Start, Stats, Write, hour_now, merge_stats
 from state.store_errors import LeaseLost
 from state.timer_store import MemoryTimers
 
@@ -44,11 +44,18 @@ class MemoryStore:
     async def close(self) -> None:
         return None
 
-    async def open_turn(self, thread_id: str, owner: str, ttl_ms: int, *, run_id: str | None = None) -> Opened | None:
+    async def open_turn(self, thread_id: str, owner: str, ttl_ms: int, *, run_id: str | None = None,
+                        start: Start | None = None) -> Opened | None:
         if not await self.locks.acquire_lease(thread_id, owner, ttl_ms) and self.locks.holder(thread_id) != owner:
             return None
-        run_id = run_id or self._thread_runs.get(thread_id)
-        return Opened(await self.load_run(run_id) if run_id else None, await self.load_transcript(thread_id))
+        latest = await self.load_run(run_id or self._thread_runs.get(thread_id) or "")
+        transcript = await self.load_transcript(thread_id)
+        rid = start.question.request_id if start is not None else None
+        if start is not None and not run_id and (latest is None or latest.status == "finished") \
+                and not any(isinstance(m, UserMessage) and m.request_id == rid for m in transcript if rid):
+            await self.commit(Write(run=start.run, messages=[start.question], counters=start.counters, was=""))
+            return Opened(start.run, [*transcript, start.question], started=True)
+        return Opened(latest, transcript)
 
     async def commit(self, write: Write) -> None:
         run = write.run
@@ -68,6 +75,7 @@ class MemoryStore:
             self._paused[run.run_id] = min(p.expires_at for p in run.pending)
         elif run.status == "running":
             self._active[run.run_id] = run.updated_at
+            self._unshown.pop(run.run_id, None)  # moving again: its events show it
         if write.status_changed and run.status in UNSHOWN:
             self._unshown[run.run_id] = run.updated_at
             for old in [r for r, at in self._unshown.items() if at < run.updated_at - UNSHOWN_KEEP_S]:

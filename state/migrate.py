@@ -18,7 +18,8 @@ from redis.exceptions import ResponseError
 
 from state.client import Client
 from state.guard import guard, text
-from state.keys import Keys, Ttls, shard_of
+from state.keys import Keys, Ttls, all_shards, shard_of
+from state.scripts import SENTINEL, UNSHOWN_BAND
 
 log = logging.getLogger(__name__)
 LAYOUT = "2"
@@ -36,6 +37,29 @@ async def migrate(client: Client, keys: Keys, ttls: Ttls) -> int:
         await client.set(marker, LAYOUT, ex=ttls.thread_s)  # by then nothing of the old layout is left
     if moved:
         log.warning("moved %d Redis keys and index entries to the sharded key layout", moved)
+    return moved
+
+
+async def merge_run_indexes(client: Client, keys: Keys, ttls: Ttls) -> int:
+    """Each shard's ``active`` and ``unshown`` indexes (builds before 2026-12-06) into its one ``runs`` index (see
+    :mod:`state.scripts`), a run written since left as it is. Once done, one pipelined read at each start."""
+    olds = [(shard, keys.index(shard, name), band) for shard in all_shards()
+            for name, band in (("active", 0.0), ("unshown", UNSHOWN_BAND))]
+    moved = 0
+    async with guard("merging the run indexes"):
+        pipe = client.pipeline(transaction=False)
+        for _, old, _ in olds:
+            pipe.zrange(old, 0, -1, withscores=True)
+        found = cast(list[list[tuple[Any, float]]], await pipe.execute())
+        for (shard, old, band), rows in zip(olds, found, strict=True):
+            if rows:
+                new = keys.index(shard, "runs")
+                await client.zadd(new, {SENTINEL: -1, **{str(text(m)): band + s for m, s in rows}}, nx=True)
+                await client.expire(new, ttls.thread_s)
+                await client.delete(old)
+                moved += len(rows)
+    if moved:
+        log.warning("moved %d runs into the shards' runs indexes", moved)
     return moved
 
 

@@ -7,6 +7,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -15,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 from redis.asyncio.cluster import RedisCluster
 
-from core.messages import Message, dump_message, load_message
+from core.messages import Message, UserMessage, dump_message, load_message
 from state.client import Client
 from state.counts import RedisCounter
 from state.feedback_store import RedisFeedbacks
@@ -24,107 +25,16 @@ from state.journal import RedisJournal
 from state.keys import Keys, Ttls, all_shards, shard_of
 from state.locks import RedisLocks
 from state.meta_store import RedisMeta
-from state.migrate import migrate
+from state.migrate import merge_run_indexes, migrate
 from state.outbox_store import RedisOutbox
 from state.queue import RedisQueue
 from state.records import COMMIT_ID_BYTES, RunRecord, Ticket, dump_run, first_problem, parse_run
-from state.store import UNSHOWN, UNSHOWN_KEEP_S, Opened, Stats, Write, hour_now
+from state.scripts import COMMIT, OPEN_TURN, RENEW_EVERY_S, SENTINEL, SHOWN, UNSHOWN_BAND
+from state.store import UNSHOWN_KEEP_S, Opened, Start, Stats, Write, hour_now
 from state.store_errors import CorruptRecord, StoreError
 from state.timer_store import RedisTimers
 
-# The commit. ARGV[1] is a named header (JSON), ARGV[2] the run record (with its trace) behind this commit's id, then
-# the new transcript messages, then one ticket per new token. KEYS: transcript, run, thread's run, paused index, active
-# index, stats bucket, audit stream, cancel flag, thread lease, unshown index, then one key per new token. A run that
-# stops running (paused, finished, stalled) joins the unshown index in the same write: a front end that dies before
-# showing it leaves it there for another to show. A commit whose id the run record already carries (a retry after
-# its reply was lost: only a retry looks) does nothing. A writer that no longer holds the thread's lease (another
-# worker took it after it lapsed) is refused. A run that pauses drops any cancel request: nobody is left to act on
-# it, and it must not stop the run's next turn. The turn's last write lets go of the thread's lease, if it still
-# holds it. Every command here is Redis work on every step (issue 39): a write touches only what changes.
-_COMMIT = """
-local h = cjson.decode(ARGV[1])
-if h.check and redis.call('GETRANGE', KEYS[2], 0, #h.commit_id - 1) == h.commit_id then  -- a retry, applied already
-  return redis.call('LLEN', KEYS[1])
-end
-local holder = false
-if h.owner or h.release then holder = redis.call('GET', KEYS[9]) end  -- read once: the check and the release
-if h.owner and holder and holder ~= h.owner then return redis.error_reply('OPSPILOT_LEASE_LOST ' .. holder) end
-local i = 3
-local length = -1
-if h.messages > 0 then
-  length = redis.call('RPUSH', KEYS[1], unpack(ARGV, i, i + h.messages - 1))
-  if length == h.messages then redis.call('EXPIRE', KEYS[1], h.ttl) end  -- new; a turn's opening renews it
-  i = i + h.messages
-end
-redis.call('SET', KEYS[2], ARGV[2], 'EX', h.ttl)
-if h.status_changed then
-  -- the thread's run is named when the run is made (it lives minutes; the name a week); an index's TTL is renewed
-  -- when a run joins it (leaving needs none), and a run leaves only the index it was in (all, if not known)
-  if h.was == '' or not h.was then redis.call('SET', KEYS[3], h.run_id, 'EX', h.ttl) end
-  if h.paused_score then
-    redis.call('ZADD', KEYS[4], h.paused_score, h.run_id)
-    redis.call('EXPIRE', KEYS[4], h.ttl)
-  elseif not h.was or h.was == 'paused' then redis.call('ZREM', KEYS[4], h.run_id) end
-  if h.active_score then
-    redis.call('ZADD', KEYS[5], h.active_score, h.run_id)
-    redis.call('EXPIRE', KEYS[5], h.ttl)
-  elseif not h.was or h.was == 'running' then redis.call('ZREM', KEYS[5], h.run_id) end
-end
-if next(h.counters) ~= nil then
-  local fresh = false  -- the hour's first count of something (the hash itself may be new): its TTL is set
-  for name, n in pairs(h.counters) do
-    if redis.call('HINCRBY', KEYS[6], name, n) == n then fresh = true end
-  end
-  if fresh then redis.call('EXPIRE', KEYS[6], h.stats_ttl) end
-end
-for _, entry in ipairs(h.audit) do
-  local fields = {}
-  for name, value in pairs(entry) do
-    fields[#fields + 1] = name
-    fields[#fields + 1] = tostring(value)
-  end
-  redis.call('XADD', KEYS[7], 'MAXLEN', '~', h.audit_max, '*', unpack(fields))
-  redis.call('EXPIRE', KEYS[7], h.audit_ttl)
-end
--- a cancel request must not stop a paused run's next turn (a finished run has none)
-if h.status_changed and not h.active_score and not h.finished then redis.call('DEL', KEYS[8]) end
-if h.unshown_score then  -- trimmed by whoever reads it (runs_due)
-  redis.call('ZADD', KEYS[10], h.unshown_score, h.run_id)
-  redis.call('EXPIRE', KEYS[10], h.ttl)
-end
-for j = 0, h.tickets - 1 do
-  redis.call('SET', KEYS[11 + j], ARGV[i + j], 'EX', h.ticket_ttl)
-end
-if h.release and holder == h.release then redis.call('DEL', KEYS[9]) end
-return length
-"""
-
-# A turn opens: take the thread's lease (a retry after a lost reply finds its own owner there), then read the
-# run (ARGV[5], or the thread's latest; the trace list of one written before its trace moved into its record) and
-# the transcript from ARGV[3] on (all of it if it is shorter now: expired and recreated). KEYS: lease, thread's run,
-# transcript. The run's keys are named from ARGV[4] (the thread's run key prefix) when its id carries the thread's
-# shard (ARGV[6]): same hash slot.
-# Returns {0, holder} when busy, else {1, run id, run record, trace, transcript length, first index, rows}.
-_OPEN_TURN = """
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local holder = redis.call('GET', KEYS[1])
-  if holder ~= ARGV[1] then return {0, holder or ''} end
-end
-local run_id = ARGV[5]
-if run_id == '' then run_id = redis.call('GET', KEYS[2]) or '' end
-local raw, trace = '', {}
-if run_id ~= '' and string.sub(run_id, 1, #ARGV[6]) == ARGV[6] then
-  raw = redis.call('GET', ARGV[4] .. run_id) or ''
-  local inline = string.find(raw, '"rows":', 1, true) or string.find(raw, '"status":"finished"', 1, true)
-  if raw ~= '' and not inline then trace = redis.call('LRANGE', ARGV[4] .. run_id .. ':trace', 0, -1) end
-end
-local length = redis.call('LLEN', KEYS[3])
-if length > 0 then redis.call('EXPIRE', KEYS[3], ARGV[7]) end  -- the thread's TTL counts from its last turn
-local start = tonumber(ARGV[3])
-if length < start then start = 0 end
-return {1, run_id, raw, trace, length, start, redis.call('LRANGE', KEYS[3], start, -1)}
-"""
-
+_PLAIN_ID = re.compile(r"[A-Za-z0-9._:-]+")
 
 class RedisStore:
     durable = True
@@ -145,8 +55,10 @@ class RedisStore:
         self.counter = RedisCounter(client, self.keys, self.ttls)
         self._transcripts: OrderedDict[str, list[Message]] = OrderedDict()
         self.transcript_cache_size = 512
-        self._commit = client.register_script(_COMMIT)
-        self._open_turn = client.register_script(_OPEN_TURN)
+        self._renewed: OrderedDict[str, float] = OrderedDict()  # a shared key → when this process renewed its TTL
+        self._commit = client.register_script(COMMIT)
+        self._open_turn = client.register_script(OPEN_TURN)
+        self._shown = client.register_script(SHOWN)
 
     @property
     def cluster(self) -> bool:
@@ -162,7 +74,8 @@ class RedisStore:
 
     async def migrate(self) -> int:
         """Move a single Redis's keys from the layout before shards (a Cluster never had it)."""
-        return 0 if self.cluster else await migrate(self.client, self.keys, self.ttls)
+        moved = 0 if self.cluster else await migrate(self.client, self.keys, self.ttls)
+        return moved + await merge_run_indexes(self.client, self.keys, self.ttls)
 
     async def close(self) -> None:
         with contextlib.suppress(StoreError):
@@ -177,13 +90,13 @@ class RedisStore:
         counted = self.counter.counts.add(shard, write.counters)  # the shard's counts of the last seconds, or none
         commit_id = os.urandom(COMMIT_ID_BYTES).hex()
         header = {
-            "commit_id": commit_id, "finished": run.status == "finished", "ttl": ttls.thread_s, "run_id": run.run_id,
+            "commit_id": commit_id, "status": run.status, "ttl": ttls.thread_s, "run_id": run.run_id,
             "status_changed": write.status_changed,
             # Scores travel as strings so that no float is rounded on its way through Lua.
             "paused_score": repr(min(p.expires_at for p in run.pending)) if run.status == "paused" and run.pending
             else False,
-            "active_score": repr(run.updated_at) if run.status == "running" else False,
-            "unshown_score": repr(run.updated_at) if write.status_changed and run.status in UNSHOWN else False,
+            "index_score": _index_score(run),
+            "renew_index": write.status_changed and self._renew(k.index(shard, "runs")),
             "was": write.was if write.was is not None else False,
             "counters": counted, "stats_ttl": ttls.stats_s,
             "audit": [dict(e) for e in write.audit], "audit_ttl": ttls.audit_s, "audit_max": ttls.audit_max_entries,
@@ -192,8 +105,8 @@ class RedisStore:
             "owner": write.lease_owner or False,
         }
         keys = [k.transcript(run.thread_id), k.run(run.run_id), k.thread_run(run.thread_id), k.index(shard, "paused"),
-                k.index(shard, "active"), k.stats(shard, hour_now()), k.audit(shard), k.cancel(run.run_id),
-                k.lease(run.thread_id), k.index(shard, "unshown"), *(k.token(t.pending.token) for t in tickets)]
+                k.index(shard, "runs"), k.stats(shard, hour_now()), k.audit(shard), k.cancel(run.run_id),
+                k.lease(run.thread_id), *(k.token(t.pending.token) for t in tickets)]
         args: list[Any] = [commit_id + dump_run(run), *(dump_message(m) for m in write.messages),
                            *(t.model_dump_json() for t in tickets)]
         attempts = itertools.count()
@@ -212,22 +125,62 @@ class RedisStore:
         if write.messages:
             self._cache_append(run.thread_id, write.messages, int(length))
 
-    async def open_turn(self, thread_id: str, owner: str, ttl_ms: int, *, run_id: str | None = None) -> Opened | None:
-        k = self.keys
+    async def open_turn(self, thread_id: str, owner: str, ttl_ms: int, *, run_id: str | None = None,
+                        start: Start | None = None) -> Opened | None:
+        k, ttls = self.keys, self.ttls
         cached = self._cached(thread_id)
+        shard = shard_of(thread_id)
         keys = [k.lease(thread_id), k.thread_run(thread_id), k.transcript(thread_id)]
-        own_shard = f"{shard_of(thread_id)}."
+        own_shard = f"{shard}."
         args: list[str | int] = [owner, ttl_ms, len(cached) if cached is not None else 0, k.runs_of(thread_id),
-                                 run_id or "", own_shard, self.ttls.thread_s]
-        reply: list[Any] = await retried("taking the thread lease", self.outage_grace_s,
-                                         lambda: self._open_turn(keys=keys, args=args))
+                                 run_id or "", own_shard, ttls.thread_s, "1" if self._renew(keys[2]) else ""]
+        if start is not None and not run_id and not _taken(cached, start.question.request_id):
+            record = start.run
+            counted = self.counter.counts.add(shard, start.counters)
+            needle = f'"request_id":"{start.question.request_id}"' if start.question.request_id else False
+            header = {"run_id": record.run_id, "index_score": _index_score(record),
+                      "renew_index": self._renew(k.index(shard, "runs")), "needle": needle,
+                      "counters": counted, "stats_ttl": ttls.stats_s}
+            keys += [k.index(shard, "runs"), k.stats(shard, hour_now())]
+            args += [json.dumps(header, separators=(",", ":")), os.urandom(COMMIT_ID_BYTES).hex() + dump_run(record),
+                     dump_message(start.question)]
+        else:
+            start, counted = None, {}
+        try:
+            reply: list[Any] = await retried("taking the thread lease", self.outage_grace_s,
+                                             lambda: self._open_turn(keys=keys, args=args))
+        except BaseException:
+            if start is not None:
+                self.counter.counts.restore(shard, counted)
+            raise
         if not int(reply[0]):
+            if start is not None:
+                self.counter.counts.restore(shard, counted)  # not saved: they go with a later write
             return None
-        found, raw, trace, length, start, rows = str(reply[1]), str(reply[2]), reply[3], *reply[4:7]
-        record = parse_run(k.run(found), raw, trace) if raw else None
-        if record is None and found and not found.startswith(own_shard):
-            record = await self.load_run(found)  # an id minted before shards: its keys live elsewhere
-        return Opened(record, self._transcript_rows(thread_id, cached, int(start), int(length), rows))
+        found, raw, trace, length, start_at, rows, started = str(reply[1]), str(reply[2]), reply[3], *reply[4:8]
+        if start is not None and not int(started):
+            self.counter.counts.restore(shard, counted)
+        transcript = self._transcript_rows(thread_id, cached, int(start_at), int(length), rows)
+        if start is not None and int(started):
+            if int(started) == 1:
+                transcript.append(start.question)
+                self._cache_append(thread_id, [start.question], int(length) + 1)
+            return Opened(start.run, transcript, started=True)
+        latest = parse_run(k.run(found), raw, trace) if raw else None
+        if latest is None and found and not found.startswith(own_shard):
+            latest = await self.load_run(found)  # an id minted before shards: its keys live elsewhere
+        return Opened(latest, transcript)
+
+    def _renew(self, key: str) -> bool:
+        """Whether this write should renew the TTL of ``key``, a key many writes share (see RENEW_EVERY_S)."""
+        now = time.monotonic()
+        if now - self._renewed.get(key, -RENEW_EVERY_S) < RENEW_EVERY_S:
+            return False
+        self._renewed[key] = now
+        self._renewed.move_to_end(key)
+        while len(self._renewed) > 4 * self.transcript_cache_size:
+            self._renewed.popitem(last=False)
+        return True
 
     async def load_run(self, run_id: str) -> RunRecord | None:
         key = self.keys.run(run_id)
@@ -323,18 +276,24 @@ class RedisStore:
         async with guard("reading the run index"):
             pipe = self.client.pipeline(transaction=False)
             for shard in all_shards():
+                key = self.keys.index(shard, "paused" if index == "paused" else "runs")
                 if index == "unshown":  # trimmed here, not in every commit: runs nobody showed for an hour go
-                    pipe.zremrangebyscore(self.keys.index(shard, index), "-inf", time.time() - UNSHOWN_KEEP_S)
-                pipe.zrangebyscore(self.keys.index(shard, index), "-inf", before, withscores=True)
+                    pipe.zremrangebyscore(key, UNSHOWN_BAND, UNSHOWN_BAND + time.time() - UNSHOWN_KEEP_S)
+                    pipe.zrangebyscore(key, UNSHOWN_BAND, UNSHOWN_BAND + before, withscores=True)
+                elif index == "active":  # the sentinel (-1) and unshown runs are out of range
+                    pipe.zrangebyscore(key, 0, min(before, UNSHOWN_BAND - 1), withscores=True)
+                else:
+                    pipe.zrangebyscore(key, "-inf", before, withscores=True)
             replies: list[Any] = await pipe.execute()
         shards: list[list[tuple[Any, float]]] = replies[1::2] if index == "unshown" else replies
         found = sorted(((float(score), str(text(m))) for rows in shards for m, score in rows))
-        return [run_id for _, run_id in found]
+        return [run_id for _, run_id in found if run_id != SENTINEL]
 
     async def shown(self, run_id: str, thread_id: str) -> None:
-        """A front end showed the run's latest state: it leaves the unshown index."""
-        key = self.keys.index(shard_of(thread_id), "unshown")
-        await retried("marking a run shown", self.outage_grace_s, lambda: self.client.zrem(key, run_id))
+        """A front end showed the run's latest state: it leaves the index, unless it is running again."""
+        key = self.keys.index(shard_of(thread_id), "runs")
+        await retried("marking a run shown", self.outage_grace_s,
+                      lambda: self._shown(keys=[key], args=[run_id, repr(UNSHOWN_BAND)]))
 
     async def read_audit(self, count: int = 100, *, run_id: str | None = None) -> list[dict[str, str]]:
         """The newest ``count`` audit entries, newest first; with ``run_id``, that run's (its shard is searched)."""
@@ -363,6 +322,21 @@ class RedisStore:
 
     async def stats(self, window_s: int) -> Stats:
         return await self.counter.stats(window_s)
+
+
+def _index_score(run: RunRecord) -> str:
+    """Its score in the runs index (see :mod:`state.scripts`), as a string: no float rounded on its way to Lua."""
+    return repr(run.updated_at if run.status == "running" else UNSHOWN_BAND + run.updated_at)
+
+
+def _taken(cached: Sequence[Message] | None, request_id: str | None) -> bool:
+    """Whether a start cannot be decided in the script: the request is in the cached part of the transcript, or
+    its id would need escaping in JSON (the script looks for it verbatim)."""
+    if request_id is None:
+        return False
+    if not _PLAIN_ID.fullmatch(request_id):
+        return True
+    return cached is not None and any(isinstance(m, UserMessage) and m.request_id == request_id for m in cached)
 
 
 def _entry_order(entry_id: Any) -> tuple[int, int]:

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from core.messages import Message
+from core.messages import Message, UserMessage
 from state.feedback_store import Feedbacks
 from state.outbox_store import OutboxRecord
 from state.queue import DeadLetter, Entry, Lane, QueueStats
@@ -62,12 +62,25 @@ class Write:
 
 
 @dataclass(frozen=True)
+class Start:
+    """A new run, made by a turn's opening itself when the thread has none under way and has not taken
+    ``question`` already (its ``request_id``): no second write before the run's first step, and the run exists from
+    the moment its turn holds the thread (a Stop pressed on another instance finds it)."""
+
+    run: RunRecord
+    question: UserMessage
+    counters: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Opened:
     """What a turn starts from, read together with taking the thread's lease."""
 
     run: RunRecord | None
-    """The thread's latest run (or the run asked for); None if there is none."""
+    """The thread's latest run (or the run asked for); None if there is none. When ``started``: the new run."""
     transcript: list[Message]
+    started: bool = False
+    """The turn's :class:`Start` was applied: its run is saved and its question is the transcript's last message."""
 
 
 @dataclass(frozen=True)
@@ -180,9 +193,11 @@ class Store(Protocol):
 
     async def close(self) -> None: ...
 
-    async def open_turn(self, thread_id: str, owner: str, ttl_ms: int, *, run_id: str | None = None) -> Opened | None:
+    async def open_turn(self, thread_id: str, owner: str, ttl_ms: int, *, run_id: str | None = None,
+                        start: Start | None = None) -> Opened | None:
         """Take the thread's lease for ``owner`` and read the run (the thread's latest, or ``run_id``) and the
-        transcript, in one round trip. None while someone else holds the lease."""
+        transcript, in one round trip; with ``start``, make that run there too where it applies (see
+        :class:`Start`). None while someone else holds the lease."""
 
     async def commit(self, write: Write) -> None:
         """Apply ``write`` atomically: append messages, save the run, store the new tickets."""

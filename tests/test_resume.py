@@ -238,9 +238,10 @@ async def test_a_click_reads_its_ticket_once_and_the_run_record_once(store: Redi
             reads.append("ticket")
             return await self.inner.load_ticket(token)
 
-        async def open_turn(self, thread_id: str, owner: str, ttl_ms: int, *, run_id: str | None = None) -> Any:
+        async def open_turn(self, thread_id: str, owner: str, ttl_ms: int, *, run_id: str | None = None,
+                            start: Any = None) -> Any:
             reads.append("turn")
-            return await self.inner.open_turn(thread_id, owner, ttl_ms, run_id=run_id)
+            return await self.inner.open_turn(thread_id, owner, ttl_ms, run_id=run_id, start=start)
 
     toolbox = ops.build()
     paused = await make_harness(ScriptedModel(restart_script()), store, toolbox=toolbox).engine.ask("t", "restart")

@@ -31,10 +31,12 @@ from core.outages import outage
 from core.redact import redact
 from state.keys import new_run_id
 from state.records import PendingCall, RunRecord, Ticket
+from state.store import Start
 from state.store_errors import StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 MODEL = outage("the model")
+RUNS = {"runs": 1}
 
 
 @dataclass(frozen=True)
@@ -66,8 +68,15 @@ class Engine:
         ``request_id`` (e.g. the Slack message) makes a redelivered message a no-op. ``context``: quoted
         material the model reads before the question (the thread it was asked in). ``unattended``: no person
         asked (an alert did), so every change waits for one."""
-        by = user_id or "user"
-        async with self._lease(thread_id) as lease:
+        question = UserMessage(content=redact(f"{context}\n\n{text}" if context else text), user_id=user_id,
+                               request_id=request_id)
+        # The usual case, nothing under way in the thread: the turn's opening makes the run.
+        start = Start(_new_record(thread_id, text, user_id, unattended, request_id, first_event=1), question, RUNS)
+        async with self._lease(thread_id, start=start) as lease:
+            if lease.started:
+                made = Run(self.deps, start.run, lease.transcript, self._memo(thread_id), lease)
+                made.announce(RunStarted, user_id=user_id, text=text)
+                return await self._drive(made)
             latest, transcript = lease.run, lease.transcript  # read once for the whole turn
             if latest is not None and request_id is not None and _took(transcript, request_id):
                 # Taken already: the work was delivered again. If its worker died while on it (we hold the lease,
@@ -88,21 +97,18 @@ class Engine:
                     await run.fail("internal_error", "the worker running this turn stopped (restart)")
                     run = None
             if run is not None:  # paused: the message answers its open questions, through the tool path
-                await self._claim_all(run.record.pending, by)
+                await self._claim_all(run.record.pending, by := user_id or "user")
                 answers = Answers([(p, ReplyInstead(text)) for p in run.record.pending], by)
                 run.decide(answers)
                 await run.settle(answers)
             else:
-                now = time.time()
-                record = RunRecord(run_id=new_run_id(thread_id), thread_id=thread_id, user_id=user_id,
-                                   text=preview(redact(text)), created_at=now, updated_at=now, unattended=unattended)
+                record = _new_record(thread_id, text, user_id, unattended, request_id)
                 # The transcript as it is now (a run closed out above appended to it).
                 run = Run(self.deps, record, lease.transcript, self._memo(record.thread_id), lease, stored=False)
                 run.count("runs")
                 run.emit(RunStarted, user_id=user_id, text=text)
             run.record.status, run.record.request_id = "running", request_id
-            content = f"{context}\n\n{text}" if context else text
-            run.append(UserMessage(content=redact(content), user_id=user_id, request_id=request_id))
+            run.append(question)
             await run.commit()
             return await self._drive(run)
 
@@ -323,12 +329,12 @@ class Engine:
 
     # --- helpers ---------------------------------------------------------------------------------
 
-    def _lease(self, thread_id: str, *, run_id: str | None = None,
+    def _lease(self, thread_id: str, *, run_id: str | None = None, start: Start | None = None,
                wait: bool = True) -> contextlib.AbstractAsyncContextManager[Lease]:
         """Hold the thread for one turn (see :mod:`bot.agent.lease`), with the run and transcript it starts from."""
         o = self.options
-        return hold(self.deps.store, self.deps.bus, self.instance, thread_id, run_id=run_id, ttl_ms=o.lease_ttl_ms,
-                    wait_s=o.lease_wait_s if wait else 0, handover_s=o.handover_s)
+        return hold(self.deps.store, self.deps.bus, self.instance, thread_id, run_id=run_id, start=start,
+                    ttl_ms=o.lease_ttl_ms, wait_s=o.lease_wait_s if wait else 0, handover_s=o.handover_s)
 
     async def _load(self, run_id: str) -> RunRecord:
         record = await self.deps.store.load_run(run_id)
@@ -384,3 +390,11 @@ class Engine:
 def _took(transcript: list[Message], request_id: str, look_back: int = 200) -> bool:
     """Whether the thread's recent messages include the front end's message ``request_id``."""
     return any(isinstance(m, UserMessage) and m.request_id == request_id for m in transcript[-look_back:])
+
+
+def _new_record(thread_id: str, text: str, user_id: str | None, unattended: bool, request_id: str | None, *,
+                first_event: int = 0) -> RunRecord:
+    """A new run, running. ``first_event``: event numbers taken already (see :meth:`Run.announce`)."""
+    return RunRecord(run_id=new_run_id(thread_id), thread_id=thread_id, user_id=user_id, text=preview(redact(text)),
+                     created_at=(now := time.time()), updated_at=now, unattended=unattended, request_id=request_id,
+                     event_seq=first_event)

@@ -18,7 +18,7 @@ from bot.agent.engine_errors import ThreadBusy
 from bot.agent.events import EventBus
 from core.messages import Message
 from state.records import RunRecord
-from state.store import Store
+from state.store import Start, Store
 from state.store_errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,8 @@ class Lease:
     """Whether the turn's last write may let go of the lease. Not when front ends are recording this turn's
     events: they must be recorded before another instance takes the thread and acts on them."""
     released: bool = False
+    started: bool = False
+    """The turn's opening made its new run (see :class:`state.store.Start`): ``run`` is that run."""
 
     def release_by(self, final: bool) -> str | None:
         """The owner to name in a write that lets go of the lease (None: this write keeps it)."""
@@ -46,14 +48,15 @@ _owners = itertools.count()
 
 @contextlib.asynccontextmanager
 async def hold(store: Store, bus: EventBus, instance: str, thread_id: str, *, run_id: str | None = None,
-               ttl_ms: int, wait_s: float, handover_s: float) -> AsyncIterator[Lease]:
+               start: Start | None = None, ttl_ms: int, wait_s: float, handover_s: float) -> AsyncIterator[Lease]:
     owner = f"{instance}:{next(_owners)}"
     deadline = time.monotonic() + wait_s
-    while (opened := await store.open_turn(thread_id, owner, ttl_ms, run_id=run_id)) is None:
+    while (opened := await store.open_turn(thread_id, owner, ttl_ms, run_id=run_id, start=start)) is None:
         if time.monotonic() >= deadline:
             raise ThreadBusy("this thread is busy with another turn; try again in a moment")
         await asyncio.sleep(0.05)
-    lease = Lease(thread_id, owner, opened.run, opened.transcript, release_in_commit=not bus.has_subscribers)
+    lease = Lease(thread_id, owner, opened.run, opened.transcript, release_in_commit=not bus.has_subscribers,
+                  started=opened.started)
     renewer = asyncio.create_task(_renew(store, lease, ttl_ms))
     try:
         yield lease

@@ -31,7 +31,7 @@ from bot.agent.limits import call_digest, should_stop
 from bot.agent.models.base import AUTO, NONE, Completion, ModelError, ToolChoice
 from bot.agent.outcome import RunOutcome, pending_view, preview
 from bot.agent.prompt import STOP_INSTRUCTION
-from bot.agent.transcript import ThreadMemo, sendable, unanswered
+from bot.agent.transcript import ThreadMemo, redacted, sendable, unanswered
 from core.messages import (
     AssistantMessage,
     Message,
@@ -45,7 +45,7 @@ from core.messages import (
     result_body,
 )
 from core.outages import outage
-from core.redact import redact, redact_value
+from core.redact import redact
 from core.stops import STOP_WORDING, StopReason
 from state.keys import new_token
 from state.records import CallTrace, FinishTrace, PendingCall, RunRecord, StepTrace
@@ -56,14 +56,6 @@ from tools.runtime import Batch, Observation, ToolDecision, execute_batch
 log = logging.getLogger(__name__)
 
 OUTCOME_UNKNOWN = "the change was started and may or may not have completed; check its effect before retrying"
-
-
-
-def redacted(message: AssistantMessage) -> AssistantMessage:
-    calls = tuple(c.model_copy(update={"arguments": redact_value(c.arguments),
-                                       "raw_arguments": redact(c.raw_arguments) if c.raw_arguments else None})
-                  for c in message.tool_calls)
-    return message.model_copy(update={"content": redact(message.content), "tool_calls": calls})
 
 
 class Run:
@@ -123,6 +115,12 @@ class Run:
             self._outbox.append(event_type(run_id=self.id, thread_id=self.record.thread_id,
                                            seq=self.record.event_seq, **fields))
         self.record.event_seq += 1
+
+    def announce(self, event_type: type[Any], **fields: Any) -> None:
+        """Publish the first event of a run saved with its number taken (``event_seq`` 1: a ``Start``)."""
+        self.record.event_seq -= 1
+        self.emit(event_type, **fields)
+        self.flush_events()
 
     def flush_events(self) -> None:
         outbox, self._outbox = self._outbox, []

@@ -23,6 +23,7 @@ from core.messages import (
     UserMessage,
     error_result,
 )
+from core.redact import redact, redact_value
 
 log = logging.getLogger(__name__)
 
@@ -203,3 +204,11 @@ def unanswered(transcript: Sequence[Message], waiting: set[str]) -> list[ToolCal
             answered = {r.call_id for r in transcript[i + 1:] if isinstance(r, ToolResultMessage)}
             return [c for c in m.tool_calls if c.id not in answered and c.id not in waiting]
     return []
+
+
+def redacted(message: AssistantMessage) -> AssistantMessage:
+    """What the model wrote, as stored, shown and run: never a secret."""
+    calls = tuple(c.model_copy(update={"arguments": redact_value(c.arguments),
+                                       "raw_arguments": redact(c.raw_arguments) if c.raw_arguments else None})
+                  for c in message.tool_calls)
+    return message.model_copy(update={"content": redact(message.content), "tool_calls": calls})
