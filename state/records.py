@@ -12,10 +12,11 @@ from core.messages import ToolCall
 from core.stops import StopReason
 from state.store_errors import CorruptRecord
 
-SCHEMA_VERSION = 2
-"""What this build writes. 2: a run's trace is inside its record, as rows (1 kept it in a list beside a live run;
-a build that writes 1 cannot read 2, and says so: upgrade every worker together, see docs/architecture.md)."""
-READS = (1, 2)
+SCHEMA_VERSION = 3
+"""What this build writes. 2: a run's trace is inside its record, as rows (1 kept it in a list beside a live run);
+3: a finished run's stop reason and step count only in its last row, of kind ``end``. A build reads what it and
+the builds before it wrote and says so of anything newer: upgrade every worker together (docs/architecture.md)."""
+READS = (1, 2, 3)
 
 RunStatus = Literal["running", "paused", "stalled", "finished"]
 """``stalled``: its worker died; the transcript was repaired and it waits for someone to resume it."""
@@ -87,7 +88,7 @@ class RunRecord(_Record):
     schema_version: int = SCHEMA_VERSION
     run_id: str
     thread_id: str
-    user_id: str | None
+    user_id: str | None = None
     text: str
     request_id: str | None = None
     """The front end's id of the latest message this run took (a redelivered message is recognised)."""
@@ -129,19 +130,23 @@ def dump_run(run: RunRecord) -> str:
     """Compact: defaults are left out (they are restored on load), the schema version never is; the trace as rows
     (:func:`_row`). A finished run (kept a week, one per turn; issue 39 holds a thread's storage to 1.3× its
     content) leaves out what only a live run needs (its recent calls, for the repeated-call limit) and its id (its
-    key's)."""
+    key's), and its stop reason and step count (its trace's last row says them)."""
     finished = run.status == "finished"
     body = run.model_dump(mode="json", exclude_defaults=True,
                           exclude={"trace", "recent_calls", "run_id"} if finished else {"trace"})
     body["schema_version"] = SCHEMA_VERSION
     if "active_ms" in body:
         body["active_ms"] = round(run.active_ms, 1)  # shown to the tenth; the clock's noise below that
+    body["created_at"], body["updated_at"] = round(run.created_at, 3), round(run.updated_at, 3)  # to the ms
     rows = run._rows
     if len(rows) > len(run.trace):  # not a prefix any more (never, as entries are only appended): again
         rows.clear()
     rows.extend(_row(e) for e in run.trace[len(rows):])
     if rows:
         body["rows"] = rows
+        if finished and rows[-1][:3] == ["finish", run.stop_reason, run.step]:  # "end": the record's own
+            body["rows"] = [*rows[:-1], ["end", *rows[-1][1:]]]
+            del body["stop_reason"], body["step"]
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -189,7 +194,12 @@ def parse_run(key: str, raw: str, trace: Sequence[Any] = ()) -> RunRecord:
     if version not in READS:
         raise CorruptRecord(key, f"schema version {version!r}, this build reads {' and '.join(map(str, READS))}")
     if "rows" in body:  # its trace as rows (dump_run)
-        body["trace"] = [_unrow(row) for row in body.pop("rows") or []]
+        rows = body.pop("rows") or []
+        last = rows[-1] if isinstance(rows, list) and rows else None
+        if isinstance(last, list) and last[:1] == ["end"] and len(last) > 2:  # its stop reason and steps are ours
+            body["stop_reason"], body["step"] = last[1], last[2]
+            rows[-1] = ["finish", *last[1:]]
+        body["trace"] = [_unrow(row) for row in rows]
     body.setdefault("run_id", key.rpartition(":run:")[2])  # a finished run's id is its key's
     try:
         record = RunRecord.model_validate(body)

@@ -9,7 +9,7 @@ import json
 import os
 import re
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -146,20 +146,17 @@ class RedisStore:
                      dump_message(start.question)]
         else:
             start, counted = None, {}
+        applied = False
         try:
             reply: list[Any] = await retried("taking the thread lease", self.outage_grace_s,
                                              lambda: self._open_turn(keys=keys, args=args))
-        except BaseException:
-            if start is not None:
-                self.counter.counts.restore(shard, counted)
-            raise
+            applied = bool(int(reply[0])) and bool(int(reply[7]))
+        finally:  # counts of earlier writes that rode along unsaved go with a later write; the run's own never
+            if start is not None and not applied:
+                self.counter.counts.restore(shard, dict(Counter(counted) - Counter(start.counters)))
         if not int(reply[0]):
-            if start is not None:
-                self.counter.counts.restore(shard, counted)  # not saved: they go with a later write
             return None
         found, raw, trace, length, start_at, rows, started = str(reply[1]), str(reply[2]), reply[3], *reply[4:8]
-        if start is not None and not int(started):
-            self.counter.counts.restore(shard, counted)
         transcript = self._transcript_rows(thread_id, cached, int(start_at), int(length), rows)
         if start is not None and int(started):
             if int(started) == 1:

@@ -175,3 +175,20 @@ def test_a_finished_run_is_stored_compactly_and_read_back_whole() -> None:
     older.pop("rows")
     lines = [json.dumps({"kind": e.kind, **e.model_dump(mode="json")}) for e in run.trace]
     assert parse_run(key, json.dumps(older), lines).trace == run.trace
+
+
+def test_a_finished_runs_stop_reason_and_steps_are_stored_once() -> None:
+    """In its last trace row (kind ``end``), not beside it as well; read back whole. A record whose last row says
+    something else keeps its own fields."""
+    from state.records import FinishTrace, RunRecord, StepTrace, dump_run, parse_run
+
+    trace = [StepTrace(step=1, model_latency_ms=3.2, asked_for_tools=False, model_stop="end_turn"),
+             FinishTrace(stop_reason="final_answer", steps=1, active_ms=5.0)]
+    run = RunRecord(run_id="s3.abc", thread_id="t", text="q", status="finished", step=1, stop_reason="final_answer",
+                    active_ms=5.04, created_at=1.5, updated_at=2.5, trace=trace)
+    stored = dump_run(run)
+    assert '"stop_reason"' not in stored and '"step":' not in stored and '["end","final_answer",1,5.0]' in stored
+    back = parse_run("opspilot:{s3}:run:s3.abc", stored)
+    assert (back.stop_reason, back.step, back.trace) == ("final_answer", 1, trace)
+    other = run.model_copy(update={"stop_reason": "max_steps"})
+    assert parse_run("k:run:s3.abc", dump_run(other)).stop_reason == "max_steps"

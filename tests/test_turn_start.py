@@ -118,6 +118,8 @@ async def test_no_run_is_made_while_one_is_under_way_or_for_a_question_taken_alr
     # An id the script could not look for verbatim is decided by the engine, not started blind.
     odd = await second.open_turn("t", "w:4", 30_000, start=_start("t", "odd", 'Ev"1'))
     assert odd is not None and not odd.started
+    await second.counter.flush()
+    assert (await store.stats(3600)).runs == 1  # a start not made is not counted
 
 
 async def test_a_redelivered_question_is_answered_once_through_the_engine(store: RedisStore) -> None:
