@@ -13,8 +13,10 @@ from __future__ import annotations
 import functools
 import re
 import secrets
+import time
 import uuid
 import zlib
+from collections import OrderedDict
 from dataclasses import dataclass
 
 SHARDS = 16
@@ -68,6 +70,31 @@ class Ttls:
     timers_s: int = 400 * 24 * 3600
     """Follow-ups and schedules: refreshed at every write (a schedule's every firing), so only a timer nobody
     touched for over a year lapses."""
+
+
+class Renewals:
+    """When a process last renewed the TTL of a key that many writes share (a thread's transcript, a shard's runs
+    index, the work stream): once per ``every_s`` is enough for a TTL of days, and spares a command per write. A key
+    that such a write creates gets its TTL from that write itself."""
+
+    def __init__(self, every_s: float = 3600.0, size: int = 4096) -> None:
+        self.every_s, self.size = every_s, size
+        self._at: OrderedDict[str, float] = OrderedDict()
+
+    def due(self, key: str) -> bool:
+        """Whether this write should renew ``key``'s TTL (counted as renewed from now on)."""
+        now = time.monotonic()
+        if now - self._at.get(key, -self.every_s) < self.every_s:
+            return False
+        self._at[key] = now
+        self._at.move_to_end(key)
+        while len(self._at) > self.size:
+            self._at.popitem(last=False)
+        return True
+
+    def forget(self, key: str) -> None:
+        """The renewal did not happen (its write failed): the next write renews."""
+        self._at.pop(key, None)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from redis.exceptions import ResponseError
 
 from state.client import Client
 from state.guard import guard, retried, text
-from state.keys import Keys, Ttls
+from state.keys import Keys, Renewals, Ttls
 
 GROUP = "workers"
 Lane = Literal["work", "quick"]
@@ -89,6 +89,7 @@ class RedisQueue:
         self.max_length = max_length
         self._ready = False
         self._cursors: dict[Lane, str] = {lane: "0-0" for lane in LANES}
+        self.renewals = Renewals()
         self._touch = client.register_script(_TOUCH)
         self._beat = client.register_script(_BEAT)
         self._readers = client.register_script(_READERS)
@@ -107,9 +108,13 @@ class RedisQueue:
 
     async def put(self, body: str, *, lane: Lane = "work") -> str:
         key = self.keys.queue(lane)
+        renew = self.renewals.due(key)  # the stream's TTL (set when its group was made), renewed once an hour
 
         async def attempt() -> str:
             await self._group()
+            if not renew:
+                return str(text(await self.client.xadd(key, {"body": body}, maxlen=self.max_length,
+                                                       approximate=True)))
             pipe = self.client.pipeline(transaction=True)
             pipe.xadd(key, {"body": body}, maxlen=self.max_length, approximate=True)
             pipe.expire(key, self.ttls.thread_s)
@@ -117,7 +122,12 @@ class RedisQueue:
             return str(text(entry_id))
 
         # A retry after a lost reply may enqueue twice: work items are idempotent (see bot/slack/inbound/work.py).
-        return await retried("enqueueing work", self.grace_s, attempt)
+        try:
+            return await retried("enqueueing work", self.grace_s, attempt)
+        except BaseException:
+            if renew:
+                self.renewals.forget(key)
+            raise
 
     async def take(self, consumer: str, *, count: int = 1, block_ms: int = 1000) -> list[Entry]:
         async with guard("reading work"):
@@ -177,8 +187,8 @@ class RedisQueue:
     async def ack(self, entry_id: str, *, lane: Lane = "work") -> None:
         key = self.keys.queue(lane)
 
-        async def attempt() -> None:
-            pipe = self.client.pipeline(transaction=True)
+        async def attempt() -> None:  # one round trip; no MULTI/EXEC: each is idempotent, and a retry sends both
+            pipe = self.client.pipeline(transaction=False)
             pipe.xack(key, GROUP, entry_id)
             pipe.xdel(key, entry_id)
             await pipe.execute()

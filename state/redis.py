@@ -22,14 +22,14 @@ from state.counts import RedisCounter
 from state.feedback_store import RedisFeedbacks
 from state.guard import guard, retried, text
 from state.journal import RedisJournal
-from state.keys import Keys, Ttls, all_shards, shard_of
+from state.keys import Keys, Renewals, Ttls, all_shards, shard_of
 from state.locks import RedisLocks
 from state.meta_store import RedisMeta
 from state.migrate import merge_run_indexes, migrate
 from state.outbox_store import RedisOutbox
 from state.queue import RedisQueue
 from state.records import COMMIT_ID_BYTES, RunRecord, Ticket, dump_run, first_problem, parse_run
-from state.scripts import COMMIT, OPEN_TURN, RENEW_EVERY_S, SENTINEL, SHOWN, UNSHOWN_BAND
+from state.scripts import COMMIT, OPEN_TURN, SENTINEL, SHOWN, UNSHOWN_BAND
 from state.store import UNSHOWN_KEEP_S, Opened, Start, Stats, Write, hour_now
 from state.store_errors import CorruptRecord, StoreError
 from state.timer_store import RedisTimers
@@ -55,7 +55,7 @@ class RedisStore:
         self.counter = RedisCounter(client, self.keys, self.ttls)
         self._transcripts: OrderedDict[str, list[Message]] = OrderedDict()
         self.transcript_cache_size = 512
-        self._renewed: OrderedDict[str, float] = OrderedDict()  # a shared key → when this process renewed its TTL
+        self.renewals = Renewals()
         self._commit = client.register_script(COMMIT)
         self._open_turn = client.register_script(OPEN_TURN)
         self._shown = client.register_script(SHOWN)
@@ -96,7 +96,7 @@ class RedisStore:
             "paused_score": repr(min(p.expires_at for p in run.pending)) if run.status == "paused" and run.pending
             else False,
             "index_score": _index_score(run),
-            "renew_index": write.status_changed and self._renew(k.index(shard, "runs")),
+            "renew_index": write.status_changed and self.renewals.due(k.index(shard, "runs")),
             "was": write.was if write.was is not None else False,
             "counters": counted, "stats_ttl": ttls.stats_s,
             "audit": [dict(e) for e in write.audit], "audit_ttl": ttls.audit_s, "audit_max": ttls.audit_max_entries,
@@ -133,13 +133,13 @@ class RedisStore:
         keys = [k.lease(thread_id), k.thread_run(thread_id), k.transcript(thread_id)]
         own_shard = f"{shard}."
         args: list[str | int] = [owner, ttl_ms, len(cached) if cached is not None else 0, k.runs_of(thread_id),
-                                 run_id or "", own_shard, ttls.thread_s, "1" if self._renew(keys[2]) else ""]
+                                 run_id or "", own_shard, ttls.thread_s, "1" if self.renewals.due(keys[2]) else ""]
         if start is not None and not run_id and not _taken(cached, start.question.request_id):
             record = start.run
             counted = self.counter.counts.add(shard, start.counters)
             needle = f'"request_id":"{start.question.request_id}"' if start.question.request_id else False
             header = {"run_id": record.run_id, "index_score": _index_score(record),
-                      "renew_index": self._renew(k.index(shard, "runs")), "needle": needle,
+                      "renew_index": self.renewals.due(k.index(shard, "runs")), "needle": needle,
                       "counters": counted, "stats_ttl": ttls.stats_s}
             keys += [k.index(shard, "runs"), k.stats(shard, hour_now())]
             args += [json.dumps(header, separators=(",", ":")), os.urandom(COMMIT_ID_BYTES).hex() + dump_run(record),
@@ -167,17 +167,6 @@ class RedisStore:
         if latest is None and found and not found.startswith(own_shard):
             latest = await self.load_run(found)  # an id minted before shards: its keys live elsewhere
         return Opened(latest, transcript)
-
-    def _renew(self, key: str) -> bool:
-        """Whether this write should renew the TTL of ``key``, a key many writes share (see RENEW_EVERY_S)."""
-        now = time.monotonic()
-        if now - self._renewed.get(key, -RENEW_EVERY_S) < RENEW_EVERY_S:
-            return False
-        self._renewed[key] = now
-        self._renewed.move_to_end(key)
-        while len(self._renewed) > 4 * self.transcript_cache_size:
-            self._renewed.popitem(last=False)
-        return True
 
     async def load_run(self, run_id: str) -> RunRecord | None:
         key = self.keys.run(run_id)

@@ -6,7 +6,7 @@ The thread's runs index (``Keys.index(shard, "runs")``) holds a running run scor
 that stopped running (paused, finished, stalled) and that no front end has shown yet scored by ``UNSHOWN_BAND`` +
 when it stopped: moving between the two is one ZADD. A member ``~`` scored -1 (:data:`SENTINEL`) keeps the key
 from vanishing when its last run leaves, so that a ZADD that adds two members is the one that made the key and
-sets its TTL; otherwise each process renews it once per ``RENEW_EVERY_S``.
+sets its TTL; otherwise each process renews it once an hour (``state.keys.Renewals``).
 """
 
 from __future__ import annotations
@@ -14,9 +14,6 @@ from __future__ import annotations
 UNSHOWN_BAND = 10_000_000_000.0
 """Scores from here on are runs nobody showed (seconds since the epoch stay below it until the year 2286)."""
 SENTINEL = "~"
-RENEW_EVERY_S = 3600.0
-"""How often a process renews the TTL of a key many writes share (a thread's transcript, a shard's runs index):
-their TTL is days, so a week-long TTL counts from the last turn to within an hour."""
 
 # A run joins the runs index (or moves within it): the ZADD that makes the key (two members added) sets its TTL.
 _JOIN = """
