@@ -177,7 +177,9 @@ class Keys:
 
     def index(self, shard: str, name: str) -> str:
         """One shard's part of a run index: ``paused`` (scored by the earliest question expiry, for expiry
-        and reminders) or ``active`` (running runs scored by their last write, for finding dead workers)."""
+        and reminders) or ``runs`` (running runs by their last write, for finding dead workers, and runs nobody
+        showed yet by when they stopped: see :mod:`state.scripts`); ``active`` and ``unshown`` are the two that
+        ``runs`` replaced, read once to move their entries (:func:`state.migrate.merge_run_indexes`)."""
         return f"{self.prefix}:{{{shard}}}:index:{name}"
 
     def outbox(self, thread: str) -> str:
