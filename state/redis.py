@@ -132,27 +132,33 @@ class RedisStore:
         shard = shard_of(thread_id)
         keys = [k.lease(thread_id), k.thread_run(thread_id), k.transcript(thread_id)]
         own_shard = f"{shard}."
+        renew = [keys[2]] if self.renewals.due(keys[2]) else []  # the TTLs this call renews
         args: list[str | int] = [owner, ttl_ms, len(cached) if cached is not None else 0, k.runs_of(thread_id),
-                                 run_id or "", own_shard, ttls.thread_s, "1" if self.renewals.due(keys[2]) else ""]
+                                 run_id or "", own_shard, ttls.thread_s, "1" if renew else ""]
         if start is not None and not run_id and not _taken(cached, start.question.request_id):
             record = start.run
             counted = self.counter.counts.add(shard, start.counters)
             needle = f'"request_id":"{start.question.request_id}"' if start.question.request_id else False
-            header = {"run_id": record.run_id, "index_score": _index_score(record),
-                      "renew_index": self.renewals.due(k.index(shard, "runs")), "needle": needle,
-                      "counters": counted, "stats_ttl": ttls.stats_s}
+            renew_index = self.renewals.due(k.index(shard, "runs"))
+            header = {"run_id": record.run_id, "index_score": _index_score(record), "renew_index": renew_index,
+                      "needle": needle, "counters": counted, "stats_ttl": ttls.stats_s}
             keys += [k.index(shard, "runs"), k.stats(shard, hour_now())]
             args += [json.dumps(header, separators=(",", ":")), os.urandom(COMMIT_ID_BYTES).hex() + dump_run(record),
                      dump_message(start.question)]
         else:
-            start, counted = None, {}
-        applied = False
+            start, counted, renew_index = None, {}, False
+        opened = applied = False
         try:
             reply: list[Any] = await retried("taking the thread lease", self.outage_grace_s,
                                              lambda: self._open_turn(keys=keys, args=args))
-            applied = bool(int(reply[0])) and bool(int(reply[7]))
-        finally:  # counts of earlier writes that rode along unsaved go with a later write; the run's own never
+            opened = bool(int(reply[0]))
+            applied = opened and bool(int(reply[7]))
+        finally:  # what this call did not do, a later one does: a TTL's renewal, counts of earlier writes
+            for key in renew if not opened else []:
+                self.renewals.forget(key)
             if start is not None and not applied:
+                if renew_index:
+                    self.renewals.forget(k.index(shard, "runs"))
                 self.counter.counts.restore(shard, dict(Counter(counted) - Counter(start.counters)))
         if not int(reply[0]):
             return None
