@@ -186,9 +186,14 @@ def _breakdown(point: Point) -> Table:
     rows: list[list[object]] = [[name.upper(), n / point.runs, n / point.runs / STEPS]
                                 for name, n in point.calls.most_common()]
     rows.append(["total", point.commands_per_run, point.commands_per_run / STEPS])
+    stream = sum(n for name, n in point.calls.items() if name.lower().startswith("x")) / point.runs
     return Table(f"Redis commands per {STEPS}-step run, by command (one Redis, {point.workers} worker"
                  f"{'s' if point.workers > 1 else ''})", ["command", "per run", "per model step"], rows,
-                 ["INFO commandstats over the measured window: commands called inside scripts (EVALSHA) are counted "
+                 [verdict("Redis commands per model step, the work stream's included", point.commands_per_run / STEPS,
+                          8, ""),
+                  f"the engine's alone (the stream's XADD, XREADGROUP, XACK, XDEL… left out): "
+                  f"{(point.commands_per_run - stream) / STEPS:.2f} per model step",
+                  "INFO commandstats over the measured window: commands called inside scripts (EVALSHA) are counted "
                   "under their own names as well; the per-run figure includes enqueueing and the worker's reads"])
 
 
