@@ -129,8 +129,9 @@ COMMIT_ID_BYTES = 8
 def dump_run(run: RunRecord) -> str:
     """Compact: defaults are left out (they are restored on load), the schema version never is; the trace as rows
     (:func:`_row`). A finished run (kept a week, one per turn; issue 39 holds a thread's storage to 1.3× its
-    content) leaves out what only a live run needs (its recent calls, for the repeated-call limit) and its id (its
-    key's), and its stop reason and step count (its trace's last row says them)."""
+    content) starts ``{"status":"finished"`` (how ``state/scripts.py`` tells it) and leaves out what only a live run
+    needs (its recent calls, for the repeated-call limit), its id (its key's), and its stop reason and step count
+    (its trace's last row says them)."""
     finished = run.status == "finished"
     body = run.model_dump(mode="json", exclude_defaults=True,
                           exclude={"trace", "recent_calls", "run_id"} if finished else {"trace"})
@@ -146,7 +147,10 @@ def dump_run(run: RunRecord) -> str:
         body["rows"] = rows
         if finished and rows[-1][:3] == ["finish", run.stop_reason, run.step]:  # "end": the record's own
             body["rows"] = [*rows[:-1], ["end", *rows[-1][1:]]]
-            del body["stop_reason"], body["step"]
+            body.pop("stop_reason", None)
+            body.pop("step", None)  # left out already when 0
+    if finished:  # first, so that a script tells a finished run by its start, never by text inside it
+        body = {"status": "finished", **body}
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -195,7 +199,9 @@ def parse_run(key: str, raw: str, trace: Sequence[Any] = ()) -> RunRecord:
         raise CorruptRecord(key, f"schema version {version!r}, this build reads {' and '.join(map(str, READS))}")
     if "rows" in body:  # its trace as rows (dump_run)
         rows = body.pop("rows") or []
-        last = rows[-1] if isinstance(rows, list) and rows else None
+        if not isinstance(rows, list):
+            raise CorruptRecord(key, "rows: not a list")
+        last = rows[-1] if rows else None
         if isinstance(last, list) and last[:1] == ["end"] and len(last) > 2:  # its stop reason and steps are ours
             body["stop_reason"], body["step"] = last[1], last[2]
             rows[-1] = ["finish", *last[1:]]

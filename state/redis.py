@@ -140,10 +140,11 @@ class RedisStore:
             counted = self.counter.counts.add(shard, start.counters)
             needle = f'"request_id":"{start.question.request_id}"' if start.question.request_id else False
             renew_index = self.renewals.due(k.index(shard, "runs"))
+            commit_id = os.urandom(COMMIT_ID_BYTES).hex()
             header = {"run_id": record.run_id, "index_score": _index_score(record), "renew_index": renew_index,
-                      "needle": needle, "counters": counted, "stats_ttl": ttls.stats_s}
+                      "needle": needle, "counters": counted, "stats_ttl": ttls.stats_s, "commit_id": commit_id}
             keys += [k.index(shard, "runs"), k.stats(shard, hour_now())]
-            args += [json.dumps(header, separators=(",", ":")), os.urandom(COMMIT_ID_BYTES).hex() + dump_run(record),
+            args += [json.dumps(header, separators=(",", ":")), commit_id + dump_run(record),
                      dump_message(start.question)]
         else:
             start, counted, renew_index = None, {}, False

@@ -93,9 +93,12 @@ return length
 # saved, named the thread's run and indexed as running. Until then nothing but the lease was written, so a run
 # that finds the thread busy is started afresh by the caller.
 # Returns {0, holder} when busy, else {1, run id, run record, trace, transcript length, first index, rows, started}
-# with started 1 (made now: the question follows the rows), 2 (made by this same call before its reply was lost:
-# the rows hold it) or 0.
+# with started 1 (made now: the question follows the rows), 2 (made by this same call before its reply was lost, and
+# not written since: the rows hold it) or 0. A run under way is told from a finished one by how its record starts,
+# never by text anywhere in it (a tool's arguments may say "status":"finished" too); a record written before
+# finished ones started that way reads as under way, and the engine decides.
 OPEN_TURN = _JOIN + """
+local FINISHED = '^%x*{"status":"finished"'  -- how a finished run's record starts (after its commit id)
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local holder = redis.call('GET', KEYS[1])
   if holder ~= ARGV[1] then return {0, holder or ''} end
@@ -106,7 +109,7 @@ local raw, trace, known = '', {}, run_id == ''
 if run_id ~= '' and string.sub(run_id, 1, #ARGV[6]) == ARGV[6] then
   known = true
   raw = redis.call('GET', ARGV[4] .. run_id) or ''
-  local inline = string.find(raw, '"rows":', 1, true) or string.find(raw, '"status":"finished"', 1, true)
+  local inline = string.find(raw, '"rows":', 1, true) or string.find(raw, FINISHED)
   if raw ~= '' and not inline then trace = redis.call('LRANGE', ARGV[4] .. run_id .. ':trace', 0, -1) end
 end
 -- from the last message the caller has: nothing comes back only if the list is shorter (expired and recreated)
@@ -121,9 +124,9 @@ if length > 0 and ARGV[8] == '1' then redis.call('EXPIRE', KEYS[3], ARGV[7]) end
 local started = 0
 if ARGV[9] then
   local h = cjson.decode(ARGV[9])
-  if run_id == h.run_id then
-    started = 2
-  elseif known and (raw == '' or string.find(raw, '"status":"finished"', 1, true)) then
+  if run_id == h.run_id then  -- made by this same call, if nobody wrote to it since (its commit id is ours)
+    if string.sub(raw, 1, #h.commit_id) == h.commit_id then started = 2 end
+  elseif known and (raw == '' or string.find(raw, FINISHED)) then
     started = 1
     if h.needle then
       for _, row in ipairs(rows) do

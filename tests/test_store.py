@@ -192,3 +192,12 @@ def test_a_finished_runs_stop_reason_and_steps_are_stored_once() -> None:
     assert (back.stop_reason, back.step, back.trace) == ("final_answer", 1, trace)
     other = run.model_copy(update={"stop_reason": "max_steps"})
     assert parse_run("k:run:s3.abc", dump_run(other)).stop_reason == "max_steps"
+
+
+def test_a_record_whose_trace_rows_are_not_a_list_is_named_corrupt() -> None:
+    from state.records import parse_run
+    from state.store_errors import CorruptRecord
+
+    with pytest.raises(CorruptRecord, match="rows: not a list"):
+        parse_run("k:run:s3.abc", '{"schema_version":3,"thread_id":"t","text":"q","created_at":1,"updated_at":1,'
+                                  '"rows":5}')

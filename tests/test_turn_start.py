@@ -15,6 +15,7 @@ from core.messages import UserMessage
 from state import RedisStore, RunRecord, Write, connect
 from state.keys import new_run_id, shard_of
 from state.migrate import merge_run_indexes
+from state.records import PendingCall
 from state.scripts import SENTINEL, UNSHOWN_BAND
 from state.store import Start
 from tests.conftest import make_harness
@@ -182,3 +183,36 @@ async def test_a_thread_in_use_keeps_its_ttl_within_an_hour_of_its_last_turn(sto
     other = make_harness(ScriptedModel([reply("three")]), second)
     await other.engine.ask("t", "three")  # another process's first turn here renews it
     assert await store.client.ttl(key) > full - 60
+
+
+async def test_a_run_under_way_whose_record_says_finished_inside_is_not_taken_for_finished(store: RedisStore) -> None:
+    """A paused run's question may carry ``"status":"finished"`` in its arguments (a job's state): the opening
+    still sees a run under way, and the person's message answers it rather than starting a second run."""
+    start = _start("t", "first", "Ev1")
+    opened = await store.open_turn("t", "w:1", 30_000, start=start)
+    assert opened is not None and opened.started
+    call = {"id": "c1", "name": "close_job", "arguments": {"status": "finished", "service": "api"}}
+    pending = PendingCall.model_validate({
+        "call": call, "token": "s0.tok", "interrupt_type": "confirm_risky", "reason": "r",
+        "payload": {"status": "finished"}, "arguments": {"status": "finished"}, "step": 1,
+        "created_at": time.time(), "expires_at": time.time() + 600})
+    paused = opened.run.model_copy(update={"status": "paused", "pending": [pending]})
+    await store.commit(Write(run=paused, lease_owner="w:1", release_lease="w:1", was="running"))
+    again = await store.open_turn("t", "w:2", 30_000, start=_start("t", "second", "Ev2"))
+    assert again is not None and not again.started
+    assert again.run is not None and again.run.run_id == start.run.run_id and again.run.status == "paused"
+    assert await store.thread_run("t") == start.run.run_id
+
+
+async def test_a_run_whose_worker_died_before_its_first_step_is_closed_out(store: RedisStore) -> None:
+    """The opening saves the run at step 0; its worker dies in the first model call. The next message closes it
+    out (finished at step 0: its record saves and reads back) and is answered by a run of its own."""
+    opened = await store.open_turn("t", "dead:1", 30_000, start=_start("t", "first", "Ev1"))
+    assert opened is not None and opened.started
+    await store.client.delete(store.keys.lease("t"))  # the dead worker's lease lapsed
+    h = make_harness(ScriptedModel([reply("second answer")]), store)
+    out = await h.engine.ask("t", "second", user_id="U1", request_id="Ev2")
+    assert out.answer == "second answer" and out.run_id != opened.run.run_id
+    closed = await store.load_run(opened.run.run_id)
+    assert closed is not None and closed.status == "finished" and closed.step == 0
+    assert closed.stop_reason == "internal_error"
