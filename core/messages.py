@@ -8,6 +8,7 @@ field, so nobody re-reads the JSON the model sees to learn why a call failed.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
@@ -91,6 +92,11 @@ def dump_message(message: Message) -> str:
     body = message.model_dump_json(exclude_defaults=True)
     head = f'{{"role":"{message.role}"'
     return f"{head}}}" if body == "{}" else f"{head},{body[1:]}"
+
+
+def took(messages: Sequence[Message], request_id: str, look_back: int = 200) -> bool:
+    """Whether the thread's recent messages include the front end's message ``request_id`` (a redelivery)."""
+    return any(isinstance(m, UserMessage) and m.request_id == request_id for m in messages[-look_back:])
 
 
 def load_message(raw: str | bytes) -> Message:

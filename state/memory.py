@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from core.messages import Message, UserMessage
+from core.messages import Message, took
 from state.feedback_store import MemoryFeedbacks
 from state.journal import MemoryJournal
 from state.locks import MemoryLocks
@@ -52,7 +52,7 @@ class MemoryStore:
         transcript = await self.load_transcript(thread_id)
         rid = start.question.request_id if start is not None else None
         if start is not None and not run_id and (latest is None or latest.status == "finished") \
-                and not any(isinstance(m, UserMessage) and m.request_id == rid for m in transcript if rid):
+                and not (rid and took(transcript, rid)):
             await self.commit(Write(run=start.run, messages=[start.question], counters=start.counters, was=""))
             return Opened(start.run, [*transcript, start.question], started=True)
         return Opened(latest, transcript)

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 from redis.asyncio.cluster import RedisCluster
 
-from core.messages import Message, UserMessage, dump_message, load_message
+from core.messages import Message, dump_message, load_message, took
 from state.client import Client
 from state.counts import RedisCounter
 from state.feedback_store import RedisFeedbacks
@@ -327,9 +327,7 @@ def _taken(cached: Sequence[Message] | None, request_id: str | None) -> bool:
     its id would need escaping in JSON (the script looks for it verbatim)."""
     if request_id is None:
         return False
-    if not _PLAIN_ID.fullmatch(request_id):
-        return True
-    return cached is not None and any(isinstance(m, UserMessage) and m.request_id == request_id for m in cached)
+    return not _PLAIN_ID.fullmatch(request_id) or (cached is not None and took(cached, request_id))
 
 
 def _entry_order(entry_id: Any) -> tuple[int, int]:

@@ -1,8 +1,9 @@
-"""The engine's two Lua scripts, its only Redis work on a model step (issue 39): a turn's opening (which starts a
-new run in the same call) and a commit per step. Every command here runs on every step or turn, so a write touches
-only what changes; what each command buys is in docs/benchmarks.md ("Where a run's Redis commands go").
+"""The engine's Lua scripts, its only Redis work on a model step (issue 39): a turn's opening (which starts a
+new run in the same call) and a commit per step; and a front end's mark that it showed a run. Every command in the
+first two runs on every step or turn, so a write touches only what changes; what each command buys is in
+docs/benchmarks.md ("Where a run's Redis commands go").
 
-The thread's runs index (``Keys.index(shard, "runs")``) holds a running run scored by its last write, and a run
+A shard's runs index (``Keys.index(shard, "runs")``) holds a running run scored by its last write, and a run
 that stopped running (paused, finished, stalled) and that no front end has shown yet scored by ``UNSHOWN_BAND`` +
 when it stopped: moving between the two is one ZADD. A member ``~`` scored -1 (:data:`SENTINEL`) keeps the key
 from vanishing when its last run leaves, so that a ZADD that adds two members is the one that made the key and
@@ -15,10 +16,19 @@ UNSHOWN_BAND = 10_000_000_000.0
 """Scores from here on are runs nobody showed (seconds since the epoch stay below it until the year 2286)."""
 SENTINEL = "~"
 
-# A run joins the runs index (or moves within it): the ZADD that makes the key (two members added) sets its TTL.
-_JOIN = """
+# Shared by both scripts. join: a run joins the runs index (or moves within it); the ZADD that makes the key (two
+# members added) sets its TTL. count: the hour's counters; the hour's first count of something (the hash itself may
+# be new) sets the hash's TTL.
+_SHARED = """
 local function join(index, score, run_id, ttl, renew)
   if redis.call('ZADD', index, -1, '~', score, run_id) == 2 or renew then redis.call('EXPIRE', index, ttl) end
+end
+local function count(stats, counters, ttl)
+  local fresh = false
+  for name, n in pairs(counters) do
+    if redis.call('HINCRBY', stats, name, n) == n then fresh = true end
+  end
+  if fresh then redis.call('EXPIRE', stats, ttl) end
 end
 """
 
@@ -29,7 +39,7 @@ end
 # no longer holds the thread's lease (another worker took it after it lapsed) is refused. A run that pauses drops
 # any cancel request: nobody is left to act on it, and it must not stop the run's next turn. The turn's last write
 # lets go of the thread's lease, if it still holds it.
-COMMIT = _JOIN + """
+COMMIT = _SHARED + """
 local h = cjson.decode(ARGV[1])
 if h.check and redis.call('GETRANGE', KEYS[2], 0, #h.commit_id - 1) == h.commit_id then  -- a retry, applied already
   return redis.call('LLEN', KEYS[1])
@@ -41,7 +51,7 @@ local i = 3
 local length = -1
 if h.messages > 0 then
   length = redis.call('RPUSH', KEYS[1], unpack(ARGV, i, i + h.messages - 1))
-  if length == h.messages then redis.call('EXPIRE', KEYS[1], h.ttl) end  -- new; a turn's opening renews it
+  if length == h.messages then redis.call('EXPIRE', KEYS[1], h.ttl) end  -- new; turns' openings renew it
   i = i + h.messages
 end
 redis.call('SET', KEYS[2], ARGV[2], 'EX', h.ttl)
@@ -55,13 +65,7 @@ if h.status_changed then
   elseif not h.was or h.was == 'paused' then redis.call('ZREM', KEYS[4], h.run_id) end
   join(KEYS[5], h.index_score, h.run_id, h.ttl, h.renew_index)
 end
-if next(h.counters) ~= nil then
-  local fresh = false  -- the hour's first count of something (the hash itself may be new): its TTL is set
-  for name, n in pairs(h.counters) do
-    if redis.call('HINCRBY', KEYS[6], name, n) == n then fresh = true end
-  end
-  if fresh then redis.call('EXPIRE', KEYS[6], h.stats_ttl) end
-end
+count(KEYS[6], h.counters, h.stats_ttl)
 for _, entry in ipairs(h.audit) do
   local fields = {}
   for name, value in pairs(entry) do
@@ -97,7 +101,7 @@ return length
 # not written since: the rows hold it) or 0. A run under way is told from a finished one by how its record starts,
 # never by text anywhere in it (a tool's arguments may say "status":"finished" too); a record written before
 # finished ones started that way reads as under way, and the engine decides.
-OPEN_TURN = _JOIN + """
+OPEN_TURN = _SHARED + """
 local FINISHED = '^%x*{"status":"finished"'  -- how a finished run's record starts (after its commit id)
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local holder = redis.call('GET', KEYS[1])
@@ -139,11 +143,7 @@ if ARGV[9] then
     redis.call('SET', ARGV[4] .. h.run_id, ARGV[10], 'EX', ARGV[7])
     redis.call('SET', KEYS[2], h.run_id, 'EX', ARGV[7])
     join(KEYS[4], h.index_score, h.run_id, ARGV[7], h.renew_index)
-    local fresh = false
-    for name, n in pairs(h.counters) do
-      if redis.call('HINCRBY', KEYS[5], name, n) == n then fresh = true end
-    end
-    if fresh then redis.call('EXPIRE', KEYS[5], h.stats_ttl) end
+    count(KEYS[5], h.counters, h.stats_ttl)
   end
 end
 return {1, run_id, raw, trace, length, start, rows, started}

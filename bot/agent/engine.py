@@ -15,6 +15,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from bot.agent.decisions import Answers, CancelRun, Decision, Expire, ReplyInstead, check_fits
 from bot.agent.deps import RunDeps
@@ -26,7 +27,7 @@ from bot.agent.models.base import ModelError
 from bot.agent.outcome import RunOutcome, preview
 from bot.agent.run import Run
 from bot.agent.transcript import ThreadMemo
-from core.messages import Message, UserMessage
+from core.messages import UserMessage, took
 from core.outages import outage
 from core.redact import redact
 from state.keys import new_run_id
@@ -36,7 +37,7 @@ from state.store_errors import StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 MODEL = outage("the model")
-RUNS = {"runs": 1}
+RUNS = MappingProxyType({"runs": 1})  # a new run counted by the write that makes it
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ class Engine:
                 made.announce(RunStarted, user_id=user_id, text=text)
                 return await self._drive(made)
             latest, transcript = lease.run, lease.transcript  # read once for the whole turn
-            if latest is not None and request_id is not None and _took(transcript, request_id):
+            if latest is not None and request_id is not None and took(transcript, request_id):
                 # Taken already: the work was delivered again. If its worker died while on it (we hold the lease,
                 # so it is gone), this worker carries the turn on; otherwise there is nothing to do.
                 if latest.request_id != request_id or latest.status not in ("running", "stalled"):
@@ -233,7 +234,7 @@ class Engine:
 
     async def handled(self, thread_id: str, request_id: str, *, look_back: int = 200) -> bool:
         """Whether the thread already took the message ``request_id`` (a redelivery must not run it again)."""
-        return _took(await self.deps.store.load_transcript(thread_id), request_id, look_back)
+        return took(await self.deps.store.load_transcript(thread_id), request_id, look_back)
 
     async def knows_thread(self, thread_id: str) -> bool:
         """Whether this thread has had a run (a reply there needs no mention)."""
@@ -385,11 +386,6 @@ class Engine:
             run.record.status = "stalled"
             run.emit(RunStalled, step=run.record.step)
         await run.commit()
-
-
-def _took(transcript: list[Message], request_id: str, look_back: int = 200) -> bool:
-    """Whether the thread's recent messages include the front end's message ``request_id``."""
-    return any(isinstance(m, UserMessage) and m.request_id == request_id for m in transcript[-look_back:])
 
 
 def _new_record(thread_id: str, text: str, user_id: str | None, unattended: bool, request_id: str | None, *,

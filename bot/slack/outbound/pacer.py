@@ -116,25 +116,25 @@ class Pacer:
             self._local_until = time.monotonic() + _LOCAL_FOR_S
             return None
 
-    async def delay(self, method: str, channel: str | None = None) -> float:
-        """Reserve the next slot for ``method``: how long until it comes (0: go now)."""
+    async def delay(self, method: str, channel: str | None = None, *, within_s: float | None = None) -> float:
+        """Reserve the next slot for ``method``: how long until it comes (0: go now). ``within_s``: only one that
+        comes that soon, else :class:`NotYet` (nothing taken)."""
         if not self.enabled or (bucket := self._bucket(method, channel)) is None:
             return 0.0
-        return (await self._take(*bucket)).wait_s
-
-    async def wait(self, method: str, channel: str | None = None, *, within_s: float | None = None) -> None:
-        """Wait for a slot for a call of ``method`` (none when :meth:`edit_slot` took it already). ``within_s``:
-        take one only if it comes that soon, else raise :class:`NotYet` (nothing taken)."""
-        if _PREPAID.get() == method:
-            _PREPAID.set(None)
-            return
-        if not self.enabled or (bucket := self._bucket(method, channel)) is None:
-            return
         grant = await self._take(*bucket, max_wait_s=FOREVER_S if within_s is None else within_s)
         if not grant.taken:
             raise NotYet(grant.wait_s)
-        if grant.wait_s > 0:
-            await asyncio.sleep(grant.wait_s)
+        return grant.wait_s
+
+    async def wait(self, method: str, channel: str | None = None, *, within_s: float | None = None) -> None:
+        """Wait for a slot for a call of ``method`` (none when :meth:`edit_slot` took it already; ``within_s``:
+        see :meth:`delay`)."""
+        if _PREPAID.get() == method:
+            _PREPAID.set(None)
+            return
+        delay = await self.delay(method, channel, within_s=within_s)
+        if delay > 0:
+            await asyncio.sleep(delay)
 
     async def edit_slot(self, key: str, method: str, *, settled: bool = False) -> float:
         """Seconds until an edit of outbox message ``key`` (by ``method``) may go; 0: now. A progress edit, or any
