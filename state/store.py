@@ -45,6 +45,9 @@ class Write:
     """False when the run's status is what the last write stored: indexes need no update."""
     release_lease: str | None = None
     """The thread lease's owner, when this is the turn's last write: the lease goes with it (no extra trip)."""
+    lease_ttl_ms: int = 30_000
+    """How long a lease lasts: a release that finds another owner's lease (it lapsed and was taken) puts it back
+    for this long."""
     lease_owner: str | None = None
     """Who writes: refused (:class:`state.store_errors.LeaseLost`) if another owner holds the thread's lease."""
     was: str | None = None

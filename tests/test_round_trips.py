@@ -135,3 +135,25 @@ async def test_a_worker_that_lost_its_lease_writes_nothing_more(counted: tuple[R
     opened = await store.open_turn("thread", "another-worker:1", 30_000)  # the taker reads and writes on
     assert opened is not None and opened.run is not None
     await store.commit(Write(run=opened.run, lease_owner="another-worker:1"))
+
+
+async def test_a_last_write_that_finds_another_owner_leaves_its_lease_in_place(
+        counted: tuple[RedisStore, list[str]]) -> None:
+    """The turn's last write checks and lets go of the lease in one command (GETDEL): when the lease lapsed and
+    another worker took it, that worker's lease is put back, still expiring, and nothing is written."""
+    store, _ = counted
+    engine = _engine(store, ScriptedModel([reply("first")]), [])
+    await engine.ask("thread", "hello")
+    lease = store.keys.lease("thread")
+    assert await store.client.exists(lease) == 0  # the answer's write let go of it
+    opened = await store.open_turn("thread", "w:1", 30_000)
+    assert opened is not None and opened.run is not None
+    await store.client.set(lease, "another-worker:1", px=30_000)
+    before = await store.client.get(store.keys.run(opened.run.run_id))
+    with pytest.raises(LeaseLost, match="another-worker:1 holds the thread"):
+        await store.commit(Write(run=opened.run, lease_owner="w:1", release_lease="w:1", lease_ttl_ms=20_000))
+    assert await store.client.get(lease) == "another-worker:1"
+    assert 0 < await store.client.pttl(lease) <= 20_000  # put back for at most one lease, never for good
+    assert await store.client.get(store.keys.run(opened.run.run_id)) == before
+    await store.commit(Write(run=opened.run, lease_owner="another-worker:1", release_lease="another-worker:1"))
+    assert await store.client.exists(lease) == 0

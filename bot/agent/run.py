@@ -134,13 +134,15 @@ class Run:
         self.record.active_ms += (now - self._segment_start) * 1000
         self._segment_start = now
         self.record.updated_at = time.time()
-        release, owner = (self.lease.release_by(final), self.lease.owner) if self.lease is not None else (None, None)
+        lease = self.lease
+        release, owner, ttl_ms = ((lease.release_by(final), lease.owner, lease.ttl_ms) if lease is not None
+                                  else (None, None, Write.lease_ttl_ms))
         changed = self.record.status != self._committed_status
         # Counters reach the hour's stats when the turn pauses or ends: fewer Redis commands per step.
         counted, self._counters = (dict(self._counters), Counter()) if final or changed else ({}, self._counters)
         write = Write(run=self.record, messages=self._messages, counters=counted, new_tokens=self._tokens,
                       audit=self._audit, status_changed=changed,
-                      release_lease=release, lease_owner=owner, was=self._committed_status)
+                      release_lease=release, lease_owner=owner, lease_ttl_ms=ttl_ms, was=self._committed_status)
         self._messages, self._tokens, self._audit = [], [], []
         self._committed_status = self.record.status
         # A Stop arriving meanwhile waits for this write: what it sent must not be sent twice, nor half.
@@ -152,8 +154,8 @@ class Run:
             raise
         finally:
             if saving.done() and not saving.cancelled() and saving.exception() is None and release is not None \
-                    and self.lease is not None:
-                self.lease.released = True
+                    and lease is not None:
+                lease.released = True
         self.flush_events()
 
     def outcome(self) -> RunOutcome:
