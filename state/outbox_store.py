@@ -19,7 +19,7 @@ from typing import Any
 
 from state.client import Client
 from state.guard import RELEASE_IF_HELD, RENEW_IF_HELD, guard, retried, text
-from state.keys import Keys, Ttls, all_shards, shard_of
+from state.keys import Keys, Renewals, Ttls, all_shards, shard_of
 
 
 @dataclass(frozen=True)
@@ -44,21 +44,29 @@ def _record(key: str, raw: str | bytes) -> OutboxRecord:
                         body)
 
 
+DUE_SENTINEL = "~"
+"""A member of each due index, due never (scored +inf): it keeps the key, so the ZADD that adds it made the key."""
 SEQ_FIELD = "~seq"
 """A per-thread counter in the thread's hash: the order messages were first recorded in (clocks may tie)."""
 
 # KEYS: thread hash, due index. ARGV: message key, fields (JSON), now (ms), due at, ttl, thread, ZADD's flag (NX:
-# a thread waiting out a backoff or a budget keeps its time; LT: an urgent message brings it forward).
+# a thread waiting out a backoff or a budget keeps its time; LT: an urgent message brings it forward), which TTLs to
+# renew ("h": the hash's, "d": the index's; each process renews a key once an hour, see state.keys.Renewals).
+# A write that makes a key sets its TTL itself: the hash is new when its first message takes seq 1, the index when
+# its sentinel (DUE_SENTINEL, due never) is added with the thread.
 _PUT = """
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
-local rec = cur and cjson.decode(cur) or {version = 0, sent_version = 0,
-                                          seq = redis.call('HINCRBY', KEYS[1], '~seq', 1)}
+local rec = cur and cjson.decode(cur)
+if not rec then
+  rec = {version = 0, sent_version = 0, seq = redis.call('HINCRBY', KEYS[1], '~seq', 1)}
+end
 for k, v in pairs(cjson.decode(ARGV[2])) do rec[k] = v end
 rec.version = rec.version + 1
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(rec))
-redis.call('EXPIRE', KEYS[1], ARGV[5])
-redis.call('ZADD', KEYS[2], ARGV[7], ARGV[4], ARGV[6])
-redis.call('EXPIRE', KEYS[2], ARGV[5])
+if rec.seq == 1 and not cur or string.find(ARGV[8], 'h', 1, true) then redis.call('EXPIRE', KEYS[1], ARGV[5]) end
+if redis.call('ZADD', KEYS[2], ARGV[7], 'inf', '~', ARGV[4], ARGV[6]) == 2 or string.find(ARGV[8], 'd', 1, true) then
+  redis.call('EXPIRE', KEYS[2], ARGV[5])
+end
 return rec.version
 """
 # KEYS: thread hash. ARGV: message key, fields (JSON), delivered version ('' for none). A delivered state's
@@ -93,6 +101,7 @@ return 0
 class RedisOutbox:
     def __init__(self, client: Client, keys: Keys, ttls: Ttls, outage_grace_s: float = 30.0) -> None:
         self.client, self.keys, self.ttls, self.grace_s = client, keys, ttls, outage_grace_s
+        self.renewals = Renewals()
         self._put = client.register_script(_PUT)
         self._patch = client.register_script(_PATCH)
         self._settle = client.register_script(_SETTLE)
@@ -103,10 +112,18 @@ class RedisOutbox:
         """Record the desired state of message ``key``; returns its version. ``urgent``: the thread is due by ``due``
         even if it was to come back later (else it keeps its time)."""
         keys = [self.keys.outbox(thread), self.keys.outbox_due(shard_of(thread))]
+        renew = "".join(mark for mark, k in zip("hd", keys, strict=True) if self.renewals.due(k))
         args: list[str | int] = [key, json.dumps(dict(fields), ensure_ascii=False), int(time.time() * 1000),
-                                 repr(due), self.ttls.thread_s, thread, "LT" if urgent else "NX"]
+                                 repr(due), self.ttls.thread_s, thread, "LT" if urgent else "NX", renew]
         # Repeating it after a lost reply only skips a version number.
-        version = await retried("recording a message to send", self.grace_s, lambda: self._put(keys=keys, args=args))
+        try:
+            version = await retried("recording a message to send", self.grace_s,
+                                    lambda: self._put(keys=keys, args=args))
+        except BaseException:
+            for mark, k in zip("hd", keys, strict=True):
+                if mark in renew:
+                    self.renewals.forget(k)
+            raise
         return int(version)
 
     async def records(self, thread: str) -> list[OutboxRecord]:
@@ -140,7 +157,9 @@ class RedisOutbox:
             pipe = self.client.pipeline(transaction=False)
             for shard in all_shards():
                 pipe.zcard(self.keys.outbox_due(shard))
-            return sum(int(n) for n in await pipe.execute())
+                pipe.zscore(self.keys.outbox_due(shard), DUE_SENTINEL)
+            counts = await pipe.execute()
+            return sum(int(n) - (score is not None) for n, score in zip(counts[::2], counts[1::2], strict=True))
 
     async def lease(self, thread: str, owner: str, ttl_ms: int) -> bool:
         """Re-entrant for its owner: a lease it could not release (Redis was away) is its own again."""

@@ -132,6 +132,9 @@ Event = Annotated[
     Field(discriminator="type"),
 ]
 EventSink = Callable[[Event], Awaitable[None]]
+LookaheadSink = Callable[[Event, "Event | None"], Awaitable[None]]
+"""A subscriber given, with each event, the same run's next event when it is queued already (else None): it may
+leave to that one what only the last of them needs (a front end shows the newest state once)."""
 Listener = Callable[[Event], None]
 
 
@@ -154,6 +157,12 @@ class EventBus:
         self._listeners.append(listener)
 
     def subscribe(self, sink: EventSink) -> None:
+        async def each(event: Event, _: Event | None) -> None:
+            await sink(event)
+
+        self._subscribers.append(_Deliveries(each))
+
+    def subscribe_looking_ahead(self, sink: LookaheadSink) -> None:
         self._subscribers.append(_Deliveries(sink))
 
     def publish(self, event: Event) -> None:
@@ -187,7 +196,7 @@ class EventBus:
 class _Deliveries:
     """One subscriber's queues: one per run with events in flight, each drained by its own task."""
 
-    def __init__(self, sink: EventSink) -> None:
+    def __init__(self, sink: LookaheadSink) -> None:
         self.sink = sink
         self._queues: dict[str, deque[Event]] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -210,7 +219,7 @@ class _Deliveries:
             while queue:
                 event = queue.popleft()
                 try:
-                    await self.sink(event)
+                    await self.sink(event, queue[0] if queue else None)
                 except Exception:
                     log.exception("event subscriber failed on %s (run %s)", event.type, event.run_id)
         finally:

@@ -35,6 +35,8 @@ from state.store import MetaStore, Reports
 log = logging.getLogger(__name__)
 _who = kit.who
 
+_PROGRESS = frozenset({"model_step", "tool_call", "tool_result"})
+"""Events that only move a run's progress message on (no card, no answer, no pause)."""
 _TONE_ICONS = {"done": ":white_check_mark:", "stopped": ":no_entry_sign:", "expired": ":hourglass:",
                "warning": ":warning:"}
 
@@ -76,7 +78,10 @@ class Renderer:
         self.shown: Callable[[str, str], Awaitable[None]] | None = None
         """Tells the store a run's pause or end is in the outbox (see ``state.store.UNSHOWN``)."""
 
-    async def __call__(self, event: Event) -> None:
+    async def __call__(self, event: Event, following: Event | None = None) -> None:
+        """``following``: the run's next event, when it is queued already. Progress alone (a step, a call, a result)
+        followed by more progress is applied and left for the last of them to show: one state saved and one
+        message edit queued per burst, not one per event (a step's calls and results come out together)."""
         if event.type == "run_started":
             await self._open_progress(event.run_id, event.thread_id, language_of(event.text, self.language),
                                       event.user_id)
@@ -153,7 +158,7 @@ class Renderer:
             resume = kit.button(say(lang, "resume"), "opspilot_resume", event.run_id, style="primary")
             await self._show(event.run_id, state, end=_End(md=f"{state['header']}\n\n{state['note']}", blocks=[
                 {"type": "actions", "block_id": "opspilot_run", "elements": [resume]}]))
-        else:
+        elif following is None or following.type not in _PROGRESS:
             await self._show(event.run_id, state)
         if leave:
             self._runs.pop(event.run_id, None)

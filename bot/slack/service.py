@@ -220,7 +220,7 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     renderer.rechecks = timers.slack.recheck_minutes if timers is not None else 0
     renderer.rollbacks = "rollback_service" in core.engine.deps.registry
     if role != "front":  # runs happen where the engine works: the front only hands work on
-        core.bus.subscribe(renderer)
+        core.bus.subscribe_looking_ahead(renderer)  # a burst of progress shown once
         core.bus.subscribe(feedback)  # which model wrote each answer, for the ratings it gets
     reminders = Reminders(engine=core.engine, meta=core.meta, outbox=outbox, config=slack,
                           interval_s=settings.sweeps.interval_s)

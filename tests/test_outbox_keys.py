@@ -1,0 +1,45 @@
+"""The outbox's keys keep their TTLs with fewer commands (issue 39): a write that makes the thread's hash or its
+shard's due index sets the TTL itself; otherwise each process renews them once an hour."""
+
+from __future__ import annotations
+
+from state import RedisStore
+from state.keys import Renewals, shard_of
+from state.outbox_store import RedisOutbox
+
+
+def _outbox(store: RedisStore) -> RedisOutbox:
+    return RedisOutbox(store.client, store.keys, store.ttls)
+
+
+async def test_a_write_that_makes_a_key_sets_its_ttl_and_later_writes_leave_it(store: RedisStore) -> None:
+    outbox = _outbox(store)
+    thread, hashed, due = "C1:1.1", store.keys.outbox("C1:1.1"), store.keys.outbox_due(shard_of("C1:1.1"))
+    await outbox.put(thread, "progress:r1", {"text": "v1"}, due=0)
+    assert 0 < await store.client.ttl(hashed) <= store.ttls.thread_s
+    assert 0 < await store.client.ttl(due) <= store.ttls.thread_s
+    for key in (hashed, due):
+        await store.client.expire(key, 100)
+    await outbox.put(thread, "progress:r1", {"text": "v2"}, due=0)
+    await outbox.put(thread, "answer:r1", {"text": "done"}, due=0)
+    assert await store.client.ttl(hashed) <= 100 and await store.client.ttl(due) <= 100  # renewed this hour
+    outbox.renewals = Renewals(every_s=0)  # an hour later
+    await outbox.put(thread, "progress:r1", {"text": "v3"}, due=0)
+    assert await store.client.ttl(hashed) > 100 and await store.client.ttl(due) > 100
+
+
+async def test_keys_gone_behind_a_process_s_back_are_made_again_with_ttls(store: RedisStore) -> None:
+    """Renewed this hour as far as the process knows, but gone (Redis lost them): the write that makes them again
+    still sets their TTLs, and the due index's sentinel is not counted as a thread waiting."""
+    outbox = _outbox(store)
+    thread, hashed, due = "C2:2.2", store.keys.outbox("C2:2.2"), store.keys.outbox_due(shard_of("C2:2.2"))
+    await outbox.put(thread, "answer:r2", {"text": "one"}, due=0)
+    await store.client.delete(hashed, due)
+    await outbox.put(thread, "answer:r2", {"text": "two"}, due=0)
+    assert await store.client.ttl(hashed) > 0 and await store.client.ttl(due) > 0
+    assert await outbox.backlog() == 1
+    (record,) = await outbox.records(thread)
+    await outbox.patch(thread, "answer:r2", {"ts": "5.5"}, delivered=record.version)
+    assert not await outbox.settle(thread, retry_at=0)
+    assert await outbox.backlog() == 0 and await outbox.due(now=1e12) == []
+    assert await store.client.ttl(due) > 0  # the sentinel keeps the index, and its TTL, while no thread waits

@@ -1,0 +1,56 @@
+"""A burst of progress is shown once (issue 39): a step's events come out together, and the front end saves the
+run's progress and queues its message's new state once for them, not once per event; what it shows in the end is
+the same."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bench.common import payload_tools
+from bot.agent.events import Event, EventBus, ModelStep, ToolCallEvent
+from bot.agent.models.scripted import ScriptedModel, call, reply
+from bot.demo.sender import mention
+from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.demo.workspace import all_text
+from tests.slack_harness import CHANNEL, Workspace, open_workspace
+
+
+async def test_a_subscriber_looking_ahead_is_given_the_run_s_next_queued_event() -> None:
+    bus, seen = EventBus(), []
+
+    async def sink(event: Event, following: Event | None) -> None:
+        seen.append((event.type, following.type if following is not None else None))
+
+    bus.subscribe_looking_ahead(sink)
+    bus.publish(ModelStep(run_id="r1", thread_id="t", seq=1, step=1, latency_ms=1.0, asked_for_tools=True,
+                          stop="tool_use"))
+    for n in (1, 2):
+        bus.publish(ToolCallEvent(run_id="r1", thread_id="t", seq=1 + n, step=1, call_id=f"c{n}", tool="lookup_a",
+                                  arguments={}, mutating=False))
+    await bus.drain()
+    assert seen == [("model_step", "tool_call"), ("tool_call", "tool_call"), ("tool_call", None)]
+
+
+@pytest.fixture
+async def ws(redis_url: str, prefix: str, slack: FakeSlack) -> AsyncIterator[Workspace]:
+    model = ScriptedModel([reply("", call("lookup_a", "a1", q="x"), call("lookup_b", "b1", q="y")),
+                           reply("Both lookups answered.")])
+    workspace = await open_workspace(redis_url, prefix, slack, model=model, specs=payload_tools(64))
+    yield workspace
+    await workspace.stop()
+
+
+async def test_a_step_s_progress_is_saved_and_queued_once_per_burst(ws: Workspace) -> None:
+    await ws.sender.event(mention(CHANNEL, "UREQ", "look both up", "20.1"))
+    await ws.settle(30)
+    records = {r.key: r for r in await ws.store.outbox.records(f"{CHANNEL}:20.1")}
+    (progress,) = [r for key, r in records.items() if key.startswith("progress:")]
+    # One per event would be 8: the start, the step, its two calls, their two results, the answer's step, the end.
+    # The step and its calls come out together (one burst); the results as each call ends (one or two).
+    assert progress.version <= 6, progress.version
+    shown = [m for m in ws.slack.thread(CHANNEL, "20.1") if m.get("bot") and "lookup_a" in all_text(m)]
+    assert len(shown) == 1
+    text = all_text(shown[0])
+    assert ":white_check_mark: Done" in text and "lookup_b" in text and "running" not in text.lower()
