@@ -8,7 +8,6 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping
 from contextvars import ContextVar
-from typing import Any, cast
 
 from state.client import Client
 from state.guard import retried, text
@@ -44,6 +43,13 @@ redis.call('set', KEYS[1], ARGV[1], 'EX', ARGV[2])
 return ARGV[1]
 """
 
+# KEYS: the hash. ARGV: its TTL, then field, value, … (one command fewer than MULTI, HSET, EXPIRE, EXEC)
+_PUT = """
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return 1
+"""
+
 DEDUPE_MARK: ContextVar[str | None] = ContextVar("dedupe_mark", default=None)
 """Set while one stored request is read: its dedupe markers carry its id, so reading it again (its worker died
 before it was acknowledged) passes the same dedupe it passed the first time instead of being dropped."""
@@ -54,17 +60,14 @@ class RedisMeta:
         self.client, self.keys, self.ttls, self.grace_s = client, keys, ttls, outage_grace_s
         self._admit = client.register_script(_ADMIT)
         self._claim = client.register_script(_CLAIM)
+        self._put = client.register_script(_PUT)
 
     async def put(self, kind: str, name: str, fields: Mapping[str, str]) -> None:
-        key = self.keys.meta(kind, name)
-
-        async def attempt() -> None:
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hset(key, mapping=cast(Any, dict(fields)))
-            pipe.expire(key, self.ttls.thread_s)
-            await pipe.execute()
-
-        await retried("saving metadata", self.grace_s, attempt)
+        if not fields:
+            return
+        keys = [self.keys.meta(kind, name)]
+        args: list[str | int] = [self.ttls.thread_s, *(part for pair in fields.items() for part in pair)]
+        await retried("saving metadata", self.grace_s, lambda: self._put(keys=keys, args=args))
 
     async def get(self, kind: str, name: str) -> dict[str, str]:
         key = self.keys.meta(kind, name)

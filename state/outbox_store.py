@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,6 +152,18 @@ class RedisOutbox:
         due = sorted((float(score), str(text(m))) for rows in shards for m, score in rows)
         return [thread for _, thread in due[:limit]]
 
+    async def due_among(self, threads: Collection[str], now: float) -> list[str]:
+        if not threads:
+            return []
+        ordered = list(threads)
+        async with guard("reading the outbox"):
+            pipe = self.client.pipeline(transaction=False)
+            for thread in ordered:
+                pipe.zscore(self.keys.outbox_due(shard_of(thread)), thread)
+            scores: list[float | None] = await pipe.execute()
+        return [t for score, t in sorted((float(s), t) for s, t in zip(scores, ordered, strict=True)
+                                         if s is not None and float(s) <= now)]
+
     async def backlog(self) -> int:
         async with guard("reading the outbox"):
             pipe = self.client.pipeline(transaction=False)
@@ -221,6 +233,9 @@ class MemoryOutbox:
 
     async def due(self, now: float, limit: int = 64) -> list[str]:
         return [t for t, at in sorted(self._due.items(), key=lambda kv: kv[1]) if at <= now][:limit]
+
+    async def due_among(self, threads: Collection[str], now: float) -> list[str]:
+        return [t for t, at in sorted(self._due.items(), key=lambda kv: kv[1]) if at <= now and t in threads]
 
     async def backlog(self) -> int:
         return len(self._due)

@@ -15,7 +15,7 @@ their ``meta``, ``outbox`` and ``queue`` attributes are the matching MetaStore, 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -291,6 +291,11 @@ class Outbox(Protocol):
     async def settle(self, thread: str, *, retry_at: float) -> bool: ...
 
     async def due(self, now: float, limit: int = 64) -> list[str]: ...
+
+    async def due_among(self, threads: Collection[str], now: float) -> list[str]:
+        """Which of ``threads`` are due by ``now``, soonest first: a round for the threads this process just wrote
+        to reads only them, not every shard's index."""
+        ...
 
     async def backlog(self) -> int: ...
 

@@ -64,6 +64,8 @@ class SlackOutbox:
         self.lease_s = Hold.lease_for(float(client.timeout), lease_s)
         self._lease_ms = int(self.lease_s * 1000)
         self._wake = asyncio.Event()
+        self._nudged: set[str] = set()  # threads written to since the last round: the next round reads only them
+        self._scanned_at = 0.0  # every poll_s at least, a round reads every shard's due index (others' writes)
         self._task: asyncio.Task[None] | None = None
         self._failures: dict[str, int] = {}
         self._busy: dict[str, asyncio.Task[None]] = {}
@@ -182,7 +184,7 @@ class SlackOutbox:
             with contextlib.suppress(Retry):
                 await self._send_direct(fields)
             return None
-        self._wake.set()
+        self._nudge(f"{channel}:{thread_ts or '-'}")
         return version
 
     async def _send_direct(self, f: dict[str, Any]) -> None:
@@ -231,6 +233,10 @@ class SlackOutbox:
                 return
             await asyncio.sleep(0.02)
 
+    def _nudge(self, thread: str) -> None:
+        self._nudged.add(thread)
+        self._wake.set()
+
     async def _forever(self) -> None:
         while not self._stopping:
             with contextlib.suppress(TimeoutError):
@@ -239,7 +245,10 @@ class SlackOutbox:
             if self._stopping:
                 return
             try:
-                await self.deliver_due()
+                if time.monotonic() - self._scanned_at < self.poll_s:
+                    await self.deliver_due(self._take_nudged())
+                else:
+                    await self.deliver_due()
             except StoreUnavailable as exc:  # told once by the outage log (core/outages.py), not every round
                 log.debug("outbox: the store is unavailable (%s); retrying", exc)
             except StoreError as exc:
@@ -247,9 +256,19 @@ class SlackOutbox:
             except Exception:
                 log.exception("outbox delivery round failed")
 
-    async def deliver_due(self) -> None:
-        """One round: every thread that is due, each in its own task, its messages in order."""
-        due = await self.store.due(time.time(), limit=64 + len(self._busy))  # our busy ones must not crowd out
+    def _take_nudged(self) -> set[str]:
+        nudged, self._nudged = self._nudged, set()
+        return nudged
+
+    async def deliver_due(self, among: set[str] | None = None) -> None:
+        """One round: every thread that is due (of ``among`` only, when given), each in its own task, its messages
+        in order."""
+        if among is None:
+            self._scanned_at = time.monotonic()
+            self._nudged.clear()  # written to before this read: it finds them if they are due
+            due = await self.store.due(time.time(), limit=64 + len(self._busy))  # our busy ones must not crowd out
+        else:
+            due = await self.store.due_among(among, time.time())
         threads = [t for t in due if t not in self._busy]
         for thread in threads:
             task = self._busy[thread] = asyncio.create_task(self._deliver_thread(thread), name=f"outbox-{thread}")
@@ -267,7 +286,7 @@ class SlackOutbox:
             try:
                 retry_at = await self._deliver_records(thread, self.sender.holding(hold))
                 if await self.store.settle(thread, retry_at=retry_at) and retry_at <= time.time():
-                    self._wake.set()  # a newer state arrived while we were sending
+                    self._nudge(thread)  # a newer state arrived while we were sending
             finally:
                 renewer.cancel()
                 await self.store.release(thread, self.owner)
