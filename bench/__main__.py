@@ -25,6 +25,7 @@ from bench import (
     fresh_install,
     overhead,
     scaleout,
+    served,
     slack_economy,
     soak,
     startup,
@@ -41,6 +42,7 @@ FULL: dict[str, Callable[[], Awaitable[list[Table]]]] = {
     "ack_latency": lambda: ack_latency.run(200, 200),
     "burst": lambda: burst.run(200, 10.0, 20),
     "startup": lambda: startup.run(5),
+    "served": lambda: served.run(40),
     "soak": lambda: soak.run(),
     "fresh_install": lambda: fresh_install.run(1),
 }
@@ -53,6 +55,7 @@ SMALL: dict[str, Callable[[], Awaitable[list[Table]]]] = {
     "ack_latency": lambda: ack_latency.run(10, 20, 1),
     "burst": lambda: burst.run(6, 1.0, 2),
     "startup": lambda: startup.run(1),
+    "served": lambda: served.run(3),
     "soak": lambda: soak.run(soak.SMALL),
 }
 
