@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from core.messages import Message, UserMessage
 from state.feedback_store import Feedbacks
+from state.guard import LEASE_PUT_BACK_MS
 from state.outbox_store import OutboxRecord
 from state.queue import DeadLetter, Entry, Lane, QueueStats
 from state.records import RunRecord, Ticket
@@ -168,7 +169,8 @@ class Locks(Protocol):
 
     async def renew_lease(self, thread_id: str, owner: str, ttl_ms: int) -> bool: ...
 
-    async def release_lease(self, thread_id: str, owner: str) -> None: ...
+    async def release_lease(self, thread_id: str, owner: str, ttl_ms: int = LEASE_PUT_BACK_MS) -> None:
+        """Let go of the lease if ``owner`` holds it; ``ttl_ms``: how long another owner's is put back for."""
 
     async def once(self, name: str, ttl_s: int) -> bool:
         """True for the first caller of ``name`` within ``ttl_s`` (one instance per sweep tick)."""
@@ -288,7 +290,11 @@ class Outbox(Protocol):
     async def patch(self, thread: str, key: str, fields: Mapping[str, Any], *,
                     delivered: int | None = None) -> None: ...
 
-    async def settle(self, thread: str, *, retry_at: float) -> bool: ...
+    async def settle(self, thread: str, *, retry_at: float, release: str | None = None,
+                     lease_ms: int = LEASE_PUT_BACK_MS) -> bool:
+        """Leave the due index if everything is delivered, else come back at ``retry_at``; True if still due.
+        ``release``: the delivery lease's owner, letting go of it in the same call."""
+        ...
 
     async def due(self, now: float, limit: int = 64) -> list[str]: ...
 
@@ -303,7 +309,7 @@ class Outbox(Protocol):
 
     async def renew(self, thread: str, owner: str, ttl_ms: int) -> bool: ...
 
-    async def release(self, thread: str, owner: str) -> None: ...
+    async def release(self, thread: str, owner: str, lease_ms: int = LEASE_PUT_BACK_MS) -> None: ...
 
 
 class WorkQueue(Protocol):

@@ -43,3 +43,21 @@ async def test_keys_gone_behind_a_process_s_back_are_made_again_with_ttls(store:
     assert not await outbox.settle(thread, retry_at=0)
     assert await outbox.backlog() == 0 and await outbox.due(now=1e12) == []
     assert await store.client.ttl(due) > 0  # the sentinel keeps the index, and its TTL, while no thread waits
+
+
+async def test_a_round_s_settle_lets_go_of_its_lease_and_never_of_another_s(store: RedisStore) -> None:
+    """The settle and the release are one script (one GETDEL): the round's own lease goes; a lease another
+    instance took after ours lapsed is put back, still expiring, and that instance delivers on."""
+    outbox = _outbox(store)
+    thread, lease = "C3:3.3", store.keys.outbox_lease("C3:3.3")
+    await outbox.put(thread, "answer:r3", {"text": "hi"}, due=0)
+    assert await outbox.lease(thread, "a", 20_000)
+    assert await outbox.settle(thread, retry_at=0, release="a", lease_ms=20_000)  # still undelivered: still due
+    assert await store.client.exists(lease) == 0
+    assert await outbox.lease(thread, "b", 20_000)
+    await outbox.settle(thread, retry_at=0, release="a", lease_ms=5_000)
+    assert await store.client.get(lease) == "b" and 0 < await store.client.pttl(lease) <= 5_000
+    await outbox.release(thread, "a", 5_000)
+    assert await store.client.get(lease) == "b"
+    await outbox.release(thread, "b")
+    assert await store.client.exists(lease) == 0

@@ -70,7 +70,7 @@ async def hold(store: Store, bus: EventBus, instance: str, thread_id: str, *, ru
         renewer.cancel()
         if not lease.released:
             with contextlib.suppress(StoreError):
-                await asyncio.shield(store.locks.release_lease(thread_id, owner))
+                await asyncio.shield(store.locks.release_lease(thread_id, owner, ttl_ms))
 
 
 async def _renew(store: Store, lease: Lease, ttl_ms: int) -> None:

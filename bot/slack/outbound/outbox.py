@@ -65,7 +65,9 @@ class SlackOutbox:
         self._lease_ms = int(self.lease_s * 1000)
         self._wake = asyncio.Event()
         self._nudged: set[str] = set()  # threads written to since the last round: the next round reads only them
-        self._scanned_at = 0.0  # every poll_s at least, a round reads every shard's due index (others' writes)
+        # Every poll_s at least, a round reads every shard's due index (others' writes, and theirs to take over);
+        # every round does while the last such read found more than a round takes (a backlog: as before).
+        self._scanned_at, self._backlog = 0.0, False
         self._task: asyncio.Task[None] | None = None
         self._failures: dict[str, int] = {}
         self._busy: dict[str, asyncio.Task[None]] = {}
@@ -245,7 +247,7 @@ class SlackOutbox:
             if self._stopping:
                 return
             try:
-                if time.monotonic() - self._scanned_at < self.poll_s:
+                if not self._backlog and time.monotonic() - self._scanned_at < self.poll_s:
                     await self.deliver_due(self._take_nudged())
                 else:
                     await self.deliver_due()
@@ -266,7 +268,9 @@ class SlackOutbox:
         if among is None:
             self._scanned_at = time.monotonic()
             self._nudged.clear()  # written to before this read: it finds them if they are due
-            due = await self.store.due(time.time(), limit=64 + len(self._busy))  # our busy ones must not crowd out
+            limit = 64 + len(self._busy)  # our busy ones must not crowd out the others
+            due = await self.store.due(time.time(), limit=limit)
+            self._backlog = len(due) >= limit
         else:
             due = await self.store.due_among(among, time.time())
         threads = [t for t in due if t not in self._busy]
@@ -282,14 +286,21 @@ class SlackOutbox:
             hold = Hold(self.lease_s, float(self.client.timeout))
             if not await self.store.lease(thread, self.owner, self._lease_ms):
                 return  # another instance delivers this thread right now
-            renewer = asyncio.create_task(self._renew(thread, hold))
+            renewer, released = asyncio.create_task(self._renew(thread, hold)), False
             try:
                 retry_at = await self._deliver_records(thread, self.sender.holding(hold))
-                if await self.store.settle(thread, retry_at=retry_at) and retry_at <= time.time():
-                    self._nudge(thread)  # a newer state arrived while we were sending
+                renewer.cancel()
+                # The settle lets go of the lease too (one script); if it fails, the release below tries again.
+                still_due = await self.store.settle(thread, retry_at=retry_at, release=self.owner,
+                                                    lease_ms=self._lease_ms)
+                released = True
+                if still_due:  # a newer state arrived while we were sending, or a retry waits: come back for it
+                    wait_s = min(max(retry_at - time.time(), 0.0), self.max_backoff_s)
+                    asyncio.get_running_loop().call_later(wait_s, self._nudge, thread)
             finally:
                 renewer.cancel()
-                await self.store.release(thread, self.owner)
+                if not released:
+                    await self.store.release(thread, self.owner, self._lease_ms)
         except LeaseLost as exc:  # what is left stays due: the thread's holder, or our next round, sends it
             log.debug("outbox: thread %s: round stopped (%s)", thread, exc)
         except StoreError as exc:  # an outage is told once by the outage log (core/outages.py), not per thread
