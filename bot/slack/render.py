@@ -36,7 +36,9 @@ log = logging.getLogger(__name__)
 _who = kit.who
 
 _PROGRESS = frozenset({"model_step", "tool_call", "tool_result"})
-"""Events that only move a run's progress message on (no card, no answer, no pause)."""
+_SHOWS = _PROGRESS | {"loop_interrupt", "run_stalled", "run_finished"}
+"""Events whose handling shows the run's progress as it then stands (a pause, a stall and the end with their last
+word): progress followed by one of them can leave its showing to it."""
 _TONE_ICONS = {"done": ":white_check_mark:", "stopped": ":no_entry_sign:", "expired": ":hourglass:",
                "warning": ":warning:"}
 
@@ -80,8 +82,9 @@ class Renderer:
 
     async def __call__(self, event: Event, following: Event | None = None) -> None:
         """``following``: the run's next event, when it is queued already. Progress alone (a step, a call, a result)
-        followed by more progress is applied and left for the last of them to show: one state saved and one
-        message edit queued per burst, not one per event (a step's calls and results come out together)."""
+        followed by an event that shows the progress anyway is applied and left for that one to show: one state
+        saved and one message edit queued per burst, not one per event (a step's calls and results come out
+        together; the answer's step just before the end)."""
         if event.type == "run_started":
             await self._open_progress(event.run_id, event.thread_id, language_of(event.text, self.language),
                                       event.user_id)
@@ -158,7 +161,9 @@ class Renderer:
             resume = kit.button(say(lang, "resume"), "opspilot_resume", event.run_id, style="primary")
             await self._show(event.run_id, state, end=_End(md=f"{state['header']}\n\n{state['note']}", blocks=[
                 {"type": "actions", "block_id": "opspilot_run", "elements": [resume]}]))
-        elif following is None or following.type not in _PROGRESS:
+        # A stream's paused stretch is closed out by the first plain showing after the pause: there, progress leaves
+        # its showing only to more progress.
+        elif following is None or following.type not in (_PROGRESS if state.get("mode") == "stream" else _SHOWS):
             await self._show(event.run_id, state)
         if leave:
             self._runs.pop(event.run_id, None)
