@@ -5,6 +5,7 @@ the same."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any, cast
 
 import pytest
 
@@ -35,8 +36,8 @@ async def test_a_subscriber_looking_ahead_is_given_the_run_s_next_queued_event()
 
 @pytest.fixture
 async def ws(redis_url: str, prefix: str, slack: FakeSlack) -> AsyncIterator[Workspace]:
-    model = ScriptedModel([reply("", call("lookup_a", "a1", q="x"), call("lookup_b", "b1", q="y")),
-                           reply("Both lookups answered.")])
+    turn = [reply("", call("lookup_a", "a1", q="x"), call("lookup_b", "b1", q="y")), reply("Both lookups answered.")]
+    model = ScriptedModel(turn * 3)
     workspace = await open_workspace(redis_url, prefix, slack, model=model, specs=payload_tools(64))
     yield workspace
     await workspace.stop()
@@ -55,3 +56,31 @@ async def test_a_step_s_progress_is_saved_and_queued_once_per_burst(ws: Workspac
     assert len(shown) == 1
     text = all_text(shown[0])
     assert ":white_check_mark: Done" in text and "lookup_b" in text and "running" not in text.lower()
+
+
+class _CountedReports:
+    """The store's reports, counting the audit reads an answer makes."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.audit_reads = inner, 0
+
+    async def read_audit(self, count: int = 100, *, run_id: str | None = None) -> list[dict[str, str]]:
+        self.audit_reads += 1
+        return list(await self.inner.read_audit(count, run_id=run_id))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_an_answer_that_changed_nothing_does_not_read_the_audit_stream(ws: Workspace) -> None:
+    """Only a run that called a tool that changes things has changes to list under its answer."""
+    counted = _CountedReports(ws.service.renderer.reports)
+    ws.service.renderer.reports = cast(Any, counted)
+    await ws.sender.event(mention(CHANNEL, "UREQ", "look both up", "21.1"))
+    await ws.settle(30)
+    assert any("Both lookups answered." in all_text(m) for m in ws.slack.thread(CHANNEL, "21.1"))
+    assert counted.audit_reads == 0
+    ws.service.renderer.changing = None  # not known: looked up
+    await ws.sender.event(mention(CHANNEL, "UREQ", "look both up", "22.1"))
+    await ws.settle(30)
+    assert counted.audit_reads == 1

@@ -77,6 +77,9 @@ class Renderer:
         self.rollbacks = False
         """Offer "Roll back to <previous release>" under an answer whose verdict is yes (rollback_service exists)."""
         """Offer "Re-check in N min" under an answer that reports a change (0: off, where follow-ups do not exist)."""
+        self.changing: Callable[[str], bool] | None = None
+        """Whether a tool may change things (its run's answer lists what it changed, from the audit stream); None:
+        not known, so every answer's run is looked up there."""
         self.shown: Callable[[str, str], Awaitable[None]] | None = None
         """Tells the store a run's pause or end is in the outbox (see ``state.store.UNSHOWN``)."""
 
@@ -323,7 +326,11 @@ class Renderer:
         if composed is not None:  # ours, not the model's: said in the thread's words, with who pressed Stop
             text = fallback_answer(composed, lang, _who(stopped_by) if stopped_by else "")
         shown = text
-        changes = await self.reports.read_audit(200, run_id=run_id)
+        # Only a run that called a tool that changes things has changes to list (most only read): the others skip
+        # the audit stream's read (its shard's last 2,000 entries).
+        changing = self.changing
+        looked = changing is None or any(changing(str(line.get("tool", ""))) for line in state.get("lines", []))
+        changes = await self.reports.read_audit(200, run_id=run_id) if looked else []
         if changes:
             text += f"\n\n*{say(lang, 'audit')}*\n" + "\n".join(audit_line(a, lang) for a in reversed(changes))
         # An answer whose change ran offers to look again once it has had time to show (a follow-up).
