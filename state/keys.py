@@ -186,6 +186,11 @@ class Keys:
         """One front-end conversation thread's undelivered and delivered messages (a hash of records)."""
         return f"{self.prefix}:{{{shard_of(thread)}}}:outbox:{thread}"
 
+    def outbox_state(self, thread: str) -> str:
+        """What each run shows in a front-end thread (its progress state, by run id), beside the thread's outbox
+        (one hash slot: saved by the same script that records the message)."""
+        return f"{self.prefix}:{{{shard_of(thread)}}}:outbox-state:{thread}"
+
     def outbox_due(self, shard: str) -> str:
         """One shard's threads with something to deliver, scored by their next attempt."""
         return f"{self.prefix}:{{{shard}}}:outbox-due"

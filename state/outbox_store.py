@@ -51,9 +51,10 @@ SEQ_FIELD = "~seq"
 
 # KEYS: thread hash, due index. ARGV: message key, fields (JSON), now (ms), due at, ttl, thread, ZADD's flag (NX:
 # a thread waiting out a backoff or a budget keeps its time; LT: an urgent message brings it forward), which TTLs to
-# renew ("h": the hash's, "d": the index's; each process renews a key once an hour, see state.keys.Renewals).
+# renew ("h": the hash's, "d": the index's, "s": the states'; each process renews a key once an hour, see
+# state.keys.Renewals), then, optionally, a run id and its shown state (KEYS[3]: the thread's states).
 # A write that makes a key sets its TTL itself: the hash is new when its first message takes seq 1, the index when
-# its sentinel (DUE_SENTINEL, due never) is added with the thread.
+# its sentinel (DUE_SENTINEL, due never) is added with the thread, the states' hash when a run's state is new.
 _PUT = """
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 local rec = cur and cjson.decode(cur)
@@ -66,6 +67,9 @@ redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(rec))
 if rec.seq == 1 and not cur or string.find(ARGV[8], 'h', 1, true) then redis.call('EXPIRE', KEYS[1], ARGV[5]) end
 if redis.call('ZADD', KEYS[2], ARGV[7], 'inf', '~', ARGV[4], ARGV[6]) == 2 or string.find(ARGV[8], 'd', 1, true) then
   redis.call('EXPIRE', KEYS[2], ARGV[5])
+end
+if KEYS[3] and (redis.call('HSET', KEYS[3], ARGV[9], ARGV[10]) == 1 or string.find(ARGV[8], 's', 1, true)) then
+  redis.call('EXPIRE', KEYS[3], ARGV[5])
 end
 return rec.version
 """
@@ -112,23 +116,44 @@ class RedisOutbox:
         self._release = client.register_script(RELEASE_IF_HELD)
         self._renew = client.register_script(RENEW_IF_HELD)
 
-    async def put(self, thread: str, key: str, fields: Mapping[str, Any], *, due: float, urgent: bool = False) -> int:
+    async def put(self, thread: str, key: str, fields: Mapping[str, Any], *, due: float, urgent: bool = False,
+                  state: tuple[str, str] | None = None) -> int:
         """Record the desired state of message ``key``; returns its version. ``urgent``: the thread is due by ``due``
-        even if it was to come back later (else it keeps its time)."""
+        even if it was to come back later (else it keeps its time). ``state``: a run's shown state (run id, JSON)
+        to save with it (:meth:`shown_state`)."""
         keys = [self.keys.outbox(thread), self.keys.outbox_due(shard_of(thread))]
-        renew = "".join(mark for mark, k in zip("hd", keys, strict=True) if self.renewals.due(k))
+        if state is not None:
+            keys.append(self.keys.outbox_state(thread))
+        renew = "".join(mark for mark, k in zip("hds", keys, strict=False) if self.renewals.due(k))
         args: list[str | int] = [key, json.dumps(dict(fields), ensure_ascii=False), int(time.time() * 1000),
-                                 repr(due), self.ttls.thread_s, thread, "LT" if urgent else "NX", renew]
+                                 repr(due), self.ttls.thread_s, thread, "LT" if urgent else "NX", renew,
+                                 *(state or ())]
         # Repeating it after a lost reply only skips a version number.
         try:
             version = await retried("recording a message to send", self.grace_s,
                                     lambda: self._put(keys=keys, args=args))
         except BaseException:
-            for mark, k in zip("hd", keys, strict=True):
+            for mark, k in zip("hds", keys, strict=False):
                 if mark in renew:
                     self.renewals.forget(k)
             raise
         return int(version)
+
+    async def save_state(self, thread: str, run_id: str, state: str) -> None:
+        """A run's shown state alone (no message changes with it)."""
+        key = self.keys.outbox_state(thread)
+
+        async def attempt() -> None:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hset(key, run_id, state)
+            pipe.expire(key, self.ttls.thread_s)
+            await pipe.execute()
+
+        await retried("saving what a run shows", self.grace_s, attempt)
+
+    async def shown_state(self, thread: str, run_id: str) -> str | None:
+        key = self.keys.outbox_state(thread)
+        return text(await retried("reading what a run shows", self.grace_s, lambda: self.client.hget(key, run_id)))
 
     async def records(self, thread: str) -> list[OutboxRecord]:
         async with guard("reading the outbox"):
@@ -209,15 +234,25 @@ class MemoryOutbox:
         self._threads: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
         self._due: dict[str, float] = {}
         self._leases: dict[str, tuple[str, float]] = {}
+        self._states: dict[tuple[str, str], str] = {}
         self._seq = 0
 
-    async def put(self, thread: str, key: str, fields: Mapping[str, Any], *, due: float, urgent: bool = False) -> int:
+    async def put(self, thread: str, key: str, fields: Mapping[str, Any], *, due: float, urgent: bool = False,
+                  state: tuple[str, str] | None = None) -> int:
+        if state is not None:
+            await self.save_state(thread, *state)
         self._seq += 1
         rec = self._threads[thread].setdefault(key, {"version": 0, "sent_version": 0, "seq": self._seq})
         rec.update(fields)
         rec["version"] += 1
         self._due[thread] = min(self._due.get(thread, due), due) if urgent else self._due.get(thread, due)
         return int(rec["version"])
+
+    async def save_state(self, thread: str, run_id: str, state: str) -> None:
+        self._states[thread, run_id] = state
+
+    async def shown_state(self, thread: str, run_id: str) -> str | None:
+        return self._states.get((thread, run_id))
 
     async def records(self, thread: str) -> list[OutboxRecord]:
         return sorted((_record(k, json.dumps(v)) for k, v in self._threads.get(thread, {}).items()),

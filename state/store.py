@@ -283,7 +283,12 @@ class Outbox(Protocol):
     """Per thread, in order: each message's desired state and what was delivered (see :mod:`state.outbox_store`)."""
 
     async def put(self, thread: str, key: str, fields: Mapping[str, Any], *, due: float,
-                  urgent: bool = False) -> int: ...
+                  urgent: bool = False, state: tuple[str, str] | None = None) -> int: ...
+
+    async def save_state(self, thread: str, run_id: str, state: str) -> None: ...
+
+    async def shown_state(self, thread: str, run_id: str) -> str | None:
+        """What run ``run_id`` shows in the thread (its progress state, saved with its message), if anything."""
 
     async def records(self, thread: str) -> list[OutboxRecord]: ...
 

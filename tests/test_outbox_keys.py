@@ -61,3 +61,23 @@ async def test_a_round_s_settle_lets_go_of_its_lease_and_never_of_another_s(stor
     assert await store.client.get(lease) == "b"
     await outbox.release(thread, "b")
     assert await store.client.exists(lease) == 0
+
+
+async def test_a_run_s_shown_state_is_saved_with_its_message_and_keeps_a_ttl(store: RedisStore) -> None:
+    """What a run shows (its progress state) is saved by the script that records its message: any instance
+    renders the run's next event from it."""
+    outbox = _outbox(store)
+    thread, states = "C4:4.4", store.keys.outbox_state("C4:4.4")
+    assert await outbox.shown_state(thread, "r4") is None
+    await outbox.put(thread, "progress:r4", {"text": "working"}, due=0, state=("r4", '{"step":1}'))
+    assert await outbox.shown_state(thread, "r4") == '{"step":1}'
+    assert 0 < await store.client.ttl(states) <= store.ttls.thread_s
+    await store.client.expire(states, 100)
+    await outbox.put(thread, "progress:r4", {"text": "step 2"}, due=0, state=("r4", '{"step":2}'))
+    assert await outbox.shown_state(thread, "r4") == '{"step":2}' and await store.client.ttl(states) <= 100
+    await outbox.put(thread, "progress:r5", {"text": "working"}, due=0, state=("r5", '{"step":0}'))
+    assert await store.client.ttl(states) > 100  # a new run's first state renews it
+    await store.client.delete(states)
+    await outbox.save_state(thread, "r5", '{"step":1}')
+    assert await outbox.shown_state(thread, "r5") == '{"step":1}' and await store.client.ttl(states) > 0
+    assert [r.key for r in await outbox.records(thread)] == ["progress:r4", "progress:r5"]  # states are not records

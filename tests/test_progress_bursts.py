@@ -4,6 +4,7 @@ the same."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
@@ -15,6 +16,7 @@ from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
+from bot.slack.outbound.thread_meta import RUN, THREAD, thread_key
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
 
 
@@ -84,3 +86,16 @@ async def test_an_answer_that_changed_nothing_does_not_read_the_audit_stream(ws:
     await ws.sender.event(mention(CHANNEL, "UREQ", "look both up", "22.1"))
     await ws.settle(30)
     assert counted.audit_reads == 1
+
+
+async def test_a_run_shown_by_an_earlier_build_goes_on_from_the_state_it_saved(ws: Workspace) -> None:
+    """Before issue 39 a run's shown state lived in the metadata store (``slack-run``): a run paused then is
+    rendered on from it, not started afresh."""
+    renderer, thread = ws.service.renderer, thread_key(CHANNEL, "23.1")
+    await renderer.meta.put(THREAD, thread, {"channel": CHANNEL, "thread_ts": "23.1", "lang": "en"})
+    old = {"run_id": "r-old", "header": ":raised_hand: Waiting", "step": 1, "lines": [], "stoppable": True,
+           "note": "", "lang": "en", "channel": CHANNEL, "thread_ts": "23.1", "requester": "UREQ"}
+    await renderer.meta.put(RUN, "r-old", {"progress": json.dumps(old)})
+    assert await renderer.progress_of("r-old", thread, "en", "UREQ")
+    assert not await ws.store.outbox.records(f"{CHANNEL}:23.1")  # nothing opened afresh
+    assert not await renderer.progress_of("r-none", "terminal:1", "en", None)  # not a Slack thread

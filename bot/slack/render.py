@@ -94,7 +94,7 @@ class Renderer:
             return
         if event.type == "call_decided":
             await self.close_card(event.token, functools.partial(card_ending, event))
-            state = await self._state(event.run_id)
+            state = await self._state(event.run_id, event.thread_id)
             if state is None:
                 return
             if state.get("mode") == "stream":  # the paused stretch will say who answered once the run moves on
@@ -104,9 +104,9 @@ class Renderer:
                 line["status"], line["seg"] = "running", _seg_now(state)  # a stream goes on below the card
                 await self._show(event.run_id, state)
             elif state.get("mode") == "stream":
-                await self.meta.put(RUN, event.run_id, {"progress": json.dumps(state, ensure_ascii=False)})
+                await self.outbox.save_state(state["channel"], state["thread_ts"], event.run_id, _saved(state))
             return
-        state = await self._state(event.run_id)
+        state = await self._state(event.run_id, event.thread_id)
         if state is None:
             return  # not a Slack thread (e.g. the terminal chat sharing the engine)
         leave = False  # a run that pauses or ends may continue on any instance: its state lives in the store
@@ -177,13 +177,13 @@ class Renderer:
                           calls: Sequence[tuple[str, str, str]] = ()) -> bool:
         """Make sure the run has a progress state (one shown late, from its record, may never have had one), with
         ``calls`` (call id, tool, status: from its trace) as its lines; False where the thread is not Slack's."""
-        if await self._state(run_id) is None:
+        if await self._state(run_id, thread_id) is None:
             await self._open_progress(run_id, thread_id, lang, user_id)
-            state = await self._state(run_id)
+            state = await self._state(run_id, thread_id)
             if state is not None:
                 state["lines"] = [{"call_id": c, "tool": tool, "status": status, "detail": "", "target": "",
                                    "seg": 0} for c, tool, status in calls]
-        return await self._state(run_id) is not None
+        return await self._state(run_id, thread_id) is not None
 
     async def close_card(self, token: str, ending: Callable[[str], str]) -> None:
         """Bring a question's card to its final state (``ending`` in the card's language), once, with no
@@ -220,13 +220,17 @@ class Renderer:
         await self._show(run_id, state)
         self._status(state, say(lang, "status_working"))
 
-    async def _state(self, run_id: str) -> dict[str, Any] | None:
+    async def _state(self, run_id: str, thread_id: str) -> dict[str, Any] | None:
         if run_id in self._runs:
             return self._runs[run_id]
-        meta = await self.meta.get(RUN, run_id)  # the run was started (or paused) elsewhere
-        if not meta.get("progress"):
+        where = await self.meta.get(THREAD, thread_id)  # the run was started (or paused) elsewhere
+        if not where.get("channel"):
+            return None  # not a Slack thread (e.g. the terminal chat sharing the engine)
+        saved = await self.outbox.shown_state(where["channel"], where["thread_ts"], run_id) \
+            or (await self.meta.get(RUN, run_id)).get("progress")  # saved before states moved beside the outbox
+        if not saved:
             return None
-        state: dict[str, Any] = json.loads(meta["progress"])
+        state: dict[str, Any] = json.loads(saved)
         self._runs[run_id] = state
         return state
 
@@ -247,10 +251,11 @@ class Renderer:
         if streamed and end is not None:
             state["closed"] = True
             self._status(state, "")
-        await self.meta.put(RUN, run_id, {"progress": json.dumps(state, ensure_ascii=False)})
+        saved = (run_id, _saved(state))  # with the message's new state: any instance may render the next event
         if not streamed:
             await self.outbox.message(f"progress:{run_id}", state["channel"], state["thread_ts"],
-                                      progress_text(state), kit.progress_blocks(state), settled=end is not None)
+                                      progress_text(state), kit.progress_blocks(state), settled=end is not None,
+                                      state=saved)
             return
         seg, lang = state["seg"], str(state.get("lang") or "en")
         # A stopped stretch offers no Stop, even as the plain message a stream may fall back to.
@@ -265,7 +270,7 @@ class Renderer:
             recipient=state.get("recipient"), text=progress_text(shown), blocks=kit.progress_blocks(shown),
             tasks=[kit.task(ln) for ln in shown["lines"]], plan=str(state.get("plan") or ""),
             control=(say(lang, "stop_note"), [{"type": "actions", "block_id": "opspilot_run", "elements": [stop]}]),
-            final=state["closed"], final_md=end.md, final_blocks=end.blocks, then=end.then)
+            final=state["closed"], final_md=end.md, final_blocks=end.blocks, then=end.then, state=saved)
 
     async def _close_out(self, run_id: str, state: dict[str, Any]) -> None:
         """The stretch that stopped at a pause (or a stall), now that the run moved on: edited (chat.update on
@@ -350,6 +355,10 @@ class Renderer:
         await self._show(run_id, state, end=_End(md=state["header"]))
         for key, fallback, blocks in posts:
             await self.outbox.message(key, state["channel"], state["thread_ts"], fallback, blocks)
+
+
+def _saved(state: dict[str, Any]) -> str:
+    return json.dumps(state, ensure_ascii=False)
 
 
 def _stream_key(run_id: str, seg: int) -> str:

@@ -77,20 +77,22 @@ class SlackOutbox:
     # --- what front ends call ------------------------------------------------------------------------
 
     async def message(self, key: str, channel: str, thread_ts: str | None, text: str,
-                      blocks: list[kit.Block], *, response_url: str = "", settled: bool = False) -> None:
+                      blocks: list[kit.Block], *, response_url: str = "", settled: bool = False,
+                      state: tuple[str, str] | None = None) -> None:
         """Post message ``key`` in the thread, or, if it was posted already, edit it to this state.
         Everything that reaches Slack (and the outbox in Redis) is redacted here, whatever composed it.
         ``response_url``: a click's on this message, to edit it through (see :mod:`.responses`). ``settled``: a
-        progress message's last state, edited ahead of progress still moving (:meth:`Pacer.edit_slot`)."""
+        progress message's last state, edited ahead of progress still moving (:meth:`Pacer.edit_slot`). ``state``:
+        what a run shows (run id, JSON), saved in the same write (:meth:`shown_state`)."""
         fields = _message(channel, thread_ts, text, blocks) | {"settled": settled}
         if not usable(response_url):
-            await self._put(channel, thread_ts, key, fields)
+            await self._put(channel, thread_ts, key, fields, state=state)
             return
         fields |= {"response_url": response_url, "response_tries": 0}
         version = await self._put(channel, thread_ts, key, fields, direct=False)
         # A clicked card goes at once, from here, not behind its thread's delivery (which another process may hold,
         # or have died holding, for its lease's 20 s). The edit is idempotent: the outbox may send it again.
-        task = asyncio.create_task(self._in_place_now(f"{channel}:{thread_ts or '-'}", key, version, fields))
+        task = asyncio.create_task(self._in_place_now(_thread(channel, thread_ts), key, version, fields))
         self._direct.add(task)
         task.add_done_callback(self._direct.discard)
 
@@ -108,8 +110,8 @@ class SlackOutbox:
     async def stream(self, key: str, channel: str, thread_ts: str, *, recipient: str | None, text: str,
                      blocks: list[kit.Block], tasks: list[dict[str, Any]], plan: str = "",
                      control: tuple[str, list[kit.Block]] | None = None, final: bool = False, final_md: str = "",
-                     final_blocks: Sequence[kit.Block] = (),
-                     then: Sequence[tuple[str, str, list[kit.Block]]] = ()) -> None:
+                     final_blocks: Sequence[kit.Block] = (), then: Sequence[tuple[str, str, list[kit.Block]]] = (),
+                     state: tuple[str, str] | None = None) -> None:
         """Message ``key`` as a stream of ``tasks`` (see :mod:`bot.slack.outbound.streams`); ``text``/``blocks`` are the
         same state as a plain message, shown if streaming does not work. ``control``: (text, blocks) of a
         message shown under the stream only while it streams; ``final``: stop it with ``final_md`` and
@@ -124,7 +126,8 @@ class SlackOutbox:
             "control": json.dumps(redact_blocks(control[1]) if control else [], ensure_ascii=False),
             "final": final, "final_md": redact(final_md),
             "final_blocks": json.dumps(redact_blocks(list(final_blocks)), ensure_ascii=False),
-            "then": json.dumps([[k, redact(t), redact_blocks(b)] for k, t, b in then], ensure_ascii=False)})
+            "then": json.dumps([[k, redact(t), redact_blocks(b)] for k, t, b in then], ensure_ascii=False)},
+            state=state)
 
     async def close_stream(self, key: str, channel: str, thread_ts: str, text: str, blocks: list[kit.Block]) -> None:
         """A stopped stream's last word: its message edited to ``text``/``blocks`` (a stretch of work the run
@@ -170,12 +173,21 @@ class SlackOutbox:
             return None, "unavailable"
         return str(answer["ts"]), ""
 
+    async def save_state(self, channel: str, thread_ts: str, run_id: str, state: str) -> None:
+        """What a run shows, saved alone (no message changes with it)."""
+        await self.store.save_state(_thread(channel, thread_ts), run_id, state)
+
+    async def shown_state(self, channel: str, thread_ts: str, run_id: str) -> str | None:
+        """What a run shows in the thread (saved with its messages), if anything."""
+        return await self.store.shown_state(_thread(channel, thread_ts), run_id)
+
     async def _put(self, channel: str, thread_ts: str | None, key: str, fields: dict[str, Any], *,
-                   direct: bool = True) -> int | None:
+                   direct: bool = True, state: tuple[str, str] | None = None) -> int | None:
         """Record it; its version, or None when the store is down (then, with ``direct``, one attempt now)."""
         try:
-            version = await self.store.put(f"{channel}:{thread_ts or '-'}", key, fields, due=time.time(),
-                                           urgent=not low_priority(key))  # a card need not wait out a progress edit
+            version = await self.store.put(_thread(channel, thread_ts), key, fields, due=time.time(),
+                                           urgent=not low_priority(key),  # a card need not wait out a progress edit
+                                           state=state)
         except StoreError as exc:
             if not direct:  # a clicked card: edited through its response URL, which needs no store
                 log.warning("outbox unavailable (%s): %s edited through its response URL only", exc, key)
@@ -186,7 +198,7 @@ class SlackOutbox:
             with contextlib.suppress(Retry):
                 await self._send_direct(fields)
             return None
-        self._nudge(f"{channel}:{thread_ts or '-'}")
+        self._nudge(_thread(channel, thread_ts))
         return version
 
     async def _send_direct(self, f: dict[str, Any]) -> None:
@@ -356,3 +368,8 @@ class SlackOutbox:
             return retry_at
         self._failures.pop(thread, None)
         return retry_at if retry_at != float("inf") else time.time()
+
+
+def _thread(channel: str, thread_ts: str | None) -> str:
+    """The outbox's name for a Slack thread (or, without a thread, a channel's top level)."""
+    return f"{channel}:{thread_ts or '-'}"

@@ -1,7 +1,8 @@
 """Where things are in Slack, kept in the front end's metadata store (each a small hash with the thread's TTL).
 
     slack-thread  engine thread id → channel, thread_ts           (written when a conversation starts)
-    slack-run     run id → channel, ts of its progress message, its rendered state
+    slack-run     run id → the model that answered (feedback); its rendered state until issue 39 (now saved
+                  beside the thread's outbox, ``Keys.outbox_state``: read here for runs paused before)
     slack-card    question token → channel, ts of its card, summary, decided (the final wording, once)
 """
 
