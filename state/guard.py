@@ -31,18 +31,11 @@ REDIS = outage("Redis")
 LEASE_LOST = "OPSPILOT_LEASE_LOST"
 """What a script answers (as an error) when the writer no longer holds the thread's lease."""
 
-LEASE_PUT_BACK_MS = 30_000
-"""A lease that a release finds in another owner's hands (ours lapsed and was taken) is put back for this long."""
-# Compare-and-delete: only the holder lets go of a lease (threads' leases, the outbox's delivery leases). One GETDEL
-# is the check and the release; another owner's lease (ours lapsed and was taken) is put back, for ARGV[2] ms: its
-# remaining time went with the GETDEL, and its holder renews it within one lease anyway.
+# Compare-and-delete: only the holder lets go of a lease (threads' leases, the outbox's delivery leases). Not one
+# GETDEL and a put-back: another owner's lease would come back with our length, not its own remaining time.
 RELEASE_IF_HELD = """
-local holder = redis.call('getdel', KEYS[1])
-if holder and holder ~= ARGV[1] then
-  redis.call('set', KEYS[1], holder, 'PX', ARGV[2])
-  return 0
-end
-return holder and 1 or 0
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
 """
 # Extend a lease only while it is still the owner's: one that lapsed is not silently taken again.
 RENEW_IF_HELD = """

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from state.client import Client
-from state.guard import LEASE_PUT_BACK_MS, RELEASE_IF_HELD, RENEW_IF_HELD, guard, retried, text
+from state.guard import RELEASE_IF_HELD, RENEW_IF_HELD, guard, retried, text
 from state.keys import Keys, Ttls
 from state.store import Claim
 
@@ -74,10 +74,9 @@ class RedisLocks:
         return bool(await retried("renewing the thread lease", self.grace_s,
                                   lambda: self._renew(keys=keys, args=[owner, ttl_ms])))
 
-    async def release_lease(self, thread_id: str, owner: str, ttl_ms: int = LEASE_PUT_BACK_MS) -> None:
+    async def release_lease(self, thread_id: str, owner: str) -> None:
         keys = [self.keys.lease(thread_id)]
-        await retried("releasing the thread lease", self.grace_s,
-                      lambda: self._release(keys=keys, args=[owner, ttl_ms]))
+        await retried("releasing the thread lease", self.grace_s, lambda: self._release(keys=keys, args=[owner]))
 
     async def once(self, name: str, ttl_s: int) -> bool:
         async with guard("claiming a tick"):
@@ -141,7 +140,7 @@ class MemoryLocks:
         self._leases[thread_id] = (owner, time.monotonic() + ttl_ms / 1000)
         return True
 
-    async def release_lease(self, thread_id: str, owner: str, ttl_ms: int = LEASE_PUT_BACK_MS) -> None:
+    async def release_lease(self, thread_id: str, owner: str) -> None:
         if self.holder(thread_id) == owner:
             del self._leases[thread_id]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from state.client import Client
-from state.guard import LEASE_PUT_BACK_MS, RELEASE_IF_HELD, RENEW_IF_HELD, guard, retried, text
+from state.guard import RELEASE_IF_HELD, RENEW_IF_HELD, guard, retried, text
 from state.keys import Keys, Renewals, Ttls, all_shards, shard_of
 
 
@@ -88,8 +88,8 @@ redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(rec))
 return 1
 """
 # KEYS: thread hash, due index, and the delivery lease to let go of (optional). ARGV: thread, next attempt if
-# anything is still undelivered, then the lease's owner and how long another owner's lease is put back for (see
-# RELEASE_IF_HELD: the same GETDEL).
+# anything is still undelivered, the thread's TTL, then the lease's owner (see RELEASE_IF_HELD). The index's
+# sentinel goes with the thread: an index gone since the thread's last write is made again with its TTL.
 _SETTLE = """
 local due = 0
 local all = redis.call('HGETALL', KEYS[1])
@@ -97,11 +97,12 @@ for i = 2, #all, 2 do
   local rec = all[i - 1] ~= '~seq' and cjson.decode(all[i])
   if rec and rec.version > rec.sent_version then due = 1 break end
 end
-if due == 1 then redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1]) else redis.call('ZREM', KEYS[2], ARGV[1]) end
-if KEYS[3] then
-  local holder = redis.call('GETDEL', KEYS[3])
-  if holder and holder ~= ARGV[3] then redis.call('SET', KEYS[3], holder, 'PX', ARGV[4]) end
+if due == 0 then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+elseif redis.call('ZADD', KEYS[2], 'inf', '~', ARGV[2], ARGV[1]) == 2 then
+  redis.call('EXPIRE', KEYS[2], ARGV[3])
 end
+if KEYS[3] and redis.call('GET', KEYS[3]) == ARGV[4] then redis.call('DEL', KEYS[3]) end
 return due
 """
 
@@ -166,15 +167,14 @@ class RedisOutbox:
         await retried("updating the outbox", self.grace_s, lambda: self._patch(keys=[self.keys.outbox(thread)],
                                                                                  args=args))
 
-    async def settle(self, thread: str, *, retry_at: float, release: str | None = None,
-                     lease_ms: int = LEASE_PUT_BACK_MS) -> bool:
+    async def settle(self, thread: str, *, retry_at: float, release: str | None = None) -> bool:
         """Leave the due index if everything is delivered, else come back at ``retry_at``. True if still due.
         ``release``: the delivery lease's owner, letting go of it in the same call (one script, not two)."""
         keys = [self.keys.outbox(thread), self.keys.outbox_due(shard_of(thread))]
-        args: list[str | int] = [thread, repr(retry_at)]
+        args: list[str | int] = [thread, repr(retry_at), self.ttls.thread_s]
         if release is not None:
             keys.append(self.keys.outbox_lease(thread))
-            args += [release, lease_ms]
+            args.append(release)
         async with guard("updating the outbox"):
             return bool(await self._settle(keys=keys, args=args))
 
@@ -224,9 +224,9 @@ class RedisOutbox:
         async with guard("renewing an outbox lease"):
             return bool(await self._renew(keys=[self.keys.outbox_lease(thread)], args=[owner, ttl_ms]))
 
-    async def release(self, thread: str, owner: str, lease_ms: int = LEASE_PUT_BACK_MS) -> None:
+    async def release(self, thread: str, owner: str) -> None:
         async with guard("releasing an outbox lease"):
-            await self._release(keys=[self.keys.outbox_lease(thread)], args=[owner, lease_ms])
+            await self._release(keys=[self.keys.outbox_lease(thread)], args=[owner])
 
 
 class MemoryOutbox:
@@ -269,8 +269,7 @@ class MemoryOutbox:
                 rec.pop("text", None)
                 rec.pop("blocks", None)
 
-    async def settle(self, thread: str, *, retry_at: float, release: str | None = None,
-                     lease_ms: int = LEASE_PUT_BACK_MS) -> bool:
+    async def settle(self, thread: str, *, retry_at: float, release: str | None = None) -> bool:
         if release is not None:
             await self.release(thread, release)
         if any(r["version"] > r["sent_version"] for r in self._threads.get(thread, {}).values()):
@@ -302,6 +301,6 @@ class MemoryOutbox:
         self._leases[thread] = (owner, time.monotonic() + ttl_ms / 1000)
         return True
 
-    async def release(self, thread: str, owner: str, lease_ms: int = LEASE_PUT_BACK_MS) -> None:
+    async def release(self, thread: str, owner: str) -> None:
         if self._leases.get(thread, ("", 0.0))[0] == owner:
             del self._leases[thread]

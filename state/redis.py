@@ -102,7 +102,7 @@ class RedisStore:
             "audit": [dict(e) for e in write.audit], "audit_ttl": ttls.audit_s, "audit_max": ttls.audit_max_entries,
             "messages": len(write.messages), "tickets": len(tickets),
             "ticket_ttl": ttls.interrupt_s + ttls.claim_margin_s, "release": write.release_lease or False,
-            "owner": write.lease_owner or False, "lease_ms": write.lease_ttl_ms,
+            "owner": write.lease_owner or False,
         }
         keys = [k.transcript(run.thread_id), k.run(run.run_id), k.thread_run(run.thread_id), k.index(shard, "paused"),
                 k.index(shard, "runs"), k.stats(shard, hour_now()), k.audit(shard), k.cancel(run.run_id),

@@ -38,19 +38,15 @@ end
 # the run record already carries (a retry after its reply was lost: only a retry looks) does nothing. A writer that
 # no longer holds the thread's lease (another worker took it after it lapsed) is refused. A run that pauses drops
 # any cancel request: nobody is left to act on it, and it must not stop the run's next turn. The turn's last write
-# lets go of the thread's lease, if it still holds it (GETDEL: one command for the check and the release).
+# lets go of the thread's lease, if it still holds it (GET at the start, DEL at the end: not one GETDEL, whose
+# put-back of another owner's lease would give it our length, and which an error midway would leave released).
 COMMIT = _SHARED + """
 local h = cjson.decode(ARGV[1])
 if h.check and redis.call('GETRANGE', KEYS[2], 0, #h.commit_id - 1) == h.commit_id then  -- a retry, applied already
   return redis.call('LLEN', KEYS[1])
 end
 local holder = false
-if h.release and h.release == h.owner then
-  -- the turn's last write: the check and the release in one command; a lapsed lease another owner took since is
-  -- put back (for a whole lease: it was renewed within one) and the write refused, as below
-  holder = redis.call('GETDEL', KEYS[9])
-  if holder and holder ~= h.owner then redis.call('SET', KEYS[9], holder, 'PX', h.lease_ms) end
-elseif h.owner or h.release then holder = redis.call('GET', KEYS[9]) end
+if h.owner or h.release then holder = redis.call('GET', KEYS[9]) end  -- read once: the check and the release
 if h.owner and holder and holder ~= h.owner then return redis.error_reply('OPSPILOT_LEASE_LOST ' .. holder) end
 local i = 3
 local length = -1
@@ -85,7 +81,7 @@ if h.status_changed and h.status ~= 'running' and h.status ~= 'finished' then re
 for j = 0, h.tickets - 1 do
   redis.call('SET', KEYS[10 + j], ARGV[i + j], 'EX', h.ticket_ttl)
 end
-if h.release and h.release ~= h.owner and holder == h.release then redis.call('DEL', KEYS[9]) end
+if h.release and holder == h.release then redis.call('DEL', KEYS[9]) end  -- last: after every write
 return length
 """
 

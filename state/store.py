@@ -21,7 +21,6 @@ from typing import Any, Protocol
 
 from core.messages import Message, UserMessage
 from state.feedback_store import Feedbacks
-from state.guard import LEASE_PUT_BACK_MS
 from state.outbox_store import OutboxRecord
 from state.queue import DeadLetter, Entry, Lane, QueueStats
 from state.records import RunRecord, Ticket
@@ -46,9 +45,6 @@ class Write:
     """False when the run's status is what the last write stored: indexes need no update."""
     release_lease: str | None = None
     """The thread lease's owner, when this is the turn's last write: the lease goes with it (no extra trip)."""
-    lease_ttl_ms: int = 30_000
-    """How long a lease lasts: a release that finds another owner's lease (it lapsed and was taken) puts it back
-    for this long."""
     lease_owner: str | None = None
     """Who writes: refused (:class:`state.store_errors.LeaseLost`) if another owner holds the thread's lease."""
     was: str | None = None
@@ -169,8 +165,7 @@ class Locks(Protocol):
 
     async def renew_lease(self, thread_id: str, owner: str, ttl_ms: int) -> bool: ...
 
-    async def release_lease(self, thread_id: str, owner: str, ttl_ms: int = LEASE_PUT_BACK_MS) -> None:
-        """Let go of the lease if ``owner`` holds it; ``ttl_ms``: how long another owner's is put back for."""
+    async def release_lease(self, thread_id: str, owner: str) -> None: ...
 
     async def once(self, name: str, ttl_s: int) -> bool:
         """True for the first caller of ``name`` within ``ttl_s`` (one instance per sweep tick)."""
@@ -295,8 +290,7 @@ class Outbox(Protocol):
     async def patch(self, thread: str, key: str, fields: Mapping[str, Any], *,
                     delivered: int | None = None) -> None: ...
 
-    async def settle(self, thread: str, *, retry_at: float, release: str | None = None,
-                     lease_ms: int = LEASE_PUT_BACK_MS) -> bool:
+    async def settle(self, thread: str, *, retry_at: float, release: str | None = None) -> bool:
         """Leave the due index if everything is delivered, else come back at ``retry_at``; True if still due.
         ``release``: the delivery lease's owner, letting go of it in the same call."""
         ...
@@ -314,7 +308,7 @@ class Outbox(Protocol):
 
     async def renew(self, thread: str, owner: str, ttl_ms: int) -> bool: ...
 
-    async def release(self, thread: str, owner: str, lease_ms: int = LEASE_PUT_BACK_MS) -> None: ...
+    async def release(self, thread: str, owner: str) -> None: ...
 
 
 class WorkQueue(Protocol):

@@ -46,18 +46,18 @@ async def test_keys_gone_behind_a_process_s_back_are_made_again_with_ttls(store:
 
 
 async def test_a_round_s_settle_lets_go_of_its_lease_and_never_of_another_s(store: RedisStore) -> None:
-    """The settle and the release are one script (one GETDEL): the round's own lease goes; a lease another
-    instance took after ours lapsed is put back, still expiring, and that instance delivers on."""
+    """The settle and the release are one script: the round's own lease goes; a lease another instance took
+    after ours lapsed is left as it is (its own expiry), and that instance delivers on."""
     outbox = _outbox(store)
     thread, lease = "C3:3.3", store.keys.outbox_lease("C3:3.3")
     await outbox.put(thread, "answer:r3", {"text": "hi"}, due=0)
     assert await outbox.lease(thread, "a", 20_000)
-    assert await outbox.settle(thread, retry_at=0, release="a", lease_ms=20_000)  # still undelivered: still due
+    assert await outbox.settle(thread, retry_at=0, release="a")  # still undelivered: still due
     assert await store.client.exists(lease) == 0
     assert await outbox.lease(thread, "b", 20_000)
-    await outbox.settle(thread, retry_at=0, release="a", lease_ms=5_000)
-    assert await store.client.get(lease) == "b" and 0 < await store.client.pttl(lease) <= 5_000
-    await outbox.release(thread, "a", 5_000)
+    await outbox.settle(thread, retry_at=0, release="a")
+    assert await store.client.get(lease) == "b" and 15_000 < await store.client.pttl(lease) <= 20_000
+    await outbox.release(thread, "a")
     assert await store.client.get(lease) == "b"
     await outbox.release(thread, "b")
     assert await store.client.exists(lease) == 0
@@ -81,3 +81,12 @@ async def test_a_run_s_shown_state_is_saved_with_its_message_and_keeps_a_ttl(sto
     await outbox.save_state(thread, "r5", '{"step":1}')
     assert await outbox.shown_state(thread, "r5") == '{"step":1}' and await store.client.ttl(states) > 0
     assert [r.key for r in await outbox.records(thread)] == ["progress:r4", "progress:r5"]  # states are not records
+
+
+async def test_a_settle_that_finds_its_index_gone_makes_it_again_with_a_ttl(store: RedisStore) -> None:
+    outbox = _outbox(store)
+    thread, due = "C6:6.6", store.keys.outbox_due(shard_of("C6:6.6"))
+    await outbox.put(thread, "answer:r6", {"text": "hi"}, due=0)
+    await store.client.delete(due)  # gone between the write and its round (expired, or deleted by hand)
+    assert await outbox.settle(thread, retry_at=5.0)
+    assert await store.client.ttl(due) > 0 and await outbox.due(now=10.0) == [thread]

@@ -9,15 +9,24 @@ from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import pytest
+from slack_sdk.web.async_client import AsyncWebClient
 
-from bench.common import payload_tools
-from bot.agent.events import Event, EventBus, ModelStep, ToolCallEvent
+from bench.common import engine, payload_tools
+from bot.agent.events import Event, EventBus, ModelStep, RunFinished, ToolCallEvent
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.demo.sender import mention
+from bot.demo.workspace import TEAM, all_text
 from bot.demo.workspace import LocalSlack as FakeSlack
-from bot.demo.workspace import all_text
+from bot.slack.outbound import blocks as kit
+from bot.slack.outbound.counters import Metrics
+from bot.slack.outbound.outbox import SlackOutbox
+from bot.slack.outbound.pacer import Pacer
 from bot.slack.outbound.thread_meta import RUN, THREAD, thread_key
+from state import Keys, RedisStore, StoreError, Ttls, connect
+from state.outbox_store import RedisOutbox
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
+from tests.toolkit import Change
+from tools import ToolContext, tool
 
 
 async def test_a_subscriber_looking_ahead_is_given_the_run_s_next_queued_event() -> None:
@@ -82,10 +91,24 @@ async def test_an_answer_that_changed_nothing_does_not_read_the_audit_stream(ws:
     await ws.settle(30)
     assert any("Both lookups answered." in all_text(m) for m in ws.slack.thread(CHANNEL, "21.1"))
     assert counted.audit_reads == 0
-    ws.service.renderer.changing = None  # not known: looked up
-    await ws.sender.event(mention(CHANNEL, "UREQ", "look both up", "22.1"))
-    await ws.settle(30)
-    assert counted.audit_reads == 1
+
+
+async def test_a_run_says_at_its_end_whether_it_may_have_changed_something(store: RedisStore) -> None:
+    """By its own trace (not what a front end happened to show): a tool that changes things, or one the registry
+    does not know, makes its run's answer look its changes up."""
+    @tool(description="Changes something.", mutating=True)
+    async def mutate(args: Change, ctx: ToolContext) -> dict[str, Any]:
+        return {"changed": args.target}
+
+    ends: list[bool] = []
+    bus = EventBus()
+    bus.listen(lambda e: ends.append(e.may_have_changed) if isinstance(e, RunFinished) else None)
+    model = ScriptedModel([reply("", call("lookup_a", "a1", q="x")), reply("read"),
+                           reply("", call("mutate", "m1", target="db", environment="staging")), reply("changed")])
+    eng = engine(store, model, [*payload_tools(64), mutate], bus=bus)
+    await eng.ask("t-read", "look")
+    await eng.ask("t-change", "change it")
+    assert ends == [False, True]
 
 
 async def test_a_run_shown_by_an_earlier_build_goes_on_from_the_state_it_saved(ws: Workspace) -> None:
@@ -99,3 +122,22 @@ async def test_a_run_shown_by_an_earlier_build_goes_on_from_the_state_it_saved(w
     assert await renderer.progress_of("r-old", thread, "en", "UREQ")
     assert not await ws.store.outbox.records(f"{CHANNEL}:23.1")  # nothing opened afresh
     assert not await renderer.progress_of("r-none", "terminal:1", "en", None)  # not a Slack thread
+
+
+async def test_with_the_store_down_a_run_s_progress_waits_and_is_never_posted_directly(slack: FakeSlack) -> None:
+    """A message that cannot be recorded is sent once directly (typically the one saying the store is down); a
+    run's progress is not: it would be a second message, and its state would be lost. Catch-up shows the run once
+    the store is back."""
+    down = connect("redis://127.0.0.1:1/0", timeout_s=0.2)
+    outbox = SlackOutbox(store=RedisOutbox(down, Keys("down"), Ttls(), outage_grace_s=0.3),
+                         client=AsyncWebClient(token=slack.token, base_url=slack.api_url),
+                         pacer=Pacer(workspace=TEAM), metrics=Metrics())
+    try:
+        with pytest.raises(StoreError):
+            await outbox.message("progress:r9", CHANNEL, "24.1", "working", [kit.mrkdwn("working")],
+                                 state=("r9", "{}"))
+        assert not slack.called("chat.postMessage")
+        await outbox.message("notice:1", CHANNEL, "24.1", "the store is down", [kit.mrkdwn("the store is down")])
+        assert len(slack.called("chat.postMessage")) == 1
+    finally:
+        await down.aclose()

@@ -125,6 +125,9 @@ class RunFinished(_Event):
     """Who stopped it (a Stop press), when someone did."""
     fallback: Fallback | None = None
     """Set when OpsPilot composed the answer itself (Stop, a limit, a failure): its facts, to say in any language."""
+    may_have_changed: bool = True
+    """Whether the run called a tool that may change things (or one the registry does not know), by its own trace:
+    only then can its answer have changes to list (the audit stream). True where not known."""
 
 
 Event = Annotated[

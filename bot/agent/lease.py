@@ -34,7 +34,6 @@ class Lease:
     release_in_commit: bool
     """Whether the turn's last write may let go of the lease. Not when front ends are recording this turn's
     events: they must be recorded before another instance takes the thread and acts on them."""
-    ttl_ms: int = 30_000
     released: bool = False
     started: bool = False
     """The turn's opening made its new run (see :class:`state.store.Start`): ``run`` is that run."""
@@ -57,7 +56,7 @@ async def hold(store: Store, bus: EventBus, instance: str, thread_id: str, *, ru
             raise ThreadBusy("this thread is busy with another turn; try again in a moment")
         await asyncio.sleep(0.05)
     lease = Lease(thread_id, owner, opened.run, opened.transcript, release_in_commit=not bus.has_subscribers,
-                  ttl_ms=ttl_ms, started=opened.started)
+                  started=opened.started)
     renewer = asyncio.create_task(_renew(store, lease, ttl_ms))
     try:
         yield lease
@@ -70,7 +69,7 @@ async def hold(store: Store, bus: EventBus, instance: str, thread_id: str, *, ru
         renewer.cancel()
         if not lease.released:
             with contextlib.suppress(StoreError):
-                await asyncio.shield(store.locks.release_lease(thread_id, owner, ttl_ms))
+                await asyncio.shield(store.locks.release_lease(thread_id, owner))
 
 
 async def _renew(store: Store, lease: Lease, ttl_ms: int) -> None:

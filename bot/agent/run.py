@@ -135,14 +135,13 @@ class Run:
         self._segment_start = now
         self.record.updated_at = time.time()
         lease = self.lease
-        release, owner, ttl_ms = ((lease.release_by(final), lease.owner, lease.ttl_ms) if lease is not None
-                                  else (None, None, Write.lease_ttl_ms))
+        release, owner = (lease.release_by(final), lease.owner) if lease is not None else (None, None)
         changed = self.record.status != self._committed_status
         # Counters reach the hour's stats when the turn pauses or ends: fewer Redis commands per step.
         counted, self._counters = (dict(self._counters), Counter()) if final or changed else ({}, self._counters)
         write = Write(run=self.record, messages=self._messages, counters=counted, new_tokens=self._tokens,
                       audit=self._audit, status_changed=changed,
-                      release_lease=release, lease_owner=owner, lease_ttl_ms=ttl_ms, was=self._committed_status)
+                      release_lease=release, lease_owner=owner, was=self._committed_status)
         self._messages, self._tokens, self._audit = [], [], []
         self._committed_status = self.record.status
         # A Stop arriving meanwhile waits for this write: what it sent must not be sent twice, nor half.
@@ -334,8 +333,9 @@ class Run:
         self._answer = answer
         r.trace.append(FinishTrace(stop_reason=reason, steps=r.step, active_ms=round(self.active_s() * 1000, 1)))
         self.count(f"stop:{reason}")
-        self.emit(RunFinished, stop_reason=reason, steps=r.step, answer=answer,
-                  by=self.stopped_by, fallback=fallback)
+        self.emit(RunFinished, stop_reason=reason, steps=r.step, answer=answer, by=self.stopped_by, fallback=fallback,
+                  may_have_changed=any((spec := self.deps.registry.get(e.tool)) is None or spec.mutating
+                                       for e in r.trace if isinstance(e, CallTrace)))
         await self.commit(final=True)
         return self.outcome()
 

@@ -77,9 +77,6 @@ class Renderer:
         self.rollbacks = False
         """Offer "Roll back to <previous release>" under an answer whose verdict is yes (rollback_service exists)."""
         """Offer "Re-check in N min" under an answer that reports a change (0: off, where follow-ups do not exist)."""
-        self.changing: Callable[[str], bool] | None = None
-        """Whether a tool may change things (its run's answer lists what it changed, from the audit stream); None:
-        not known, so every answer's run is looked up there."""
         self.shown: Callable[[str, str], Awaitable[None]] | None = None
         """Tells the store a run's pause or end is in the outbox (see ``state.store.UNSHOWN``)."""
 
@@ -155,7 +152,8 @@ class Renderer:
                 state["header"] = f":no_entry_sign: {say(lang, 'stopped_by', by=_who(event.by), at=kit.hhmm())}"
             state["stoppable"], leave = False, True
         if event.type == "run_finished":
-            await self._finish(state, event.run_id, event.answer, stopped_by=event.by, composed=event.fallback)
+            await self._finish(state, event.run_id, event.answer, stopped_by=event.by, composed=event.fallback,
+                               changed=event.may_have_changed)
         elif event.type == "loop_interrupt":
             await self._show(event.run_id, state, end=_End(md=f":raised_hand: {say(lang, 'waiting_below')}"))
             for group in _same_questions(event.pending):
@@ -323,7 +321,7 @@ class Renderer:
                                       kit.decided_card(summary, decided))
 
     async def _finish(self, state: dict[str, Any], run_id: str, answer: str, stopped_by: str | None = None,
-                      composed: Fallback | None = None) -> None:
+                      composed: Fallback | None = None, changed: bool = True) -> None:
         """The progress's final state and the answer: as separate messages, or streamed at the stream's end
         (posted as messages all the same if the stream had to fall back by then)."""
         lang = str(state.get("lang") or "en")
@@ -331,11 +329,9 @@ class Renderer:
         if composed is not None:  # ours, not the model's: said in the thread's words, with who pressed Stop
             text = fallback_answer(composed, lang, _who(stopped_by) if stopped_by else "")
         shown = text
-        # Only a run that called a tool that changes things has changes to list (most only read): the others skip
-        # the audit stream's read (its shard's last 2,000 entries).
-        changing = self.changing
-        looked = changing is None or any(changing(str(line.get("tool", ""))) for line in state.get("lines", []))
-        changes = await self.reports.read_audit(200, run_id=run_id) if looked else []
+        # Only a run that called a tool that changes things (by its own trace) has changes to list; most only read,
+        # and skip the audit stream's read (its shard's last 2,000 entries).
+        changes = await self.reports.read_audit(200, run_id=run_id) if changed else []
         if changes:
             text += f"\n\n*{say(lang, 'audit')}*\n" + "\n".join(audit_line(a, lang) for a in reversed(changes))
         # An answer whose change ran offers to look again once it has had time to show (a follow-up).

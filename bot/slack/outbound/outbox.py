@@ -89,7 +89,7 @@ class SlackOutbox:
             await self._put(channel, thread_ts, key, fields, state=state)
             return
         fields |= {"response_url": response_url, "response_tries": 0}
-        version = await self._put(channel, thread_ts, key, fields, direct=False)
+        version = await self._put(channel, thread_ts, key, fields, direct=False, state=state)
         # A clicked card goes at once, from here, not behind its thread's delivery (which another process may hold,
         # or have died holding, for its lease's 20 s). The edit is idempotent: the outbox may send it again.
         task = asyncio.create_task(self._in_place_now(_thread(channel, thread_ts), key, version, fields))
@@ -189,6 +189,8 @@ class SlackOutbox:
                                            urgent=not low_priority(key),  # a card need not wait out a progress edit
                                            state=state)
         except StoreError as exc:
+            if state is not None:  # a run's progress: nothing shown now; once the store is back, catch-up shows the
+                raise  # run once (a direct post now would be a second message, and its state would be lost)
             if not direct:  # a clicked card: edited through its response URL, which needs no store
                 log.warning("outbox unavailable (%s): %s edited through its response URL only", exc, key)
                 return None
@@ -303,8 +305,7 @@ class SlackOutbox:
                 retry_at = await self._deliver_records(thread, self.sender.holding(hold))
                 renewer.cancel()
                 # The settle lets go of the lease too (one script); if it fails, the release below tries again.
-                still_due = await self.store.settle(thread, retry_at=retry_at, release=self.owner,
-                                                    lease_ms=self._lease_ms)
+                still_due = await self.store.settle(thread, retry_at=retry_at, release=self.owner)
                 released = True
                 if still_due:  # a newer state arrived while we were sending, or a retry waits: come back for it
                     wait_s = min(max(retry_at - time.time(), 0.0), self.max_backoff_s)
@@ -312,7 +313,7 @@ class SlackOutbox:
             finally:
                 renewer.cancel()
                 if not released:
-                    await self.store.release(thread, self.owner, self._lease_ms)
+                    await self.store.release(thread, self.owner)
         except LeaseLost as exc:  # what is left stays due: the thread's holder, or our next round, sends it
             log.debug("outbox: thread %s: round stopped (%s)", thread, exc)
         except StoreError as exc:  # an outage is told once by the outage log (core/outages.py), not per thread
