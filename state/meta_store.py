@@ -21,12 +21,12 @@ from state.store import Admission
 _ADMIT = """
 local now, window, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 redis.call('zremrangebyscore', KEYS[1], '-inf', now - window)
-if redis.call('zscore', KEYS[1], ARGV[4]) then return {1, 0, 0} end
 if redis.call('zcard', KEYS[1]) < limit then
-  redis.call('zadd', KEYS[1], now, ARGV[4])
+  redis.call('zadd', KEYS[1], 'NX', now, ARGV[4])  -- counted already (a retry): it keeps its first time
   redis.call('pexpire', KEYS[1], window)
   return {1, 0, 0}
 end
+if redis.call('zscore', KEYS[1], ARGV[4]) then return {1, 0, 0} end  -- only a full window asks who is in it
 local oldest = redis.call('zrange', KEYS[1], 0, 0, 'WITHSCORES')
 local free_at = now + window
 if oldest[2] then free_at = tonumber(oldest[2]) + window end

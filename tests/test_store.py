@@ -201,3 +201,16 @@ def test_a_record_whose_trace_rows_are_not_a_list_is_named_corrupt() -> None:
     with pytest.raises(CorruptRecord, match="rows: not a list"):
         parse_run("k:run:s3.abc", '{"schema_version":3,"thread_id":"t","text":"q","created_at":1,"updated_at":1,'
                                   '"rows":5}')
+
+
+async def test_a_request_already_in_its_window_is_admitted_again_and_counted_once(store: RedisStore) -> None:
+    """A retry after a lost reply is the same member: admitted again, whether the window has room or is full,
+    and it never takes a second place in it."""
+    meta = store.meta
+    first = await meta.admit("starts:U1", "req-1", limit=2, window_s=60, now=1000.0)
+    again = await meta.admit("starts:U1", "req-1", limit=2, window_s=60, now=1001.0)
+    assert first.admitted and again.admitted
+    assert (await meta.admit("starts:U1", "req-2", limit=2, window_s=60, now=1002.0)).admitted  # room for two
+    assert not (await meta.admit("starts:U1", "req-3", limit=2, window_s=60, now=1003.0)).admitted
+    assert (await meta.admit("starts:U1", "req-1", limit=2, window_s=60, now=1004.0)).admitted  # full: still in
+    assert (await meta.admit("starts:U1", "req-4", limit=2, window_s=60, now=1061.0)).admitted  # req-1 left at 1060
