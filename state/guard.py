@@ -37,6 +37,13 @@ RELEASE_IF_HELD = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
 return 0
 """
+# A small hash's fields and its TTL in one step (KEYS: the hash; ARGV: its TTL, then field, value, …): one command
+# fewer than MULTI, HSET, EXPIRE, EXEC (metadata; what a run shows).
+HSET_WITH_TTL = """
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return 1
+"""
 # Extend a lease only while it is still the owner's: one that lapsed is not silently taken again.
 RENEW_IF_HELD = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end

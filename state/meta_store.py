@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 
 from state.client import Client
-from state.guard import retried, text
+from state.guard import HSET_WITH_TTL, retried, text
 from state.keys import Keys, Ttls
 from state.store import Admission
 
@@ -43,13 +43,6 @@ redis.call('set', KEYS[1], ARGV[1], 'EX', ARGV[2])
 return ARGV[1]
 """
 
-# KEYS: the hash. ARGV: its TTL, then field, value, … (one command fewer than MULTI, HSET, EXPIRE, EXEC)
-_PUT = """
-redis.call('HSET', KEYS[1], unpack(ARGV, 2))
-redis.call('EXPIRE', KEYS[1], ARGV[1])
-return 1
-"""
-
 DEDUPE_MARK: ContextVar[str | None] = ContextVar("dedupe_mark", default=None)
 """Set while one stored request is read: its dedupe markers carry its id, so reading it again (its worker died
 before it was acknowledged) passes the same dedupe it passed the first time instead of being dropped."""
@@ -60,7 +53,7 @@ class RedisMeta:
         self.client, self.keys, self.ttls, self.grace_s = client, keys, ttls, outage_grace_s
         self._admit = client.register_script(_ADMIT)
         self._claim = client.register_script(_CLAIM)
-        self._put = client.register_script(_PUT)
+        self._put = client.register_script(HSET_WITH_TTL)
 
     async def put(self, kind: str, name: str, fields: Mapping[str, str]) -> None:
         if not fields:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from state.client import Client
-from state.guard import RELEASE_IF_HELD, RENEW_IF_HELD, guard, retried, text
+from state.guard import HSET_WITH_TTL, RELEASE_IF_HELD, RENEW_IF_HELD, guard, retried, text
 from state.keys import Keys, Renewals, Ttls, all_shards, shard_of
 
 
@@ -116,6 +116,7 @@ class RedisOutbox:
         self._settle = client.register_script(_SETTLE)
         self._release = client.register_script(RELEASE_IF_HELD)
         self._renew = client.register_script(RENEW_IF_HELD)
+        self._hset = client.register_script(HSET_WITH_TTL)
 
     async def put(self, thread: str, key: str, fields: Mapping[str, Any], *, due: float, urgent: bool = False,
                   state: tuple[str, str] | None = None) -> int:
@@ -142,15 +143,9 @@ class RedisOutbox:
 
     async def save_state(self, thread: str, run_id: str, state: str) -> None:
         """A run's shown state alone (no message changes with it)."""
-        key = self.keys.outbox_state(thread)
-
-        async def attempt() -> None:
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hset(key, run_id, state)
-            pipe.expire(key, self.ttls.thread_s)
-            await pipe.execute()
-
-        await retried("saving what a run shows", self.grace_s, attempt)
+        keys = [self.keys.outbox_state(thread)]
+        args: list[str | int] = [self.ttls.thread_s, run_id, state]
+        await retried("saving what a run shows", self.grace_s, lambda: self._hset(keys=keys, args=args))
 
     async def shown_state(self, thread: str, run_id: str) -> str | None:
         key = self.keys.outbox_state(thread)

@@ -213,4 +213,5 @@ async def test_a_request_already_in_its_window_is_admitted_again_and_counted_onc
     assert (await meta.admit("starts:U1", "req-2", limit=2, window_s=60, now=1002.0)).admitted  # room for two
     assert not (await meta.admit("starts:U1", "req-3", limit=2, window_s=60, now=1003.0)).admitted
     assert (await meta.admit("starts:U1", "req-1", limit=2, window_s=60, now=1004.0)).admitted  # full: still in
-    assert (await meta.admit("starts:U1", "req-4", limit=2, window_s=60, now=1061.0)).admitted  # req-1 left at 1060
+    # req-1 keeps its first time (1000, not its retry's 1001): it has left the window by 1060.5, req-2 has not
+    assert (await meta.admit("starts:U1", "req-4", limit=2, window_s=60, now=1060.5)).admitted
