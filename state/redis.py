@@ -54,6 +54,8 @@ class RedisStore:
         self.timers = RedisTimers(client, self.keys, self.ttls, outage_grace_s)
         self.counter = RedisCounter(client, self.keys, self.ttls)
         self._transcripts: OrderedDict[str, list[Message]] = OrderedDict()
+        self._finished: dict[str, tuple[str, int]] = {}
+        """Per thread in the cache: the run this process saw finish last, and the transcript's length then."""
         self.transcript_cache_size = 512
         self.renewals = Renewals()
         self._commit = client.register_script(COMMIT)
@@ -124,6 +126,8 @@ class RedisStore:
         await self.counter.flush(due_only=True)
         if write.messages:
             self._cache_append(run.thread_id, write.messages, int(length))
+            if run.status == "finished" and run.thread_id in self._transcripts:  # the cache was in step with it
+                self._finished[run.thread_id] = (run.run_id, int(length))
 
     async def open_turn(self, thread_id: str, owner: str, ttl_ms: int, *, run_id: str | None = None,
                         start: Start | None = None) -> Opened | None:
@@ -141,8 +145,10 @@ class RedisStore:
             needle = f'"request_id":"{start.question.request_id}"' if start.question.request_id else False
             renew_index = self.renewals.due(k.index(shard, "runs"))
             commit_id = os.urandom(COMMIT_ID_BYTES).hex()
+            finished = self._finished.get(thread_id)
             header = {"run_id": record.run_id, "index_score": _index_score(record), "renew_index": renew_index,
-                      "needle": needle, "counters": counted, "stats_ttl": ttls.stats_s, "commit_id": commit_id}
+                      "needle": needle, "counters": counted, "stats_ttl": ttls.stats_s, "commit_id": commit_id,
+                      "finished": finished[0] if finished and cached and finished[1] == len(cached) else False}
             keys += [k.index(shard, "runs"), k.stats(shard, hour_now())]
             args += [json.dumps(header, separators=(",", ":")), commit_id + dump_run(record),
                      dump_message(start.question)]
@@ -194,8 +200,9 @@ class RedisStore:
         cached = self._transcripts.get(thread_id)
         if cached is not None and len(cached) + len(messages) == new_length:
             cached.extend(messages)
-        else:
-            self._transcripts.pop(thread_id, None)  # someone else wrote in between: fetch next time
+        else:  # someone else wrote in between: fetch next time
+            self._transcripts.pop(thread_id, None)
+            self._finished.pop(thread_id, None)
 
     async def load_transcript(self, thread_id: str) -> list[Message]:
         """The thread's messages. Transcripts are append-only, so a cached copy is a valid prefix and only
@@ -239,7 +246,7 @@ class RedisStore:
         self._transcripts[thread_id] = messages
         self._transcripts.move_to_end(thread_id)
         while len(self._transcripts) > self.transcript_cache_size:
-            self._transcripts.popitem(last=False)
+            self._finished.pop(self._transcripts.popitem(last=False)[0], None)
         return list(messages)
 
     async def thread_run(self, thread_id: str) -> str | None:

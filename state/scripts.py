@@ -96,7 +96,11 @@ return length
 # same call when the thread has none under way (none, or its latest finished) and the transcript read here does not
 # hold the question's request id (the caller looked in what it has cached): the question is appended, the run
 # saved, named the thread's run and indexed as running. Until then nothing but the lease was written, so a run
-# that finds the thread busy is started afresh by the caller.
+# that finds the thread busy is started afresh by the caller. The usual turn skips every read: when the caller
+# saw the thread's latest run finish at the transcript length it has (the header's ``finished``: that run's id),
+# the question is pushed first, and if it lands right behind that length nobody wrote to the thread since (every
+# run that is made pushes its question), so that run is still the thread's latest and the new one is made;
+# otherwise the question is popped again and the turn goes the long way.
 # Returns {0, holder} when busy, else {1, run id, run record, trace, transcript length, first index, rows, started}
 # with started 1 (made now: the question follows the rows), 2 (made by this same call before its reply was lost, and
 # not written since: the rows hold it) or 0. A run under way is told from a finished one by how its record starts,
@@ -107,6 +111,22 @@ local FINISHED = '^%x*{"status":"finished"'  -- how a finished run's record star
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local holder = redis.call('GET', KEYS[1])
   if holder ~= ARGV[1] then return {0, holder or ''} end
+end
+local h = ARGV[9] and cjson.decode(ARGV[9])
+local function make()  -- the new run (its question pushed): record, the thread's run, the index, the count
+  redis.call('SET', ARGV[4] .. h.run_id, ARGV[10], 'EX', ARGV[7])
+  redis.call('SET', KEYS[2], h.run_id, 'EX', ARGV[7])
+  join(KEYS[4], h.index_score, h.run_id, ARGV[7], h.renew_index)
+  count(KEYS[5], h.counters, h.stats_ttl)
+end
+if h and h.finished and ARGV[5] == '' then
+  local known = tonumber(ARGV[3])
+  if redis.call('RPUSH', KEYS[3], ARGV[11]) == known + 1 then
+    if ARGV[8] == '1' then redis.call('EXPIRE', KEYS[3], ARGV[7]) end  -- the thread's TTL: its last turn
+    make()
+    return {1, h.finished, '', {}, known, known, {}, 1}
+  end
+  redis.call('RPOP', KEYS[3])  -- ours: the script runs alone
 end
 local run_id = ARGV[5]
 if run_id == '' then run_id = redis.call('GET', KEYS[2]) or '' end
@@ -127,8 +147,7 @@ if start == 0 then rows = redis.call('LRANGE', KEYS[3], 0, -1) end
 local length = start + #rows
 if length > 0 and ARGV[8] == '1' then redis.call('EXPIRE', KEYS[3], ARGV[7]) end  -- the thread's TTL: its last turn
 local started = 0
-if ARGV[9] then
-  local h = cjson.decode(ARGV[9])
+if h then
   if run_id == h.run_id then  -- made by this same call, if nobody wrote to it since (its commit id is ours)
     if string.sub(raw, 1, #h.commit_id) == h.commit_id then started = 2 end
   elseif known and (raw == '' or string.find(raw, FINISHED)) then
@@ -141,10 +160,7 @@ if ARGV[9] then
   end
   if started == 1 then
     if redis.call('RPUSH', KEYS[3], ARGV[11]) == 1 then redis.call('EXPIRE', KEYS[3], ARGV[7]) end
-    redis.call('SET', ARGV[4] .. h.run_id, ARGV[10], 'EX', ARGV[7])
-    redis.call('SET', KEYS[2], h.run_id, 'EX', ARGV[7])
-    join(KEYS[4], h.index_score, h.run_id, ARGV[7], h.renew_index)
-    count(KEYS[5], h.counters, h.stats_ttl)
+    make()
   end
 end
 return {1, run_id, raw, trace, length, start, rows, started}

@@ -10,15 +10,16 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from bench.common import server_sample
 from bot.agent.models.scripted import ScriptedModel, reply
 from core.messages import UserMessage
 from state import RedisStore, RunRecord, Write, connect
-from state.keys import new_run_id, shard_of
+from state.keys import Keys, new_run_id, shard_of
 from state.migrate import merge_run_indexes
 from state.records import PendingCall
 from state.scripts import SENTINEL, UNSHOWN_BAND
 from state.store import Start
-from tests.conftest import make_harness
+from tests.conftest import OwnRedis, make_harness
 
 
 def _start(thread: str, text: str, request_id: str | None = None) -> Start:
@@ -216,3 +217,41 @@ async def test_a_run_whose_worker_died_before_its_first_step_is_closed_out(store
     closed = await store.load_run(opened.run.run_id)
     assert closed is not None and closed.status == "finished" and closed.step == 0
     assert closed.stop_reason == "internal_error"
+
+
+async def test_a_thread_this_process_served_last_opens_without_reading_it(own_redis: OwnRedis) -> None:
+    """Its last run finished here, at the transcript length cached here: the opening pushes the question and, as
+    nobody wrote in between, makes the run without reading the thread's run, its record or the transcript."""
+    store = RedisStore(connect(own_redis.url), keys=Keys("p"))
+    try:
+        await make_harness(ScriptedModel([reply("one")]), store).engine.ask("t", "first")
+        before = await server_sample(own_redis.url)
+        opened = await store.open_turn("t", "w:2", 30_000, start=_start("t", "second"))
+        calls = (await server_sample(own_redis.url)).since(before).calls
+        assert opened is not None and opened.started
+        assert calls["get"] == calls["lrange"] == 0 and calls["rpush"] == 1, calls
+        assert [m.content for m in opened.transcript] == ["first", "one", "second"]
+        fresh = RedisStore(connect(own_redis.url), keys=Keys("p"))  # nothing cached: what Redis holds
+        assert [m.content for m in await fresh.load_transcript("t")] == ["first", "one", "second"]
+        assert await fresh.thread_run("t") == opened.run.run_id
+        await fresh.close()
+    finally:
+        await store.close()
+
+
+async def test_a_thread_written_elsewhere_since_goes_the_long_way(store: RedisStore, second: RedisStore) -> None:
+    """Another process made a run in the thread after this one saw its last run finish: the question pushed on
+    trust is taken back, and the opening reads and decides as before (a paused run is answered, not overrun)."""
+    await make_harness(ScriptedModel([reply("one")]), store).engine.ask("t", "first")
+    elsewhere = await second.open_turn("t", "w:2", 30_000, start=_start("t", "elsewhere", "Ev2"))
+    assert elsewhere is not None and elsewhere.started
+    paused = elsewhere.run.model_copy(update={"status": "paused"})
+    await second.commit(Write(run=paused, lease_owner="w:2", release_lease="w:2", was="running"))
+    here = await store.open_turn("t", "w:3", 30_000, start=_start("t", "here", "Ev3"))
+    assert here is not None and not here.started
+    assert here.run is not None and here.run.run_id == elsewhere.run.run_id and here.run.status == "paused"
+    assert [m.content for m in here.transcript] == ["first", "one", "elsewhere"]
+    await store.commit(Write(run=paused.model_copy(update={"status": "finished"}), lease_owner="w:3",
+                             release_lease="w:3", was="paused"))
+    assert [m.content for m in await second.load_transcript("t")] == ["first", "one", "elsewhere"]
+    assert await store.thread_run("t") == elsewhere.run.run_id
