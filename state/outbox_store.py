@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +42,15 @@ def _record(key: str, raw: str | bytes) -> OutboxRecord:
     body = json.loads(raw)
     return OutboxRecord(key, int(body.pop("version", 0)), int(body.pop("sent_version", 0)), int(body.pop("seq", 0)),
                         body)
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """A version of a message Slack took in a delivery round, saved by the round's settle (see ``_SETTLE``)."""
+
+    key: str
+    fields: Mapping[str, Any]
+    version: int
 
 
 DUE_SENTINEL = "~"
@@ -88,14 +97,28 @@ redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(rec))
 return 1
 """
 # KEYS: thread hash, due index, and the delivery lease to let go of (optional). ARGV: thread, next attempt if
-# anything is still undelivered, the thread's TTL, then the lease's owner (see RELEASE_IF_HELD). The index's
-# sentinel goes with the thread: an index gone since the thread's last write is made again with its TTL.
+# anything is still undelivered, the thread's TTL, the lease's owner (see RELEASE_IF_HELD; '' for none), then the
+# round's delivered versions (JSON: [key, fields, version] each), saved first as _PATCH would: the round's
+# bookkeeping in one script. The index's sentinel goes with the thread: an index gone since the thread's last write
+# is made again with its TTL.
 _SETTLE = """
-local due = 0
+local recs = {}
 local all = redis.call('HGETALL', KEYS[1])
 for i = 2, #all, 2 do
-  local rec = all[i - 1] ~= '~seq' and cjson.decode(all[i])
-  if rec and rec.version > rec.sent_version then due = 1 break end
+  if all[i - 1] ~= '~seq' then recs[all[i - 1]] = cjson.decode(all[i]) end
+end
+for _, sent in ipairs(cjson.decode(ARGV[5])) do
+  local rec = recs[sent[1]]
+  if rec then
+    for k, v in pairs(sent[2]) do rec[k] = v end
+    rec.sent_version = math.max(rec.sent_version, sent[3])
+    if rec.sent_version >= rec.version then rec.text = nil; rec.blocks = nil end
+    redis.call('HSET', KEYS[1], sent[1], cjson.encode(rec))
+  end
+end
+local due = 0
+for _, rec in pairs(recs) do
+  if rec.version > rec.sent_version then due = 1 break end
 end
 if due == 0 then
   redis.call('ZREM', KEYS[2], ARGV[1])
@@ -162,14 +185,17 @@ class RedisOutbox:
         await retried("updating the outbox", self.grace_s, lambda: self._patch(keys=[self.keys.outbox(thread)],
                                                                                  args=args))
 
-    async def settle(self, thread: str, *, retry_at: float, release: str | None = None) -> bool:
+    async def settle(self, thread: str, *, retry_at: float, release: str | None = None,
+                     delivered: Sequence[Delivered] = ()) -> bool:
         """Leave the due index if everything is delivered, else come back at ``retry_at``. True if still due.
-        ``release``: the delivery lease's owner, letting go of it in the same call (one script, not two)."""
+        ``release``: the delivery lease's owner, letting go of it in the same call (one script, not two);
+        ``delivered``: what the round sent, saved first (as :meth:`patch` with ``delivered`` would)."""
         keys = [self.keys.outbox(thread), self.keys.outbox_due(shard_of(thread))]
-        args: list[str | int] = [thread, repr(retry_at), self.ttls.thread_s]
         if release is not None:
             keys.append(self.keys.outbox_lease(thread))
-            args.append(release)
+        sent = [[d.key, dict(d.fields), d.version] for d in delivered]
+        args: list[str | int] = [thread, repr(retry_at), self.ttls.thread_s, release or "",
+                                 json.dumps(sent, ensure_ascii=False) if sent else "[]"]
         async with guard("updating the outbox"):
             return bool(await self._settle(keys=keys, args=args))
 
@@ -264,7 +290,10 @@ class MemoryOutbox:
                 rec.pop("text", None)
                 rec.pop("blocks", None)
 
-    async def settle(self, thread: str, *, retry_at: float, release: str | None = None) -> bool:
+    async def settle(self, thread: str, *, retry_at: float, release: str | None = None,
+                     delivered: Sequence[Delivered] = ()) -> bool:
+        for d in delivered:
+            await self.patch(thread, d.key, d.fields, delivered=d.version)
         if release is not None:
             await self.release(thread, release)
         if any(r["version"] > r["sent_version"] for r in self._threads.get(thread, {}).values()):

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from core.messages import Message, UserMessage
 from state.feedback_store import Feedbacks
-from state.outbox_store import OutboxRecord
+from state.outbox_store import Delivered, OutboxRecord
 from state.queue import DeadLetter, Entry, Lane, QueueStats
 from state.records import RunRecord, Ticket
 
@@ -290,9 +290,11 @@ class Outbox(Protocol):
     async def patch(self, thread: str, key: str, fields: Mapping[str, Any], *,
                     delivered: int | None = None) -> None: ...
 
-    async def settle(self, thread: str, *, retry_at: float, release: str | None = None) -> bool:
+    async def settle(self, thread: str, *, retry_at: float, release: str | None = None,
+                     delivered: Sequence[Delivered] = ()) -> bool:
         """Leave the due index if everything is delivered, else come back at ``retry_at``; True if still due.
-        ``release``: the delivery lease's owner, letting go of it in the same call."""
+        ``release``: the delivery lease's owner, letting go of it in the same call; ``delivered``: what the round
+        sent, saved first."""
         ...
 
     async def due(self, now: float, limit: int = 64) -> list[str]: ...

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from state import RedisStore
 from state.keys import Renewals, shard_of
-from state.outbox_store import RedisOutbox
+from state.outbox_store import Delivered, RedisOutbox
 
 
 def _outbox(store: RedisStore) -> RedisOutbox:
@@ -90,3 +90,26 @@ async def test_a_settle_that_finds_its_index_gone_makes_it_again_with_a_ttl(stor
     await store.client.delete(due)  # gone between the write and its round (expired, or deleted by hand)
     assert await outbox.settle(thread, retry_at=5.0)
     assert await store.client.ttl(due) > 0 and await outbox.due(now=10.0) == [thread]
+
+
+async def test_a_round_s_settle_saves_what_it_sent_and_a_newer_state_stays_due(store: RedisStore) -> None:
+    """What a round sent is saved by its settle, as a patch would have saved it (the ts kept, the text dropped),
+    in the script that decides whether the thread is still due: a state put while the round was sending keeps
+    the thread due, with its text."""
+    outbox = _outbox(store)
+    thread = "C5:5.5"
+    await outbox.put(thread, "answer:r5", {"text": "done", "blocks": "[]"}, due=0)
+    await outbox.put(thread, "progress:r5", {"text": "step 1"}, due=0)
+    answer, progress = await outbox.records(thread)
+    await outbox.put(thread, "progress:r5", {"text": "step 2"}, due=0)  # newer than what the round sends
+    sent = [Delivered(answer.key, {"ts": "7.1", "attempted": False}, answer.version),
+            Delivered(progress.key, {"ts": "7.2", "attempted": False}, progress.version)]
+    assert await outbox.settle(thread, retry_at=0, delivered=sent)  # step 2 is still to send
+    saved = {r.key: r for r in await outbox.records(thread)}
+    assert saved["answer:r5"].get("ts") == "7.1" and not saved["answer:r5"].dirty
+    assert saved["answer:r5"].get("text") is None and saved["answer:r5"].get("blocks") is None
+    assert saved["progress:r5"].get("ts") == "7.2" and saved["progress:r5"].dirty
+    assert saved["progress:r5"].get("text") == "step 2"
+    again = Delivered(progress.key, {"ts": "7.2"}, saved["progress:r5"].version)
+    assert not await outbox.settle(thread, retry_at=0, delivered=[again])  # all sent: the thread leaves the index
+    assert await outbox.due(now=1e12) == []

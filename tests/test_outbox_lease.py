@@ -9,6 +9,7 @@ import time
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bench.common import server_sample
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.counters import Metrics
@@ -75,3 +76,27 @@ def test_a_hold_is_sure_only_while_a_call_starting_now_ends_inside_the_lease() -
     hold.renewed(time.monotonic(), held=False)  # someone else has it
     with pytest.raises(LeaseLost, match="another instance"):
         hold.check()
+
+
+async def test_a_round_s_bookkeeping_is_one_script_after_its_sends(own_redis: OwnRedis, prefix: str,
+                                                                   slack: FakeSlack) -> None:
+    """A round that edits a message saves what Slack took with its settle: one script after the edit (the patch
+    of each sent version was a script of its own). The edit is saved: the next state edits the same message."""
+    store = _store(own_redis, prefix)
+    outbox = SlackOutbox(store=store.outbox, pacer=Pacer(posts_per_second=50),
+                         client=AsyncWebClient(token=slack.token, base_url=slack.api_url, timeout=1),
+                         metrics=Metrics(), update_interval_s=0.0)  # the edit goes at once: one round
+    try:
+        await outbox.message("progress:r1", "C1", THREAD_TS, "step 1", [kit.mrkdwn("step 1")])
+        await outbox.drain(10)
+        await outbox.message("progress:r1", "C1", THREAD_TS, "step 2", [kit.mrkdwn("step 2")])
+        before = await server_sample(own_redis.url)
+        await outbox.drain(10)
+        calls = (await server_sample(own_redis.url)).since(before).calls
+        assert calls["evalsha"] == 1 and calls["hset"] == 1, calls  # the settle, saving the edit
+        (record,) = await store.outbox.records(f"C1:{THREAD_TS}")
+        assert not record.dirty and record.get("text") is None and record.get("ts")
+        assert len(slack.called("chat.postMessage")) == 1 and len(slack.called("chat.update")) == 1
+    finally:
+        await outbox.stop()
+        await store.close()

@@ -301,11 +301,14 @@ class SlackOutbox:
             if not await self.store.lease(thread, self.owner, self._lease_ms):
                 return  # another instance delivers this thread right now
             renewer, released = asyncio.create_task(self._renew(thread, hold)), False
+            sender = self.sender.holding(hold)
             try:
-                retry_at = await self._deliver_records(thread, self.sender.holding(hold))
+                retry_at = await self._deliver_records(thread, sender)
                 renewer.cancel()
-                # The settle lets go of the lease too (one script); if it fails, the release below tries again.
-                still_due = await self.store.settle(thread, retry_at=retry_at, release=self.owner)
+                # The settle saves what was sent and lets go of the lease (one script); if it fails, the
+                # finally below does both again.
+                still_due = await self.store.settle(thread, retry_at=retry_at, release=self.owner,
+                                                    delivered=sender.delivered or ())
                 released = True
                 if still_due:  # a newer state arrived while we were sending, or a retry waits: come back for it
                     wait_s = min(max(retry_at - time.time(), 0.0), self.max_backoff_s)
@@ -313,6 +316,8 @@ class SlackOutbox:
             finally:
                 renewer.cancel()
                 if not released:
+                    with contextlib.suppress(StoreError):  # what Slack took before the round stopped
+                        await sender.save_delivered(thread)
                     await self.store.release(thread, self.owner)
         except LeaseLost as exc:  # what is left stays due: the thread's holder, or our next round, sends it
             log.debug("outbox: thread %s: round stopped (%s)", thread, exc)
@@ -342,6 +347,7 @@ class SlackOutbox:
             if not record.dirty or record.key in skip or (failed and plain_edit(record)) or \
                     (post_failed and not (record.get("ts") and record.get("response_url"))):
                 continue
+            await sender.save_delivered(thread)  # the last message's, before this one's pace or call
             if record.get("kind") == "stream" and record.get("fallback") and record.get("final"):
                 await sender.put_then(thread, record)  # the answer never waits behind the edit's budget
             wait = await sender.edit_wait(record)

@@ -21,7 +21,7 @@ from bot.slack.outbound.pacer import Pacer
 from bot.slack.outbound.responses import InPlace, TryLater
 from bot.slack.outbound.streams import StreamRefused, Streams
 from core.outages import outage
-from state.outbox_store import OutboxRecord
+from state.outbox_store import Delivered, OutboxRecord
 from state.store import Outbox
 
 log = logging.getLogger("bot.slack.outbound.outbox")  # the operator's log names the outbox, as before
@@ -57,13 +57,25 @@ class Sender:
         self.update_interval_s = update_interval_s
         self.in_place = InPlace(store, client, metrics, SLACK)
         self.hold: Hold | None = None
+        self.delivered: list[Delivered] | None = None
+        """In a delivery round: the version it sent last, saved by the round's settle (one script for the round's
+        bookkeeping), or before the round goes on to its next message (:meth:`save_delivered`), so that nothing
+        Slack took waits unsaved behind another message's pace. Lost with its process, a post's ts is found again
+        by its "attempted" mark (saved before the call); an edit is made again, to the same state."""
 
     def holding(self, hold: Hold) -> Sender:
         """This sender for one delivery round: each of its Slack calls starts only while ``hold`` is sure
         (:class:`~bot.slack.outbound.hold.LeaseLost` otherwise)."""
         bound = copy.copy(self)
-        bound.hold = hold
+        bound.hold, bound.delivered = hold, []
         return bound
+
+    async def save_delivered(self, thread: str) -> None:
+        """Save what this round sent so far (see :attr:`delivered`)."""
+        while self.delivered:
+            sent = self.delivered[0]
+            await self.store.patch(thread, sent.key, sent.fields, delivered=sent.version)
+            self.delivered.pop(0)
 
     async def edit_wait(self, record: OutboxRecord) -> float:
         """Edits of one message are spaced by ``update_interval_s``; only a card's edit queues for Slack's edit
@@ -127,8 +139,11 @@ class Sender:
                     channel=f["channel"], ts=landed, text=f["text"], blocks=blocks))
         if f["kind"] == "stream" and f.get("final"):
             await self.put_then(thread, record)
-        await self.store.patch(thread, record.key, {"ts": ts, "attempted": False, "sent_at": time.time()},
-                               delivered=record.version)
+        sent = Delivered(record.key, {"ts": ts, "attempted": False, "sent_at": time.time()}, record.version)
+        if self.delivered is not None:
+            self.delivered.append(sent)
+        else:
+            await self.store.patch(thread, sent.key, sent.fields, delivered=sent.version)
 
     async def _remove(self, thread: str, record: OutboxRecord) -> None:
         """A message taken back: deleted if it was posted (or landed unseen), never posted if not yet."""
