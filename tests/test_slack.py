@@ -6,18 +6,23 @@ import asyncio
 import copy
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import pytest
 
+from bot.agent.models.base import Completion
+from bot.agent.models.demo import demo_model
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.agent.transcript import violations
 from bot.demo.sender import block_action, mention, message
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
-from core.messages import ToolResultMessage
+from core.messages import Message, ToolResultMessage
+from tests.conftest import until
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
 from tests.toolkit import Probe, toolkit
+from tools.registry import ToolDefinition
 
 QUESTION = "看看支付服务最近报错，顺便对照一下文档里的处理建议"
 
@@ -53,7 +58,31 @@ def confirm(card: dict, user: str) -> dict:
     return block_action(user=user, channel=CHANNEL, message=card, action_id="opspilot_confirm", value=token)
 
 
-async def test_mention_shows_live_steps_and_a_final_answer(ws: Workspace) -> None:
+class ShownStepByStep:
+    """The demo model, each step after the first waiting until the thread's progress message is in Slack: the
+    steps are shown live on any machine (a run faster than delivery is shown once, in its final state)."""
+
+    def __init__(self, slack: FakeSlack, thread_ts: str) -> None:
+        self.inner, self.slack, self.thread_ts, self.steps = demo_model(), slack, thread_ts, 0
+        self.label, self.scripted = self.inner.label, self.inner.scripted
+
+    async def complete(self, messages: Sequence[Message], tools: Sequence[ToolDefinition],
+                       **options: Any) -> Completion:
+        if self.steps:
+            await until(lambda: any("step" in all_text(m) for m in self.slack.thread(CHANNEL, self.thread_ts)))
+        self.steps += 1
+        return await self.inner.complete(messages, tools, **options)
+
+
+async def test_mention_shows_live_steps_and_a_final_answer(redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    ws = await open_workspace(redis_url, prefix, slack, model=ShownStepByStep(slack, "100.1"))
+    try:
+        await _shows_live_steps_and_a_final_answer(ws)
+    finally:
+        await ws.stop()
+
+
+async def _shows_live_steps_and_a_final_answer(ws: Workspace) -> None:
     status, _ = await ws.sender.event(mention(CHANNEL, "UREQ", QUESTION, "100.1"))
     assert status == 200
     await ws.settle()
