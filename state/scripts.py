@@ -100,7 +100,8 @@ return length
 # saw the thread's latest run finish at the transcript length it has (the header's ``finished``: that run's id),
 # the question is pushed first, and if it lands right behind that length nobody wrote to the thread since (every
 # run that is made pushes its question), so that run is still the thread's latest and the new one is made;
-# otherwise the question is popped again and the turn goes the long way.
+# otherwise the question is popped again and the turn goes the long way. So is a thread that names no run when the
+# caller has none of it cached (a new thread, most likely): a question that makes the list needs nothing read.
 # Returns {0, holder} when busy, else {1, run id, run record, trace, transcript length, first index, rows, started}
 # with started 1 (made now: the question follows the rows), 2 (made by this same call before its reply was lost, and
 # not written since: the rows hold it) or 0. A run under way is told from a finished one by how its record starts,
@@ -139,6 +140,14 @@ if run_id ~= '' and string.sub(run_id, 1, #ARGV[6]) == ARGV[6] then
 end
 -- from the last message the caller has: nothing comes back only if the list is shorter (expired and recreated)
 local start, rows = tonumber(ARGV[3]), {}
+if h and run_id == '' and start == 0 then  -- no run named, nothing cached: most likely a new thread
+  if redis.call('RPUSH', KEYS[3], ARGV[11]) == 1 then  -- it was: no message to read, none to look through
+    redis.call('EXPIRE', KEYS[3], ARGV[7])
+    make()
+    return {1, '', '', {}, 0, 0, {}, 1}
+  end
+  redis.call('RPOP', KEYS[3])  -- a thread whose run's name expired: read and decide as below
+end
 if start > 0 then
   rows = redis.call('LRANGE', KEYS[3], start - 1, -1)
   if #rows > 0 then table.remove(rows, 1) else start = 0 end

@@ -255,3 +255,25 @@ async def test_a_thread_written_elsewhere_since_goes_the_long_way(store: RedisSt
                              release_lease="w:3", was="paused"))
     assert [m.content for m in await second.load_transcript("t")] == ["first", "one", "elsewhere"]
     assert await store.thread_run("t") == elsewhere.run.run_id
+
+
+async def test_a_new_thread_opens_without_reading_its_transcript(own_redis: OwnRedis) -> None:
+    """No run named and nothing cached (a new thread, most likely): the question is pushed first and, as it made
+    the list, nothing is read. A thread whose run's name expired but whose messages live is read as before."""
+    store = RedisStore(connect(own_redis.url), keys=Keys("p"))
+    try:
+        before = await server_sample(own_redis.url)
+        opened = await store.open_turn("new", "w:1", 30_000, start=_start("new", "hello"))
+        calls = (await server_sample(own_redis.url)).since(before).calls
+        assert opened is not None and opened.started and [m.content for m in opened.transcript] == ["hello"]
+        assert calls["lrange"] == 0 and calls["rpush"] == 1, calls
+        assert 0 < await store.client.ttl(store.keys.transcript("new")) <= store.ttls.thread_s
+        await store.client.delete(store.keys.thread_run("new"), store.keys.lease("new"))  # the name expired
+        other = RedisStore(connect(own_redis.url), keys=Keys("p"))  # nothing cached there
+        again = await other.open_turn("new", "w:2", 30_000, start=_start("new", "again"))
+        assert again is not None and again.started
+        assert [m.content for m in again.transcript] == ["hello", "again"]
+        assert [m.content for m in await other.load_transcript("new")] == ["hello", "again"]
+        await other.close()
+    finally:
+        await store.close()
