@@ -11,7 +11,7 @@ from contextvars import ContextVar
 
 from state.client import Client
 from state.guard import HSET_WITH_TTL, retried, text
-from state.keys import Keys, Ttls
+from state.keys import Keys, Renewals, Ttls
 from state.store import Admission
 
 # A sliding window in one script (both keys share a hash tag: one slot of a Redis Cluster). A member already in
@@ -43,6 +43,16 @@ redis.call('set', KEYS[1], ARGV[1], 'EX', ARGV[2])
 return ARGV[1]
 """
 
+# A short list, newest first: LTRIM only once it is over its length; its TTL set by the push that makes it, else
+# renewed when ARGV[4] says (once an hour per process, state.keys.Renewals). KEYS: the list. ARGV: value, keep, ttl,
+# renew.
+_REMEMBER = """
+local n = redis.call('LPUSH', KEYS[1], ARGV[1])
+if n > tonumber(ARGV[2]) then redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[2]) - 1) end
+if n == 1 or ARGV[4] == '1' then redis.call('EXPIRE', KEYS[1], ARGV[3]) end
+return n
+"""
+
 DEDUPE_MARK: ContextVar[str | None] = ContextVar("dedupe_mark", default=None)
 """Set while one stored request is read: its dedupe markers carry its id, so reading it again (its worker died
 before it was acknowledged) passes the same dedupe it passed the first time instead of being dropped."""
@@ -54,6 +64,8 @@ class RedisMeta:
         self._admit = client.register_script(_ADMIT)
         self._claim = client.register_script(_CLAIM)
         self._put = client.register_script(HSET_WITH_TTL)
+        self._remember = client.register_script(_REMEMBER)
+        self.renewals = Renewals()
 
     async def put(self, kind: str, name: str, fields: Mapping[str, str]) -> None:
         if not fields:
@@ -82,15 +94,12 @@ class RedisMeta:
 
     async def remember(self, name: str, value: str, *, keep: int) -> None:
         key = self.keys.meta("list", name)
-
-        async def attempt() -> None:
-            pipe = self.client.pipeline(transaction=True)
-            pipe.lpush(key, value)
-            pipe.ltrim(key, 0, keep - 1)
-            pipe.expire(key, self.ttls.thread_s)
-            await pipe.execute()
-
-        await retried("remembering", self.grace_s, attempt)
+        args: list[str | int] = [value, keep, self.ttls.thread_s, "1" if self.renewals.due(key) else ""]
+        try:
+            await retried("remembering", self.grace_s, lambda: self._remember(keys=[key], args=args))
+        except BaseException:
+            self.renewals.forget(key)
+            raise
 
     async def recall(self, name: str) -> list[str]:
         key = self.keys.meta("list", name)

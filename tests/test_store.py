@@ -10,7 +10,7 @@ from bot.agent.decisions import Confirm
 from bot.agent.engine_errors import ThreadBusy
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from state import CorruptRecord, Keys, MemoryStore, RedisStore, StoreUnavailable, connect
-from state.keys import shard_of
+from state.keys import Renewals, shard_of
 from tests.conftest import make_harness
 from tools import ops
 
@@ -215,3 +215,25 @@ async def test_a_request_already_in_its_window_is_admitted_again_and_counted_onc
     assert (await meta.admit("starts:U1", "req-1", limit=2, window_s=60, now=1004.0)).admitted  # full: still in
     # req-1 keeps its first time (1000, not its retry's 1001): it has left the window by 1060.5, req-2 has not
     assert (await meta.admit("starts:U1", "req-4", limit=2, window_s=60, now=1060.5)).admitted
+
+
+async def test_a_remembered_list_keeps_its_newest_and_a_ttl_with_fewer_commands(store: RedisStore) -> None:
+    """A short list (a person's recent questions): newest first, trimmed once over its length; the push that makes
+    it sets its TTL, later pushes leave it until the process's hourly renewal, and a list gone behind the
+    process's back is made again with its TTL."""
+    meta, key = store.meta, store.keys.meta("list", "recent:U1")
+    for n in range(5):
+        await meta.remember("recent:U1", f"q{n}", keep=3)
+    assert await meta.recall("recent:U1") == ["q4", "q3", "q2"]
+    assert 0 < await store.client.ttl(key) <= store.ttls.thread_s
+    await store.client.expire(key, 100)
+    await meta.remember("recent:U1", "q5", keep=3)
+    assert await store.client.ttl(key) <= 100  # renewed this hour already
+    meta.renewals = Renewals(every_s=0)  # an hour later
+    await meta.remember("recent:U1", "q6", keep=3)
+    assert await store.client.ttl(key) > 100 and await meta.recall("recent:U1") == ["q6", "q5", "q4"]
+    meta.renewals = Renewals()
+    meta.renewals.due(key)  # renewed this hour, as far as the process knows
+    await store.client.delete(key)
+    await meta.remember("recent:U1", "q7", keep=3)
+    assert await store.client.ttl(key) > 0 and await meta.recall("recent:U1") == ["q7"]
