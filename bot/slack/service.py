@@ -37,6 +37,7 @@ from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.pacer import Pacer
 from bot.slack.outbound.people import People
 from bot.slack.outbound.streams import Streams
+from bot.slack.outbound.thread_meta import KnownThreads
 from bot.slack.render import Renderer
 from bot.slack.router import Inbound
 from state import RedisStore, StoreError
@@ -161,7 +162,8 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     # a call must end within its timeout: it starts only while its thread's lease is sure, see outbound/hold.py).
     delivery = AsyncWebClient(token=slack.bot_token, base_url=api_url, timeout=int(max(slack.request_timeout_s, 1)),
                               retry_handlers=[], session=sessions[1])
-    identity = Identity(client, core.meta)
+    meta = KnownThreads(core.meta)  # every surface reads a thread's place and language: kept once known
+    identity = Identity(client, meta)
     # Slack counts per workspace, whichever process calls: so do all ours, in Redis.
     shared = RedisPacing(core.store.client, core.store.keys) if isinstance(core.store, RedisStore) else None
     pacer = Pacer(posts_per_second=slack.posts_per_second, updates_per_minute=slack.updates_per_minute,
@@ -169,9 +171,9 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     outbox = SlackOutbox(store=core.outbox, client=delivery, metrics=metrics, pacer=pacer,
                          update_interval_s=slack.progress_interval_s, max_backoff_s=slack.outbox_max_backoff_s,
                          streams=Streams(client=delivery, pacer=pacer, metrics=metrics, mode=slack.progress))
-    reader = ThreadReader(client, core.meta, max_messages=slack.thread_context_messages,
+    reader = ThreadReader(client, meta, max_messages=slack.thread_context_messages,
                           max_chars=slack.thread_context_chars) if slack.thread_context_messages else None
-    executor = Executor(engine=core.engine, meta=core.meta, outbox=outbox, metrics=metrics, reader=reader,
+    executor = Executor(engine=core.engine, meta=meta, outbox=outbox, metrics=metrics, reader=reader,
                         language=slack.language)
     queue = core.queue
     worker = Worker(queue=queue, executor=executor, reclaim_after_s=settings.sweeps.stale_after_s) \
@@ -187,7 +189,7 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
 
     # A worker hands on what a stored request means through the queue too: durable before the request is read.
     dispatch = here if role == "all" else enqueue
-    alerts = Alerts(config=slack, engine=core.engine, meta=core.meta, outbox=outbox, dispatch=dispatch,
+    alerts = Alerts(config=slack, engine=core.engine, meta=meta, outbox=outbox, dispatch=dispatch,
                     services=core.toolbox.catalog.ids, environments=core.toolbox.catalog.environments) \
         if slack.alert_sources else None
     # One cache of groups and names per process; the catalog's environments, so a rule that cannot match fails closed.
@@ -195,14 +197,14 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     people = People(client)
     timers = wire_timers(core=core, settings=settings, outbox=outbox, access=access, dispatch=dispatch,
                          executor=executor)
-    feedback = Feedback(client=client, engine=core.engine, meta=core.meta, reports=core.reports, outbox=outbox,
+    feedback = Feedback(client=client, engine=core.engine, meta=meta, reports=core.reports, outbox=outbox,
                         access=access, metrics=metrics, model_label=core.model.label)
-    inbound = Inbound(engine=core.engine, meta=core.meta, outbox=outbox, access=access, people=people,
+    inbound = Inbound(engine=core.engine, meta=meta, outbox=outbox, access=access, people=people,
                       dispatch=dispatch, alerts=alerts, metrics=metrics, reports=core.reports, feedback=feedback,
-                      home=Home(client=client, engine=core.engine, meta=core.meta, reports=core.reports,
+                      home=Home(client=client, engine=core.engine, meta=meta, reports=core.reports,
                                 access=access, people=people, no_model=core.model.scripted))
     inbound.timers = timers
-    inbound.gate = inbound.incidents.gate = RunGate(meta=core.meta, limits=slack.limits, outbox=outbox,
+    inbound.gate = inbound.incidents.gate = RunGate(meta=meta, limits=slack.limits, outbox=outbox,
                                                     metrics=metrics, reports=core.reports)
     if timers is not None:
         timers.slack.gate = timers.firer.gate = inbound.gate
@@ -214,7 +216,7 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
         inbound.home.timers = timers.slack.home_blocks
         timers.slack.visibility = inbound.home.visibility  # one cache of who can read what per process
         timers.schedules.person_language = inbound.home.language
-    renderer = Renderer(outbox=outbox, meta=core.meta, reports=core.reports, language=slack.language,
+    renderer = Renderer(outbox=outbox, meta=meta, reports=core.reports, language=slack.language,
                         progress=slack.progress, access=access, people=people,
                         model_note=core.model.label if core.model.scripted else "")
     renderer.rechecks = timers.slack.recheck_minutes if timers is not None else 0
@@ -222,12 +224,12 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     if role != "front":  # runs happen where the engine works: the front only hands work on
         core.bus.subscribe_looking_ahead(renderer)  # a burst of progress shown once
         core.bus.subscribe(feedback)  # which model wrote each answer, for the ratings it gets
-    reminders = Reminders(engine=core.engine, meta=core.meta, outbox=outbox, config=slack,
+    reminders = Reminders(engine=core.engine, meta=meta, outbox=outbox, config=slack,
                           interval_s=settings.sweeps.interval_s)
     catchup = None
     if role != "front":
         renderer.shown = core.store.shown
-        catchup = CatchUp(engine=core.engine, meta=core.meta, renderer=renderer, dispatch=dispatch,
+        catchup = CatchUp(engine=core.engine, meta=meta, renderer=renderer, dispatch=dispatch,
                           interval_s=settings.sweeps.interval_s)
         core.sweeps.on_lost = catchup.lost
     # Socket Mode carries no signatures; Bolt still wants a secret string.
