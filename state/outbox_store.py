@@ -82,42 +82,47 @@ if KEYS[3] and (redis.call('HSET', KEYS[3], ARGV[9], ARGV[10]) == 1 or string.fi
 end
 return rec.version
 """
-# KEYS: thread hash. ARGV: message key, fields (JSON), delivered version ('' for none). A delivered state's
-# text and blocks are dropped: only what later edits need (ts) is kept.
-_PATCH = """
+# Shared by _PATCH and _SETTLE: a message's record with ``fields`` applied and, when a version was delivered
+# (``sent``, or nil), that version marked sent; a delivered state's text and blocks are dropped: only what later
+# edits need (ts) is kept.
+_APPLY = """
+local function apply(rec, fields, sent)
+  for k, v in pairs(fields) do rec[k] = v end
+  if sent then
+    rec.sent_version = math.max(rec.sent_version, sent)
+    if rec.sent_version >= rec.version then rec.text = nil; rec.blocks = nil end
+  end
+  return rec
+end
+"""
+# KEYS: thread hash. ARGV: message key, fields (JSON), delivered version ('' for none).
+_PATCH = _APPLY + """
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if not cur then return 0 end
-local rec = cjson.decode(cur)
-for k, v in pairs(cjson.decode(ARGV[2])) do rec[k] = v end
-if ARGV[3] ~= '' then
-  rec.sent_version = math.max(rec.sent_version, tonumber(ARGV[3]))
-  if rec.sent_version >= rec.version then rec.text = nil; rec.blocks = nil end
-end
+local rec = apply(cjson.decode(cur), cjson.decode(ARGV[2]), tonumber(ARGV[3]))
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(rec))
 return 1
 """
 # KEYS: thread hash, due index, and the delivery lease to let go of (optional). ARGV: thread, next attempt if
 # anything is still undelivered, the thread's TTL, the lease's owner (see RELEASE_IF_HELD; '' for none), then the
 # round's delivered versions (JSON: [key, fields, version] each), saved first as _PATCH would: the round's
-# bookkeeping in one script. The index's sentinel goes with the thread: an index gone since the thread's last write
-# is made again with its TTL.
-_SETTLE = """
-local recs = {}
+# bookkeeping in one script. Records are decoded only as far as needed. The index's sentinel goes with the thread:
+# an index gone since the thread's last write is made again with its TTL.
+_SETTLE = _APPLY + """
+local raw = {}
 local all = redis.call('HGETALL', KEYS[1])
 for i = 2, #all, 2 do
-  if all[i - 1] ~= '~seq' then recs[all[i - 1]] = cjson.decode(all[i]) end
+  if all[i - 1] ~= '~seq' then raw[all[i - 1]] = all[i] end
 end
 for _, sent in ipairs(cjson.decode(ARGV[5])) do
-  local rec = recs[sent[1]]
-  if rec then
-    for k, v in pairs(sent[2]) do rec[k] = v end
-    rec.sent_version = math.max(rec.sent_version, sent[3])
-    if rec.sent_version >= rec.version then rec.text = nil; rec.blocks = nil end
-    redis.call('HSET', KEYS[1], sent[1], cjson.encode(rec))
+  if raw[sent[1]] then
+    raw[sent[1]] = cjson.encode(apply(cjson.decode(raw[sent[1]]), sent[2], sent[3]))
+    redis.call('HSET', KEYS[1], sent[1], raw[sent[1]])
   end
 end
 local due = 0
-for _, rec in pairs(recs) do
+for _, body in pairs(raw) do
+  local rec = cjson.decode(body)
   if rec.version > rec.sent_version then due = 1 break end
 end
 if due == 0 then
@@ -195,7 +200,7 @@ class RedisOutbox:
             keys.append(self.keys.outbox_lease(thread))
         sent = [[d.key, dict(d.fields), d.version] for d in delivered]
         args: list[str | int] = [thread, repr(retry_at), self.ttls.thread_s, release or "",
-                                 json.dumps(sent, ensure_ascii=False) if sent else "[]"]
+                                 json.dumps(sent, ensure_ascii=False)]
         async with guard("updating the outbox"):
             return bool(await self._settle(keys=keys, args=args))
 
