@@ -137,12 +137,14 @@ async def _stats(window: str, config: str | None) -> int:
     try:
         seconds = {"1h": 3600, "1d": 86400, "7d": 7 * 86400}[window]
         s = await store.stats(seconds)
-        downs = [e for e in await store.feedback.latest("down", 10) if e.at >= time.time() - seconds]
+        downs = [e for e in await store.feedback.latest("down", 10) if e.at >= s.since]
         work, dead = await store.queue.stats(), await store.queue.dead_letters(5)
     finally:
         await store.close()
     public = await _public_channels(settings, {channel_of(e.thread_id) for e in downs})
-    show(f"OpsPilot — last {window}")
+    # Counters live in hour buckets: say the span they really cover, not a window they only approximate.
+    show(f"OpsPilot — last {window}, counted in whole hours since "
+         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(s.since))}")
     show(f"  runs                        {s.runs}")
     show(f"  average steps per run       {s.avg_steps:.2f}")
     show(f"  tool calls / failures       {s.get('tool_calls')} / {s.get('tool_failures')}"

@@ -15,7 +15,7 @@ from typing import Any
 from state.client import Client
 from state.guard import guard
 from state.keys import Keys, Ttls, all_shards, shard_of
-from state.store import Stats, hour_now, merge_stats
+from state.store import Stats, covering_hours, hour_now, merge_stats
 
 EVERY_S = 10.0
 """How long counts wait in process for their shard's next commit."""
@@ -91,8 +91,7 @@ class RedisCounter:
 
     async def stats(self, window_s: int) -> Stats:
         await self.flush()  # this process's own, so a reader here sees every run it counted
-        now = hour_now()
-        hours = range(now - max(window_s // 3600, 1) + 1, now + 1)
+        hours = covering_hours(window_s)
         async with guard("reading stats"):
             pipe = self.client.pipeline(transaction=False)
             for hour in hours:
@@ -100,4 +99,4 @@ class RedisCounter:
                     pipe.hgetall(self.keys.stats(shard, hour))
                 pipe.hgetall(self.keys.legacy(f"stats:{hour}"))
             buckets: list[dict[str, Any]] = await pipe.execute()
-        return merge_stats(buckets, window_s)
+        return merge_stats(buckets, window_s, hours)

@@ -12,7 +12,7 @@ from state.meta_store import MemoryMeta
 from state.outbox_store import MemoryOutbox
 from state.queue import MemoryQueue
 from state.records import RunRecord, Ticket
-from state.store import UNSHOWN, UNSHOWN_KEEP_S, Opened, Start, Stats, Write, hour_now, merge_stats
+from state.store import UNSHOWN, UNSHOWN_KEEP_S, Opened, Start, Stats, Write, covering_hours, hour_now, merge_stats
 from state.store_errors import LeaseLost
 from state.timer_store import MemoryTimers
 
@@ -118,6 +118,5 @@ class MemoryStore:
         self._stats[hour_now()][name] += 1
 
     async def stats(self, window_s: int) -> Stats:
-        now = hour_now()
-        hours = range(now - max(window_s // 3600, 1) + 1, now + 1)
-        return merge_stats([self._stats.get(h, {}) for h in hours], window_s)
+        hours = covering_hours(window_s)
+        return merge_stats([self._stats.get(h, {}) for h in hours], window_s, hours)

@@ -93,8 +93,13 @@ class Claim:
 
 @dataclass(frozen=True)
 class Stats:
+    """Counters summed over whole-hour buckets. ``since`` is where the first bucket read begins: the buckets that
+    cover a window reach back to the start of the hour the window begins in, so "last 1h" at 14:05 counts from
+    13:00, and says so (a run counted in the hour it started is never cut off at the window's edge)."""
+
     counters: dict[str, int]
     window_s: int
+    since: float = 0.0
 
     def get(self, name: str) -> int:
         return self.counters.get(name, 0)
@@ -126,12 +131,18 @@ def hour_now() -> int:
     return int(time.time() // 3600)
 
 
-def merge_stats(buckets: Sequence[Mapping[str, int]], window_s: int) -> Stats:
+def covering_hours(window_s: int, now: float | None = None) -> range:
+    """The hour buckets that cover the last ``window_s`` seconds: from the one the window begins in to this one."""
+    at = time.time() if now is None else now
+    return range(int((at - max(window_s, 1)) // 3600), int(at // 3600) + 1)
+
+
+def merge_stats(buckets: Sequence[Mapping[str, int]], window_s: int, hours: range) -> Stats:
     total: dict[str, int] = {}
     for bucket in buckets:
         for name, value in bucket.items():
             total[name] = total.get(name, 0) + int(value)
-    return Stats(total, window_s)
+    return Stats(total, window_s, since=hours.start * 3600.0)
 
 
 class Journal(Protocol):
