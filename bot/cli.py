@@ -10,12 +10,14 @@ import logging
 import os
 import sys
 import time
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from bot import exits
-from bot.config import ConfigError, Settings, load_settings, port_number
+from bot import exits, startup
 from bot.slack.outbound.words import say
 from core.text import inert
+
+if TYPE_CHECKING:
+    from bot.config import Settings
 
 # What a command needs is imported by that command (the engine, Redis, MCP, Slack): `opspilot --help` or
 # `opspilot config` loads none of it, and `worker` loads what it runs once (bench/startup.py measures it).
@@ -61,7 +63,7 @@ def _add(sub: Any, name: str, common: argparse.ArgumentParser, short: str) -> ar
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="opspilot", description="OpsPilot, the ops assistant for on-call engineers")
-    parser.add_argument("--version", action="version", version=f"opspilot {_version()}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
     parser.add_argument("--config", help="YAML config file (default: $OPSPILOT_CONFIG or ./opspilot.yml)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     # The same flags after the subcommand (`opspilot chat -v`): suppressed defaults keep the ones given before it.
@@ -118,6 +120,15 @@ def show(line: str = "", **kw: Any) -> None:
     print(inert(line), **kw)
 
 
+class _Version(argparse.Action):
+    """``--version``, read from the installed package only when asked (importlib.metadata: ~15 ms a start)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"opspilot {_version()}")  # on stdout, as argparse's own version action writes it
+        parser.exit()
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -128,7 +139,7 @@ def _version() -> str:
 
 
 async def _stats(window: str, config: str | None) -> int:
-    settings = load_settings(config)
+    settings = _settings(config)
     from bot.assembly import open_store
     from bot.slack.feedback.votes import thread_url
     from bot.slack.outbound.thread_meta import channel_of
@@ -207,9 +218,10 @@ def _work_label(body: str) -> str:
 
 async def _tools(config: str | None) -> int:
     from bot.assembly import build_registry, build_toolbox
+    from bot.config import ConfigError
     from tools.mcp import McpHub, McpStartupError
 
-    settings = load_settings(config)
+    settings = _settings(config)
     toolbox = build_toolbox(settings)
     hub = McpHub(settings.mcp_servers)
     try:
@@ -232,9 +244,10 @@ async def _tools(config: str | None) -> int:
 
 async def _check(config: str | None, as_json: bool = False) -> int:
     from bot import check
+    from bot.config import ConfigError
 
     try:
-        settings = load_settings(config)
+        settings = _settings(config)
     except ConfigError as exc:  # serve's words and serve's exit code
         checks = [check.Check("config", False, str(exc), "correct the key or variable named here", refused=True)]
     else:
@@ -252,7 +265,7 @@ def _config(reference: bool, write: str | None, config: str | None) -> int:
     if not reference:
         import yaml
 
-        print(yaml.safe_dump(ref.in_effect(load_settings(config)), sort_keys=False, allow_unicode=True), end="")
+        print(yaml.safe_dump(ref.in_effect(_settings(config)), sort_keys=False, allow_unicode=True), end="")
         return 0
     if write is None:
         print(ref.markdown(), end="")
@@ -276,7 +289,7 @@ async def _chat(user: str, config: str | None) -> int:
     from bot.assembly import assemble
     from bot.chat import chat  # the terminal's rich, not loaded by the serve and worker processes
 
-    settings = load_settings(config)
+    settings = _settings(config)
     app = await assemble(settings)
     try:
         return await chat(app, user=user, language=settings.slack.language)
@@ -292,7 +305,17 @@ def _store_error(exc: Exception) -> bool:
     return errors is not None and isinstance(exc, errors.StoreError)
 
 
+def _settings(config: str | None) -> Settings:
+    # bot.config imports the toolbox, Redis and aiohttp: not at this module's import (`opspilot --help`), and
+    # for `serve` and `worker` only once the collector is paused (bot.startup).
+    from bot.config import load_settings
+
+    return load_settings(config)
+
+
 def _port(given: int | None) -> int | None:
+    from bot.config import port_number
+
     return None if given is None else port_number(given, "--port")
 
 
@@ -300,6 +323,17 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command in ("serve", "worker"):  # a server's start-up: see bot.startup
+        startup.begin()
+    try:
+        return _command(args)
+    finally:
+        startup.ready()  # one that stopped before it served (or an in-process caller) collects again
+
+
+def _command(args: argparse.Namespace) -> int:
+    from bot.config import ConfigError
+
     try:
         if args.command == "tools":
             return asyncio.run(_tools(args.config))
@@ -315,21 +349,21 @@ def main(argv: list[str] | None = None) -> int:
             from bot.eval import evaluate
 
             return asyncio.run(evaluate(
-                load_settings(args.config), directory=Path(args.dir), model_name=args.model, repeat=args.repeat,
+                _settings(args.config), directory=Path(args.dir), model_name=args.model, repeat=args.repeat,
                 only=[s for s in args.only.split(",") if s], min_pass=args.min_pass,
                 json_out=Path(args.json) if args.json else None, record=Path(args.record) if args.record else None,
                 replay=Path(args.replay) if args.replay else None))
         if args.command == "demo":
             from bot.demo.server import run_demo
 
-            settings = load_settings(args.config)
+            settings = _settings(args.config)
             return asyncio.run(run_demo(settings, _port(args.port) or settings.slack.port))
         if args.command == "serve":
             from bot.slack.serve import ForkedWorker, Front, prepare, serve
 
             if args.demo_data:  # its workers (child processes) inherit it
                 os.environ["OPSPILOT_DEMO_DATA"] = "1"
-            settings = load_settings(args.config)
+            settings = _settings(args.config)
             settings.slack.port = _port(args.port) or settings.slack.port
             started = prepare(settings, workers=args.workers, config=args.config)
             if isinstance(started, ForkedWorker):  # forked from the front: `opspilot worker`, its imports done
@@ -338,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "report":
             from bot.report import report
 
-            settings = load_settings(args.config)
+            settings = _settings(args.config)
             if args.demo:
                 from bot.demo.server import demo_prefix
 
@@ -347,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "worker":
             from bot.slack.serve import work
 
-            return asyncio.run(work(load_settings(args.config), port=_port(args.port)))
+            return asyncio.run(work(_settings(args.config), port=_port(args.port)))
         return asyncio.run(_stats(args.window, args.config))
     except ConfigError as exc:
         print(f"opspilot: {exc}", file=sys.stderr)

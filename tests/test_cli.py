@@ -311,3 +311,34 @@ async def test_the_demo_names_the_store_it_uses(redis_url: str, prefix: str, tmp
         finally:
             proc.kill()  # (a demo has nothing to finish)
             await asyncio.wait_for(proc.wait(), 30)
+
+
+def test_a_server_starts_without_the_collector_and_collects_once_it_stops_or_serves(tmp_path: Path) -> None:
+    import gc
+
+    from bot import startup
+    from bot.cli import main
+
+    assert gc.isenabled()
+    startup.begin()
+    assert not gc.isenabled()
+    startup.ready()  # what start-up made is frozen, collecting resumes
+    assert gc.isenabled() and gc.get_freeze_count() > 0
+    gc.unfreeze()
+    # A worker that stops before it serves (its config file is broken) collects again; others never paused it.
+    (tmp_path / "broken.yml").write_text("toolbox: [\n")
+    assert main(["--config", str(tmp_path / "broken.yml"), "worker"]) != 0 and gc.isenabled()
+    assert main(["--config", str(tmp_path / "broken.yml"), "tools"]) != 0 and gc.isenabled()
+
+
+async def test_the_command_line_imports_no_engine_before_a_command_needs_it() -> None:
+    # `opspilot --help` (and the parsing of every command) loads neither the config (the toolbox, Redis, aiohttp)
+    # nor the package metadata: a worker pauses the collector before those imports (bot.startup).
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "import sys, bot.cli; bot.cli._parser().parse_args(['worker']); "
+                              "print(*[m for m in ('bot.config', 'redis', 'aiohttp', 'importlib.metadata') "
+                              "if m in sys.modules])",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert out.decode().split() == []

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from bot import exits
+from bot import exits, startup
 from bot.assembly import demo_data_problem
 from bot.config import ConfigError, Settings
 from bot.cpus import effective_cpus
 from bot.slack.inbound import tether
-from bot.slack.inbound.link import TokenRefused
+from bot.slack.outbound.api_errors import TokenRefused
 from bot.slack.outbound.words import say
 from bot.slack.service import Role, SlackService, build_service
 
@@ -105,6 +105,7 @@ async def _run(settings: Settings, role: Role, sock: socket.socket | None, banne
         raise
     service.start()
     runner = await _listen(service, sock) if sock is not None else None
+    startup.ready()
     stopping = stopping or asyncio.Event()
     # Before the banner: whoever reads it may stop us at once (a signal ignored until now would be lost).
     for sig in (signal.SIGTERM, signal.SIGINT):  # stop gracefully: finish, deliver, stop the workers
@@ -321,6 +322,7 @@ def _fork(argv: list[str], sock: socket.socket, front: Front) -> tuple[Forked, i
     hear, told = os.pipe()
     sys.stdout.flush()  # what is buffered would be written by both processes
     sys.stderr.flush()
+    startup.before_fork()
     try:
         pid = os.fork()
     except OSError as exc:

@@ -27,7 +27,6 @@ from bot.slack.home.tab import Home
 from bot.slack.inbound.access import AccessPolicy
 from bot.slack.inbound.gate import bolt_text
 from bot.slack.inbound.identity import Identity
-from bot.slack.inbound.link import SocketLink, store_first
 from bot.slack.inbound.run_gate import RunGate
 from bot.slack.inbound.thread_reader import ThreadReader
 from bot.slack.inbound.work import Delivery, Executor, NotYet, WorkItem
@@ -50,6 +49,8 @@ if TYPE_CHECKING:  # Bolt and Socket Mode are imported where they are used (see 
     from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
     from slack_bolt.async_app import AsyncApp
     from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
+
+    from bot.slack.inbound.link import SocketLink
 
 log = logging.getLogger(__name__)
 
@@ -299,6 +300,8 @@ def _reader(bolt: Callable[[], AsyncApp]) -> Callable[[Delivery, str], Awaitable
 def _socket_link(client: AsyncWebClient, app_token: str, bolt: Callable[[], AsyncApp], store: StoreFirst | None,
                  identity: Identity) -> SocketLink:
     """A front with workers stores each envelope before acknowledging it; a single process hands it to Bolt."""
+    from bot.slack.inbound.link import SocketLink, store_first  # Socket Mode's SDK: only where it is used
+
     def socket() -> AsyncBaseSocketModeClient:
         from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
         from slack_sdk.socket_mode.aiohttp import SocketModeClient

@@ -23,7 +23,7 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.inbound import shapes
-from bot.slack.outbound.api_errors import slack_error
+from bot.slack.outbound.api_errors import TokenRefused, slack_error
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +31,6 @@ FIRST_WAIT_S, LONGEST_WAIT_S = 1.0, 60.0
 REFUSED = frozenset({"invalid_auth", "not_authed", "not_allowed_token_type", "token_revoked", "account_inactive",
                      "token_expired", "missing_scope"})
 """apps.connections.open errors that trying again will not cure: the app-level token is wrong."""
-
-
-class TokenRefused(Exception):
-    """Slack refused the app-level token: Socket Mode cannot work until the configuration changes."""
 
 
 class SocketLink:

@@ -29,6 +29,10 @@ TRANSIENT = frozenset({"ratelimited", "internal_error", "fatal_error", "service_
 """Slack's error codes worth another try (any other refusal is final)."""
 
 
+class TokenRefused(Exception):
+    """Slack refused the app-level token: Socket Mode cannot work until the configuration changes."""
+
+
 def slack_error(exc: BaseException) -> str:
     """The failure as a short code: Slack's ``error``, ``http_<status>`` when the body was not JSON, or the
     exception's class name when no answer came (``ServerDisconnectedError``, ``TimeoutError``)."""
