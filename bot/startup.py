@@ -16,10 +16,16 @@ from __future__ import annotations
 
 import gc
 
+_paused = False
+"""Whether :func:`begin` paused the collector: :func:`ready` turns back on only what it turned off."""
+
 
 def begin() -> None:
     """At the start of ``serve`` or ``worker``, before their imports: no collection until :func:`ready`."""
-    gc.disable()
+    global _paused
+    if gc.isenabled():
+        gc.disable()
+        _paused = True
 
 
 def before_fork() -> None:
@@ -29,6 +35,8 @@ def before_fork() -> None:
 
 def ready() -> None:
     """The process serves: what start-up made lives as long as it does (never scanned again); collect from now."""
-    if not gc.isenabled():
+    global _paused
+    if _paused:
+        _paused = False
         gc.freeze()
         gc.enable()

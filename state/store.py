@@ -99,7 +99,7 @@ class Stats:
 
     counters: dict[str, int]
     window_s: int
-    since: float = 0.0
+    since: float
 
     def get(self, name: str) -> int:
         return self.counters.get(name, 0)

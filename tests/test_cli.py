@@ -325,6 +325,12 @@ def test_a_server_starts_without_the_collector_and_collects_once_it_stops_or_ser
     startup.ready()  # what start-up made is frozen, collecting resumes
     assert gc.isenabled() and gc.get_freeze_count() > 0
     gc.unfreeze()
+    gc.disable()  # someone else's choice (an embedding process): ready() turns on only what begin() turned off
+    try:
+        startup.ready()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
     # A worker that stops before it serves (its config file is broken) collects again; others never paused it.
     (tmp_path / "broken.yml").write_text("toolbox: [\n")
     assert main(["--config", str(tmp_path / "broken.yml"), "worker"]) != 0 and gc.isenabled()
