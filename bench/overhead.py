@@ -6,6 +6,8 @@ neither warms the other's imports and caches), in alternating order over the rou
 * ``opspilot``         the engine with the Redis store (and, on a few more turns, its round trips counted at the
                        client and the commands the server executed, from ``INFO commandstats``);
 * ``floor``            what no engine can go below: per step one script call (EVALSHA) and one dump of a message;
+* ``opspilot-memory``  the same engine with the in-process store (no Redis): what the engine's own work costs, so
+                       that the difference is what persisting each step in Redis costs;
 * ``langgraph``        langchain 1.x ``create_agent`` with ``InMemorySaver``, same tools and payloads;
 * ``opspilot-uvloop``  the engine again under uvloop (when installed), to see whether it pays.
 
@@ -36,9 +38,10 @@ from bench.common import (
 )
 from bot.agent.models.scripted import ScriptedModel
 from core.messages import ToolResultMessage, dump_message
+from state import MemoryStore
 
 STEPS_PER_TURN = 2  # one step asking for two calls, one step answering
-SIDES = ("opspilot", "floor", "langgraph", "opspilot-uvloop")
+SIDES = ("opspilot", "floor", "opspilot-memory", "langgraph", "opspilot-uvloop")
 
 
 def _per_step(marks: list[float], window: int) -> tuple[float, float]:
@@ -71,6 +74,19 @@ async def ours(url: str, turns: int, window: int) -> dict[str, Any]:
     return {"early": early, "late": late, "round_trips_per_step": len(trips) / steps,
             "commands_per_step": sum(calls.values()) / steps,
             "commands_by_name": {name: n / steps for name, n in calls.most_common()}}
+
+
+async def in_memory(turns: int, window: int) -> dict[str, float]:
+    """The engine alone: the in-process store (nothing persisted, no round trip), same model, tools and turns."""
+    eng = engine(MemoryStore(), ScriptedModel(steps_script(1), strict=False, keep_requests=False), payload_tools(64))
+    await eng.ask("warmup", "hi")
+    marks: list[float] = []
+    for i in range(turns):
+        start = cpu()
+        await eng.ask("thread", f"question {i}")
+        marks.append(cpu() - start)
+    early, late = _per_step(marks, window)
+    return {"early": early, "late": late}
 
 
 async def floor(url: str, turns: int, window: int) -> dict[str, float]:
@@ -115,7 +131,7 @@ def side_main(side: str, url: str, turns: int, window: int) -> dict[str, Any]:
             return {"skipped": "uvloop is not installed"}
         return dict(uvloop.run(ours(url, turns, window)))
     runs = {"opspilot": lambda: ours(url, turns, window), "floor": lambda: floor(url, turns, window),
-            "langgraph": lambda: langgraph(turns, window)}
+            "opspilot-memory": lambda: in_memory(turns, window), "langgraph": lambda: langgraph(turns, window)}
     return dict(asyncio.run(runs[side]()))
 
 
@@ -149,6 +165,9 @@ async def run(turns: int = 50, window: int = 5, rounds: int = 3) -> list[Table]:
     rows = [[f"turns {a}–{b}", mine[i], base[i], mine[i] / base[i], theirs[i], theirs[i] / mine[i]]
             for i, (a, b) in enumerate(((1, window), (turns - window + 1, turns)))]
     trips = median("opspilot", "round_trips_per_step")
+    alone = (median("opspilot-memory", "early"), median("opspilot-memory", "late"))
+    persisting = mine[1] - alone[1]
+    left = 2.5 - alone[1] / base[1]  # what the 2.5× goal leaves for Redis, in floors
     notes = [verdict("OpsPilot / floor, CPU per model step", max(mine[0] / base[0], mine[1] / base[1]), 2.5),
              verdict("OpsPilot late / early in the thread", mine[1] / mine[0], 1.1),
              verdict("LangGraph create_agent / OpsPilot late in the thread", theirs[1] / mine[1], 5,
@@ -158,6 +177,13 @@ async def run(turns: int = 50, window: int = 5, rounds: int = 3) -> list[Table]:
                      median("opspilot", "commands_per_step"), 8, ""),
              "Redis commands per model step by command: " + ", ".join(
                  f"{name.upper()} {n:.1f}" for name, n in measured["opspilot"][0]["commands_by_name"].items()),
+             f"where a step's CPU goes late in the thread: the engine's own work (the same engine, model, tools and "
+             f"turns on the in-process store: nothing persisted) {alone[1]:.3f} ms, {alone[1] / base[1]:.1f}× the "
+             f"floor (early: {alone[0]:.3f} ms); persisting each step in Redis {persisting:.3f} ms more, "
+             f"{persisting / base[1]:.1f}× the floor, at {trips:.1f} round trips a step",
+             f"what the 2.5× goal leaves for Redis with the engine's own work as it is: {max(left, 0):.1f}× the floor "
+             f"for {trips:.1f} round trips a step, {max(left, 0) / trips:.2f}× the floor each (the floor's whole step "
+             "is one round trip and one dump)",
              f"floor: one EVALSHA + one message dump per step, measured in the same run ({base[1]:.3f} ms here); "
              f"each side in a fresh process, median of {rounds} rounds in alternating order ({'; '.join(orders)})"]
     notes.append("LangGraph's Redis checkpointer (langgraph-checkpoint-redis 0.5.2) installs but needs the RediSearch "
