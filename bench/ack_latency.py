@@ -147,8 +147,8 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
 async def split(url: str, active: int, samples: int, workers: int) -> tuple[Measured, Measured]:
     """The layout `opspilot serve` runs: a front and worker processes; the Slack stand-in, a bare Bolt app
     and the sender (this process) each in a process of their own. With two cores or more, the front (and the
-    bare Bolt app it is compared with) on the first, everything else on the rest: the ratio then measures the
-    front, not the workers' runs taking its core. The two apps are asked in turn while the runs are at work."""
+    bare Bolt app it is compared with) on the first, everything else (Redis too) on the rest: the ratio measures
+    the front, not the workers' runs taking its core. The two apps are asked in turn while the runs work."""
     slack_port, bare_port, front_port = free_port(), free_port(), free_port(workers + 1)
     api_url = f"http://127.0.0.1:{slack_port}/api/"
     stand_in = await _process("bench.processes", "slack", str(slack_port))
@@ -164,7 +164,9 @@ async def split(url: str, active: int, samples: int, workers: int) -> tuple[Meas
     mine = os.sched_getaffinity(0)
     if cores is not None:  # the front's workers are forked before its banner: all there by now
         pin([front.pid, bare.pid], cores[0])
-        pin([*children(front.pid), stand_in.pid, os.getpid()], cores[1])
+        # Redis too (this process started it): the front's store-first write waits on it, as on a Redis elsewhere
+        rest = [pid for pid in children(os.getpid()) if pid not in (front.pid, bare.pid)]
+        pin([*children(front.pid), *rest, os.getpid()], cores[1])
     try:
         sender = SlackSender(f"http://127.0.0.1:{front_port}/slack/events", SECRET)
         await asyncio.gather(*(sender.event(mention(f"C{i:04d}", f"U{i}", "payments errors", f"{100 + i}.1"))
@@ -213,8 +215,8 @@ def _layout() -> str:
     if cores is None:
         return "one core: every process shares it"
     rest = sorted(cores[1])
-    return (f"the front and the bare Bolt app on core {min(cores[0])}, its workers, the stand-in and the sender on "
-            f"core{'s' if len(rest) > 1 else ''} {', '.join(map(str, rest))}")
+    return (f"the front and the bare Bolt app on core {min(cores[0])}, its workers, Redis, the stand-in and the "
+            f"sender on core{'s' if len(rest) > 1 else ''} {', '.join(map(str, rest))}")
 
 
 if __name__ == "__main__":
