@@ -269,7 +269,8 @@ def _store_first(queue: WorkQueue) -> StoreFirst:
         # A click, a form or a command (form-encoded; events are JSON) is what a person watches: the quick lane.
         lane: Lane = "quick" if content_type.startswith("application/x-www-form-urlencoded") else "work"
         try:
-            await asyncio.wait_for(queue.put(item.model_dump_json(), lane=lane), STORE_DEADLINE_S)
+            async with asyncio.timeout(STORE_DEADLINE_S):  # not wait_for: no task of its own for every request
+                await queue.put(item.model_dump_json(), lane=lane)
         except (TimeoutError, StoreError) as exc:
             log.warning("a Slack request was not acknowledged: it could not be stored in %gs (%s)",
                         STORE_DEADLINE_S, type(exc).__name__)
