@@ -162,10 +162,10 @@ async def split(url: str, active: int, samples: int, workers: int) -> tuple[Meas
     front = await _process("bot.cli", "serve", "--workers", str(workers), env=env)
     cores = core_split()
     mine = os.sched_getaffinity(0)
+    # Redis too (this process started it): the front's store-first write waits on it, as on a Redis elsewhere
+    rest = [pid for pid in children(os.getpid()) if pid not in (front.pid, bare.pid)]
     if cores is not None:  # the front's workers are forked before its banner: all there by now
         pin([front.pid, bare.pid], cores[0])
-        # Redis too (this process started it): the front's store-first write waits on it, as on a Redis elsewhere
-        rest = [pid for pid in children(os.getpid()) if pid not in (front.pid, bare.pid)]
         pin([*children(front.pid), *rest, os.getpid()], cores[1])
     try:
         sender = SlackSender(f"http://127.0.0.1:{front_port}/slack/events", SECRET)
@@ -174,7 +174,7 @@ async def split(url: str, active: int, samples: int, workers: int) -> tuple[Meas
         await asyncio.sleep(1.0)  # the runs are at work (each model step takes 1 s)
         return await _paired((SlackSender(f"http://127.0.0.1:{bare_port}/slack/events", SECRET), sender), samples)
     finally:
-        pin([os.getpid()], mine)  # the benchmarks after this one get every core again
+        pin([os.getpid(), *rest], mine)  # the benchmarks after this one get every core again
         for proc in (front, bare, stand_in):
             await _stop(proc)
 
