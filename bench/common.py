@@ -31,6 +31,7 @@ from bot.agent.models.scripted import ScriptedModel
 from core.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from state import Keys, RedisStore, connect
 from state.client import is_cluster_url
+from state.store import Store
 from tools import ToolContext, tool
 from tools.registry import Registry, ToolSpec
 
@@ -231,7 +232,7 @@ def steps_script(tool_steps: int) -> Callable[[Sequence[Message], Sequence[str]]
     return reply
 
 
-def engine(store: RedisStore, model: ScriptedModel, specs: list[ToolSpec], *, limits: Limits | None = None,
+def engine(store: Store, model: ScriptedModel, specs: list[ToolSpec], *, limits: Limits | None = None,
            bus: EventBus | None = None) -> Engine:
     deps = RunDeps(model=model, registry=Registry.of(specs), store=store, bus=bus or EventBus(),
                    limits=limits or Limits(max_steps=50, identical_call_limit=1000, max_wall_time_s=3600),

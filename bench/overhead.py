@@ -39,6 +39,7 @@ from bench.common import (
 from bot.agent.models.scripted import ScriptedModel
 from core.messages import ToolResultMessage, dump_message
 from state import MemoryStore
+from state.store import Store
 
 STEPS_PER_TURN = 2  # one step asking for two calls, one step answering
 SIDES = ("opspilot", "floor", "opspilot-memory", "langgraph", "opspilot-uvloop")
@@ -49,8 +50,8 @@ def _per_step(marks: list[float], window: int) -> tuple[float, float]:
     return sum(per_step[:window]) / window, sum(per_step[-window:]) / window
 
 
-async def ours(url: str, turns: int, window: int) -> dict[str, Any]:
-    store = redis_store(url, f"bench-{uuid.uuid4().hex[:6]}")
+async def _thread(store: Store, turns: int, window: int) -> tuple[float, float]:
+    """CPU per step early and late in a ``turns``-turn thread, the engine on ``store``."""
     eng = engine(store, ScriptedModel(steps_script(1), strict=False, keep_requests=False), payload_tools(64))
     await eng.ask("warmup", "hi")
     marks: list[float] = []
@@ -58,8 +59,13 @@ async def ours(url: str, turns: int, window: int) -> dict[str, Any]:
         start = cpu()
         await eng.ask("thread", f"question {i}")
         marks.append(cpu() - start)
+    return _per_step(marks, window)
+
+
+async def ours(url: str, turns: int, window: int) -> dict[str, Any]:
+    store = redis_store(url, f"bench-{uuid.uuid4().hex[:6]}")
+    early, late = await _thread(store, turns, window)
     await store.close()
-    early, late = _per_step(marks, window)
     counted, trips = counting_store(url, f"bench-{uuid.uuid4().hex[:6]}")
     eng = engine(counted, ScriptedModel(steps_script(1), strict=False, keep_requests=False), payload_tools(64))
     await eng.ask("thread", "warm up")
@@ -78,14 +84,7 @@ async def ours(url: str, turns: int, window: int) -> dict[str, Any]:
 
 async def in_memory(turns: int, window: int) -> dict[str, float]:
     """The engine alone: the in-process store (nothing persisted, no round trip), same model, tools and turns."""
-    eng = engine(MemoryStore(), ScriptedModel(steps_script(1), strict=False, keep_requests=False), payload_tools(64))
-    await eng.ask("warmup", "hi")
-    marks: list[float] = []
-    for i in range(turns):
-        start = cpu()
-        await eng.ask("thread", f"question {i}")
-        marks.append(cpu() - start)
-    early, late = _per_step(marks, window)
+    early, late = await _thread(MemoryStore(), turns, window)
     return {"early": early, "late": late}
 
 
