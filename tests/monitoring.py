@@ -162,3 +162,14 @@ scrape_configs:
         self._spawn([binary("prometheus"), f"--config.file={self.dir / 'prometheus.yml'}",
                      f"--storage.tsdb.path={self.dir / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}"])
         await self.ready("/-/ready")
+
+    async def has_points(self, query: str, timeout_s: float = 60.0) -> None:
+        """Wait until ``query`` returns a sample: a rate needs two scrapes, and a busy machine scrapes late."""
+        async with aiohttp.ClientSession() as session:
+            for _ in range(int(timeout_s / 0.2)):
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with session.get(self.url + "/api/v1/query", params={"query": query}) as response:
+                        if response.status == 200 and (await response.json())["data"]["result"]:
+                            return
+                await asyncio.sleep(0.2)
+        raise AssertionError(f"Prometheus has no points for {query} after {timeout_s} s")

@@ -329,7 +329,7 @@ async def test_a_promql_query_through_prometheus_mcp_server_reaches_the_answer(
         proc, port = await serve(tmp_path, slack, fake, redis_url, prefix, {"mcp_servers": [{
             "name": "prom", "command": server_bin("prometheus-mcp-server", "prometheus-mcp-server"),
             "env": {"PROMETHEUS_URL": prometheus.url}}]})
-        await asyncio.sleep(4)  # a few scrapes, so the rate has points
+        await prometheus.has_points(query)  # two scrapes at least, so the rate has a value
         sender = SlackSender(f"http://127.0.0.1:{port}/slack/events", SECRET)
         await sender.event(mention(CHANNEL, "UREQ", "what share of payments requests fail?", "710.1"))
         await until(lambda: any("5xx ratio" in all_text(m) for m in slack.thread(CHANNEL, "710.1")), 60)
