@@ -382,7 +382,6 @@ def load_settings(path: str | None = None) -> Settings:
     if os.environ.get("PORT"):
         settings.slack.port = port_number(os.environ["PORT"], "PORT")
     from bot.needed_extras import missing  # a configured feature whose optional extra is not installed
-
     if lacking := missing(settings):
         raise ConfigError(str(lacking))
     return settings
