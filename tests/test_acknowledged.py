@@ -61,3 +61,5 @@ async def test_redis_frozen_then_the_front_killed_loses_nothing_acknowledged(
                 proc.kill()
                 for pid in filter(_alive, children):
                     os.kill(pid, signal.SIGKILL)
+            if proc is not None:
+                await asyncio.wait_for(proc.wait(), 30)  # reaped on this loop: its transport closes here, not at exit
