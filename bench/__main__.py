@@ -24,6 +24,7 @@ from bench import (
     concurrency,
     fresh_install,
     overhead,
+    redaction,
     scaleout,
     served,
     slack_economy,
@@ -36,6 +37,7 @@ from bench.common import Table
 FULL: dict[str, Callable[[], Awaitable[list[Table]]]] = {
     "storage": lambda: storage.run((10, 20, 40)),
     "overhead": lambda: overhead.run(50, 5),
+    "redaction": lambda: redaction.run(),
     "concurrency": lambda: concurrency.run(500),
     "scaleout": lambda: scaleout.run(scaleout.Options()),
     "slack_economy": lambda: slack_economy.run(50),
@@ -49,6 +51,7 @@ FULL: dict[str, Callable[[], Awaitable[list[Table]]]] = {
 SMALL: dict[str, Callable[[], Awaitable[list[Table]]]] = {
     "storage": lambda: storage.run((3, 5)),
     "overhead": lambda: overhead.run(6, 2, 1),
+    "redaction": lambda: redaction.run(2_000, 2),
     "concurrency": lambda: concurrency.run(20),
     "scaleout": lambda: scaleout.run(scaleout.SMALL),
     "slack_economy": lambda: slack_economy.run(3),

@@ -18,7 +18,7 @@ async def test_every_benchmark_runs_at_a_small_size() -> None:
     titles = " ".join(t.title for t in tables)
     for part in ("Storage", "CPU per model step", "concurrent runs in one process", "one channel", "Ack latency",
                  "Scale-out: runs/s by worker processes, one Redis", "by command", "A burst", "Start-up",
-                 "Import cost", "as deployed"):
+                 "Import cost", "as deployed", "Redaction of one tool result"):
         assert part in titles
     assert all(t.rows for t in tables)
     economy = next(t for t in tables if "one channel" in t.title)

@@ -4,11 +4,12 @@ And escaping: text we did not write can neither mention nor disguise a link."""
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
 from bot.slack.outbound.blocks import escape
-from core.redact import redact, redact_blocks, redact_value
+from core.redact import _redact, redact, redact_blocks, redact_value
 from tests.redaction_corpus import SECRETS, ordinary_lines
 
 # Agreed over-scrub rate on ordinary lines: at most 1 in 100 lines changed at all.
@@ -87,3 +88,56 @@ def test_escaped_text_can_neither_mention_nor_hide_a_link(hostile: str) -> None:
     assert escape("a & b <c>") == "a &amp; b &lt;c&gt;"
     if "https://evil.example/login" in hostile:
         assert "https://evil.example/login" in out  # the real target stays visible
+
+
+# What the gates (a pattern runs only where it could match) are held to: the same output as every pattern run on
+# every text. Texts built to sit on the gates' edges: digit runs with separators (phone numbers), runs of base64
+# around 40 characters, secret words in every case and in the Unicode letters ``(?i)`` takes for ASCII ones.
+_WORDS = ["secret", "PASS", "pwd", "Token", "KEY", "credential", "paſſword", "tokenſ", "\u0131", "\u0130", "\u212a",
+          "api_key", "Api-Key", "passphrase", "AccountKey=", "SharedAccessKey =", "SharedSecretValue=", "?sig=",
+          "&SIG=", "bearer ", "Basic ",
+          "digest ", "credent\u0131al", "CREDENT\u0130AL", "?s\u0131g=", "&S\u0130G=", "d\u0131gest ", "bas\u0130c ",
+          "AKIA", "ASIA", "is ", " was ", "=", ": ", "\"", "@", "中文", "\u0307", "\ud800"]
+
+
+def _edge_text(rng: random.Random) -> str:
+    kind = rng.randrange(5)
+    if kind == 0:  # phone-shaped: Chinese and North American numbers, and digits anyhow, in any surroundings
+        digits = lambda n: "".join(rng.choice("0123456789") for _ in range(n))  # noqa: E731
+        sep = lambda: rng.choice(["", " ", "-"])  # noqa: E731
+        number = rng.choice([
+            f"1{rng.choice('3456789')}{digits(1)}{sep()}{digits(4)}{sep()}{digits(4)}",
+            f"{rng.choice(['', '('])}{digits(3)}{rng.choice(['', ')'])}{rng.choice(' -')}{digits(3)}"
+            f"{rng.choice(' -')}{digits(4)}",
+            "".join(rng.choice("0123456789" * 4 + " -()+._a,") for _ in range(rng.randint(8, 24)))])
+        return (rng.choice(["", " ", "+86 ", "+1-", "a", ".", "1 ", "tel:"]) + number
+                + rng.choice(["", " ", "a", ".", "5", ",", "_", "\n"]))
+    if kind == 1:  # base64 runs near 40: mixed case, hex, upper case, digits only
+        chars = rng.choice(["ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789/+", "0123456789abcdef",
+                            "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", "0123456789/+", "abcXYZ/+"])
+        run = "".join(rng.choice(chars) for _ in range(rng.randint(36, 44)))
+        return rng.choice(["", " ", "=", "x", "中", "https://a.io/"]) + run + rng.choice(["", " ", "=", "/", "é", "1"])
+    if kind == 4:  # e-mail-shaped and not quite
+        parts = ["a", "oncall.alice", "@", "@", "example", ".", "com", "c", "io", "-", "3f78", " ", "sha256:", "x"]
+        return "".join(rng.choice(parts) for _ in range(rng.randint(2, 10)))
+    if kind == 2:  # secret words and values
+        return "".join(rng.choice([*_WORDS, "hunter2hunter2", "Zx9!kq2#Lm", "4f9c2a7e1b8d3f6a", " "])
+                       for _ in range(rng.randint(1, 8)))
+    line, secret = rng.choice(SECRETS)  # a corpus line, some letters upper-cased, something spliced in
+    text = "".join(c.upper() if rng.random() < 0.2 else c for c in line.format(s=secret))
+    at = rng.randrange(len(text) + 1)
+    return text[:at] + rng.choice(_WORDS) + text[at:]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_pattern_is_skipped_only_where_it_cannot_match(seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(6000):
+        text = _edge_text(rng)
+        assert _redact(text) == _redact(text, gated=False), text
+
+
+def test_a_long_log_without_secrets_comes_back_as_it_was() -> None:
+    log = "\n".join(ordinary_lines(150, seed=4))
+    assert len(log) > 10_000
+    assert _redact(log) == _redact(log, gated=False)
