@@ -72,8 +72,8 @@ async def run(size: int = 20_000, repeats: int = 40) -> list[Table]:
             raise AssertionError(f"redaction with gates differs from every pattern on {name!r}: a gate is wrong")
         every, gated = _cpu_ms(text, False, repeats), _cpu_ms(text, True, repeats)
         rows.append([name, len(text.encode()), every, gated, every / gated])
-    notes = [f"CPU time per result (ms), median of {repeats} (each content with every pattern, then gated); the same text "
-             "comes out of both (checked on each content before timing)",
+    notes = [f"CPU time per result (ms), median of {repeats} (each content with every pattern, then gated); the "
+             "same text comes out of both (checked on each content before timing)",
              "a result of 200 characters or less (names, ids, arguments) is looked up in a cache first: not timed here"]
     return [Table(f"Redaction of one tool result (~{size // 1000} KB), every pattern against the gated run",
                   ["content", "bytes", "every pattern (ms)", "gated (ms)", "every / gated"], rows, notes)]
