@@ -177,9 +177,11 @@ class Assembly:
     """Follow-ups in Slack threads (its store is the assembly's; the Slack service announces and fires them)."""
 
     async def close_tools(self) -> None:
-        """Close what the engine holds besides the store: MCP sessions; flush the traces not yet exported."""
+        """Close what the engine holds besides the store: MCP sessions, the model's connections; flush the traces
+        not yet exported."""
         if self.mcp is not None:
             await self.mcp.stop()
+        await self.model.aclose()
         if self.telemetry is not None:
             await asyncio.to_thread(self.telemetry.shutdown)
 

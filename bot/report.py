@@ -42,12 +42,16 @@ async def report(settings: Settings, thread: str, *, tz: str | None = None, use_
     if model is not None and model.scripted:
         print("opspilot report: no model is configured (no API key): the records only", file=sys.stderr)
         model = None
-    store = await open_store(settings, fallback=False)
     try:
-        incident = await gather(store, store.meta, store, channel, ts, language=settings.slack.language)
-        narrative = await write(model, incident, []) if model is not None and not incident.empty else None
+        store = await open_store(settings, fallback=False)
+        try:
+            incident = await gather(store, store.meta, store, channel, ts, language=settings.slack.language)
+            narrative = await write(model, incident, []) if model is not None and not incident.empty else None
+        finally:
+            await store.close()
     finally:
-        await store.close()
+        if model is not None:
+            await model.aclose()
     print(inert(render(incident, narrative, tz=tz)), end="")  # people's and the model's words: shown, not obeyed
     if incident.empty:
         print(f"opspilot report: no records of {thread} under the key prefix {settings.key_prefix!r} (a thread of "

@@ -151,6 +151,8 @@ async def fake_anthropic() -> AsyncIterator[FakeAnthropic]:
     fake = FakeAnthropic()
     await fake.server.start()
     yield fake
+    for model in fake.models:
+        await model.aclose()
     await fake.server.stop()
 
 

@@ -25,7 +25,9 @@ def fake(fake_anthropic: FakeAnthropic) -> FakeAnthropic:
 
 
 def model_for(fake: FakeAnthropic, **kw: Any) -> AnthropicModel:
-    return AnthropicModel("claude-test", api_key="test-key", base_url=fake.server.url, max_retries=2, **kw)
+    model = AnthropicModel("claude-test", api_key="test-key", base_url=fake.server.url, max_retries=2, **kw)
+    fake.models.append(model)
+    return model
 
 
 def tool_results(request: dict[str, Any]) -> list[dict[str, Any]]:
@@ -177,6 +179,7 @@ async def test_unreachable_api_is_a_readable_stop(store: RedisStore) -> None:
     model = AnthropicModel("m", api_key="k", base_url="http://127.0.0.1:9", max_retries=0, timeout_s=2)
     h = make_harness(model, store, [])
     out = await h.engine.ask("t", "hello")
+    await model.aclose()
     assert out.stop_reason == "model_error" and "could not be reached" in out.answer
 
 

@@ -71,6 +71,7 @@ async def test_a_recorded_model_run_replays_offline_and_a_divergence_is_named(fa
                text("There is no service named `billing-svc` in the catalog. Known services: payments, orders, "
                     "gateway."))
     model = AnthropicModel("claude-test", api_key="test-key", base_url=fake.server.url, max_retries=0)
+    fake.models.append(model)
     recorded = await run_eval(scenario, Recorder(model, tmp_path / "rec"))
     assert recorded.pass_rate == 1.0 and len(fake.requests) == 2 and not fake.rejections
     await fake.server.stop()  # offline from here on

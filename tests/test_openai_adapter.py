@@ -23,11 +23,15 @@ async def fake() -> AsyncIterator[FakeOpenAI]:
     f = FakeOpenAI()
     await f.server.start()
     yield f
+    for model in f.models:
+        await model.aclose()
     await f.server.stop()
 
 
 def model_for(fake: FakeOpenAI) -> OpenAIModel:
-    return OpenAIModel("gpt-test", api_key="sk-test", base_url=f"{fake.server.url}/v1", max_retries=1)
+    model = OpenAIModel("gpt-test", api_key="sk-test", base_url=f"{fake.server.url}/v1", max_retries=1)
+    fake.models.append(model)
+    return model
 
 
 async def test_the_fake_rejects_missing_and_orphan_tool_messages(fake: FakeOpenAI) -> None:
@@ -116,6 +120,8 @@ async def test_the_output_token_limit_goes_by_the_name_each_endpoint_knows(caplo
         assert compatible.requests[-1]["max_tokens"] == 2048
         own = OpenAIModel("gpt-new", api_key="sk-test")  # no request made: just which name it would send
         assert own.token_field == "max_completion_tokens"
+        for model in (new, wrong, auto, own):
+            await model.aclose()
     finally:
         await openai_like.server.stop()
         await compatible.server.stop()

@@ -66,6 +66,9 @@ class ShownStepByStep:
         self.inner, self.slack, self.thread_ts, self.steps = demo_model(), slack, thread_ts, 0
         self.label, self.scripted = self.inner.label, self.inner.scripted
 
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
     async def complete(self, messages: Sequence[Message], tools: Sequence[ToolDefinition],
                        **options: Any) -> Completion:
         if self.steps:

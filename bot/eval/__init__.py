@@ -62,7 +62,10 @@ async def evaluate(settings: Settings, *, directory: Path, model_name: str | Non
     playable = [s for s in scenarios if s.name not in skipped]
     if not playable:
         raise ConfigError("no scenario to play with this model")
-    result = await run_eval(playable, model, repeat=max(repeat, 1), prices=settings.eval.prices)
+    try:
+        result = await run_eval(playable, model, repeat=max(repeat, 1), prices=settings.eval.prices)
+    finally:
+        await model.aclose()
     print(render(result))
     if skipped:
         print(f"\nnot played by the scripted demo model (they need a real model): {', '.join(skipped)}")

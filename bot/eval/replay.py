@@ -45,6 +45,9 @@ class Recorder(_PerScenario):
         await super().begin(scenario)
         await asyncio.to_thread((self.directory / f"{scenario}.jsonl").write_text, "")
 
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
     async def complete(self, messages: Sequence[Message], tools: Sequence[ToolDefinition], *,
                        tool_choice: ToolChoice = AUTO, max_tokens: int | None = None) -> Completion:
         completion = await self.inner.complete(messages, tools, tool_choice=tool_choice, max_tokens=max_tokens)
@@ -75,6 +78,9 @@ class Replayer(_PerScenario):
         self.directory = directory
         self.label = "replay of a recorded model"
         self._lines: list[dict[str, Any]] = []
+
+    async def aclose(self) -> None:
+        """Nothing held."""
 
     async def begin(self, scenario: str) -> None:
         await super().begin(scenario)

@@ -26,8 +26,8 @@ async def model_check(settings: Settings, timeout_s: float = SDK_TIMEOUT_S) -> C
     if provider == "anthropic":
         import anthropic
 
-        ask: Any = anthropic.AsyncAnthropic(timeout=timeout_s, max_retries=0).messages.create(
-            model=name, max_tokens=1, messages=[{"role": "user", "content": "ping"}])
+        client: Any = anthropic.AsyncAnthropic(timeout=timeout_s, max_retries=0)
+        ask = client.messages.create(model=name, max_tokens=1, messages=[{"role": "user", "content": "ping"}])
     else:
         import openai
 
@@ -36,7 +36,7 @@ async def model_check(settings: Settings, timeout_s: float = SDK_TIMEOUT_S) -> C
         if field == "auto":  # as OpenAIModel chooses it
             field = "max_completion_tokens" if client.base_url.host == "api.openai.com" else "max_tokens"
         ask = client.chat.completions.create(model=name, messages=[{"role": "user", "content": "ping"}],
-                                             **{field: 16})  # type: ignore[call-overload]
+                                             **{field: 16})
     try:
         async with asyncio.timeout(timeout_s + 0.5):  # the SDK's own timeout is per read: this bounds the whole
             await ask
@@ -47,4 +47,6 @@ async def model_check(settings: Settings, timeout_s: float = SDK_TIMEOUT_S) -> C
             says = f"{provider} ({name}) did not answer a one-token request ({type(exc).__name__}: {str(exc)[:120]})"
         return Check("Model", False, says, "check the key, llm.name (or OPSPILOT_MODEL) and the network path to "
                                            f"the provider ({provider.upper()}_BASE_URL if you use one)")
+    finally:  # its connections, now: left to the garbage collector, it closes itself on whatever loop runs then
+        await client.close()
     return Check("Model", True, f"{provider} answers as {name}")

@@ -158,6 +158,8 @@ class FakeAnthropic:
         self.rejections: list[str] = []
         self.cache = PromptCache()
         self.usages: list[dict[str, int]] = []
+        self.models: list[Any] = []
+        """Models a test made against this server: their SDK clients are closed with it, on the test's loop."""
         app = web.Application()
         app.router.add_post("/v1/messages", self._messages)
         self.server = LocalServer(app)

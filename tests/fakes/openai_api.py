@@ -61,6 +61,8 @@ class FakeOpenAI:
         self.replies: list[dict[str, Any]] = []
         self.requests: list[dict[str, Any]] = []
         self.rejections: list[str] = []
+        self.models: list[Any] = []
+        """Models a test made against this server: their SDK clients are closed with it, on the test's loop."""
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._complete)
         self.server = LocalServer(app)

@@ -100,6 +100,9 @@ class AnthropicModel:
         except anthropic.APIError as exc:
             raise convert.classify_api_error(exc, anthropic, "Anthropic") from exc
 
+    async def aclose(self) -> None:
+        await self._client.close()
+
     async def complete(
         self,
         messages: Sequence[Message],

@@ -69,3 +69,7 @@ class ChatModel(Protocol):
         max_tokens: int | None = None,
     ) -> Completion:
         """One model turn. Cancelling the awaiting task cancels the request."""
+
+    async def aclose(self) -> None:
+        """Let go of the provider's connections (at shutdown): an SDK client left to the garbage collector closes
+        itself on whatever event loop then runs, or on none."""

@@ -91,6 +91,9 @@ class OpenAIModel:
             token_field = "max_completion_tokens" if own else "max_tokens"
         self.token_field: str = token_field
 
+    async def aclose(self) -> None:
+        await self._client.close()
+
     async def complete(
         self,
         messages: Sequence[Message],

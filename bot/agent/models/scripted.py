@@ -59,6 +59,9 @@ class ScriptedModel:
         self.keep_requests = keep_requests  # tests read them; a benchmark would only fill memory
         self.requests: list[Request] = []
 
+    async def aclose(self) -> None:
+        """Nothing held."""
+
     async def complete(
         self,
         messages: Sequence[Message],
