@@ -121,6 +121,7 @@ _A_DIGIT = re.compile(r"\d")
 # 4 digits). Either ends where no \w or "." follows.
 _DIGITS = _byte_classes(b"x", {b"d": string.digits, b"s": " -", b"w": string.ascii_letters + "_."})
 _PHONE_SHAPES = (b"ddddddddddd", b"dddsdddddddd", b"dddddddsdddd", b"dddsddddsdddd", b"sdddsdddd")
+_DIGITS_END = re.compile(rb"[^d]|\Z")
 _DOMAIN = re.compile(r"[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
 
 
@@ -161,9 +162,14 @@ def _phone_shape(v: _Views) -> bool:
     for shape in _PHONE_SHAPES:
         at = 0
         while (at := mapped.find(shape, at)) >= 0:
-            if mapped[at + len(shape):at + len(shape) + 1] not in (b"d", b"w") and _run_starts_clear(mapped, at):
+            after = mapped[at + len(shape):at + len(shape) + 1]
+            if after not in (b"d", b"w") and _run_starts_clear(mapped, at):
                 return True
-            at += 1
+            if after == b"d":  # inside a longer run of digits: on to the shapes that reach the run's end
+                end = _DIGITS_END.search(mapped, at + len(shape))
+                at = max(at + 1, (end.start() if end else len(mapped)) - len(shape))
+            else:
+                at += 1
     return False
 
 

@@ -110,7 +110,7 @@ def _edge_text(rng: random.Random) -> str:
             f"{rng.choice(['', '('])}{digits(3)}{rng.choice(['', ')'])}{rng.choice(' -')}{digits(3)}"
             f"{rng.choice(' -')}{digits(4)}",
             "".join(rng.choice("0123456789" * 4 + " -()+._a,") for _ in range(rng.randint(8, 24)))])
-        return (rng.choice(["", " ", "+86 ", "+1-", "a", ".", "1 ", "tel:"]) + number
+        return (rng.choice(["", " ", "+86 ", "+86", "+1-", "+1", "0086", "a", ".", "1 ", "tel:"]) + number
                 + rng.choice(["", " ", "a", ".", "5", ",", "_", "\n"]))
     if kind == 1:  # base64 runs near 40: mixed case, hex, upper case, digits only
         chars = rng.choice(["ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789/+", "0123456789abcdef",
