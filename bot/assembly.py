@@ -177,13 +177,19 @@ class Assembly:
     """Follow-ups in Slack threads (its store is the assembly's; the Slack service announces and fires them)."""
 
     async def close_tools(self) -> None:
-        """Close what the engine holds besides the store: MCP sessions, the model's connections; flush the traces
-        not yet exported."""
+        """Close what the engine holds besides the store and the model: MCP sessions; flush the traces not yet
+        exported."""
         if self.mcp is not None:
             await self.mcp.stop()
-        await self.model.aclose()
         if self.telemetry is not None:
             await asyncio.to_thread(self.telemetry.shutdown)
+
+    async def close_connections(self) -> None:
+        """Close the store, then the model's connections. The model goes last: a run still at work when shutdown
+        stops waiting fails on the closed store, unsaved, and another worker takes it up; on a closed model it
+        would save a failure and tell its person so."""
+        await self.store.close()
+        await self.model.aclose()
 
     @classmethod
     def around(cls, engine: Engine, store: RedisStore | MemoryStore, model: ChatModel,

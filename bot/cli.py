@@ -295,7 +295,7 @@ async def _chat(user: str, config: str | None) -> int:
         return await chat(app, user=user, language=settings.slack.language)
     finally:
         await app.close_tools()
-        await app.store.close()
+        await app.close_connections()
 
 
 def _store_error(exc: Exception) -> bool:

@@ -13,7 +13,7 @@ from bot.agent.models.anthropic import AnthropicModel, to_wire
 from bot.agent.models.base import ModelError
 from bot.assembly import Assembly
 from core.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
-from state import RedisStore
+from state import Keys, RedisStore, connect
 from tests.conftest import make_harness
 from tests.fakes.anthropic_api import FakeAnthropic, error, text, tool_use, violations
 from tests.toolkit import Probe, toolkit
@@ -240,12 +240,14 @@ async def test_prompt_caching_pays_full_price_only_for_what_is_new(fake: FakeAnt
     assert sum(e.cache_read_tokens for e in steps_seen) == read
 
 
-async def test_closing_the_engine_lets_go_of_the_models_connections(fake: FakeAnthropic, store: RedisStore) -> None:
+async def test_closing_the_engine_lets_go_of_the_models_connections(fake: FakeAnthropic, redis_url: str,
+                                                                    prefix: str) -> None:
     """At shutdown the SDK's client is closed on the loop that opened it: left to the garbage collector, it closes
     itself on whatever loop runs then (the next test's, in a test run) and logs "Event loop is closed" there."""
     model = model_for(fake)
     fake.queue(text("hi"))
     assert (await model.complete([UserMessage(content="hi")], [])).message.content == "hi"
     assert not model._client.is_closed()  # a keep-alive connection to the provider, held
-    await Assembly.around(make_harness(model, store, []).engine, store, model, ops.build()).close_tools()  # shutdown
+    store = RedisStore(connect(redis_url), keys=Keys(prefix))
+    await Assembly.around(make_harness(model, store, []).engine, store, model, ops.build()).close_connections()
     assert model._client.is_closed()

@@ -134,7 +134,7 @@ from bot.config import load_settings
 async def start() -> None:
     app = await assemble(load_settings(None))
     await app.close_tools()
-    await app.store.close()
+    await app.close_connections()
 asyncio.run(start())
 print(*sys.modules)
 """

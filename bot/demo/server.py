@@ -117,7 +117,7 @@ class Demo:
     async def close(self) -> None:
         if self.service is not None:
             await self.service.stop(5)
-            await self.service.core.store.close()
+            await self.service.core.close_connections()
 
     # --- the page and its live feed ---------------------------------------------------------------------
 

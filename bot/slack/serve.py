@@ -130,7 +130,7 @@ async def _run(settings: Settings, role: Role, sock: socket.socket | None, banne
         await service.stop()
         if runner is not None:
             await runner.cleanup()
-        await service.core.store.close()
+        await service.core.close_connections()
     return 0
 
 
