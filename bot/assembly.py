@@ -185,11 +185,12 @@ class Assembly:
             await asyncio.to_thread(self.telemetry.shutdown)
 
     async def close_connections(self) -> None:
-        """Close the store, then the model's connections. The model goes last: a run still at work when shutdown
-        stops waiting fails on the closed store, unsaved, and another worker takes it up; on a closed model it
-        would save a failure and tell its person so."""
+        """Close the store, then the model's and the toolbox's connections. They go last: a run still at work when
+        shutdown stops waiting fails on the closed store, unsaved, and another worker takes it up; on a closed
+        model or Kubernetes client it would save a failure and tell its person so."""
         await self.store.close()
         await self.model.aclose()
+        await self.toolbox.aclose()
 
     @classmethod
     def around(cls, engine: Engine, store: RedisStore | MemoryStore, model: ChatModel,

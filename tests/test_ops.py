@@ -31,8 +31,11 @@ async def fakes() -> AsyncIterator[OpsFakes]:
 async def run(toolbox: ops.Toolbox, name: str, confirmed_by: str | None = None, **args: Any) -> Observation:
     ctx = ToolContext(run_id="r", thread_id="t", user_id="UREQ", call_id=f"c-{time.time_ns()}",
                       confirmed_by=confirmed_by)
-    return await execute_one(ToolCall(id=ctx.call_id, name=name, arguments=args), registry=Registry.of(toolbox.specs),
-                             ctx=ctx, journal=MemoryStore().journal)
+    try:
+        return await execute_one(ToolCall(id=ctx.call_id, name=name, arguments=args),
+                                 registry=Registry.of(toolbox.specs), ctx=ctx, journal=MemoryStore().journal)
+    finally:  # its Kubernetes connections, on this test's loop (a later call opens them again)
+        await toolbox.aclose()
 
 
 def data(obs: Observation) -> dict[str, Any]:

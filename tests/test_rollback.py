@@ -4,6 +4,7 @@ the refusals before any card, the change the person saw and no other, exactly on
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 from collections.abc import AsyncIterator
@@ -47,8 +48,11 @@ async def call(toolbox: ops.Toolbox, name: str, *, confirmed_by: str | None = No
                **args: Any) -> Observation:
     ctx = ToolContext(run_id="r", thread_id="t", user_id="UREQ", call_id=call_id or f"c-{time.time_ns()}",
                       confirmed_by=confirmed_by, unattended=unattended, plan=plan)
-    return await execute_one(ToolCall(id=ctx.call_id, name=name, arguments=args), registry=Registry.of(toolbox.specs),
-                             ctx=ctx, journal=journal or MemoryStore().journal)
+    try:
+        return await execute_one(ToolCall(id=ctx.call_id, name=name, arguments=args),
+                                 registry=Registry.of(toolbox.specs), ctx=ctx, journal=journal or MemoryStore().journal)
+    finally:  # its Kubernetes connections, on this test's loop (a later call opens them again)
+        await toolbox.aclose()
 
 
 async def card(toolbox: ops.Toolbox, name: str, **args: Any) -> dict[str, Any]:
@@ -162,6 +166,7 @@ async def test_the_api_server_refuses_a_patch_racing_another_change(fakes: OpsFa
     sim.scale(5, "2026-12-02T09:30:00Z")  # between our read and our write
     with pytest.raises(Conflict):
         await toolbox.rollbacks.rollback(req, plan)
+    await toolbox.aclose()
     assert sim.deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "payments-api:1.4.2"
 
 
@@ -268,7 +273,9 @@ async def test_opspilot_check_asks_the_api_server_what_each_tool_may_do(fakes: O
     from bot.check import kubernetes_checks
 
     three_releases(fakes)
-    checks = await kubernetes_checks(live(fakes))
+    toolbox = live(fakes)
+    checks = await kubernetes_checks(toolbox)
+    await toolbox.aclose()
     assert [(c.name, c.ok) for c in checks] == [("Kubernetes permissions (restart_service)", True),
                                                 ("Kubernetes permissions (rollback_service)", True),
                                                 ("Kubernetes permissions (scale_service)", True)]
@@ -276,7 +283,9 @@ async def test_opspilot_check_asks_the_api_server_what_each_tool_may_do(fakes: O
     assert {"namespace": "payments", "verb": "patch", "group": "apps", "resource": "deployments",
             "subresource": "scale", "name": "payments-api"} in asked
     monkeypatch.setenv("OPS_TOKEN", "viewer-token")
-    scale = (await kubernetes_checks(live(fakes)))[2]
+    viewer = live(fakes)
+    scale = (await kubernetes_checks(viewer))[2]
+    await viewer.aclose()
     assert not scale.ok and "patch deployments/scale payments/payments-api" in scale.says
 
 
@@ -293,3 +302,18 @@ async def test_the_confirmation_config_applies_by_tool_name() -> None:
     assert obs.interrupt is not None and obs.interrupt.payload["plan"]["changes"][0] == \
         {"field": "release", "from": "2026.12.02-1", "to": "2026.12.01-4"}
     assert not toolbox.rollbacks.done
+
+
+async def test_a_closed_toolbox_leaves_no_kubernetes_connection_open(fakes: OpsFakes,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """At shutdown (and after `opspilot check`) the toolbox closes its Kubernetes client on the loop that opened
+    it: one left to the garbage collector logs "Unclosed client session" wherever it is collected."""
+    three_releases(fakes)
+    toolbox = live(fakes)
+    service = toolbox.catalog.get("payments")
+    assert service is not None
+    await toolbox.rollbacks.plan_rollback(ChangeRequest(service, "prod", "c-plan", "UREQ", "U"))  # connects
+    await toolbox.aclose()
+    del toolbox, service
+    gc.collect()
+    assert not [r.getMessage() for r in caplog.records if "Unclosed" in r.getMessage()]

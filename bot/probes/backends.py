@@ -65,6 +65,7 @@ async def toolbox_checks(settings: Settings) -> list[Check]:
     finally:
         if hub is not None:
             await hub.stop()
+        await toolbox.aclose()  # the Kubernetes connections its probes opened
     return checks
 
 

@@ -94,6 +94,13 @@ class Toolbox:
     rollbacks: Any = None  # a RollbackBackend; DemoActions in the demo, whose .done tests read
     scaling: Any = None  # a ScaleBackend
 
+    async def aclose(self) -> None:
+        """Let go of the Kubernetes API's connections (the HTTP backends open one per request and close it)."""
+        held = (getattr(backend, "kube", None) for backend in (self.restarts, self.rollbacks, self.scaling,
+                                                                  *self.changes))
+        for kube in {id(k): k for k in held if isinstance(k, KubeClient)}.values():
+            await kube.close()
+
 
 def _token(env: str | None) -> str | None:
     return os.environ.get(env) if env else None
