@@ -180,11 +180,10 @@ async def run(turns: int = 50, window: int = 5, rounds: int = 3) -> list[Table]:
              f"turns on the in-process store: nothing persisted) {alone[1]:.3f} ms, {alone[1] / base[1]:.1f}× the "
              f"floor (early: {alone[0]:.3f} ms); persisting each step in Redis {persisting:.3f} ms more, "
              f"{persisting / base[1]:.1f}× the floor, at {trips:.1f} round trips a step",
-             f"what the 2.5× goal leaves for Redis with the engine's own work as it is: {left:.1f}× the floor for "
-             f"{trips:.1f} round trips a step, {left / trips:.2f}× the floor each (the floor's whole step is one round "
-             "trip and one dump)" if left > 0 else
-             f"what the 2.5× goal leaves for Redis with the engine's own work as it is: nothing (the engine alone is "
-             f"{alone[1] / base[1]:.1f}× the floor in this run)",
+             "what the 2.5× goal leaves for Redis with the engine's own work as it is: " + (
+                 f"{left:.1f}× the floor for {trips:.1f} round trips a step, {left / trips:.2f}× the floor each (the "
+                 "floor's whole step is one round trip and one dump)" if left > 0 else
+                 f"nothing (the engine alone is {alone[1] / base[1]:.1f}× the floor in this run)"),
              f"floor: one EVALSHA + one message dump per step, measured in the same run ({base[1]:.3f} ms here); "
              f"each side in a fresh process, median of {rounds} rounds in alternating order ({'; '.join(orders)})"]
     notes.append("LangGraph's Redis checkpointer (langgraph-checkpoint-redis 0.5.2) installs but needs the RediSearch "

@@ -114,14 +114,13 @@ def _byte_classes(default: bytes, classes: dict[bytes, str]) -> bytes:
 
 
 _BASE64 = _byte_classes(b" ", {b"a": string.ascii_letters + string.digits + "/+", b"=": "="})
-_RUN_END = re.compile(rb"[^a]|\Z")
 _A_DIGIT = re.compile(r"\d")
 # The phone pattern's core as digits (d), separators (s) and what \w or "." matches (w): a Chinese mobile number
 # (11 digits, two optional separators) or the tail of a North American one (separator, 3 digits, separator,
 # 4 digits). Either ends where no \w or "." follows.
 _DIGITS = _byte_classes(b"x", {b"d": string.digits, b"s": " -", b"w": string.ascii_letters + "_."})
 _PHONE_SHAPES = (b"ddddddddddd", b"dddsdddddddd", b"dddddddsdddd", b"dddsddddsdddd", b"sdddsdddd")
-_DIGITS_END = re.compile(rb"[^d]|\Z")
+_OTHER_THAN = {mark: re.compile(b"[^" + mark + b"]") for mark in (b"a", b"d")}
 _DOMAIN = re.compile(r"[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
 
 
@@ -137,6 +136,12 @@ def folded(*words: str) -> Gate:
     return lambda v: any(w in v.folded for w in words)
 
 
+def _run_end(mapped: bytes, mark: bytes, at: int) -> int:
+    """Where the run of ``mark`` bytes that goes on at ``at`` ends."""
+    other = _OTHER_THAN[mark].search(mapped, at)
+    return other.start() if other else len(mapped)
+
+
 def _base64_secret(v: _Views) -> bool:
     """A run of exactly 40 base64 characters, no "=" either side, with upper case, lower case and a digit: the
     only match :func:`_bare_aws_secret` changes (an ASCII text; any other is left to the pattern)."""
@@ -144,8 +149,7 @@ def _base64_secret(v: _Views) -> bool:
         return b"a" * 40 in v.mapped(_BASE64)
     mapped, at = v.mapped(_BASE64), 0
     while (at := mapped.find(b"a" * 40, at)) >= 0:
-        end = _RUN_END.search(mapped, at + 40)
-        stop = end.start() if end else len(mapped)
+        stop = _run_end(mapped, b"a", at + 40)
         if stop - at == 40 and mapped[at - 1:at] != b"=" and mapped[stop:stop + 1] != b"=":
             run = v.text[at:stop]
             if run.lower() != run and run.upper() != run and _A_DIGIT.search(run):  # (ASCII: C-speed checks)
@@ -166,8 +170,7 @@ def _phone_shape(v: _Views) -> bool:
             if after not in (b"d", b"w") and _run_starts_clear(mapped, at):
                 return True
             if after == b"d":  # inside a longer run of digits: on to the shapes that reach the run's end
-                end = _DIGITS_END.search(mapped, at + len(shape))
-                at = max(at + 1, (end.start() if end else len(mapped)) - len(shape))
+                at = max(at + 1, _run_end(mapped, b"d", at + len(shape)) - len(shape))
             else:
                 at += 1
     return False
