@@ -15,7 +15,8 @@ import time
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from enum import IntEnum
+from typing import Any, NamedTuple
 
 from state.client import Client
 from state.guard import HSET_WITH_TTL, RELEASE_IF_HELD, RENEW_IF_HELD, guard, retried, text
@@ -44,6 +45,23 @@ def _record(key: str, raw: str | bytes) -> OutboxRecord:
                         body)
 
 
+class Put(NamedTuple):
+    """What recording a message's state did: its version, and the time by which its thread is due for sure (None
+    when not known: it kept a later time, a backoff or a budget's)."""
+
+    version: int
+    due_by: float | None
+
+
+class Due(IntEnum):
+    """What a round's settle left: nothing to send, the thread due at the round's next attempt, or due now (a
+    message the round never read was put meanwhile). Truthy while anything is left."""
+
+    NO = 0
+    LATER = 1
+    NOW = 2
+
+
 @dataclass(frozen=True)
 class Delivered:
     """A version of a message Slack took in a delivery round, saved by the round's settle (see ``_SETTLE``)."""
@@ -61,7 +79,8 @@ SEQ_FIELD = "~seq"
 # KEYS: thread hash, due index. ARGV: message key, fields (JSON), now (ms), due at, ttl, thread, ZADD's flag (NX:
 # a thread waiting out a backoff or a budget keeps its time; LT: an urgent message brings it forward), which TTLs to
 # renew ("h": the hash's, "d": the index's, "s": the states'; each process renews a key once an hour, see
-# state.keys.Renewals), then, optionally, a run id and its shown state (KEYS[3]: the thread's states).
+# state.keys.Renewals), then, optionally, a run id and its shown state (KEYS[3]: the thread's states). Returns the
+# message's version and 1 if the thread is now due by ARGV[4] for sure (its writer's next round need not ask).
 # A write that makes a key sets its TTL itself: the hash is new when its first message takes seq 1, the index when
 # its sentinel (DUE_SENTINEL, due never) is added with the thread, the states' hash when a run's state is new.
 _PUT = """
@@ -74,13 +93,13 @@ for k, v in pairs(cjson.decode(ARGV[2])) do rec[k] = v end
 rec.version = rec.version + 1
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(rec))
 if rec.seq == 1 and not cur or string.find(ARGV[8], 'h', 1, true) then redis.call('EXPIRE', KEYS[1], ARGV[5]) end
-if redis.call('ZADD', KEYS[2], ARGV[7], 'inf', '~', ARGV[4], ARGV[6]) == 2 or string.find(ARGV[8], 'd', 1, true) then
-  redis.call('EXPIRE', KEYS[2], ARGV[5])
-end
+local added = redis.call('ZADD', KEYS[2], ARGV[7], 'inf', '~', ARGV[4], ARGV[6])
+if added == 2 or string.find(ARGV[8], 'd', 1, true) then redis.call('EXPIRE', KEYS[2], ARGV[5]) end
 if KEYS[3] and (redis.call('HSET', KEYS[3], ARGV[9], ARGV[10]) == 1 or string.find(ARGV[8], 's', 1, true)) then
   redis.call('EXPIRE', KEYS[3], ARGV[5])
 end
-return rec.version
+-- due by ARGV[4] for sure: brought forward (LT), or added now (NX: the sentinel is new only with the index)
+return {rec.version, (ARGV[7] == 'LT' or added > 0) and 1 or 0}
 """
 # Shared by _PATCH and _SETTLE: a message's record with ``fields`` applied and, when a version was delivered
 # (``sent``, or nil), that version marked sent; a delivered state's text and blocks are dropped: only what later
@@ -107,7 +126,10 @@ return 1
 # anything is still undelivered, the thread's TTL, the lease's owner (see RELEASE_IF_HELD; '' for none), then the
 # round's delivered versions (JSON: [key, fields, version] each), saved first as _PATCH would: the round's
 # bookkeeping in one script. Records are decoded only as far as needed. The index's sentinel goes with the thread:
-# an index gone since the thread's last write is made again with its TTL.
+# an index gone since the thread's last write is made again with its TTL. ARGV[6]: the versions the round read
+# (JSON object, '' if not known) and ARGV[7] now: a message other than progress put while the round ran (an
+# answer, a card) was never weighed by it, so the thread is due now, not at the round's next attempt (which may
+# be a progress edit's interval away). Returns 0 (nothing left), 1 (due at the next attempt) or 2 (due now).
 _SETTLE = _APPLY + """
 local raw = {}
 local all = redis.call('HGETALL', KEYS[1])
@@ -120,14 +142,21 @@ for _, sent in ipairs(cjson.decode(ARGV[5])) do
     redis.call('HSET', KEYS[1], sent[1], raw[sent[1]])
   end
 end
-local due = 0
-for _, body in pairs(raw) do
+local seen = ARGV[6] ~= '' and cjson.decode(ARGV[6])
+local due, at = 0, ARGV[2]
+for key, body in pairs(raw) do
   local rec = cjson.decode(body)
-  if rec.version > rec.sent_version then due = 1 break end
+  if rec.version > rec.sent_version then
+    due = 1
+    if seen and (seen[key] or 0) < rec.version and string.sub(key, 1, 9) ~= 'progress:' then
+      if tonumber(ARGV[7]) < tonumber(ARGV[2]) then due, at = 2, ARGV[7] end
+      break
+    end
+  end
 end
 if due == 0 then
   redis.call('ZREM', KEYS[2], ARGV[1])
-elseif redis.call('ZADD', KEYS[2], 'inf', '~', ARGV[2], ARGV[1]) == 2 then
+elseif redis.call('ZADD', KEYS[2], 'inf', '~', at, ARGV[1]) == 2 then
   redis.call('EXPIRE', KEYS[2], ARGV[3])
 end
 if KEYS[3] and redis.call('GET', KEYS[3]) == ARGV[4] then redis.call('DEL', KEYS[3]) end
@@ -147,8 +176,8 @@ class RedisOutbox:
         self._hset = client.register_script(HSET_WITH_TTL)
 
     async def put(self, thread: str, key: str, fields: Mapping[str, Any], *, due: float, urgent: bool = False,
-                  state: tuple[str, str] | None = None) -> int:
-        """Record the desired state of message ``key``; returns its version. ``urgent``: the thread is due by ``due``
+                  state: tuple[str, str] | None = None) -> Put:
+        """Record the desired state of message ``key`` (see :class:`Put`). ``urgent``: the thread is due by ``due``
         even if it was to come back later (else it keeps its time). ``state``: a run's shown state (run id, JSON)
         to save with it (:meth:`shown_state`)."""
         keys = [self.keys.outbox(thread), self.keys.outbox_due(shard_of(thread))]
@@ -160,14 +189,14 @@ class RedisOutbox:
                                  *(state or ())]
         # Repeating it after a lost reply only skips a version number.
         try:
-            version = await retried("recording a message to send", self.grace_s,
-                                    lambda: self._put(keys=keys, args=args))
+            version, known = await retried("recording a message to send", self.grace_s,
+                                           lambda: self._put(keys=keys, args=args))
         except BaseException:
             for mark, k in zip("hds", keys, strict=False):
                 if mark in renew:
                     self.renewals.forget(k)
             raise
-        return int(version)
+        return Put(int(version), due if int(known) else None)
 
     async def save_state(self, thread: str, run_id: str, state: str) -> None:
         """A run's shown state alone (no message changes with it)."""
@@ -191,18 +220,20 @@ class RedisOutbox:
                                                                                  args=args))
 
     async def settle(self, thread: str, *, retry_at: float, release: str | None = None,
-                     delivered: Sequence[Delivered] = ()) -> bool:
-        """Leave the due index if everything is delivered, else come back at ``retry_at``. True if still due.
+                     delivered: Sequence[Delivered] = (), seen: Mapping[str, int] | None = None) -> Due:
+        """Leave the due index if everything is delivered, else come back at ``retry_at`` (see :class:`Due`).
         ``release``: the delivery lease's owner, letting go of it in the same call (one script, not two);
-        ``delivered``: what the round sent, saved first (as :meth:`patch` with ``delivered`` would)."""
+        ``delivered``: what the round sent, saved first (as :meth:`patch` with ``delivered`` would); ``seen``: the
+        versions the round read (a message put since, other than progress, makes the thread due now)."""
         keys = [self.keys.outbox(thread), self.keys.outbox_due(shard_of(thread))]
         if release is not None:
             keys.append(self.keys.outbox_lease(thread))
         sent = [[d.key, dict(d.fields), d.version] for d in delivered]
         args: list[str | int] = [thread, repr(retry_at), self.ttls.thread_s, release or "",
-                                 json.dumps(sent, ensure_ascii=False)]
+                                 json.dumps(sent, ensure_ascii=False),
+                                 "" if seen is None else json.dumps(dict(seen)), repr(time.time())]
         async with guard("updating the outbox"):
-            return bool(await self._settle(keys=keys, args=args))
+            return Due(int(await self._settle(keys=keys, args=args)))
 
     async def due(self, now: float, limit: int = 64) -> list[str]:
         async with guard("reading the outbox"):
@@ -264,15 +295,16 @@ class MemoryOutbox:
         self._seq = 0
 
     async def put(self, thread: str, key: str, fields: Mapping[str, Any], *, due: float, urgent: bool = False,
-                  state: tuple[str, str] | None = None) -> int:
+                  state: tuple[str, str] | None = None) -> Put:
         if state is not None:
             await self.save_state(thread, *state)
         self._seq += 1
         rec = self._threads[thread].setdefault(key, {"version": 0, "sent_version": 0, "seq": self._seq})
         rec.update(fields)
         rec["version"] += 1
+        known = urgent or thread not in self._due
         self._due[thread] = min(self._due.get(thread, due), due) if urgent else self._due.get(thread, due)
-        return int(rec["version"])
+        return Put(int(rec["version"]), due if known else None)
 
     async def save_state(self, thread: str, run_id: str, state: str) -> None:
         self._states[thread, run_id] = state
@@ -296,16 +328,22 @@ class MemoryOutbox:
                 rec.pop("blocks", None)
 
     async def settle(self, thread: str, *, retry_at: float, release: str | None = None,
-                     delivered: Sequence[Delivered] = ()) -> bool:
+                     delivered: Sequence[Delivered] = (), seen: Mapping[str, int] | None = None) -> Due:
         for d in delivered:
             await self.patch(thread, d.key, d.fields, delivered=d.version)
         if release is not None:
             await self.release(thread, release)
-        if any(r["version"] > r["sent_version"] for r in self._threads.get(thread, {}).values()):
-            self._due[thread] = retry_at
-            return True
-        self._due.pop(thread, None)
-        return False
+        dirty = {k: r for k, r in self._threads.get(thread, {}).items() if r["version"] > r["sent_version"]}
+        if not dirty:
+            self._due.pop(thread, None)
+            return Due.NO
+        now = time.time()
+        if seen is not None and now < retry_at and any(
+                seen.get(k, 0) < r["version"] and not k.startswith("progress:") for k, r in dirty.items()):
+            self._due[thread] = now
+            return Due.NOW
+        self._due[thread] = retry_at
+        return Due.LATER
 
     async def due(self, now: float, limit: int = 64) -> list[str]:
         return [t for t, at in sorted(self._due.items(), key=lambda kv: kv[1]) if at <= now][:limit]

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from core.messages import Message, UserMessage
 from state.feedback_store import Feedbacks
-from state.outbox_store import Delivered, OutboxRecord
+from state.outbox_store import Delivered, Due, OutboxRecord, Put
 from state.queue import DeadLetter, Entry, Lane, QueueStats
 from state.records import RunRecord, Ticket
 
@@ -289,7 +289,7 @@ class Outbox(Protocol):
     """Per thread, in order: each message's desired state and what was delivered (see :mod:`state.outbox_store`)."""
 
     async def put(self, thread: str, key: str, fields: Mapping[str, Any], *, due: float,
-                  urgent: bool = False, state: tuple[str, str] | None = None) -> int: ...
+                  urgent: bool = False, state: tuple[str, str] | None = None) -> Put: ...
 
     async def save_state(self, thread: str, run_id: str, state: str) -> None: ...
 
@@ -302,10 +302,10 @@ class Outbox(Protocol):
                     delivered: int | None = None) -> None: ...
 
     async def settle(self, thread: str, *, retry_at: float, release: str | None = None,
-                     delivered: Sequence[Delivered] = ()) -> bool:
-        """Leave the due index if everything is delivered, else come back at ``retry_at``; True if still due.
-        ``release``: the delivery lease's owner, letting go of it in the same call; ``delivered``: what the round
-        sent, saved first."""
+                     delivered: Sequence[Delivered] = (), seen: Mapping[str, int] | None = None) -> Due:
+        """Leave the due index if everything is delivered, else come back at ``retry_at``, or now if a message
+        other than progress was put since the round read ``seen`` (its versions). ``release``: the delivery lease's
+        owner, letting go of it in the same call; ``delivered``: what the round sent, saved first."""
         ...
 
     async def due(self, now: float, limit: int = 64) -> list[str]: ...

@@ -82,8 +82,8 @@ def slack_settings(redis_url: str, prefix: str, api_url: str, **slack: Any) -> S
     slack.setdefault("progress", "update")  # streamed progress has its own tests (test_streaming.py)
     slack.setdefault("language", "en")  # the UI language has its own tests (test_language.py); others read English
     slack.setdefault("limits", UNLIMITED)  # run limits have their own tests (test_run_limits.py)
-    config = SlackConfig(bot_token="xoxb-test-token", signing_secret=SECRET, api_url=api_url,
-                         progress_interval_s=0.05, **slack)
+    slack.setdefault("progress_interval_s", 0.05)
+    config = SlackConfig(bot_token="xoxb-test-token", signing_secret=SECRET, api_url=api_url, **slack)
     return Settings(redis_url=redis_url, key_prefix=prefix, slack=config)
 
 

@@ -3,9 +3,11 @@ shard's due index sets the TTL itself; otherwise each process renews them once a
 
 from __future__ import annotations
 
+import time
+
 from state import RedisStore
 from state.keys import Renewals, shard_of
-from state.outbox_store import Delivered, RedisOutbox
+from state.outbox_store import Delivered, Due, MemoryOutbox, RedisOutbox
 
 
 def _outbox(store: RedisStore) -> RedisOutbox:
@@ -113,3 +115,36 @@ async def test_a_round_s_settle_saves_what_it_sent_and_a_newer_state_stays_due(s
     again = Delivered(progress.key, {"ts": "7.2"}, saved["progress:r5"].version)
     assert not await outbox.settle(thread, retry_at=0, delivered=[again])  # all sent: the thread leaves the index
     assert await outbox.due(now=1e12) == []
+
+
+async def test_an_answer_put_while_a_round_waits_out_a_progress_edit_is_due_at_once(store: RedisStore) -> None:
+    """A round reads the thread (a progress edit, waiting out its interval), then the answer is put: its settle
+    must not push the thread back to the edit's time, which the answer would wait out too (seen in the served
+    benchmark: answers a second late). A newer progress state alone keeps the round's time."""
+    for outbox in (_outbox(store), MemoryOutbox()):
+        thread, later = "C7:7.7", time.time() + 60
+        await outbox.put(thread, "progress:r7", {"text": "step 1"}, due=0)
+        seen = {r.key: r.version for r in await outbox.records(thread)}
+        await outbox.put(thread, "progress:r7", {"text": "step 2"}, due=time.time())
+        assert await outbox.settle(thread, retry_at=later, seen=seen) is Due.LATER
+        assert await outbox.due(now=later - 1) == []
+        seen = {r.key: r.version for r in await outbox.records(thread)}
+        await outbox.put(thread, "answer:r7", {"text": "done"}, due=time.time(), urgent=True)
+        assert await outbox.settle(thread, retry_at=later, seen=seen) is Due.NOW
+        assert await outbox.due(now=time.time()) == [thread]
+        seen = {r.key: r.version for r in await outbox.records(thread)}  # the next round read the answer too
+        assert await outbox.settle(thread, retry_at=later, seen=seen) is Due.LATER
+
+
+async def test_a_write_says_when_its_thread_is_due_for_sure_so_its_round_need_not_ask(store: RedisStore) -> None:
+    """A message put into a thread not waiting for anything, or an urgent one, makes the thread due by the put's
+    time: its writer's next round skips the look in the due index. A progress edit put while the thread waits out
+    a backoff keeps the later time, and says it does not know (the round looks)."""
+    for outbox in (_outbox(store), MemoryOutbox()):
+        thread = "C8:8.8"
+        assert (await outbox.put(thread, "progress:r8", {"text": "v1"}, due=10.0)).due_by == 10.0
+        assert await outbox.settle(thread, retry_at=500.0) is Due.LATER  # a retry waits (Slack failed)
+        assert (await outbox.put(thread, "progress:r8", {"text": "v2"}, due=20.0)).due_by is None
+        assert await outbox.due(now=100.0) == []  # still waiting out its backoff
+        put = await outbox.put(thread, "answer:r8", {"text": "done"}, due=30.0, urgent=True)
+        assert (put.version, put.due_by) == (1, 30.0) and await outbox.due(now=30.0) == [thread]

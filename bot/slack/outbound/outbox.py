@@ -18,7 +18,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -37,6 +37,7 @@ from bot.slack.outbound.responses import ResponseFailed, replace_original, usabl
 from bot.slack.outbound.sending import Retry, Sender, plain_edit
 from bot.slack.outbound.streams import Streams, control_key
 from bot.slack.outbound.words import say
+from state.outbox_store import Due, OutboxRecord
 from state.store import Outbox
 from state.store_errors import StoreError, StoreUnavailable
 
@@ -64,7 +65,9 @@ class SlackOutbox:
         self.lease_s = Hold.lease_for(float(client.timeout), lease_s)
         self._lease_ms = int(self.lease_s * 1000)
         self._wake = asyncio.Event()
-        self._nudged: set[str] = set()  # threads written to since the last round: the next round reads only them
+        # Threads written to since the last round: the next round reads only them. Each with the time by which it
+        # is due for sure, as its write found (None: not known, the round asks the due index).
+        self._nudged: dict[str, float | None] = {}
         # Every poll_s at least, a round reads every shard's due index (others' writes, and theirs to take over);
         # every round does while the last such read found more than a round takes (a backlog: as before).
         self._scanned_at, self._backlog = 0.0, False
@@ -185,9 +188,9 @@ class SlackOutbox:
                    direct: bool = True, state: tuple[str, str] | None = None) -> int | None:
         """Record it; its version, or None when the store is down (then, with ``direct``, one attempt now)."""
         try:
-            version = await self.store.put(_thread(channel, thread_ts), key, fields, due=time.time(),
-                                           urgent=not low_priority(key),  # a card need not wait out a progress edit
-                                           state=state)
+            put = await self.store.put(_thread(channel, thread_ts), key, fields, due=time.time(),
+                                       urgent=not low_priority(key),  # a card need not wait out a progress edit
+                                       state=state)
         except StoreError as exc:
             if state is not None:  # a run's progress: nothing shown now; once the store is back, catch-up shows the
                 raise  # run once (a direct post now would be a second message, and its state would be lost)
@@ -200,8 +203,8 @@ class SlackOutbox:
             with contextlib.suppress(Retry):
                 await self._send_direct(fields)
             return None
-        self._nudge(_thread(channel, thread_ts))
-        return version
+        self._nudge(_thread(channel, thread_ts), put.due_by)
+        return put.version
 
     async def _send_direct(self, f: dict[str, Any]) -> None:
         blocks = json.loads(f["blocks"]) if f.get("blocks") else None
@@ -249,8 +252,11 @@ class SlackOutbox:
                 return
             await asyncio.sleep(0.02)
 
-    def _nudge(self, thread: str) -> None:
-        self._nudged.add(thread)
+    def _nudge(self, thread: str, due_by: float | None = None) -> None:
+        if thread in self._nudged:  # known only if every write since the last round knew it
+            known = self._nudged[thread]
+            due_by = None if known is None or due_by is None else min(known, due_by)
+        self._nudged[thread] = due_by
         self._wake.set()
 
     async def _forever(self) -> None:
@@ -272,13 +278,13 @@ class SlackOutbox:
             except Exception:
                 log.exception("outbox delivery round failed")
 
-    def _take_nudged(self) -> set[str]:
-        nudged, self._nudged = self._nudged, set()
+    def _take_nudged(self) -> dict[str, float | None]:
+        nudged, self._nudged = self._nudged, {}
         return nudged
 
-    async def deliver_due(self, among: set[str] | None = None) -> None:
-        """One round: every thread that is due (of ``among`` only, when given), each in its own task, its messages
-        in order."""
+    async def deliver_due(self, among: Mapping[str, float | None] | None = None) -> None:
+        """One round: every thread that is due (of ``among`` only, when given: those whose writes found them due by
+        now need no look in the due index), each in its own task, its messages in order."""
         if among is None:
             self._scanned_at = time.monotonic()
             self._nudged.clear()  # written to before this read: it finds them if they are due
@@ -286,7 +292,9 @@ class SlackOutbox:
             due = await self.store.due(time.time(), limit=limit)
             self._backlog = len(due) >= limit
         else:
-            due = await self.store.due_among(among, time.time())
+            now = time.time()
+            known = [t for t, by in among.items() if by is not None and by <= now]
+            due = known + await self.store.due_among([t for t in among if t not in known], now)
         threads = [t for t in due if t not in self._busy]
         for thread in threads:
             task = self._busy[thread] = asyncio.create_task(self._deliver_thread(thread), name=f"outbox-{thread}")
@@ -303,14 +311,20 @@ class SlackOutbox:
             renewer, released = asyncio.create_task(self._renew(thread, hold)), False
             sender = self.sender.holding(hold)
             try:
-                retry_at = await self._deliver_records(thread, sender)
+                records = await self.store.records(thread)
+                retry_at = await self._deliver_records(thread, records, sender)
                 renewer.cancel()
                 # The settle saves what was sent and lets go of the lease (one script); if it fails, the
                 # finally below does both again.
                 still_due = await self.store.settle(thread, retry_at=retry_at, release=self.owner,
-                                                    delivered=sender.delivered or ())
+                                                    delivered=sender.delivered or (),
+                                                    seen={r.key: r.version for r in records})
                 released = True
-                if still_due:  # a newer state arrived while we were sending, or a retry waits: come back for it
+                # A newer state arrived while we were sending, or a retry waits: come back for it (from the loop,
+                # once this round's task is done). An answer or a card put meanwhile goes now.
+                if still_due is Due.NOW:
+                    asyncio.get_running_loop().call_soon(self._nudge, thread, time.time())
+                elif still_due:
                     wait_s = min(max(retry_at - time.time(), 0.0), self.max_backoff_s)
                     asyncio.get_running_loop().call_later(wait_s, self._nudge, thread)
             finally:
@@ -336,14 +350,14 @@ class SlackOutbox:
             with contextlib.suppress(StoreError):
                 hold.renewed(sent_at, await self.store.renew(thread, self.owner, self._lease_ms))
 
-    async def _deliver_records(self, thread: str, sender: Sender) -> float:
+    async def _deliver_records(self, thread: str, records: list[OutboxRecord], sender: Sender) -> float:
         """Send what is undelivered, posts strictly in order; returns when to come back if anything is left. A
         failed edit holds back later chat.update edits only; a failed post (or stream) everything after it but a
         card edited through its click's response URL (a progress edit meeting a 429, or an answer's post backing
         off while Slack fails, must not keep a clicked card open)."""
         retry_at, sent, failed, post_failed = float("inf"), False, False, False
         skip: set[str] = set()
-        for record in await self.store.records(thread):
+        for record in records:
             if not record.dirty or record.key in skip or (failed and plain_edit(record)) or \
                     (post_failed and not (record.get("ts") and record.get("response_url"))):
                 continue
