@@ -17,11 +17,16 @@ from state.store import Admission
 # A sliding window in one script (both keys share a hash tag: one slot of a Redis Cluster). A member already in
 # the window was admitted before (a retry after a lost reply). Refused: when a slot frees, and whether this is the
 # first refusal of the hold (the marker holds until a window after it, so a long storm is reported once per
-# window). Times are the caller's clock, the marker's included; TTLs only clean up.
+# window). Times are the caller's clock, the marker's included; TTLs only clean up. Starts that left the window are
+# dropped only when the count reaches the limit: below it they cannot refuse anyone (one command fewer a start).
 _ADMIT = """
 local now, window, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-redis.call('zremrangebyscore', KEYS[1], '-inf', now - window)
-if redis.call('zcard', KEYS[1]) < limit then
+local n = redis.call('zcard', KEYS[1])
+if n >= limit then
+  redis.call('zremrangebyscore', KEYS[1], '-inf', now - window)
+  n = redis.call('zcard', KEYS[1])
+end
+if n < limit then
   redis.call('zadd', KEYS[1], 'NX', now, ARGV[4])  -- counted already (a retry): it keeps its first time
   redis.call('pexpire', KEYS[1], window)
   return {1, 0, 0}
