@@ -3,15 +3,22 @@ and every answer and final progress state still arriving exactly once."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
+from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
-from state import MemoryStore
+from bot.slack.outbound import blocks as kit
+from bot.slack.outbound.counters import Metrics
+from bot.slack.outbound.outbox import SlackOutbox
+from bot.slack.outbound.pacer import Pacer
+from state import MemoryStore, RedisStore
 from state.keys import shard_of
+from state.outbox_store import OutboxRecord, RedisOutbox
+from tests.conftest import until
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
 from tests.test_slack import QUESTION
 
@@ -165,3 +172,36 @@ async def test_a_post_outside_a_thread_whose_answer_was_lost_is_posted_once(ws: 
     assert [all_text(m) for m in posted] == ["Many alerts at once\nMany alerts at once"]
     assert ws.service.metrics.value("opspilot_outbox_duplicates_avoided_total") == 1
     assert all(call.get("oldest") for call in ws.slack.called("conversations.history"))  # from the first attempt on
+
+
+class _AnswerDuringRound(RedisOutbox):
+    """A round reads the thread, then an answer is recorded before its settle: the race, every time."""
+
+    then: Callable[[], Awaitable[None]] | None = None
+
+    async def records(self, thread: str) -> list[OutboxRecord]:
+        rows = await super().records(thread)
+        if self.then is not None:
+            then, self.then = self.then, None
+            await then()
+        return rows
+
+
+async def test_an_answer_recorded_while_a_round_waits_out_a_progress_edit_is_posted_at_once(
+        store: RedisStore, slack: FakeSlack) -> None:
+    """Progress edits here wait 30 s apart. A round that found only such an edit used to set the thread's next
+    attempt to the edit's: an answer recorded meanwhile waited those 30 s with it. (Every shard's index is read
+    once a minute here: the round's own process must come back for the answer, not a later scan.)"""
+    inner = _AnswerDuringRound(store.client, store.keys, store.ttls)
+    outbox = SlackOutbox(store=inner, pacer=Pacer(posts_per_second=50), metrics=Metrics(), update_interval_s=30.0,
+                         client=AsyncWebClient(token=slack.token, base_url=slack.api_url, timeout=1), poll_s=60.0)
+    outbox.start()
+    try:
+        await outbox.message("progress:r1", "C1", "41.1", "step 1", [kit.mrkdwn("step 1")])
+        await until(lambda: len(slack.called("chat.postMessage")) == 1)
+        inner.then = lambda: outbox.message("answer:r1", "C1", "41.1", "the answer", [kit.mrkdwn("the answer")])
+        await outbox.message("progress:r1", "C1", "41.1", "step 2", [kit.mrkdwn("step 2")])  # its edit waits
+        await until(lambda: any("the answer" in all_text(m) for m in slack.thread("C1", "41.1")))
+        assert inner.then is None and slack.called("chat.update") == []  # the edit still waits its 30 s
+    finally:
+        await outbox.stop()
