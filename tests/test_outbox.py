@@ -3,7 +3,6 @@ and every answer and final progress state still arriving exactly once."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
@@ -15,7 +14,6 @@ from bot.demo.workspace import all_text
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.counters import Metrics
 from bot.slack.outbound.outbox import SlackOutbox
-from bot.slack.outbound.outgoing import message_fields
 from bot.slack.outbound.pacer import Pacer
 from state import MemoryStore, RedisStore
 from state.keys import shard_of
@@ -207,31 +205,3 @@ async def test_an_answer_recorded_while_a_round_waits_out_a_progress_edit_is_pos
         assert inner.then is None and slack.called("chat.update") == []  # the edit still waits its 30 s
     finally:
         await outbox.stop()
-
-
-async def test_processes_sharing_a_redis_read_every_shard_once_per_slot_in_all(store: RedisStore,
-                                                                              slack: FakeSlack) -> None:
-    """Each process read the 16 shards' due indexes every ``poll_s``: N processes, 16 N reads of Redis a second
-    while nobody asks anything. One process per slot reads now; a message left due by a process that died before
-    delivering it (only such a read finds it) is still delivered."""
-    poll_s = 0.05
-
-    async def claim(slot: int) -> bool:
-        return await store.locks.once(f"outbox-scan:{slot}", 10)
-
-    outboxes = [SlackOutbox(store=store.outbox, pacer=Pacer(posts_per_second=50), metrics=Metrics(), poll_s=poll_s,
-                            client=AsyncWebClient(token=slack.token, base_url=slack.api_url, timeout=1),
-                            scan_claim=claim) for _ in range(2)]
-    first_slot = int(time.time() // poll_s)
-    for outbox in outboxes:
-        outbox.start()
-    try:
-        left = message_fields("C9", "9.9", "left behind", [kit.mrkdwn("left behind")])
-        await store.outbox.put("C9:9.9", "answer:r9", left, due=time.time(), urgent=True)  # nobody nudged
-        await until(lambda: any("left behind" in all_text(m) for m in slack.thread("C9", "9.9")))
-        await until(lambda: sum(o.scans.reads for o in outboxes) >= 10)
-        reads = sum(o.scans.reads for o in outboxes)
-        assert reads <= int(time.time() // poll_s) - first_slot + 1  # one read per slot at most, in all
-    finally:
-        for outbox in outboxes:
-            await outbox.stop()

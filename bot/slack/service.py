@@ -169,15 +169,9 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     shared = RedisPacing(core.store.client, core.store.keys) if isinstance(core.store, RedisStore) else None
     pacer = Pacer(posts_per_second=slack.posts_per_second, updates_per_minute=slack.updates_per_minute,
                   shared=shared, workspace=lambda: _team(identity))
-    locks = core.store.locks
-
-    async def scan_claim(slot: int) -> bool:  # one process of the deployment reads every shard's outbox per slot
-        return await locks.once(f"outbox-scan:{slot}", 10)
-
     outbox = SlackOutbox(store=core.outbox, client=delivery, metrics=metrics, pacer=pacer,
                          update_interval_s=slack.progress_interval_s, max_backoff_s=slack.outbox_max_backoff_s,
-                         streams=Streams(client=delivery, pacer=pacer, metrics=metrics, mode=slack.progress),
-                         scan_claim=scan_claim)
+                         streams=Streams(client=delivery, pacer=pacer, metrics=metrics, mode=slack.progress))
     reader = ThreadReader(client, meta, max_messages=slack.thread_context_messages,
                           max_chars=slack.thread_context_chars) if slack.thread_context_messages else None
     executor = Executor(engine=core.engine, meta=meta, outbox=outbox, metrics=metrics, reader=reader,

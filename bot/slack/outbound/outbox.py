@@ -34,7 +34,6 @@ from bot.slack.outbound.outgoing import message_fields as _message
 from bot.slack.outbound.outgoing import redact, redact_blocks
 from bot.slack.outbound.pacer import NotYet, Pacer, first_in_line, low_priority
 from bot.slack.outbound.responses import ResponseFailed, replace_original, usable
-from bot.slack.outbound.scans import Claim, Scans
 from bot.slack.outbound.sending import Retry, Sender, plain_edit
 from bot.slack.outbound.streams import Streams, control_key
 from bot.slack.outbound.words import say
@@ -51,7 +50,7 @@ _CARD_BACKOFF_S = 1.0  # the longest a card waits between attempts while Slack f
 class SlackOutbox:
     def __init__(self, *, store: Outbox, client: AsyncWebClient, pacer: Pacer, metrics: Metrics,
                  update_interval_s: float = 1.0, poll_s: float = 1.0, max_backoff_s: float = 30.0,
-                 streams: Streams | None = None, lease_s: float = _LEASE_S, scan_claim: Claim | None = None) -> None:
+                 streams: Streams | None = None, lease_s: float = _LEASE_S) -> None:
         self.store = store
         self.client = client
         self.pacer = pacer
@@ -69,7 +68,9 @@ class SlackOutbox:
         # Threads written to since the last round: the next round reads only them. Each with the time by which it
         # is due for sure, as its write found (None: not known, the round asks the due index).
         self._nudged: dict[str, float | None] = {}
-        self.scans = Scans(poll_s, scan_claim)  # when a round reads every shard's due index
+        # Every poll_s at least, a round reads every shard's due index (others' writes, and theirs to take over);
+        # every round does while the last such read found more than a round takes (a backlog: as before).
+        self._scanned_at, self._backlog = 0.0, False
         self._task: asyncio.Task[None] | None = None
         self._failures: dict[str, int] = {}
         self._busy: dict[str, asyncio.Task[None]] = {}
@@ -266,7 +267,10 @@ class SlackOutbox:
             if self._stopping:
                 return
             try:
-                await (self.deliver_due() if await self.scans.due() else self.deliver_due(self._take_nudged()))
+                if not self._backlog and time.monotonic() - self._scanned_at < self.poll_s:
+                    await self.deliver_due(self._take_nudged())
+                else:
+                    await self.deliver_due()
             except StoreUnavailable as exc:  # told once by the outage log (core/outages.py), not every round
                 log.debug("outbox: the store is unavailable (%s); retrying", exc)
             except StoreError as exc:
@@ -282,10 +286,11 @@ class SlackOutbox:
         """One round: every thread that is due (of ``among`` only, when given: those whose writes found them due by
         now need no look in the due index), each in its own task, its messages in order."""
         if among is None:
+            self._scanned_at = time.monotonic()
             self._nudged.clear()  # written to before this read: it finds them if they are due
             limit = 64 + len(self._busy)  # our busy ones must not crowd out the others
             due = await self.store.due(time.time(), limit=limit)
-            self.scans.read(len(due), limit)
+            self._backlog = len(due) >= limit
         else:
             now = time.time()
             known = [t for t, by in among.items() if by is not None and by <= now]
