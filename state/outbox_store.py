@@ -127,9 +127,10 @@ return 1
 # round's delivered versions (JSON: [key, fields, version] each), saved first as _PATCH would: the round's
 # bookkeeping in one script. Records are decoded only as far as needed. The index's sentinel goes with the thread:
 # an index gone since the thread's last write is made again with its TTL. ARGV[6]: the versions the round read
-# (JSON object, '' if not known) and ARGV[7] now: a message other than progress put while the round ran (an
-# answer, a card) was never weighed by it, so the thread is due now, not at the round's next attempt (which may
-# be a progress edit's interval away). Returns 0 (nothing left), 1 (due at the next attempt) or 2 (due now).
+# (JSON object, '' if not known) and ARGV[7] now: a message other than progress (the prefix of
+# bot.slack.outbound.pacer.low_priority) put while the round ran (an answer, a card) was never weighed by it, so
+# the thread is due now, not at the round's next attempt (which may be a progress edit's interval away). Returns 0
+# (nothing left), 1 (due at the next attempt) or 2 (due now).
 _SETTLE = _APPLY + """
 local raw = {}
 local all = redis.call('HGETALL', KEYS[1])

@@ -294,7 +294,7 @@ class SlackOutbox:
         else:
             now = time.time()
             known = [t for t, by in among.items() if by is not None and by <= now]
-            due = known + await self.store.due_among([t for t in among if t not in known], now)
+            due = known + await self.store.due_among([t for t, by in among.items() if by is None or by > now], now)
         threads = [t for t in due if t not in self._busy]
         for thread in threads:
             task = self._busy[thread] = asyncio.create_task(self._deliver_thread(thread), name=f"outbox-{thread}")

@@ -43,7 +43,8 @@ _PREPAID: ContextVar[str | None] = ContextVar("pacer_prepaid", default=None)
 
 
 def low_priority(key: str) -> bool:
-    """Outbox messages that may wait for Slack's budget: progress, whose next state supersedes this one."""
+    """Outbox messages that may wait for Slack's budget: progress, whose next state supersedes this one. (The
+    outbox's settle script, ``state.outbox_store._SETTLE``, tells them by the same prefix.)"""
     return key.startswith("progress:")
 
 
