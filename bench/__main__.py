@@ -29,6 +29,7 @@ from bench import (
     served,
     slack_economy,
     soak,
+    speed,
     startup,
     storage,
 )
@@ -120,17 +121,19 @@ if __name__ == "__main__":
                         help="scale-out: also the series on a 3-master Redis Cluster (default: on; off with --small)")
     args = parser.parse_args()
     started = time.time()
+    pace = asyncio.run(speed.measure(1 if args.small else speed.ROUNDS))  # before the benchmarks warm anything
     results = asyncio.run(main(args.small, [s for s in args.only.split(",") if s], scale_options(args)))
     stamp = time.strftime("%Y-%m-%d %H:%M", time.gmtime(started))
     print(f"<!-- {stamp} UTC, {platform.python_version()}, {platform.machine()}, one run, all figures from "
-          "this run -->\n")
+          "this run;\n     " + speed.describe(pace) + " -->\n")
     for table in results:
         print(table.render())
     target = Path(args.json) if args.json else None if args.small else \
         RESULTS / f"{time.strftime('%Y-%m-%dT%H%MZ', time.gmtime(started))}.json"
     if target is not None:
         target.parent.mkdir(parents=True, exist_ok=True)
-        body = {"date": f"{stamp} UTC", "small": args.small, "only": args.only, "machine": machine(),
+        body = {"date": f"{stamp} UTC", "small": args.small, "only": args.only,
+                "machine": machine() | {"speed": pace},
                 "seconds": round(time.time() - started, 1), "tables": [t.to_json() for t in results]}
         target.write_text(json.dumps(body, indent=1, ensure_ascii=False) + "\n")
         print(f"<!-- results written to {target} -->")

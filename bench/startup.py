@@ -41,6 +41,9 @@ INTEGRATIONS = {
 }
 WORKER_GOAL_S = 0.5  # a worker that KEDA starts from zero takes work within half a second (issue 39)
 SERVE_GOAL_S = 1.5  # `serve --workers 1` answers its first question within a second and a half
+# The default model, as a deployment configures it (the key is never used: no question is asked, and its address
+# is a closed local port).
+ANTHROPIC = {"ANTHROPIC_API_KEY": "sk-ant-bench-unused", "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"}
 _ROW = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
 
 
@@ -64,11 +67,13 @@ async def _until(check: Callable[[], Awaitable[bool]], what: str, timeout_s: flo
     return time.perf_counter() - start
 
 
-async def worker_start(slack: LocalSlack, url: str, command: str = "worker") -> float:
+async def worker_start(slack: LocalSlack, url: str, command: str = "worker", model: dict[str, str] | None = None
+                       ) -> float:
     """Spawn → the worker's first read of the queue: one of its connections waits in XREADGROUP (this Redis
     serves nobody else; a consumer joins the group only once it is handed an entry, so that cannot tell).
-    ``command``: ``worker`` (a worker started alone) or ``serve`` (the worker that ``serve --workers 1`` forks)."""
-    env = _env(slack, url, free_port(2))
+    ``command``: ``worker`` (a worker started alone) or ``serve`` (the worker that ``serve --workers 1`` forks).
+    ``model``: the environment that configures a model (none: the offline demo model)."""
+    env = _env(slack, url, free_port(2)) | (model or {})
     client = connect(url)
 
     async def reading() -> bool:
@@ -199,6 +204,7 @@ async def run(rounds: int = 5) -> list[Table]:
         async with isolated_redis() as url:
             worker = [await worker_start(slack, url) for _ in range(rounds)]
             forked = [await worker_start(slack, url, "serve") for _ in range(rounds)]
+            deployed = [await worker_start(slack, url, model=ANTHROPIC) for _ in range(rounds)]
             serves = {w: [await serve_start(slack, url, w) for _ in range(rounds)] for w in (0, 1)}
     finally:
         await slack.server.stop()
@@ -206,7 +212,10 @@ async def run(rounds: int = 5) -> list[Table]:
     start_rows: list[list[object]] = [["worker process: spawn → first read of the work queue", "", "",
                                        statistics.median(worker) * 1000],
                                       ["`opspilot serve --workers 1`: start → its worker's first read of the queue "
-                                       "(forked from the front)", "", "", statistics.median(forked) * 1000]]
+                                       "(forked from the front)", "", "", statistics.median(forked) * 1000],
+                                      ["worker process with the default model configured (`ANTHROPIC_API_KEY`: the "
+                                       "Anthropic SDK is imported at start): spawn → first read of the work queue",
+                                       "", "", statistics.median(deployed) * 1000]]
     for workers, runs in serves.items():
         shape = "one process (`--workers 0`)" if workers == 0 else "a front and one worker (`--workers 1`)"
         start_rows.append([f"`opspilot serve`, {shape}: start → first answered question",
@@ -221,6 +230,10 @@ async def run(rounds: int = 5) -> list[Table]:
               ["what", "first HTTP answer", "first 200", "queue read / answered"], start_rows,
               [f"a worker's imports ({what}) take {entry_ms:,.0f} ms of its {worker_ms:,.0f} ms",
                verdict("worker spawn → reading the queue", worker_ms / 1000, WORKER_GOAL_S, " s"),
+               f"a worker with the default model configured reads the queue after "
+               f"{statistics.median(deployed):.2f} s: as deployed, the model's SDK is imported before the first "
+               "read, since the first item needs it (the goal above is measured on the demo model, as since the "
+               "issue was filed; the SDK's own import is in the integrations' table below)",
                verdict("`serve --workers 1` start → its first answer", answer_s, SERVE_GOAL_S, " s")]),
         Table(f"Import cost (ms) of a worker ({what}): the heaviest packages (own time, median of {rounds})",
               ["package", "ms", "share of the worker's imports"], packages,

@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from bench import scaleout
-from bench.__main__ import SMALL, main
+from bench import scaleout, speed
+from bench.__main__ import SMALL, machine, main
+from bench.readme import render
 
 
 async def test_every_benchmark_runs_at_a_small_size() -> None:
@@ -39,3 +40,15 @@ async def test_the_scale_out_series_runs_on_a_redis_cluster() -> None:
     assert row[cluster.header.index("runs")] >= 1
     assert row[cluster.header.index("commands per run")] > 0
     assert row[cluster.header.index("Redis main threads (cores, all)")] > 0
+
+
+async def test_a_run_says_how_fast_its_machine_is() -> None:
+    """Every results file carries the machine's speed on fixed workloads, and its heading says it."""
+    pace = await speed.measure(1)
+    assert set(pace) == {"interpreter_ms", "imports_ms", "python_ms"}
+    assert 0 < pace["interpreter_ms"] < pace["imports_ms"]  # importing the libraries is more than starting
+    assert pace["python_ms"] > 0
+    results = {"date": "2026-12-06 23:00 UTC", "machine": machine() | {"speed": pace}, "tables": []}
+    assert f"{pace['imports_ms']:.0f} ms" in render(results)
+    older = {"date": "2026-12-06 20:32 UTC", "machine": machine(), "tables": []}  # files from before: no speed
+    assert "this machine" not in render(older)
