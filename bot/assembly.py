@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 from bot.agent.deps import RunDeps
 from bot.agent.engine import Engine, EngineOptions
 from bot.agent.events import EventBus
-from bot.agent.models.base import ChatModel
+from bot.agent.models.base import ChatModel, label_of
 from bot.agent.models.demo import demo_model
+from bot.agent.models.unloaded import Unloaded
 from bot.agent.sweeps import Sweeps
 from bot.config import ConfigError, Settings, environment_problems
 from bot.followup_tool import Followups, followup_tool
@@ -54,11 +55,14 @@ def model_choice(settings: Settings) -> tuple[str, str]:
     return provider, llm.name or DEFAULT_MODELS[provider]
 
 
-def build_model(settings: Settings) -> ChatModel:
+def build_model(settings: Settings, *, load: bool = True) -> ChatModel:
+    """The configured model. ``load=False`` (a front, which never runs one): its name only, no SDK imported."""
     llm = settings.llm
     provider, name = model_choice(settings)
     if provider == "scripted":
         return demo_model(llm.scripted_latency_s)
+    if not load:
+        return Unloaded(label_of(provider, name))
     # The SDKs take seconds to import: load only the one in use.
     if provider == "anthropic":
         from bot.agent.models.anthropic import AnthropicModel
@@ -201,10 +205,11 @@ class Assembly:
 
 
 async def assemble(settings: Settings, *, fallback_store: bool = True, with_mcp: bool = True,
-                   with_followups: bool = False) -> Assembly:
-    """Everything an engine needs. ``with_mcp``: connect the MCP servers (where runs happen; a Slack front
-    that only hands work on does not need them). ``with_followups``: offer the model ``schedule_followup``."""
-    model = build_model(settings)
+                   with_model: bool = True, with_followups: bool = False) -> Assembly:
+    """Everything an engine needs. ``with_mcp``, ``with_model``: connect the MCP servers, load the model's SDK
+    (where runs happen; a Slack front that only hands work on needs neither). ``with_followups``: offer the model
+    ``schedule_followup``."""
+    model = build_model(settings, load=with_model)
     toolbox = build_toolbox(settings)
     hub = McpHub(settings.mcp_servers) if with_mcp and settings.mcp_servers else None
     try:

@@ -14,10 +14,13 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from bot.agent.models.base import label_of
+from bot.agent.models.unloaded import FrontProcessError, Unloaded
 from bot.demo.sender import SlackSender, block_action, mention, message
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
 from tests.conftest import free_port
+from tests.fakes.anthropic_api import text
 from tests.slack_harness import CHANNEL, SECRET, open_workspace
 
 QUESTION = "看看支付服务最近报错，顺便对照一下文档里的处理建议"
@@ -308,3 +311,63 @@ async def test_workers_killed_mid_confirmed_change_the_change_is_never_run_again
         proc.terminate()
         await asyncio.wait_for(proc.wait(), 60)
         await runner.cleanup()
+
+
+_BUILT = """
+import asyncio, sys
+from bot.config import load_settings
+from bot.slack.service import build_service
+async def build() -> None:
+    service = await build_service(load_settings(None), role=sys.argv[1])
+    print(service.core.model.label, "anthropic" in sys.modules)
+    await service.stop()
+    await service.core.close_connections()
+asyncio.run(build())
+"""
+
+
+async def test_a_front_names_the_model_and_leaves_its_sdk_to_the_workers(
+        redis_url: str, prefix: str, slack: FakeSlack, fake_anthropic: Any, tmp_path: Path) -> None:
+    """A front never runs the model: it is built without importing the provider's SDK (seconds, before its
+    first acknowledgement after a restart), under the label its workers show; a worker loads it. Through
+    `serve --workers 1`, the worker then answers with the real SDK."""
+    env = _serve_env(slack, redis_url, prefix, free_port()) | {
+        "ANTHROPIC_API_KEY": "sk-ant-test", "ANTHROPIC_BASE_URL": fake_anthropic.server.url}
+    built = {}
+    for role in ("front", "worker"):
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", _BUILT, role, env=env, cwd=tmp_path,
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), 120)
+        assert proc.returncode == 0, err.decode()[-2000:]
+        built[role] = out.decode().split()
+    assert built["front"][0] == built["worker"][0] and built["front"][0].startswith("anthropic:claude")
+    assert (built["front"][1], built["worker"][1]) == ("False", "True")
+
+    fake_anthropic.queue(text("From the runbook: raise the payments DB pool, then watch p99 latency."))
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", "serve", "--workers", "1", env=env,
+                                                cwd=tmp_path, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        banner = (await asyncio.wait_for(proc.stdout.readline(), 120)).decode()
+        assert f"model: {built['front'][0]}" in banner
+        sender = SlackSender(f"http://127.0.0.1:{env['PORT']}/slack/events", SECRET)
+        for _ in range(600):  # the front listens once its banner is out; its worker may still be starting
+            with contextlib.suppress(aiohttp.ClientConnectionError):
+                await sender.event(mention(CHANNEL, "UREQ", QUESTION, "3400.1"))
+                break
+            await asyncio.sleep(0.1)
+        await _eventually(lambda: any("raise the payments DB pool" in all_text(m)
+                                      for m in slack.thread(CHANNEL, "3400.1")), 120,
+                          shows=lambda: [all_text(m)[:120] for m in slack.thread(CHANNEL, "3400.1")])
+        assert len(fake_anthropic.requests) == 1 and not fake_anthropic.rejections
+    finally:
+        proc.terminate()
+        await asyncio.wait_for(proc.wait(), 60)
+
+
+async def test_a_run_that_reaches_a_front_says_it_is_a_wiring_bug() -> None:
+    model = Unloaded(label_of("anthropic", "claude-x"))
+    assert (model.label, model.scripted) == ("anthropic:claude-x", False)
+    with pytest.raises(FrontProcessError, match="never loaded anthropic:claude-x"):
+        await model.complete([], [])

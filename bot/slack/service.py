@@ -148,7 +148,7 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     if role != "worker" and not socket_mode and not slack.signing_secret:
         raise ConfigError("SLACK_SIGNING_SECRET is not set: HTTP mode verifies every request's signature")
     core = core or await assemble(settings, fallback_store=fallback_store, with_mcp=role != "front",
-                                  with_followups=True)
+                                  with_model=role != "front", with_followups=True)
     metrics = Metrics()
     core.bus.listen(metrics.observe)
     api_url = slack.api_url if slack.api_url.endswith("/") else slack.api_url + "/"

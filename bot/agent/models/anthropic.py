@@ -15,7 +15,7 @@ from typing import Any, cast
 import anthropic
 
 from bot.agent.models import convert
-from bot.agent.models.base import AUTO, Completion, ToolChoice, Usage
+from bot.agent.models.base import AUTO, Completion, ToolChoice, Usage, label_of
 from bot.agent.models.convert import Part, Result, Text
 from core.messages import AssistantMessage, Message, ToolCall
 from tools.registry import ToolDefinition
@@ -77,7 +77,7 @@ class AnthropicModel:
     ) -> None:
         self.model = model
         self.max_tokens = max_tokens
-        self.label = f"anthropic:{model}"
+        self.label = label_of("anthropic", model)
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=max_retries,
         )

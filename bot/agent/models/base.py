@@ -45,6 +45,11 @@ class Completion:
     latency_ms: float
 
 
+def label_of(provider: str, name: str) -> str:
+    """How a provider's model is shown (``anthropic`` or ``openai``: an OpenAI-compatible server)."""
+    return f"{'openai-compatible' if provider == 'openai' else provider}:{name}"
+
+
 class ModelError(Exception):
     """The model could not produce a usable turn; ``public`` is safe to show a user."""
 

@@ -16,7 +16,7 @@ from typing import Any, Literal, cast
 import openai
 
 from bot.agent.models import convert
-from bot.agent.models.base import AUTO, Completion, ModelError, ToolChoice
+from bot.agent.models.base import AUTO, Completion, ModelError, ToolChoice, label_of
 from bot.agent.models.convert import Result, Text, Turn
 from core.messages import AssistantMessage, Message, ToolCall
 from tools.registry import ToolDefinition
@@ -80,7 +80,7 @@ class OpenAIModel:
     ) -> None:
         self.model = model
         self.max_tokens = max_tokens
-        self.label = f"openai-compatible:{model}"
+        self.label = label_of("openai", model)
         self._client = openai.AsyncOpenAI(
             api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=max_retries,
         )
