@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 
 from bot.agent.models.base import label_of
-from bot.agent.models.unloaded import FrontProcessError, Unloaded
+from bot.agent.models.unloaded import ModelNotLoaded, Unloaded
 from bot.demo.sender import SlackSender, block_action, mention, message
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
@@ -369,5 +369,5 @@ async def test_a_front_names_the_model_and_leaves_its_sdk_to_the_workers(
 async def test_a_run_that_reaches_a_front_says_it_is_a_wiring_bug() -> None:
     model = Unloaded(label_of("anthropic", "claude-x"))
     assert (model.label, model.scripted) == ("anthropic:claude-x", False)
-    with pytest.raises(FrontProcessError, match="never loaded anthropic:claude-x"):
+    with pytest.raises(ModelNotLoaded, match="built without anthropic:claude-x"):
         await model.complete([], [])

@@ -15,8 +15,8 @@ from core.messages import Message
 from tools.registry import ToolDefinition
 
 
-class FrontProcessError(RuntimeError):
-    """A process that hands runs on was asked to run one: a wiring bug, never a provider's problem."""
+class ModelNotLoaded(RuntimeError):
+    """A process built without the model was asked to run it: a wiring bug, never a provider's problem."""
 
 
 class Unloaded:
@@ -27,8 +27,8 @@ class Unloaded:
 
     async def complete(self, messages: Sequence[Message], tools: Sequence[ToolDefinition], *,
                        tool_choice: ToolChoice = AUTO, max_tokens: int | None = None) -> Completion:
-        raise FrontProcessError(f"this process hands runs on to workers and never loaded {self.label}; a run "
-                                "reached it by mistake")
+        raise ModelNotLoaded(f"this process was built without {self.label} (it hands runs on); a run reached it "
+                             "by mistake")
 
     async def aclose(self) -> None:
         return None
