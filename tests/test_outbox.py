@@ -3,6 +3,8 @@ and every answer and final progress state still arriving exactly once."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
@@ -205,3 +207,34 @@ async def test_an_answer_recorded_while_a_round_waits_out_a_progress_edit_is_pos
         assert inner.then is None and slack.called("chat.update") == []  # the edit still waits its 30 s
     finally:
         await outbox.stop()
+
+
+async def test_a_front_leaves_a_thread_to_its_writer_and_takes_it_over_once_left(store: RedisStore,
+                                                                                  slack: FakeSlack) -> None:
+    """A front writes no message of its own: its scan leaves a freshly due thread to the worker that wrote it
+    (the front's event loop stays on Slack's acknowledgements), and takes one left due for longer than its
+    takeover delay (the worker died right after its write)."""
+    def outbox(takeover_after_s: float) -> SlackOutbox:
+        return SlackOutbox(store=store.outbox, pacer=Pacer(posts_per_second=50), metrics=Metrics(), poll_s=60.0,
+                           client=AsyncWebClient(token=slack.token, base_url=slack.api_url, timeout=1),
+                           takeover_after_s=takeover_after_s)
+
+    worker, front = outbox(0.0), outbox(1.0)  # the worker never delivers: it is gone after its write
+    written = time.time()
+    await worker.message("answer:r1", "C1", "42.1", "the answer", [kit.mrkdwn("the answer")])
+    await front.deliver_due()
+    assert not front._busy and slack.called("chat.postMessage") == []  # due, but its writer's to deliver
+
+    try:
+        for _ in range(400):  # a scan every 50 ms until the front takes the thread over
+            await front.deliver_due()
+            await until(lambda: not front._busy)
+            if slack.called("chat.postMessage"):
+                break
+            await asyncio.sleep(0.05)
+        assert time.time() - written >= 1.0  # not before the takeover delay
+        await until(lambda: not front._busy)
+        posted = [m for m in slack.thread("C1", "42.1") if m.get("bot")]
+        assert len(posted) == 1 and "the answer" in all_text(posted[0])
+    finally:
+        await front.stop()

@@ -50,8 +50,9 @@ _CARD_BACKOFF_S = 1.0  # the longest a card waits between attempts while Slack f
 class SlackOutbox:
     def __init__(self, *, store: Outbox, client: AsyncWebClient, pacer: Pacer, metrics: Metrics,
                  update_interval_s: float = 1.0, poll_s: float = 1.0, max_backoff_s: float = 30.0,
-                 streams: Streams | None = None, lease_s: float = _LEASE_S) -> None:
+                 streams: Streams | None = None, lease_s: float = _LEASE_S, takeover_after_s: float = 0.0) -> None:
         self.store = store
+        self.takeover_after_s = takeover_after_s  # a thread due this long before this process's scan takes it
         self.client = client
         self.pacer = pacer
         self.streams = streams or Streams(client=client, pacer=pacer, metrics=metrics, mode="update")
@@ -289,7 +290,7 @@ class SlackOutbox:
             self._scanned_at = time.monotonic()
             self._nudged.clear()  # written to before this read: it finds them if they are due
             limit = 64 + len(self._busy)  # our busy ones must not crowd out the others
-            due = await self.store.due(time.time(), limit=limit)
+            due = await self.store.due(time.time() - self.takeover_after_s, limit=limit)
             self._backlog = len(due) >= limit
         else:
             now = time.time()
