@@ -48,12 +48,11 @@ def children(pid: int) -> list[int]:
 
 
 def alive(pid: int) -> bool:
-    """Whether process ``pid`` still exists."""
+    """Whether process ``pid`` still runs, from /proc (a zombie has exited: its parent just has not reaped it)."""
     try:
-        os.kill(pid, 0)
-    except OSError:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
         return False
-    return True
 
 
 def core_split() -> tuple[set[int], set[int]] | None:

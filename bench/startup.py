@@ -25,7 +25,7 @@ from pathlib import Path
 import aiohttp
 
 from bench.ack_latency import _stop
-from bench.common import Table, free_port, isolated_redis, verdict
+from bench.common import Table, alive, children, free_port, isolated_redis, verdict
 from bot.demo.sender import SlackSender, mention
 from bot.demo.workspace import LocalSlack
 from state import connect
@@ -138,29 +138,15 @@ async def serve_start(slack: LocalSlack, url: str, workers: int, model: dict[str
         await _until(answered, "the first answer")
         return heard, ack, time.perf_counter() - start
     finally:
-        workers = _children(proc.pid)
+        workers = children(proc.pid)
         await _stop(proc)
+
+        async def gone() -> bool:
+            return not any(alive(pid) for pid in workers)
+
         # A worker still importing when its front is stopped outlives it a moment: not into the next round.
         with contextlib.suppress(RuntimeError):
-            await _until(lambda: _none_alive(workers), "the workers gone", 10.0)
-
-
-def _children(pid: int) -> list[int]:
-    """The processes ``pid`` started (Linux; none found elsewhere)."""
-    found = []
-    for entry in Path("/proc").glob("[0-9]*") if Path("/proc").is_dir() else ():
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
-
-
-async def _none_alive(pids: list[int]) -> bool:
-    for pid in pids:
-        with contextlib.suppress(OSError, IndexError):
-            if (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                return False
-    return True
+            await _until(gone, "the workers gone", 10.0)
 
 
 Row = tuple[int, int, int, str]
