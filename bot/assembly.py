@@ -13,7 +13,6 @@ from bot.agent.deps import RunDeps
 from bot.agent.engine import Engine, EngineOptions
 from bot.agent.events import EventBus
 from bot.agent.models.base import ChatModel, label_of
-from bot.agent.models.demo import demo_model
 from bot.agent.models.unloaded import Unloaded
 from bot.agent.sweeps import Sweeps
 from bot.config import ConfigError, Settings, environment_problems
@@ -59,7 +58,9 @@ def build_model(settings: Settings, *, load: bool = True) -> ChatModel:
     """The configured model. ``load=False`` (a front, which never runs one): its name only, no SDK imported."""
     llm = settings.llm
     provider, name = model_choice(settings)
-    if provider == "scripted":
+    if provider == "scripted":  # the offline demo: its answers and their data, only where it is the model
+        from bot.agent.models.demo import demo_model
+
         return demo_model(llm.scripted_latency_s)
     if not load:
         return Unloaded(label_of(provider, name))

@@ -319,7 +319,7 @@ from bot.config import load_settings
 from bot.slack.service import build_service
 async def build() -> None:
     service = await build_service(load_settings(None), role=sys.argv[1])
-    print(service.core.model.label, "anthropic" in sys.modules)
+    print(service.core.model.label, "anthropic" in sys.modules, "bot.agent.models.demo" in sys.modules)
     await service.stop()
     await service.core.close_connections()
 asyncio.run(build())
@@ -329,8 +329,9 @@ asyncio.run(build())
 async def test_a_front_names_the_model_and_leaves_its_sdk_to_the_workers(
         redis_url: str, prefix: str, slack: FakeSlack, fake_anthropic: Any, tmp_path: Path) -> None:
     """A front never runs the model: it is built without importing the provider's SDK (seconds, before its
-    first acknowledgement after a restart), under the label its workers show; a worker loads it. Through
-    `serve --workers 1`, the worker then answers with the real SDK."""
+    first acknowledgement after a restart), under the label its workers show; a worker loads it. Neither loads
+    the offline demo model, which is not theirs. Through `serve --workers 1`, the worker then answers with the real
+    SDK."""
     env = _serve_env(slack, redis_url, prefix, free_port()) | {
         "ANTHROPIC_API_KEY": "sk-ant-test", "ANTHROPIC_BASE_URL": fake_anthropic.server.url}
     built = {}
@@ -342,6 +343,7 @@ async def test_a_front_names_the_model_and_leaves_its_sdk_to_the_workers(
         built[role] = out.decode().split()
     assert built["front"][0] == built["worker"][0] and built["front"][0].startswith("anthropic:claude")
     assert (built["front"][1], built["worker"][1]) == ("False", "True")
+    assert (built["front"][2], built["worker"][2]) == ("False", "False")
 
     fake_anthropic.queue(text("From the runbook: raise the payments DB pool, then watch p99 latency."))
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", "serve", "--workers", "1", env=env,

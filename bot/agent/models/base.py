@@ -45,6 +45,10 @@ class Completion:
     latency_ms: float
 
 
+DEMO_LABEL = "scripted demo model (no API key configured; rule-based, not an LLM)"
+"""The offline demo model's label (here, not in its module: what shows a label need not import the demo)."""
+
+
 def label_of(provider: str, name: str) -> str:
     """How a provider's model is shown (``anthropic`` or ``openai``: an OpenAI-compatible server)."""
     return f"{'openai-compatible' if provider == 'openai' else provider}:{name}"

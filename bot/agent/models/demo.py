@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from bot.agent.models.base import DEMO_LABEL
 from bot.agent.models.demo_answers import answer_lookup, answer_restart, cannot_see, deploy_verdict
 from bot.agent.models.demo_answers import data as _data
 from bot.agent.models.demo_answers import ok_data as _ok_data
@@ -32,7 +33,7 @@ from bot.agent.models.scripted import ScriptedModel
 from core.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from core.quote import split as _split
 
-LABEL = "scripted demo model (no API key configured; rule-based, not an LLM)"
+LABEL = DEMO_LABEL
 _CJK = re.compile(r"[\u3400-\u9fff]")
 _COMPARE = re.compile(r"compar|\bvs\.?\b|versus|\band\b|\bboth\b|对比|比较|和|与|跟", re.I)
 

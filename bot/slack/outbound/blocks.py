@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any, get_args
 
-from bot.agent.models.demo import LABEL as DEMO_LABEL
+from bot.agent.models.base import DEMO_LABEL
 from bot.slack.outbound.words import has_word, say
 from core.split import split
 from core.text import hides_any, reveal

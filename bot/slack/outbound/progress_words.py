@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from bot.agent.events import CallDecided
-from bot.agent.models.demo import LABEL as DEMO_LABEL
+from bot.agent.models.base import DEMO_LABEL
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.words import say
 
