@@ -1,6 +1,7 @@
 """``python -m bench`` runs every benchmark, prints its tables (markdown) and writes every figure as JSON
 under ``bench/results/`` (machine, versions, date), from which ``python -m bench.readme`` regenerates the
-tables in docs/benchmarks.md. ``--small`` runs tiny sizes (what CI does to check that they still run; no file unless
+tables in docs/benchmarks.md; each goal also as figures (a table's ``goals``: name, target, measured, met).
+``--small`` runs tiny sizes (what CI does to check that they still run; no file unless
 ``--json``; fresh_install, a whole install, is not in it). ``--only storage,overhead`` picks some.
 ``--workers 1,2,4,8``, ``--seconds``, ``--runs`` and ``--cluster``/``--no-cluster`` shape the scale-out series."""
 

@@ -284,13 +284,24 @@ def unique_bytes(messages: Sequence[Message]) -> int:
     return total
 
 
-def verdict(name: str, measured: float, target: float, unit: str = "×", lower_is_better: bool = True) -> str:
+class Verdict(str):
+    """A verdict's line under its table, and the same figures for the results file (:meth:`Table.to_json`'s
+    ``goals``): a run's targets read by a program, not parsed out of sentences."""
+
+    goal: dict[str, Any]
+
+
+def verdict(name: str, measured: float, target: float, unit: str = "×", lower_is_better: bool = True) -> Verdict:
     """One line under a table: the target, the measurement, and by how much it is met or missed."""
     met = measured <= target if lower_is_better else measured >= target
     if met:
-        return f"{name}: target {target:g}{unit}, measured {measured:.3g}{unit} — met"
-    by = f"{measured / target:.2f}×" if target else f"{measured:g}{unit}"
-    return f"{name}: target {target:g}{unit}, measured {measured:.3g}{unit} — MISSED by {by}"
+        line = Verdict(f"{name}: target {target:g}{unit}, measured {measured:.3g}{unit} — met")
+    else:
+        by = f"{measured / target:.2f}×" if target else f"{measured:g}{unit}"
+        line = Verdict(f"{name}: target {target:g}{unit}, measured {measured:.3g}{unit} — MISSED by {by}")
+    line.goal = {"name": name, "target": target, "measured": measured, "unit": unit.strip(),
+                 "lower_is_better": lower_is_better, "met": met}
+    return line
 
 
 @dataclass
@@ -301,7 +312,9 @@ class Table:
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"title": self.title, "header": self.header, "rows": self.rows, "notes": self.notes}
+        goals = [note.goal for note in self.notes if isinstance(note, Verdict)]
+        return {"title": self.title, "header": self.header, "rows": self.rows, "notes": self.notes,
+                **({"goals": goals} if goals else {})}
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Table:

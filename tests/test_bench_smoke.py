@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
 from bench import scaleout, speed
 from bench.__main__ import SMALL, machine, main
+from bench.common import Table, verdict
 from bench.readme import render
 
 
@@ -31,6 +33,23 @@ async def test_every_benchmark_runs_at_a_small_size() -> None:
     assert [r[0] for r in curve.rows] == [1, 2]
     for figure in ("runs/s", "efficiency", "Redis main thread (cores, busiest)", "commands per run"):
         assert all(r[curve.header.index(figure)] > 0 for r in curve.rows), figure
+    # The results file carries each goal as figures too, not only as a sentence under its table.
+    goals = {g["name"]: g for t in tables for g in t.to_json().get("goals", [])}
+    step = goals["Redis commands per model step (INFO commandstats, inside scripts included)"]
+    assert step["target"] == 8 and step["measured"] > 0 and step["met"] == (step["measured"] <= 8)
+    assert goals["efficiency at 2 workers"]["lower_is_better"] is False
+
+
+def test_a_verdict_is_a_sentence_and_figures() -> None:
+    table = Table("t", ["a"], [[1]], [verdict("commands per step", 8.5, 8, ""), "a plain note",
+                                      verdict("efficiency", 0.9, 0.8, "", lower_is_better=False)])
+    body = json.loads(json.dumps(table.to_json()))
+    assert body["notes"][0] == "commands per step: target 8, measured 8.5 — MISSED by 1.06×"
+    assert body["goals"] == [
+        {"name": "commands per step", "target": 8, "measured": 8.5, "unit": "", "lower_is_better": True,
+         "met": False},
+        {"name": "efficiency", "target": 0.8, "measured": 0.9, "unit": "", "lower_is_better": False, "met": True}]
+    assert "goals" not in Table("t", ["a"], [[1]], ["a plain note"]).to_json()
 
 
 async def test_the_scale_out_series_runs_on_a_redis_cluster() -> None:
