@@ -33,7 +33,6 @@ from bot.agent.models.scripted import ScriptedModel
 from core.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from core.quote import split as _split
 
-LABEL = DEMO_LABEL
 _CJK = re.compile(r"[\u3400-\u9fff]")
 _COMPARE = re.compile(r"compar|\bvs\.?\b|versus|\band\b|\bboth\b|对比|比较|和|与|跟", re.I)
 
@@ -340,4 +339,4 @@ def _restart(service: str, text: str, quoted: str, messages: Sequence[Message], 
 
 
 def demo_model(latency_s: float = 0.0) -> ScriptedModel:
-    return ScriptedModel(with_followups(demo_reply), label=LABEL, latency_s=latency_s, keep_requests=False)
+    return ScriptedModel(with_followups(demo_reply), label=DEMO_LABEL, latency_s=latency_s, keep_requests=False)
