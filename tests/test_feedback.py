@@ -11,7 +11,7 @@ from typing import Any
 
 import aiohttp
 
-from bot.agent.models.demo import LABEL as DEMO_LABEL
+from bot.agent.models.base import DEMO_LABEL
 from bot.config import Settings
 from bot.demo.sender import block_action, mention, view_submission
 from bot.demo.server import CHANNEL as DEMO_CHANNEL
