@@ -138,11 +138,11 @@ async def serve_start(slack: LocalSlack, url: str, workers: int, model: dict[str
         await _until(answered, "the first answer")
         return heard, ack, time.perf_counter() - start
     finally:
-        workers = children(proc.pid)
+        forked = children(proc.pid)  # its worker processes (``workers`` is how many were asked for)
         await _stop(proc)
 
         async def gone() -> bool:
-            return not any(alive(pid) for pid in workers)
+            return not any(alive(pid) for pid in forked)
 
         # A worker still importing when its front is stopped outlives it a moment: not into the next round.
         with contextlib.suppress(RuntimeError):
