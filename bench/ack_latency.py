@@ -10,6 +10,7 @@ import statistics
 import sys
 import time
 import uuid
+from typing import Any
 
 from bench.common import (
     Table,
@@ -190,14 +191,14 @@ async def run(active: int = 200, samples: int = 200, workers: int = 2) -> list[T
             ours = await opspilot(slack, url, active, samples)
     finally:
         await slack.server.stop()
-    rows = []
+    rows: list[list[Any]] = []
     for kind, b, o in (("event", bare[0], ours[0]), ("button click", bare[1], ours[1])):
         rows.append([kind, _p(b, 50), _p(b, 99), _p(o, 50), _p(o, 99), _p(o, 99) / _p(b, 99)])
     notes = [verdict(f"{row[0]} p99 / bare Bolt p99", row[5], 1.2) for row in rows]
     # Three times the samples: a p99 of 200 is the second-worst request, and it moved the ratio by 2× between runs.
     async with isolated_redis() as url:
         bare_split, front = await split(url, active, 3 * samples, workers)
-    split_rows = []
+    split_rows: list[list[Any]] = []
     for kind, b, o in (("event", bare_split[0], front[0]), ("button click", bare_split[1], front[1])):
         split_rows.append([kind, _p(b, 50), _p(b, 99), _p(o, 50), _p(o, 99), _p(o, 99) / _p(b, 99)])
     split_notes = [verdict(f"{row[0]} p99 / bare Bolt p99", row[5], 1.5) for row in split_rows]

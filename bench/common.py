@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
@@ -259,7 +259,7 @@ class CountingRedis(aioredis.Redis):
 
     async def execute_command(self, *args: Any, **options: Any) -> Any:
         self.trips.append(str(args[0]))
-        return await super().execute_command(*args, **options)
+        return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
 
     def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> Pipeline:
         pipe = CountingPipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
@@ -268,7 +268,7 @@ class CountingRedis(aioredis.Redis):
 
 
 def counting_store(url: str, prefix: str) -> tuple[RedisStore, list[str]]:
-    client = CountingRedis.from_url(url, decode_responses=True)
+    client = cast(CountingRedis, CountingRedis.from_url(url, decode_responses=True))  # from_url builds a cls
     client.trips = []
     return RedisStore(client, keys=Keys(prefix)), client.trips
 
@@ -309,11 +309,11 @@ class Table:
     title: str
     header: list[str]
     rows: list[list[Any]]
-    notes: list[str] = field(default_factory=list)
+    notes: Sequence[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         goals = [note.goal for note in self.notes if isinstance(note, Verdict)]
-        return {"title": self.title, "header": self.header, "rows": self.rows, "notes": self.notes,
+        return {"title": self.title, "header": self.header, "rows": self.rows, "notes": list(self.notes),
                 **({"goals": goals} if goals else {})}
 
     @classmethod

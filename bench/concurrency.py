@@ -27,7 +27,7 @@ async def _batch(url: str, runs: int) -> tuple[float, list[float]]:
     model = ScriptedModel(steps_script(TOOL_STEPS), latency_s=MODEL_S, strict=False, keep_requests=False)
     eng = engine(store, model, payload_tools(256, latency_s=TOOL_S))
     await eng.ask("warmup", "go")
-    stop, lags = asyncio.Event(), []
+    stop, lags = asyncio.Event(), list[float]()
     monitor = asyncio.create_task(_lag_monitor(stop, lags))
     start = time.perf_counter()
     outcomes = await asyncio.gather(*(eng.ask(f"t{i}", "go") for i in range(runs)))

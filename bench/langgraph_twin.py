@@ -51,7 +51,7 @@ class ScriptedChat(BaseChatModel):
             await asyncio.sleep(self.latency_s)
         return self._generate(messages)
 
-    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedChat:  # type: ignore[override]
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedChat:
         return self
 
 

@@ -22,6 +22,7 @@ import json
 import statistics
 import sys
 import uuid
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from bench.common import (
@@ -129,8 +130,9 @@ def side_main(side: str, url: str, turns: int, window: int) -> dict[str, Any]:
         except ImportError:
             return {"skipped": "uvloop is not installed"}
         return dict(uvloop.run(ours(url, turns, window)))
-    runs = {"opspilot": lambda: ours(url, turns, window), "floor": lambda: floor(url, turns, window),
-            "opspilot-memory": lambda: in_memory(turns, window), "langgraph": lambda: langgraph(turns, window)}
+    runs: dict[str, Callable[[], Coroutine[Any, Any, Any]]] = {
+        "opspilot": lambda: ours(url, turns, window), "floor": lambda: floor(url, turns, window),
+        "opspilot-memory": lambda: in_memory(turns, window), "langgraph": lambda: langgraph(turns, window)}
     return dict(asyncio.run(runs[side]()))
 
 

@@ -66,8 +66,8 @@ async def langgraph(turns: int, result_bytes: int) -> list[dict[str, Any]]:
 
 
 async def run(sizes: tuple[int, ...] = (10, 20, 40), result_bytes: int = 2048) -> list[Table]:
-    rows = []
-    per_turn = []
+    rows: list[list[Any]] = []
+    per_turn: list[list[Any]] = []
     async with isolated_redis() as url:
         for n in sizes:
             mine = await ours(url, n, result_bytes)
@@ -80,9 +80,9 @@ async def run(sizes: tuple[int, ...] = (10, 20, 40), result_bytes: int = 2048) -
                 per_turn = [[r["turn"], r["written"], r["held_delta"], t["held_delta"],
                              t["held_delta"] / r["held_delta"]]
                             for r, t in zip(mine, theirs, strict=True) if r["turn"] in (1, 2, n // 2, n)]
-    last = rows[-1]
+    biggest = rows[-1]
     growth = per_turn[-1][2] / per_turn[0][2] if per_turn else 1.0
-    notes = [verdict(f"stored bytes / unique content at {last[0]} turns", last[4], 1.3),
+    notes = [verdict(f"stored bytes / unique content at {biggest[0]} turns", biggest[4], 1.3),
              verdict("held growth per turn, last turn / first turn", growth, 1.1)]
     return [
         Table("Storage after N turns (bytes)", ["turns", "unique content", "OpsPilot written", "OpsPilot held",
