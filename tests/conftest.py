@@ -165,6 +165,16 @@ async def slack() -> AsyncIterator[FakeSlack]:
     await fake.server.stop()
 
 
+@pytest.fixture
+async def ws(redis_url: str, prefix: str, slack: FakeSlack) -> AsyncIterator[Any]:
+    """A Slack workspace in a box (``tests.slack_harness.Workspace``) on the fake Slack above."""
+    from tests.slack_harness import open_workspace  # the whole app: only for the tests that ask for it
+
+    workspace = await open_workspace(redis_url, prefix, slack)
+    yield workspace
+    await workspace.stop()
+
+
 @dataclass
 class Harness:
     engine: Engine

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -16,8 +17,9 @@ from bot.agent.models.base import ChatModel
 from bot.assembly import Assembly
 from bot.config import Settings, SlackConfig, SweepConfig
 from bot.demo.local_server import LocalServer
-from bot.demo.sender import SlackSender
+from bot.demo.sender import SlackSender, block_action, mention, message
 from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.demo.workspace import all_text, buttons
 from bot.run_limits import UNLIMITED, RunLimits
 from bot.slack.service import Role, SlackService, build_service
 from state import Keys, RedisStore, Ttls, connect
@@ -121,3 +123,30 @@ async def open_workspace(redis_url: str, prefix: str, slack: FakeSlack, *, model
         service.worker.start()
     server = await LocalServer(service.web_app).start()
     return Workspace(slack, service, server, SlackSender(f"{server.url}/slack/events", SECRET), toolbox)
+
+
+QUESTION = "看看支付服务最近报错，顺便对照一下文档里的处理建议"
+
+
+def progress_of(slack: FakeSlack, thread_ts: str) -> dict:
+    return copy.deepcopy(next(m for m in slack.thread(CHANNEL, thread_ts) if "step" in all_text(m)))
+
+
+def card_of(slack: FakeSlack, thread_ts: str) -> dict:
+    """A snapshot of the question card, as the clicking user's Slack client shows it."""
+    return copy.deepcopy(next(m for m in slack.thread(CHANNEL, thread_ts)
+                if any(b["action_id"] in ("opspilot_confirm", "opspilot_submit") for b in buttons(m))
+                or "Confirmation" in all_text(m) or "I need a bit more" in all_text(m) or "Needed" in all_text(m)))
+
+
+async def ask_restart(ws: Workspace, thread: str = "100.1", user: str = "UREQ") -> dict:
+    await ws.sender.event(mention(CHANNEL, user, QUESTION, thread))
+    await ws.settle()
+    await ws.sender.event(message(CHANNEL, user, "restart it in prod", f"{thread}9", thread_ts=thread))
+    await ws.settle()
+    return card_of(ws.slack, thread)
+
+
+def confirm(card: dict, user: str) -> dict:
+    token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
+    return block_action(user=user, channel=CHANNEL, message=card, action_id="opspilot_confirm", value=token)

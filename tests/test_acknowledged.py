@@ -13,9 +13,8 @@ from bot.demo.sender import SlackSender, mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
 from tests.conftest import OwnRedis, free_port
-from tests.slack_harness import CHANNEL, SECRET
+from tests.slack_harness import CHANNEL, QUESTION, SECRET
 from tests.test_lifecycle import ANSWER, _alive, _serve
-from tests.test_slack import QUESTION
 from tests.test_slack_modes import _children, _eventually, _serve_env
 
 

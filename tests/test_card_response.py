@@ -17,9 +17,8 @@ from bot.slack.outbound.counters import Metrics
 from bot.slack.outbound.streams import Streams
 from state import RedisStore
 from tests.conftest import until
-from tests.slack_harness import CHANNEL, Workspace
+from tests.slack_harness import CHANNEL, Workspace, ask_restart
 from tests.test_pacer import _outbox, _say, _ts
-from tests.test_slack import ask_restart, ws  # noqa: F401  (the fixture)
 
 
 def _click(slack: FakeSlack, card: dict, user: str = "UAPPROVER", *, url: bool = True) -> dict:
@@ -33,7 +32,7 @@ def _closed(slack: FakeSlack, card: dict) -> bool:
     return not buttons(now) and "Confirmed by" in all_text(now)
 
 
-async def test_a_card_closes_through_its_response_url_while_chat_update_is_refused(ws: Workspace) -> None:  # noqa: F811
+async def test_a_card_closes_through_its_response_url_while_chat_update_is_refused(ws: Workspace) -> None:
     card = await ask_restart(ws, thread="300.1")
     limited = ws.slack.fault("limited", "chat.update")  # every edit answers 429: the budget is spent
     status, _ = await ws.sender.action(_click(ws.slack, card))
@@ -47,7 +46,7 @@ async def test_a_card_closes_through_its_response_url_while_chat_update_is_refus
 
 
 @pytest.mark.parametrize("kind", ["error", "refuse"])
-async def test_a_response_url_that_cannot_serve_falls_back_to_chat_update(ws: Workspace, kind: str) -> None:  # noqa: F811
+async def test_a_response_url_that_cannot_serve_falls_back_to_chat_update(ws: Workspace, kind: str) -> None:
     """Failing (5xx: three tries) or refused for good (404 used_url: at once): chat.update closes the card."""
     card = await ask_restart(ws, thread="301.1")
     ws.slack.fault(kind, "response_url", error="used_url")
@@ -59,7 +58,7 @@ async def test_a_response_url_that_cannot_serve_falls_back_to_chat_update(ws: Wo
     assert len(ws.toolbox.restarts.done) == 1
 
 
-async def test_a_click_without_a_response_url_closes_its_card_as_before(ws: Workspace) -> None:  # noqa: F811
+async def test_a_click_without_a_response_url_closes_its_card_as_before(ws: Workspace) -> None:
     card = await ask_restart(ws, thread="302.1")
     await ws.sender.action(_click(ws.slack, card, url=False))
     await ws.settle()

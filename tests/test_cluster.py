@@ -20,8 +20,7 @@ from core.messages import ToolResultMessage
 from state import Keys, RedisStore
 from state.keys import shard_of
 from tests.conftest import make_harness
-from tests.slack_harness import CHANNEL, open_workspace
-from tests.test_slack import ask_restart, confirm
+from tests.slack_harness import CHANNEL, ask_restart, confirm, open_workspace
 from tools import ops
 
 

@@ -23,9 +23,8 @@ from state.keys import Keys, Ttls
 from state.outbox_store import RedisOutbox
 from tests.conftest import free_port
 from tests.fault_proxy import FaultProxy
-from tests.slack_harness import CHANNEL, SECRET, open_workspace
+from tests.slack_harness import CHANNEL, QUESTION, SECRET, open_workspace
 from tests.test_lifecycle import _alive, _serve
-from tests.test_slack import QUESTION
 from tests.test_slack_modes import _children, _eventually, _serve_env
 
 ANSWER = "docs/payments-db-timeouts.md"

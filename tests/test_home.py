@@ -8,8 +8,7 @@ import time
 from bot.demo.sender import block_action, mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
-from tests.slack_harness import CHANNEL, Workspace, open_workspace
-from tests.test_slack import ask_restart
+from tests.slack_harness import CHANNEL, Workspace, ask_restart, open_workspace
 
 
 def home_text(slack: FakeSlack, user: str) -> str:

@@ -24,8 +24,7 @@ from bot.slack.inbound import gate
 from core.messages import Message
 from tests.conftest import until
 from tests.redaction_corpus import SECRETS
-from tests.slack_harness import CHANNEL, SECRET, Workspace, open_workspace
-from tests.test_slack import ask_restart
+from tests.slack_harness import CHANNEL, SECRET, Workspace, ask_restart, open_workspace
 from tools import ToolContext, tool
 
 HOSTILE = ["<!channel>", "<!here>", "<!everyone>", "<!subteam^S0SRE|@sre>", "<@U0ALICE>",

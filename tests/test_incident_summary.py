@@ -24,10 +24,9 @@ from bot.slack.incidents.canvas import thread_of
 from bot.slack.incidents.incident import gather
 from bot.slack.incidents.narrative import write
 from core.messages import ToolResultMessage
-from tests.slack_harness import CHANNEL, Workspace, open_workspace
+from tests.slack_harness import CHANNEL, QUESTION, Workspace, ask_restart, confirm, open_workspace
 from tests.test_alerts import ALERTS, fire, notification, source
 from tests.test_cli import run_cli
-from tests.test_slack import QUESTION, ask_restart, confirm
 from tests.test_timers import Clock, open_at, tick
 
 

@@ -16,8 +16,7 @@ from bot.demo.sender import SlackSender, mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
 from tests.conftest import free_port
-from tests.slack_harness import CHANNEL, SECRET
-from tests.test_slack import QUESTION
+from tests.slack_harness import CHANNEL, QUESTION, SECRET
 from tests.test_slack_modes import _children, _eventually, _ready, _serve_env
 
 ANSWER = "docs/payments-db-timeouts.md"

@@ -19,8 +19,7 @@ from bot.slack.outbound.counters import Metrics
 from core.outages import Outage
 from state import Keys, RedisStore, StoreError, Ttls, connect
 from tests.conftest import OwnRedis, until
-from tests.slack_harness import CHANNEL, open_workspace
-from tests.test_slack import ask_restart, confirm
+from tests.slack_harness import CHANNEL, ask_restart, confirm, open_workspace
 from tests.toolkit import Probe, toolkit
 
 

@@ -21,8 +21,7 @@ from state import MemoryStore, RedisStore
 from state.keys import shard_of
 from state.outbox_store import OutboxRecord, RedisOutbox
 from tests.conftest import until
-from tests.slack_harness import CHANNEL, Workspace, open_workspace
-from tests.test_slack import QUESTION
+from tests.slack_harness import CHANNEL, QUESTION, Workspace, open_workspace
 
 ANSWER_MARK = "docs/payments-db-timeouts.md"
 

@@ -29,8 +29,7 @@ from state import RedisStore
 from state.records import RunRecord
 from state.store import Write
 from tests.conftest import make_harness
-from tests.slack_harness import CHANNEL, open_workspace
-from tests.test_slack import ask_restart, confirm, progress_of
+from tests.slack_harness import CHANNEL, ask_restart, confirm, open_workspace, progress_of
 from tests.toolkit import Change, Probe, toolkit
 from tools import confirm_in, ops, tool
 from tools.registry import Registry, ToolContext

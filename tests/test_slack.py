@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import copy
-import json
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
-
-import pytest
 
 from bot.agent.models.base import Completion
 from bot.agent.models.demo import demo_model
@@ -20,42 +16,9 @@ from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
 from core.messages import Message, ToolResultMessage
 from tests.conftest import until
-from tests.slack_harness import CHANNEL, Workspace, open_workspace
+from tests.slack_harness import CHANNEL, QUESTION, Workspace, open_workspace, progress_of
 from tests.toolkit import Probe, toolkit
 from tools.registry import ToolDefinition
-
-QUESTION = "看看支付服务最近报错，顺便对照一下文档里的处理建议"
-
-
-@pytest.fixture
-async def ws(redis_url: str, prefix: str, slack: FakeSlack) -> AsyncIterator[Workspace]:
-    workspace = await open_workspace(redis_url, prefix, slack)
-    yield workspace
-    await workspace.stop()
-
-
-def progress_of(slack: FakeSlack, thread_ts: str) -> dict:
-    return copy.deepcopy(next(m for m in slack.thread(CHANNEL, thread_ts) if "step" in all_text(m)))
-
-
-def card_of(slack: FakeSlack, thread_ts: str) -> dict:
-    """A snapshot of the question card, as the clicking user's Slack client shows it."""
-    return copy.deepcopy(next(m for m in slack.thread(CHANNEL, thread_ts)
-                if any(b["action_id"] in ("opspilot_confirm", "opspilot_submit") for b in buttons(m))
-                or "Confirmation" in all_text(m) or "I need a bit more" in all_text(m) or "Needed" in all_text(m)))
-
-
-async def ask_restart(ws: Workspace, thread: str = "100.1", user: str = "UREQ") -> dict:
-    await ws.sender.event(mention(CHANNEL, user, QUESTION, thread))
-    await ws.settle()
-    await ws.sender.event(message(CHANNEL, user, "restart it in prod", f"{thread}9", thread_ts=thread))
-    await ws.settle()
-    return card_of(ws.slack, thread)
-
-
-def confirm(card: dict, user: str) -> dict:
-    token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
-    return block_action(user=user, channel=CHANNEL, message=card, action_id="opspilot_confirm", value=token)
 
 
 class ShownStepByStep:
@@ -99,91 +62,6 @@ async def _shows_live_steps_and_a_final_answer(ws: Workspace) -> None:
     answer = thread[-1]
     assert answer["thread_ts"] == "100.1" and "docs/payments-db-timeouts.md" in all_text(answer)
     assert ws.slack.rejected == []
-
-
-async def test_confirm_by_an_authorised_user_runs_once_and_closes_the_card(ws: Workspace) -> None:
-    card = await ask_restart(ws)
-    assert "Confirmation needed" in all_text(card) and "`prod`" in all_text(card)
-    confirm_button = next(b for b in buttons(card) if b["action_id"] == "opspilot_confirm")
-    assert confirm_button["style"] == "danger" and "confirm" in confirm_button
-    assert len(confirm_button["value"]) < 64 and "prod" not in confirm_button["value"]  # an opaque token only
-
-    status, _ = await ws.sender.action(confirm(card, "UAPPROVER"))
-    assert status == 200
-    await ws.settle()
-
-    assert len(ws.toolbox.restarts.done) == 1
-    closed = ws.slack.messages[(CHANNEL, card["ts"])]
-    assert buttons(closed) == [] and "Confirmed by <@UAPPROVER>" in all_text(closed)
-    final = ws.slack.thread(CHANNEL, "100.1")[-1]
-    assert "Restarted `payments` in prod" in all_text(final)
-    assert "approved by <@UAPPROVER>" in all_text(final) and "requested by <@UREQ>" in all_text(final)
-    assert ws.slack.rejected == []
-
-
-async def test_double_click_and_simultaneous_approvers_run_once(ws: Workspace) -> None:
-    card = await ask_restart(ws)
-    await asyncio.gather(ws.sender.action(confirm(card, "UA")), ws.sender.action(confirm(card, "UA")),
-                         ws.sender.action(confirm(card, "UB")))
-    await ws.settle()
-
-    assert len(ws.toolbox.restarts.done) == 1
-    closed = all_text(ws.slack.messages[(CHANNEL, card["ts"])])
-    winner = next(u for u in ("UA", "UB") if f"Confirmed by <@{u}>" in closed)
-    texts = ws.slack.ephemeral_texts()
-    # "Already handled by @UA", or, once the card closed, how its card says it ended ("… (Confirmed by @UA …)")
-    assert len([t for t in texts if "lready handled" in t and f"<@{winner}>" in t]) == 2, texts
-
-
-async def test_an_unauthorised_click_changes_nothing(redis_url: str, prefix: str, slack: FakeSlack) -> None:
-    slack.usergroups["S0SRE"] = ["USRE"]
-    ws = await open_workspace(redis_url, prefix, slack,
-                              approvers={"restart_service": {"prod": {"users": ["UBOSS"], "usergroups": ["S0SRE"]}}},
-                              two_person_rule=["prod"])
-    try:
-        card = await ask_restart(ws, user="UREQ")
-        await ws.sender.action(confirm(card, "URANDOM"))
-        await ws.sender.action(confirm(card, "UREQ"))  # the requester, under the two-person rule
-        await ws.settle()
-        assert ws.toolbox.restarts.done == []
-        assert buttons(ws.slack.messages[(CHANNEL, card["ts"])])  # the card still asks
-        assert any("not an approver" in t for t in ws.slack.ephemeral_texts("URANDOM"))
-        assert any("Two-person rule" in t for t in ws.slack.ephemeral_texts("UREQ"))
-
-        await ws.sender.action(confirm(card, "USRE"))  # a member of the approvers' user group
-        await ws.settle()
-        assert len(ws.toolbox.restarts.done) == 1
-    finally:
-        await ws.stop()
-
-
-async def test_params_form_validates_then_resumes(ws: Workspace) -> None:
-    await ws.sender.event(mention(CHANNEL, "UREQ", "payments errors", "200.1"))
-    await ws.settle()
-    await ws.sender.event(message(CHANNEL, "UREQ", "restart it", "200.2", thread_ts="200.1"))
-    await ws.settle()
-    form = card_of(ws.slack, "200.1")
-    inputs = [b for b in form["blocks"] if b["type"] == "input"]
-    assert inputs[0]["block_id"] == "opspilot_field:environment"
-    assert [o["value"] for o in inputs[0]["element"]["options"]] == ["prod", "staging"]
-    token = next(b["value"] for b in buttons(form) if b["action_id"] == "opspilot_submit")
-
-    def submit(value: str) -> dict:
-        state = {"values": {"opspilot_field:environment": {
-            "value": {"type": "static_select", "selected_option": {"value": value}}}}}
-        return block_action(user="UREQ", channel=CHANNEL, message=form, action_id="opspilot_submit",
-                            value=token, state=state)
-
-    await ws.sender.action(submit("moon"))  # a forged value: validated against the tool's model
-    await ws.settle()
-    stays = ws.slack.messages[(CHANNEL, form["ts"])]
-    assert buttons(stays) and "invalid values" in all_text(stays) and "environment" in all_text(stays)
-
-    await ws.sender.action(submit("staging"))
-    await ws.settle()
-    assert ws.toolbox.restarts.done[0]["environment"] == "staging"
-    assert "Submitted by <@UREQ>" in all_text(ws.slack.messages[(CHANNEL, form["ts"])])
-    assert "Restarted `payments` in staging" in all_text(ws.slack.thread(CHANNEL, "200.1")[-1])
 
 
 async def test_a_retried_event_and_the_mention_message_pair_start_one_run(ws: Workspace) -> None:
@@ -274,56 +152,6 @@ async def test_stop_cancels_the_run_and_answers_every_call(redis_url: str, prefi
         await ws.stop()
 
 
-async def test_expiry_closes_the_card_and_a_late_click_is_told(ws: Workspace) -> None:
-    card = await ask_restart(ws)
-    await ws.service.core.sweeps.sweep(now=time.time() + 3 * 3600)
-    await ws.settle()
-
-    closed = ws.slack.messages[(CHANNEL, card["ts"])]
-    assert buttons(closed) == [] and "Expired" in all_text(closed)
-    transcript = await ws.store.load_transcript("slack:C0OPS:100.1")
-    assert any(isinstance(m, ToolResultMessage) and m.status == "expired" for m in transcript)
-
-    await ws.sender.action(confirm(card, "UAPPROVER"))
-    await ws.settle()
-    assert ws.toolbox.restarts.done == []
-    assert "This request expired." in ws.slack.ephemeral_texts("UAPPROVER")
-
-
-async def test_a_reminder_is_posted_once_before_expiry(ws: Workspace) -> None:
-    await ask_restart(ws)
-    record = await ws.store.load_run(await ws.store.thread_run("slack:C0OPS:100.1") or "")
-    assert record is not None
-    soon = record.pending[0].expires_at - 60
-    await ws.service.reminders.sweep(now=soon)
-    await ws.service.reminders.sweep(now=soon + 1)
-    await ws.settle()  # reminders go out through the outbox
-    reminders = [m for m in ws.slack.thread(CHANNEL, "100.1") if "still waiting for a decision" in all_text(m)]
-    assert len(reminders) == 1 and "<@UREQ>" in all_text(reminders[0])
-
-
-async def test_a_restart_between_pause_and_click(redis_url: str, prefix: str, slack: FakeSlack) -> None:
-    first = await open_workspace(redis_url, prefix, slack)
-    card = await ask_restart(first)
-    await first.stop()  # this instance goes away; its paused run lives on in Redis
-
-    second = await open_workspace(redis_url, prefix, slack)
-    try:
-        await second.sender.action(confirm(card, "UAPPROVER"))
-        await second.settle()
-        assert len(second.toolbox.restarts.done) == 1
-        # The new instance kept editing the paused run's progress message, from the state it found in Redis.
-        runs = [m for m in slack.thread(CHANNEL, "100.1") if "step" in all_text(m)]
-        assert len(runs) == 2  # the lookup run and the restart run
-        restart_progress = all_text(runs[1])
-        assert ":white_check_mark: Done" in restart_progress
-        assert ":white_check_mark: `restart_service`" in restart_progress
-        assert [c for c in slack.called("chat.update") if c["ts"] == runs[1]["ts"]]
-        assert "Restarted `payments` in prod" in all_text(slack.thread(CHANNEL, "100.1")[-1])
-    finally:
-        await second.stop()
-
-
 async def test_429_on_chat_update_is_retried_and_the_final_state_arrives(ws: Workspace) -> None:
     ws.slack.rate_limit_next("chat.update", 2)
     await ws.sender.event(mention(CHANNEL, "UREQ", QUESTION, "900.1"))
@@ -394,63 +222,6 @@ async def test_a_long_answer_is_split_within_slack_limits(redis_url: str, prefix
             long_answer.replace("\n", "")
     finally:
         await ws.stop()
-
-
-async def test_a_reply_in_the_thread_answers_a_pending_card(ws: Workspace) -> None:
-    card = await ask_restart(ws)
-    await ws.sender.event(message(CHANNEL, "UREQ", "wait, check the database first", "100.5", thread_ts="100.1"))
-    await ws.settle()
-    closed = ws.slack.messages[(CHANNEL, card["ts"])]
-    assert buttons(closed) == [] and "Answered in the thread instead" in all_text(closed)
-    assert ws.toolbox.restarts.done == []
-    await ws.sender.action(confirm(card, "UAPPROVER"))  # a stale Confirm, pressed from an old copy of the card
-    await ws.settle()
-    told = ws.slack.ephemeral_texts("UAPPROVER")
-    assert any("Answered in the thread instead" in t for t in told) and ws.toolbox.restarts.done == [], told
-    transcript = await ws.store.load_transcript("slack:C0OPS:100.1")
-    assert violations(transcript) == []
-
-
-async def test_changes_only_in_their_channels_and_the_audit_stream(redis_url: str, prefix: str,
-                                                                   slack: FakeSlack) -> None:
-    ws = await open_workspace(redis_url, prefix, slack, mutating_channels=["C0CHANGES"])
-    try:
-        card = await ask_restart(ws)
-        await ws.sender.action(confirm(card, "UAPPROVER"))
-        await ws.settle()
-        assert ws.toolbox.restarts.done == []
-        assert any("only be confirmed in <#C0CHANGES>" in t for t in ws.slack.ephemeral_texts("UAPPROVER"))
-
-        await ws.sender.event(mention("C0CHANGES", "UREQ", QUESTION, "1200.1"))
-        await ws.settle()
-        await ws.sender.event(message("C0CHANGES", "UREQ", "restart it in prod", "1200.2", thread_ts="1200.1"))
-        await ws.settle()
-        card = copy.deepcopy(next(m for m in slack.thread("C0CHANGES", "1200.1")
-                                  if any(b["action_id"] == "opspilot_confirm" for b in buttons(m))))
-        token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
-        await ws.sender.action(block_action(user="UAPPROVER", channel="C0CHANGES", message=card,
-                                            action_id="opspilot_confirm", value=token))
-        await ws.settle()
-        assert len(ws.toolbox.restarts.done) == 1
-        audit = await ws.store.read_audit()
-        assert [(a["tool"], a["requested_by"], a["approved_by"], a["status"]) for a in audit] == [
-            ("restart_service", "UREQ", "UAPPROVER", "ok")]
-        assert json.loads(audit[0]["arguments"])["environment"] == "prod"
-    finally:
-        await ws.stop()
-
-
-async def test_the_requester_can_cancel_their_own_request(ws: Workspace) -> None:
-    card = await ask_restart(ws)
-    assert "*The model's reason:*" in all_text(card)
-    token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_decline")
-    await ws.sender.action(block_action(user="UREQ", channel=CHANNEL, message=card, action_id="opspilot_decline",
-                                        value=token))
-    await ws.settle()
-    closed = ws.slack.messages[(CHANNEL, card["ts"])]
-    assert buttons(closed) == [] and "Declined by <@UREQ>" in all_text(closed)
-    assert ws.toolbox.restarts.done == []
-    assert "The restart did not run" in all_text(ws.slack.thread(CHANNEL, "100.1")[-1])
 
 
 async def test_each_sweep_fires_once_across_instances(redis_url: str, prefix: str, slack: FakeSlack) -> None:

@@ -17,9 +17,8 @@ from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
 from tests.conftest import OwnRedis, free_port
-from tests.slack_harness import CHANNEL
+from tests.slack_harness import CHANNEL, QUESTION
 from tests.test_lifecycle import _alive
-from tests.test_slack import QUESTION
 from tests.test_slack_modes import _children, _eventually, _ready, _serve_env
 
 

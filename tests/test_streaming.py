@@ -14,8 +14,7 @@ from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
 from bot.slack.outbound.thread_meta import THREAD, thread_key
 from tests.conftest import until
-from tests.slack_harness import CHANNEL, open_workspace
-from tests.test_slack import card_of
+from tests.slack_harness import CHANNEL, card_of, open_workspace
 from tests.toolkit import Probe, toolkit
 
 

@@ -12,12 +12,11 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.slack.inbound.visibility import Visibility
 from bot.slack.outbound.thread_meta import thread_key
-from tests.slack_harness import CHANNEL, Workspace
+from tests.slack_harness import CHANNEL, Workspace, ask_restart, confirm
 from tests.test_cli import run_cli
 from tests.test_feedback import answered, picked, rate, submit
 from tests.test_home import home_text, opened
 from tests.test_schedules import command
-from tests.test_slack import ask_restart, confirm
 from tests.test_timers import Clock, open_at, schedule
 
 APPROVERS = {"restart_service": {"prod": {"users": ["UBOSS", "UDAVE"]}}}

@@ -10,8 +10,7 @@ from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.demo.sender import block_action, mention, message
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
-from tests.slack_harness import CHANNEL, open_workspace
-from tests.test_slack import QUESTION, card_of
+from tests.slack_harness import CHANNEL, QUESTION, card_of, open_workspace
 from tests.toolkit import Probe, toolkit
 
 

@@ -12,8 +12,7 @@ from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
 from bot.slack.serve import restart_after
 from tests.conftest import until
-from tests.slack_harness import CHANNEL, Workspace, open_workspace
-from tests.test_slack import QUESTION, ask_restart, confirm
+from tests.slack_harness import CHANNEL, QUESTION, Workspace, ask_restart, confirm, open_workspace
 from tests.toolkit import Probe, toolkit
 
 
