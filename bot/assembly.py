@@ -16,6 +16,7 @@ from bot.agent.models.base import ChatModel, label_of
 from bot.agent.models.unloaded import Unloaded
 from bot.agent.sweeps import Sweeps
 from bot.config import ConfigError, Settings, environment_problems
+from bot.config_errors import suggest
 from bot.followup_tool import Followups, followup_tool
 from state import Keys, MemoryStore, RedisStore, StoreError, Ttls, connect
 from state.store import MetaStore, Outbox, Reports, Store, WorkQueue
@@ -82,6 +83,10 @@ def build_toolbox(settings: Settings) -> ops.Toolbox:
         raise ConfigError(f"toolbox: {exc}") from exc
 
 
+DEMO_DATA_FIX = ("set toolbox.catalog / toolbox.data_dir and the backends in opspilot.yml (docs/configuration.md), or "
+                 "pass --demo-data (OPSPILOT_DEMO_DATA=1) to serve the demo data on purpose")
+
+
 def demo_data_problem(settings: Settings) -> str | None:
     """Why ``serve``/``worker`` must not start: they would answer on-call questions from the bundled demo data
     (nothing in the config points the toolbox elsewhere) — unless ``demo_data`` says that is the point."""
@@ -92,29 +97,29 @@ def demo_data_problem(settings: Settings) -> str | None:
     if settings.demo_data or (data != bundled and not catalog.is_relative_to(bundled)):
         return None
     return ("the toolbox would answer from the bundled demo data (examples/demo: a fictional catalog, logs and "
-            "metrics on a replayed clock), not your systems: set toolbox.catalog / toolbox.data_dir and the "
-            "backends in opspilot.yml (docs/configuration.md), or pass --demo-data (OPSPILOT_DEMO_DATA=1) to "
-            "serve the demo data on purpose")
+            "metrics on a replayed clock), not your systems")
 
 
 def validate(settings: Settings, toolbox: ops.Toolbox, extra: Sequence[ToolSpec] = ()) -> tuple[Registry, list[str]]:
     """The one validation ``serve`` (through :func:`assemble`) and ``opspilot check`` share: the registry, or the
-    ConfigError serve stops with; and the problems serve starts with but warns about (rules that can never match,
-    a verification that cannot fit the run's time)."""
+    ConfigError serve stops with (among them rules that can never match: they fail closed); and the problems serve
+    starts with but warns about (a verification that cannot fit the run's time)."""
     try:
         registry = Registry.of([*toolbox.specs, *load_plugins(settings.plugins, {}), *extra])
     except (PluginError, ValueError) as exc:
         raise ConfigError(str(exc)) from exc
     for name, policy in settings.tools.items():
         if name not in registry:
-            raise ConfigError(f"tools.{name}: there is no tool named {name!r}")
+            raise ConfigError(f"tools.{name}: there is no tool named {name!r}{suggest(name, registry.names())}")
         if policy.confirm_in is not None:
             try:
                 registry.require_confirmation_in(name, policy.confirm_in)
             except ValueError as exc:
                 raise ConfigError(f"tools.{name}.confirm_in: {exc}") from exc
     registry.know_environments(toolbox.catalog.environments)
-    warnings = environment_problems(settings, toolbox.catalog.environments, [s.name for s in registry])
+    if problems := environment_problems(settings, toolbox.catalog.environments, registry.names()):
+        raise ConfigError("\n".join(problems))
+    warnings: list[str] = []
     verify = settings.toolbox.verify
     if verify.timeout_s + verify.settle_s >= settings.limits.max_wall_time_s:
         warnings.append(f"toolbox.verify ({verify.timeout_s:g}s + {verify.settle_s:g}s settle) does not fit "

@@ -6,7 +6,6 @@ A bad config is a :class:`ConfigError` naming the offending key with a hint, nev
 
 from __future__ import annotations
 
-import difflib
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -14,10 +13,17 @@ from urllib.parse import urlsplit
 
 import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 from bot import when
 from bot.agent.limits import Limits
+from bot.config_errors import describe, describe_unparsed, suggest
 from bot.run_limits import RunLimits
 from tools.mcp.servers import McpServerConfig
 from tools.ops.toolbox_config import OpsConfig
@@ -282,20 +288,26 @@ class Settings(BaseSettings):
 
 
 def environment_problems(settings: Settings, known: list[str], tools: list[str] | None = None) -> list[str]:
-    """Authorisation rules that can never match: an environment no catalog service has (a typo leaves the real
-    one unprotected), an approvers entry for a tool that does not exist. Each with the key and what is known."""
+    """Authorisation rules that can never match, which serve refuses: an environment no catalog service has (a typo
+    would leave the real one unprotected: no approvers rule there, or no confirmation), an approvers entry for a
+    tool that does not exist (a typo would let anyone confirm the real one). Each with the key and the nearest
+    known name. A name under a configured MCP server's prefix (``<server>__``) is known only once it connects."""
     problems: list[str] = []
-    where = ", ".join(known) or "none"
+    mcp = tuple(f"{server.name}__" for server in settings.mcp_servers)
+
+    def env_problem(key: str, env: str) -> str:
+        return f"{key}: no service in the catalog has environment {env!r}{suggest(env, known) or ' (known: none)'}"
+
     for tool, by_env in settings.slack.approvers.items():
-        if tools is not None and tool not in tools:
-            problems.append(f"slack.approvers.{tool}: there is no tool named {tool!r}")
-        problems += [f"slack.approvers.{tool}.{env}: no service in the catalog has environment {env!r} "
-                     f"(known: {where})" for env in by_env if env != "*" and env not in known]
-    problems += [f"slack.two_person_rule: no service in the catalog has environment {env!r} (known: {where})"
-                 for env in settings.slack.two_person_rule if env not in known]
+        if tools is not None and tool not in tools and not tool.startswith(mcp):
+            problems.append(f"slack.approvers.{tool}: there is no tool named {tool!r}{suggest(tool, tools)}")
+        problems += [env_problem(f"slack.approvers.{tool}.{env}", env)
+                     for env in by_env if env != "*" and env not in known]
+    problems += [env_problem("slack.two_person_rule", env) for env in settings.slack.two_person_rule
+                 if env not in known]
     for name, policy in settings.tools.items():
-        problems += [f"tools.{name}.confirm_in: no service in the catalog has environment {env!r} (known: {where})"
-                     for env in policy.confirm_in or [] if env not in known]
+        problems += [env_problem(f"tools.{name}.confirm_in", env) for env in policy.confirm_in or []
+                     if env not in known]
     return problems
 
 
@@ -327,29 +339,6 @@ def _read_yaml(path: Path | None) -> dict[str, Any]:
     return raw
 
 
-def _hint(loc: tuple[int | str, ...], kind: str) -> str:
-    if kind != "extra_forbidden" or not loc:
-        return ""
-    model: Any = Settings
-    for part in loc[:-1]:
-        field = getattr(model, "model_fields", {}).get(part)
-        model = field.annotation if field is not None else None
-    names = list(getattr(model, "model_fields", {}))
-    close = difflib.get_close_matches(str(loc[-1]), names, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else f" (known keys: {', '.join(names)})"
-
-
-def describe(exc: ValidationError, source: str) -> str:
-    lines = [f"invalid configuration ({source}):"]
-    for err in exc.errors(include_url=False):
-        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        if err["loc"][:1] == ("REDIS_URL",):  # pydantic names the first alias, whichever the value came from
-            key = "redis_url (REDIS_URL)"
-        lines.append(f"  {key}: {err['msg']}{_hint(err['loc'], err['type'])}")
-    lines.append("See docs/configuration.md for every key and its default.")
-    return "\n".join(lines)
-
-
 def load_settings(path: str | None = None) -> Settings:
     file = config_path(path)
     data = _read_yaml(file)
@@ -371,7 +360,9 @@ def load_settings(path: str | None = None) -> Settings:
     try:
         settings: Settings = _FromFile()
     except ValidationError as exc:
-        raise ConfigError(describe(exc, source)) from exc
+        raise ConfigError(describe(exc, source, Settings)) from exc
+    except SettingsError as exc:  # a variable not even parsed (JSON expected): no traceback either
+        raise ConfigError(describe_unparsed(exc, source, os.environ)) from exc
     if os.environ.get("OPSPILOT_MODEL"):
         settings.llm.name = os.environ["OPSPILOT_MODEL"]
     # Slack's own variable names, as every Slack app uses them.

@@ -54,15 +54,11 @@ async def test_failures_say_the_fix_and_exit_1(env: FakeSlack, own_redis: OwnRed
 
     env.scopes = sorted(manifest_scopes() - {"usergroups:read"})
     redis.Redis.from_url(own_redis.url).config_set("maxmemory-policy", "allkeys-lru")
-    config = tmp_path / "opspilot.yml"
-    config.write_text("slack:\n  approvers: {restart_service: {Production: {users: [UBOSS]}}}\n")
-    assert await _check(None) == 1  # the rule is what serve warns about and starts without: said as "!"
+    assert await _check(None) == 1
     out = capsys.readouterr().out
     assert "✗ Redis eviction: maxmemory-policy is allkeys-lru: paused runs and transcripts can be evicted — fix: " \
            "CONFIG SET maxmemory-policy noeviction" in out
     assert "✗ Slack scopes: missing usergroups:read — fix: add them" in out
-    assert "! Config rule: slack.approvers.restart_service.production: no service in the catalog has environment " \
-           "'production' (known: prod, staging) — fix: name an environment the catalog has" in out
     assert "not ready: 2 required check(s) failed" in out
 
 
@@ -148,15 +144,26 @@ async def test_a_tool_serve_does_not_know_is_refused_as_serve_refuses_it(
     assert out.rstrip().endswith("not ready: serve would refuse this configuration")
 
 
-async def test_an_approvers_rule_for_a_tool_that_does_not_exist_is_a_warning(
+async def test_a_rule_that_can_never_match_is_refused_as_serve_refuses_it(
         env: FakeSlack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """serve starts without the rule after one WARNING: check says it with "!" (and stays ready)."""
+    """A typo in an approvers rule would let anyone confirm the real tool (no rule there): serve refuses it, and
+    check says so with the nearest name."""
+    from bot.assembly import assemble
+    from bot.config import ConfigError, load_settings
+
     env.scopes = sorted(manifest_scopes())
-    (tmp_path / "opspilot.yml").write_text("slack: {approvers: {restart_servise: {prod: {users: [UBOSS]}}}}\n")
-    assert await _check(None) == 0
+    (tmp_path / "opspilot.yml").write_text("slack: {approvers: {restart_servise: {prod: {users: [UBOSS]}}, "
+                                           "restart_service: {Production: {users: [UBOSS]}}}}\n")
+    with pytest.raises(ConfigError) as serve_says:
+        await assemble(load_settings(None))
+    assert await _check(None) == 2
     out = capsys.readouterr().out
-    assert "! Config rule: slack.approvers.restart_servise: there is no tool named 'restart_servise' — fix: " \
-           "name a tool `opspilot tools` lists (or remove the rule) (serve starts, without this rule)" in out
+    assert f"✗ Config: {serve_says.value} — fix: name a tool `opspilot tools` lists" in out
+    assert "slack.approvers.restart_servise: there is no tool named 'restart_servise' (did you mean " \
+           "'restart_service'?)" in out
+    assert "slack.approvers.restart_service.production: no service in the catalog has environment 'production' " \
+           "(known: prod, staging)" in out
+    assert out.rstrip().endswith("not ready: serve would refuse this configuration")
 
 
 async def test_the_model_probed_is_the_configured_one(env: FakeSlack, tmp_path: Path,

@@ -113,19 +113,26 @@ mcp_servers:
     assert spec.needs_confirmation(spec.args_model.model_validate({"service_id": "orders", "environment": "Staging"}))
 
 
-def test_rules_that_can_never_match_are_reported_at_start(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_rules_that_can_never_match_are_refused_at_start(tmp_path: Path) -> None:
+    """Each would leave the real one unprotected (no approvers rule: anyone may confirm; no confirmation): serve
+    refuses them all, with the nearest known name. A rule for an MCP server's tool waits for the server."""
     settings = load_settings(write(tmp_path, """
 slack:
-  approvers: {restart_service: {prdo: {users: [UBOSS]}}, restart_servce: {prod: {users: [UBOSS]}}}
+  approvers: {restart_service: {prdo: {users: [UBOSS]}}, restart_servce: {prod: {users: [UBOSS]}},
+              k8s__scale: {prod: {users: [UBOSS]}}}
   two_person_rule: [production]
+tools: {restart_service: {confirm_in: [stagin]}}
+mcp_servers: [{name: k8s, command: "true"}]
 """))
-    build_registry(settings, ops.build())
-    warned = [r.getMessage() for r in caplog.records]
-    assert "config: slack.approvers.restart_service.prdo: no service in the catalog has environment 'prdo' " \
-           "(known: prod, staging)" in warned
-    assert "config: slack.approvers.restart_servce: there is no tool named 'restart_servce'" in warned
-    assert any(w.startswith("config: slack.two_person_rule: no service in the catalog has environment "
-                            "'production'") for w in warned)
+    with pytest.raises(ConfigError) as refused:
+        build_registry(settings, ops.build())
+    assert str(refused.value).splitlines() == [
+        "slack.approvers.restart_service.prdo: no service in the catalog has environment 'prdo' (did you mean "
+        "'prod'?)",
+        "slack.approvers.restart_servce: there is no tool named 'restart_servce' (did you mean 'restart_service'?)",
+        "slack.two_person_rule: no service in the catalog has environment 'production' (known: prod, staging)",
+        "tools.restart_service.confirm_in: no service in the catalog has environment 'stagin' (did you mean "
+        "'staging'?)"]
 
 
 def test_plugin_tools_register_and_run(tmp_path: Path) -> None:

@@ -242,5 +242,8 @@ class Registry:
     def __contains__(self, name: object) -> bool:
         return name in self._tools
 
+    def names(self) -> list[str]:
+        return list(self._tools)
+
     def __len__(self) -> int:
         return len(self._tools)

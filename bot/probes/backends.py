@@ -8,7 +8,7 @@ import asyncio
 from typing import Any
 from urllib.parse import urlsplit
 
-from bot.assembly import build_toolbox, demo_data_problem, validate
+from bot.assembly import DEMO_DATA_FIX, build_toolbox, demo_data_problem, validate
 from bot.config import ConfigError, Settings
 from bot.probes import PROBE_S, Check, bounded
 from tools import ops
@@ -53,10 +53,10 @@ async def toolbox_checks(settings: Settings) -> list[Check]:
         except ConfigError as exc:
             return [*checks, Check("Config", False, str(exc), _rule_fix(str(exc)) + " (serve refuses to start "
                                                                                    "with it)", refused=True)]
-        checks += [Check("Config rule", False, w, _rule_fix(w) + " (serve starts, without this rule)",
+        checks += [Check("Config", False, w, _rule_fix(w) + " (serve starts, and warns about it)",
                          required=False) for w in warnings]
         if (demo := demo_data_problem(settings)) is not None:  # serve refuses this: so does check
-            checks.append(Check("Data", False, demo.partition(": ")[0], demo.partition(": ")[2], refused=True))
+            checks.append(Check("Data", False, demo, DEMO_DATA_FIX, refused=True))
         checks.append(Check("Catalog", True, f"{len(toolbox.catalog.ids)} services, environments "
                                              f"{', '.join(toolbox.catalog.environments)}"
                                              + (" (the bundled DEMO data, on purpose)" if settings.demo_data else "")))

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from bot import exits, startup
-from bot.assembly import demo_data_problem
+from bot.assembly import DEMO_DATA_FIX, demo_data_problem
 from bot.config import ConfigError, Settings
 from bot.cpus import effective_cpus
 from bot.slack.inbound import tether
@@ -257,7 +257,7 @@ def _demo_data_refused(settings: Settings, who: str = "opspilot") -> bool:
     """Production never answers from the demo data by accident (a missing opspilot.yml): said, and not started."""
     problem = demo_data_problem(settings)
     if problem:
-        print(f"{who}: not starting: {problem}", file=sys.stderr)
+        print(f"{who}: not starting: {problem}: {DEMO_DATA_FIX}", file=sys.stderr)
     return problem is not None
 
 

@@ -1,0 +1,100 @@
+"""What a broken configuration says: one line per problem, the key as the operator writes it, and for a key that
+does not exist the nearest one at that place ("did you mean"), however deep — inside a list item, a map's entry or
+one backend's section."""
+
+from __future__ import annotations
+
+import difflib
+import types
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+from pydantic import BaseModel, ValidationError
+
+
+def _members(annotation: Any) -> list[Any]:
+    """The types a value of ``annotation`` may be: Optional, unions and Annotated unwrapped."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _members(get_args(annotation)[0])
+    if origin is Union or origin is types.UnionType:
+        return [m for arg in get_args(annotation) for m in _members(arg)]
+    return [annotation]
+
+
+def _tags(model: type[BaseModel]) -> set[str]:
+    """The literal values a model's fields are fixed to (a backend's ``backend: loki``): pydantic names the member
+    of a tagged union by its tag in an error's location."""
+    found: set[str] = set()
+    for field in model.model_fields.values():
+        if get_origin(field.annotation) is Literal and len(get_args(field.annotation)) == 1:
+            found.add(str(get_args(field.annotation)[0]))
+    return found
+
+
+def _step(candidates: Iterable[Any], part: int | str) -> tuple[list[Any], bool]:
+    """Where ``part`` of a location leads from ``candidates``, and whether it was a union's tag (not a key)."""
+    nxt: list[Any] = []
+    for kind in candidates:
+        origin = get_origin(kind)
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            if isinstance(part, str) and part in kind.model_fields:
+                nxt += _members(kind.model_fields[part].annotation)
+        elif origin in (list, tuple, set, frozenset) and isinstance(part, int):
+            nxt += [m for arg in get_args(kind)[:1] for m in _members(arg)]
+        elif origin is dict and isinstance(part, str):
+            nxt += [m for arg in get_args(kind)[1:2] for m in _members(arg)]
+    if nxt:
+        return nxt, False
+    tagged = [k for k in candidates if isinstance(k, type) and issubclass(k, BaseModel) and str(part) in _tags(k)]
+    return tagged, bool(tagged)
+
+
+def _walk(root: type[BaseModel], loc: Sequence[int | str]) -> tuple[str, list[str]]:
+    """The key as written (a union's tag left out) and the keys the mapping holding the last part may have."""
+    candidates: list[Any] = [root]
+    shown: list[str] = []
+    for i, part in enumerate(loc):
+        if i == len(loc) - 1:
+            shown.append(str(part))
+            break
+        candidates, tag = _step(candidates, part)
+        if not tag:
+            shown.append(str(part))
+    names = sorted({n for k in candidates if isinstance(k, type) and issubclass(k, BaseModel)
+                    for n in k.model_fields})
+    return ".".join(shown), names
+
+
+def suggest(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the nearest of ``known``, else the known names, else nothing."""
+    names = sorted(set(known))
+    close = difflib.get_close_matches(name, names, n=1)
+    if close:
+        return f" (did you mean {close[0]!r}?)"
+    return f" (known: {', '.join(names)})" if names else ""
+
+
+def describe(exc: ValidationError, source: str, root: type[BaseModel]) -> str:
+    lines = [f"invalid configuration ({source}):"]
+    for err in exc.errors(include_url=False):
+        loc = err["loc"]
+        key, names = _walk(root, loc) if loc else ("(top level)", [])
+        if loc[:1] == ("REDIS_URL",):  # pydantic names the first alias, whichever the value came from
+            key = "redis_url (REDIS_URL)"
+        hint = suggest(str(loc[-1]), names) if err["type"] == "extra_forbidden" and loc else ""
+        lines.append(f"  {key}: {err['msg']}{hint}")
+    lines.append("See docs/configuration.md for every key and its default.")
+    return "\n".join(lines)
+
+
+def describe_unparsed(exc: Exception, source: str, environ: Mapping[str, str]) -> str:
+    """A variable pydantic-settings could not even parse (``OPSPILOT_SLACK__ALLOWED_CHANNELS=C1``: a list or a map
+    from the environment is written as JSON), said as the variables that may be it and what to write instead."""
+    text = str(exc)
+    field = text.split('"')[1] if text.count('"') >= 2 else ""
+    named = sorted(k for k in environ if field and k.upper().startswith(f"OPSPILOT_{field.upper()}"))
+    which = ", ".join(named) or f"an OPSPILOT_ variable for {field or 'a setting'!r}"
+    return (f"invalid configuration ({source}):\n  {which}: not readable as the setting's type — a list or a map "
+            "given in the environment is written as JSON, e.g. OPSPILOT_SLACK__ALLOWED_CHANNELS='[\"C012AB3CD\"]'"
+            "\nSee docs/configuration.md for every key and its default.")
