@@ -208,3 +208,27 @@ def test_a_redis_url_without_a_host_is_refused(url: str) -> None:
     """It would dial whatever answers on localhost (the demo's "nothing to configure" Redis included)."""
     with pytest.raises(ValidationError, match="no host"):
         Settings(redis_url=url)
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("mcp_servers: [{name: a, comand: x}]", "mcp_servers.0.comand: Extra inputs are not permitted (did you mean "
+                                            "'command'?)"),
+    ("toolbox: {logs: {backend: loki, url: 'http://l', urll: x}}",  # the backend's tag is no key: not shown
+     "toolbox.logs.urll: Extra inputs are not permitted (did you mean 'url'?)"),
+    ("slack: {approvers: {restart_service: {prod: {userz: [U1]}}}}",
+     "slack.approvers.restart_service.prod.userz: Extra inputs are not permitted (did you mean 'users'?)"),
+])
+def test_did_you_mean_at_any_depth(tmp_path: Path, text: str, said: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_settings(write(tmp_path, text))
+    assert f"  {said}\n" in str(refused.value)
+
+
+def test_a_list_given_as_a_variable_that_is_not_json_is_one_readable_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPSPILOT_SLACK__ALLOWED_CHANNELS", "C1")
+    with pytest.raises(ConfigError) as refused:
+        load_settings(None)
+    assert "OPSPILOT_SLACK__ALLOWED_CHANNELS: not readable as the setting's type" in str(refused.value)
+    assert "OPSPILOT_SLACK__ALLOWED_CHANNELS='[\"C012AB3CD\"]'" in str(refused.value)
+    monkeypatch.setenv("OPSPILOT_SLACK__ALLOWED_CHANNELS", '["C1"]')
+    assert load_settings(None).slack.allowed_channels == ["C1"]
