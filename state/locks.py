@@ -50,6 +50,11 @@ class RedisLocks:
         age_s = ttl - int(left) / 1000 if not won and int(left) >= 0 else 0.0
         return Claim(won, value.split(_MARK, 1)[0], age_s)
 
+    async def claimed_by(self, token: str) -> str | None:
+        key = self.keys.claim(token)
+        value = text(await retried("reading a claim", self.grace_s, lambda: self.client.get(key)))
+        return str(value).split(_MARK, 1)[0] if value else None
+
     async def release_claim(self, token: str) -> None:
         key = self.keys.claim(token)
         await retried("releasing a claim", self.grace_s, lambda: self.client.delete(key))
@@ -117,6 +122,9 @@ class MemoryLocks:
             return Claim(False, who, time.monotonic() - at)
         self._claims[token] = (holder, time.monotonic())
         return Claim(True, holder)
+
+    async def claimed_by(self, token: str) -> str | None:
+        return self._claims[token][0] if token in self._claims else None
 
     async def release_claim(self, token: str) -> None:
         self._claims.pop(token, None)

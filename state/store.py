@@ -169,6 +169,9 @@ class Locks(Protocol):
 
     async def release_claim(self, token: str) -> None: ...
 
+    async def claimed_by(self, token: str) -> str | None:
+        """Who claimed ``token`` (None: nobody yet); claims nothing."""
+
     async def take_claim(self, token: str, holder: str) -> None:
         """Take over a claim whose holder died before deciding (checked by the caller, under the lease)."""
 

@@ -50,6 +50,14 @@ async def test_the_card_names_the_approvers_and_the_two_person_rule(redis_url: s
         await ws.sender.action(_click(card, "USRE"))
         await ws.settle()
         assert probe.count("change") == 1
+        # The requester again, on the card as their client still shows it: it was answered, and that is what
+        # they are told, not the two-person rule (as if someone else could still confirm it).
+        told = len(slack.ephemeral_texts("UREQ"))
+        await ws.sender.action(_click(card, "UREQ"))
+        await ws.settle()
+        assert probe.count("change") == 1
+        said = slack.ephemeral_texts("UREQ")[told:]
+        assert len(said) == 1 and "already handled" in said[0] and "Two-person" not in said[0], said
     finally:
         await ws.stop()
 

@@ -94,11 +94,26 @@ async def test_params_form_validates_then_resumes(ws: Workspace) -> None:
     stays = ws.slack.messages[(CHANNEL, form["ts"])]
     assert buttons(stays) and "invalid values" in all_text(stays) and "environment" in all_text(stays)
 
+    nothing = block_action(user="UREQ", channel=CHANNEL, message=form, action_id="opspilot_submit", value=token,
+                           state={"values": {"opspilot_field:environment": {
+                               "value": {"type": "static_select", "selected_option": None}}}})
+    await ws.sender.action(nothing)  # Submit with nothing chosen: refused on the form, not "submitted" and asked again
+    await ws.settle()
+    stays = ws.slack.messages[(CHANNEL, form["ts"])]
+    assert buttons(stays) and "environment: nothing chosen" in all_text(stays)
+    assert not ws.toolbox.restarts.done
+
     await ws.sender.action(submit("staging"))
     await ws.settle()
     assert ws.toolbox.restarts.done[0]["environment"] == "staging"
-    assert "Submitted by <@UREQ>" in all_text(ws.slack.messages[(CHANNEL, form["ts"])])
+    closed = ws.slack.messages[(CHANNEL, form["ts"])]
+    assert "Submitted by <@UREQ>" in all_text(closed) and not buttons(closed)
     assert "Restarted `payments` in staging" in all_text(ws.slack.thread(CHANNEL, "200.1")[-1])
+
+    await ws.sender.action(submit("moon"))  # a stale form's bad value, after the answer: told so, the form stays shut
+    await ws.settle()
+    assert ws.slack.messages[(CHANNEL, form["ts"])] == closed and len(ws.toolbox.restarts.done) == 1
+    assert any("already handled" in text.lower() for text in ws.slack.ephemeral_texts("UREQ"))
 
 
 async def test_expiry_closes_the_card_and_a_late_click_is_told(ws: Workspace) -> None:

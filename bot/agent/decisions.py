@@ -10,8 +10,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import ValidationError
 
-from bot.agent.engine_errors import InvalidDecision
+from bot.agent.engine_errors import AlreadyHandled, InvalidDecision
 from state.records import PendingCall
+from state.store import Locks
 from tools.registry import Registry
 from tools.runtime import Approved, Denied, ToolDecision
 
@@ -104,6 +105,8 @@ def check_fits(pending: PendingCall, decision: Decision, registry: Registry) -> 
     if pending.interrupt_type != "params_required":
         raise InvalidDecision("this request asks for a confirmation, not values")
     asked = {f["name"]: f.get("choices") for f in pending.payload.get("fields", [])}
+    if missing := [name for name in asked if decision.values.get(name) in (None, "")]:
+        raise InvalidDecision(f"invalid values: {', '.join(missing)}: nothing chosen")
     for name, value in decision.values.items():
         if name not in asked:
             raise InvalidDecision(f"invalid values: {name} was not asked for")
@@ -117,3 +120,14 @@ def check_fits(pending: PendingCall, decision: Decision, registry: Registry) -> 
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False)[:5])
         raise InvalidDecision(f"invalid values: {problems}") from exc
+
+
+async def check_open_and_fits(pending: PendingCall, decision: Decision, registry: Registry, locks: Locks) -> None:
+    """:func:`check_fits`, unless the question was answered already: then that is what the person is told (a
+    stale form's values are not judged, and the form does not come back)."""
+    try:
+        check_fits(pending, decision, registry)
+    except InvalidDecision:
+        if holder := await locks.claimed_by(pending.token):
+            raise AlreadyHandled(holder) from None
+        raise

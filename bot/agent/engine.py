@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from bot.agent.decisions import Answers, CancelRun, Decision, Expire, ReplyInstead, check_fits
+from bot.agent.decisions import Answers, CancelRun, Decision, Expire, ReplyInstead, check_open_and_fits
 from bot.agent.deps import RunDeps
 from bot.agent.engine_errors import AlreadyHandled, InterruptExpired, NotPending, RunNotFound, ThreadBusy
 from bot.agent.events import RunStalled, RunStarted
@@ -126,7 +126,7 @@ class Engine:
         pending = ticket.pending
         if not isinstance(decision, Expire | CancelRun) and time.time() > pending.expires_at:
             raise InterruptExpired("this request expired")
-        check_fits(pending, decision, self.deps.registry)
+        await check_open_and_fits(pending, decision, self.deps.registry, self.deps.store.locks)
         claim = await self.deps.store.locks.claim(pending.token, by)
         if not claim.won and claim.age_s < self.options.claim_stale_s:
             raise AlreadyHandled(claim.holder)

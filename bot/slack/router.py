@@ -336,13 +336,7 @@ class Inbound:
         try:
             ticket = await self.engine.ticket(token)  # the one read a click needs before it is claimed
         except NotPending:
-            card = await self.meta.get(CARD, token)
-            decided, lang = card.get("decided", ""), card.get("lang", "en")
-            if decided and card.get("summary"):  # a receipt shown meanwhile gives way to how it ended
-                receipt.restore = kit.decided_card(card["summary"], decided)
-            text = say(lang, "request_expired") if decided.startswith(":hourglass:") else \
-                say(lang, "handled", how=f" ({decided})" if decided else "")
-            await self.outbox.tell(channel, user, text, thread_ts)
+            await self._ended(token, channel, user, thread_ts, receipt)
             return False
         verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))
         if verdict.allowed and ticket.thread_id != thread_key(channel, str(thread_ts)):  # a token lifted elsewhere
@@ -351,6 +345,9 @@ class Inbound:
             verdict = _MISPLACED
         if verdict.allowed:
             answer, verdict = await self._decision(action_id, ticket, user, channel, thread_ts, state)
+            # Answered already: that is what is true now, not why this person could not have answered it.
+            if not verdict.allowed and await self._ended(token, channel, user, thread_ts, receipt, only=True):
+                return False
         if not verdict.allowed:
             await self._refuse(channel, user, verdict, thread_ts)
             return False
@@ -358,6 +355,22 @@ class Inbound:
         await self.dispatch(answer.model_copy(update={"response_url": receipt.url,
                                                       "card": {"blocks": receipt.blocks, "text": receipt.text}}))
         receipt.follow(self.meta, token)  # queued: a receipt if no worker closes it soon
+        return True
+
+    async def _ended(self, token: str, channel: str, user: str, thread_ts: str | None, receipt: Receipt, *,
+                     only: bool = False) -> bool:
+        """Tell ``user`` how the card ended; ``only``: if it has (decided, or claimed by a click on its way)."""
+        card = await self.meta.get(CARD, token)
+        decided, lang = card.get("decided", ""), card.get("lang", "en")
+        holder = None if decided or not only else await self.engine.deps.store.locks.claimed_by(token)
+        if only and not decided and not holder:
+            return False
+        if decided and card.get("summary"):  # a receipt shown meanwhile gives way to how it ended
+            receipt.restore = kit.decided_card(card["summary"], decided)
+        text = say(lang, "request_expired") if decided.startswith(":hourglass:") or holder == "expiry" else \
+            say(lang, "handled", how=f" ({decided})") if decided else \
+            say(lang, "handled_by", by=f"<@{holder}>") if holder else say(lang, "not_pending")  # nothing on record
+        await self.outbox.tell(channel, user, text, thread_ts)
         return True
 
     async def _decision(self, action_id: str, ticket: Ticket, user: str, channel: str, thread_ts: str | None,
