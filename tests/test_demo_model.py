@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -195,3 +196,28 @@ async def test_a_rollback_asked_for_waits_on_a_card_showing_from_and_to(ws: Work
     text = all_text(card)
     assert "*Release:* `2026.12.02-1` → `2026.12.01-4`" in text and "`orders-api:4.2.0` → `orders-api:4.1.9`" in text
     assert ws.toolbox.rollbacks.done == [] and ws.toolbox.restarts.done == []  # a card: nothing has changed
+
+
+@pytest.mark.parametrize("zh", [False, True])
+def test_a_change_is_said_done_only_when_its_rollout_completed(zh: bool) -> None:
+    """Restarted / rolled back / scaled only on a completed rollout; issued-but-unverified said as such; the
+    English sentence is built from the figures, not from the tool's own verdict text."""
+    from bot.agent.models.demo_answers import answer_restart
+    from bot.agent.models.demo_changes import answer_change
+
+    def result(name: str, rollout: str, **more: Any) -> ToolResultMessage:
+        body = {"service_id": "payments", "environment": "staging", "rollout": rollout, "error_rate_before": 0.001,
+                "error_rate_after": 0.001, "verdict": "restarted; the error rate stayed at 0.10%", **more}
+        return ToolResultMessage(call_id="c1", name=name, content=json.dumps({"ok": True, "data": body}))
+
+    done = answer_restart(result("restart_service", "complete"), zh)
+    assert done.startswith("已重启 `payments`（staging），滚动发布已完成；错误率保持在 0.10%" if zh else
+                           "Restarted `payments` in staging: the rollout completed; the error rate stayed at 0.10%.")
+    for rollout in ("timed_out", "failed", "unknown"):
+        said = answer_restart(result("restart_service", rollout), zh)
+        assert not said.startswith("已重启" if zh else "Restarted") and ("已发起重启" if zh else "was issued") in said
+        moved = {"from": {"release": "r2"}, "to": {"release": "r1"}}
+        changed = answer_change(result("rollback_service", rollout, **moved), zh)
+        assert not changed.startswith("已回滚" if zh else "Rolled back")
+        assert ("已发起回滚" if zh else "was issued") in changed
+    assert ("尚未验证" if zh else "NOT verified") in answer_restart(result("restart_service", "timed_out"), zh)

@@ -142,6 +142,10 @@ def test_what_a_tool_found_is_said_in_each_language(status: str, code: str | Non
 
 
 def test_the_words_of_a_tool_output_and_of_a_composed_answer() -> None:
+    long = "no service is named 'unicorn-billing' (by id, name or alias); known services: " + ", ".join(
+        f"service-{i}" for i in range(20))
+    cut = output("error", "not_found", {"ok": False, "errorCode": "not_found", "message": long}, "en")
+    assert cut.startswith("not_found: no service is named") and cut.endswith("…")  # cut, and says so
     logs = RESULTS[3]
     assert output(*logs, "en") == "90 error lines in 60 min; most often `timeout acquiring connection` ×83"
     assert output(*logs, "zh") == "60 分钟内 90 行错误日志；最多的是 `timeout acquiring connection` ×83"

@@ -225,7 +225,7 @@ def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox
             near = catalog.suggest(args.query)
             maybe = f"did you mean {' or '.join(f'{s.name} ({s.id})' for s in near)}? " if near else ""
             raise NotFound(f"no service is named {args.query!r} (by id, name or alias); {maybe}"
-                           f"known services: {', '.join(catalog.ids)}. Ask the user which one they mean.")
+                           f"known services: {', '.join(catalog.ids)}")  # for people too: the card quotes it
         top = hits[0].score
         return {"ambiguous": sum(1 for h in hits if h.score == top) > 1,
                 "candidates": [{"score": h.score, "matched": h.matched, **h.service.card()} for h in hits[:5]]}

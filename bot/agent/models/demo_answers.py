@@ -275,22 +275,35 @@ def answer_lookup(results: list[ToolResultMessage], zh: bool, *, question: str =
     lines.append("_以上结论来自演示数据；没有核实数据库本身的状态。_" if zh else
                  "_From the demo dataset; I did not check the database itself._")
     return "\n".join(lines)
+def unverified(rollout: object, zh: bool) -> str:
+    """Why a change that was issued is not said to be done: how its rollout ended."""
+    words = {"timed_out": ("滚动发布未在时限内完成，尚未验证",
+                           "the rollout did not finish in time: it is NOT verified"),
+             "failed": ("滚动发布失败", "the rollout failed")}
+    zh_words, en_words = words.get(str(rollout), ("无法跟踪其进度", "its progress could not be followed"))
+    return zh_words if zh else en_words
+
+
 def answer_restart(result: ToolResultMessage, zh: bool) -> str:
     body = data(result)
     if body.get("ok"):
         d = body["data"]
-        verdict = d.get("verdict", "")
+        before, after, rollout = d.get("error_rate_before"), d.get("error_rate_after"), d.get("rollout")
+        trend = ""
+        if isinstance(before, int | float) and isinstance(after, int | float):
+            same = f"{before:.2%}" == f"{after:.2%}"
+            trend = ((f"错误率保持在 {after:.2%}" if same else
+                      f"错误率从 {before:.2%} {'降到' if after < before else '升到'} {after:.2%}") if zh else
+                     (f"the error rate stayed at {after:.2%}" if same else
+                      f"the error rate {'fell' if after < before else 'rose'} from {before:.2%} to {after:.2%}"))
+        what, where = f"`{d['service_id']}`", d["environment"]
+        if rollout != "complete":  # issued, not verified: never "restarted"
+            return (f"已发起重启 {what}（{where}），但{unverified(rollout, zh)}。_来源: restart_service_" if zh else
+                    f"The restart of {what} in {where} was issued, but {unverified(rollout, zh)}. "
+                    "_source: restart_service_")
         if zh:
-            before, after = d.get("error_rate_before"), d.get("error_rate_after")
-            rollout = {"complete": "已完成", "timed_out": "未在时限内完成", "failed": "失败"}.get(d["rollout"],
-                                                                                         d["rollout"])
-            trend = ""
-            if isinstance(before, int | float) and isinstance(after, int | float):
-                trend = (f"错误率保持在 {after:.2%}" if f"{before:.2%}" == f"{after:.2%}" else
-                         f"错误率从 {before:.2%} {'降到' if after < before else '升到'} {after:.2%}")
-            return (f"已重启 `{d['service_id']}`（{d['environment']}），滚动发布{rollout}"
-                    f"{'；' + trend if trend else ''}。_来源: restart_service_")
-        return (f"Restarted `{d['service_id']}` in {d['environment']}: rollout {d['rollout']}. {verdict}. "
+            return f"已重启 {what}（{where}），滚动发布已完成{'；' + trend if trend else ''}。_来源: restart_service_"
+        return (f"Restarted {what} in {where}: the rollout completed{'; ' + trend if trend else ''}. "
                 "_source: restart_service_")
     if body.get("errorCode") == "outcome_unknown":  # it was started: never say it did not happen
         return ("重启已开始，但不确定是否完成：请先检查服务的实际状态再决定是否重试。" if zh

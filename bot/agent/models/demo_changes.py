@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from bot.agent.models.demo_answers import data, metric_part, ok_data, span, stamp
+from bot.agent.models.demo_answers import data, metric_part, ok_data, span, stamp, unverified
 from bot.agent.models.demo_intent import Ask
 from core.messages import Message, ToolResultMessage
 
@@ -280,9 +280,13 @@ def answer_change(result: ToolResultMessage, zh: bool) -> str:
     before, after = d.get("error_rate_before"), d.get("error_rate_after")
     rates = (f"；错误率 {before:.2%} → {after:.2%}" if zh else f"; error rate {before:.2%} → {after:.2%}") \
         if isinstance(before, float) and isinstance(after, float) else ""
-    rollout = {"complete": "已完成", "timed_out": "未在时限内完成（未经验证）", "failed": "失败"}.get(
-        str(d.get("rollout")), str(d.get("rollout"))) if zh else str(d.get("rollout"))
     source = f"_来源：`{result.name}`_" if zh else f"_source: {result.name}_"
+    if d.get("rollout") != "complete":  # issued, not verified: never "rolled back" or "scaled"
+        how = unverified(d.get("rollout"), zh)
+        if zh:
+            return f"已发起{'回滚' if rollback else '副本数调整'} {where}（{moved}），但{how}{rates}。{source}"
+        change = "rollback" if rollback else "scaling"
+        return f"The {change} of {where} ({moved}) was issued, but {how}{rates}. {source}"
     if zh:
-        return f"已{'回滚' if rollback else '调整副本数'} {where}：{moved}，滚动发布{rollout}{rates}。{source}"
-    return f"{'Rolled back' if rollback else 'Scaled'} {where}: {moved}, rollout {rollout}{rates}. {source}"
+        return f"已{'回滚' if rollback else '调整副本数'} {where}：{moved}，滚动发布已完成{rates}。{source}"
+    return f"{'Rolled back' if rollback else 'Scaled'} {where}: {moved}, rollout complete{rates}. {source}"

@@ -16,9 +16,14 @@ from tools.ops.series import story
 _QUOTE = 120  # characters of quoted data in one output (a task card's output holds 256)
 
 
+def _cut(value: object, limit: int = _QUOTE) -> str:
+    """On one line, within ``limit``; a cut says so (a list that stops mid-way must not look complete)."""
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def _code(value: object, limit: int = _QUOTE) -> str:
-    text = " ".join(str(value).replace("`", "'").split())
-    return f"`{text if len(text) <= limit else text[:limit - 1] + '…'}`"
+    return "`" + _cut(str(value).replace("`", "'"), limit) + "`"
 
 
 def _n(value: object) -> str:
@@ -61,7 +66,7 @@ def failure(status: str, code: str, message: str, lang: str) -> str:
     if status == "expired":
         return say(lang, "audit_expired")
     if lang == "en":  # the tool's words are English prose already
-        return say(lang, "out_failed", code=code, message=" ".join(message.split())[:_QUOTE])
+        return say(lang, "out_failed", code=code, message=_cut(message))
     return say(lang, "out_failed", code=_code(code, 40), message=_code(message) if message else "")
 
 
