@@ -122,8 +122,11 @@ async def test_a_rule_that_cannot_match_lets_nobody_confirm_and_says_why(redis_u
         text = all_text(card)
         assert "Who may confirm: nobody — `production` is not an environment I know (known: prod, staging)" in text
         assert "anyone" not in text
-        for user in ("UBOSS", "UREQ"):  # not even the prod approver: the rule does not match
-            await ws.sender.action(_click(card, user))
+        assert [b["action_id"] for b in buttons(card)] == ["opspilot_decline"]  # no button nobody may use
+        token = buttons(card)[0]["value"]
+        for user in ("UBOSS", "UREQ"):  # a click forged with its token: not even the prod approver (no match)
+            await ws.sender.action(block_action(user=user, channel=CHANNEL, message=card,
+                                                action_id="opspilot_confirm", value=token))
             await ws.settle()
         assert probe.count("change") == 0
     finally:
@@ -153,8 +156,11 @@ async def test_when_only_the_requester_could_approve_the_card_says_no_one_can(re
     ws, _ = await _card(redis_url, prefix, slack, "340.1", two_person_rule=["prod"],
                         approvers={"change": {"prod": {"users": ["UREQ"]}}})
     try:
-        text = all_text(card_of(slack, "340.1"))
-        assert "Who may confirm: no one" in text and "Who may confirm: Ann" not in text, text
-        assert "Two-person rule in `prod`: Ann asked for this" in text
+        card = card_of(slack, "340.1")
+        text = all_text(card)
+        assert ("Who may confirm: no one — Ann asked for this and is the only approver of `change` in `prod`, and "
+                "the two-person rule lets nobody approve their own request") in text, text
+        assert "someone else must confirm" not in text  # not said beside "no one": nobody can
+        assert [b["action_id"] for b in buttons(card)] == ["opspilot_decline"]
     finally:
         await ws.stop()

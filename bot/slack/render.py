@@ -298,7 +298,9 @@ class Renderer:
             who = await self.access.who_may_confirm(
                 self.people, tool=pending.tool, environment=pending.arguments.get("environment"),
                 requester=state.get("requester"), channel=state["channel"], lang=lang)
-            card = kit.confirm_card(pending.token, pending.reason, pending.payload, lang, who=who)
+            card = kit.confirm_card(pending.token, pending.reason, pending.payload, lang, who=who,
+                                    confirmable=self.access.confirmable(pending.tool, pending.arguments.get(
+                                        "environment"), state.get("requester")))
             fallback = f"{say(lang, 'confirmation_needed')} — {kit.gate(pending.reason, pending.payload, lang)}"
         else:
             subject = kit.form_subject([pending.tool, *(s.tool for s in siblings)], pending.arguments, lang)

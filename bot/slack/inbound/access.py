@@ -77,6 +77,17 @@ class AccessPolicy:
         rules = self.config.approvers.get(tool) or {}
         return bool(rules) and environment not in rules and "*" not in rules and not self.known(environment)
 
+    def confirmable(self, tool: str, environment: str | None, requester: str | None) -> bool:
+        """Whether anyone at all may confirm ``tool`` in ``environment`` under the config (False: a card shows no
+        Confirm button). An approver group counts as someone: who is in it is Slack's to say, at the click."""
+        env = environment_name(environment or "")
+        if env is None or self.unmatched(tool, env):
+            return False
+        rule = self.approvers_for(tool, env)
+        if rule is None or rule.usergroups:
+            return True
+        return any(u != requester or not self.two_person(env) for u in rule.users)
+
     async def _in_any_group(self, user: str, groups: list[str]) -> bool:
         for group in groups:
             if user in await self.members(group):
@@ -144,6 +155,10 @@ class AccessPolicy:
             lines = [say(lang, "anyone_confirms")]
         elif not rule.users and not rule.usergroups:
             lines = [say(lang, "nobody_confirms", tool=escape(tool), env=escape(env or "*"))]
+        elif not self.confirmable(tool, env, requester) and requester:  # the requester was the only approver
+            lines = [say(lang, "only_requester_confirms", tool=escape(tool), env=escape(env),
+                         name=escape(await people.name(requester)))]
+            requester = None  # said: not again as the two-person rule's "someone else must confirm"
         else:
             if requester and self.two_person(env):  # the requester cannot approve their own request
                 rule = rule.model_copy(update={"users": [u for u in rule.users if u != requester]})

@@ -172,9 +172,9 @@ def gate(reason: str, payload: dict[str, Any], lang: str) -> str:
 
 
 def confirm_card(token: str, reason: str, payload: dict[str, Any], lang: str = "en",
-                 who: list[str] | None = None) -> list[Block]:
+                 who: list[str] | None = None, confirmable: bool = True) -> list[Block]:
     """The card asking for a change: what would run, who may confirm it (``who``: said before anyone clicks),
-    Confirm and Cancel."""
+    Confirm and Cancel; Cancel only where nobody may ever confirm it (``confirmable``: no button nobody can use)."""
     env = str(payload.get("environment") or "")
     text = say(lang, "live_change", tool=escape(payload.get("tool")), target=escape(payload.get("target")),
                env=escape(env or "n/a"))
@@ -190,7 +190,8 @@ def confirm_card(token: str, reason: str, payload: dict[str, Any], lang: str = "
         mrkdwn(_what_runs(payload, lang)),
         *([mrkdwn("\n".join(f":bust_in_silhouette: {line}" for line in who))] if who else []),
         {"type": "actions", "block_id": "opspilot_decide", "elements": [
-            button(say(lang, "confirm"), "opspilot_confirm", token, style="danger", confirm=dialog),
+            *([button(say(lang, "confirm"), "opspilot_confirm", token, style="danger", confirm=dialog)]
+              if confirmable else []),
             button(say(lang, "cancel"), "opspilot_decline", token),
         ]},
     ]

@@ -85,6 +85,11 @@ _WORDS: dict[str, tuple[str, str]] = {
     "unread_group_confirms": ("Who may confirm: {names} — I could not read {groups} from Slack, so its members "
                               "cannot confirm until it can be read",
                               "可以确认的人：{names} — 无法从 Slack 读取 {groups}，在能读取之前其成员无法确认"),
+    "only_requester_confirms": ("Who may confirm: no one — {name} asked for this and is the only approver of "
+                                "`{tool}` in `{env}`, and the two-person rule lets nobody approve their own "
+                                "request; cancel it, or have another approver added to the config",
+                                "可以确认的人：无 — 这是 {name} 发起的，而 {name} 是 `{env}` 中 `{tool}` 的唯一批准人，"
+                                "双人规则不允许批准自己的请求；请取消，或在配置中增加批准人"),
     "no_one": ("no one", "无人"),
     "anyone_confirms": ("Who may confirm: anyone who may use OpsPilot in this channel",
                         "可以确认的人：任何可以在这个频道使用 OpsPilot 的人"),
