@@ -130,6 +130,31 @@ async def test_serve_without_a_token_is_one_readable_line(tmp_path: Path) -> Non
     assert "SLACK_BOT_TOKEN is not set" in err.decode() and "Traceback" not in err.decode()
 
 
+async def test_serve_with_a_bot_token_slack_refuses_stops_with_one_line(slack: FakeSlack, redis_url: str,
+                                                                         prefix: str, tmp_path: Path) -> None:
+    """Not serving on with every request answered 503 (ready, by /readyz): the configuration is wrong; said, exit 2.
+    Slack failing (5xx) as the front starts is no reason not to start: it is an outage, not a wrong token."""
+    port = free_port()
+    env = _serve_env(slack, redis_url, prefix, port) | {"SLACK_BOT_TOKEN": "xoxb-wrong"}
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", "serve", "--workers", "1", env=env,
+                                                cwd=tmp_path, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 2, err.decode()
+    assert "Slack refused SLACK_BOT_TOKEN (invalid_auth)" in err.decode() and "Traceback" not in err.decode()
+    assert "HTTP mode" not in out.decode()  # no banner: it never served
+    slack.fault("error", "auth.test", for_s=300, status=503)
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", "serve", "--workers", "0",
+                                                env=_serve_env(slack, redis_url, prefix, port), cwd=tmp_path,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        assert "HTTP mode" in (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+    finally:
+        proc.terminate()
+        await asyncio.wait_for(proc.wait(), 30)
+
+
 async def test_serve_refuses_the_demo_data_unless_asked(slack: FakeSlack, redis_url: str, prefix: str,
                                                         tmp_path: Path) -> None:
     """No opspilot.yml: on-call questions would be answered from the bundled demo catalog, logs and metrics."""

@@ -9,7 +9,7 @@ import yaml
 
 from bot.config import Settings
 from bot.probes import PROBE_S, Check
-from bot.slack.outbound.api_errors import slack_error
+from bot.slack.outbound.api_errors import TOKEN_REFUSED, slack_error
 
 MANIFEST = Path(__file__).resolve().parents[2] / "manifest.yml"
 
@@ -22,8 +22,8 @@ def manifest_scopes(path: Path = MANIFEST) -> set[str]:
 async def slack_checks(settings: Settings) -> list[Check]:
     slack = settings.slack
     if not slack.bot_token:
-        return [Check("Slack", False, "no SLACK_BOT_TOKEN: only `opspilot chat` and `opspilot demo` can run",
-                      "set SLACK_BOT_TOKEN (xoxb-…) to serve Slack", required=False)]
+        return [Check("Slack", False, "no SLACK_BOT_TOKEN: serve refuses to start without it (`opspilot chat` and "
+                      "`opspilot demo` need none)", "set SLACK_BOT_TOKEN (xoxb-…) to serve Slack", refused=True)]
     from slack_sdk.errors import SlackApiError
     from slack_sdk.web.async_client import AsyncWebClient
 
@@ -32,7 +32,8 @@ async def slack_checks(settings: Settings) -> list[Check]:
         answer = await client.auth_test()
     except SlackApiError as exc:
         return [Check("Slack token", False, f"refused by Slack ({slack_error(exc)})",
-                      "copy the Bot User OAuth Token from the app's OAuth & Permissions page")]
+                      "copy the Bot User OAuth Token from the app's OAuth & Permissions page",
+                      refused=slack_error(exc) in TOKEN_REFUSED)]  # serve stops on it too
     except Exception as exc:  # unreachable, a timeout: said, not raised
         return [Check("Slack token", False, f"Slack did not answer ({type(exc).__name__})",
                       "check the network path to Slack (or SLACK_API_URL)")]
@@ -56,7 +57,8 @@ async def slack_checks(settings: Settings) -> list[Check]:
     else:
         checks.append(Check("Slack mode", bool(slack.signing_secret), "HTTP mode" + (
             "" if slack.signing_secret else ": no SLACK_SIGNING_SECRET, so no request can be verified"),
-            "set SLACK_SIGNING_SECRET (Basic Information → Signing Secret), or SLACK_APP_TOKEN for Socket Mode"))
+            "set SLACK_SIGNING_SECRET (Basic Information → Signing Secret), or SLACK_APP_TOKEN for Socket Mode",
+            refused=not slack.signing_secret))  # serve refuses it too
     return checks
 
 

@@ -112,12 +112,14 @@ async def _run(settings: Settings, role: Role, sock: socket.socket | None, banne
         asyncio.get_running_loop().add_signal_handler(sig, stopping.set)
     if role == "worker":
         await _after_front(stopping)
-    print(banner.format(model=service.core.model.label), flush=True)
-    if service.core.model.scripted:  # said where an operator looks first, not only in App Home
-        print(f"  {say('en', 'no_model_key')}", flush=True)
-    if said is not None:
-        said()
     try:
+        if role != "worker" and service.identity is not None:  # a bot token Slack refuses: said, and not served
+            await service.identity.confirm()
+        print(banner.format(model=service.core.model.label), flush=True)
+        if service.core.model.scripted:  # said where an operator looks first, not only in App Home
+            print(f"  {say('en', 'no_model_key')}", flush=True)
+        if said is not None:
+            said()
         if service.link is not None and await service.link.connect(stopping):
             print("Connected to Slack (Socket Mode).", flush=True)
         await stopping.wait()

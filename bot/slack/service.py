@@ -83,6 +83,8 @@ class SlackService:
     """Follow-ups and scheduled checks (fired where runs happen)."""
     catchup: CatchUp | None = None
     """What a dead instance left undone: pauses and ends never shown, runs cut off mid-read (where runs happen)."""
+    identity: Identity | None = None
+    """Who the bot is (``auth.test``), as requests are authorised."""
 
     @property
     def bolt(self) -> AsyncApp:
@@ -262,7 +264,7 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
                                         link=link.problem if link is not None else None),
                         identity=identity, store_first=store_first)
     return SlackService(core, client, inbound, renderer, outbox, reminders, bolt, routes, metrics, role, worker,
-                        sessions, link, timers, catchup)
+                        sessions, link, timers, catchup, identity)
 
 
 STORE_DEADLINE_S = 2.5

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack.outbound.api_errors import SLACK_FAILURES
+from bot.slack.outbound.api_errors import SLACK_FAILURES, TOKEN_REFUSED, TokenRefused, slack_error
 from state import StoreError
 from state.store import MetaStore
 
@@ -42,6 +42,8 @@ class Identity:
         self._fields: dict[str, str] | None = None
         self._fetched = 0.0
         self._refreshing: asyncio.Task[None] | None = None
+        self.refusal: str | None = None
+        """Slack's error when it refused the token for good (``invalid_auth``…): a configuration to fix."""
         # One cache entry per token: a rotated token is another identity.
         self._name = hashlib.sha256((client.token or "").encode()).hexdigest()[:16]
 
@@ -70,9 +72,11 @@ class Identity:
             async with asyncio.timeout(self.timeout_s):
                 answer = await self.client.auth_test()
         except SLACK_FAILURES as exc:  # a dropped connection (aiohttp) too, not only OSError
+            self.refusal = error if (error := slack_error(exc)) in TOKEN_REFUSED else None
             log.warning("auth.test failed (%s): the bot's identity is %s", type(exc).__name__,
                         "kept from before" if self._fields else "unknown, requests are refused with 503")
             return False
+        self.refusal = None
         data: dict[str, Any] = dict(answer.data) if isinstance(answer.data, dict) else {}
         self._fields = {k: str(data.get(k) or "") for k in FIELDS}
         self._fetched = time.monotonic()
@@ -81,6 +85,13 @@ class Identity:
         except StoreError as exc:  # known here; the next process asks Slack itself
             log.warning("the bot's identity could not be cached in Redis: %s", exc)
         return True
+
+    async def confirm(self) -> None:
+        """At a front's start: Slack's own word on the bot token, whatever is cached. :class:`TokenRefused` when
+        Slack refuses it for good; Slack away or failing is no reason not to start (requests wait on 503)."""
+        if not await self._ask_slack() and self.refusal is not None:
+            raise TokenRefused(f"Slack refused SLACK_BOT_TOKEN ({self.refusal}): copy the Bot User OAuth Token "
+                               "(xoxb-…) from the app's OAuth & Permissions page")
 
     async def _refresh(self) -> None:
         try:

@@ -23,14 +23,11 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.inbound import shapes
-from bot.slack.outbound.api_errors import TokenRefused, slack_error
+from bot.slack.outbound.api_errors import TOKEN_REFUSED, TokenRefused, slack_error
 
 log = logging.getLogger(__name__)
 
 FIRST_WAIT_S, LONGEST_WAIT_S = 1.0, 60.0
-REFUSED = frozenset({"invalid_auth", "not_authed", "not_allowed_token_type", "token_revoked", "account_inactive",
-                     "token_expired", "missing_scope"})
-"""apps.connections.open errors that trying again will not cure: the app-level token is wrong."""
 
 
 class SocketLink:
@@ -51,7 +48,7 @@ class SocketLink:
                 await socket.connect()  # type: ignore[no-untyped-call]
             except SlackApiError as exc:
                 error = slack_error(exc)
-                if error in REFUSED:
+                if error in TOKEN_REFUSED:
                     raise TokenRefused(f"Slack refused SLACK_APP_TOKEN ({error}): it must be an app-level token "
                                        "(xapp-…) with connections:write, from the app's Basic Information "
                                        "page") from exc

@@ -29,8 +29,14 @@ TRANSIENT = frozenset({"ratelimited", "internal_error", "fatal_error", "service_
 """Slack's error codes worth another try (any other refusal is final)."""
 
 
+TOKEN_REFUSED = frozenset({"invalid_auth", "not_authed", "not_allowed_token_type", "token_revoked",
+                           "account_inactive", "token_expired", "missing_scope"})
+"""Errors trying again will not cure: the token itself is wrong (a configuration to fix, not a moment to wait)."""
+
+
 class TokenRefused(Exception):
-    """Slack refused the app-level token: Socket Mode cannot work until the configuration changes."""
+    """Slack refused a token (the app-level token in Socket Mode, the bot token at a front's start): nothing can
+    work until the configuration changes."""
 
 
 def slack_error(exc: BaseException) -> str:
