@@ -66,10 +66,21 @@ async def test_slack_refusing_the_token_and_redis_away(env: FakeSlack, monkeypat
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-not-the-right-one")
     monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:9/0")
-    assert await _check(None) == 1
+    assert await _check(None) == 2  # a token Slack refuses is the configuration: serve stops on it too (exit 2)
     out = capsys.readouterr().out
     assert "✗ Redis: not reachable at redis://127.0.0.1:9/0" in out
     assert "✗ Slack token: refused by Slack (invalid_auth)" in out and "Traceback" not in out
+
+
+async def test_what_serve_refuses_of_slack_check_refuses_too(env: FakeSlack, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("SLACK_BOT_TOKEN")
+    assert await _check(None) == 2  # serve: "SLACK_BOT_TOKEN is not set", exit 2
+    assert "✗ Slack: no SLACK_BOT_TOKEN: serve refuses to start without it" in capsys.readouterr().out
+    monkeypatch.setenv("SLACK_BOT_TOKEN", env.token)
+    monkeypatch.delenv("SLACK_SIGNING_SECRET")
+    assert await _check(None) == 2  # HTTP mode without a signing secret: serve refuses it
+    assert "✗ Slack mode: HTTP mode: no SLACK_SIGNING_SECRET" in capsys.readouterr().out
 
 
 async def test_every_start_warns_loudly_about_an_evicting_redis(own_redis: OwnRedis, prefix: str,
