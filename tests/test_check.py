@@ -256,3 +256,12 @@ async def test_the_bundled_demo_data_is_refused_as_serve_refuses_it(env: FakeSla
     out = capsys.readouterr().out
     assert code == 2, out  # what serve refuses to start with: a configuration error, as serve's exit
     assert "the toolbox would answer from the bundled demo data" in out and "--demo-data" in out
+
+
+async def test_a_redis_that_answers_with_an_error_is_not_called_unreachable(
+        env: FakeSlack, own_redis: OwnRedis, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("REDIS_URL", own_redis.url.rsplit("/", 1)[0] + "/99")  # a database it does not have
+    assert await _check(None) == 1
+    out = capsys.readouterr().out
+    assert "DB index is out of range — fix: fix REDIS_URL" in out and "not reachable" not in out

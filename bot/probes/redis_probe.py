@@ -48,6 +48,9 @@ async def redis_checks(url: str, timeout_s: float = 3.0) -> list[Check]:
             return [Check("Redis", False, says,
                           "put the user and password Redis expects in REDIS_URL (redis://user:password@host:port/0; "
                           "requirepass or the ACL user on the server)")]
+        if isinstance(exc, ResponseError):  # it answered: an error of the URL's making (a database it lacks…)
+            return [Check("Redis", False, f"answered at {safe_url(url)}: {' '.join(str(exc).split())[:200]}",
+                          "fix REDIS_URL (its database number, user or options) or the server's config")]
         return [Check("Redis", False, f"not reachable at {safe_url(url)} ({type(exc).__name__})",
                       "start Redis or set REDIS_URL")]
     finally:
