@@ -6,13 +6,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import os
 import sys
 import time
 from typing import TYPE_CHECKING, Any, cast
 
-from bot import exits, startup
+from bot import exits, logs, startup
 from bot.slack.outbound.words import say
 from core.text import inert
 
@@ -321,8 +320,7 @@ def _port(given: int | None) -> int | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(args.verbose)
     if args.command in ("serve", "worker"):  # a server's start-up: see bot.startup
         startup.begin()
     try:
