@@ -94,6 +94,8 @@ MALFORMED: dict[str, tuple[bytes, str]] = {
     "view without callback_id": _form(_VIEW | {"view": {"type": "modal"}}),
     "shortcut callback_id a number": _form(_SHORTCUT | {"callback_id": 3}),
     "shortcut message a list": _form(_SHORTCUT | {"message": [1]}),
+    "message shortcut channel null": _form(_SHORTCUT | {"channel": None}),  # it was read as channel "None"
+    "message shortcut channel without id": _form(_SHORTCUT | {"channel": {}}),
     "legacy buttons without actions": _form({"type": "interactive_message", "callback_id": "c"}),
     "payload a string": _form("x"),
     "payload null": _form(None),
@@ -147,3 +149,14 @@ async def test_well_formed_bodies_still_get_through(ws: Workspace, caplog: pytes
     await ws.settle()
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
     assert (await ws.store.stats(3600)).runs == 1
+
+
+async def test_a_click_from_no_conversation_is_acknowledged_and_acts_on_nothing(ws: Workspace) -> None:
+    """Slack sends a conversation with every button OpsPilot posts; one without is read as nothing, not as a
+    channel named "None" that an ephemeral would be queued to."""
+    click = _click(channel=None)
+    click.pop("container", None)
+    status, _ = await ws.sender.post(_form(click)[0].decode(), FORM)
+    await ws.settle()
+    assert status == 200
+    assert [m for m, _ in ws.slack.calls if m != "auth.test"] == [] and ws.slack.ephemeral_texts() == []

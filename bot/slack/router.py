@@ -184,8 +184,11 @@ class Inbound:
     async def on_action(self, body: dict[str, Any], action: dict[str, Any]) -> None:
         action_id, value = str(action.get("action_id", "")), str(action.get("value", ""))
         user = str(body["user"]["id"])
-        channel = str((body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id"))
+        channel = str((body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id") or "")
         thread_ts = (body.get("message") or {}).get("thread_ts")
+        if not channel:  # every OpsPilot button lives in a conversation: nothing to act on, nobody to tell
+            log.warning("%s by %s with no conversation ignored", action_id, user)
+            return
         try:
             if action_id in ("opspilot_stop", "opspilot_resume"):
                 await self._run_button(action_id, value, user, channel, thread_ts)

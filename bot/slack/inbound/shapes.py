@@ -186,6 +186,17 @@ class Shortcut(_Shape):
     message: Message | None = None
 
 
+class Where(Ref):
+    id: str = Field(min_length=1)
+
+
+class MessageShortcut(Shortcut):
+    """message_action: always on a message, in a conversation (a missing one would be read as channel "None")."""
+
+    channel: Where
+    message: Message
+
+
 class Submitted(View):
     callback_id: str
     private_metadata: str | None = None
@@ -207,7 +218,7 @@ class Command(_Shape):
 
 
 TYPES: dict[str, type[_Shape]] = {"event_callback": Callback, "block_actions": Click, "shortcut": Shortcut,
-                                  "message_action": Shortcut, "view_submission": Submission,
+                                  "message_action": MessageShortcut, "view_submission": Submission,
                                   "view_closed": Submission, "interactive_message": Legacy}
 
 
