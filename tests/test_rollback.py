@@ -268,6 +268,24 @@ async def test_the_demo_rolls_orders_staging_back_exactly_once() -> None:
     assert error_code(back) == "no_change"
 
 
+async def test_what_the_demo_backends_did_is_in_its_change_history() -> None:
+    """Asked "what changed?" after a demo rollback, a scale and a restart, the answer has them (it listed the
+    deploys only, as if nothing had been done), and the rollback's plan still comes from the releases."""
+    toolbox = ops.build()
+    args = {"service_id": "orders", "environment": "staging"}
+    data(await call(toolbox, "rollback_service", confirmed_by="UBOB", **args))
+    data(await call(toolbox, "scale_service", confirmed_by="UBOB", replicas=5, **args))
+    data(await call(toolbox, "restart_service", confirmed_by="UBOB", **args))
+    found = data(await call(toolbox, "recent_changes", minutes=240, **args))
+    kinds = [(c["kind"], c.get("from_version"), c.get("to_version")) for c in found["changes"]]
+    assert kinds[:3] == [("restart", None, None), ("scale", "3", "5"), ("rollback", "2026.12.02-1", "2026.12.01-4")]
+    assert kinds[3][0] == "deploy" and all(c["author"] == "OpsPilot" for c in found["changes"][:3])
+    nothing_older = await call(toolbox, "rollback_service", **args)  # still planned from the releases
+    assert error_code(nothing_older) == "not_found"
+    prod = data(await call(toolbox, "recent_changes", service_id="payments", environment="prod", minutes=240))
+    assert all(c["kind"] == "deploy" for c in prod["changes"])  # another service's: not listed
+
+
 async def test_opspilot_check_asks_the_api_server_what_each_tool_may_do(fakes: OpsFakes,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     from bot.check import kubernetes_checks

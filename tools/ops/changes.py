@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -193,3 +193,24 @@ class HttpChanges(Scoped):
         if not isinstance(body, list):
             raise ToolError(f"{self.http.name} answered without a list of changes", code="upstream_error")
         return _collect(body, service, environment, self.name)
+
+
+class DemoMade(Scoped):
+    """What the demo's own backends did (restarts, rollbacks, scaling), in the change history as a real
+    deployment's would show them: asked "what changed?" after a demo rollback, the answer has it. Times on the
+    demo's clock (``now``), so they fall in the replayed window."""
+
+    name = "OpsPilot's own changes (demo backends)"
+
+    def __init__(self, now: Callable[[], float]) -> None:
+        self.now = now
+        self.made: list[tuple[str, str, Change]] = []
+
+    def add(self, service_id: str, environment: str, kind: str, **fields: Any) -> None:
+        self.made.append((service_id, environment, Change(at=self.now(), kind=kind, source=self.name,
+                                                          environment=environment, author="OpsPilot", **fields)))
+
+    async def changes(self, service: Service, environment: str, start: float, end: float) -> Found:
+        # Newest first: the demo's clock may stand still, and a stable sort keeps ties in this order.
+        return Found([c for sid, env, c in reversed(self.made)
+                      if sid == service.id and env.lower() == environment.lower()])

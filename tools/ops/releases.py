@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from tools.ops.changes import Change, NotConfigured
+from tools.ops.changes import Change, DemoMade, NotConfigured
 from tools.ops.http import Http
 from tools.ops.restart import Rollout, follow_job, job_answer
 from tools.ops.rollback import ChangeRequest, History, Plan, line, names, text
@@ -112,6 +112,8 @@ class DemoActions:
 
     planned: dict[str, Plan] = field(default_factory=dict)
     """The plan each idempotency key was carried out with: asked again, the same call gets the same answer."""
+    made: DemoMade | None = None
+    """Where what it did shows in the change history."""
 
     async def plan_rollback(self, req: ChangeRequest) -> Plan:
         if req.idempotency_key in self.planned:
@@ -147,14 +149,21 @@ class DemoActions:
         self.running[(req.service.id, req.environment)] = Change(
             at=float(t["at"] or 0.0), kind="deploy", source="demo", version=t["release"],
             images=tuple(t["images"]), description=t["description"])
-        return self._record(req, plan, "rollback", from_release=plan.side("from").get("release"),
-                            to_release=t["release"])
+        was = plan.side("from").get("release")
+        if self.made is not None:
+            self.made.add(req.service.id, req.environment, "rollback", version=t["release"], from_version=was,
+                          to_version=t["release"], description=f"rolled back to {t['release']}")
+        return self._record(req, plan, "rollback", from_release=was, to_release=t["release"])
 
     async def scale(self, req: ChangeRequest, plan: Plan) -> dict[str, Any]:
         if (record := self._once(req)) is not None:
             return record
         assert req.replicas is not None
+        was = self.replicas.get((req.service.id, req.environment), self.default_replicas)
         self.replicas[(req.service.id, req.environment)] = req.replicas
+        if self.made is not None:
+            self.made.add(req.service.id, req.environment, "scale", from_version=str(was),
+                          to_version=str(req.replicas), description=f"scaled to {req.replicas} replicas")
         return self._record(req, plan, "scale", replicas=req.replicas)
 
     async def wait(self, req: ChangeRequest, action: dict[str, Any], timeout_s: float, poll_s: float) -> Rollout:

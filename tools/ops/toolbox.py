@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tools.ops import toolbox_config as cfg
 from tools.ops.catalog import Catalog, Service
 from tools.ops.change_summary import recent, releases
-from tools.ops.changes import Change, ChangeSource, FileChanges, HttpChanges
+from tools.ops.changes import Change, ChangeSource, DemoMade, FileChanges, HttpChanges
 from tools.ops.changing import Changing
 from tools.ops.changing import error_rate as _error_rate
 from tools.ops.clock import Clock
@@ -191,6 +191,10 @@ def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox
     if isinstance(backend, DemoRestarts) and isinstance(metrics, FixtureBackend):
         # Demo fixtures switch to their after-restart series once the demo backend restarted a service.
         backend.listeners.append(lambda service, env: metrics.restarted.add((service, env)))
+    made = DemoMade(clock.now)  # what the demo backends do: in the change history, as a real one shows it
+    if isinstance(backend, DemoRestarts):
+        backend.listeners.append(lambda service, env: made.add(service, env, "restart",
+                                                               description="rollout restart"))
     verify = conf.verify
 
     def service_and_env(args: ServiceArgs, what: str) -> tuple[Service, str]:
@@ -277,7 +281,8 @@ def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox
         put the change times beside the onset query_metrics reports. Sources that could not be read are listed
         under unavailable: "no changes" only holds for the sources that answered."""
         service, env = service_and_env(args, "look at its changes")
-        return await recent(changes, service, env, args.minutes, clock.now())
+        # What the demo backends did, once they did something: an empty one is no source that "answered".
+        return await recent([*changes, made] if made.made else changes, service, env, args.minutes, clock.now())
 
     def named(args: RestartArgs) -> None:
         """Before the gate: a Confirm card must not offer a service or environment the catalog lacks (what is
@@ -310,8 +315,11 @@ def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox
                 "error_rate_before": before, "error_rate_after": after,
                 "verdict": _verdict(rollout.status, before, after), "confirmed_by": ctx.confirmed_by}
 
-    rollbacks = _actions(conf, conf.rollback, "rollback", changes, clock)
+    rollbacks = _actions(conf, conf.rollback, "rollback", changes, clock)  # planned from releases, not `made`
     scaling = _actions(conf, conf.scale, "scale", changes, clock)
+    for actions in (rollbacks, scaling):
+        if isinstance(actions, DemoActions):
+            actions.made = made
     changing = Changing(
         lambda sid, env, what: service_and_env(ServiceArgs(service_id=sid, environment=env), what),
         named, metrics, rollbacks, scaling, verify, conf.scale_bounds)
