@@ -19,6 +19,7 @@ from bot.config import ConfigError, Settings, environment_problems
 from bot.config_errors import suggest
 from bot.followup_tool import Followups, followup_tool
 from state import Keys, MemoryStore, RedisStore, StoreError, Ttls, connect
+from state.client import refusal, safe_url
 from state.store import MetaStore, Outbox, Reports, Store, WorkQueue
 from tools import ops
 from tools.mcp import McpHub, McpStartupError
@@ -158,11 +159,16 @@ async def open_store(settings: Settings, *, fallback: bool) -> RedisStore | Memo
         await store.migrate()
         await _warn_if_evicting(store)
         return store
-    except StoreError:
+    except StoreError as exc:
         await store.close()
+        answered = refusal(exc)  # Redis answered, and refused: REDIS_URL is wrong, waiting will not help
         if not fallback:
+            if answered:
+                raise ConfigError(f"Redis at {safe_url(settings.redis_url)} refused: {answered} (check REDIS_URL: "
+                                  "its user and password, its database number)") from exc
             raise
-        log.warning("Redis at %s is not reachable: using the in-process store (NOT durable)", settings.redis_url)
+        log.warning("Redis at %s %s: using the in-process store (NOT durable)", safe_url(settings.redis_url),
+                    f"refused ({answered})" if answered else "is not reachable")
         return MemoryStore()
 
 

@@ -51,3 +51,21 @@ def _cluster(url: str, *, timeout_s: float, max_connections: int) -> RedisCluste
         max_connections=max(256, 4 * max_connections), username=unquote(username) or None,
         password=unquote(password) or None, ssl=_CLUSTER_SCHEMES[parts.scheme],
     )
+
+
+def safe_url(url: str) -> str:
+    """The URL without its password (for logs and messages)."""
+    _, sep, tail = url.rpartition("@")
+    return f"{url.split('://', 1)[0]}://…@{tail}" if sep else url
+
+
+def refusal(exc: BaseException) -> str | None:
+    """What Redis said when it answered and refused (credentials, a database it lacks), following the chain of
+    causes; None for an outage (nothing answered), where waiting may be all it takes."""
+    from redis.exceptions import AuthenticationError, ResponseError
+
+    while exc is not None:
+        if isinstance(exc, AuthenticationError | ResponseError):
+            return " ".join(str(exc).split())[:200]
+        exc = exc.__cause__  # type: ignore[assignment]
+    return None

@@ -111,6 +111,13 @@ async def test_stats_without_redis_is_a_clear_error(tmp_path: Path) -> None:
     assert code == 3 and "Redis unreachable" in err and "Traceback" not in err  # unavailable at start
 
 
+async def test_a_redis_that_refuses_the_url_is_the_configuration_not_an_outage(redis_url: str,
+                                                                               tmp_path: Path) -> None:
+    wrong = redis_url.rsplit("/", 1)[0] + "/99"  # a database it does not have: waiting will not help
+    code, _, err = await run_cli(["stats"], "", {"REDIS_URL": wrong}, tmp_path)
+    assert code == 2 and "refused: DB index is out of range (check REDIS_URL" in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("answer", ["n"])
 async def test_declining_at_the_prompt_runs_nothing(redis_url: str, prefix: str, store: RedisStore,
                                                     tmp_path: Path, answer: str) -> None:

@@ -26,9 +26,9 @@ from bot.config import AlertSource, Approvers, Settings
 from bot.demo.local_server import LocalServer
 from bot.demo.sender import SlackSender, view_submission
 from bot.demo.workspace import BOT_USER, TEAM, LocalSlack
-from bot.probes.redis_probe import safe_url
 from bot.slack.serve import PortTaken
 from bot.slack.service import SlackService, build_service
+from state.client import safe_url
 
 log = logging.getLogger(__name__)
 

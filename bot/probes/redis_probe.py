@@ -8,6 +8,7 @@ from redis.exceptions import AuthenticationError, ResponseError
 
 from bot.probes import Check
 from state import connect
+from state.client import safe_url
 
 MIN_REDIS = (6, 2)  # XAUTOCLAIM
 
@@ -18,12 +19,6 @@ def _info(raw: Any) -> dict[str, Any]:
         first = next(iter(raw.values()))
         return first if isinstance(first, dict) else {}
     return raw if isinstance(raw, dict) else {}
-
-
-def safe_url(url: str) -> str:
-    """The URL without its password."""
-    _, sep, tail = url.rpartition("@")
-    return f"{url.split('://', 1)[0]}://…@{tail}" if sep else url
 
 
 def _refused_credentials(exc: BaseException) -> bool:
