@@ -210,17 +210,23 @@ async def test_a_socket_mode_token_is_asked_to_slack_not_read_by_its_prefix(
 async def test_a_wrong_redis_password_has_its_own_fix(env: FakeSlack, own_redis: OwnRedis,
                                                       monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from bot.assembly import open_store
+    from bot.config import ConfigError, load_settings
+
     redis.Redis.from_url(own_redis.url).config_set("requirepass", "right-one")  # this test's own server
     for url, said in ((f"redis://:wrong-one@127.0.0.1:{own_redis.port}/0", "✗ Redis: refused the user or password "
                        f"in REDIS_URL at redis://…@127.0.0.1:{own_redis.port}/0 (WRONGPASS)"),
                       (own_redis.url, f"✗ Redis: asks for a password at {own_redis.url} and REDIS_URL gives none "
                                       "(NOAUTH)")):
         monkeypatch.setenv("REDIS_URL", url)
-        assert await _check(None) == 1
+        assert await _check(None) == 2  # the configuration: serve refuses it too (not an outage to wait out)
         out = capsys.readouterr().out
         assert said in out, out
         assert "— fix: put the user and password Redis expects in REDIS_URL" in out
         assert "start Redis" not in out and "wrong-one" not in out
+        with pytest.raises(ConfigError, match="refused") as serve_says:
+            await open_store(load_settings(None), fallback=False)
+        assert "wrong-one" not in str(serve_says.value)
 
 
 async def test_loki_down_is_not_ready(env: FakeSlack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -262,6 +268,6 @@ async def test_a_redis_that_answers_with_an_error_is_not_called_unreachable(
         env: FakeSlack, own_redis: OwnRedis, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("REDIS_URL", own_redis.url.rsplit("/", 1)[0] + "/99")  # a database it does not have
-    assert await _check(None) == 1
+    assert await _check(None) == 2  # serve refuses it as the configuration too
     out = capsys.readouterr().out
     assert "DB index is out of range — fix: fix REDIS_URL" in out and "not reachable" not in out

@@ -42,10 +42,11 @@ async def redis_checks(url: str, timeout_s: float = 3.0) -> list[Check]:
                     else f"asks for a password at {safe_url(url)} and REDIS_URL gives none (NOAUTH)")
             return [Check("Redis", False, says,
                           "put the user and password Redis expects in REDIS_URL (redis://user:password@host:port/0; "
-                          "requirepass or the ACL user on the server)")]
+                          "requirepass or the ACL user on the server)", refused=True)]  # serve refuses it too
         if isinstance(exc, ResponseError):  # it answered: an error of the URL's making (a database it lacks…)
             return [Check("Redis", False, f"answered at {safe_url(url)}: {' '.join(str(exc).split())[:200]}",
-                          "fix REDIS_URL (its database number, user or options) or the server's config")]
+                          "fix REDIS_URL (its database number, user or options) or the server's config",
+                          refused=True)]
         return [Check("Redis", False, f"not reachable at {safe_url(url)} ({type(exc).__name__})",
                       "start Redis or set REDIS_URL")]
     finally:
