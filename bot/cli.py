@@ -11,7 +11,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, cast
 
-from bot import exits, logs, startup
+from bot import exits, log_format, startup
 from bot.slack.outbound.words import say
 from core.text import inert
 
@@ -320,7 +320,7 @@ def _port(given: int | None) -> int | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logs.configure(args.verbose)
+    log_format.configure(args.verbose)
     if args.command in ("serve", "worker"):  # a server's start-up: see bot.startup
         startup.begin()
     try:

@@ -186,7 +186,8 @@ class Inbound:
         user = str(body["user"]["id"])
         channel = str((body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id") or "")
         thread_ts = (body.get("message") or {}).get("thread_ts")
-        if not channel:  # every OpsPilot button lives in a conversation: nothing to act on, nobody to tell
+        home = (body.get("view") or {}).get("type") == "home"  # App Home's one button: cancel a follow-up
+        if not channel and not (home and action_id.startswith(TIMER_CANCEL)):  # the rest live in a conversation
             log.warning("%s by %s with no conversation ignored", action_id, user)
             return
         try:

@@ -67,12 +67,14 @@ class Identity:
             self._fields = cached
             self._fetched = 0.0  # known, but from an earlier process: confirmed with Slack in the background
 
-    async def _ask_slack(self) -> bool:
+    async def _ask_slack(self, quiet: bool = False) -> bool:
         try:
             async with asyncio.timeout(self.timeout_s):
                 answer = await self.client.auth_test()
         except SLACK_FAILURES as exc:  # a dropped connection (aiohttp) too, not only OSError
             self.refusal = error if (error := slack_error(exc)) in TOKEN_REFUSED else None
+            if quiet:
+                return False
             log.warning("auth.test failed (%s): the bot's identity is %s", type(exc).__name__,
                         "kept from before" if self._fields else "unknown, requests are refused with 503")
             return False
@@ -89,7 +91,8 @@ class Identity:
     async def confirm(self) -> None:
         """At a front's start: Slack's own word on the bot token, whatever is cached. :class:`TokenRefused` when
         Slack refuses it for good; Slack away or failing is no reason not to start (requests wait on 503)."""
-        if not await self._ask_slack() and self.refusal is not None:
+        # Quiet: Slack out of reach as it starts is said by what waits for it (Socket Mode's tries, a 503).
+        if not await self._ask_slack(quiet=True) and self.refusal is not None:
             raise TokenRefused(f"Slack refused SLACK_BOT_TOKEN ({self.refusal}): copy the Bot User OAuth Token "
                                "(xoxb-…) from the app's OAuth & Permissions page")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from bot.logs import FORMAT, OneLineFormatter
+from bot.log_format import FORMAT, OneLineFormatter
 
 
 def test_a_message_quoting_others_stays_on_one_line_and_a_stack_trace_is_kept() -> None:
