@@ -8,6 +8,7 @@ import copy
 import json
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -108,6 +109,8 @@ async def test_cancel_from_the_announcement_stops_it_and_says_who(redis_url: str
 
 
 async def test_app_home_lists_your_follow_ups_with_cancel(ws: Workspace) -> None:
+    ws.slack.private.add(CHANNEL)  # a private channel: UOUT is not in it
+    ws.slack.members[CHANNEL] = {"UREQ", "UAPPROVER"}
     thread_id = await asked(ws)
     timer = await schedule(ws, thread_id)
     other = await schedule(ws, thread_id, minutes=30)  # two: one Home view, two Cancel buttons
@@ -122,12 +125,21 @@ async def test_app_home_lists_your_follow_ups_with_cancel(ws: Workspace) -> None
                            "event_ts": f"{time.time():.6f}"})
     await ws.settle()
     assert "is payments holding?" in json.dumps(ws.slack.homes["UREQ"])  # Slack took the view: ids unique
-    click = block_action(user="UREQ", channel="", message={"ts": "1.1"}, action_id=line["accessory"]["action_id"],
-                         value=timer.id)
-    click.pop("channel")
-    click["container"] = {"type": "view", "view_id": "V1"}
-    click["view"] = {"id": "V1", "type": "home"}
-    await ws.sender.action(click)
+
+    def home_click(user: str, timer_id: str) -> dict[str, Any]:
+        click = block_action(user=user, channel="", message={"ts": "1.1"}, action_id=line["accessory"]["action_id"],
+                             value=timer_id)
+        click.pop("channel")
+        click["container"] = {"type": "view", "view_id": "V1"}
+        click["view"] = {"id": "V1", "type": "home"}
+        return click
+
+    # UOUT cannot read the channel: its follow-up's id, seen elsewhere, cancels nothing, and nothing about it is
+    # said (no ephemeral in a channel UOUT cannot read).
+    await ws.sender.action(home_click("UOUT", timer.id))
+    await ws.settle()
+    assert await ws.store.timers.get(timer.id) is not None and ws.slack.ephemeral_texts("UOUT") == []
+    await ws.sender.action(home_click("UREQ", timer.id))  # a member: cancelled
     await ws.settle()
     assert await ws.store.timers.get(timer.id) is None and await ws.store.timers.get(other.id) is not None
 

@@ -142,15 +142,16 @@ class SlackFollowups:
     async def click_cancel(self, user: str, timer_id: str, channel: str, thread_ts: str | None) -> None:
         timer = await self.timers.get(timer_id)
         if timer is None:
-            if not channel:  # from App Home: its list, published again, shows it gone
-                return
             lang = (await self.meta.get(THREAD, thread_key(channel, thread_ts))).get("lang", "en") \
                 if thread_ts else "en"
             await self._tell(channel, user, say(lang, "fu_gone"), thread_ts)
             return
-        if not channel:  # from App Home: anything to say is said where the follow-up lives
-            channel, thread_ts = timer.channel, timer.thread_ts
         lang = await self.lang(timer)
+        if not channel and not await self.visibility.may_see(user, timer.channel, person=timer.owner):
+            # From App Home, by someone who cannot read its conversation (a private channel's follow-up, its id
+            # seen elsewhere): nothing is done, and nothing about it is said.
+            log.warning("cancel of follow-up %s by %s, who cannot read %s, refused", timer.id, user, timer.channel)
+            return
         verdict = await self.access.may_use(user, timer.channel, direct=timer.channel.startswith("D"))
         if not verdict.allowed:
             await self._tell(channel, user, verdict.words(lang), thread_ts)
