@@ -3,6 +3,7 @@ permalinks), real Redis, the scripted demo model."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import re
@@ -86,6 +87,16 @@ async def test_the_demo_incident_summarised_in_a_canvas_in_chinese_then_edited(w
     assert [c["canvas_id"] for c in ws.slack.called("canvases.edit")] == [canvas["id"]]
     assert len(ws.slack.called("canvases.create")) == 1
     assert len([m for m in ws.slack.thread(CHANNEL, "100.1") if "画布" in all_text(m)]) == 1  # the note edited
+
+
+async def test_two_summaries_asked_at_once_make_one_canvas(ws: Workspace) -> None:
+    await restarted(ws)
+    await asyncio.gather(ws.sender.event(mention(CHANNEL, "UOTHER", "summarize", "100.5", thread_ts="100.1")),
+                         ws.sender.event(mention(CHANNEL, "UREQ", "summarize", "100.6", thread_ts="100.1")))
+    await ws.settle()
+    assert len(ws.slack.called("canvases.create")) == 1 and len(ws.slack.canvases) == 1
+    canvas = next(iter(ws.slack.canvases.values()))
+    assert [c["canvas_id"] for c in ws.slack.called("canvases.edit")] == [canvas["id"]]  # the second edits it
 
 
 async def test_canvases_refused_the_summary_is_a_markdown_file_in_the_thread(ws: Workspace) -> None:

@@ -2,7 +2,8 @@
 message shortcut "Summarize this incident" all end here.
 
 The summary goes to a canvas tabbed in the channel (``canvases.create`` with ``channel_id``); running it again
-for the same thread replaces that canvas's content (``canvases.edit``, the canvas id kept per thread). Where
+for the same thread replaces that canvas's content (``canvases.edit``, the canvas id kept per thread; two asked
+at once make one: the first claims the making). Where
 canvases are not available (free plans, a missing ``canvases:write`` scope, an admin's restriction) it is posted
 in the thread as a Markdown file (``files.getUploadURLExternal``, upload, ``files.completeUploadExternal``).
 A note in the thread says where it went; a re-run edits that note rather than adding another.
@@ -10,6 +11,7 @@ A note in the thread says where it went; a re-run edits that note rather than ad
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from typing import Any
@@ -41,6 +43,8 @@ CANVAS_UNAVAILABLE = frozenset({
     "restricted_action", "canvas_creation_failed", "team_tier_cannot_create_canvases", "unknown_method",
     "feature_not_enabled"})
 MAX_EVIDENCE = 20
+CREATING_S = 30.0
+"""How long a summary waits for the canvas another one is making for the same thread (then makes it itself)."""
 THREAD_MESSAGES = 60
 """Colleagues' messages the narrative reads at most (the thread's first and its newest; THREAD_CHARS in all)."""
 _REF = re.compile(r"(?:/archives/(?P<channel>[A-Z0-9]+)/p(?P<p>\d{7,})(?:\?(?P<query>\S*))?)"
@@ -112,9 +116,22 @@ class Summaries:
         await self.outbox.say(incident.channel, incident.thread_ts, say(
             lang, "inc_in_canvas", how=say(lang, f"inc_{how}"), link=f"<#{incident.channel}>"), key=note)
 
+    async def _known(self, thread_id: str) -> str | None:
+        """The thread's canvas, or None when this summary is the one to make it: a summary asked for at the same
+        time elsewhere (another instance, a double request) makes one canvas, and this one edits it."""
+        known = (await self.meta.get(CANVAS, thread_id)).get("canvas_id")
+        if known or await self.store.locks.once(f"canvas:{thread_id}", int(CREATING_S)):
+            return str(known) if known else None
+        deadline = asyncio.get_running_loop().time() + CREATING_S
+        while asyncio.get_running_loop().time() < deadline:  # the one making it has not said its id yet
+            await asyncio.sleep(0.2)
+            if known := (await self.meta.get(CANVAS, thread_id)).get("canvas_id"):
+                return str(known)
+        return None  # its maker failed: make it here
+
     async def _canvas(self, incident: Incident, document: str) -> str:
         content = {"type": "markdown", "markdown": document}
-        known = (await self.meta.get(CANVAS, incident.thread_id)).get("canvas_id")
+        known = await self._known(incident.thread_id)
         if known:
             try:
                 await self.client.canvases_edit(canvas_id=known, changes=[
