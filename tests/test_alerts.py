@@ -150,6 +150,8 @@ async def test_an_alert_storm_is_held_back_and_said(redis_url: str, prefix: str,
         assert (await ws.store.stats(3600)).runs == 3
         assert "Payment Service" in all_text(slack.thread(ALERTS, held[0])[-1])
         assert any("already on it" in t for t in slack.ephemeral_texts("UONCALL"))
+        taken = slack.messages[(ALERTS, offer["ts"])]  # the offer says it was taken up, its button gone
+        assert buttons(taken) == [] and "Investigating, as <@UONCALL> asked" in all_text(taken)
     finally:
         await ws.stop()
 

@@ -127,6 +127,9 @@ class Alerts:
                       environment=known.get("environment") or None)
         await self.dispatch(self._converse(alert, channel, alert_ts, known["context"], requester=user,
                                            lang=lang, unattended=False))
+        # The offer says what happened, its button gone: pressed again it would only say "already on it".
+        taken = say(lang, "alert_taken", who=kit.who(user))
+        await self.outbox.message(f"alert-offer:{alert_ts}", channel, alert_ts, taken, [kit.mrkdwn(taken)])
         return None
 
     def _converse(self, alert: Alert, channel: str, ts: str, context: str, *, requester: str, lang: str,

@@ -218,6 +218,7 @@ _WORDS: dict[str, tuple[str, str]] = {
                     "告警太多：{until} 之前我不再自动排查（上限为每 {minutes} 分钟 {n} 条）。"
                     "请在重要的告警下按“排查”。"),
     "investigate": ("Investigate", "排查"),
+    "alert_taken": ("Investigating, as {who} asked: see this thread.", "正在排查（{who} 发起）：请看这个对话。"),
     "alert_too_old": ("I no longer have this alert (it is too old); mention me in its thread instead.",
                       "这条告警太久了，我已经没有它的记录；请在它的对话里 @ 我。"),
     "alert_on_it": ("I am already on it: see this thread.", "我已经在排查了：请看这个对话。"),
