@@ -37,6 +37,11 @@ async def test_the_demo_runs_without_redis_and_says_so() -> None:
             assert "not on the list" in demo.slack.ephemeral_texts("U0MALLORY")[0]
             async with http.post(f"{server.url}/demo/say", json={"user": "U0NOBODY", "text": "hi"}) as r:
                 assert r.status == 400
+            # App Home's button (a follow-up's Cancel) reaches the bot as Slack sends it: from a view, no channel.
+            async with http.post(f"{server.url}/demo/click", json={
+                    "user": "U0ALICE", "message_ts": "home", "action_id": "opspilot_timer_cancel:s1.gone",
+                    "value": "s1.gone"}) as r:
+                assert r.status == 200 and (await r.json())["ok"] is True
     finally:
         await demo.close()
         await server.stop()

@@ -195,6 +195,15 @@ class Demo:
     async def click(self, request: web.Request) -> web.Response:
         body = await _body(request)
         user, channel, values = _text(body, "user"), _text(body, "channel") or CHANNEL, _object(body, "values")
+        action = {"type": _text(body, "type", "button"), "action_id": _text(body, "action_id"),
+                  "block_id": _text(body, "block_id"), "value": _text(body, "value"), "action_ts": f"{time.time():.6f}"}
+        if _text(body, "message_ts") == "home" and user in USERS:  # a button on App Home: no conversation, a view
+            view = {"id": f"V{user}", "type": "home"}
+            status, _ = await self._sender().action({
+                "type": "block_actions", "team": {"id": TEAM}, "user": {"id": user, "username": USERS[user]["name"]},
+                "api_app_id": "A0DEMO", "token": "unused", "trigger_id": f"{time.time():.3f}",
+                "container": {"type": "view", "view_id": view["id"]}, "view": view, "actions": [action]})
+            return web.json_response({"ok": status == 200})
         message = self.slack.messages.get((channel, _text(body, "message_ts")))
         if user not in USERS or message is None:
             return web.json_response({"ok": False, "error": "unknown user or message"}, status=400)
@@ -206,9 +215,7 @@ class Demo:
             "message": {"ts": message["ts"], "thread_ts": message.get("thread_ts"), "blocks": message["blocks"]},
             "state": {"values": values},
             "response_url": self.slack.response_url(channel, message["ts"], base_url=f"http://127.0.0.1:{self.port}"),
-            "actions": [{"type": _text(body, "type", "button"), "action_id": _text(body, "action_id"),
-                         "block_id": _text(body, "block_id"), "value": _text(body, "value"),
-                         "action_ts": f"{time.time():.6f}"}],
+            "actions": [action],
         }
         self.slack.triggers[str(payload["trigger_id"])] = user  # a modal it opens shows to whoever clicked
         status, _ = await self._sender().action(payload)

@@ -276,6 +276,7 @@ async function press(message, block, element) {
   if (element.confirm && !(await confirmDialog(element.confirm, element.style))) return;
   await post("/demo/click", { user: state.me, channel: message.channel, message_ts: message.ts, block_id: block.block_id,
     action_id: element.action_id, value: element.value, values: formValues(message) });
+  if (message.ts === "home") openHome();  // the bot published the Home view again: show it
 }
 
 function confirmDialog(confirm, style) {
