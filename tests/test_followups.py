@@ -4,6 +4,7 @@ outlives a restart of OpsPilot and compares with the numbers from before it."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import time
@@ -89,12 +90,18 @@ async def test_cancel_from_the_announcement_stops_it_and_says_who(redis_url: str
                                             value=cancel["value"]))
         await ws.settle()
         assert await ws.store.timers.get(timer.id) is not None  # not allowed to use OpsPilot: nothing changed
-        await ws.sender.action(block_action(user="UMATE", channel=CHANNEL, message=announcement, action_id=CANCEL,
-                                            value=cancel["value"]))
+        # Two at once: one cancels it, the other is told it is no longer pending (it was told nothing).
+        await asyncio.gather(*(ws.sender.action(block_action(user=who, channel=CHANNEL, message=announcement,
+                                                             action_id=CANCEL, value=cancel["value"]))
+                               for who in ("UMATE", "UREQ")))
         await ws.settle()
         assert await ws.store.timers.get(timer.id) is None
         shown = slack.messages[(CHANNEL, announcement["ts"])]
-        assert "cancelled by <@UMATE>" in all_text(shown) and buttons(shown) == []
+        by = "UMATE" if "cancelled by <@UMATE>" in all_text(shown) else "UREQ"
+        assert f"cancelled by <@{by}>" in all_text(shown) and buttons(shown) == []
+        other = "UREQ" if by == "UMATE" else "UMATE"
+        assert any("no longer pending" in t for t in slack.ephemeral_texts(other))
+        slack.ephemerals.clear()
         clock_of(ws).now = timer.due + 1
         assert await tick(ws) == 0
         await ws.settle()

@@ -159,7 +159,8 @@ class SlackFollowups:
         if timer.source == "config":
             await self._tell(channel, user, say(lang, "sc_config"), thread_ts)
             return
-        await self.cancel(timer, user)
+        if not await self.cancel(timer, user):  # another click cancelled it a moment ago: said, not silence
+            await self._tell(channel, user, say(lang, "fu_gone"), thread_ts)
 
     async def cancel(self, timer: Timer, user: str) -> bool:
         """Cancel ``timer`` (already checked: ``user`` may), and say so where it was announced."""
