@@ -116,35 +116,39 @@ class Summaries:
         await self.outbox.say(incident.channel, incident.thread_ts, say(
             lang, "inc_in_canvas", how=say(lang, f"inc_{how}"), link=f"<#{incident.channel}>"), key=note)
 
-    async def _known(self, thread_id: str) -> str | None:
-        """The thread's canvas, or None when this summary is the one to make it: a summary asked for at the same
-        time elsewhere (another instance, a double request) makes one canvas, and this one edits it."""
-        known = (await self.meta.get(CANVAS, thread_id)).get("canvas_id")
-        if known or await self.store.locks.once(f"canvas:{thread_id}", int(CREATING_S)):
-            return str(known) if known else None
+    async def _known(self, thread_id: str) -> tuple[str | None, bool]:
+        """The thread's canvas, or (None, True) when this summary is the one to make it: a summary asked for at
+        the same time elsewhere (another instance, a double request) makes one canvas, and this one edits it."""
         deadline = asyncio.get_running_loop().time() + CREATING_S
-        while asyncio.get_running_loop().time() < deadline:  # the one making it has not said its id yet
-            await asyncio.sleep(0.2)
+        while True:
             if known := (await self.meta.get(CANVAS, thread_id)).get("canvas_id"):
-                return str(known)
-        return None  # its maker failed: make it here
+                return str(known), False
+            if (await self.store.locks.claim(f"canvas:{thread_id}", "summary")).won:
+                return None, True
+            if asyncio.get_running_loop().time() > deadline:  # its maker is gone without a word: make it here
+                return None, False
+            await asyncio.sleep(0.2)  # the one making it has not said its id yet
 
     async def _canvas(self, incident: Incident, document: str) -> str:
         content = {"type": "markdown", "markdown": document}
-        known = await self._known(incident.thread_id)
-        if known:
-            try:
-                await self.client.canvases_edit(canvas_id=known, changes=[
-                    {"operation": "replace", "document_content": content}])
-                return "updated"
-            except SlackApiError as exc:
-                if slack_error(exc) != "canvas_not_found":  # deleted by someone: make a new one
-                    raise
-        created = await self.client.canvases_create(
-            title=say(incident.lang, "inc_canvas_title", title=reveal(incident.title))[:120], document_content=content,
-            channel_id=incident.channel)
-        await self.meta.put(CANVAS, incident.thread_id, {"canvas_id": str(created["canvas_id"])})
-        return "created"
+        known, making = await self._known(incident.thread_id)
+        try:
+            if known:
+                try:
+                    await self.client.canvases_edit(canvas_id=known, changes=[
+                        {"operation": "replace", "document_content": content}])
+                    return "updated"
+                except SlackApiError as exc:
+                    if slack_error(exc) != "canvas_not_found":  # deleted by someone: make a new one
+                        raise
+            created = await self.client.canvases_create(
+                title=say(incident.lang, "inc_canvas_title", title=reveal(incident.title))[:120],
+                document_content=content, channel_id=incident.channel)
+            await self.meta.put(CANVAS, incident.thread_id, {"canvas_id": str(created["canvas_id"])})
+            return "created"
+        finally:
+            if making:  # made, or failed (no canvases here: the next one looks again at once)
+                await self.store.locks.release_claim(f"canvas:{incident.thread_id}")
 
     async def _file(self, incident: Incident, document: str, why: str) -> None:
         lang = incident.lang
