@@ -219,3 +219,16 @@ async def test_an_incident_summary_counts_in_the_window_like_a_run(person: Works
     assert ws.slack.called("canvases.create") == [] and ws.slack.called("files.completeUploadExternal") == []
     assert len(told(ws, "UREQ", CHANNEL)) >= 1
     assert 'opspilot_runs_refused_total{door="summarize",scope="person"} 2' in await metrics(ws)
+
+
+async def test_each_summary_command_counts_even_within_one_minute(person: Workspace) -> None:
+    """`/opspilot summary` asked again and again for one thread: each is a model call and a canvas written, so
+    each counts (they were one start per person, thread and minute: four canvases, one counted)."""
+    ws = person
+    await ws.sender.event(mention(CHANNEL, "UREQ", "payments errors?", "310.1"))
+    await ws.settle()  # one run: one slot of two left
+    for _ in range(3):
+        await command(ws, "summary 310.1", channel=CHANNEL)
+    written = len(ws.slack.called("canvases.create")) + len(ws.slack.called("canvases.edit"))
+    assert written == 1 and len(told(ws, "UREQ", CHANNEL)) >= 1
+    assert 'opspilot_runs_refused_total{door="summarize",scope="person"} 2' in await metrics(ws)

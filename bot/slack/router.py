@@ -159,7 +159,7 @@ class Inbound:
                 language_of("", self.access.config.language)  # no words to go by: the person's latest thread's
             await self.outbox.tell(channel, user, say(lang, "slash_usage"))
             return
-        if await self.incidents.on_command(channel, user, text):
+        if await self.incidents.on_command(channel, user, text, trigger=trigger or uuid.uuid4().hex):
             return  # `/opspilot summary …` or `/opspilot handover …`
         if self.timers is not None and await self.timers.schedules.on_command(channel, user, text):
             return  # `/opspilot schedule …` or `/opspilot schedules …`

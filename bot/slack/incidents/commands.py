@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from typing import Any
 
 from bot.agent.engine import Engine
@@ -65,8 +64,9 @@ class IncidentCommands:
         return await self.gate.admit("summarize", user=user, channel=channel, member=member, lang=lang,
                                      thread_ts=thread_ts)
 
-    async def on_command(self, channel: str, user: str, text: str) -> bool:
-        """True when ``text`` was a ``summary`` or ``handover`` subcommand (and was handled)."""
+    async def on_command(self, channel: str, user: str, text: str, *, trigger: str) -> bool:
+        """True when ``text`` was a ``summary`` or ``handover`` subcommand (and was handled). ``trigger``: the
+        command's own id (a replay of it was turned away before), which names this one start for the limits."""
         word, _, rest = text.strip().partition(" ")
         word = word.lower()
         if word not in ("summary", "summarize", "summarise", "handover"):
@@ -83,8 +83,7 @@ class IncidentCommands:
         if thread_ts is None or self.summaries is None:
             await self.outbox.tell(channel, user, say(lang, "inc_usage" if not rest.strip() else "inc_bad_ref"))
             return True
-        # A command carries no id of its own: one start per person, thread and minute.
-        if await self._admit(user, channel, None, f"summarize:{channel}:{thread_ts}:{user}:{int(time.time() // 60)}"):
+        if await self._admit(user, channel, None, f"summarize:command:{trigger}"):  # each one counts
             await self.summaries.summarize(channel, thread_ts, user, in_thread=False)
         return True
 
