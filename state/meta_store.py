@@ -27,9 +27,9 @@ if n >= limit then
   n = redis.call('zcard', KEYS[1])
 end
 if n < limit then
-  redis.call('zadd', KEYS[1], 'NX', now, ARGV[4])  -- counted already (a retry): it keeps its first time
+  local added = redis.call('zadd', KEYS[1], 'NX', now, ARGV[4])  -- counted already (a retry): its first time
   redis.call('pexpire', KEYS[1], window)
-  return {1, 0, 0}
+  return {1, 0, 0, added}
 end
 if redis.call('zscore', KEYS[1], ARGV[4]) then return {1, 0, 0} end  -- only a full window asks who is in it
 local oldest = redis.call('zrange', KEYS[1], 0, 0, 'WITHSCORES')
@@ -126,9 +126,13 @@ class RedisMeta:
     async def admit(self, name: str, member: str, *, limit: int, window_s: float, now: float) -> Admission:
         keys = [self.keys.window(name), self.keys.window_held(name)]
         args: list[int | str] = [round(now * 1000), max(round(window_s * 1000), 1), limit, member]
-        admitted, free_at, first = await retried("rate limiting", self.grace_s,
-                                                 lambda: self._admit(keys=keys, args=args))
-        return Admission(bool(admitted), int(free_at) / 1000, bool(first))
+        admitted, free_at, first, *added = await retried("rate limiting", self.grace_s,
+                                                         lambda: self._admit(keys=keys, args=args))
+        return Admission(bool(admitted), int(free_at) / 1000, bool(first), new=bool(added and added[0]))
+
+    async def withdraw(self, name: str, member: str) -> None:
+        key = self.keys.window(name)
+        await retried("giving back a start", self.grace_s, lambda: self.client.zrem(key, member))
 
 
 class MemoryMeta:
@@ -165,6 +169,9 @@ class MemoryMeta:
         self._claims[name] = (holder, now + max(ttl_s, 1))
         return holder
 
+    async def withdraw(self, name: str, member: str) -> None:
+        self._windows[name].pop(member, None)
+
     async def remember(self, name: str, value: str, *, keep: int) -> None:
         self._lists[name] = [value, *self._lists[name]][:keep]
 
@@ -186,7 +193,7 @@ class MemoryMeta:
             return Admission(True)
         if len(starts) < limit:
             starts[member] = now
-            return Admission(True)
+            return Admission(True, new=True)
         first = self._held.get(name, 0.0) <= now
         if first:
             self._held[name] = now + window_s

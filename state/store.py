@@ -257,6 +257,8 @@ class Admission:
     """Refused: when the oldest start leaves the window and one more may start (epoch seconds)."""
     first_refusal: bool = False
     """Refused, and the first refusal since the window was last open: the one to tell someone about."""
+    new: bool = False
+    """Admitted, and counted now (not a start read again): :meth:`MetaStore.withdraw` may give it back."""
 
 
 class MetaStore(Protocol):
@@ -280,6 +282,9 @@ class MetaStore(Protocol):
         """A sliding-window limit: ``member`` starts at ``now`` when fewer than ``limit`` started in the
         ``window_s`` before it (so never more than ``limit`` in any window); the same member again is the same
         start (a retried request counts once)."""
+
+    async def withdraw(self, name: str, member: str) -> None:
+        """Give back ``member``'s start in window ``name`` (admitted here, then refused by another window)."""
 
     async def remember(self, name: str, value: str, *, keep: int) -> None:
         """``value`` first in the list ``name``, which keeps its newest ``keep`` (a person's recent questions)."""

@@ -232,3 +232,26 @@ async def test_each_summary_command_counts_even_within_one_minute(person: Worksp
     written = len(ws.slack.called("canvases.create")) + len(ws.slack.called("canvases.edit"))
     assert written == 1 and len(told(ws, "UREQ", CHANNEL)) >= 1
     assert 'opspilot_runs_refused_total{door="summarize",scope="person"} 2' in await metrics(ws)
+
+
+async def test_a_start_the_channel_refuses_gives_the_person_s_slot_back(redis_url: str, prefix: str,
+                                                                        slack: FakeSlack) -> None:
+    """A person's window is counted first: refused by the channel's, the start is given back to theirs, so they
+    are not told later that they started two runs (and when to try again) having run one."""
+    clock = [1_000_000.0]
+    ws = await open_workspace(redis_url, prefix, slack, run_limits=limits(
+        per_person=2, per_person_window_s=600, per_channel=1, per_channel_window_s=5))
+    ws.service.inbound.gate.clock = lambda: clock[0]
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "payments errors?", "320.1"))
+        await ws.settle()
+        await ws.sender.event(mention(CHANNEL, "UREQ", "orders errors?", "320.2"))  # the channel's window is full
+        await ws.settle()
+        assert [t for t in told(ws, "UREQ") if "1 run started in this conversation in the last 5 s" in t]
+        clock[0] += 6  # the channel's window is free again; the person has started one run of two
+        await ws.sender.event(mention(CHANNEL, "UREQ", "gateway errors?", "320.3"))
+        await ws.settle()
+        assert (await ws.store.stats(3600)).runs == 2
+        assert not [t for t in told(ws, "UREQ") if "You have started" in t]
+    finally:
+        await ws.stop()

@@ -16,7 +16,7 @@ from bot.run_limits import RunLimits
 from bot.slack.outbound.counters import Metrics
 from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.thread_meta import thread_key
-from bot.slack.outbound.words import say
+from bot.slack.outbound.words import plural, say
 from state.store import MetaStore, Reports
 
 log = logging.getLogger(__name__)
@@ -44,18 +44,23 @@ class RunGate:
                     thread_ts: str | None = None, tell: bool = True) -> bool:
         """Whether a run may start through ``door``. ``member`` names this one start: the same start read again
         (a redelivered event, a retried work item) is admitted again, not counted twice. A person's window is
-        counted before the channel's: a start the channel then refuses has used one of the person's slots (errs
-        strict). ``user`` empty (an alert source): the channel's window only."""
+        counted before the channel's: a start the channel then refuses gives the person's slot back, so what the
+        person is told next (when they may start again) is true. ``user`` empty (an alert source): the channel's
+        window only."""
         windows: list[tuple[Scope, str, int, int]] = [
             ("person", f"runs:person:{user}", self.limits.per_person, self.limits.per_person_window_s),
             ("channel", f"runs:channel:{channel}", self.limits.per_channel, self.limits.per_channel_window_s)]
+        counted: list[str] = []  # windows this start was counted in just now
         for scope, name, limit, window_s in windows:
             if limit <= 0 or (scope == "person" and not user):
                 continue
             now = self.clock()
             admission = await self.meta.admit(name, member, limit=limit, window_s=window_s, now=now)
             if admission.admitted:
+                counted += [name] if admission.new else []
                 continue
+            for given_back in counted:
+                await self.meta.withdraw(given_back, member)
             log.info("%s run by %s in %s refused: %s window full until %.0f", door, user or "-", channel, scope,
                      admission.free_at)
             if self.metrics is not None:
@@ -68,7 +73,7 @@ class RunGate:
             if tell and user and await self.meta.first_time(
                     f"limit-told:{name}:{channel}:{user}:{round(admission.free_at * 1000)}", ttl_s=window_s):
                 await self.outbox.tell(channel, user, say(
-                    lang, f"limit_{scope}", n=limit, window=duration(lang, window_s),
+                    lang, f"limit_{scope}", runs=plural(lang, "n_runs", limit), window=duration(lang, window_s),
                     until=time.strftime("%H:%M:%S UTC", time.gmtime(admission.free_at)),
                     wait=duration(lang, admission.free_at - now)), thread_ts)
             return False

@@ -95,6 +95,9 @@ class KnownThreads:
     async def admit(self, name: str, member: str, *, limit: int, window_s: float, now: float) -> Admission:
         return await self.meta.admit(name, member, limit=limit, window_s=window_s, now=now)
 
+    async def withdraw(self, name: str, member: str) -> None:
+        await self.meta.withdraw(name, member)
+
     async def remember(self, name: str, value: str, *, keep: int) -> None:
         await self.meta.remember(name, value, keep=keep)
 

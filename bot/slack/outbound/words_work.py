@@ -153,12 +153,14 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
     "home_followup": ("• Follow-up at {due} in {thread}: {question}", "• {due} 在{thread}中跟进：{question}"),
     "home_check": ("• Check in {channel} {label}, next {next}", "• {channel} 的计划检查 {label}，下次 {next}"),
     # a run refused by a limit (bot/slack/inbound/run_gate.py): to the person only
-    "limit_person": ("You have started {n} runs in the last {window}, the most allowed: try again after {until} "
+    "limit_person": ("You have started {runs} in the last {window}, the most allowed: try again after {until} "
                      "(in {wait}).",
-                     "你在 {window} 内已发起 {n} 次运行，已达上限：请在 {until} 之后再试（{wait}后）。"),
-    "limit_channel": ("{n} runs started in this conversation in the last {window}, the most allowed: try again "
+                     "你在 {window} 内已发起 {runs}，已达上限：请在 {until} 之后再试（{wait}后）。"),
+    "limit_channel": ("{runs} started in this conversation in the last {window}, the most allowed: try again "
                       "after {until} (in {wait}).",
-                      "这个对话在 {window} 内已发起 {n} 次运行，已达上限：请在 {until} 之后再试（{wait}后）。"),
+                      "这个对话在 {window} 内已发起 {runs}，已达上限：请在 {until} 之后再试（{wait}后）。"),
+    "n_runs": ("{n} runs", "{n} 次运行"),
+    "n_runs_one": ("{n} run", "{n} 次运行"),
     "dur_s": ("{n} s", "{n} 秒"),
     "dur_min": ("{n} min", "{n} 分钟"),
     "sc_too_often": ("Not scheduled: `{cron}` fires every {every}; a schedule may fire at most once every "
