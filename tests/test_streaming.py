@@ -232,6 +232,24 @@ async def test_a_lost_answer_to_stop_shows_the_answer_once(redis_url: str, prefi
         await ws.stop()
 
 
+async def test_a_streamed_answer_shows_where_a_link_goes(redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    """A streamed answer is Markdown: the model's ``[label](target)`` would be a live link whose label hides its
+    target (in an edited message the same text is no link). Shown as the label beside its target."""
+    model = ScriptedModel([reply("", call("lookup_a", "a1")), reply(
+        "Open [https://grafana.internal/d/pay](https://evil.example/sso) and ![x](https://evil.example/p.png).")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, progress="stream",
+                              specs=[toolkit(Probe())["lookup_a"]])
+    try:
+        await ws.sender.event(ask(slack, "check", "945.1"))
+        await ws.settle()
+        [stop] = slack.called("chat.stopStream")
+        said = str(stop["markdown_text"])
+        assert "https://grafana.internal/d/pay (https://evil.example/sso)" in said and "](" not in said, said
+        assert "x (https://evil.example/p.png)" in said
+    finally:
+        await ws.stop()
+
+
 async def test_runs_nobody_asked_and_alert_runs_are_not_streamed(redis_url: str, prefix: str,
                                                                   slack: FakeSlack) -> None:
     """Slack streams to one person; a run an alert started has nobody to stream to: an edited message."""

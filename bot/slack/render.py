@@ -327,7 +327,7 @@ class Renderer:
         """The progress's final state and the answer: as separate messages, or streamed at the stream's end
         (posted as messages all the same if the stream had to fall back by then)."""
         lang = str(state.get("lang") or "en")
-        text = kit.escape(answer)  # the model's words: no mention, no disguised link
+        text = kit.escape(kit.unlinked(answer))  # the model's words: no mention, no disguised link
         if composed is not None:  # ours, not the model's: said in the thread's words, with who pressed Stop
             text = fallback_answer(composed, lang, _who(stopped_by) if stopped_by else "")
         shown = text

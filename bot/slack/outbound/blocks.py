@@ -310,6 +310,20 @@ def task(line: dict[str, Any]) -> dict[str, Any]:
     return chunk
 
 
+_MD_LINK = re.compile(r"!?\[([^\]\n]*)\]\(([^)\s]*)\)")
+
+
+def unlinked(text: str) -> str:
+    """The model's Markdown links and images as words and their target, side by side: a streamed answer is
+    Markdown, and ``[https://grafana.internal](https://evil.example)`` would be a live link whose label hides where
+    it goes (in mrkdwn the same text was never a link). Code stays as written."""
+    parts = re.split(r"(```.*?```|`[^`\n]*`)", text, flags=re.S)
+    for i in range(0, len(parts), 2):
+        parts[i] = _MD_LINK.sub(lambda m: f"{m.group(1)} ({m.group(2)})" if m.group(1) else f"({m.group(2)})",
+                                parts[i])
+    return "".join(parts)
+
+
 def to_markdown(text: str) -> str:
     """Our mrkdwn as the markdown a stream takes: ``*bold*`` → ``**bold**``, ``~x~`` → ``~~x~~``, ``<url|label>``
     → ``[label](url)``. Escapes (``&lt;``) stay: markdown shows them as the characters."""
