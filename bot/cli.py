@@ -250,7 +250,7 @@ async def _check(config: str | None, as_json: bool = False) -> int:
     except ConfigError as exc:  # serve's words and serve's exit code
         checks = [check.Check("config", False, str(exc), "correct the key or variable named here", refused=True)]
     else:
-        checks = [check.Check("config", True, "valid"), *await check.run(settings)]
+        checks = [check.Check("config", True, "read (its rules are checked below)"), *await check.run(settings)]
     show(check.report(checks, as_json=as_json))
     return check.exit_code(checks)
 

@@ -117,6 +117,9 @@ class MemoryStore:
     async def tally(self, thread_id: str, name: str) -> None:
         self._stats[hour_now()][name] += 1
 
+    async def flush_counts(self) -> None:
+        return None  # counted where they happen: nothing waits
+
     async def stats(self, window_s: int) -> Stats:
         hours = covering_hours(window_s)
         return merge_stats([self._stats.get(h, {}) for h in hours], window_s, hours)

@@ -320,6 +320,9 @@ class RedisStore:
     async def tally(self, thread_id: str, name: str) -> None:
         await self.counter.tally(thread_id, name)
 
+    async def flush_counts(self) -> None:
+        await self.counter.flush(due_only=True)
+
     async def stats(self, window_s: int) -> Stats:
         return await self.counter.stats(window_s)
 

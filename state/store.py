@@ -207,6 +207,10 @@ class Store(Protocol):
 
     async def close(self) -> None: ...
 
+    async def flush_counts(self) -> None:
+        """This process's counts that waited long enough, to the stats now (an idle process has no next write
+        for them to ride with)."""
+
     async def open_turn(self, thread_id: str, owner: str, ttl_ms: int, *, run_id: str | None = None,
                         start: Start | None = None) -> Opened | None:
         """Take the thread's lease for ``owner`` and read the run (the thread's latest, or ``run_id``) and the
@@ -243,6 +247,7 @@ class Reports(Protocol):
 
     async def tally(self, thread_id: str, name: str) -> None:
         """One more ``name`` in this hour's stats (what happens outside a run: feedback on an answer)."""
+
 
     async def read_audit(self, count: int = 100, *, run_id: str | None = None) -> list[dict[str, str]]:
         """The newest ``count`` audit entries (of one run, if given), newest first."""

@@ -7,6 +7,7 @@ import asyncio
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -30,6 +31,27 @@ from tests.cluster import RedisClusterProcess
 from tests.fakes.anthropic_api import FakeAnthropic
 from tools import ops
 from tools.registry import Registry, ToolSpec
+
+
+def _dump_tasks(signum: int, frame: Any) -> None:
+    """``kill -USR1 <pytest worker>``: every asyncio task's stack and the test it runs, to
+    $TMPDIR/opspilot-tasks-<pid>.txt (what a test that hangs is waiting for; py-spy sees only the event loop)."""
+    import traceback
+
+    try:
+        tasks = asyncio.all_tasks(asyncio.get_running_loop())
+    except RuntimeError:
+        tasks = set()
+    with open(os.path.join(tempfile.gettempdir(), f"opspilot-tasks-{os.getpid()}.txt"), "w") as out:
+        out.write(f"test: {os.environ.get('PYTEST_CURRENT_TEST')}\n")
+        traceback.print_stack(frame, file=out)
+        for task in tasks:
+            out.write(f"\n--- {task!r}\n")
+            task.print_stack(file=out)
+
+
+if hasattr(signal, "SIGUSR1"):
+    signal.signal(signal.SIGUSR1, _dump_tasks)
 
 
 def _answers_ping(url: str) -> bool:

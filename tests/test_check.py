@@ -81,6 +81,10 @@ async def test_what_serve_refuses_of_slack_check_refuses_too(env: FakeSlack, mon
     monkeypatch.delenv("SLACK_SIGNING_SECRET")
     assert await _check(None) == 2  # HTTP mode without a signing secret: serve refuses it
     assert "✗ Slack mode: HTTP mode: no SLACK_SIGNING_SECRET" in capsys.readouterr().out
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-not-the-right-one")  # said whatever Slack answers about the token
+    assert await _check(None) == 2
+    out = capsys.readouterr().out
+    assert "✗ Slack token: refused by Slack" in out and "✗ Slack mode: HTTP mode: no SLACK_SIGNING_SECRET" in out
 
 
 async def test_every_start_warns_loudly_about_an_evicting_redis(own_redis: OwnRedis, prefix: str,

@@ -45,3 +45,22 @@ async def test_a_window_reads_every_hour_bucket_it_covers_and_says_from_when(sto
     assert stats.runs == 3 and stats.since == (hour - 1) * 3600
     assert covering_hours(3600, now=14 * 3600 + 60) == range(13, 15)
     assert covering_hours(86400, now=48 * 3600) == range(24, 49)  # the hour a day ago begins is in the window
+
+
+async def test_an_idle_process_s_counts_reach_redis_with_its_sweep(store: RedisStore, redis_url: str,
+                                                                   prefix: str) -> None:
+    """A process that stops working has no next write for its waiting counts to ride with: its sweep tick (every
+    instance's, claimed or not) takes them there once they are due."""
+    from bot.agent.sweeps import Sweeps
+    from state import Keys, connect
+
+    h = make_harness(ScriptedModel([reply("one")]), store)
+    await h.engine.ask("t1", "first?")
+    reader = RedisStore(connect(redis_url), keys=Keys(prefix))  # another process, reading
+    try:
+        assert (await reader.stats(3600)).get("steps") == 0  # waiting in the first process
+        store.counter.counts.every_s = 0.0  # now due
+        await Sweeps(h.engine, interval_s=3600).tick()
+        assert (await reader.stats(3600)).get("steps") == 1
+    finally:
+        await reader.close()

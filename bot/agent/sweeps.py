@@ -7,6 +7,7 @@ learn what a sweep did from the engine's events (a closed question, a stalled ru
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -14,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from bot.agent.engine import Engine
 from bot.agent.engine_errors import EngineError
 from bot.agent.periodic import Periodic, claimed
+from state.store_errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +38,10 @@ class Sweeps:
         await self._loop.stop()
 
     async def tick(self) -> bool:
-        """One sweep, if this instance is the first to claim this interval's slot."""
+        """One sweep, if this instance is the first to claim this interval's slot; every instance's own counts
+        that waited long enough go to the stats (an idle one has no next write for them to ride with)."""
+        with contextlib.suppress(StoreError):
+            await self.engine.deps.store.flush_counts()
         return await claimed(self.engine.deps.store.locks, "sweep", self.interval_s, self.sweep, logger=log,
                              skipped="sweep skipped")
 

@@ -27,16 +27,18 @@ async def slack_checks(settings: Settings) -> list[Check]:
     from slack_sdk.errors import SlackApiError
     from slack_sdk.web.async_client import AsyncWebClient
 
+    # What serve refuses without asking Slack anything is said whatever Slack answers.
+    secretless = [] if slack.app_token or slack.signing_secret else [_http_mode(slack.signing_secret)]
     client = AsyncWebClient(token=slack.bot_token, base_url=slack.api_url, timeout=int(PROBE_S) - 1)
     try:
         answer = await client.auth_test()
     except SlackApiError as exc:
         return [Check("Slack token", False, f"refused by Slack ({slack_error(exc)})",
                       "copy the Bot User OAuth Token from the app's OAuth & Permissions page",
-                      refused=slack_error(exc) in TOKEN_REFUSED)]  # serve stops on it too
+                      refused=slack_error(exc) in TOKEN_REFUSED), *secretless]  # serve stops on it too
     except Exception as exc:  # unreachable, a timeout: said, not raised
         return [Check("Slack token", False, f"Slack did not answer ({type(exc).__name__})",
-                      "check the network path to Slack (or SLACK_API_URL)")]
+                      "check the network path to Slack (or SLACK_API_URL)"), *secretless]
     checks = [Check("Slack token", True, f"valid for workspace {answer.get('team')} ({answer.get('team_id')})")]
     granted = {s.strip() for s in str(answer.headers.get("x-oauth-scopes", "")).split(",") if s.strip()}
     wanted = manifest_scopes()
@@ -55,11 +57,15 @@ async def slack_checks(settings: Settings) -> list[Check]:
     if slack.app_token:
         checks.append(await _socket_mode(slack.app_token, slack.api_url))
     else:
-        checks.append(Check("Slack mode", bool(slack.signing_secret), "HTTP mode" + (
-            "" if slack.signing_secret else ": no SLACK_SIGNING_SECRET, so no request can be verified"),
-            "set SLACK_SIGNING_SECRET (Basic Information → Signing Secret), or SLACK_APP_TOKEN for Socket Mode",
-            refused=not slack.signing_secret))  # serve refuses it too
+        checks.append(_http_mode(slack.signing_secret))
     return checks
+
+
+def _http_mode(signing_secret: str | None) -> Check:
+    return Check("Slack mode", bool(signing_secret), "HTTP mode" + (
+        "" if signing_secret else ": no SLACK_SIGNING_SECRET, so no request can be verified"),
+        "set SLACK_SIGNING_SECRET (Basic Information → Signing Secret), or SLACK_APP_TOKEN for Socket Mode",
+        refused=not signing_secret)  # serve refuses it too
 
 
 async def _socket_mode(app_token: str, api_url: str) -> Check:
