@@ -221,3 +221,19 @@ async def test_the_requester_can_cancel_their_own_request(ws: Workspace) -> None
     assert buttons(closed) == [] and "Declined by <@UREQ>" in all_text(closed)
     assert ws.toolbox.restarts.done == []
     assert "The restart did not run" in all_text(ws.slack.thread(CHANNEL, "100.1")[-1])
+
+
+async def test_a_card_s_token_on_another_message_of_its_thread_acts_on_nothing(ws: Workspace) -> None:
+    """Slack sends a click with the message clicked: the card's token on another of the bot's messages in the
+    same thread would close that one (through its response_url) and leave the card live."""
+    card = await ask_restart(ws)
+    other = next(m for m in ws.slack.thread(CHANNEL, "100.1") if m.get("bot") and m["ts"] != card["ts"])
+    token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
+    await ws.sender.action(block_action(user="UAPPROVER", channel=CHANNEL, message=copy.deepcopy(other),
+                                        action_id="opspilot_confirm", value=token))
+    await ws.settle()
+    assert ws.toolbox.restarts.done == [] and ws.slack.messages[(CHANNEL, other["ts"])]["blocks"] == other["blocks"]
+    assert buttons(ws.slack.messages[(CHANNEL, card["ts"])])  # the card still asks
+    await ws.sender.action(confirm(card, "UAPPROVER"))  # from the card itself: runs
+    await ws.settle()
+    assert len(ws.toolbox.restarts.done) == 1

@@ -186,8 +186,8 @@ class Inbound:
         user = str(body["user"]["id"])
         channel = str((body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id") or "")
         thread_ts = (body.get("message") or {}).get("thread_ts")
-        home = (body.get("view") or {}).get("type") == "home"  # App Home's one button: cancel a follow-up
-        if not channel and not (home and action_id.startswith(TIMER_CANCEL)):  # the rest live in a conversation
+        # App Home's one button (cancel a follow-up) has no conversation; every other lives in one.
+        if not channel and not ((body.get("view") or {}).get("type") == "home" and action_id.startswith(TIMER_CANCEL)):
             log.warning("%s by %s with no conversation ignored", action_id, user)
             return
         try:
@@ -343,13 +343,13 @@ class Inbound:
             await self._ended(token, channel, user, thread_ts, receipt)
             return False
         verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))
-        if verdict.allowed and ticket.thread_id != thread_key(channel, str(thread_ts)):  # a token lifted elsewhere
+        if verdict.allowed and (ticket.thread_id != thread_key(channel, str(thread_ts))  # a token lifted elsewhere
+                                or not kit.carries(receipt.blocks, token)):  # or onto another message
             log.warning("%s by %s in %s/%s with a token of thread %s refused", action_id, user, channel, thread_ts,
                         ticket.thread_id)
             verdict = _MISPLACED
         if verdict.allowed:
             answer, verdict = await self._decision(action_id, ticket, user, channel, thread_ts, state)
-            # Answered already: that is what is true now, not why this person could not have answered it.
             if not verdict.allowed and await self._ended(token, channel, user, thread_ts, receipt, only=True):
                 return False
         if not verdict.allowed:
@@ -363,7 +363,7 @@ class Inbound:
 
     async def _ended(self, token: str, channel: str, user: str, thread_ts: str | None, receipt: Receipt, *,
                      only: bool = False) -> bool:
-        """Tell ``user`` how the card ended; ``only``: if it has (decided, or claimed by a click on its way)."""
+        """Tell ``user`` how the card ended (``only``: if it has, decided or claimed): what is true, said first."""
         card = await self.meta.get(CARD, token)
         decided, lang = card.get("decided", ""), card.get("lang", "en")
         holder = None if decided or not only else await self.engine.deps.store.locks.claimed_by(token)
@@ -396,3 +396,4 @@ class Inbound:
             await self.access.may_confirm(user, pending.call.name, env, None)
         name = await self.people.name(user)  # the model reads this: a name, not an id
         return answer.model_copy(update={"reason": f"declined in Slack by {name}"}), verdict
+

@@ -359,3 +359,12 @@ def progress_blocks(state: dict[str, Any]) -> list[Block]:
     if actions:
         blocks.append({"type": "actions", "block_id": "opspilot_run", "elements": actions})
     return blocks
+
+
+def carries(blocks: list[Block], token: str) -> bool:
+    """Whether a clicked message's blocks show a button with ``token`` (Slack sends a click with the message's
+    blocks: a token carried to another of the bot's messages would close that one and leave its card live)."""
+    if not blocks:
+        return True  # nothing to compare with (a click sent without the message's blocks)
+    return any(isinstance(el, dict) and el.get("value") == token
+               for b in blocks if isinstance(b, dict) and b.get("type") == "actions" for el in b.get("elements") or [])
