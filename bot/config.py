@@ -372,6 +372,8 @@ def load_settings(path: str | None = None) -> Settings:
             setattr(settings.slack, attr, os.environ[env])
     if os.environ.get("PORT"):
         settings.slack.port = port_number(os.environ["PORT"], "PORT")
+    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") and not settings.telemetry.otlp_endpoint:  # in effect: shown
+        settings.telemetry.otlp_endpoint = os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"]
     from bot.needed_extras import missing  # a configured feature whose optional extra is not installed
     if lacking := missing(settings):
         raise ConfigError(str(lacking))

@@ -232,3 +232,10 @@ def test_a_list_given_as_a_variable_that_is_not_json_is_one_readable_line(monkey
     assert "OPSPILOT_SLACK__ALLOWED_CHANNELS='[\"C012AB3CD\"]'" in str(refused.value)
     monkeypatch.setenv("OPSPILOT_SLACK__ALLOWED_CHANNELS", '["C1"]')
     assert load_settings(None).slack.allowed_channels == ["C1"]
+
+
+def test_the_otlp_endpoint_variable_is_in_the_settings_in_effect(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel.test:4318")  # `opspilot config` shows it
+    assert load_settings(None).telemetry.otlp_endpoint == "http://otel.test:4318"
+    monkeypatch.setenv("OPSPILOT_TELEMETRY__OTLP_ENDPOINT", "http://ours.test:4318")  # ours, set, wins
+    assert load_settings(None).telemetry.otlp_endpoint == "http://ours.test:4318"
