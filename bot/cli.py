@@ -243,14 +243,15 @@ async def _tools(config: str | None) -> int:
 
 async def _check(config: str | None, as_json: bool = False) -> int:
     from bot import check
-    from bot.config import ConfigError
+    from bot.config import ConfigError, config_path
 
     try:
         settings = _settings(config)
     except ConfigError as exc:  # serve's words and serve's exit code
         checks = [check.Check("config", False, str(exc), "correct the key or variable named here", refused=True)]
-    else:
-        checks = [check.Check("config", True, "read (its rules are checked below)"), *await check.run(settings)]
+    else:  # read; what serve would refuse of its rules is a "Config" check below
+        read = f"read from {config_path(config)} and the environment" if config_path(config) else "read (no file)"
+        checks = [check.Check("config", True, read), *await check.run(settings)]
     show(check.report(checks, as_json=as_json))
     return check.exit_code(checks)
 

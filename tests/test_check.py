@@ -253,7 +253,7 @@ async def test_json_for_automation(env: FakeSlack, monkeypatch: pytest.MonkeyPat
     assert all(set(c) == {"name", "status", "detail", "fix"} and c["status"] in {"ok", "warn", "fail"}
                for c in body["checks"])
     by_name = {c["name"]: c for c in body["checks"]}
-    assert by_name["config"] == {"name": "config", "status": "ok", "detail": "valid", "fix": ""}
+    assert by_name["config"] == {"name": "config", "status": "ok", "detail": "read (no file)", "fix": ""}
     assert by_name["Slack mode"]["status"] == "fail" and "invalid_auth" in by_name["Slack mode"]["detail"]
     assert by_name["Model"]["status"] == "warn"
 
