@@ -53,7 +53,8 @@ async def report(settings: Settings, thread: str, *, tz: str | None = None, use_
         if model is not None:
             await model.aclose()
     print(inert(render(incident, narrative, tz=tz)), end="")  # people's and the model's words: shown, not obeyed
-    if incident.empty:
-        print(f"opspilot report: no records of {thread} under the key prefix {settings.key_prefix!r} (a thread of "
-              "`opspilot demo`? add --demo)", file=sys.stderr)
+    if incident.empty:  # said where it looked; the demo's hint only where it did not look there already
+        hint = "" if settings.key_prefix.endswith("-demo") else " (a thread of `opspilot demo`? add --demo)"
+        print(f"opspilot report: no records of {thread} under the key prefix {settings.key_prefix!r}{hint}",
+              file=sys.stderr)
     return 0 if not incident.empty else 1

@@ -95,6 +95,8 @@ async def test_report_reads_a_demo_thread_with_demo(redis_url: str, prefix: str,
     code, out, err = await run_cli(args, "", env, tmp_path)
     assert code == 1 and "OpsPilot holds no records of this thread" in out  # not where the demo keeps them
     assert "add --demo" in err
+    code, _, err = await run_cli(["report", "--thread", f"{CHANNEL}:1.1", "--no-model", "--demo"], "", env, tmp_path)
+    assert code == 1 and "no records of" in err and "add --demo" not in err  # it looked there already
     code, out, err = await run_cli([*args, "--demo"], "", env, tmp_path)
     assert code == 0, err
     assert out.startswith("# 事件总结：") and "看看支付服务最近报错" in out and "## 时间线" in out
