@@ -19,6 +19,17 @@ from state.store_errors import StoreError, level_of
 Round = Callable[[], Awaitable[object]]
 
 
+async def cancelled(task: asyncio.Task[object] | asyncio.Future[object]) -> None:
+    """Cancel ``task`` and wait until it has ended, cancelling again while it has not: on Python 3.11 a cancel
+    that lands as an inner wait ends (``wait_for``, a Redis reply) can be swallowed, and the task goes on waiting
+    (a stop that awaited it once waited for good)."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=1.0)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
 async def claimed(locks: Locks, name: str, interval_s: float, round_: Round, *, logger: logging.Logger,
                   skipped: str) -> bool:
     """Run ``round_`` if this instance is the first to claim this interval's slot of ``name``; False when another
@@ -65,9 +76,7 @@ class Periodic:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancelled(self._task)
             self._task = None
 
     async def _forever(self) -> None:

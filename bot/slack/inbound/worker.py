@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from pydantic import ValidationError
 
+from bot.agent.periodic import cancelled
 from bot.slack.inbound.work import Delivery, Executor, NotYet, StoredAdapter, WorkAdapter, WorkItem
 from state import StoreError, StoreUnavailable
 from state.queue import Entry, Lane
@@ -74,10 +75,9 @@ class Worker:
         for task in (self._beats, self._loop):
             if task is None:
                 continue
-            if task is self._beats or not await asyncio.wait({task}, timeout=5) or not task.done():
-                task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            if task is not self._beats:
+                await asyncio.wait({task}, timeout=5)
+            await cancelled(task)  # a cancel lost on the way (as a Redis reply lands) is sent again
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=10)
 
@@ -93,7 +93,7 @@ class Worker:
     async def _beat(self) -> None:
         """Tell fronts this worker reads the queue (what their readiness counts), while it does."""
         told = False
-        while True:
+        while not self._stopping:
             if self.reading():
                 try:
                     await self.queue.beat(self.name)

@@ -25,6 +25,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.agent.periodic import cancelled
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.api_errors import slack_error
 from bot.slack.outbound.counters import Metrics
@@ -233,9 +234,7 @@ class SlackOutbox:
             self._task.cancel()
         for task in [self._task, *self._busy.values(), *self._direct]:
             if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await cancelled(task)
         self._task = None
 
     async def backlog(self) -> int:
