@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import codecs
 import os
 import re
 import signal
@@ -32,6 +33,8 @@ class Terminal:
         self.proc, self.master = proc, master
         self.output = ""
         self._seen = 0
+        # A character's bytes may come in two reads (a busy machine): decoded as one stream, not read by read.
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
 
     @classmethod
     async def open(cls, env: dict[str, str], cwd: Path) -> Terminal:
@@ -55,7 +58,7 @@ class Terminal:
             chunk = os.read(self.master, 65536)
         except OSError:  # EIO: every end of the terminal's other side is closed
             return False
-        self.output += chunk.decode("utf-8", "replace")
+        self.output += self._decoder.decode(chunk)
         return bool(chunk)
 
     async def expect(self, text: str, within: float = 30) -> str:
