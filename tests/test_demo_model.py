@@ -45,6 +45,8 @@ async def ask(ws: Workspace, text: str, ts: str) -> str:
     ("看看 billing-ledger 服务最近报错",
      ["服务目录里没有名为 `billing-ledger` 的服务", "已知的服务：payments, orders, gateway"], ["API Gateway"]),
     ("check paymnets errors", ["no service named `paymnets`", "Did you mean Payment Service (payments)?"], []),
+    # A pasted blob named as a service is quoted in part, not echoed whole.
+    (f"check the {'z' * 3000} service", [f"no service named `{'z' * 63}…`"], ['z' * 65]),
     ("look at the payment service's recent errors and compare with the runbook's advice",
      ["*Service*: Payment Service", "*Recent errors*", "*Runbook advice*", "error rate 4.3%",
       "docs/payments-db-timeouts.md"], ["*服务*"]),  # its main runbook (written in Chinese), quoted as it is

@@ -83,6 +83,9 @@ def _named(text: str, ask: Ask) -> str | None:
     return words[0] if words else None
 
 
+_NAME_SHOWN = 64
+
+
 def _not_found(result: ToolResultMessage, text: str, ask: Ask, tools: Sequence[str], zh: bool) -> str:
     """search_resource found nothing: the name it could not find (with "did you mean" from the tool's own
     message), or — when the question names nothing shaped like a service — what was understood and what can be
@@ -91,6 +94,8 @@ def _not_found(result: ToolResultMessage, text: str, ask: Ask, tools: Sequence[s
     known = message.partition("known services: ")[2].partition(".")[0]
     maybe = message.partition("did you mean ")[2].partition("?")[0]
     name = _named(text, ask)
+    if name is not None and len(name) > _NAME_SHOWN:  # a pasted blob is not a name worth echoing whole
+        name = name[:_NAME_SHOWN - 1] + "…"
     if name is None:
         head = decline(text, ask, [k.strip() for k in known.split(",") if k.strip()], tools, zh)
         return (f"你是指 {maybe} 吗？\n" if zh else f"Did you mean {maybe}?\n") + head if maybe else head
