@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from bot.agent.models.scripted import ScriptedModel, call, reply
-from bot.demo.sender import block_action, mention
+from bot.demo.sender import block_action, mention, message
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
 from tests.slack_harness import CHANNEL, Workspace, card_of, open_workspace
@@ -162,5 +162,62 @@ async def test_when_only_the_requester_could_approve_the_card_says_no_one_can(re
                 "the two-person rule lets nobody approve their own request") in text, text
         assert "someone else must confirm" not in text  # not said beside "no one": nobody can
         assert [b["action_id"] for b in buttons(card)] == ["opspilot_decline"]
+    finally:
+        await ws.stop()
+
+
+async def test_a_reply_that_leads_to_a_change_makes_its_author_the_requester(redis_url: str, prefix: str,
+                                                                             slack: FakeSlack) -> None:
+    """An approver replying in someone else's paused thread asks for what follows: under the two-person rule they
+    cannot approve the change their reply led to, and the card and the audit name them, not the thread's starter."""
+    probe = Probe()
+    slack.profiles = {"UREQ": "Ann", "UCARL": "Carl", "UBOB": "Bob"}
+    model = ScriptedModel([reply("", call("change", "c1", target="payments", environment="prod")),
+                           reply("", call("change", "c2", target="orders", environment="prod")),
+                           reply("Changed.")])
+    rule = {"change": {"prod": {"users": ["UREQ", "UCARL", "UBOB"]}}}
+    ws = await open_workspace(redis_url, prefix, slack, model=model, specs=[toolkit(probe)["change"]],
+                              two_person_rule=["prod"], approvers=rule)
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "change payments in prod", "310.1"))
+        await ws.settle()
+        await ws.sender.event(message(CHANNEL, "UCARL", "no, change orders instead", "310.2", thread_ts="310.1"))
+        await ws.settle()
+        card = [m for m in slack.thread(CHANNEL, "310.1") if any(
+            b["action_id"] == "opspilot_confirm" for b in buttons(m))][-1]
+        text = all_text(card)
+        assert "orders" in text and "Carl asked for this and cannot approve their own request" in text, text
+        assert "Who may confirm: Ann, Bob" in text, text
+        await ws.sender.action(_click(card, "UCARL"))  # their own request: refused
+        await ws.settle()
+        assert probe.count("change") == 0
+        assert any("Two-person rule" in t for t in slack.ephemeral_texts("UCARL")), slack.ephemeral_texts("UCARL")
+        await ws.sender.action(_click(card, "UREQ"))  # the thread's starter did not ask for this one: may approve
+        await ws.settle()
+        assert probe.count("change") == 1
+        audit = [a for a in await ws.store.read_audit(10) if a.get("tool") == "change"]
+        # The first change, set aside by the reply, was Ann's; the one the reply led to is Carl's, approved by Ann.
+        assert {(a.get("call_id"), a.get("requested_by"), a.get("approved_by"), a.get("error_code") or "")
+                for a in audit} == {("c1", "UREQ", "", "user_replied_instead"), ("c2", "UCARL", "UREQ", "")}, audit
+    finally:
+        await ws.stop()
+
+
+async def test_a_reply_from_someone_who_may_not_decline_leaves_the_card_open(redis_url: str, prefix: str,
+                                                                             slack: FakeSlack) -> None:
+    """Only whoever may turn a card down (its requester, an approver) sets it aside by writing in its thread;
+    anyone else is told, privately, and the card stays as it was, still answerable."""
+    ws, probe = await _card(redis_url, prefix, slack, "320.1",
+                            approvers={"change": {"prod": {"users": ["UBOSS"]}}})
+    try:
+        card = card_of(slack, "320.1")
+        await ws.sender.event(message(CHANNEL, "UMAL", "never mind, do nothing", "320.2", thread_ts="320.1"))
+        await ws.settle()
+        told = slack.ephemeral_texts("UMAL")
+        assert len(told) == 1 and "waiting for an answer on its card" in told[0], told
+        assert "not run" not in all_text(card_of(slack, "320.1"))  # the card is as it was
+        await ws.sender.action(_click(card, "UBOSS"))
+        await ws.settle()
+        assert probe.count("change") == 1
     finally:
         await ws.stop()

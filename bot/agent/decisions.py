@@ -5,13 +5,14 @@ runs through the same batch execution the loop uses."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from pydantic import ValidationError
 
-from bot.agent.engine_errors import AlreadyHandled, InvalidDecision
-from state.records import PendingCall
+from bot.agent.engine_errors import AlreadyHandled, InvalidDecision, NotYours
+from state.records import PendingCall, RunRecord, Ticket
 from state.store import Locks
 from tools.registry import Registry
 from tools.runtime import Approved, Denied, ToolDecision
@@ -131,3 +132,29 @@ async def check_open_and_fits(pending: PendingCall, decision: Decision, registry
         if holder := await locks.claimed_by(pending.token):
             raise AlreadyHandled(holder) from None
         raise
+
+
+SetAside = Callable[[Ticket], Awaitable[bool]]
+"""Whether a message's author may set an open question aside by writing in its thread (a front's rule: in Slack,
+whoever may decline its card)."""
+
+
+async def claim_all(record: RunRecord, by: str, locks: Locks, *, stale_s: float,
+                    may_set_aside: SetAside | None = None) -> None:
+    """Claim every open question of ``record`` for one answer (a reply in the thread), or none of them. Refused
+    (:class:`NotYours`, nothing claimed) where ``may_set_aside`` does not let ``by`` set one of them aside."""
+    for p in record.pending:
+        ticket = Ticket(run_id=record.run_id, thread_id=record.thread_id, requester=record.user_id, pending=p)
+        if may_set_aside is not None and not await may_set_aside(ticket):
+            raise NotYours(f"{p.call.name} waits for its answer on the card")
+    won: list[str] = []
+    for p in record.pending:
+        claim = await locks.claim(p.token, by)
+        if claim.won or claim.age_s >= stale_s:
+            if not claim.won:
+                await locks.take_claim(p.token, by)  # its holder died before deciding
+            won.append(p.token)
+            continue
+        for token in won:  # someone is deciding one of them right now: leave them all as they were
+            await locks.release_claim(token)
+        raise AlreadyHandled(claim.holder)

@@ -1,9 +1,8 @@
 """The engine: starts turns, applies people's answers, cancels, repairs and recovers runs.
 
-Each public method is one unit of work with one broad boundary (``_turn``): a run
-ends with an outcome, never with a tool's or the model's exception. What can reach
-the caller is drawn in :mod:`bot.agent.engine_errors` (plus ``state.StoreError``).
-"""
+Each public method is one unit of work with one broad boundary (``_turn``): a run ends with an outcome, never with
+a tool's or the model's exception. What can reach the caller is drawn in :mod:`bot.agent.engine_errors` (plus
+``state.StoreError``)."""
 
 from __future__ import annotations
 
@@ -17,7 +16,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from bot.agent.decisions import Answers, CancelRun, Decision, Expire, ReplyInstead, check_open_and_fits
+from bot.agent.decisions import (
+    Answers,
+    CancelRun,
+    Decision,
+    Expire,
+    ReplyInstead,
+    SetAside,
+    check_open_and_fits,
+    claim_all,
+)
 from bot.agent.deps import RunDeps
 from bot.agent.engine_errors import AlreadyHandled, InterruptExpired, NotPending, RunNotFound, ThreadBusy
 from bot.agent.events import RunStalled, RunStarted
@@ -31,7 +39,7 @@ from core.messages import UserMessage, took
 from core.outages import outage
 from core.redact import redact
 from state.keys import new_run_id
-from state.records import PendingCall, RunRecord, Ticket
+from state.records import RunRecord, Ticket
 from state.store import Start
 from state.store_errors import StoreError, StoreUnavailable
 
@@ -64,11 +72,12 @@ class Engine:
     # --- public API ------------------------------------------------------------------------------
 
     async def ask(self, thread_id: str, text: str, *, user_id: str | None = None, request_id: str | None = None,
-                  context: str = "", unattended: bool = False) -> RunOutcome:
-        """A new message in a thread. If the thread's run is waiting for a person, the message answers it.
-        ``request_id`` (e.g. the Slack message) makes a redelivered message a no-op. ``context``: quoted
-        material the model reads before the question (the thread it was asked in). ``unattended``: no person
-        asked (an alert did), so every change waits for one."""
+                  context: str = "", unattended: bool = False, may_set_aside: SetAside | None = None) -> RunOutcome:
+        """A new message in a thread. If the thread's run is waiting for a person, the message answers it (if
+        ``may_set_aside`` allows its author each open question: the front's rule; else :class:`NotYours`), and its
+        author asks for what follows. ``request_id`` (e.g. the Slack message) makes a redelivered message a no-op.
+        ``context``: quoted material the model reads before the question (the thread it was asked in).
+        ``unattended``: no person asked (an alert did), so every change waits for one."""
         question = UserMessage(content=redact(f"{context}\n\n{text}" if context else text), user_id=user_id,
                                request_id=request_id)
         # The usual case, nothing under way in the thread: the turn's opening makes the run.
@@ -98,10 +107,12 @@ class Engine:
                     await run.fail("internal_error", "the worker running this turn stopped (restart)")
                     run = None
             if run is not None:  # paused: the message answers its open questions, through the tool path
-                await self._claim_all(run.record.pending, by := user_id or "user")
+                await claim_all(run.record, by := user_id or "user", self.deps.store.locks,
+                                stale_s=self.options.claim_stale_s, may_set_aside=may_set_aside)
                 answers = Answers([(p, ReplyInstead(text)) for p in run.record.pending], by)
                 run.decide(answers)
                 await run.settle(answers)
+                run.record.user_id = user_id or run.record.user_id  # a change it leads to is theirs to have asked
             else:
                 record = _new_record(thread_id, text, user_id, unattended, request_id)
                 # The transcript as it is now (a run closed out above appended to it).
@@ -361,20 +372,6 @@ class Engine:
         while len(self._memos) > 1024:
             self._memos.popitem(last=False)
         return memo
-
-    async def _claim_all(self, pending: list[PendingCall], by: str) -> None:
-        """Claim every open question for one answer (a reply in the thread), or none of them."""
-        locks, won = self.deps.store.locks, []
-        for p in pending:
-            claim = await locks.claim(p.token, by)
-            if claim.won or claim.age_s >= self.options.claim_stale_s:
-                if not claim.won:
-                    await locks.take_claim(p.token, by)  # its holder died before deciding
-                won.append(p.token)
-                continue
-            for token in won:  # someone is deciding one of them right now: leave them all as they were
-                await locks.release_claim(token)
-            raise AlreadyHandled(claim.holder)
 
     async def _repair(self, run: Run, *, park: bool = False) -> None:
         """Answer the calls a dead worker left behind. A started change is never re-run. Open questions stay

@@ -7,7 +7,9 @@
     └── ResumeRefused           the question can no longer be answered by this person
         ├── AlreadyHandled      someone else answered first (``holder``)
         ├── InterruptExpired    it expired
-        └── NotPending          the call is not waiting for anyone
+        ├── NotPending          the call is not waiting for anyone
+        └── NotYours            a message in the thread may not set its open questions aside (only those who may
+                                answer them can); nothing consumed
 
 Store failures surface as :class:`state.StoreError`; a corrupt record as :class:`state.CorruptRecord`.
 """
@@ -44,4 +46,8 @@ class InterruptExpired(ResumeRefused):
 
 
 class NotPending(ResumeRefused):
+    pass
+
+
+class NotYours(ResumeRefused):
     pass

@@ -91,6 +91,8 @@ class LoopInterrupt(_Event):
     type: Literal["loop_interrupt"] = "loop_interrupt"
     step: int
     pending: tuple[PendingView, ...]
+    requester: str | None = None
+    """Who asked for what the run waits on: whoever wrote last in the run (a reply in its thread asks anew)."""
 
 
 class CallDecided(_Event):

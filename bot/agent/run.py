@@ -109,8 +109,7 @@ class Run:
         self._messages.append(message)
 
     def emit(self, event_type: type[Any], **fields: Any) -> None:
-        """Stage an event with the next sequence number; published after the next commit or flush. Nobody
-        listening: only the number is taken (another instance may go on with the run, and a listener)."""
+        """Stage an event with the next number; published after the next commit or flush (or only numbered)."""
         if not self.deps.bus.quiet:
             self._outbox.append(event_type(run_id=self.id, thread_id=self.record.thread_id,
                                            seq=self.record.event_seq, **fields))
@@ -321,7 +320,8 @@ class Run:
         """Wait for people. Only new questions are shown (older ones of the batch are still on screen), but the
         pause is always announced, so front ends let go of the run until someone answers, on any instance."""
         self.record.status = "paused"
-        self.emit(LoopInterrupt, step=self.record.step, pending=tuple(pending_view(p) for p in questions))
+        self.emit(LoopInterrupt, step=self.record.step, pending=tuple(pending_view(p) for p in questions),
+                  requester=self.record.user_id)
         await self.commit(final=True)
         return self.outcome()
 

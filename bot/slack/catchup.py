@@ -102,7 +102,8 @@ async def replay(renderer: Renderer, record: RunRecord, answer: str) -> bool:
         event = RunFinished(**head, stop_reason=record.stop_reason, steps=record.step, answer=answer,
                             by=record.stopped_by, fallback=fallback)
     elif record.status == "paused":
-        event = LoopInterrupt(**head, step=record.step, pending=tuple(pending_view(p) for p in record.pending))
+        event = LoopInterrupt(**head, step=record.step, pending=tuple(pending_view(p) for p in record.pending),
+                              requester=record.user_id)
     elif record.status == "stalled":
         event = RunStalled(**head, step=record.step)
     else:

@@ -135,6 +135,7 @@ class Renderer:
                 line["detail"] = output(event.status, event.error_code, event.data, lang, event.summary)
         elif event.type == "loop_interrupt":
             state["header"], leave = f":raised_hand: {say(lang, 'waiting')}", True
+            state["requester"] = event.requester or state.get("requester") or ""  # who asked for it, on its cards
             for pending in event.pending:
                 line = _line(state, pending.call_id)
                 if line is not None:

@@ -183,8 +183,10 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
                          takeover_after_s=FRONT_TAKEOVER_S if role == "front" else 0.0)
     reader = ThreadReader(client, meta, max_messages=slack.thread_context_messages,
                           max_chars=slack.thread_context_chars) if slack.thread_context_messages else None
+    # One cache of groups and names per process; the catalog's environments, so a rule that cannot match fails closed.
+    access = AccessPolicy(slack, client, environments=core.toolbox.catalog.environments)
     executor = Executor(engine=core.engine, meta=meta, outbox=outbox, metrics=metrics, reader=reader,
-                        language=slack.language)
+                        language=slack.language, access=access)
     queue = core.queue
     worker = Worker(queue=queue, executor=executor, reclaim_after_s=settings.sweeps.stale_after_s) \
         if role == "worker" else None
@@ -202,8 +204,6 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     alerts = Alerts(config=slack, engine=core.engine, meta=meta, outbox=outbox, dispatch=dispatch,
                     services=core.toolbox.catalog.ids, environments=core.toolbox.catalog.environments) \
         if slack.alert_sources else None
-    # One cache of groups and names per process; the catalog's environments, so a rule that cannot match fails closed.
-    access = AccessPolicy(slack, client, environments=core.toolbox.catalog.environments)
     people = People(client)
     timers = wire_timers(core=core, settings=settings, outbox=outbox, access=access, dispatch=dispatch,
                          executor=executor)

@@ -15,6 +15,7 @@ from bot.slack.outbound.blocks import escape, is_user
 from bot.slack.outbound.people import People
 from bot.slack.outbound.words import say
 from core.envs import environment_name
+from state.records import Ticket
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +140,14 @@ class AccessPolicy:
         if unread:
             return refusal("no_group_read")
         return refusal("no_approver_in" if env else "no_approver", tool=tool, env=env)
+
+    async def may_decline(self, user: str, ticket: Ticket) -> Verdict:
+        """Who may turn a card down, by its button or by a reply in its thread that sets it aside: whoever asked
+        for the change, or whoever may confirm it. A form is answered by anyone who may use OpsPilot there."""
+        pending = ticket.pending
+        if user == ticket.requester or pending.interrupt_type != "confirm_risky":
+            return ALLOW
+        return await self.may_confirm(user, pending.call.name, pending.arguments.get("environment"), None)
 
     async def who_may_confirm(self, people: People, *, tool: str, environment: str | None, requester: str | None,
                               channel: str, lang: str) -> list[str]:

@@ -23,9 +23,11 @@ from bot.agent.engine_errors import (
     InterruptExpired,
     InvalidDecision,
     NotPending,
+    NotYours,
     ResumeRefused,
     ThreadBusy,
 )
+from bot.slack.inbound.access import AccessPolicy
 from bot.slack.inbound.receipt import Receipt, ended_as
 from bot.slack.inbound.thread_reader import ThreadReader
 from bot.slack.outbound import blocks as kit
@@ -131,8 +133,11 @@ class Executor:
     """Does one work item; tells the person in words when it cannot. Never raises."""
 
     def __init__(self, *, engine: Engine, meta: MetaStore, outbox: SlackOutbox, metrics: Metrics,
-                 reader: ThreadReader | None = None, language: str = "auto") -> None:
+                 reader: ThreadReader | None = None, language: str = "auto",
+                 access: AccessPolicy | None = None) -> None:
         self.engine = engine
+        self.access = access
+        """Who may set a card aside by writing in its thread (None: anyone, as in tests of the engine alone)."""
         self.language = language
         self.reader = reader
         self.meta = meta
@@ -168,6 +173,8 @@ class Executor:
                 return  # the same message, taken meanwhile by another worker: nothing to tell
             await self.outbox.tell(item.channel, item.user, say(await self._lang(item), "still_working"),
                                    item.thread_ts)
+        except NotYours:  # a reply in a thread whose card waits for someone else: the card stays as it is
+            await self.outbox.tell(item.channel, item.user, say(await self._lang(item), "card_waits"), item.thread_ts)
         except EngineError as exc:
             if isinstance(item, Converse):
                 log.warning("thread %s: %s", item.thread_ts, exc)
@@ -214,8 +221,13 @@ class Executor:
             context = await self.reader.context(item.channel, thread_ts, item.ts)
         if lang != language_of(item.text):  # e.g. "restart it" in a Chinese thread: say which to answer in
             context = f"<reply_language>{'Chinese' if lang == 'zh' else 'English'}</reply_language>\n{context}"
+        access = self.access
+
+        async def may_set_aside(ticket: Ticket) -> bool:
+            return access is None or (await access.may_decline(item.user, ticket)).allowed
+
         await self.engine.ask(thread_id, item.text, user_id=item.user, request_id=item.request_id, context=context,
-                              unattended=item.unattended)
+                              unattended=item.unattended, may_set_aside=may_set_aside)
 
     async def _carry_on(self, item: RunButton) -> None:
         """Resume a run whose worker died mid-read, saying so in its thread once this worker holds it; quiet when

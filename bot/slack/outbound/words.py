@@ -150,6 +150,11 @@ _WORDS: dict[str, tuple[str, str]] = {
                      "again.", "我还不能读取附件：请把要我看的内容以文字粘贴出来，然后再 @ 我。"),
     "still_working": ("I am still working on the previous message in this thread; send it again in a moment.",
                       "我还在处理这个对话里的上一条消息，请稍后再发一次。"),
+    "card_waits": ("This thread is waiting for an answer on its card, from whoever asked for the change or may "
+                   "confirm it. Your message was not taken up and nothing changed; ask again once the card is "
+                   "answered, or in a new thread.",
+                   "这个对话在等待卡片上的答复（来自发起这个变更的人或有权确认的人）。你的消息没有被处理，什么都没有"
+                   "改变；请在卡片答复后再问，或在新的对话里问。"),
     "request_expired": ("This request expired.", "这个请求已过期。"),
     "handled_by": ("Already handled by {by}.", "已由 {by} 处理。"),
     "handled": ("This request was already handled{how}.", "这个请求已经处理过了{how}。"),
