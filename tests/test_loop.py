@@ -215,3 +215,22 @@ async def test_the_run_record_keeps_previews_the_transcript_keeps_the_text(store
     assert record is not None and len(record.answer) <= 200 and len(record.text) <= 200
     transcript = await store.load_transcript("t")
     assert transcript[0].content == "q" * 1000 and transcript[-1].content == long_answer
+
+
+async def test_a_call_id_the_model_repeats_is_made_new_to_the_thread(store: RedisStore) -> None:
+    """Some OpenAI-compatible servers number calls from ``call_0`` in every reply: two calls of one reply with one
+    id, and an id a later step uses again, each get a result of their own, and the transcript stays valid."""
+    tools = toolkit(Probe())
+    model = ScriptedModel([reply("", call("lookup_a", "call_0", q="1"), call("lookup_b", "call_0", q="2")),
+                           reply("", call("lookup_a", "call_0", q="3")), reply("all done")])
+    h = make_harness(model, store, [tools["lookup_a"], tools["lookup_b"]])
+
+    out = await h.engine.ask("t", "look", user_id="U1")
+
+    assert out.stop_reason == "final_answer"
+    transcript = await store.load_transcript("t")
+    assert violations(transcript) == []
+    ids = [c.id for m in transcript if isinstance(m, AssistantMessage) for c in m.tool_calls]
+    assert ids == ["call_0", "call_0_2", "call_0_3"]
+    results = [(m.call_id, body(m)["data"]) for m in transcript if isinstance(m, ToolResultMessage)]
+    assert results == [("call_0", {"a": "1"}), ("call_0_2", {"b": "2"}), ("call_0_3", {"a": "3"})]

@@ -280,7 +280,7 @@ async def test_webhook_restart_follows_the_job(fakes: OpsFakes) -> None:
                             service_id="payments", environment="prod"))
     posted = next(r for r in fakes.requests if r[0] == "webhook")[2]
     assert posted["service_id"] == "payments" and posted["confirmed_by"] == "UAPPROVER"
-    assert posted["deployment"] == "payments-api" and posted["idempotency_key"].startswith("c-")
+    assert posted["deployment"] == "payments-api" and posted["idempotency_key"].startswith("r:c-")  # run id and call id
     assert result["rollout"] == "complete" and result["action"]["status_url"].endswith("/hooks/jobs/job-42")
     fakes.webhook_states = ["failed"]
     failed = data(await run(live(fakes, restart=hook), "restart_service", confirmed_by="U",

@@ -45,8 +45,8 @@ def three_releases(fakes: OpsFakes) -> Rollouts:
 
 async def call(toolbox: ops.Toolbox, name: str, *, confirmed_by: str | None = None, plan: dict[str, Any] | None = None,
                unattended: bool = False, call_id: str | None = None, journal: MutationJournal | None = None,
-               **args: Any) -> Observation:
-    ctx = ToolContext(run_id="r", thread_id="t", user_id="UREQ", call_id=call_id or f"c-{time.time_ns()}",
+               run_id: str = "r", **args: Any) -> Observation:
+    ctx = ToolContext(run_id=run_id, thread_id="t", user_id="UREQ", call_id=call_id or f"c-{time.time_ns()}",
                       confirmed_by=confirmed_by, unattended=unattended, plan=plan)
     try:
         return await execute_one(ToolCall(id=ctx.call_id, name=name, arguments=args),
@@ -231,14 +231,14 @@ async def test_webhook_rollback_sends_the_idempotency_key_once(fakes: OpsFakes) 
     again = await call(toolbox, "rollback_service", call_id="c-1", journal=journal, confirmed_by="UBOB", **args)
     assert error_code(again) == "outcome_unknown"  # the same call never runs twice
     [posted] = [r[2] for r in fakes.requests if r[0] == "webhook"]
-    assert posted["action"] == "rollback" and posted["idempotency_key"] == "c-1"
+    assert posted["action"] == "rollback" and posted["idempotency_key"] == "r:c-1"
     assert (posted["from_release"], posted["to_release"]) == ("2026.12.02-1", "2026.12.01-4")
     assert posted["requested_by"] == "UREQ" and posted["reason"] == "DTO mapper"
     assert done["rollout"] == "complete" and done["to"]["images"] == "orders-api:4.1.9"
     data(await call(toolbox, "scale_service", call_id="c-2", service_id="orders", environment="staging", replicas=4,
                     confirmed_by="UBOB"))
     scaled = [r[2] for r in fakes.requests if r[0] == "webhook"][-1]
-    assert scaled["action"] == "scale" and scaled["replicas"] == 4 and scaled["idempotency_key"] == "c-2"
+    assert scaled["action"] == "scale" and scaled["replicas"] == 4 and scaled["idempotency_key"] == "r:c-2"
 
 
 async def test_a_restart_webhook_is_never_assumed_to_roll_back(fakes: OpsFakes) -> None:
@@ -266,6 +266,20 @@ async def test_the_demo_rolls_orders_staging_back_exactly_once() -> None:
     back = await call(toolbox, "rollback_service", service_id="orders", environment="staging",
                       to_release="2026.12.01-4")
     assert error_code(back) == "no_change"
+
+
+async def test_the_same_call_id_in_two_runs_is_two_changes() -> None:
+    """A model's call ids repeat across threads (some servers start at ``call_0`` every time): the backend's
+    idempotency key is the run's and the call's, so the second run's rollback is done, to its own plan, not
+    answered with the first one's."""
+    toolbox = ops.build()
+    first = data(await call(toolbox, "rollback_service", run_id="r1", call_id="call_0", confirmed_by="UBOB",
+                            service_id="payments", environment="prod"))
+    second = data(await call(toolbox, "rollback_service", run_id="r2", call_id="call_0", confirmed_by="UBOB",
+                             service_id="orders", environment="staging"))
+    assert first["summary"].startswith("payments prod") and second["summary"].startswith("orders staging"), second
+    assert [(d["service_id"], d["idempotency_key"]) for d in toolbox.rollbacks.done] == [
+        ("payments", "r1:call_0"), ("orders", "r2:call_0")]
 
 
 async def test_what_the_demo_backends_did_is_in_its_change_history() -> None:

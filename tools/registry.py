@@ -23,7 +23,7 @@ _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 @dataclass(frozen=True)
 class ToolContext:
-    """What a tool knows about the call it serves. ``call_id`` doubles as an idempotency key."""
+    """What a tool knows about the call it serves."""
 
     run_id: str
     thread_id: str
@@ -34,6 +34,12 @@ class ToolContext:
     """No person asked for this run (an alert started it): every mutating call waits for a confirmation."""
     plan: dict[str, Any] | None = None
     """What the card showed a person before they confirmed (``ToolSpec.plan``), when the tool has one."""
+
+    @property
+    def idempotency_key(self) -> str:
+        """The same for every try of this call, on any worker, and for no other call: a call id is unique only in
+        its thread (the model's own ids repeat across threads), a run id everywhere."""
+        return f"{self.run_id}:{self.call_id}"
 
 
 ToolFunc = Callable[[Any, ToolContext], Awaitable[Any]]

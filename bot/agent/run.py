@@ -31,7 +31,7 @@ from bot.agent.limits import call_digest, should_stop
 from bot.agent.models.base import AUTO, NONE, Completion, ModelError, ToolChoice
 from bot.agent.outcome import RunOutcome, pending_view, preview
 from bot.agent.prompt import STOP_INSTRUCTION
-from bot.agent.transcript import ThreadMemo, redacted, sendable, unanswered
+from bot.agent.transcript import ThreadMemo, received, sendable, unanswered
 from core.messages import (
     AssistantMessage,
     Message,
@@ -190,7 +190,7 @@ class Run:
         """One model call. Its reply (and the calls it asks for) is durable before any call runs."""
         self.record.step += 1
         completion = await self.complete(AUTO)
-        assistant = redacted(completion.message)  # what the model wrote is stored, shown and run: never a secret
+        assistant = received(completion.message, self.transcript, self.memo)  # no secret; ids new to the thread
         self.append(assistant)
         u = completion.usage
         self.record.trace.append(StepTrace(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from core.messages import (
     AssistantMessage,
@@ -170,6 +170,9 @@ class ThreadMemo:
 
     sizes: list[int]
     checked: int = 0
+    ids: set[str] = field(default_factory=set)
+    """The call ids the thread's transcript holds, up to ``scanned`` messages."""
+    scanned: int = 0
 
 
 def _turn_before(transcript: Sequence[Message], index: int) -> int:
@@ -206,9 +209,24 @@ def unanswered(transcript: Sequence[Message], waiting: set[str]) -> list[ToolCal
     return []
 
 
-def redacted(message: AssistantMessage) -> AssistantMessage:
-    """What the model wrote, as stored, shown and run: never a secret."""
-    calls = tuple(c.model_copy(update={"arguments": redact_value(c.arguments),
-                                       "raw_arguments": redact(c.raw_arguments) if c.raw_arguments else None})
-                  for c in message.tool_calls)
-    return message.model_copy(update={"content": redact(message.content), "tool_calls": calls})
+def received(message: AssistantMessage, transcript: Sequence[Message], memo: ThreadMemo) -> AssistantMessage:
+    """What the model wrote, as stored, shown and run: never a secret, and every call id new to the thread. A model
+    that repeats an id (some OpenAI-compatible servers start at ``call_0`` every time) would otherwise pair two
+    calls with one result, and a change's id is its idempotency key: a repeat becomes ``call_0_2``."""
+    if memo.scanned > len(transcript):  # read afresh, shorter (expired and recreated)
+        memo.ids, memo.scanned = set(), 0
+    for m in transcript[memo.scanned:]:
+        if isinstance(m, AssistantMessage):
+            memo.ids.update(c.id for c in m.tool_calls)
+    memo.scanned = len(transcript)
+    calls = []
+    for c in message.tool_calls:
+        base = c.id or "call"
+        new, n = base, 1
+        while new in memo.ids:
+            n += 1
+            new = f"{base}_{n}"
+        memo.ids.add(new)
+        calls.append(c.model_copy(update={"id": new, "arguments": redact_value(c.arguments),
+                                          "raw_arguments": redact(c.raw_arguments) if c.raw_arguments else None}))
+    return message.model_copy(update={"content": redact(message.content), "tool_calls": tuple(calls)})

@@ -107,9 +107,9 @@ class Changing:
 
         def request(args: RollbackArgs | ScaleArgs, ctx: ToolContext, service: Service, env: str) -> ChangeRequest:
             if isinstance(args, ScaleArgs):
-                return ChangeRequest(service, env, ctx.call_id, ctx.user_id, ctx.confirmed_by, args.reason,
+                return ChangeRequest(service, env, ctx.idempotency_key, ctx.user_id, ctx.confirmed_by, args.reason,
                                      replicas=args.replicas)
-            return ChangeRequest(service, env, ctx.call_id, ctx.user_id, ctx.confirmed_by, args.reason,
+            return ChangeRequest(service, env, ctx.idempotency_key, ctx.user_id, ctx.confirmed_by, args.reason,
                                  to_revision=args.to_revision, to_release=args.to_release)
 
         async def rollback_plan(args: RollbackArgs, ctx: ToolContext) -> dict[str, Any]:

@@ -56,7 +56,7 @@ def release_plan(req: ChangeRequest, releases: list[Change], current: Change | N
 
 class WebhookActions:
     """POST the rollback or scaling to a URL (a CI/CD job), shaped like the restart webhook's request; if it
-    answers with a ``status_url``, poll it. The idempotency key (the call id) lets the job run it once."""
+    answers with a ``status_url``, poll it. The idempotency key (run id and call id) lets the job run it once."""
 
     name = "webhook"
     settles = True

@@ -302,7 +302,7 @@ def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox
         service, env = service_and_env(ServiceArgs(service_id=args.service_id, environment=args.environment),
                                        f"restart {args.service_id}")
         before = await _error_rate(metrics, service, env)
-        req = RestartRequest(service, env, ctx.call_id, ctx.user_id, ctx.confirmed_by, args.reason)
+        req = RestartRequest(service, env, ctx.idempotency_key, ctx.user_id, ctx.confirmed_by, args.reason)
         action = await backend.restart(req)
         rollout = await backend.wait(req, action, verify.timeout_s, verify.poll_s)
         after: float | str | None = None
