@@ -52,6 +52,16 @@ class UpstreamError(ToolError):
     code = "upstream_error"
 
 
+class Unreachable(UpstreamError):
+    """No connection was made: nothing was sent (a change's request certainly did not land)."""
+
+
+class OutcomeUnknown(ToolError):
+    """A change was sent and its answer was lost or unreadable: it may or may not have been carried out."""
+
+    code = "outcome_unknown"
+
+
 class PermissionDenied(ToolError):
     code = "permission_denied"
 

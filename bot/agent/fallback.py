@@ -11,16 +11,17 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from core.messages import AssistantMessage, Message, ToolResultMessage, UserMessage
+from core.messages import AssistantMessage, Message, ToolResultMessage, UserMessage, result_body
 from core.stops import STOP_WORDING, StopReason
 
 _TARGET_KEYS = ("service_id", "service", "target", "environment")
 
-Outcome = Literal["done", "unknown", "not_started", "stopped", "declined", "failed", "other"]
+Outcome = Literal["done", "unknown", "not_started", "stopped", "declined", "failed", "issued", "other"]
 
 
 class Ran(BaseModel):
-    """One call of the run and how it ended (``code``: the error code, or the status for ``other``)."""
+    """One call of the run and how it ended (``code``: the error code, the rollout of an ``issued`` change not seen
+    through, or the status for ``other``)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -73,7 +74,9 @@ def in_english(calls: Sequence[Ran]) -> str:
     words = {"done": "done", "unknown": "started, outcome unknown", "not_started": "not started",
              "stopped": "stopped before it finished", "declined": "declined"}
     lines = [f"• `{c.tool}`{f' on {c.target}' if c.target else ''}: "
-             + (words.get(c.outcome) or (f"failed ({c.code})" if c.outcome == "failed" else c.code)) for c in calls]
+             + (words.get(c.outcome) or (f"failed ({c.code})" if c.outcome == "failed" else
+                                         f"issued, rollout {c.code}: not verified" if c.outcome == "issued" else
+                                         c.code)) for c in calls]
     done = "\n".join(lines) if lines else "• no tool calls completed"
     warnings = "".join(f"\n:warning: `{c.tool}` was started and may or may not have completed: check its "
                        "effect before retrying." for c in calls if c.outcome == "unknown")
@@ -81,8 +84,11 @@ def in_english(calls: Sequence[Ran]) -> str:
 
 
 def _outcome(result: ToolResultMessage) -> dict[str, str]:
-    if result.status == "ok":
-        return {"outcome": "done"}
+    if result.status == "ok":  # a change whose rollout its tool followed is done once that completed
+        data = result_body(result.content).get("data")
+        rollout = data.get("rollout") if isinstance(data, dict) else None
+        return {"outcome": "issued", "code": rollout} if isinstance(rollout, str) and rollout != "complete" else \
+            {"outcome": "done"}
     if result.error_code == "outcome_unknown":
         return {"outcome": "unknown"}
     if result.status == "cancelled":  # waiting for a person when stopped, or under way

@@ -7,7 +7,6 @@ call goes through the same ``act`` → ``observe`` path as the model's calls (:m
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections import Counter
@@ -29,7 +28,7 @@ from bot.agent.fallback import Fallback, ran
 from bot.agent.lease import Lease
 from bot.agent.limits import call_digest, should_stop
 from bot.agent.models.base import AUTO, NONE, Completion, ModelError, ToolChoice
-from bot.agent.outcome import RunOutcome, pending_view, preview
+from bot.agent.outcome import RunOutcome, audit_entry, pending_view, preview
 from bot.agent.prompt import STOP_INSTRUCTION
 from bot.agent.transcript import ThreadMemo, received, sendable, unanswered
 from core.messages import (
@@ -282,15 +281,8 @@ class Run:
                       approved_by: str | None) -> None:
         """Every change that was decided (run, failed, declined, expired, unknown) goes to the audit stream."""
         spec = self.deps.registry.get(call.name)
-        if spec is None or not spec.mutating or result.status == "skipped":
-            return
-        self._audit.append({
-            "at": f"{time.time():.3f}", "run_id": self.id, "thread_id": self.record.thread_id,
-            "call_id": call.id, "tool": call.name,
-            "arguments": json.dumps(arguments or call.arguments, ensure_ascii=False, sort_keys=True),
-            "requested_by": self.record.user_id or "", "approved_by": approved_by or "",
-            "status": result.status, "error_code": result.error_code or "", "result": result.content[:500],
-        })
+        if spec is not None and spec.mutating and result.status != "skipped":
+            self._audit.append(audit_entry(self.record, call, arguments, result, approved_by))
 
     # --- a person's answers --------------------------------------------------------------------
 

@@ -31,6 +31,9 @@ class OpsFakes:
     prom_after_restart: dict[str, float] = field(default_factory=dict)
     deployment_ready_after_polls: int | None = 2  # None: the rollout never finishes
     webhook_states: list[str] = field(default_factory=lambda: ["running", "succeeded"])
+    webhook_answer: tuple[int, Any] | None = None
+    """The POST's answer (status, JSON body) instead of a job to follow; a str body is sent as it is (HTML)."""
+    job_status: int = 200
     requests: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     restarted: bool = False
     deployment: dict[str, Any] = field(default_factory=lambda: {
@@ -249,10 +252,17 @@ class OpsFakes:
         if (denied := self._auth(request)) is not None:
             return denied
         self.restarted = True
+        if self.webhook_answer is not None:
+            status, answer = self.webhook_answer
+            if isinstance(answer, str):
+                return web.Response(text=answer, status=status, content_type="text/html")
+            return web.json_response(answer, status=status)
         return web.json_response({"id": "job-42", "status": "queued", "status_url": "jobs/job-42"}, status=202)
 
     async def job(self, request: web.Request) -> web.Response:
         self.requests.append(("job", request.path, {}))
+        if self.job_status != 200:
+            return web.Response(text="<html>upstream down</html>", status=self.job_status, content_type="text/html")
         state = self.webhook_states.pop(0) if len(self.webhook_states) > 1 else self.webhook_states[0]
         return web.json_response({"id": request.match_info["job"], "status": state})
 

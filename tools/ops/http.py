@@ -1,6 +1,6 @@
 """One small JSON-over-HTTP client for every backend: timeout, bounded body, classified errors.
 
-    unreachable / 5xx / 429 / not JSON  → UpstreamError   (upstream_error)
+    unreachable / 5xx / 429 / not JSON  → UpstreamError   (upstream_error; no connection made: Unreachable)
     401, 403                            → PermissionDenied (permission_denied)
     404                                 → NotFound         (not_found)
     400, 422                            → InvalidArguments (validation_error: the query was bad)
@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from tools.tool_errors import InvalidArguments, NotFound, PermissionDenied, ToolTimeout, UpstreamError
+from tools.tool_errors import InvalidArguments, NotFound, PermissionDenied, ToolTimeout, Unreachable, UpstreamError
 
 MAX_BODY = 8 * 1024 * 1024
 
@@ -50,14 +50,16 @@ class Http:
             async with aiohttp.ClientSession(timeout=timeout) as session, session.request(
                     method, url, params=params, data=data, headers=headers,
                     ssl=self.ssl_context if self.ssl_context is not None else True) as response:
-                raw = await response.content.read(self.max_body + 1)
+                raw = await self._body(response)
                 status = response.status
         except TimeoutError as exc:
             raise ToolTimeout(f"{self.name} did not answer within {self.timeout_s:g}s") from exc
+        except aiohttp.ClientConnectorError as exc:
+            raise Unreachable(f"{self.name} is unreachable ({type(exc).__name__})") from exc
+        except aiohttp.ClientPayloadError as exc:
+            raise UpstreamError(f"{self.name}'s answer was cut short ({type(exc).__name__})") from exc
         except aiohttp.ClientError as exc:
             raise UpstreamError(f"{self.name} is unreachable ({type(exc).__name__})") from exc
-        if len(raw) > self.max_body:
-            raise UpstreamError(f"{self.name} answered with more than {self.max_body} bytes")
         text = raw.decode("utf-8", errors="replace")
         if status >= 400:
             raise _classify(self.name, status, text)
@@ -65,6 +67,17 @@ class Http:
             return json.loads(text) if text.strip() else {}
         except ValueError as exc:
             raise UpstreamError(f"{self.name} answered with something that is not JSON") from exc
+
+    async def _body(self, response: aiohttp.ClientResponse) -> bytes:
+        """The whole body, to its end (one read returns only what has arrived so far), at most ``max_body``."""
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.content.iter_chunked(64 * 1024):
+            size += len(chunk)
+            if size > self.max_body:
+                raise UpstreamError(f"{self.name} answered with more than {self.max_body} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     async def get(self, path: str, params: Mapping[str, str] | None = None) -> Any:
         return await self.request("GET", path, params=params)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -13,7 +14,7 @@ from urllib.parse import urljoin
 from tools.ops.catalog import Service
 from tools.ops.http import Http
 from tools.ops.kube import KubeClient
-from tools.tool_errors import InvalidArguments
+from tools.tool_errors import InvalidArguments, OutcomeUnknown, ToolError, ToolTimeout, Unreachable, UpstreamError
 
 
 @dataclass(frozen=True)
@@ -153,25 +154,65 @@ class WebhookRestarts:
 
 
 def job_answer(url: str, body: Any) -> dict[str, Any]:
-    """What a webhook answered: its job id, status and (resolved against ``url``) the status URL to follow."""
+    """What a webhook answered: its job id, status and message, and (resolved against ``url``) the status URL to
+    follow."""
     answer = body if isinstance(body, dict) else {}
     return {"job": answer.get("id") or answer.get("job_id"), "status": answer.get("status"),
+            "message": answer.get("message"),
             "status_url": urljoin(url, str(answer["status_url"])) if answer.get("status_url") else None}
 
 
+_SUCCEEDED = ("succeeded", "success", "complete", "completed", "done")
+_FAILED = ("failed", "failure", "error", "cancelled", "canceled", "rejected")
+
+
+def _settled(body: Any, waited: float) -> Rollout | None:
+    """How a job ended, by its own word (``status``, and ``message`` when it failed); None while it says nothing
+    final."""
+    answer = body if isinstance(body, dict) else {}
+    state = str(answer.get("status") or "").lower()
+    if state in _SUCCEEDED:
+        return Rollout("complete", f"the job reports {state}", waited)
+    if state in _FAILED:
+        return Rollout("failed", f"the job reports {state}: {answer.get('message') or ''}".rstrip(": "), waited)
+    return None
+
+
 async def follow_job(http: Http, action: dict[str, Any], timeout_s: float, poll_s: float) -> Rollout:
-    """Poll a webhook job's ``status_url`` until it succeeds or fails, at most ``timeout_s``."""
+    """The job's own answer when it already said how it ended; else poll its ``status_url`` until it succeeds or
+    fails, at most ``timeout_s``."""
+    if (said := _settled(action, 0.0)) is not None:
+        return said
     if not action.get("status_url"):
         return Rollout("unknown", "the webhook gave no status_url to follow; check the job yourself")
     started = time.monotonic()
     while True:
         body = await http.request("GET", str(action["status_url"]))
-        state = str((body or {}).get("status", "")).lower()
         waited = round(time.monotonic() - started, 1)
-        if state in ("succeeded", "success", "complete", "completed", "done"):
-            return Rollout("complete", f"the job reports {state}", waited)
-        if state in ("failed", "failure", "error", "cancelled"):
-            return Rollout("failed", f"the job reports {state}: {(body or {}).get('message', '')}", waited)
+        if (ended := _settled(body, waited)) is not None:
+            return ended
         if waited >= timeout_s:
+            state = str(body.get("status") or "") if isinstance(body, dict) else ""
             return Rollout("timed_out", f"the job was still {state or 'running'} after {timeout_s:g}s", waited)
         await asyncio.sleep(poll_s)
+
+
+async def issued(what: str, act: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    """Send a change. A refusal (4xx), or no connection at all, means it was not made; a request sent whose answer
+    was lost or unreadable (no answer in time, a 5xx, a body that is not the answer) may have been carried out, and
+    is said so (``outcome_unknown``), never "did not run": that would invite doing it twice."""
+    try:
+        return await act
+    except Unreachable:
+        raise
+    except (ToolTimeout, UpstreamError) as exc:
+        raise OutcomeUnknown(f"the {what} was sent, but {exc.message[:1].lower()}{exc.message[1:]}: it may or may "
+                             "not have been carried out; check before retrying") from exc
+
+
+async def followed(follow: Awaitable[Rollout]) -> Rollout:
+    """Follow a change that was made: a failure to follow it says nothing about the change itself."""
+    try:
+        return await follow
+    except ToolError as exc:
+        return Rollout("unknown", f"its progress could not be followed: {exc.message}")

@@ -30,6 +30,8 @@ from tools.ops.restart import (
     RestartBackend,
     RestartRequest,
     WebhookRestarts,
+    followed,
+    issued,
 )
 from tools.ops.rollback import KubernetesActions
 from tools.ops.rollouts import KubernetesChanges
@@ -303,8 +305,8 @@ def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox
                                        f"restart {args.service_id}")
         before = await _error_rate(metrics, service, env)
         req = RestartRequest(service, env, ctx.idempotency_key, ctx.user_id, ctx.confirmed_by, args.reason)
-        action = await backend.restart(req)
-        rollout = await backend.wait(req, action, verify.timeout_s, verify.poll_s)
+        action = await issued("restart", backend.restart(req))
+        rollout = await followed(backend.wait(req, action, verify.timeout_s, verify.poll_s))
         after: float | str | None = None
         if rollout.status == "complete":
             if backend.settles and verify.settle_s:

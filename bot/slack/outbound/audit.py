@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from bot.slack.outbound.blocks import escape, who
+from bot.slack.outbound.outputs import rollout_words
 from bot.slack.outbound.words import say
 
 _TARGET_KEYS = ("service_id", "service", "target")
@@ -45,8 +46,10 @@ def audit_line(entry: dict[str, str], lang: str) -> str:
 def outcome(entry: dict[str, str], lang: str) -> str:
     """How a change ended, once (a status and its error code often say the same thing: "cancelled (cancelled)")."""
     status, code = entry.get("status") or "", entry.get("error_code") or ""
-    if status == "ok":
-        return say(lang, "audit_ok")
+    if status == "ok":  # issued; "done" only once its rollout was seen through (or the tool does not follow one)
+        rollout = entry.get("rollout") or "complete"
+        return say(lang, "audit_ok") if rollout == "complete" else say(lang, "audit_issued", how=rollout_words(
+            rollout, lang))
     named = {"outcome_unknown": "audit_unknown", "declined_by_user": "audit_declined", "expired": "audit_expired",
              "user_replied_instead": "audit_replied"}
     if code in named:

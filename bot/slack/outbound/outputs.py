@@ -123,10 +123,14 @@ def _changes(data: dict[str, Any], lang: str) -> str:
     return text + (say(lang, "out_not_checked", sources=", ".join(_code(s, 40) for s in missing)) if missing else "")
 
 
-def _restart(data: dict[str, Any], lang: str) -> str:
-    rollout = str(data.get("rollout"))
+def rollout_words(rollout: str, lang: str) -> str:
+    """How a change's rollout went, in words ("rollout did not finish in time: not verified")."""
     key = "rollout_" + rollout
-    text = say(lang, key) if key in _ROLLOUTS else say(lang, "rollout_other", state=_code(rollout, 40))
+    return say(lang, key) if key in _ROLLOUTS else say(lang, "rollout_other", state=_code(rollout, 40))
+
+
+def _restart(data: dict[str, Any], lang: str) -> str:
+    text = rollout_words(str(data.get("rollout")), lang)
     before, after = data.get("error_rate_before"), data.get("error_rate_after")
     if isinstance(before, int | float) and isinstance(after, int | float):
         text += say(lang, "out_error_rate", before=f"{before:.2%}", after=f"{after:.2%}")
@@ -149,7 +153,7 @@ def ran_line(call: Ran, lang: str) -> str:
                "stopped": "ran_stopped", "declined": "ran_declined"}.get(call.outcome)
     code = call.code if lang == "en" else _code(call.code, 40)  # an error code reads as a word in English only
     words = say(lang, outcome) if outcome else say(lang, "audit_failed", code=code) if call.outcome == "failed" \
-        else code
+        else say(lang, "audit_issued", how=rollout_words(call.code, lang)) if call.outcome == "issued" else code
     on = say(lang, "ran_on", target=escape(call.target)) if call.target else ""
     return say(lang, "ran_line", tool=escape(call.tool), on=on, outcome=escape(words))
 

@@ -204,6 +204,7 @@ _WORDS: dict[str, tuple[str, str]] = {
     "audit_in": ("`{tool}` in `{env}`", "在 `{env}` 执行 `{tool}`"),
     "audit_with": (" with {args}", "，参数 {args}"),
     "audit_ok": ("done", "已完成"),
+    "audit_issued": ("issued, {how}", "已发出，{how}"),
     "audit_unknown": ("started, outcome unknown: check before retrying", "已开始，结果未知：重试前请先检查"),
     "audit_declined": ("declined: not run", "已拒绝，未执行"),
     "audit_expired": ("nobody answered in time: not run", "无人及时回答，未执行"),

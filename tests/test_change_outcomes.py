@@ -1,0 +1,97 @@
+"""What a change's backend answered, told as it is: a job that says it failed failed; a change sent whose answer
+was lost may have been carried out (never "did not run", which invites doing it twice); a change made whose
+progress could not be followed is issued, not verified, and never "done" in the audit; a long answer is read to
+its end."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from bot.agent.fallback import ran
+from bot.slack.outbound.audit import outcome
+from bot.slack.outbound.outputs import what_ran
+from core.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
+from tests.fakes.ops_servers import OpsFakes, loki_line
+from tests.test_ops import data, error_code, live, run
+from tools import ops
+from tools.ops import toolbox_config as cfg
+
+
+@pytest.fixture
+async def fakes(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[OpsFakes]:
+    monkeypatch.setenv("OPS_TOKEN", "secret-token")
+    f = OpsFakes()
+    await f.server.start()
+    yield f
+    await f.server.stop()
+
+
+def webhooks(fakes: OpsFakes) -> ops.Toolbox:
+    restart = cfg.WebhookRestarts(backend="webhook", url=f"{fakes.url}/hooks/restart", token_env="OPS_TOKEN")
+    change = cfg.WebhookActions(backend="webhook", url=f"{fakes.url}/hooks/change", token_env="OPS_TOKEN")
+    return live(fakes, restart=restart, rollback=change, scale=change)
+
+
+RESTART = {"service_id": "payments", "environment": "prod"}
+ROLLBACK = {"service_id": "orders", "environment": "staging", "to_release": "2026.12.01-4"}
+
+
+@pytest.mark.parametrize(("tool", "args"), [("restart_service", RESTART), ("rollback_service", ROLLBACK)])
+async def test_a_job_that_answers_failed_at_once_failed(fakes: OpsFakes, tool: str, args: dict[str, Any]) -> None:
+    fakes.webhook_answer = (200, {"id": "job-1", "status": "failed", "message": "pipeline refused: freeze window"})
+    done = data(await run(webhooks(fakes), tool, confirmed_by="UBOB", **args))
+    assert done["rollout"] == "failed" and "freeze window" in done["rollout_detail"], done
+    assert outcome({"status": "ok", "rollout": done["rollout"]}, "en") == "issued, rollout failed"
+
+
+@pytest.mark.parametrize(("tool", "args"), [("restart_service", RESTART), ("rollback_service", ROLLBACK)])
+async def test_a_job_accepted_then_lost_is_issued_and_not_verified(fakes: OpsFakes, tool: str,
+                                                                   args: dict[str, Any]) -> None:
+    fakes.job_status = 500  # the POST was taken; following its job fails
+    done = data(await run(webhooks(fakes), tool, confirmed_by="UBOB", **args))
+    assert done["rollout"] == "unknown" and "could not be followed" in done["rollout_detail"], done
+    assert "HTTP 500" in done["rollout_detail"]
+    said = outcome({"status": "ok", "rollout": "unknown"}, "en")
+    assert said == "issued, rollout progress could not be followed" and "done" not in said
+
+
+@pytest.mark.parametrize("answer", [(502, {"error": "bad gateway"}), (200, "<html>accepted</html>")])
+async def test_a_change_sent_whose_answer_is_unreadable_may_have_run(fakes: OpsFakes, answer: tuple[int, Any]) -> None:
+    fakes.webhook_answer = answer
+    obs = await run(webhooks(fakes), "restart_service", confirmed_by="UBOB", **RESTART)
+    assert error_code(obs) == "outcome_unknown"
+    assert obs.result is not None and "may or may not have been carried out" in json.loads(obs.result.content)[
+        "message"]
+
+
+async def test_a_change_that_could_not_be_sent_did_not_run(fakes: OpsFakes) -> None:
+    dead = ops.build(cfg.OpsConfig(restart=cfg.WebhookRestarts(backend="webhook", url="http://127.0.0.1:9/x")))
+    obs = await run(dead, "restart_service", confirmed_by="UBOB", **RESTART)
+    assert error_code(obs) == "upstream_error"
+    assert obs.result is not None and "unreachable" in json.loads(obs.result.content)["message"]
+
+
+def test_a_stopped_runs_summary_says_issued_not_done() -> None:
+    call = ToolCall(id="c1", name="restart_service", arguments=RESTART)
+    body = {"ok": True, "data": {"rollout": "timed_out", "verdict": "restart issued, but…"}}
+    transcript = [UserMessage(content="restart payments"), AssistantMessage(tool_calls=(call,)),
+                  ToolResultMessage(call_id="c1", name="restart_service", content=json.dumps(body))]
+    [entry] = ran(transcript)
+    assert (entry.outcome, entry.code) == ("issued", "timed_out")
+    text = what_ran((entry,), "en")
+    assert "issued, rollout did not finish in time: not verified" in text and "done" not in text, text
+
+
+async def test_a_long_answer_is_read_to_its_end(fakes: OpsFakes) -> None:
+    """One read of a socket returns what has arrived so far: a Loki answer of ~250 KB came back as "not JSON"."""
+    now = time.time()
+    fakes.loki_lines = [loki_line(now - i, "error", f"timeout acquiring connection {i} " + "x" * 180)
+                        for i in range(1000)]
+    found = data(await run(live(fakes), "query_logs", service_id="payments", environment="prod", minutes=30))
+    _, _, params = next(r for r in fakes.requests if r[0] == "loki")
+    assert int(params["limit"]) >= 1000 and found["patterns"][0]["count"] == 1000, found["patterns"][0]
