@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from mcp import types
 from pydantic import BaseModel, ConfigDict, create_model, model_validator
+from referencing import Registry
 
 from tools.mcp.servers import ConfirmIn, McpServerConfig
 from tools.mcp.session import McpServer
@@ -46,10 +48,42 @@ class _McpArguments(BaseModel):
     def _check(cls, data: Any) -> Any:
         validator = cls.__validator__
         if validator is not None:
-            problems = sorted(validator.iter_errors(data), key=lambda e: list(e.path))
+            try:
+                problems = sorted(validator.iter_errors(data), key=lambda e: list(e.path))
+            except Exception as exc:  # a schema that cannot be applied: the call is refused, not the run
+                raise ValueError(f"the tool's schema could not be checked ({type(exc).__name__})") from exc
             if problems:
                 raise ValueError("; ".join(_problem(p) for p in problems[:5]))
         return data
+
+
+# A quantified group that holds a quantifier ("(a+)+", "(\w*)*"): backtracking that doubles with every character
+# of input, in the event loop's thread (re holds it).
+_NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*[*+}](?:[^()\\]|\\.)*\)[*+{]")
+
+
+def _defused(node: Any, where: str = "") -> tuple[Any, list[str]]:
+    """``node`` without the patterns that could backtrack for ever, and what was left out; a ``$ref`` to a
+    document elsewhere is refused (:class:`ValueError`): the schema would have us fetch it at every call."""
+    dropped: list[str] = []
+    if isinstance(node, list):
+        items = [_defused(item, f"{where}/{i}") for i, item in enumerate(node)]
+        return [item for item, _ in items], [d for _, ds in items for d in ds]
+    if not isinstance(node, dict):
+        return node, dropped
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "$ref" and isinstance(value, str) and not value.startswith("#"):
+            raise ValueError(f"{where or '/'}: $ref {value[:80]!r} names a document elsewhere")
+        if key == "pattern" and isinstance(value, str) and _NESTED_QUANTIFIER.search(value):
+            dropped.append(f"{where}/pattern")
+            continue
+        if key == "patternProperties" and isinstance(value, dict):
+            dropped += [f"{where}/patternProperties/{k}" for k in value if _NESTED_QUANTIFIER.search(k)]
+            value = {k: v for k, v in value.items() if not _NESTED_QUANTIFIER.search(k)}
+        out[key], more = _defused(value, f"{where}/{key}")
+        dropped += more
+    return out, dropped
 
 
 def _problem(error: Any) -> str:
@@ -79,12 +113,18 @@ def _spec(server: McpServer, tool: types.Tool) -> ToolSpec | None:
     if len(name) > 64 or not all(c.isalnum() or c in "_-" for c in name):
         log.warning("MCP tool %r of %s left out: %r is not a valid tool name", tool.name, config.name, name)
         return None
-    schema = dict(tool.input_schema or {"type": "object"})
     try:
+        schema, dropped = _defused(dict(tool.input_schema or {"type": "object"}))
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
         log.warning("MCP tool %s left out: its input schema is invalid (%s)", name, exc.message)
         return None
+    except ValueError as exc:
+        log.warning("MCP tool %s left out: its input schema %s, which OpsPilot does not fetch", name, exc)
+        return None
+    if dropped:  # its server still checks them
+        log.warning("MCP tool %s: patterns that could backtrack for ever are not checked here: %s", name,
+                    ", ".join(dropped))
     hints = tool.annotations or types.ToolAnnotations()
     rule = config.rule(tool.name)
     provenance = _server_says(hints)
@@ -101,7 +141,7 @@ def _spec(server: McpServer, tool: types.Tool) -> ToolSpec | None:
         provenance = None  # a change by our config, not by anything the server said
     read_only = provenance in ("server_read_only", "config_read_only")
     model = create_model(f"Mcp_{name}", __base__=_McpArguments)
-    model.__validator__ = Draft202012Validator(schema)
+    model.__validator__ = Draft202012Validator(schema, registry=Registry())  # nothing fetched
     timeout_s = rule.timeout_s or config.timeout_s
     description = (tool.description or tool.title or tool.name).strip()
     return ToolSpec(name=name, description=f"{description}\n(from the MCP server {config.name!r})",
