@@ -95,3 +95,14 @@ async def test_a_long_answer_is_read_to_its_end(fakes: OpsFakes) -> None:
     found = data(await run(live(fakes), "query_logs", service_id="payments", environment="prod", minutes=30))
     _, _, params = next(r for r in fakes.requests if r[0] == "loki")
     assert int(params["limit"]) >= 1000 and found["patterns"][0]["count"] == 1000, found["patterns"][0]
+
+
+@pytest.mark.parametrize("raw", [{"data": {"resultType": "streams", "result": ["not a stream"]}},
+                                 {"data": {"resultType": "streams", "result": [{"values": [["x", "y"]]}]}},
+                                 {"status": "success", "data": [1, 2]}])
+async def test_an_answer_of_a_shape_nobody_expected_is_the_backends_fault(fakes: OpsFakes, raw: Any) -> None:
+    """JSON, but not Loki's shape: upstream_error, as the docs classify it (it was internal_error, a stack trace in
+    the log), never a question to the model about its query."""
+    fakes.loki_raw = raw
+    obs = await run(live(fakes), "query_logs", service_id="payments", environment="prod")
+    assert error_code(obs) == "upstream_error"

@@ -275,3 +275,34 @@ async def test_a_redis_that_answers_with_an_error_is_not_called_unreachable(
     assert await _check(None) == 2  # serve refuses it as the configuration too
     out = capsys.readouterr().out
     assert "DB index is out of range — fix: fix REDIS_URL" in out and "not reachable" not in out
+
+
+@pytest.mark.parametrize(("raw", "said"), [
+    ({"status": "success", "data": ["not", "an", "object"]}, "Prometheus answered without a data object"),
+    ({"status": "success", "data": {"resultType": "matrix", "result": ["x"]}}, "a matrix this client cannot read"),
+    ({"status": "success", "data": {"resultType": "matrix", "result": [{"values": [[1, 2, 3]]}]}},
+     "a matrix this client cannot read"),
+    ({"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {"pod": "a"}, "values": []},
+                                                                       {"metric": {"pod": "b"}, "values": []}]}},
+     "returns 2 series"),
+])
+async def test_every_metric_is_asked_and_a_shape_nobody_expected_is_a_failed_check(
+        env: FakeSlack, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        raw: dict, said: str) -> None:
+    """Only the first metric was asked: with the second's query failing, check said ready while query_metrics
+    failed on every call; JSON of an unexpected shape ended check with a traceback, no verdict."""
+    from tests.fakes.ops_servers import OpsFakes
+
+    env.scopes = sorted(manifest_scopes())
+    monkeypatch.setenv("OPS_TOKEN", "secret-token")
+    fakes = OpsFakes(prom_series={"error_rate": [0.01, 0.01]}, prom_raw={"p95_latency_ms": raw})
+    await fakes.server.start()
+    try:
+        (tmp_path / "opspilot.yml").write_text(
+            f"toolbox:\n  metrics: {{backend: prometheus, url: '{fakes.url}'}}\n")
+        assert await _check(None) == 1
+        out = capsys.readouterr().out
+        assert "✗ Metrics (prometheus): p95_latency_ms: " in out and said in out, out
+        assert "Traceback" not in out and "✓ Logs" in out
+    finally:
+        await fakes.server.stop()

@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
+
+log = logging.getLogger(__name__)
 
 PROBE_S = 8.0
 """One probe's deadline: the probes run side by side, so this bounds the whole run too."""
@@ -38,9 +41,13 @@ class Check:
 
 async def bounded(name: str, probe: Callable[[], Awaitable[list[Check]]], *, deadline_s: float = PROBE_S,
                   fix: str = "") -> list[Check]:
-    """The probe's checks, or one failed check saying it did not answer in time (never a hang)."""
+    """The probe's checks, or one failed check saying it did not answer in time (never a hang) or failed in a way
+    its own checks did not foresee (never a traceback instead of the other checks and the verdict)."""
     try:
         async with asyncio.timeout(deadline_s):
             return await probe()
     except TimeoutError:
         return [Check(name, False, f"did not answer within {deadline_s:g}s", fix)]
+    except Exception as exc:  # one boundary per probe: classified, and the other checks still run
+        log.debug("check %s failed unexpectedly", name, exc_info=True)  # where, at DEBUG
+        return [Check(name, False, f"failed unexpectedly: {type(exc).__name__}: {str(exc)[:200]}", fix)]

@@ -87,12 +87,18 @@ def _probes(settings: Settings, toolbox: ops.Toolbox) -> list[Any]:
                 return [Check(f"Logs ({conf.logs.backend})", False, exc.message, logs_fix)]
             return [Check(f"Logs ({conf.logs.backend})", True, f"answers for {service.id} in {env}")]
 
-        async def metrics() -> list[Check]:
-            try:
-                await toolbox.metrics.series(service, env, toolbox.metrics.names[0], 5)
-            except ToolError as exc:
-                return [Check(f"Metrics ({conf.metrics.backend})", False, exc.message, metrics_fix)]
-            return [Check(f"Metrics ({conf.metrics.backend})", True, f"answers for {service.id} in {env}")]
+        async def metrics() -> list[Check]:  # every metric: query_metrics reads them all, and fails with any one
+            names = toolbox.metrics.names
+            found = await asyncio.gather(*(toolbox.metrics.series(service, env, n, 5) for n in names),
+                                         return_exceptions=True)
+            for name, outcome in zip(names, found, strict=True):
+                if isinstance(outcome, ToolError):
+                    return [Check(f"Metrics ({conf.metrics.backend})", False, f"{name}: {outcome.message}",
+                                  metrics_fix)]
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            return [Check(f"Metrics ({conf.metrics.backend})", True,
+                          f"answers for {service.id} in {env} ({', '.join(names)})")]
 
         probes += [bounded(f"Logs ({conf.logs.backend})", logs, fix=logs_fix),
                    bounded(f"Metrics ({conf.metrics.backend})", metrics, fix=metrics_fix)]

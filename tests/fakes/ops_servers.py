@@ -27,8 +27,12 @@ class OpsFakes:
     loki_lines: list[tuple[float, str]] = field(default_factory=list)
     loki_status: int = 200
     loki_delay_s: float = 0.0
+    loki_raw: Any = None
+    """query_range's answer as it is (any JSON)."""
     prom_series: dict[str, list[float]] = field(default_factory=dict)
     prom_after_restart: dict[str, float] = field(default_factory=dict)
+    prom_raw: dict[str, Any] = field(default_factory=dict)
+    """A metric's query_range answer as it is (any JSON: shapes a real Prometheus would not send)."""
     deployment_ready_after_polls: int | None = 2  # None: the rollout never finishes
     webhook_states: list[str] = field(default_factory=lambda: ["running", "succeeded"])
     webhook_answer: tuple[int, Any] | None = None
@@ -96,6 +100,8 @@ class OpsFakes:
         q = request.query
         if self.loki_status != 200:
             return web.Response(status=self.loki_status, text="parse error at line 1, col 5: syntax error")
+        if self.loki_raw is not None:
+            return web.json_response(self.loki_raw)
         if not q.get("query", "").startswith("{") or "start" not in q or "end" not in q:
             return web.Response(status=400, text="invalid query: need a stream selector, start and end")
         start, end, limit = int(q["start"]), int(q["end"]), int(q.get("limit", 100))
@@ -123,6 +129,8 @@ class OpsFakes:
         if "{" not in q["query"]:
             return web.json_response({"status": "error", "errorType": "bad_data", "error": "parse error"},
                                      status=400)
+        if (raw := self.prom_raw.get(self._metric_for(q["query"]))) is not None:
+            return web.json_response(raw)
         values = self.prom_series.get(self._metric_for(q["query"]), [])
         end, step = float(q["end"]), 60.0
         points = [[end - (len(values) - 1 - i) * step, str(v)] for i, v in enumerate(values)]

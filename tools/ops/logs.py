@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from tools.ops.catalog import Service
 from tools.ops.http import Http
-from tools.tool_errors import InvalidArguments, NotFound
+from tools.tool_errors import InvalidArguments, NotFound, UpstreamError
 
 ERROR_LEVELS = {"error", "err", "fatal", "critical", "crit", "panic", "alert", "emerg"}
 _TEXT_LINE = re.compile(r"^(?P<ts>\d{4}-\d\d-\d\dT\S+)\s+(?P<level>[A-Za-z]+)\s+(?P<msg>.*)$")
@@ -136,15 +136,20 @@ class LokiBackend:
                   "limit": str(q.limit), "direction": "backward"}
         body = await self.http.get("/loki/api/v1/query_range", params)
         data = body.get("data") if isinstance(body, dict) else None
-        if not isinstance(data, dict) or data.get("resultType") != "streams":
+        if not isinstance(data, dict):
+            raise UpstreamError(f"Loki answered without a data object: {str(body)[:80]}")
+        if data.get("resultType") != "streams":
             raise InvalidArguments("Loki answered without a streams result; is the query a log query?")
         lines: list[LogLine] = []
-        for stream in data.get("result") or []:
-            labels = {str(k): str(v) for k, v in (stream.get("stream") or {}).items()}
-            for ts_ns, raw in stream.get("values") or []:
-                line = parse_line(str(raw), fallback_ts=int(ts_ns) / 1e9)
-                if line is not None:
-                    lines.append(LogLine(int(ts_ns) / 1e9, line.level, line.message, labels))
+        try:
+            for stream in data.get("result") or []:
+                labels = {str(k): str(v) for k, v in (stream.get("stream") or {}).items()}
+                for ts_ns, raw in stream.get("values") or []:
+                    line = parse_line(str(raw), fallback_ts=int(ts_ns) / 1e9)
+                    if line is not None:
+                        lines.append(LogLine(int(ts_ns) / 1e9, line.level, line.message, labels))
+        except (AttributeError, TypeError, ValueError) as exc:  # JSON, but not Loki's shape
+            raise UpstreamError(f"Loki answered with streams this client cannot read ({exc})") from exc
         return lines
 
 

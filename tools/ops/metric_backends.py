@@ -61,15 +61,23 @@ class PrometheusBackend:
         body = await self.http.get("/api/v1/query_range", {
             "query": self.describe(service, environment, metric), "start": f"{end - minutes * 60:.3f}",
             "end": f"{end:.3f}", "step": f"{self.step_s}s"})
-        result = _result(body, "matrix")
-        if not result:
+        result = _one(_result(body, "matrix"), metric)
+        if result is None:
             return []
-        return [(float(t), _number(v)) for t, v in result[0].get("values") or []]
+        try:
+            return [(float(t), _number(v)) for t, v in result.get("values") or []]
+        except (TypeError, ValueError) as exc:
+            raise UpstreamError(f"Prometheus answered with a matrix this client cannot read ({exc})") from exc
 
     async def current(self, service: Service, environment: str, metric: str) -> float | None:
         body = await self.http.get("/api/v1/query", {"query": self.describe(service, environment, metric)})
-        result = _result(body, "vector")
-        return _number(result[0]["value"][1]) if result else None
+        result = _one(_result(body, "vector"), metric)
+        value = result.get("value") if result is not None else None
+        if result is None:
+            return None
+        if not isinstance(value, list) or len(value) != 2:
+            raise UpstreamError(f"Prometheus answered with a vector this client cannot read ({str(value)[:80]})")
+        return _number(value[1])
 
 
 def _number(value: Any) -> float:
@@ -82,10 +90,24 @@ def _number(value: Any) -> float:
 def _result(body: Any, kind: str) -> list[dict[str, Any]]:
     if not isinstance(body, dict) or body.get("status") != "success":
         raise UpstreamError(f"Prometheus answered without success: {str(body)[:200]}")
-    data = body.get("data") or {}
+    data = body.get("data")
+    if not isinstance(data, dict):
+        raise UpstreamError(f"Prometheus answered without a data object: {str(data)[:80]}")
     if data.get("resultType") != kind:
         raise InvalidArguments(f"expected a {kind} result from Prometheus, got {data.get('resultType')!r}")
-    return list(data.get("result") or [])
+    result = data.get("result") or []
+    if not isinstance(result, list) or not all(isinstance(r, dict) for r in result):
+        raise UpstreamError(f"Prometheus answered with a {kind} this client cannot read: {str(result)[:80]}")
+    return result
+
+
+def _one(result: list[dict[str, Any]], metric: str) -> dict[str, Any] | None:
+    """The one series a metric's query must return: of several, any one alone would be a wrong figure."""
+    if len(result) > 1:
+        labels = ", ".join(str(r.get("metric") or {}) for r in result[:3])
+        raise InvalidArguments(f"the query for {metric} returns {len(result)} series ({labels}…), not one: aggregate "
+                               "it in toolbox.metrics (e.g. sum(…) or max(…))")
+    return result[0] if result else None
 
 
 class FixtureBackend:
