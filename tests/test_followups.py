@@ -78,6 +78,27 @@ async def test_the_model_schedules_follow_ups_within_limits_and_reads_each_refus
         await ws.stop()
 
 
+async def test_a_cancel_button_of_another_conversation_cancels_nothing(redis_url: str, prefix: str,
+                                                                       slack: FakeSlack) -> None:
+    """A private channel's follow-up id, seen elsewhere, forged into a button in a public channel: nothing is
+    cancelled and nothing is said, there or in the private channel (App Home's refusal, for a channel's button)."""
+    slack.private.add(CHANNEL)
+    slack.members[CHANNEL] = {"UBOT", "UREQ"}
+    ws = await open_at(redis_url, prefix, slack, Clock())
+    try:
+        timer = await schedule(ws, await asked(ws))
+        before = {key: all_text(m) for key, m in slack.messages.items()}
+        posted = slack.post_as_user("C0PUB", "UMAL", "hello")
+        await ws.sender.action(block_action(user="UMAL", channel="C0PUB", message={"ts": posted["ts"], "blocks": []},
+                                            action_id=CANCEL, value=timer.id))
+        await ws.settle()
+        assert await ws.store.timers.get(timer.id) is not None
+        assert {k: all_text(m) for k, m in slack.messages.items() if k in before} == before
+        assert slack.ephemeral_texts("UMAL") == []
+    finally:
+        await ws.stop()
+
+
 async def test_cancel_from_the_announcement_stops_it_and_says_who(redis_url: str, prefix: str,
                                                                   slack: FakeSlack) -> None:
     ws = await open_at(redis_url, prefix, slack, Clock(), allowed_users=["UREQ", "UMATE"])

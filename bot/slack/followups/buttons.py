@@ -147,10 +147,12 @@ class SlackFollowups:
             await self._tell(channel, user, say(lang, "fu_gone"), thread_ts)
             return
         lang = await self.lang(timer)
-        if not channel and not await self.visibility.may_see(user, timer.channel, person=timer.owner):
-            # From App Home, by someone who cannot read its conversation (a private channel's follow-up, its id
-            # seen elsewhere): nothing is done, and nothing about it is said.
-            log.warning("cancel of follow-up %s by %s, who cannot read %s, refused", timer.id, user, timer.channel)
+        misplaced = bool(channel) and (channel != timer.channel or (thread_ts or None) != (timer.thread_ts or None))
+        if misplaced or not await self.visibility.may_see(user, timer.channel, person=timer.owner):
+            # A button of another conversation (a forged value: the id seen elsewhere), or from App Home by someone
+            # who cannot read its conversation: nothing is done, and nothing about it is said.
+            log.warning("cancel of %s %s by %s from %s refused: %s", timer.kind, timer.id, user, channel or "App Home",
+                        "another conversation's button" if misplaced else f"they cannot read {timer.channel}")
             return
         verdict = await self.access.may_use(user, timer.channel, direct=timer.channel.startswith("D"))
         if not verdict.allowed:
