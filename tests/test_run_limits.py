@@ -255,3 +255,24 @@ async def test_a_start_the_channel_refuses_gives_the_person_s_slot_back(redis_ur
         assert not [t for t in told(ws, "UREQ") if "You have started" in t]
     finally:
         await ws.stop()
+
+
+async def test_a_dm_between_people_is_not_opspilot_s_dm(redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    """``allowed_channels`` spares only OpsPilot's own DMs: a command or shortcut in a DM between two people
+    (OpsPilot not in it) started a run there, or kept a schedule for it, as if it were OpsPilot's DM."""
+    slack.members["D0AM"] = {"UALICE", "UMAL"}
+    ws = await open_at(redis_url, prefix, slack, Clock(), allowed_channels=[CHANNEL])
+    try:
+        await shortcut(ws, "D0AM", user="UMAL")
+        for text in ('schedule "0 9 * * *" UTC payments errors', "payments errors"):
+            await ws.sender.command({"command": "/opspilot", "text": text, "user_id": "UMAL", "channel_id": "D0AM",
+                                     "trigger_id": f"trig-{text}", "response_url": slack.response_url()})
+            await ws.settle()
+        assert (await ws.store.stats(3600)).runs == 0
+        assert [t for t in await ws.store.timers.every() if t.kind == "schedule"] == []
+        said = [str(r.get("text")) for r in slack.responses]  # through the commands' URLs: OpsPilot is not there
+        assert len(said) == 2 and all("I am not in this conversation" in t for t in said), said
+        await command(ws, "payments errors", channel="D0REQ")  # OpsPilot's own DM: allowed
+        assert (await ws.store.stats(3600)).runs == 1
+    finally:
+        await ws.stop()

@@ -14,8 +14,15 @@ class ChannelMethods:
     members: dict[str, set[str]]
     private: set[str]
 
+    def outside(self, channel: str) -> bool:
+        """A direct message between people, the bot not in it (its members set without ``UBOT``): Slack answers
+        the bot ``channel_not_found`` there."""
+        return channel.startswith("D") and channel in self.members and "UBOT" not in self.members[channel]
+
     def _conversations_history(self, body: dict[str, Any]) -> dict[str, Any]:
         channel = str(body.get("channel"))
+        if self.outside(channel):
+            return {"ok": False, "error": "channel_not_found"}
         with_metadata = str(body.get("include_all_metadata")).lower() in ("1", "true")
         oldest = float(body.get("oldest") or 0)
         inclusive = str(body.get("inclusive")).lower() in ("1", "true")

@@ -283,7 +283,7 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods, WebhookMethods, Chan
             return self.stream_problem(method, body, TEAM)
         if method not in ("chat.postMessage", "chat.update", "chat.postEphemeral"):
             return None
-        if not body.get("channel"):
+        if not body.get("channel") or self.outside(str(body["channel"])):
             return "channel_not_found"
         if len(str(body.get("text") or "")) > 40_000:
             return "msg_too_long"

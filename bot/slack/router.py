@@ -150,9 +150,9 @@ class Inbound:
         if trigger and not await self.meta.first_time(f"command:{trigger}"):
             log.warning("a replayed /opspilot request (trigger %s) was ignored", trigger)
             return
-        verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))
+        verdict = await self.access.may_start(user, channel)
         if not verdict.allowed:
-            await self._refuse(channel, user, verdict, None, asked=text)
+            await self._refuse(channel, user, verdict, None, asked=text, reply=str(command.get("response_url") or ""))
             return
         if not text:
             lang = await self.home.language(user) if self.home is not None else \
@@ -281,13 +281,13 @@ class Inbound:
         return known or language_of(asked, self.access.config.language)
 
     async def _refuse(self, channel: str, user: str, verdict: Verdict, thread_ts: str | None,
-                      asked: str = "") -> None:
-        """A refusal, to one person, in the thread's language."""
-        await self.outbox.tell(channel, user, verdict.words(await self._lang(channel, thread_ts, asked)), thread_ts)
-
-    async def _tell(self, channel: str, user: str, key: str, thread_ts: str | None) -> None:
-        """One of OpsPilot's own private notes (``words``), in the thread's language."""
-        await self.outbox.tell(channel, user, say(await self._lang(channel, thread_ts), key), thread_ts)
+                      asked: str = "", reply: str = "") -> None:
+        """A refusal, to one person, in the thread's language; where OpsPilot cannot post (a DM between people),
+        through the request's ``reply`` URL."""
+        words = verdict.words(await self._lang(channel, thread_ts, asked))
+        if verdict.key == "not_my_dm":
+            return await respond(reply, words)
+        await self.outbox.tell(channel, user, words, thread_ts)
 
     async def on_shortcut(self, body: dict[str, Any]) -> None:
         """"Investigate with OpsPilot" on any message: a run in that message's thread, about it."""
@@ -298,9 +298,9 @@ class Inbound:
         trigger = str(body.get("trigger_id") or f"{channel}:{ts}:{user}")
         if not ts or not await self.meta.first_time(f"shortcut:{trigger}"):
             return
-        verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))
+        verdict = await self.access.may_start(user, channel)
         if not verdict.allowed:
-            await self._refuse(channel, user, verdict, thread_ts)
+            await self._refuse(channel, user, verdict, thread_ts, reply=str(body.get("response_url") or ""))
             return
         if not await self._admit("shortcut", user, channel, f"shortcut:{trigger}", thread_ts):
             return
@@ -326,8 +326,7 @@ class Inbound:
         return False
 
     async def _of_thread(self, run_id: str, channel: str, thread_ts: str | None) -> bool:
-        """Whether ``run_id`` (a button's value: lifted from another thread's message, or made up) is a run of
-        the clicked message's thread."""
+        """Whether ``run_id`` (a button's value: lifted from elsewhere, or made up) is the clicked thread's run."""
         try:
             home = (await self.engine.run_record(run_id)).thread_id
         except EngineError:

@@ -50,6 +50,7 @@ class AccessPolicy:
         self.cache_s = cache_s
         self.environments = environments  # the catalog's; None: not known here (nothing is judged unknown)
         self._groups: dict[str, tuple[float, frozenset[str]]] = {}
+        self._dms: dict[str, bool] = {}  # whether a D… conversation is OpsPilot's own (it never changes)
         self._unread: set[str] = set()  # groups Slack would not list, with nothing cached to fall back on
 
     async def members(self, usergroup: str) -> frozenset[str]:
@@ -104,6 +105,34 @@ class AccessPolicy:
                 return ALLOW
             return refusal("no_user")
         return ALLOW
+
+    async def may_start(self, user: str, channel: str) -> Verdict:
+        """:meth:`may_use` for a door whose conversation Slack names, any direct message included (a command, a
+        shortcut): only OpsPilot's own DM counts as one; a DM between people is refused (OpsPilot is not in it)."""
+        if not channel.startswith("D"):
+            return await self.may_use(user, channel)
+        if not await self.own_dm(channel):
+            return refusal("not_my_dm")
+        return await self.may_use(user, channel, direct=True)
+
+    async def own_dm(self, channel: str) -> bool:
+        """Whether ``channel`` is a direct message with OpsPilot: one it can read (``im:history``; a DM between
+        people is ``channel_not_found`` to it). Slack failing: not known, so not one (asked again next time)."""
+        if channel in self._dms:
+            return self._dms[channel]
+        try:
+            await retried("conversations.history", lambda: self.client.conversations_history(channel=channel,
+                                                                                             limit=1), attempts=2)
+            own = True
+        except SLACK_FAILURES as exc:
+            if "channel_not_found" not in slack_error(exc):
+                log.warning("whether %s is OpsPilot's DM is not known: %s", channel, slack_error(exc))
+                return False
+            own = False
+        if len(self._dms) > 10_000:
+            self._dms.clear()
+        self._dms[channel] = own
+        return own
 
     def may_change_in(self, channel: str, *, direct: bool = False) -> Verdict:
         allowed = self.config.mutating_channels

@@ -94,7 +94,7 @@ class IncidentCommands:
         trigger = str(body.get("trigger_id") or f"{channel}:{thread_ts}:{user}")
         if not thread_ts or not await self.meta.first_time(f"shortcut:{trigger}"):
             return
-        verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))
+        verdict = await self.access.may_start(user, channel)
         if not verdict.allowed:
             lang = (await self.meta.get(THREAD, thread_key(channel, thread_ts))).get("lang") or \
                 language_of("", self.language)

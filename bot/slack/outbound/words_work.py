@@ -42,6 +42,8 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
     "out_no_changes": ("no change in {minutes} min", "{minutes} 分钟内没有变更"),
     "out_not_checked": (" (not checked: {sources})", "（未检查：{sources}）"),
     "out_error_rate": ("; error rate {before} → {after}", "；错误率 {before} → {after}"),
+    "not_my_dm": ("I am not in this conversation: ask me in a channel I am in, or in a direct message to me.",
+                  "我不在这个对话里：请在我所在的频道里问我，或直接私信我。"),
     "rollout_complete": ("rollout complete", "滚动发布已完成"),
     "rollout_timed_out": ("rollout did not finish in time: not verified", "滚动发布未在时限内完成：未经验证"),
     "rollout_failed": ("rollout failed", "滚动发布失败"),
