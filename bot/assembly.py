@@ -7,6 +7,7 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from bot.agent.deps import RunDeps
@@ -24,7 +25,7 @@ from state.store import MetaStore, Outbox, Reports, Store, WorkQueue
 from tools import ops
 from tools.mcp import McpHub, McpStartupError
 from tools.plugins import PluginError, load_plugins
-from tools.registry import Registry, ToolSpec
+from tools.registry import ConfirmPolicy, InEnvironments, Registry, ToolSpec, always, never
 from tools.tool_errors import ToolError
 
 if TYPE_CHECKING:  # imported only when traces are on
@@ -101,6 +102,41 @@ def demo_data_problem(settings: Settings) -> str | None:
             "metrics on a replayed clock), not your systems")
 
 
+def asks(policy: ConfirmPolicy, environment: str) -> bool | None:
+    """Whether ``policy`` asks a person about a call in ``environment``; None when the environment alone does not
+    tell (the rule reads other arguments)."""
+    if policy is always or policy is never:
+        return policy is always
+    if isinstance(policy, InEnvironments) and policy.field == "environment":
+        return policy(SimpleNamespace(environment=environment))
+    return None
+
+
+def loosened(settings: Settings, environments: list[str], registry: Registry,
+             defaults: dict[str, ConfirmPolicy]) -> list[str]:
+    """What serve starts with but says: ``tools.<name>.confirm_in`` leaving out an environment its tool asks about
+    by default (a change there runs with no person's confirmation), and an approvers rule the gate never reaches
+    outside an alert's run (it reads as protection that is not there)."""
+    warnings: list[str] = []
+    for name in settings.tools:
+        spec, before = registry.get(name), defaults.get(name)
+        dropped = [e for e in environments if spec is not None and before is not None
+                   and asks(before, e) is True and asks(spec.needs_confirmation, e) is False]
+        if dropped:
+            warnings.append(f"tools.{name}.confirm_in leaves {', '.join(dropped)} out: {name} runs there with no "
+                            "person's confirmation, which it asks for by default")
+    for tool, by_env in settings.slack.approvers.items():
+        spec = registry.get(tool)
+        for env in by_env:
+            if spec is not None and not spec.mutating:
+                warnings.append(f"slack.approvers.{tool}: {tool} is read-only: nobody is asked to confirm it")
+                break
+            if spec is not None and env != "*" and asks(spec.needs_confirmation, env) is False:
+                warnings.append(f"slack.approvers.{tool}.{env}: {tool} asks for a confirmation in {env} only in an "
+                                f"alert's run (tools.{tool}.confirm_in): elsewhere it runs with no one's")
+    return warnings
+
+
 def validate(settings: Settings, toolbox: ops.Toolbox, extra: Sequence[ToolSpec] = ()) -> tuple[Registry, list[str]]:
     """The one validation ``serve`` (through :func:`assemble`) and ``opspilot check`` share: the registry, or the
     ConfigError serve stops with (among them rules that can never match: they fail closed); and the problems serve
@@ -109,6 +145,7 @@ def validate(settings: Settings, toolbox: ops.Toolbox, extra: Sequence[ToolSpec]
         registry = Registry.of([*toolbox.specs, *load_plugins(settings.plugins, {}), *extra])
     except (PluginError, ValueError) as exc:
         raise ConfigError(str(exc)) from exc
+    defaults = {name: spec.needs_confirmation for name in registry.names() if (spec := registry.get(name))}
     for name, policy in settings.tools.items():
         if name not in registry:
             raise ConfigError(f"tools.{name}: there is no tool named {name!r}{suggest(name, registry.names())}")
@@ -118,9 +155,10 @@ def validate(settings: Settings, toolbox: ops.Toolbox, extra: Sequence[ToolSpec]
             except ValueError as exc:
                 raise ConfigError(f"tools.{name}.confirm_in: {exc}") from exc
     registry.know_environments(toolbox.catalog.environments)
-    if problems := environment_problems(settings, toolbox.catalog.environments, registry.names()):
+    if problems := environment_problems(settings, toolbox.catalog.environments, registry.names(),
+                                        toolbox.catalog.ids):
         raise ConfigError("\n".join(problems))
-    warnings: list[str] = []
+    warnings = loosened(settings, toolbox.catalog.environments, registry, defaults)
     verify = settings.toolbox.verify
     if verify.timeout_s + verify.settle_s >= settings.limits.max_wall_time_s:
         warnings.append(f"toolbox.verify ({verify.timeout_s:g}s + {verify.settle_s:g}s settle) does not fit "

@@ -287,11 +287,13 @@ class Settings(BaseSettings):
         return value.strip()
 
 
-def environment_problems(settings: Settings, known: list[str], tools: list[str] | None = None) -> list[str]:
+def environment_problems(settings: Settings, known: list[str], tools: list[str] | None = None,
+                         services: list[str] | None = None) -> list[str]:
     """Authorisation rules that can never match, which serve refuses: an environment no catalog service has (a typo
-    would leave the real one unprotected: no approvers rule there, or no confirmation), an approvers entry for a
-    tool that does not exist (a typo would let anyone confirm the real one). Each with the key and the nearest
-    known name. A name under a configured MCP server's prefix (``<server>__``) is known only once it connects."""
+    would leave the real one unprotected: no approvers rule there, or no confirmation, or the default replica
+    bounds), an approvers entry for a tool, or replica bounds for a service, that does not exist (a typo would let
+    anyone confirm the real one, or scale it within the defaults). Each with the key and the nearest known name. A
+    name under a configured MCP server's prefix (``<server>__``) is known only once it connects."""
     problems: list[str] = []
     mcp = tuple(f"{server.name}__" for server in settings.mcp_servers)
 
@@ -308,6 +310,12 @@ def environment_problems(settings: Settings, known: list[str], tools: list[str] 
     for name, policy in settings.tools.items():
         problems += [env_problem(f"tools.{name}.confirm_in", env) for env in policy.confirm_in or []
                      if env not in known]
+    for service, bounds in settings.toolbox.scale_bounds.items():
+        if services is not None and service != "*" and service not in services:
+            problems.append(f"toolbox.scale_bounds.{service}: there is no service {service!r} in the catalog"
+                            f"{suggest(service, services)}")
+        problems += [env_problem(f"toolbox.scale_bounds.{service}.{env}", env) for env in bounds
+                     if env != "*" and env not in known]
     return problems
 
 

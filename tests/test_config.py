@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from bot.agent.models.scripted import ScriptedModel, call, reply
-from bot.assembly import build_model, build_registry
+from bot.assembly import build_model, build_registry, validate
 from bot.config import ConfigError, Settings, load_settings
 from state import RedisStore
 from tests.conftest import make_harness
@@ -133,6 +133,39 @@ mcp_servers: [{name: k8s, command: "true"}]
         "slack.two_person_rule: no service in the catalog has environment 'production' (known: prod, staging)",
         "tools.restart_service.confirm_in: no service in the catalog has environment 'stagin' (did you mean "
         "'staging'?)"]
+
+
+def test_replica_bounds_are_folded_and_checked_like_every_rule(tmp_path: Path) -> None:
+    """``Prod`` bounds ``prod`` (it was left unread: the defaults applied, 3 → 1 offered below the min), and
+    bounds for a service or environment nobody has are refused (a typo let staging scale within the defaults)."""
+    folded = load_settings(write(tmp_path, "toolbox: {scale_bounds: {payments: {Prod: {min: 3, max: 6}}}}\n"))
+    assert set(folded.toolbox.scale_bounds["payments"]) == {"prod"}
+    build_registry(folded, ops.build())
+    settings = load_settings(write(tmp_path, "toolbox: {scale_bounds: {payment: {staging: {min: 2, max: 2}}, "
+                                             "orders: {stagin: {min: 1, max: 2}}}}\n"))
+    with pytest.raises(ConfigError) as refused:
+        build_registry(settings, ops.build())
+    assert str(refused.value).splitlines() == [
+        "toolbox.scale_bounds.payment: there is no service 'payment' in the catalog (did you mean 'payments'?)",
+        "toolbox.scale_bounds.orders.stagin: no service in the catalog has environment 'stagin' (did you mean "
+        "'staging'?)"]
+
+
+def test_a_rule_that_loosens_the_gate_or_reads_as_protection_is_said(tmp_path: Path) -> None:
+    """Started with, but said: a confirm_in that leaves out an environment its tool asks about by default, and
+    approvers where the tool never asks outside an alert's run (staging restarts ran with no approver)."""
+    settings = load_settings(write(tmp_path, """
+slack:
+  approvers: {restart_service: {staging: {users: [UBOSS]}, prod: {users: [UBOSS]}}, query_logs: {prod: {users: [U]}}}
+tools: {rollback_service: {confirm_in: [staging]}}
+"""))
+    _, warnings = validate(settings, ops.build())
+    assert warnings == [
+        "tools.rollback_service.confirm_in leaves prod out: rollback_service runs there with no person's "
+        "confirmation, which it asks for by default",
+        "slack.approvers.restart_service.staging: restart_service asks for a confirmation in staging only in an "
+        "alert's run (tools.restart_service.confirm_in): elsewhere it runs with no one's",
+        "slack.approvers.query_logs: query_logs is read-only: nobody is asked to confirm it"]
 
 
 def test_plugin_tools_register_and_run(tmp_path: Path) -> None:

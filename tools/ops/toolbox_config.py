@@ -8,6 +8,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from core.envs import environment_name
+
 DEFAULT_QUERIES = {
     "error_rate": 'sum(rate(http_requests_total{$labels,code=~"5.."}[5m]))'
                   " / sum(rate(http_requests_total{$labels}[5m]))",
@@ -194,9 +196,11 @@ class OpsConfig(_Section):
     metrics: Annotated[FixtureMetrics | PrometheusMetrics, Field(discriminator="backend")] = Field(
         default_factory=FixtureMetrics, description="where query_metrics reads series")
     restart: Annotated[DemoRestarts | KubernetesRestarts | WebhookRestarts, Field(discriminator="backend")] = Field(
-        default_factory=DemoRestarts, description="what restart_service does (always confirmed by a person first)")
+        default_factory=DemoRestarts, description="what restart_service does (confirmed by a person in prod; "
+        "tools.restart_service.confirm_in says where)")
     rollback: ActionBackend | None = Field(
-        None, description="what rollback_service does (always confirmed in prod). Unset: the restart backend's "
+        None, description="what rollback_service does (confirmed by a person in every environment; "
+        "tools.rollback_service.confirm_in narrows it). Unset: the restart backend's "
         "Kubernetes connection when restart is kubernetes, the demo when restart is the demo; with a restart "
         "webhook, rollbacks are refused (not_configured) until a rollback backend is set")
     scale: ActionBackend | None = Field(None, description="what scale_service does; unset: as for rollback")
@@ -216,3 +220,17 @@ class OpsConfig(_Section):
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, dict) else value
+
+    @field_validator("scale_bounds")
+    @classmethod
+    def _folded(cls, value: dict[str, dict[str, Bounds]]) -> dict[str, dict[str, Bounds]]:
+        """Environment names as every rule compares them (stripped, case-folded): ``Prod`` bounds ``prod``."""
+        out: dict[str, dict[str, Bounds]] = {}
+        for service, by_env in value.items():
+            out[service] = {}
+            for env, bounds in by_env.items():
+                name = env if env == "*" else environment_name(env) or env
+                if name in out[service]:
+                    raise ValueError(f"{service}: environment {name!r} is given twice (as {env!r} too)")
+                out[service][name] = bounds
+        return out
