@@ -258,3 +258,29 @@ def test_slack_counts_changes_and_says_their_kinds() -> None:
         "2 changes in 60 min: rollback to `revision 1` 09:12, config change `revision 2` 09:05"
     assert output("ok", None, {"ok": True, "data": two}, "zh") == \
         "60 分钟内 2 次变更：回滚到 `revision 1` 09:12，配置变更 `revision 2` 09:05"
+
+
+async def test_what_could_not_be_read_is_said_and_times_in_milliseconds_are_times(tmp_path: Path) -> None:
+    """A deploy timed in epoch milliseconds (as CI systems write it) was read as seconds in the year 58,000 and
+    dropped unsaid; records with no time, or one far in the future, made the summary say "no change" with the
+    count only in a field of its own, and the verdict "No: nothing changed"."""
+    from datetime import datetime
+
+    from tools.ops.verdict import judge
+
+    now = datetime.fromisoformat(NOW.replace("Z", "+00:00")).timestamp()
+    events = tmp_path / "changes.jsonl"
+    events.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"at": int((now - 600) * 1000), "service": "payments", "environment": "prod", "version": "v2"},
+        {"at": now + 86400 * 365, "service": "payments", "environment": "prod", "version": "v9"},
+        {"service": "payments", "environment": "prod", "version": "v0"}]))
+    found = data(await run(toolbox(cfg.FileChanges(file=events)), "recent_changes", service_id="payments",
+                           environment="prod", minutes=60))
+    assert [(c["version"], c["at"][11:16]) for c in found["changes"]] == [("v2", "09:50")]
+    assert found["unreadable_records"] == 2 and "2 records could not be read" in found["summary"], found["summary"]
+    events.write_text(json.dumps({"service": "payments", "environment": "prod"}) + "\n")
+    none = data(await run(toolbox(cfg.FileChanges(file=events)), "recent_changes", service_id="payments",
+                          environment="prod", minutes=60))
+    assert none["changes"] == [] and none["summary"].startswith("no readable change in the last 60 min"), none
+    flat = {"trend": "flat", "current": 0.001, "baseline": 0.001}
+    assert judge(none, flat, None).kind == "incomplete"  # not "nothing changed": one record could not be read

@@ -43,6 +43,10 @@ def _line(change: Change, dated: bool = False) -> str:
     return f"{what} at {when} UTC" + (f" ({extra[:80]})" if extra else "")
 
 
+SKEW_S = 300.0
+"""A change dated this far after now is still the window's (clocks differ); further, it is counted unreadable."""
+
+
 async def recent(sources: list[ChangeSource], service: Service, environment: str, minutes: int,
                  now: float) -> dict[str, Any]:
     start = now - minutes * 60
@@ -72,15 +76,20 @@ async def recent(sources: list[ChangeSource], service: Service, environment: str
                                     code=failures[0].code)
         raise ToolError(f"no change source covers {environment} (configured: "
                         f"{', '.join(s.name for s in sources) or 'none'})", code="not_configured")
-    changes.sort(key=lambda c: c.at, reverse=True)
-    window = [c for c in changes if start <= c.at <= now]
+    future = [c for c in changes if c.at > now + SKEW_S]  # a time no clock skew explains: not a time to trust
+    unreadable += len(future)
+    changes = sorted((c for c in changes if c.at <= now + SKEW_S), key=lambda c: c.at, reverse=True)
+    window = [c for c in changes if start <= c.at]
     before = next((c for c in changes if c.at < start), None)
     if window:
         summary = f"{len(window)} change{'s' if len(window) != 1 else ''} in the last {minutes} min: " + \
             "; ".join(_line(c) for c in window[:3]) + ("; …" if len(window) > 3 else "")
     else:
         last = f"; the last one: {_line(before, dated=True)}" if before else ""
-        summary = f"no change in the last {minutes} min{last}"
+        summary = f"no {'readable ' if unreadable else ''}change in the last {minutes} min{last}"
+    if unreadable:  # left out of the list, not of what is said: "nothing changed" would not be known
+        summary += f"; {unreadable} record{'s' if unreadable != 1 else ''} could not be read (no time, service or " \
+                   "a time far in the future): the list may be incomplete"
     if notes:
         summary += "; " + "; ".join(notes)
     if unavailable:

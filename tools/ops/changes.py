@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -84,8 +85,16 @@ class ChangeSource(Protocol):
 
 
 def timestamp(value: Any) -> float | None:
+    """Seconds since the epoch from an ISO 8601 time with its zone, or a number: seconds, or (as CI systems write
+    them) milliseconds, microseconds or nanoseconds, told apart by size. None when it is no time."""
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
+        number = float(value)
+        if not math.isfinite(number) or number <= 0:
+            return None
+        for scale in (1e18, 1e15, 1e12):  # ns, µs, ms: a count of seconds that large is past the year 30,000
+            if number >= scale:
+                return number / (scale / 1e9)
+        return number
     if not isinstance(value, str) or not value:
         return None
     try:

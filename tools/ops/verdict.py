@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 TIE_S = 30 * 60  # a change more than 30 minutes before the errors began is not tied to them by timing alone
-Kind = Literal["yes", "no", "too_early", "nothing_changed", "no_rise", "no_data", "no_history"]
+Kind = Literal["yes", "no", "too_early", "nothing_changed", "incomplete", "no_rise", "no_data", "no_history"]
 
 
 def stamp(value: Any) -> float | None:
@@ -36,6 +36,9 @@ class Verdict:
     """For "no": the change before the errors, if any."""
     previous: dict[str, Any] | None = None
     """For "yes": the release before the change (a rollback's natural target), when the history shows one."""
+    unread: int = 0
+    """Change records that could not be read, and sources not checked: "nothing changed" is then not known
+    (``incomplete``)."""
 
 
 def onset(rate: dict[str, Any], logs: dict[str, Any] | None) -> tuple[float, str] | None:
@@ -68,11 +71,13 @@ def judge(changes: dict[str, Any] | None, rate: dict[str, Any] | None, logs: dic
         return Verdict("no_history")
     listed = tuple((t, c) for c in changes.get("changes") or [] if isinstance(c, dict)
                    and (t := stamp(c.get("at"))) is not None)
+    unread = int(changes.get("unreadable_records") or 0) + len(changes.get("unavailable") or [])
+    nothing: Kind = "incomplete" if unread else "nothing_changed"  # an absence not all records can vouch for
     found = onset(rate or {}, logs)
     if found is None:
         if (rate or {}).get("trend") in (None, "no data", "single point"):
-            return Verdict("no_data", listed)
-        return Verdict("no_rise" if listed else "nothing_changed", listed)
+            return Verdict("no_data", listed, unread=unread)
+        return Verdict("no_rise" if listed else nothing, listed, unread=unread)
     began, how = found
     before = [(t, c) for t, c in listed if t <= began]
     after = [(t, c) for t, c in listed if t > began]
@@ -86,4 +91,4 @@ def judge(changes: dict[str, Any] | None, rate: dict[str, Any] | None, logs: dic
     if before:
         t, c = before[0]
         return Verdict("too_early", listed, began, how, c, t)
-    return Verdict("nothing_changed", listed, began, how)
+    return Verdict(nothing, listed, began, how, unread=unread)

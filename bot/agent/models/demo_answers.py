@@ -107,9 +107,11 @@ def deploy_verdict(results: list[ToolResultMessage], service: str, zh: bool) -> 
         source = f"（来源 `{c.get('source')}`）" if zh else f" (source: `{c.get('source')}`)"  # the tool's label: data
         lines.append(f"  • {'变更：' if zh else 'Change: '}`{what}` — {_clock(t)} UTC{source}")
     window = ((changes or {}).get("window") or {}).get("minutes")
+    unread = "" if not v.unread else f"（另有 {v.unread} 条记录或来源读不到）" if zh else \
+        f" ({v.unread} records or sources could not be read)"
     if not v.changes:
-        lines.append(f"  • 最近 {window} 分钟内没有变更记录" if zh else
-                     f"  • No change recorded in the last {window} min")
+        lines.append(f"  • 最近 {window} 分钟内没有变更记录{unread}" if zh else
+                     f"  • No change recorded in the last {window} min{unread}")
     if v.began is None:
         lines.append({
             "no_data": ("  • 无法判断：这段时间的错误率数据不足。",
@@ -117,6 +119,9 @@ def deploy_verdict(results: list[ToolResultMessage], service: str, zh: bool) -> 
                         "it rose."),
             "no_rise": ("  • 看不出影响：这段时间错误率没有明显上升。",
                         "  • No sign of it: the error rate did not clearly rise in this window."),
+            "incomplete": ("  • 无法判断是否有变更：部分变更记录读不到；错误率没有明显上升。",
+                           "  • Can't tell whether anything changed: part of the change history could not be "
+                           "read; the error rate did not clearly rise."),
         }.get(v.kind, ("  • 不是：没有变更，错误率也没有明显上升。",
                        "  • No: nothing changed, and the error rate did not clearly rise."))[0 if zh else 1])
         return lines
@@ -140,6 +145,10 @@ def deploy_verdict(results: list[ToolResultMessage], service: str, zh: bool) -> 
         lines.append(f"  • 无法判断：最近的变更 {name} 比报错早 {span(gap, zh)}，时间上对不上。" if zh else
                      f"  • Can't tell: the last change before the errors, {name}, came {span(gap, zh)} "
                      "earlier — too long before to tie them by timing alone.")
+    elif v.kind == "incomplete":
+        lines.append("  • 无法判断：读到的记录里这段时间没有变更，但部分记录读不到。" if zh else
+                     "  • Can't tell: no change in what could be read, but part of the change history could not "
+                     "be read.")
     else:
         lines.append("  • 不是：这段时间没有任何变更。" if zh else "  • No: nothing changed in this window.")
     return lines
