@@ -24,6 +24,7 @@ from state.client import refusal, safe_url
 from state.store import MetaStore, Outbox, Reports, Store, WorkQueue
 from tools import ops
 from tools.mcp import McpHub, McpStartupError
+from tools.ops.toolbox import bundled
 from tools.plugins import PluginError, load_plugins
 from tools.registry import ConfirmPolicy, InEnvironments, Registry, ToolSpec, always, never
 from tools.tool_errors import ToolError
@@ -85,21 +86,19 @@ def build_toolbox(settings: Settings) -> ops.Toolbox:
         raise ConfigError(f"toolbox: {exc}") from exc
 
 
-DEMO_DATA_FIX = ("set toolbox.catalog / toolbox.data_dir and the backends in opspilot.yml (docs/configuration.md), or "
-                 "pass --demo-data (OPSPILOT_DEMO_DATA=1) to serve the demo data on purpose")
+DEMO_DATA_FIX = ("point each at your own in opspilot.yml (toolbox.catalog, docs_dir, logs, metrics, changes; or "
+                 "toolbox.data_dir for the files: docs/configuration.md), or pass --demo-data (OPSPILOT_DEMO_DATA=1) "
+                 "to serve the demo data on purpose")
 
 
 def demo_data_problem(settings: Settings) -> str | None:
     """Why ``serve``/``worker`` must not start: they would answer on-call questions from the bundled demo data
     (nothing in the config points the toolbox elsewhere) — unless ``demo_data`` says that is the point."""
-    conf = settings.toolbox
-    bundled = ops.DEMO_DATA.resolve()
-    data = (conf.data_dir or bundled).resolve()
-    catalog = (conf.catalog or data / "catalog.yml").resolve()
-    if settings.demo_data or (data != bundled and not catalog.is_relative_to(bundled)):
+    parts = [] if settings.demo_data else bundled(settings.toolbox)
+    if not parts:
         return None
-    return ("the toolbox would answer from the bundled demo data (examples/demo: a fictional catalog, logs and "
-            "metrics on a replayed clock), not your systems")
+    return (f"the toolbox would answer from the bundled demo data (examples/demo, fictional, on a replayed clock), "
+            f"not your systems: its {', '.join(parts)}")
 
 
 def asks(policy: ConfirmPolicy, environment: str) -> bool | None:

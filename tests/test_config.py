@@ -272,3 +272,28 @@ def test_the_otlp_endpoint_variable_is_in_the_settings_in_effect(monkeypatch: py
     assert load_settings(None).telemetry.otlp_endpoint == "http://otel.test:4318"
     monkeypatch.setenv("OPSPILOT_TELEMETRY__OTLP_ENDPOINT", "http://ours.test:4318")  # ours, set, wins
     assert load_settings(None).telemetry.otlp_endpoint == "http://ours.test:4318"
+
+
+def test_what_reads_the_bundled_demo_data_is_named_and_live_backends_keep_the_real_clock(tmp_path: Path) -> None:
+    """Own catalog and runbooks with live backends: not the demo data (it was refused as such), and the backends
+    are asked about now, not the bundled dataset's replayed 10:00. Only the catalog set: the rest is named."""
+    import shutil
+
+    from bot.assembly import demo_data_problem
+
+    shutil.copy(ops.DEMO_DATA / "catalog.yml", tmp_path / "catalog.yml")
+    (tmp_path / "docs").mkdir()
+    live = load_settings(write(tmp_path, f"""
+toolbox:
+  catalog: {tmp_path / "catalog.yml"}
+  docs_dir: {tmp_path / "docs"}
+  logs: {{backend: loki, url: "http://127.0.0.1:9"}}
+  metrics: {{backend: prometheus, url: "http://127.0.0.1:9"}}
+  changes: {{backend: http, url: "http://127.0.0.1:9/changes"}}
+"""))
+    assert demo_data_problem(live) is None
+    assert not ops.build(live.toolbox).clock.replayed
+    partly = load_settings(write(tmp_path, f"toolbox: {{catalog: {tmp_path / 'catalog.yml'}}}\n"))
+    said = demo_data_problem(partly)
+    assert said is not None and said.endswith("its runbooks, logs, metrics, change history"), said
+    assert ops.build(partly.toolbox).clock.replayed  # what it reads is the replayed dataset: on its clock

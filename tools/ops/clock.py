@@ -23,12 +23,12 @@ class Clock:
         return self.fixed is not None
 
     @classmethod
-    def for_data(cls, override: datetime | None, data_dir: Path) -> Clock:
+    def for_data(cls, override: datetime | None, data_dir: Path | None) -> Clock:
         """``toolbox.now`` when set, else ``now:`` in the data directory's ``dataset.yml``, else the real clock."""
         if override is not None:
             return cls(override.timestamp())
-        meta = data_dir / "dataset.yml"
-        if not meta.is_file():
+        meta = data_dir / "dataset.yml" if data_dir is not None else None
+        if meta is None or not meta.is_file():
             return cls()
         try:
             loaded = yaml.safe_load(meta.read_text(encoding="utf-8")) or {}

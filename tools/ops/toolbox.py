@@ -178,6 +178,21 @@ def _actions(conf: cfg.OpsConfig, chosen: cfg.ActionBackend | None, what: str, s
     return DemoActions(history)
 
 
+def bundled(conf: cfg.OpsConfig) -> list[str]:
+    """The parts of the toolbox that would read the bundled demo data (examples/demo), as the config says."""
+    data = (conf.data_dir or DEMO_DATA).resolve()
+    files = {"catalog": conf.catalog or data / "catalog.yml", "runbooks": conf.docs_dir or data / "docs"}
+    if isinstance(conf.logs, cfg.FileLogs):
+        files["logs"] = conf.logs.dir or data / "logs"
+    if isinstance(conf.metrics, cfg.FixtureMetrics):
+        files["metrics"] = conf.metrics.file or data / "metrics.yml"
+    for c in conf.changes:
+        if isinstance(c, cfg.FileChanges):
+            files["change history"] = c.file or data / "changes.jsonl"
+    demo = DEMO_DATA.resolve()
+    return [part for part, path in files.items() if path.resolve().is_relative_to(demo)]
+
+
 def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox:
     conf = conf or cfg.OpsConfig()
     data = conf.data_dir or DEMO_DATA
@@ -185,7 +200,8 @@ def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox
     # Indexed at the first search, in its thread (DocIndex.search): a large docs folder does not delay a
     # worker's first read of the queue.
     docs = DocIndex(conf.docs_dir or data / "docs", link_base=conf.docs_link_base)
-    clock = Clock.for_data(conf.now, data)
+    # The bundled data's replayed clock only where its files are read: live backends are asked about now.
+    clock = Clock.for_data(conf.now, data if conf.data_dir is not None or bundled(conf) else None)
     logs = _logs(conf, data)
     metrics = _metrics(conf, data, clock)
     changes = _changes(conf, data)
