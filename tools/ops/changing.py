@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tools.ops import toolbox_config as cfg
 from tools.ops.catalog import Service
 from tools.ops.metric_backends import MetricsBackend
-from tools.ops.restart import Rollout, followed, issued
+from tools.ops.restart import Rollout, followed
 from tools.ops.rollback import ChangeRequest, Plan, RollbackBackend, ScaleBackend, drift
 from tools.registry import ToolContext, ToolSpec, always, tool
 from tools.tool_errors import Conflict, InvalidArguments, Refused, ToolError
@@ -89,7 +89,7 @@ class Changing:
             raise Conflict(f"{req.service.id} {req.environment} changed after the card was shown ({moved}); "
                            "nothing was changed — ask again to see what a change would do now")
         before = await error_rate(self.metrics, req.service, req.environment)
-        action = await issued(what[0], act())
+        action = await act()
         rollout = await followed(backend.wait(req, action, self.verify.timeout_s, self.verify.poll_s))
         after: float | str | None = None
         if rollout.status == "complete":

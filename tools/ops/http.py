@@ -1,6 +1,7 @@
 """One small JSON-over-HTTP client for every backend: timeout, bounded body, classified errors.
 
     unreachable / 5xx / 429 / not JSON  → UpstreamError   (upstream_error; no connection made: Unreachable)
+    … of a request that changes things  → OutcomeUnknown  (outcome_unknown: it was sent; no connection: as above)
     401, 403                            → PermissionDenied (permission_denied)
     404                                 → NotFound         (not_found)
     400, 422                            → InvalidArguments (validation_error: the query was bad)
@@ -16,7 +17,15 @@ from typing import Any
 
 import aiohttp
 
-from tools.tool_errors import InvalidArguments, NotFound, PermissionDenied, ToolTimeout, Unreachable, UpstreamError
+from tools.tool_errors import (
+    InvalidArguments,
+    NotFound,
+    OutcomeUnknown,
+    PermissionDenied,
+    ToolTimeout,
+    Unreachable,
+    UpstreamError,
+)
 
 MAX_BODY = 8 * 1024 * 1024
 
@@ -36,6 +45,19 @@ class Http:
 
     async def request(self, method: str, path: str, *, params: Mapping[str, str] | None = None,
                       body: Any = None, content_type: str = "application/json") -> Any:
+        """The answer's JSON. A request that changes something (anything but GET) that was sent and whose answer
+        was lost or unreadable (no answer in time, a 5xx, a body that is not JSON) may have been carried out:
+        :class:`OutcomeUnknown`, never a failure that would invite doing it twice."""
+        try:
+            return await self._request(method, path, params=params, body=body, content_type=content_type)
+        except (ToolTimeout, UpstreamError) as exc:
+            if method == "GET" or isinstance(exc, Unreachable):
+                raise
+            raise OutcomeUnknown(f"the request was sent to {self.name}, but {exc.message}: it may or may not have "
+                                 "been carried out; check before retrying") from exc
+
+    async def _request(self, method: str, path: str, *, params: Mapping[str, str] | None,
+                       body: Any, content_type: str) -> Any:
         if path.startswith(("http://", "https://")):
             url = path
         else:

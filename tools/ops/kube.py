@@ -22,7 +22,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import aiohttp
 
 from core.extras import require
-from tools.tool_errors import Conflict, NotFound, PermissionDenied, ToolTimeout, UpstreamError
+from tools.tool_errors import (
+    Conflict,
+    NotFound,
+    OutcomeUnknown,
+    PermissionDenied,
+    ToolTimeout,
+    Unreachable,
+    UpstreamError,
+)
 
 if TYPE_CHECKING:
     from kubernetes_asyncio import client
@@ -103,21 +111,23 @@ class KubeClient:
         # (_content_type and _request_timeout are real keyword arguments the generated stubs leave out)
         options: dict[str, Any] = {"_content_type": "application/strategic-merge-patch+json",
                                    "_request_timeout": self.timeout_s}
-        return await self._call(lambda apps: apps.patch_namespaced_deployment(name, namespace, patch, **options))
+        return await self._call(lambda apps: apps.patch_namespaced_deployment(name, namespace, patch, **options),
+                                changes=True)
 
     async def patch_deployment(self, namespace: str, name: str, patch: Any,
                                content_type: str = "application/json-patch+json") -> dict[str, Any]:
         """A PATCH of the Deployment (a rollback: a JSON patch whose ``test`` op guards against a concurrent
         change, answered 409/422 by the API server, which this raises as Conflict)."""
         options: dict[str, Any] = {"_content_type": content_type, "_request_timeout": self.timeout_s}
-        return await self._call(lambda apps: apps.patch_namespaced_deployment(name, namespace, patch, **options))
+        return await self._call(lambda apps: apps.patch_namespaced_deployment(name, namespace, patch, **options),
+                                changes=True)
 
     async def scale(self, namespace: str, name: str, patch: Any,
                     content_type: str = "application/json-patch+json") -> dict[str, Any]:
         """A PATCH of the Deployment's scale subresource (RBAC ``deployments/scale``: replicas, nothing else)."""
         options: dict[str, Any] = {"_content_type": content_type, "_request_timeout": self.timeout_s}
         return await self._call(lambda apps: apps.patch_namespaced_deployment_scale(name, namespace, patch,
-                                                                                    **options))
+                                                                                    **options), changes=True)
 
     async def allowed(self, namespace: str, verb: str, resource: str, name: str | None = None,
                       subresource: str | None = None) -> tuple[bool, str]:
@@ -133,7 +143,19 @@ class KubeClient:
         status = answer.get("status") or {}
         return bool(status.get("allowed")), str(status.get("reason") or status.get("evaluationError") or "")
 
-    async def _call(self, call: Callable[[Any], Awaitable[Any]], api: str = "AppsV1Api") -> dict[str, Any]:
+    async def _call(self, call: Callable[[Any], Awaitable[Any]], api: str = "AppsV1Api", *,
+                    changes: bool = False) -> dict[str, Any]:
+        """One API call, its failure classified. ``changes``: a PATCH; sent and its answer lost, it may have been
+        applied (:class:`OutcomeUnknown`), unless no connection was made."""
+        try:
+            return await self._answer(call, api)
+        except (ToolTimeout, UpstreamError) as exc:
+            if not changes or isinstance(exc, Unreachable):
+                raise
+            raise OutcomeUnknown(f"the change was sent to {_NAME}, but {exc.message}: it may or may not have been "
+                                 "made; check before retrying") from exc
+
+    async def _answer(self, call: Callable[[Any], Awaitable[Any]], api: str) -> dict[str, Any]:
         from kubernetes_asyncio import client
         from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -144,7 +166,11 @@ class KubeClient:
             raise _classified(exc) from exc
         except TimeoutError as exc:
             raise ToolTimeout(f"{_NAME} did not answer within {self.timeout_s:g}s") from exc
-        except (aiohttp.ClientError, ssl.SSLError, OSError) as exc:
+        except (aiohttp.ClientConnectorError, aiohttp.ClientSSLError, ssl.SSLError, ConnectionRefusedError) as exc:
+            # no connection, or TLS refused it (an untrusted CA, a client certificate the server rejects): the
+            # request never reached the API server
+            raise Unreachable(f"cannot reach {_NAME}: {type(exc).__name__}: {_first_line(exc)}") from exc
+        except (aiohttp.ClientError, OSError) as exc:
             raise UpstreamError(f"cannot reach {_NAME}: {type(exc).__name__}: {_first_line(exc)}") from exc
         except (ValueError, TypeError) as exc:  # an answer that is not the object it should be
             raise UpstreamError(f"{_NAME} sent an answer that could not be read: {_first_line(exc)}") from exc

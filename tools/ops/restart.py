@@ -14,7 +14,7 @@ from urllib.parse import urljoin
 from tools.ops.catalog import Service
 from tools.ops.http import Http
 from tools.ops.kube import KubeClient
-from tools.tool_errors import InvalidArguments, OutcomeUnknown, ToolError, ToolTimeout, Unreachable, UpstreamError
+from tools.tool_errors import InvalidArguments, ToolError
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,8 @@ class KubernetesRestarts:
     async def restart(self, req: RestartRequest) -> dict[str, Any]:
         stamp = datetime.now(UTC).isoformat(timespec="seconds")
         namespace, deployment = self._where(req.service)
+        # Read first: a refusal (credentials, TLS, no such deployment) is then told as one, before anything is sent
+        await self.kube.deployment(namespace, deployment)
         body = await self.kube.restart(namespace, deployment, stamp)
         return {"namespace": namespace, "deployment": deployment, "restartedAt": stamp,
                 "generation": (body.get("metadata") or {}).get("generation")}
@@ -195,19 +197,6 @@ async def follow_job(http: Http, action: dict[str, Any], timeout_s: float, poll_
             state = str(body.get("status") or "") if isinstance(body, dict) else ""
             return Rollout("timed_out", f"the job was still {state or 'running'} after {timeout_s:g}s", waited)
         await asyncio.sleep(poll_s)
-
-
-async def issued(what: str, act: Awaitable[dict[str, Any]]) -> dict[str, Any]:
-    """Send a change. A refusal (4xx), or no connection at all, means it was not made; a request sent whose answer
-    was lost or unreadable (no answer in time, a 5xx, a body that is not the answer) may have been carried out, and
-    is said so (``outcome_unknown``), never "did not run": that would invite doing it twice."""
-    try:
-        return await act
-    except Unreachable:
-        raise
-    except (ToolTimeout, UpstreamError) as exc:
-        raise OutcomeUnknown(f"the {what} was sent, but {exc.message[:1].lower()}{exc.message[1:]}: it may or may "
-                             "not have been carried out; check before retrying") from exc
 
 
 async def followed(follow: Awaitable[Rollout]) -> Rollout:

@@ -31,7 +31,6 @@ from tools.ops.restart import (
     RestartRequest,
     WebhookRestarts,
     followed,
-    issued,
 )
 from tools.ops.rollback import KubernetesActions
 from tools.ops.rollouts import KubernetesChanges
@@ -321,7 +320,7 @@ def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox
                                        f"restart {args.service_id}")
         before = await _error_rate(metrics, service, env)
         req = RestartRequest(service, env, ctx.idempotency_key, ctx.user_id, ctx.confirmed_by, args.reason)
-        action = await issued("restart", backend.restart(req))
+        action = await backend.restart(req)
         rollout = await followed(backend.wait(req, action, verify.timeout_s, verify.poll_s))
         after: float | str | None = None
         if rollout.status == "complete":
