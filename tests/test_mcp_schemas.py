@@ -52,3 +52,13 @@ async def test_a_pattern_that_backtracks_for_ever_is_not_run_in_the_loop() -> No
 
     assert await code("b") != "validation_error"  # the pattern alone would refuse it: not judged here
     assert await code("a" * 101) == "validation_error"  # maxLength still is
+
+
+def test_a_tool_the_server_lists_twice_is_kept_once(caplog: pytest.LogCaptureFixture) -> None:
+    """An optional server's odd list stopped OpsPilot from starting ("registered twice")."""
+    s = server({"dup": {"type": "object"}})
+    s.tools = s.tools * 2
+    with caplog.at_level(logging.WARNING):
+        assert [spec.name for spec in specs(s)] == ["h__dup"]
+    assert "listed twice" in caplog.text
+    Registry.of(specs(s))  # registers

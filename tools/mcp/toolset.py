@@ -99,7 +99,9 @@ def specs(server: McpServer) -> list[ToolSpec]:
         if (config.allow and tool.name not in config.allow) or tool.name in config.deny:
             continue
         spec = _spec(server, tool)
-        if spec is not None:
+        if spec is not None and any(s.name == spec.name for s in out):  # the server's list is not ours to trust
+            log.warning("MCP tool %s listed twice by %s: the second left out", tool.name, config.name)
+        elif spec is not None:
             out.append(spec)
     for name in config.allow:
         if name not in {t.name for t in server.tools}:
