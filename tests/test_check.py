@@ -306,3 +306,13 @@ async def test_every_metric_is_asked_and_a_shape_nobody_expected_is_a_failed_che
         assert "Traceback" not in out and "✓ Logs" in out
     finally:
         await fakes.server.stop()
+
+
+async def test_an_optional_mcp_server_down_is_a_warning_as_serve_takes_it(
+        env: FakeSlack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """serve starts without a server that is not ``required`` (and says so): check said ✗ and not ready."""
+    env.scopes = sorted(manifest_scopes())
+    (tmp_path / "opspilot.yml").write_text("mcp_servers: [{name: gone, command: /nonexistent/mcp-server}]\n")
+    await _check(None)
+    out = capsys.readouterr().out
+    assert "! MCP server gone: " in out and "✗ MCP server gone" not in out, out

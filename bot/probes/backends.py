@@ -40,9 +40,7 @@ async def toolbox_checks(settings: Settings) -> list[Check]:
             try:
                 async with asyncio.timeout(PROBE_S):
                     extra = list(await hub.start())
-                checks += [Check(f"MCP server {name}", h["state"] == "up", str(h["state"]) + (
-                    f" ({h.get('error')})" if h.get("error") else ""), "see its command, args and env in mcp_servers")
-                    for name, h in hub.health().items()]
+                checks += [_mcp_check(name, h, settings, extra) for name, h in hub.health().items()]
             except McpStartupError as exc:
                 return [Check("Config", False, str(exc), "see mcp_servers (serve refuses to start with it)",
                               refused=True)]
@@ -113,6 +111,19 @@ def _probes(settings: Settings, toolbox: ops.Toolbox) -> list[Any]:
     probes.append(bounded("Kubernetes permissions", lambda: kubernetes_checks(toolbox),
                           fix="check the cluster API address and credentials in the toolbox section"))
     return probes
+
+
+def _mcp_check(name: str, health: dict[str, Any], settings: Settings, specs: list[Any]) -> Check:
+    """A server as serve would take it: one it may start without (``required: false``) is a warning; one that is up
+    with none of its tools usable (names or schemas left out) is not working."""
+    required = next((c.required for c in settings.mcp_servers if c.name == name), True)
+    usable = sum(1 for spec in specs if spec.name.startswith(f"{name}__"))
+    says = str(health["state"]) + (f" ({health.get('error')})" if health.get("error") else "")
+    ok = health["state"] == "up"
+    if ok and health.get("tools") and not usable:
+        ok, says = False, f"up, but none of its {health['tools']} tools can be used (left out by allow/deny, or " \
+                          "for invalid names or schemas: see the log)"
+    return Check(f"MCP server {name}", ok, says, "see its command, args and env in mcp_servers", required=required)
 
 
 def _changes(source: Any, service: Any, toolbox: ops.Toolbox) -> Any:
