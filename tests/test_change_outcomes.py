@@ -106,3 +106,14 @@ async def test_an_answer_of_a_shape_nobody_expected_is_the_backends_fault(fakes:
     fakes.loki_raw = raw
     obs = await run(live(fakes), "query_logs", service_id="payments", environment="prod")
     assert error_code(obs) == "upstream_error"
+
+
+async def test_logs_capped_by_the_limit_say_so(fakes: OpsFakes) -> None:
+    """1,000 lines back for a limit of 1,000: "1000× … (first 06:16)" read as the whole story."""
+    now = time.time()
+    fakes.loki_lines = [loki_line(now - i, "error", "timeout acquiring connection") for i in range(1200)]
+    found = data(await run(live(fakes), "query_logs", service_id="payments", environment="prod", minutes=30))
+    assert found["limit_reached"] is True and "counts and first-seen times are partial" in found["summary"]
+    fakes.loki_lines = fakes.loki_lines[:10]
+    few = data(await run(live(fakes), "query_logs", service_id="payments", environment="prod", minutes=30))
+    assert few["limit_reached"] is False and "partial" not in few["summary"]

@@ -268,9 +268,13 @@ def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox
         lines = await logs.errors(q)
         patterns = group(lines)
         top = f"; top: {patterns[0]['pattern'][:80]} ×{patterns[0]['count']}" if patterns else ""
+        capped = len(lines) >= q.limit  # the newest lines only: counts and "first seen" cover just these
+        note = f" (the newest {q.limit} only: there are more, so counts and first-seen times are partial)" \
+            if capped else ""
         return {"service_id": service.id, "environment": env, "window_minutes": args.minutes,
-                "query": logs.describe(q), "error_lines": len(lines), "patterns": patterns[:10],
-                "more_patterns": max(len(patterns) - 10, 0), "summary": f"{len(lines)} error lines{top}"}
+                "query": logs.describe(q), "error_lines": len(lines), "limit_reached": capped,
+                "patterns": patterns[:10], "more_patterns": max(len(patterns) - 10, 0),
+                "summary": f"{len(lines)} error lines{note}{top}"}
 
     @tool(timeout_s=30)
     async def query_metrics(args: QueryMetricsArgs, ctx: ToolContext) -> dict[str, Any]:

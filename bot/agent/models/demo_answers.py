@@ -208,6 +208,9 @@ def _service_part(results: list[ToolResultMessage], c: dict[str, Any], zh: bool,
                      f"— _查询：{query_zh(str(logs['query']))}_" if zh else
                      f"{head} ({logs['environment']}, {logs['window_minutes']} min, {logs['error_lines']} lines)"
                      f" — _query: `{logs['query']}`_")
+        if logs.get("limit_reached"):  # the newest lines only: a count or "first" below would read as the whole
+            lines.append("  • 只读到最新的这些行（达到上限）：次数和首次出现时间并不完整" if zh else
+                         "  • the newest lines only (the limit was reached): counts and first times are partial")
         for p in logs.get("patterns", [])[:2 if several else 3]:
             first, last = p['first_seen'][11:16], p.get('last_seen', '')[11:16]
             lines.append(f"  • {p['count']}× `{p['pattern']}`（首次 {first}，最近 {last}）" if zh else
