@@ -166,6 +166,7 @@ async def test_only_one_change_runs_per_step(store: RedisStore) -> None:
     results = {m.call_id: body(m) for m in await store.load_transcript("t") if isinstance(m, ToolResultMessage)}
     assert results["w1"]["ok"] and results["r1"]["ok"]
     assert results["w2"]["errorCode"] == "deferred_one_write_per_step"
+    assert "ran first" not in results["w2"]["message"]  # said before it runs: it may yet wait for a person
     assert probe.count("change") == 1 and probe.count("change_b") == 0
     # The read-only call ran before the change.
     assert probe.log.index("lookup_a") < probe.log.index("change")

@@ -268,7 +268,8 @@ async def execute_batch(
             else:
                 record(Observation(call, error_result(
                     call, "deferred_one_write_per_step",
-                    f"only one change runs per step; {write.name} ran first. Ask again for this one.",
+                    f"only one change per step; {write.name} was taken first (it runs, or waits for a person, "
+                    "in this step). Ask again for this one once it is settled.",
                     status="skipped")))
         else:
             parallel.append(call)
