@@ -127,3 +127,17 @@ async def test_the_rule_reads_every_page_of_members_and_gives_a_dm_to_its_person
     assert await seen.readable("UREQ", "D0REQ", person="UREQ")
     assert not await seen.readable("UOTHER", "D0REQ", person="UREQ")  # a DM's items: its person's only
     assert not await seen.readable("UREQ", "")
+
+
+async def test_a_guest_reads_a_public_channel_only_as_its_member(slack: FakeSlack) -> None:
+    """A single- or multi-channel guest cannot read the public channels they were not invited to: their App Home
+    listed those channels' items all the same."""
+    slack.members["C0PUBLIC"] = {"UBOT", "UREQ", "UGUEST2"}
+    slack.guests.update({"UGUEST", "UGUEST2"})
+    seen = Visibility(AsyncWebClient(token=slack.token, base_url=slack.api_url))
+    assert await seen.readable("UREQ", "C0PUBLIC") and await seen.readable("UANY", "C0PUBLIC")
+    assert not await seen.readable("UGUEST", "C0PUBLIC")  # not a member
+    assert await seen.readable("UGUEST2", "C0PUBLIC")  # invited
+    slack.fault("error", "users.info")  # who is a guest cannot be told: public items are left out
+    assert not await Visibility(AsyncWebClient(token=slack.token, base_url=slack.api_url)).readable(
+        "UNEW", "C0PUBLIC")

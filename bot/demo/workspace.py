@@ -87,6 +87,8 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods, WebhookMethods, Chan
         self.profiles: dict[str, str] = {}
         """Display names by user id, for users.info (anyone else: user_not_found)."""
         self.user_timezones: dict[str, str] = {}
+        self.guests: set[str] = set()
+        """Guest accounts (users.info's ``is_restricted``): they read only the channels they are members of."""
         """A person's time zone (users.info's ``tz``), where one is set."""
         self.homes: dict[str, dict[str, Any]] = {}
         """The App Home view published for each user."""
@@ -355,11 +357,12 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods, WebhookMethods, Chan
 
     def _users_info(self, body: dict[str, Any]) -> dict[str, Any]:
         user = str(body.get("user"))
+        guest = {"is_restricted": True} if user in self.guests else {}
         if user not in self.profiles:
-            return {"ok": False, "error": "user_not_found"}
+            return {"ok": True, "user": {"id": user, **guest}} if guest else {"ok": False, "error": "user_not_found"}
         name = self.profiles[user]
         zone = {"tz": self.user_timezones[user]} if user in self.user_timezones else {}
-        return {"ok": True, "user": {"id": user, "name": name.lower(), "real_name": name, **zone,
+        return {"ok": True, "user": {"id": user, "name": name.lower(), "real_name": name, **zone, **guest,
                                      "profile": {"display_name": name, "real_name": name}}}
 
     def _usergroups_users_list(self, body: dict[str, Any]) -> dict[str, Any]:

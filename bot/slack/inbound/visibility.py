@@ -3,7 +3,8 @@
 One rule for every list that shows items from many conversations (App Home's cards, questions, follow-ups,
 schedules, changes and 👎 notes; the handover; summaries; ``opspilot stats``):
 
-- a **public channel**'s items: anyone allowed to use OpsPilot there;
+- a **public channel**'s items: anyone allowed to use OpsPilot there, but a guest (``is_restricted``,
+  ``is_ultra_restricted``: they read only the channels they were invited to) only where they are a member;
 - a **private channel**'s items: its members only (``conversations.members``, every page);
 - a **direct message**'s items: its one person — the one the item records (who asked, rated, set it up), since
   OpsPilot's DMs have one person in them; no ``im:read`` scope needed;
@@ -50,6 +51,8 @@ class Visibility:
                  max_size: int = 5000) -> None:
         self.client, self.access, self.ttl_s, self.max_size = client, access, ttl_s, max_size
         self._cache: dict[str, tuple[float, Conversation | None]] = {}
+        self._guests: dict[str, tuple[float, bool]] = {}
+        self._joined: dict[str, tuple[float, frozenset[str] | None]] = {}  # public channels' members, for guests
 
     async def conversation(self, channel: str) -> Conversation | None:
         """What Slack says the conversation is (and a private one's members); None when it cannot be told."""
@@ -73,7 +76,44 @@ class Visibility:
             return False
         if found.kind == "dm":
             return bool(person) and user == person
-        return found.kind == "public" or user in found.members
+        if found.kind == "private":
+            return user in found.members
+        guest = await self._guest(user)
+        return guest is False or (guest is True and user in (await self._public_members(channel) or ()))
+
+    async def _guest(self, user: str) -> bool | None:
+        """Whether ``user`` is a guest account; None when Slack cannot say (left out: never shown on a guess)."""
+        cached = self._guests.get(user)
+        if cached and cached[0] > time.monotonic():
+            return cached[1]
+        try:
+            info: Any = await retried("users.info", lambda: self.client.users_info(user=user), attempts=2)
+            about = info.get("user") or {}
+            guest = bool(about.get("is_restricted") or about.get("is_ultra_restricted"))
+        except _UNKNOWN as exc:
+            if "user_not_found" not in slack_error(exc):
+                log.warning("whether %s is a guest is not known (%s): public items are left out", user,
+                            slack_error(exc))
+                return None
+            guest = False  # no such account to restrict (it cannot have clicked in Slack)
+        if len(self._guests) >= self.max_size:
+            self._guests.clear()
+        self._guests[user] = (time.monotonic() + self.ttl_s, guest)
+        return guest
+
+    async def _public_members(self, channel: str) -> frozenset[str] | None:
+        cached = self._joined.get(channel)
+        if cached and cached[0] > time.monotonic():
+            return cached[1]
+        try:
+            members: frozenset[str] | None = await self._members(channel)
+        except _UNKNOWN as exc:
+            log.warning("who is in %s is not known (%s): a guest sees none of its items", channel, slack_error(exc))
+            members = None
+        if len(self._joined) >= self.max_size:
+            self._joined.clear()
+        self._joined[channel] = (time.monotonic() + (self.ttl_s if members is not None else FAILED_S), members)
+        return members
 
     async def may_see(self, user: str, channel: str, *, person: str = "") -> bool:
         """:meth:`readable`, and ``user`` may use OpsPilot there (the config's allow-lists)."""
