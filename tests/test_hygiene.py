@@ -33,3 +33,16 @@ def test_long_output_is_bounded_and_says_what_was_left_out() -> None:
 
 def test_clean_scrubs_nested_values() -> None:
     assert clean({"k": ["a@b.io"]}, 1000) == {"k": ["[REDACTED email]"]}
+
+
+def test_a_failure_s_stack_trace_and_error_page_are_cut_to_their_words() -> None:
+    """An MCP server's error text with its Python traceback, or an upstream's HTML error page, reached the model and
+    the user verbatim."""
+    from tools.hygiene import scrub_text
+    from tools.ops.http import _detail
+
+    said = scrub_text("failed: Traceback (most recent call last):\n  File \"srv.py\", line 3, in call\n"
+                      "    raise ValueError(\"boom\")\nValueError: boom")
+    assert said == "failed: ValueError: boom (its stack trace left out)"
+    assert _detail("<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>") == "502 Bad Gateway"
+    assert _detail("<html><body><h1>Oops</h1><p>upstream\n down</p></body></html>") == "Oops upstream down"

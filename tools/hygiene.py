@@ -7,14 +7,19 @@ model, Redis and Slack all see the same cleaned text.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from core.quote import defuse
 from core.redact import redact, redact_value
 
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\):\n(?:[ \t].*\n|\n)*(?P<last>[^\n]*)")
+
 
 def scrub_text(text: str) -> str:
-    """Redacted, and no tag of ours left live (a log line cannot pose as a quoted Slack thread)."""
+    """Redacted, and no tag of ours left live (a log line cannot pose as a quoted Slack thread); a Python stack trace
+    (a tool's server may send its own) is cut to its last line: people and the model read what failed, not where."""
+    text = _TRACEBACK.sub(lambda m: f"{m['last']} (its stack trace left out)", text)
     return defuse(redact(text))
 
 

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import re
 import ssl
 from collections.abc import Mapping
 from typing import Any
@@ -109,6 +110,10 @@ def _detail(text: str) -> str:
     try:
         body = json.loads(text)
     except ValueError:
+        if text.lstrip().startswith("<"):  # an error page: its words, not its markup
+            title = re.search(r"<title[^>]*>(.*?)</title>", text, re.I | re.S)
+            words = title.group(1) if title else re.sub(r"<[^>]+>", " ", text)
+            return " ".join(words.split())[:300]
         return text.strip()[:300]
     if isinstance(body, dict):
         for key in ("error", "message", "detail", "reason"):
