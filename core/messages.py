@@ -8,6 +8,7 @@ field, so nobody re-reads the JSON the model sees to learn why a call failed.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
@@ -104,8 +105,22 @@ def load_message(raw: str | bytes) -> Message:
 
 
 def ok_content(data: Any) -> str:
-    """The content the model reads for a successful call."""
-    return json.dumps({"ok": True, "data": data}, ensure_ascii=False, default=str)
+    """The content the model reads for a successful call: JSON (a NaN or an infinity, which JSON has no word for,
+    is null: ``NaN`` in the text would not parse)."""
+    try:
+        return json.dumps({"ok": True, "data": data}, ensure_ascii=False, default=str, allow_nan=False)
+    except ValueError:
+        return json.dumps({"ok": True, "data": _finite(data)}, ensure_ascii=False, default=str)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def error_content(code: str, message: str, **extra: Any) -> str:

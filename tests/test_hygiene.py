@@ -46,3 +46,13 @@ def test_a_failure_s_stack_trace_and_error_page_are_cut_to_their_words() -> None
     assert said == "failed: ValueError: boom (its stack trace left out)"
     assert _detail("<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>") == "502 Bad Gateway"
     assert _detail("<html><body><h1>Oops</h1><p>upstream\n down</p></body></html>") == "Oops upstream down"
+
+
+def test_a_result_with_nan_is_still_json() -> None:
+    """An MCP server's structuredContent with NaN or Infinity put tokens no JSON parser takes into the result."""
+    import json
+
+    from core.messages import ok_content
+
+    body = json.loads(ok_content({"p95": float("nan"), "peaks": [1.0, float("inf")], "ok": 2}))
+    assert body == {"ok": True, "data": {"p95": None, "peaks": [1.0, None], "ok": 2}}

@@ -24,7 +24,7 @@ from referencing import Registry
 from tools.mcp.servers import ConfirmIn, McpServerConfig
 from tools.mcp.session import McpServer
 from tools.registry import ConfirmPolicy, Provenance, ToolContext, ToolSpec, always, confirm_in, never
-from tools.tool_errors import ToolError
+from tools.tool_errors import ToolError, ToolTimeout
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,10 @@ def _policy(confirm: str | ConfirmIn) -> ConfirmPolicy:
 
 def _caller(server: McpServer, tool: str, timeout_s: float) -> Any:
     async def call(args: BaseModel, ctx: ToolContext) -> Any:
-        result = await server.call(tool, dict(args.model_extra or {}), timeout_s)
+        try:
+            result = await server.call(tool, dict(args.model_extra or {}), timeout_s)
+        except TimeoutError as exc:  # its own limit (the runtime's is a second longer): said as it is
+            raise ToolTimeout(f"MCP server {server.name!r} did not answer within {timeout_s:g}s") from exc
         return observation(result)
 
     return call

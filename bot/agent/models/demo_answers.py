@@ -284,8 +284,8 @@ def answer_lookup(results: list[ToolResultMessage], zh: bool, *, question: str =
             # A section named like its document is not said twice ("… roll back first §… roll back first").
             where = hit["title"] if hit["section"] in (hit["title"], "") else f"{hit['title']} §{hit['section']}"
             lines.append(f"  • {where} (`{hit['path']}`): {first}")
-    lines.append("_以上结论来自演示数据；没有核实数据库本身的状态。_" if zh else
-                 "_From the demo dataset; I did not check the database itself._")
+    lines.append("_以上结论来自上面各工具返回的数据；没有核实数据库本身的状态。_" if zh else
+                 "_From what the tools above returned; I did not check the database itself._")
     return "\n".join(lines)
 def unverified(rollout: object, zh: bool) -> str:
     """Why a change that was issued is not said to be done: how its rollout ended."""

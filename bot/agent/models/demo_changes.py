@@ -131,7 +131,7 @@ def wide_answer(results: Sequence[ToolResultMessage], ask: Ask, services: list[d
             lines += [f"  • {change_line(c, zh)}" for c in changes[:5]]
     if not _answers(results, "recent_changes"):
         lines.append("我读不到任何变更记录。" if zh else "I could not read any change history.")
-    lines.append("_以上来自演示数据；时间均为 UTC。_" if zh else "_From the demo dataset; times are UTC._")
+    lines.append("_以上来自变更记录；时间均为 UTC。_" if zh else "_From the change history; times are UTC._")
     return "\n".join(lines)
 
 
