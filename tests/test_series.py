@@ -122,3 +122,22 @@ def test_a_one_point_blip_before_the_change_is_not_its_onset() -> None:
     values = [50.0, 51, 49, 50, 52, 50, 49, 51, 90, 50, 51, 49, 50, 50, 51, *[300.0] * 8]
     shape = describe(at(values))
     assert shape.onset_at == T0 + 15 * MIN and shape.extreme == 300  # not the blip at 09:08
+
+
+@pytest.mark.parametrize(("values", "trend", "onset"), [
+    ([0.001] * 5 + [0.04] * 55, "steady high", 5),  # was "dipped and recovered": the baseline was the new level
+    ([0.001, 0.002, 0.001, 0.002, 0.001, 0.001] + [0.04, 0.041, 0.039, 0.042] * 13 + [0.04, 0.041], "steady high", 6),
+    ([0.05] * 5 + [0.001] * 55, "steady low", 5),  # was "spiked and recovered"
+])
+def test_a_change_early_in_the_window_keeps_the_level_before_it_as_baseline(values: list[float], trend: str,
+                                                                            onset: int) -> None:
+    shape = describe(at(values))
+    assert (shape.trend, shape.onset_at, shape.recovered_at) == (trend, T0 + onset * MIN, None)
+    assert shape.baseline == values[0]
+
+
+def test_near_the_peak_but_sliding_back_is_falling_not_steady() -> None:
+    """10% for four minutes, then down to 7.1%: still over 70% of the way up, but not holding there."""
+    shape = describe(at([0.0] * 20 + [0.10] * 4 + [0.095, 0.09, 0.085, 0.08, 0.075, 0.071]))
+    assert shape.trend == "falling" and shape.recovered_at is None
+    assert "falling, not back yet: began 09:20" in gist("error_rate", shape)

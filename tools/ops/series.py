@@ -95,6 +95,19 @@ def _slope(values: list[float]) -> float:
     return statistics.median(slopes)
 
 
+def _before_step(head: list[float], quiet: list[float]) -> list[float]:
+    """``quiet`` (the window's first third), unless its level is clearly not the window's first points' (``head``):
+    then those of the first points at their own level. A series that stepped up early and stayed there has the
+    old level as its baseline ("steady high since 07:06"), not the new one (which made it "dipped and
+    recovered")."""
+    start = statistics.median(head)
+    spread = max(BAND_MADS * 1.4826 * statistics.median(abs(v - start) for v in head),
+                 NOISE_FACTOR * _typical_step(head), RELATIVE_FLOOR * abs(start), 1e-12)
+    if abs(statistics.median(quiet) - start) <= spread:
+        return quiet
+    return [v for v in head if abs(v - start) <= spread] or head
+
+
 def describe(series: Series, *, counter: bool = False) -> Shape:
     ordered = sorted(series)
     gaps = _gaps([t for t, _ in ordered]) + sum(1 for _, v in ordered if not math.isfinite(v))
@@ -111,6 +124,8 @@ def describe(series: Series, *, counter: bool = False) -> Shape:
     if len(values) == 1:
         return plain
     quiet = values[:max(1, len(values) // 3)]
+    if len(values) >= 6:  # it changed inside the first third: the level before the change is the baseline
+        quiet = _before_step(values[:max(2, len(values) // 10)], quiet)
     baseline = statistics.median(quiet)
     up, down = max(values) - baseline, baseline - min(values)
     sign = 1.0 if up >= down else -1.0
@@ -159,8 +174,10 @@ def describe(series: Series, *, counter: bool = False) -> Shape:
         # Near the peak: still climbing, or holding since it first got this far?
         reached = next(i for i in range(onset, len(values)) if level(values[i]) >= HIGH_LEVEL)
         held = values[reached:]
-        climbing = len(held) < 3 or sign * _slope(held) * (len(held) - 1) / excursion >= TAIL_MOVE
-        trend = away if climbing else ("steady high" if sign > 0 else "steady low")
+        moved = sign * _slope(held) * (len(held) - 1) / excursion if len(held) >= 3 else TAIL_MOVE
+        # still climbing, sliding back (near the peak still, but not holding there), or holding
+        trend = away if moved >= TAIL_MOVE else back if moved <= -TAIL_MOVE else \
+            ("steady high" if sign > 0 else "steady low")
     elif move <= -TAIL_MOVE:
         trend = back
     elif move >= TAIL_MOVE:
