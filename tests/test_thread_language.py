@@ -66,6 +66,15 @@ async def play(ws: Workspace, lang: str) -> None:
     # A paused stream offers no Stop (it ended at the pause): its form's Cancel ends the run instead.
     stoppable = any(b["action_id"] == "opspilot_stop" for m in ws.slack.thread(CHANNEL, "600.1") for b in buttons(m))
     await _press(ws, "UREQ", "600.1", "opspilot_stop" if stoppable else "opspilot_decline")
+    # A third: a restart whose card nobody answers, expired (its answer was English, composed by the engine).
+    ws.slack.post_as_user(CHANNEL, "UREQ", other, ts="700.1")
+    await ws.sender.event(mention(CHANNEL, "UREQ", other, "700.1"))
+    await ws.settle()
+    await ws.sender.event(message(CHANNEL, "UREQ", restart_other, "700.2", thread_ts="700.1"))
+    await ws.settle()
+    await _press(ws, "UREQ", "700.1", "opspilot_submit", values=prod)
+    await ws.service.core.sweeps.sweep(now=time.time() + 3 * 3600)
+    await ws.settle()
     await ws.sender.event({"type": "app_home_opened", "user": "UREQ", "channel": "D0HOME", "tab": "home",
                            "event_ts": f"{time.time():.6f}"})
     await ws.settle()
@@ -83,7 +92,7 @@ async def test_every_text_of_a_thread_is_in_its_language(redis_url: str, prefix:
     shown = written(slack.calls)
     everything = "\n".join(shown)
     # Every part of the scenario was shown (so the scan below covered it), in the thread's words.
-    parts = ["need_more", "confirmation_needed", "home_recent", "trend_steady_high", "audit"] + \
+    parts = ["need_more", "confirmation_needed", "home_recent", "trend_steady_high", "audit", "audit_expired"] + \
         (["ran_title", "ran_not_started"] if progress == "update" else ["declined_by"])
     for key in parts:
         template = catalog()[key][lang == "zh"]
@@ -221,6 +230,15 @@ async def play_alerts(ws: Workspace, lang: str, errors: list[str]) -> None:
                              "team_id": "T0001", "trigger_id": "9.9", "response_url": "https://hooks.slack.test/c"})
     await ws.sender.command({"command": "/opspilot", "text": "summary", "user_id": "UREQ", "channel_id": ALERTS,
                              "team_id": "T0001", "trigger_id": "9.8", "response_url": "https://hooks.slack.test/c"})
+    # A third: a restart whose card nobody answers, expired (its answer was English, composed by the engine).
+    ws.slack.post_as_user(CHANNEL, "UREQ", other, ts="700.1")
+    await ws.sender.event(mention(CHANNEL, "UREQ", other, "700.1"))
+    await ws.settle()
+    await ws.sender.event(message(CHANNEL, "UREQ", restart_other, "700.2", thread_ts="700.1"))
+    await ws.settle()
+    await _press(ws, "UREQ", "700.1", "opspilot_submit", values=prod)
+    await ws.service.core.sweeps.sweep(now=time.time() + 3 * 3600)
+    await ws.settle()
     await ws.sender.event({"type": "app_home_opened", "user": "UREQ", "channel": "D0HOME", "tab": "home",
                            "event_ts": f"{time.time():.6f}"})
     await ws.settle()

@@ -29,6 +29,7 @@ from bot.agent.decisions import (
 from bot.agent.deps import RunDeps
 from bot.agent.engine_errors import AlreadyHandled, InterruptExpired, NotPending, RunNotFound, ThreadBusy
 from bot.agent.events import RunStalled, RunStarted
+from bot.agent.fallback import Fallback, ran
 from bot.agent.lease import Lease, hold
 from bot.agent.loop import react_loop
 from bot.agent.models.base import ModelError
@@ -289,10 +290,9 @@ class Engine:
                 questions = await run.settle(answers)
                 if questions or run.record.pending:
                     return await run.pause(questions)  # asked again, or other questions still open
-                if answers.expired_only:
-                    names = ", ".join(f"`{p.call.name}`" for p, _ in answers.decided)
-                    return await run.finish("interrupted", f"_The request to run {names} expired without "
-                                                           "an answer; nothing was run._")
+                if answers.expired_only:  # composed, so each front end words it in the thread's language
+                    composed = Fallback(kind="early", reason="interrupted", ran=ran(run.transcript))
+                    return await run.finish("interrupted", composed.english(), composed)
             try:
                 async with asyncio.timeout(run.remaining_s()):
                     return await react_loop(run)

@@ -16,7 +16,7 @@ from core.stops import STOP_WORDING, StopReason
 
 _TARGET_KEYS = ("service_id", "service", "target", "environment")
 
-Outcome = Literal["done", "unknown", "not_started", "stopped", "declined", "failed", "issued", "other"]
+Outcome = Literal["done", "unknown", "not_started", "stopped", "declined", "expired", "failed", "issued", "other"]
 
 
 class Ran(BaseModel):
@@ -72,7 +72,7 @@ def what_ran(transcript: list[Message]) -> str:
 def in_english(calls: Sequence[Ran]) -> str:
     """Each call with its outcome, and a warning for every change whose outcome is unknown."""
     words = {"done": "done", "unknown": "started, outcome unknown", "not_started": "not started",
-             "stopped": "stopped before it finished", "declined": "declined"}
+             "stopped": "stopped before it finished", "declined": "declined", "expired": "expired: not run"}
     lines = [f"• `{c.tool}`{f' on {c.target}' if c.target else ''}: "
              + (words.get(c.outcome) or (f"failed ({c.code})" if c.outcome == "failed" else
                                          f"issued, rollout {c.code}: not verified" if c.outcome == "issued" else
@@ -91,6 +91,8 @@ def _outcome(result: ToolResultMessage) -> dict[str, str]:
             {"outcome": "done"}
     if result.error_code == "outcome_unknown":
         return {"outcome": "unknown"}
+    if result.status == "expired":  # nobody answered its question: it never started
+        return {"outcome": "expired"}
     if result.status == "cancelled":  # waiting for a person when stopped, or under way
         return {"outcome": "not_started" if "nothing was run" in result.content else "stopped"}
     if result.error_code == "declined_by_user":

@@ -150,7 +150,7 @@ _ROLLOUTS = {"rollout_complete", "rollout_timed_out", "rollout_failed", "rollout
 def ran_line(call: Ran, lang: str) -> str:
     """A call in a composed answer (mrkdwn, escaped: its tool and target come from the model's arguments)."""
     outcome = {"done": "audit_ok", "unknown": "ran_unknown", "not_started": "ran_not_started",
-               "stopped": "ran_stopped", "declined": "ran_declined"}.get(call.outcome)
+               "stopped": "ran_stopped", "declined": "ran_declined", "expired": "audit_expired"}.get(call.outcome)
     code = call.code if lang == "en" else _code(call.code, 40)  # an error code reads as a word in English only
     words = say(lang, outcome) if outcome else say(lang, "audit_failed", code=code) if call.outcome == "failed" \
         else say(lang, "audit_issued", how=rollout_words(call.code, lang)) if call.outcome == "issued" else code
