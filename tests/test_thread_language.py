@@ -98,6 +98,11 @@ async def test_every_text_of_a_thread_is_in_its_language(redis_url: str, prefix:
         template = catalog()[key][lang == "zh"]
         assert max(re.split(r"\{[^}]*\}", template), key=len) in everything, key
     assert ":alarm_clock: <@UREQ>" in everything and slack.homes.get("UREQ")
+    # The change that expired after its form: its audit line names the environment chosen there (it was left out)
+    asked = max(re.split(r"\{[^}]*\}", catalog()["requested_by"][lang == "zh"]), key=len)
+    expired = next(line for line in everything.splitlines()
+                   if catalog()["audit_expired"][lang == "zh"] in line and asked in line)
+    assert "`prod`" in expired, expired
     assert {"zh": "行错误日志", "en": "error lines in"}[lang] in everything  # a task's output
     found = leaks(shown, lang, proper=("environment",))
     assert not found, "\n".join(dict.fromkeys(f"{hit!r} in …{_around(hit, text)}…" for hit, text in found))

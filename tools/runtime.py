@@ -60,6 +60,8 @@ class Denied:
     code: str
     message: str
     status: ResultStatus = "error"
+    arguments: dict[str, Any] = field(default_factory=dict)
+    """The call's arguments as they stood (a form's values merged in): what was not run, as the audit says it."""
 
 
 ToolDecision = Approved | Denied
@@ -261,7 +263,8 @@ async def execute_batch(
         spec = registry.get(call.name)
         decision = decisions.get(call.id)
         if isinstance(decision, Denied):
-            record(Observation(call, error_result(call, decision.code, decision.message, status=decision.status)))
+            record(Observation(call, error_result(call, decision.code, decision.message, status=decision.status),
+                               arguments=decision.arguments))
         elif spec is not None and spec.mutating:
             if write is None:
                 write = call

@@ -48,7 +48,7 @@ class Decline:
     kind: ClassVar[DecisionKind] = "declined"
 
     def for_tool(self, pending: PendingCall, by: str) -> ToolDecision:
-        return Denied("declined_by_user", self.reason or f"{by} declined this call")
+        return Denied("declined_by_user", self.reason or f"{by} declined this call", arguments=pending.arguments)
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,8 @@ class ReplyInstead:
     kind: ClassVar[DecisionKind] = "replied"
 
     def for_tool(self, pending: PendingCall, by: str) -> ToolDecision:
-        return Denied("user_replied_instead", f"the user replied instead: {self.text[:500]}", "cancelled")
+        return Denied("user_replied_instead", f"the user replied instead: {self.text[:500]}", "cancelled",
+                      pending.arguments)
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class Expire:
     kind: ClassVar[DecisionKind] = "expired"
 
     def for_tool(self, pending: PendingCall, by: str) -> ToolDecision:
-        return Denied("expired", "nobody answered in time; nothing was run", "expired")
+        return Denied("expired", "nobody answered in time; nothing was run", "expired", pending.arguments)
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ class CancelRun:
     kind: ClassVar[DecisionKind] = "cancelled"
 
     def for_tool(self, pending: PendingCall, by: str) -> ToolDecision:
-        return Denied("cancelled", "the run was stopped; nothing was run", "cancelled")
+        return Denied("cancelled", "the run was stopped; nothing was run", "cancelled", pending.arguments)
 
 
 Decision = Confirm | ProvideParams | Decline | ReplyInstead | Expire | CancelRun
