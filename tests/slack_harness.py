@@ -139,8 +139,8 @@ def card_of(slack: FakeSlack, thread_ts: str) -> dict:
                 or "Confirmation" in all_text(m) or "I need a bit more" in all_text(m) or "Needed" in all_text(m)))
 
 
-async def ask_restart(ws: Workspace, thread: str = "100.1", user: str = "UREQ") -> dict:
-    await ws.sender.event(mention(CHANNEL, user, QUESTION, thread))
+async def ask_restart(ws: Workspace, thread: str = "100.1", user: str = "UREQ", question: str = QUESTION) -> dict:
+    await ws.sender.event(mention(CHANNEL, user, question, thread))
     await ws.settle()
     await ws.sender.event(message(CHANNEL, user, "restart it in prod", f"{thread}9", thread_ts=thread))
     await ws.settle()

@@ -19,7 +19,7 @@ from bot.slack.outbound.counters import Metrics
 from core.outages import Outage
 from state import Keys, RedisStore, StoreError, Ttls, connect
 from tests.conftest import OwnRedis, until
-from tests.slack_harness import CHANNEL, ask_restart, confirm, open_workspace
+from tests.slack_harness import CHANNEL, QUESTION, ask_restart, confirm, open_workspace
 from tests.toolkit import Probe, toolkit
 
 
@@ -218,23 +218,27 @@ async def test_a_click_during_an_outage_is_acknowledged_on_its_card_then_closed(
         await ws.stop()
 
 
-async def test_a_click_the_store_never_recorded_gets_its_card_back(own_redis: OwnRedis, prefix: str,
-                                                                  slack: FakeSlack) -> None:
-    """Redis away past the grace: the click is lost and said so; the card shows its Confirm button again (a hidden
-    button for a decision nobody will make would strand the run), and a later click runs the change once."""
-    ws = await open_workspace(own_redis.url, prefix, slack, outage_grace_s=6.0)
+@pytest.mark.parametrize(("question", "lost", "confirmed"), [
+    ("look at the payment service's recent errors", "could not record this", "Confirmed by"),
+    (QUESTION, "无法记录", "确认")])
+async def test_a_click_the_store_never_recorded_gets_its_card_back(own_redis: OwnRedis, prefix: str, slack: FakeSlack,
+                                                                  question: str, lost: str, confirmed: str) -> None:
+    """Redis away past the grace: the click is lost and said so, in the thread's language (read from the card: the
+    thread's is in the store that is away); the card shows its Confirm button again (a hidden button for a decision
+    nobody will make would strand the run), and a later click runs the change once."""
+    ws = await open_workspace(own_redis.url, prefix, slack, outage_grace_s=6.0, language="auto")
     try:
-        card = await ask_restart(ws, thread="51.1")
+        card = await ask_restart(ws, thread="51.1", question=question)
         own_redis.stop()
         click = confirm(card, "UAPPROVER") | {"response_url": slack.response_url(CHANNEL, card["ts"])}
         await ws.sender.action(click)
         await until(lambda: ":inbox_tray:" in all_text(_card_now(slack, card)), 10)
         await until(lambda: any(b["action_id"] == "opspilot_confirm" for b in buttons(_card_now(slack, card))), 30)
-        await until(lambda: any("could not record this" in t for t in slack.ephemeral_texts("UAPPROVER")), 10)
+        await until(lambda: any(lost in t for t in slack.ephemeral_texts("UAPPROVER")), 10)
         own_redis.start()
         await ws.sender.action(confirm(_card_now(slack, card), "UAPPROVER"))
         await ws.settle(60)
-        assert len(ws.toolbox.restarts.done) == 1 and "Confirmed by" in all_text(_card_now(slack, card))
+        assert len(ws.toolbox.restarts.done) == 1 and confirmed in all_text(_card_now(slack, card))
     finally:
         if own_redis.proc is None:
             own_redis.start()

@@ -76,8 +76,7 @@ class Receipt:
         await self._post(*self._receipt())
 
     def _receipt(self) -> tuple[list[kit.Block], str]:
-        everything = " ".join(str((b.get("text") or {}).get("text") or "") for b in self.blocks)
-        lang = language_of(everything, self.language)
+        lang = language_of(kit.shown({"blocks": self.blocks}), self.language)
         note = say(lang, "click_received", who=f"<@{self.user}>",
                    what=say(lang, _VERBS.get(self.action_id, "confirm")))
         return [b for b in self.blocks if b.get("type") not in ("actions", "input")] + [kit.context(note)], note

@@ -191,8 +191,8 @@ class Executor:
             ref = uuid.uuid4().hex[:8]  # the operator gets the details, the person a reference to them
             log.error("%s dropped (ref %s): %s", item.kind, ref, exc)
             # The thread's language is in the store that is away: the question's, else the configured one.
-            lang = language_of(item.text, self.language) if isinstance(item, Converse) else \
-                language_of("", self.language)
+            lang = language_of(item.text if isinstance(item, Converse) else
+                               kit.shown(item.card) if isinstance(item, Answer) else "", self.language)
             key = STORE_DOWN if isinstance(item, Converse) else CLICK_LOST
             await self.outbox.store_down(item.channel, say(lang, key), ref=ref, thread_ts=item.thread_ts,
                                          user=None if isinstance(item, Converse) else item.user, lang=lang)

@@ -361,6 +361,12 @@ def progress_blocks(state: dict[str, Any]) -> list[Block]:
     return blocks
 
 
+def shown(message: dict[str, Any]) -> str:
+    """A message's words as Slack shows them, its text and its blocks' (what its language is read from)."""
+    blocks = [b for b in message.get("blocks") or [] if isinstance(b, dict)]
+    return " ".join([str(message.get("text") or ""), *(str((b.get("text") or {}).get("text") or "") for b in blocks)])
+
+
 def carries(blocks: list[Block], token: str) -> bool:
     """Whether a clicked message's blocks show a button with ``token`` (Slack sends a click with the message's
     blocks: a token carried to another of the bot's messages would close that one and leave its card live)."""
