@@ -270,3 +270,37 @@ async def test_alert_threads_feedback_and_summaries_are_in_the_threads_language(
     assert not missing, missing
     found = leaks(shown, lang, proper=("environment", "PaymentsHighErrorRate", "OrdersLatencyHigh"))
     assert not found, "\n".join(dict.fromkeys(f"{hit!r} in …{_around(hit, text)}…" for hit, text in found))
+
+
+async def test_refusals_of_follow_ups_and_schedules_are_in_the_thread_s_language(redis_url: str, prefix: str,
+                                                                                  slack: FakeSlack) -> None:
+    """A Re-check refused by the per-person cap read "没有安排跟进：UREQ already has 1 follow-ups pending…" (the
+    model's English, an id, a wrong plural); a schedule that never fires, "未创建：`…` never fires again"."""
+    from bot.run_limits import UNLIMITED
+
+    limits = UNLIMITED.model_copy(update={"followups_per_person": 1})
+    ws = await open_workspace(redis_url, prefix, slack, language="auto", progress="update", run_limits=limits)
+    try:
+        ask, restart, _, _ = SCENARIOS["zh"]
+        prod = {"opspilot_field:environment": {"value": {"type": "static_select", "selected_option": {"value": "prod"}}}}
+        for thread in ("900.1", "901.1"):
+            ws.slack.post_as_user(CHANNEL, "UREQ", ask, ts=thread)
+            await ws.sender.event(mention(CHANNEL, "UREQ", ask, thread))
+            await ws.settle()
+            await ws.sender.event(message(CHANNEL, "UREQ", restart, f"{thread}1", thread_ts=thread))
+            await ws.settle()
+            await _press(ws, "UREQ", thread, "opspilot_submit", values=prod)
+            await _press(ws, "UBOSS", thread, "opspilot_confirm")
+            await _press(ws, "UREQ", thread, "opspilot_recheck")
+        for text in ('schedule "0 0 30 2 *" Asia/Shanghai 支付服务最近的报错',
+                     'schedule "bad cron x y" Asia/Shanghai 支付服务最近的报错'):
+            await ws.sender.command({"command": "/opspilot", "text": text, "user_id": "UREQ", "channel_id": CHANNEL,
+                                     "trigger_id": f"t-{text[:14]}", "response_url": slack.response_url()})
+            await ws.settle()
+    finally:
+        await ws.stop()
+    told = slack.ephemeral_texts("UREQ")
+    assert any("已达每人上限" in t for t in told) and not any("UREQ" in t for t in told), told
+    assert any("以后不会再触发" in t for t in told), told
+    found = leaks(told, "zh", proper=("environment",))
+    assert not found, found

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from bot import when
-from bot.followup_tool import Followups, Refused, keyed_id
+from bot.followup_tool import PER_THREAD, Followups, Refused, keyed_id
 from bot.slack.inbound.access import AccessPolicy
 from bot.slack.inbound.run_gate import RunGate
 from bot.slack.inbound.thread_log import FollowupKind, followup_events, log_followup
@@ -200,8 +200,12 @@ class SlackFollowups:
                 thread_id=thread_id, owner=user, after_minutes=self.recheck_minutes,
                 question=say(lang, "fu_recheck_question"), source="button",
                 key=await self._recheck_key(run_id, thread_id, channel, thread_ts))
-        except Refused as exc:
-            await self._tell(channel, user, say(lang, "fu_refused", why=str(exc)), thread_ts)
+        except Refused as exc:  # its message is the model's (English, with ids): people get the catalog's words
+            key = {"too_many_followups_for_person": "fu_refused_person", "too_many_followups": "fu_refused_thread"}
+            n = self.followups.per_person if exc.code == "too_many_followups_for_person" else PER_THREAD
+            words = say(lang, key[exc.code], n=n) if exc.code in key else \
+                say(lang, "fu_refused", why=kit.escape(exc) if lang == "en" else f"`{kit.escape(exc)}`")
+            await self._tell(channel, user, words, thread_ts)
             return
         if not fresh:
             await self._tell(channel, user, say(lang, "fu_recheck_taken"), thread_ts)

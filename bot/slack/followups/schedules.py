@@ -116,11 +116,12 @@ class Schedules:
         now = self.clock()
         try:
             due = when.next_due(cron, timezone, now)
-        except when.WhenError as exc:
-            await self.outbox.tell(channel, user, say(lang, "sc_bad", why=kit.escape(exc)))
+        except when.WhenError as exc:  # the parser's English: quoted as it is where the thread is not
+            why = kit.escape(exc) if lang == "en" else f"`{kit.escape(exc)}`"
+            await self.outbox.tell(channel, user, say(lang, "sc_bad", why=why))
             return
         if due is None:
-            await self.outbox.tell(channel, user, say(lang, "sc_bad", why=f"`{kit.escape(cron)}` never fires again"))
+            await self.outbox.tell(channel, user, say(lang, "sc_bad", why=say(lang, "sc_never", cron=kit.escape(cron))))
             return
         every = shortest_interval(cron, timezone, due)
         if every is not None and every < self.limits.schedule_min_interval_s:

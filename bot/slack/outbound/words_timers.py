@@ -36,6 +36,13 @@ TIMER_WORDS: dict[str, tuple[str, str]] = {
                              "如果想让我再看一次，请在线程里问我。"),
     "fu_handover": ("{due}, asked by {by}: {question}", "{due}，{by} 请求：{question}"),
     "fu_refused": ("No follow-up scheduled: {why}", "没有安排跟进：{why}"),
+    "fu_refused_person": ("No follow-up scheduled: you already have {n} pending across threads, the most one person "
+                          "may have. Cancel one first (App Home lists them).",
+                          "没有安排跟进：你已有 {n} 个跟进在等待（各对话合计），已达每人上限。"
+                          "请先取消一个（应用主页里有列表）。"),
+    "fu_refused_thread": ("No follow-up scheduled: this thread already has {n} pending, the most a thread may have. "
+                          "Cancel one first.", "没有安排跟进：这个对话已有 {n} 个跟进在等待，已达上限。请先取消一个。"),
+    "sc_never": ("`{cron}` never fires again.", "`{cron}` 以后不会再触发。"),
     "late": (" (due {due}, {minutes} min late: OpsPilot was not running)",
              "（应于 {due}，晚了 {minutes} 分钟：当时 OpsPilot 没有运行）"),
     "sc_usage": ("Usage: `/opspilot schedule \"<cron>\" <time zone> <question>`, e.g. `/opspilot schedule \"0 9 * * "
