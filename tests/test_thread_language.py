@@ -235,15 +235,6 @@ async def play_alerts(ws: Workspace, lang: str, errors: list[str]) -> None:
                              "team_id": "T0001", "trigger_id": "9.9", "response_url": "https://hooks.slack.test/c"})
     await ws.sender.command({"command": "/opspilot", "text": "summary", "user_id": "UREQ", "channel_id": ALERTS,
                              "team_id": "T0001", "trigger_id": "9.8", "response_url": "https://hooks.slack.test/c"})
-    # A third: a restart whose card nobody answers, expired (its answer was English, composed by the engine).
-    ws.slack.post_as_user(CHANNEL, "UREQ", other, ts="700.1")
-    await ws.sender.event(mention(CHANNEL, "UREQ", other, "700.1"))
-    await ws.settle()
-    await ws.sender.event(message(CHANNEL, "UREQ", restart_other, "700.2", thread_ts="700.1"))
-    await ws.settle()
-    await _press(ws, "UREQ", "700.1", "opspilot_submit", values=prod)
-    await ws.service.core.sweeps.sweep(now=time.time() + 3 * 3600)
-    await ws.settle()
     await ws.sender.event({"type": "app_home_opened", "user": "UREQ", "channel": "D0HOME", "tab": "home",
                            "event_ts": f"{time.time():.6f}"})
     await ws.settle()
@@ -282,7 +273,8 @@ async def test_refusals_of_follow_ups_and_schedules_are_in_the_thread_s_language
     ws = await open_workspace(redis_url, prefix, slack, language="auto", progress="update", run_limits=limits)
     try:
         ask, restart, _, _ = SCENARIOS["zh"]
-        prod = {"opspilot_field:environment": {"value": {"type": "static_select", "selected_option": {"value": "prod"}}}}
+        prod = {"opspilot_field:environment": {"value": {"type": "static_select",
+                                                          "selected_option": {"value": "prod"}}}}
         for thread in ("900.1", "901.1"):
             ws.slack.post_as_user(CHANNEL, "UREQ", ask, ts=thread)
             await ws.sender.event(mention(CHANNEL, "UREQ", ask, thread))
