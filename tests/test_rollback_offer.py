@@ -34,12 +34,14 @@ async def _press(ws: Workspace, message: dict[str, object], button: dict[str, ob
     await ws.settle()
 
 
-@pytest.mark.parametrize(("question", "label"), [
-    ("was it the deploy that broke orders in staging?", "Roll back to 2026.12.01-4"),
-    ("订单服务 staging 的报错是发布引起的吗？", "回滚到 2026.12.01-4"),
+@pytest.mark.parametrize(("question", "label", "reason"), [
+    ("was it the deploy that broke orders in staging?", "Roll back to 2026.12.01-4",
+     "reason=`roll back orders in staging to release 2026.12.01-4`"),
+    ("订单服务 staging 的报错是发布引起的吗？", "回滚到 2026.12.01-4",
+     "reason=`把 orders（staging）回滚到版本 2026.12.01-4`"),
 ])
 async def test_a_yes_verdict_offers_the_previous_release_and_the_card_gates_it(ws: Workspace, question: str,
-                                                                             label: str) -> None:
+                                                                             label: str, reason: str) -> None:
     await ws.sender.event(mention(CHANNEL, "UREQ", question, "800.1"))
     await ws.settle()
     [(answer, button)] = _offers(ws, "800.1")
@@ -52,6 +54,7 @@ async def test_a_yes_verdict_offers_the_previous_release_and_the_card_gates_it(w
         b["action_id"] == "opspilot_confirm" for b in buttons(m)))
     text = all_text(card)
     assert "`2026.12.02-1` → `2026.12.01-4`" in text, text  # from → to, before anyone confirms
+    assert reason in text, text  # the request in the thread's words, not "<@U…> pressed …" (a raw id in a code span)
     assert ws.toolbox.rollbacks.done == []
     token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
     for _ in range(2):  # a double click acts once

@@ -253,8 +253,8 @@ class Inbound:
         if not press or not await self.meta.first_time(member):  # the same press delivered again: once
             return
         if await self._admit("reply", user, channel, member, thread_ts):
-            await self.dispatch(Converse(channel=channel, thread_ts=str(thread_ts), user=user,
-                                         text=question(target, user), request_id=member))
+            await self.dispatch(Converse(channel=channel, thread_ts=str(thread_ts), user=user, request_id=member,
+                                         text=question(target, user, await self._lang(channel, thread_ts))))
 
     async def on_home_opened(self, event: dict[str, Any]) -> None:
         if event.get("tab") == "home" and event.get("user") and self.home is not None:

@@ -27,7 +27,7 @@ from bot.agent.models.demo_changes import (
     wide_calls,
 )
 from bot.agent.models.demo_checks import with_followups
-from bot.agent.models.demo_intent import Ask, environment, read
+from bot.agent.models.demo_intent import Ask, environment, read, request_words
 from bot.agent.models.demo_narrative import MARKER, demo_narrative
 from bot.agent.models.scripted import ScriptedModel
 from core.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
@@ -314,7 +314,7 @@ def _change_args(service: str, text: str, quoted: str, messages: Sequence[Messag
     env = _environment(text, quoted) or next(
         (e for m in reversed(messages) if isinstance(m, UserMessage)
          for e in [_environment("", _split(m.content)[0])] if e), None)
-    return {"service_id": service, "reason": text[:200], **({"environment": env} if env else {})}
+    return {"service_id": service, "reason": request_words(text)[:200], **({"environment": env} if env else {})}
 
 
 def _change(service: str, ask: Ask, text: str, quoted: str, messages: Sequence[Message],

@@ -67,9 +67,14 @@ def environment(text: str) -> str | None:
     return "prod" if _PROD.search(text) else "staging" if _STAGING.search(text) else None
 
 
+def request_words(text: str) -> str:
+    """A request without who asked and which button they pressed: a button's request ("<@U1> pressed "Roll back to
+    …": roll back orders …", "<@U1> 按下了「回滚到 …」：把 …") is the person's own words."""
+    return re.sub(r"^(?:<@\w+>\s*|@\w+\s*)+(?:pressed \"[^\"]*\":\s*|按下了「[^」]*」[：:]\s*)?", "", text.strip())
+
+
 def _change(text: str) -> Change | None:
-    # A button's request ("<@U1> pressed "Roll back to …": roll back orders …") is the person's own words.
-    plain = re.sub(r"^(?:<@\w+>\s*|@\w+\s*)+(?:pressed \"[^\"]*\":\s*)?", "", text.strip())
+    plain = request_words(text)
     for kind, pattern in _IMPERATIVE_EN.items():
         if pattern.search(plain):
             return kind  # type: ignore[return-value]

@@ -15,6 +15,10 @@ _TARGET_KEYS = ("service_id", "service", "target")
 _VALUE = 80  # characters of an argument shown (the audit stream keeps all of it)
 
 
+def _cut(value: str) -> str:
+    return value if len(value) <= _VALUE else value[:_VALUE - 1] + "…"  # cut, and said so
+
+
 def ran_a_change(entries: Iterable[Mapping[str, Any]]) -> bool:
     """Whether these audit entries hold a change that ran (done, or started with its outcome unknown): one
     declined, expired, stopped or answered in the thread instead changed nothing."""
@@ -33,7 +37,7 @@ def audit_line(entry: dict[str, str], lang: str) -> str:
         what = say(lang, "audit_on" if target else "audit_in", tool=tool, target=escape(target), env=escape(env))
     else:
         what = f"`{tool}`"
-    rest = [f"{escape(k)}=`{escape(str(v)[:_VALUE])}`" for k, v in args.items()
+    rest = [f"{escape(k)}=`{escape(_cut(str(v)))}`" for k, v in args.items()
             if k not in (*_TARGET_KEYS, "environment") and v not in (None, "")]
     if rest:
         what += say(lang, "audit_with", args=say(lang, "comma").join(rest))
