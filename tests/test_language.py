@@ -112,3 +112,12 @@ async def test_refusals_are_said_in_the_threads_language(redis_url: str, prefix:
         assert ws.toolbox.restarts.done == []
     finally:
         await ws.stop()
+
+
+def test_one_earlier_call_is_one() -> None:
+    """41 tool calls in a run read "… 1 earlier calls" above the last 40."""
+    from bot.slack.outbound.blocks import progress_blocks
+
+    lines = [{"tool": f"t{i}", "status": "ok"} for i in range(41)]
+    text = "\n".join(b["text"]["text"] for b in progress_blocks({"lines": lines, "lang": "en"}) if "text" in b)
+    assert "… 1 earlier call\n" in text and "calls" not in text.split("\n")[1]

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, get_args
 
 from bot.agent.models.base import DEMO_LABEL
-from bot.slack.outbound.words import has_word, say
+from bot.slack.outbound.words import has_word, plural, say
 from core.split import split
 from core.text import hides_any, reveal
 from tools.registry import Provenance
@@ -346,7 +346,7 @@ def progress_blocks(state: dict[str, Any]) -> list[Block]:
         detail = f" — {escape(line['detail'])}" if line.get("detail") else ""
         body.append(f"{icon} `{escape(line['tool'])}`{detail}")
     if len(lines) > 40:
-        body.insert(0, say(lang, "earlier_calls", n=len(lines) - 40))
+        body.insert(0, plural(lang, "earlier_calls", len(lines) - 40))
     if body:
         blocks.append(mrkdwn("\n".join(body)))
     if state.get("note"):

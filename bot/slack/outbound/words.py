@@ -33,6 +33,7 @@ _WORDS: dict[str, tuple[str, str]] = {
                      "不是你们系统的数据。"),
     "resume": ("Resume", "继续"),
     "earlier_calls": ("… {n} earlier calls", "…… 之前还有 {n} 个调用"),
+    "earlier_calls_one": ("… 1 earlier call", "…… 之前还有 1 个调用"),
     "interrupted": ("Interrupted by a restart", "因重启而中断"),
     "interrupted_note": ("The worker running this stopped. Finished steps are kept; a change that was running is "
                          "reported as outcome unknown, never re-run.",
