@@ -284,3 +284,12 @@ async def test_what_could_not_be_read_is_said_and_times_in_milliseconds_are_time
     assert none["changes"] == [] and none["summary"].startswith("no readable change in the last 60 min"), none
     flat = {"trend": "flat", "current": 0.001, "baseline": 0.001}
     assert judge(none, flat, None).kind == "incomplete"  # not "nothing changed": one record could not be read
+
+
+def test_a_change_on_another_day_is_dated() -> None:
+    """Over a day's window, yesterday's 14:02 read as today's."""
+    day: dict[str, Any] = {"window": {"minutes": 1440, "to": "2026-12-02T10:00:00Z"}, "changes": [
+        {"kind": "deploy", "version": "2026.12.02-1", "at": "2026-12-02T09:10:00Z"},
+        {"kind": "deploy", "version": "2026.12.01-4", "at": "2026-12-01T14:02:00Z"}]}
+    assert output("ok", None, {"ok": True, "data": day}, "en").endswith(
+        "deploy `2026.12.02-1` 09:10, deploy `2026.12.01-4` 12-01 14:02")

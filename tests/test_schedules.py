@@ -92,7 +92,8 @@ async def test_a_check_missed_beyond_the_grace_is_skipped_with_a_line_and_goes_o
     clock.now = timer.due + 9 * 60  # within the grace: it runs, saying how late
     assert await tick(ws) == 1
     await ws.settle()
-    assert "9 min late: OpsPilot was not running" in all_text(roots(ws.slack)[-1])
+    # in the schedule's own zone, as its other lines say it (it said "due 14:00 UTC" beside "09:00 UTC-5")
+    assert "(due 09:00 UTC-5, 9 min late: OpsPilot was not running" in all_text(roots(ws.slack)[-1])
     sunday = (await only_schedule(ws)).due
     clock.now = sunday + 3 * 3600  # down all morning
     assert await tick(ws) == 1

@@ -84,7 +84,8 @@ class Checks:
             earlier = await self.engine.deps.store.thread_run(thread)
             if earlier:
                 await self.engine.cancel(earlier)
-        text = say(lang, "check_turn", label=item.label, due=time_of(item.due, lang), question=item.question)
+        text = say(lang, "check_turn", label=item.label, due=time_of(item.due, lang, item.timezone),
+                  question=item.question)
         outcome = await self.engine.ask(thread, f"{text}\n\n{STATUS_INSTRUCTION}", user_id=item.user,
                                         request_id=item.request_id, unattended=True)
         if outcome.status == "paused":  # it proposed a change: nobody here can confirm it
@@ -99,7 +100,7 @@ class Checks:
             await self.reports.tally(f"channel:{item.channel}", "schedule_quiet" if quiet else "schedule_reported")
         if quiet:
             return
-        late = say(lang, "late", due=time_of(item.due, lang), minutes=int(item.late_s // 60)) \
+        late = say(lang, "late", due=time_of(item.due, lang, item.timezone), minutes=int(item.late_s // 60)) \
             if item.late_s > 60 else ""
         text = say(lang, "sc_report", label=item.label, late=late) + "\n" + kit.escape(body or "…")
         if proposed:

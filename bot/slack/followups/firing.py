@@ -163,7 +163,8 @@ class Firer:
             return
         await self.dispatch(Check(channel=timer.channel, thread_ts=None, user=timer.owner, timer=timer.id,
                                   due=timer.due, request_id=timer.request_id, question=redact(timer.question),
-                                  label=label(timer), quiet=timer.quiet, late_s=max(late, 0.0)))
+                                  label=label(timer), quiet=timer.quiet, late_s=max(late, 0.0),
+                                  timezone=timer.timezone or "UTC"))
         if await self.timers.complete(claimed, following):
             await self.reports.tally(timer.group, "schedule_fired")
 

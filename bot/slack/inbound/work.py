@@ -105,6 +105,8 @@ class Check(_Item):
     """What it is, as lists show it: its name or question, its cron and time zone."""
     quiet: bool = False
     late_s: float = 0.0
+    timezone: str = "UTC"
+    """The schedule's: its times are said in it, as its other lines say them."""
 
 
 class NotYet(Exception):

@@ -74,7 +74,7 @@ def _count(key: str, items: list[Any], lang: str) -> str:
     n = len(items)
     names = [str(c.get("id")) for c in items[:3] if isinstance(c, dict) and c.get("id")]
     shown = plural(lang, "out_" + key, n)
-    return shown + (": " + ", ".join(_code(x, 40) for x in names) if names else "")
+    return shown + (("：" if lang == "zh" else ": ") + ", ".join(_code(x, 40) for x in names) if names else "")
 
 
 def _logs(data: dict[str, Any], lang: str) -> str:
@@ -103,8 +103,10 @@ def _metric(name: str, fig: dict[str, Any], lang: str) -> str:
     return say(lang, f"out_metric_{told}", name=shown, value=value, trend=word, onset=onset, back=back)
 
 
-def _change(change: dict[str, Any], lang: str) -> str:
-    kind, at = str(change.get("kind") or ""), str(change.get("at") or "")[11:16]
+def _change(change: dict[str, Any], lang: str, today: str = "") -> str:
+    """``deploy `2026.12.02-1` 09:10``; dated (``12-01 14:02``) when not on the window's last day (``today``)."""
+    kind, stamp = str(change.get("kind") or ""), str(change.get("at") or "")
+    at = stamp[11:16] if not today or stamp[:10] == today else f"{stamp[5:10]} {stamp[11:16]}"
     target = change.get("to_version") if kind in ("rollback", "scale") else None
     version = target or change.get("version")
     if "change_" + kind not in _KINDS:  # a CI/CD record's own kind: quoted as data
@@ -115,7 +117,8 @@ def _change(change: dict[str, Any], lang: str) -> str:
 def _changes(data: dict[str, Any], lang: str) -> str:
     changes = [c for c in data["changes"] if isinstance(c, dict)]
     minutes = (data.get("window") or {}).get("minutes", "?")
-    listed = say(lang, "sep").join(_change(c, lang) for c in changes[:3])
+    today = str((data.get("window") or {}).get("to") or "")[:10]
+    listed = say(lang, "sep").join(_change(c, lang, today) for c in changes[:3])
     key = "out_changes" + ("_one" if len(changes) == 1 else "")
     text = say(lang, key, n=len(changes), minutes=minutes, listed=listed) if changes else \
         say(lang, "out_no_changes", minutes=minutes)
