@@ -74,6 +74,10 @@ class RedisLocks:
 
         return await retried("taking the thread lease", self.grace_s, attempt)
 
+    async def leased(self, thread_id: str) -> bool:
+        key = self.keys.lease(thread_id)
+        return bool(await retried("reading the thread lease", self.grace_s, lambda: self.client.exists(key)))
+
     async def renew_lease(self, thread_id: str, owner: str, ttl_ms: int) -> bool:
         keys = [self.keys.lease(thread_id)]
         return bool(await retried("renewing the thread lease", self.grace_s,
@@ -141,6 +145,9 @@ class MemoryLocks:
             return False
         self._leases[thread_id] = (owner, time.monotonic() + ttl_ms / 1000)
         return True
+
+    async def leased(self, thread_id: str) -> bool:
+        return self.holder(thread_id) is not None
 
     async def renew_lease(self, thread_id: str, owner: str, ttl_ms: int) -> bool:
         if self.holder(thread_id) != owner:

@@ -177,6 +177,9 @@ class Locks(Protocol):
 
     async def acquire_lease(self, thread_id: str, owner: str, ttl_ms: int) -> bool: ...
 
+    async def leased(self, thread_id: str) -> bool:
+        """Whether someone holds the thread now (a live worker renews its lease; a dead one's lapses)."""
+
     async def renew_lease(self, thread_id: str, owner: str, ttl_ms: int) -> bool: ...
 
     async def release_lease(self, thread_id: str, owner: str) -> None: ...

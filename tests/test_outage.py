@@ -50,6 +50,28 @@ async def test_redis_down_mid_run_and_during_a_question(own_redis: OwnRedis, pre
         await ws.stop()
 
 
+async def test_a_run_the_store_lost_midway_is_not_told_it_was_not_taken(own_redis: OwnRedis, prefix: str,
+                                                                         slack: FakeSlack) -> None:
+    """Redis away past the grace after a run took its question (and may have changed something): the thread said
+    "I can't take questions right now… ask again", and asking again could run a change twice."""
+    probe = Probe()
+    tools = toolkit(probe)
+    model = ScriptedModel([reply("", call("blocker", "b1")), reply("done")])
+    ws = await open_workspace(own_redis.url, prefix, slack, model=model, specs=[tools["blocker"]], outage_grace_s=1.0)
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "first", "25.1"))
+        await asyncio.wait_for(probe.started.setdefault("blocker", asyncio.Event()).wait(), 10)
+        own_redis.stop()
+        probe.release.set()  # its result cannot be saved: the run stops here, taken
+        await until(lambda: any("became unavailable while I was working" in all_text(m)
+                                for m in slack.thread(CHANNEL, "25.1") if m.get("bot")), 20)
+        said = " ".join(all_text(m) for m in slack.thread(CHANNEL, "25.1") if m.get("bot"))
+        assert "can't take questions" not in said and "Ask again" not in said, said
+    finally:
+        own_redis.start()
+        await ws.stop()
+
+
 async def test_a_longer_outage_is_told_to_the_user_plainly(own_redis: OwnRedis, prefix: str,
                                                            slack: FakeSlack) -> None:
     ws = await open_workspace(own_redis.url, prefix, slack, model=ScriptedModel([reply("done")]), specs=[],

@@ -293,3 +293,27 @@ async def test_a_claim_whose_holder_died_is_taken_over_and_a_live_one_is_respect
     with pytest.raises(AlreadyHandled) as late:
         await h.engine.resume_token(token, Confirm(), by="U3")
     assert late.value.holder == "U2"
+
+
+async def test_a_run_quiet_for_long_but_held_by_its_live_worker_is_not_lost(store: RedisStore) -> None:
+    """One slow read past ``stale_after_s``: the sweep took the live run for lost at every tick, spending its
+    automatic carry-ons, so that a real death afterwards left it waiting for a person's Resume."""
+    probe = Probe()
+    tools = toolkit(probe)
+    h = make_harness(ScriptedModel([reply("", call("blocker", "b1")), reply("done")]), store, [tools["blocker"]])
+    running = asyncio.create_task(h.engine.ask("t", "look"))
+    await asyncio.wait_for(probe.started.setdefault("blocker", asyncio.Event()).wait(), 5)
+    sweeps = Sweeps(h.engine, stale_after_s=0)
+    lost: list[str] = []
+
+    async def on_lost(run_id: str) -> bool:
+        lost.append(run_id)
+        return True
+
+    sweeps.on_lost = on_lost
+    for _ in range(3):
+        await sweeps.sweep(now=time.time() + 600)
+    assert lost == []  # held: at work, not lost
+    probe.release.set()
+    out = await asyncio.wait_for(running, 10)
+    assert out.status == "finished" and out.answer == "done"

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from bot.agent import engine_errors as errors
 from bot.agent.decisions import (
     Answers,
     CancelRun,
@@ -27,7 +28,6 @@ from bot.agent.decisions import (
     claim_all,
 )
 from bot.agent.deps import RunDeps
-from bot.agent.engine_errors import AlreadyHandled, InterruptExpired, NotPending, RunNotFound, ThreadBusy
 from bot.agent.events import RunStalled, RunStarted
 from bot.agent.fallback import Fallback, ran
 from bot.agent.lease import Lease, hold
@@ -129,19 +129,19 @@ class Engine:
         """What a question's token opens (the pending call, its run, thread and requester): one store read."""
         ticket = await self.deps.store.load_ticket(token)
         if ticket is None:
-            raise NotPending("unknown or expired request")
+            raise errors.NotPending("unknown or expired request")
         return ticket
 
     async def answer(self, ticket: Ticket, decision: Decision, *, by: str) -> RunOutcome:
         """A person's answer to one paused call. Exactly one answer per question is ever applied: the first
-        to claim it; everyone after is told who did (:class:`AlreadyHandled`)."""
+        to claim it; everyone after is told who did (:class:`~bot.agent.engine_errors.AlreadyHandled`)."""
         pending = ticket.pending
         if not isinstance(decision, Expire | CancelRun) and time.time() > pending.expires_at:
-            raise InterruptExpired("this request expired")
+            raise errors.InterruptExpired("this request expired")
         await check_open_and_fits(pending, decision, self.deps.registry, self.deps.store.locks)
         claim = await self.deps.store.locks.claim(pending.token, by)
         if not claim.won and claim.age_s < self.options.claim_stale_s:
-            raise AlreadyHandled(claim.holder)
+            raise errors.AlreadyHandled(claim.holder)
         try:
             async with self._lease(ticket.thread_id, run_id=ticket.run_id) as lease:
                 run = self._opened(lease, ticket.run_id)  # the one read of the run record, under the lease
@@ -152,9 +152,9 @@ class Engine:
                 record = run.record
                 current = next((p for p in record.pending if p.token == pending.token), None)
                 if current is None and not claim.won:
-                    raise AlreadyHandled(claim.holder)
+                    raise errors.AlreadyHandled(claim.holder)
                 if current is None:
-                    raise NotPending("this call is not waiting for an answer (it may have been handled already)")
+                    raise errors.NotPending("this call is not waiting for an answer (it may have been handled already)")
                 if not claim.won:
                     log.warning("run %s: %s claimed %s %.0fs ago and never decided; %s takes over", record.run_id,
                                 claim.holder, pending.call.name, claim.age_s, by)
@@ -164,7 +164,7 @@ class Engine:
                 run.record.status = "running"
                 await run.commit()  # the decision is durable (and shown) before the call runs
                 return await self._drive(run, answers)
-        except ThreadBusy:
+        except errors.ThreadBusy:
             if claim.won:
                 await self.deps.store.locks.release_claim(pending.token)  # nothing happened: the question stays open
             raise
@@ -192,7 +192,7 @@ class Engine:
                 if run.record.status != "finished":
                     return await run.cancel(by)
                 return run.outcome()
-        except ThreadBusy:
+        except errors.ThreadBusy:
             if record.status != "running":
                 raise
         await self.deps.store.locks.request_cancel(run_id, by or "")  # the instance running it polls for this
@@ -209,7 +209,7 @@ class Engine:
         for pending in record.pending:
             if pending.expires_at <= (now or time.time()):
                 ticket = Ticket(run_id=run_id, thread_id=record.thread_id, requester=record.user_id, pending=pending)
-                with contextlib.suppress(AlreadyHandled, NotPending):
+                with contextlib.suppress(errors.AlreadyHandled, errors.NotPending):
                     outcome = await self.answer(ticket, Expire(), by="expiry")
         return outcome
 
@@ -224,7 +224,7 @@ class Engine:
                     return None
                 await self._repair(run, park=True)
                 return run.outcome()
-        except ThreadBusy:
+        except errors.ThreadBusy:
             return None
 
     async def recover(self, run_id: str, *, on_taken: Callable[[], Awaitable[None]] | None = None) -> RunOutcome:
@@ -283,11 +283,13 @@ class Engine:
             self._running.pop(run.id, None)
 
     async def _turn(self, run: Run, answers: Answers | None) -> RunOutcome:
+        settled = answers is None  # from here on, the store going away is not "not taken" (StoreLostMidRun)
         try:
             if answers is not None:
                 # What a person decided runs to its end (bounded by the tool's own timeout), whatever time the
                 # run has left: cutting a confirmed change short would leave its outcome unknown.
                 questions = await run.settle(answers)
+                settled = True
                 if questions or run.record.pending:
                     return await run.pause(questions)  # asked again, or other questions still open
                 if answers.expired_only:  # composed, so each front end words it in the thread's language
@@ -312,7 +314,9 @@ class Engine:
             else:
                 log.warning("run %s: model error %s", run.id, exc)
             return await run.fail("model_error", exc.public)
-        except StoreError:
+        except StoreError as exc:
+            if settled and not isinstance(exc, errors.StoreLostMidRun):
+                raise errors.StoreLostMidRun(str(exc), run.id) from exc
             raise
         except Exception:
             ref = uuid.uuid4().hex[:8]
@@ -351,7 +355,7 @@ class Engine:
     async def _load(self, run_id: str) -> RunRecord:
         record = await self.deps.store.load_run(run_id)
         if record is None:
-            raise RunNotFound(f"run {run_id} not found (it may have expired)")
+            raise errors.RunNotFound(f"run {run_id} not found (it may have expired)")
         return record
 
     async def _latest(self, thread_id: str) -> RunRecord | None:
@@ -363,7 +367,7 @@ class Engine:
 
     def _opened(self, lease: Lease, run_id: str) -> Run:
         if lease.run is None or lease.run.run_id != run_id:
-            raise RunNotFound(f"run {run_id} not found (it may have expired)")
+            raise errors.RunNotFound(f"run {run_id} not found (it may have expired)")
         return self._run(lease.run, lease)
 
     def _memo(self, thread_id: str) -> ThreadMemo:

@@ -11,8 +11,12 @@
         └── NotYours            a message in the thread may not set its open questions aside (only those who may
                                 answer them can); nothing consumed
 
-Store failures surface as :class:`state.StoreError`; a corrupt record as :class:`state.CorruptRecord`.
+Store failures surface as :class:`state.StoreError`; a corrupt record as :class:`state.CorruptRecord`; one once the
+run was under way (its question taken, or a decision recorded) as :class:`StoreLostMidRun`: the sweep carries it
+on once the store is back, so nobody is to be told it was not taken.
 """
+
+from state.store_errors import StoreError
 
 
 class EngineError(Exception):
@@ -51,3 +55,11 @@ class NotPending(ResumeRefused):
 
 class NotYours(ResumeRefused):
     pass
+
+
+class StoreLostMidRun(StoreError):
+    """The store went away while a run was under way: the run exists (and may have changed something)."""
+
+    def __init__(self, message: str, run_id: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id

@@ -54,6 +54,8 @@ class Sweeps:
             except EngineError as exc:
                 log.warning("expiring run %s: %s", run_id, exc)
         for run_id in await store.runs_due("active", now - self.stale_after_s):
+            if await self._held(run_id):
+                continue  # quiet for long (one slow model call, a long read), but its worker still holds the thread
             if self.on_lost is not None and await self._only_read(run_id) and await self.on_lost(run_id):
                 continue  # carried on by itself (its lease decides who, if its worker lives after all)
             try:
@@ -63,6 +65,14 @@ class Sweeps:
                 continue
             if outcome is not None and outcome.status == "stalled":
                 log.warning("run %s lost its worker; repaired and waiting for Resume", run_id)
+
+    async def _held(self, run_id: str) -> bool:
+        """A live worker renews its thread's lease; a dead one's lapses within the lease's length, shorter than
+        ``stale_after_s``: a run quiet for long whose thread is held is at work, not lost (counting it as lost
+        spent its automatic carry-ons, so that a real death then left it waiting for a Resume)."""
+        store = self.engine.deps.store
+        record = await store.load_run(run_id)
+        return record is not None and await store.locks.leased(record.thread_id)
 
     async def _only_read(self, run_id: str) -> bool:
         """No change was in flight when the run's worker went quiet: every journaled call has finished."""

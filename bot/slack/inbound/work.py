@@ -9,6 +9,7 @@ their run's state — a queue entry whose worker died is simply done again by an
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
@@ -25,10 +26,11 @@ from bot.agent.engine_errors import (
     NotPending,
     NotYours,
     ResumeRefused,
+    StoreLostMidRun,
     ThreadBusy,
 )
 from bot.slack.inbound.access import AccessPolicy
-from bot.slack.inbound.receipt import Receipt, ended_as
+from bot.slack.inbound.receipt import SLOW_S, Receipt, ended_as
 from bot.slack.inbound.thread_reader import ThreadReader
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.counters import Metrics
@@ -189,6 +191,15 @@ class Executor:
                 await self.outbox.tell(item.channel, item.user, say(lang, "nothing_changed", why=why), item.thread_ts)
         except LeaseLost as exc:  # it could not renew in time and another worker took the thread: that one goes on
             log.warning("%s in thread %s stopped here: %s", item.kind, item.thread_ts, exc)
+        except StoreLostMidRun as exc:  # taken, and maybe changed something: never "ask again" / "not recorded"
+            ref = uuid.uuid4().hex[:8]
+            log.error("%s: run %s stopped here, the store away (ref %s): %s", item.kind, exc.run_id, ref, exc)
+            lang = language_of(item.text if isinstance(item, Converse) else
+                               kit.shown(item.card) if isinstance(item, Answer) else "", self.language)
+            if isinstance(item, Converse | Answer):
+                await self.outbox.store_down(item.channel, say(lang, "store_lost_mid_run"), ref=ref,
+                                             thread_ts=item.thread_ts, lang=lang,
+                                             user=item.user if isinstance(item, Answer) else None)
         except StoreError as exc:
             ref = uuid.uuid4().hex[:8]  # the operator gets the details, the person a reference to them
             log.error("%s dropped (ref %s): %s", item.kind, ref, exc)
@@ -263,7 +274,11 @@ class Executor:
 
     async def _answer(self, item: Answer) -> None:
         token = item.ticket.pending.token
-        receipt = Receipt(item.response_url, item.card, item.user, item.decision, language=self.language, token=token)
+        # A card that has ended (a click redelivered after its worker died, a stale one) gets no "received… nothing
+        # has run yet" while this click waits for its thread: that is not what happened.
+        after_s = math.inf if await ended_as(self.meta, token) else SLOW_S
+        receipt = Receipt(item.response_url, item.card, item.user, item.decision, language=self.language, token=token,
+                          after_s=after_s)
         recorded = False
         try:
             recorded = await self._record(item, receipt)

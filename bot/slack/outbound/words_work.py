@@ -109,14 +109,19 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
     "nothing_changed": ("Nothing changed: {why}", "什么都没有改变：{why}"),
     "store_down": ("I can't take questions right now: my state store is unavailable. Ask again in a few minutes.",
                    "我现在无法接收问题：状态存储不可用。请过几分钟再问。"),
+    "store_lost_mid_run": (":hourglass_flowing_sand: My state store became unavailable while I was working on this. "
+                           "What was done is saved; once the store is back this carries on from its last saved "
+                           "step, or, if a change was under way, asks for a Resume (it is never run twice).",
+                           ":hourglass_flowing_sand: 处理过程中状态存储变得不可用。已完成的部分都已保存；"
+                           "存储恢复后会从最后保存的步骤继续，如果当时有变更正在进行，则会请你点“继续”"
+                           "（变更不会被执行两次）。"),
     "click_lost": ("I could not record this: my state store is unavailable. In a few minutes, check the thread for "
                    "what happened before you try again.",
                    "无法记录这次操作：状态存储不可用。请过几分钟查看对话里的情况，再重试。"),
     "ref": ("{text} (ref {ref})", "{text}（编号 {ref}）"),
-    "auto_resumed": (":arrows_counterclockwise: The worker running this stopped while it was only reading data; "
-                     "another one carries on from where it was last saved (nothing had been changed).",
-                     ":arrows_counterclockwise: 运行它的进程在只读取数据时停止了；另一个进程从最后保存处继续"
-                     "（没有做过任何变更）。"),
+    "auto_resumed": (":arrows_counterclockwise: The worker running this stopped while no change was under way; "
+                     "another one carries on from where it was last saved.",
+                     ":arrows_counterclockwise: 运行它的进程停止时没有正在进行的变更；另一个进程从最后保存处继续。"),
     "work_failed": (":warning: I could not handle this: it failed every time I tried, so I stopped trying. Ask again "
                     "in a moment; if it fails again, an operator can look it up with `opspilot stats` (ref {ref}).",
                     ":warning: 这条我没能处理：每次尝试都失败了，所以停止了重试。请稍后再问一次；如果还失败，"
