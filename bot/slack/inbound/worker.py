@@ -155,7 +155,10 @@ class Worker:
             done.set()  # let a touch in flight finish: a command cut off mid-reply can leave its connection stuck
             await asyncio.wait({keeper}, timeout=5)
         if failure is None:
-            await self.queue.ack(entry.id, lane=entry.lane)
+            try:
+                await self.queue.ack(entry.id, lane=entry.lane)
+            except StoreError as exc:  # done: only its ack waits; it is read again once Redis is back (done once)
+                log.warning("work %s done, not acknowledged (Redis away): %s", entry.id, exc)
         elif failure and entry.deliveries < MAX_DELIVERIES:  # another try, soon, by whichever worker reads first
             self.executor.metrics.inc("opspilot_work_retries_total", kind=_kind(entry.body))
             with contextlib.suppress(StoreError):  # Redis away: it is reclaimed after a whole idle period instead
