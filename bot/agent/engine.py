@@ -42,7 +42,7 @@ from core.redact import redact
 from state.keys import new_run_id
 from state.records import RunRecord, Ticket
 from state.store import Start
-from state.store_errors import StoreError, StoreUnavailable
+from state.store_errors import LeaseLost, StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 MODEL = outage("the model")
@@ -315,7 +315,7 @@ class Engine:
                 log.warning("run %s: model error %s", run.id, exc)
             return await run.fail("model_error", exc.public)
         except StoreError as exc:
-            if settled and not isinstance(exc, errors.StoreLostMidRun):
+            if settled and not isinstance(exc, errors.StoreLostMidRun | LeaseLost):  # (a taker goes on: no word)
                 raise errors.StoreLostMidRun(str(exc), run.id) from exc
             raise
         except Exception:
