@@ -359,3 +359,15 @@ async def test_links_the_model_writes_are_quoted_and_only_evidence_links(ws: Wor
     assert narrative.impact == ("See the fix (`http://evil.example/login`) or `https://evil.example/x` and "
                                 "`https://evil.example/y` [E1](https://x.test/p1).")
     assert narrative.next_steps == "- Check `payments` [E1](https://x.test/p1)."
+
+
+async def test_a_canvas_slack_did_not_confirm_is_made_once_and_said_so(ws: Workspace) -> None:
+    """Lost replies to canvases.create: the SDK's own retry made a second canvas from one request, and the thread
+    was told "could not post the summary" with a canvas there."""
+    await restarted(ws)
+    ws.slack.fault("lost", "canvases.create", times=2)
+    await ws.sender.event(mention(CHANNEL, "UOTHER", "summarize", "100.5", thread_ts="100.1"))
+    await ws.settle(60)
+    assert len(ws.slack.called("canvases.create")) == 1 and len(ws.slack.canvases) == 1
+    said = [all_text(m) for m in ws.slack.thread(CHANNEL, "100.1") if m.get("bot")]
+    assert any("Slack 没有确认" in t for t in said) and not any("无法发布事件总结" in t for t in said), said

@@ -75,6 +75,10 @@ class Summaries:
                  reports: Reports, model: ChatModel | None, outbox: SlackOutbox, language: str = "auto",
                  timezones: dict[str, str] | None = None) -> None:
         self.client, self.store, self.meta, self.reports = client, store, meta, reports
+        # Making a canvas or a file is not idempotent: tried once, never again by the SDK's retry handlers (a lost
+        # reply retried made a second canvas); what a failure may have left is said, not guessed.
+        self.once = AsyncWebClient(token=client.token, base_url=client.base_url, timeout=client.timeout,
+                                   retry_handlers=[])
         self.model, self.outbox, self.language = model, outbox, language
         self.timezones = timezones or {}
         self.reader = ThreadReader(client, meta, max_messages=THREAD_MESSAGES, max_chars=THREAD_CHARS)
@@ -107,8 +111,9 @@ class Summaries:
             error = slack_error(exc)
             if error not in CANVAS_UNAVAILABLE:
                 log.warning("summary of %s: canvas failed (%s)", thread_id, error)
-                await self.outbox.say(incident.channel, incident.thread_ts, say(lang, "inc_failed", why=error),
-                                      key=note)
+                key = "inc_unconfirmed" if _may_have_landed(exc) else "inc_failed"
+                await self.outbox.say(incident.channel, incident.thread_ts, say(
+                    lang, key, why=error, what=say(lang, "inc_what_canvas"), link=f"<#{incident.channel}>"), key=note)
                 return
             log.info("summary of %s: canvases unavailable (%s): posting a file", thread_id, error)
             await self._file(incident, document, error)
@@ -141,7 +146,7 @@ class Summaries:
                 except SlackApiError as exc:
                     if slack_error(exc) != "canvas_not_found":  # deleted by someone: make a new one
                         raise
-            created = await self.client.canvases_create(
+            created = await self.once.canvases_create(
                 title=say(incident.lang, "inc_canvas_title", title=reveal(incident.title))[:120],
                 document_content=content, channel_id=incident.channel)
             await self.meta.put(CANVAS, incident.thread_id, {"canvas_id": str(created["canvas_id"])})
@@ -153,7 +158,7 @@ class Summaries:
     async def _file(self, incident: Incident, document: str, why: str) -> None:
         lang = incident.lang
         try:
-            await self.client.files_upload_v2(
+            await self.once.files_upload_v2(
                 channel=incident.channel, thread_ts=incident.thread_ts, content=document.encode(),
                 filename=f"incident-summary-{incident.thread_ts}.md",
                 title=say(lang, "inc_canvas_title", title=reveal(incident.title))[:120],
@@ -161,8 +166,10 @@ class Summaries:
         except SLACK_FAILURES as exc:  # the upload URL is another host: it may fail alone
             error = slack_error(exc)
             log.warning("summary of %s: file upload failed (%s)", incident.thread_id, error)
-            await self.outbox.say(incident.channel, incident.thread_ts, say(lang, "inc_failed", why=error),
-                                  key=f"incident-summary:{incident.thread_ts}")
+            key = "inc_unconfirmed" if _may_have_landed(exc) else "inc_failed"
+            await self.outbox.say(incident.channel, incident.thread_ts, say(
+                lang, key, why=error, what=say(lang, "inc_what_file"), link=f"<#{incident.channel}>"),
+                key=f"incident-summary:{incident.thread_ts}")
 
     async def _said(self, incident: Incident) -> str:
         """What colleagues wrote in the thread, for the narrative; without it (no history scope, Slack failing)
@@ -205,3 +212,10 @@ class Summaries:
         tz = (answer.get("user") or {}).get("tz")
         return str(tz) if tz else None
 
+
+
+def _may_have_landed(exc: BaseException) -> bool:
+    """A failure after which Slack may have made it all the same: no answer, a lost one, or its own fault."""
+    return not isinstance(exc, SlackApiError) or slack_error(exc) in ("fatal_error", "internal_error",
+                                                                       "request_timeout", "service_unavailable") \
+        or slack_error(exc).startswith("http_5")

@@ -109,6 +109,12 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
     "nothing_changed": ("Nothing changed: {why}", "什么都没有改变：{why}"),
     "store_down": ("I can't take questions right now: my state store is unavailable. Ask again in a few minutes.",
                    "我现在无法接收问题：状态存储不可用。请过几分钟再问。"),
+    "inc_unconfirmed": ("Slack did not confirm whether the incident summary's {what} was made ({why}). Look in "
+                        "{link} before asking again: it may be there.",
+                        "Slack 没有确认事件总结的{what}是否已创建（{why}）。"
+                        "再次请求前请先在 {link} 里看看：它可能已经在那里了。"),
+    "inc_what_canvas": ("canvas", "画布"),
+    "inc_what_file": ("file", "文件"),
     "store_lost_mid_run": (":hourglass_flowing_sand: My state store became unavailable while I was working on this. "
                            "What was done is saved; once the store is back this carries on from its last saved "
                            "step, or, if a change was under way, asks for a Resume (it is never run twice).",
