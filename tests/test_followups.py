@@ -310,11 +310,14 @@ async def test_no_re_check_under_an_answer_whose_change_did_not_run(ws: Workspac
 
 
 async def test_a_handover_lists_the_channels_pending_follow_ups(ws: Workspace) -> None:
-    clock_of(ws).now = time.time()  # a handover looks back from now
+    """Every one still to come, whenever asked for: one set up 3 h ago, due in the next hour, was left out of a
+    2-hour handover ("No follow-ups are scheduled")."""
+    clock_of(ws).now = time.time() - 3 * 3600
     ws.slack.post_as_user(CHANNEL, "UREQ", QUESTION, ts="500.1")  # so that Slack has a permalink for it
     thread_id = await asked(ws)
-    await schedule(ws, thread_id)
-    await ws.sender.command({"command": "/opspilot", "text": "handover 4", "user_id": "UREQ", "channel_id": CHANNEL,
+    await schedule(ws, thread_id, minutes=240)
+    clock_of(ws).now = time.time()  # a handover looks back from now
+    await ws.sender.command({"command": "/opspilot", "text": "handover 2", "user_id": "UREQ", "channel_id": CHANNEL,
                              "trigger_id": "handover-1", "response_url": "https://hooks.slack.test/commands/1"})
     await ws.settle()
     posted = next(m for (c, _), m in ws.slack.messages.items() if c == CHANNEL and "Handover" in all_text(m))

@@ -371,3 +371,19 @@ async def test_a_canvas_slack_did_not_confirm_is_made_once_and_said_so(ws: Works
     assert len(ws.slack.called("canvases.create")) == 1 and len(ws.slack.canvases) == 1
     said = [all_text(m) for m in ws.slack.thread(CHANNEL, "100.1") if m.get("bot")]
     assert any("Slack 没有确认" in t for t in said) and not any("无法发布事件总结" in t for t in said), said
+
+
+async def test_a_long_handover_is_posted_whole(ws: Workspace) -> None:
+    """25 threads waiting for a confirmation: the handover was one section cut at 3,000 characters, listing 2 of
+    them and none of the follow-ups or answers, without a word that it was cut."""
+    for i in range(25):
+        ws.slack.post_as_user(CHANNEL, "UREQ", QUESTION, ts=f"{200 + i}.1")
+        await ask_restart(ws, thread=f"{200 + i}.1")
+    await ws.sender.command({"command": "/opspilot", "text": "handover 4", "user_id": "UNEXT", "channel_id": CHANNEL,
+                             "team_id": "T0001", "trigger_id": "9.7", "response_url": "https://hooks.slack.test/c"})
+    await ws.settle()
+    posted = [m for (c, _), m in sorted(ws.slack.messages.items()) if c == CHANNEL and m.get("bot")
+              and m.get("thread_ts") is None]  # the handover's messages: the threads' are replies
+    text = "\n".join(b["text"]["text"] for m in posted for b in m["blocks"] if b.get("text"))  # (not the fallback)
+    pending = text.split("Pending confirmations", 1)[1]
+    assert pending.count("`restart_service`") == 25 and "No follow-ups are scheduled" in text

@@ -227,13 +227,14 @@ class SlackFollowups:
         if channel and channel != "None":  # a click in App Home has no channel: its list is published again
             await self.outbox.tell(channel, user, text, thread_ts)
 
-    async def handover_lines(self, channel: str, since: float, lang: str | None = None) -> list[str]:
-        """The channel's pending follow-ups asked for since ``since``, one line each (``/opspilot handover``), in
+    async def handover_lines(self, channel: str, lang: str | None = None) -> list[str]:
+        """The channel's pending follow-ups, one line each (``/opspilot handover``): every one still to come,
+        whenever it was asked for (one set up before the window falls due in the next shift all the same), in
         ``lang`` — by default the handover's own: the configured language, else English."""
         lang = lang or language_of("", self.access.config.language)
         lines = []
         for timer in await self.timers.every():
-            if timer.kind == "followup" and timer.channel == channel and timer.created_at >= since:
+            if timer.kind == "followup" and timer.channel == channel:
                 link = await self._permalink(timer.channel, timer.thread_ts)
                 line = say(lang, "fu_handover", due=time_of(timer.due, lang), by=kit.who(timer.owner),
                            question=kit.escape(timer.question))

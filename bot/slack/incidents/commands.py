@@ -14,6 +14,7 @@ from bot.slack.inbound.access import AccessPolicy
 from bot.slack.inbound.run_gate import RunGate
 from bot.slack.incidents.canvas import Summaries, thread_of
 from bot.slack.incidents.handover import Handover, hours_of
+from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.thread_meta import THREAD, thread_key
 from bot.slack.outbound.words import language_of, say
@@ -77,7 +78,9 @@ class IncidentCommands:
             if hours is None or self.handover is None:
                 await self.outbox.tell(channel, user, say(lang, "ho_usage"))
                 return True
-            await self.outbox.say(channel, None, await self.handover.text(channel, hours, lang))
+            said = await self.handover.text(channel, hours, lang)
+            for i, blocks in enumerate(kit.split_answer(said, lang)):  # whole: one section holds 3,000 characters
+                await self.outbox.message(f"handover:{trigger}:{i}", channel, None, kit.fallback_text(said), blocks)
             return True
         thread_ts = thread_of(rest, channel) if rest.strip() else None
         if thread_ts is None or self.summaries is None:

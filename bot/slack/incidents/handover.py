@@ -25,9 +25,8 @@ from state.store import MetaStore
 from state.threads import threads_with_prefix
 
 DEFAULT_HOURS, MAX_HOURS = 12, 168
-FollowUps = Callable[[str, float, str], Awaitable[list[str]]]
-"""A channel's follow-ups scheduled since a time, one line each in a language (the scheduler's, when there is
-one)."""
+FollowUps = Callable[[str, str], Awaitable[list[str]]]
+"""A channel's pending follow-ups, one line each in a language (the scheduler's, when there is one)."""
 
 
 def hours_of(argument: str) -> int | None:
@@ -91,7 +90,7 @@ class Handover:
                 asker = say(lang, "requested_by", by=kit.who(run.user_id or "?"))
                 pending.append(f"• {what} — {asker} — {kit.hhmm(p.created_at)} → {kit.hhmm(p.expires_at)}"
                                + (f" — <{link}|↗>" if link else ""))
-        follow = await self.followups(channel, since, lang) if self.followups is not None else []
+        follow = await self.followups(channel, lang) if self.followups is not None else []
         none = f"_{say(lang, 'ho_none')}_"
         parts = [f"*{say(lang, 'ho_title', channel=channel, hours=hours)}*",
                  f"*{say(lang, 'ho_open')}*", *(open_ or [none]),
