@@ -16,7 +16,7 @@ import pytest
 
 from bot.agent.models.scripted import ScriptedModel, reply
 from bot.config import ConfigError, Settings, load_settings
-from bot.demo.sender import block_action, mention
+from bot.demo.sender import block_action, mention, message
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
 from bot.report import report
@@ -387,3 +387,25 @@ async def test_a_long_handover_is_posted_whole(ws: Workspace) -> None:
     text = "\n".join(b["text"]["text"] for m in posted for b in m["blocks"] if b.get("text"))  # (not the fallback)
     pending = text.split("Pending confirmations", 1)[1]
     assert pending.count("`restart_service`") == 25 and "No follow-ups are scheduled" in text
+
+
+async def test_a_declined_change_is_not_an_open_failure(ws: Workspace) -> None:
+    """A restart declined, then one confirmed and done: "Open questions" listed the declined one as "did not
+    succeed (declined_by_user)" — a decision read as a failure, still open after the same restart was done."""
+    ws.slack.post_as_user(CHANNEL, "UREQ", QUESTION, ts="100.1")
+    card = await ask_restart(ws, thread="100.1")
+    token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_decline")
+    await ws.sender.action(block_action(user="UAPPROVER", channel=CHANNEL, message=card, action_id="opspilot_decline",
+                                        value=token))
+    await ws.settle()
+    await ws.sender.event(message(CHANNEL, "UREQ", "restart it in prod", "100.4", thread_ts="100.1"))
+    await ws.settle()
+    again = [m for m in ws.slack.thread(CHANNEL, "100.1") if any(b["action_id"] == "opspilot_confirm"
+                                                                 for b in buttons(m))][-1]
+    await ws.sender.action(confirm(again, "UAPPROVER"))
+    await ws.settle()
+    assert len(ws.toolbox.restarts.done) == 1
+    await ws.sender.event(mention(CHANNEL, "UOTHER", "summarize", "100.9", thread_ts="100.1"))
+    await ws.settle()
+    doc = next(iter(ws.slack.canvases.values()))["markdown"]
+    assert "`declined_by_user`" not in doc, doc

@@ -170,14 +170,17 @@ def _state(incident: Incident, mention: Mention) -> list[str]:
 
 def _open(incident: Incident) -> list[str]:
     lang, lines = incident.lang, []
-    for c in incident.changes:
+    for i, c in enumerate(incident.changes):
         what = _what(c.tool, c.arguments)
+        if any(later.status == "ok" and (later.tool, _what(later.tool, later.arguments)) == (c.tool, what)
+               for later in incident.changes[i + 1:]):
+            continue  # done since: not open any more
         if c.error_code == "outcome_unknown":
             lines.append("- " + say(lang, "inc_open_unknown", what=what))
         elif c.status == "ok" and "rollout" in c.result and not c.verified:  # restart, rollback, scale
             lines.append("- " + say(lang, "inc_open_unverified", what=what,
                                     why=code(c.result.get("verdict") or c.result.get("rollout") or "?")))
-        elif c.status == "error":
+        elif c.status == "error" and c.error_code != "declined_by_user":  # a person's no is a decision, not open
             lines.append("- " + say(lang, "inc_open_failed", what=what, why=code(c.error_code or "?")))
     for p in incident.pending:
         lines.append("- " + say(lang, "inc_confirm_asked", what=_what(p.call.call.name, p.call.arguments)))
