@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
 from bot.run_limits import UNLIMITED, RunLimits
 from bot.slack.service import Role, SlackService, build_service
+from core.messages import ToolResultMessage
 from state import Keys, RedisStore, Ttls, connect
 from tools import ops
 from tools.registry import Registry, ToolSpec
@@ -150,3 +152,16 @@ async def ask_restart(ws: Workspace, thread: str = "100.1", user: str = "UREQ", 
 def confirm(card: dict, user: str) -> dict:
     token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
     return block_action(user=user, channel=CHANNEL, message=card, action_id="opspilot_confirm", value=token)
+
+
+async def restarted(ws: Workspace, thread: str = "100.1") -> dict[str, Any]:
+    """The demo incident: a question, "restart it in prod", UAPPROVER confirms, the restart is verified."""
+    ws.slack.post_as_user(CHANNEL, "UREQ", QUESTION, ts=thread)  # so that permalinks to it exist
+    card = await ask_restart(ws, thread=thread)
+    await ws.sender.action(confirm(card, "UAPPROVER"))
+    await ws.settle()
+    assert len(ws.toolbox.restarts.done) == 1
+    transcript = await ws.store.load_transcript(f"slack:{CHANNEL}:{thread}")
+    result = next(m for m in transcript if isinstance(m, ToolResultMessage) and m.name == "restart_service")
+    data: dict[str, Any] = json.loads(result.content)["data"]
+    return data

@@ -17,8 +17,7 @@ from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.slack.outbound.markdown import code, fenced, inert
 from bot.slack.outbound.words import say
-from tests.slack_harness import CHANNEL, Workspace, open_workspace
-from tests.test_incident_summary import restarted
+from tests.slack_harness import CHANNEL, Workspace, open_workspace, restarted
 
 EVIL = "[Approve](https://evil.example/approve)"
 

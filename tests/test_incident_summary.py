@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
 import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -24,8 +22,7 @@ from bot.slack.followups.buttons import CANCEL
 from bot.slack.incidents.canvas import thread_of
 from bot.slack.incidents.incident import gather
 from bot.slack.incidents.narrative import write
-from core.messages import ToolResultMessage
-from tests.slack_harness import CHANNEL, QUESTION, Workspace, ask_restart, confirm, open_workspace
+from tests.slack_harness import CHANNEL, QUESTION, Workspace, ask_restart, confirm, open_workspace, restarted
 from tests.test_alerts import ALERTS, fire, notification, source
 from tests.test_cli import run_cli
 from tests.test_timers import Clock, open_at, tick
@@ -36,19 +33,6 @@ async def ws(redis_url: str, prefix: str, slack: FakeSlack) -> AsyncIterator[Wor
     workspace = await open_workspace(redis_url, prefix, slack, language="auto")  # a Chinese question: a Chinese thread
     yield workspace
     await workspace.stop()
-
-
-async def restarted(ws: Workspace, thread: str = "100.1") -> dict[str, Any]:
-    """The demo incident: a question, "restart it in prod", UAPPROVER confirms, the restart is verified."""
-    ws.slack.post_as_user(CHANNEL, "UREQ", QUESTION, ts=thread)  # so that permalinks to it exist
-    card = await ask_restart(ws, thread=thread)
-    await ws.sender.action(confirm(card, "UAPPROVER"))
-    await ws.settle()
-    assert len(ws.toolbox.restarts.done) == 1
-    transcript = await ws.store.load_transcript(f"slack:{CHANNEL}:{thread}")
-    result = next(m for m in transcript if isinstance(m, ToolResultMessage) and m.name == "restart_service")
-    data: dict[str, Any] = json.loads(result.content)["data"]
-    return data
 
 
 def rate(value: float) -> str:
@@ -137,28 +121,6 @@ async def test_summary_command_without_a_thread_says_how(ws: Workspace) -> None:
     assert any("/opspilot summary <" in t for t in texts)
     assert any("neither a link" in t for t in texts)
     assert ws.slack.canvases == {}
-
-
-async def test_handover_lists_three_threads_with_their_states_and_links(ws: Workspace) -> None:
-    await restarted(ws, "100.1")  # answered, restart done
-    ws.slack.post_as_user(CHANNEL, "UREQ", QUESTION, ts="200.1")
-    await ask_restart(ws, thread="200.1")  # waits for a confirmation
-    ws.slack.post_as_user(CHANNEL, "UBOB", "payments errors?", ts="300.1")
-    await ws.sender.event(mention(CHANNEL, "UBOB", "payments errors?", "300.1"))
-    await ws.settle()
-
-    await ws.sender.command({"command": "/opspilot", "text": "handover 4", "user_id": "UNEXT", "channel_id": CHANNEL,
-                             "team_id": "T0001", "trigger_id": "9.9", "response_url": "https://hooks.slack.test/c"})
-    await ws.settle()
-    text = all_text(next(m for m in ws.slack.messages.values() if "Handover" in all_text(m)))
-    open_part, rest = text.split("Pending confirmations", 1)
-    pending, answered = rest.split("Answered (2)", 1)
-    assert "p2001" in open_part and "waiting for a person" in open_part and "p1001" not in open_part
-    assert "`restart_service` `payments` @ `prod`" in pending and "<@UREQ>" in pending and "p2001" in pending
-    assert "p1001" in answered and "p3001" in answered
-    # Each thread by what it is about (its first question), not by its latest "restart it in prod".
-    assert QUESTION[:40] in answered and "restart it in prod" not in text
-    assert "No follow-ups are scheduled" in text
 
 
 async def test_report_offline_renders_the_records_without_a_model(ws: Workspace, redis_url: str, prefix: str,
@@ -371,22 +333,6 @@ async def test_a_canvas_slack_did_not_confirm_is_made_once_and_said_so(ws: Works
     assert len(ws.slack.called("canvases.create")) == 1 and len(ws.slack.canvases) == 1
     said = [all_text(m) for m in ws.slack.thread(CHANNEL, "100.1") if m.get("bot")]
     assert any("Slack 没有确认" in t for t in said) and not any("无法发布事件总结" in t for t in said), said
-
-
-async def test_a_long_handover_is_posted_whole(ws: Workspace) -> None:
-    """25 threads waiting for a confirmation: the handover was one section cut at 3,000 characters, listing 2 of
-    them and none of the follow-ups or answers, without a word that it was cut."""
-    for i in range(25):
-        ws.slack.post_as_user(CHANNEL, "UREQ", QUESTION, ts=f"{200 + i}.1")
-        await ask_restart(ws, thread=f"{200 + i}.1")
-    await ws.sender.command({"command": "/opspilot", "text": "handover 4", "user_id": "UNEXT", "channel_id": CHANNEL,
-                             "team_id": "T0001", "trigger_id": "9.7", "response_url": "https://hooks.slack.test/c"})
-    await ws.settle()
-    posted = [m for (c, _), m in sorted(ws.slack.messages.items()) if c == CHANNEL and m.get("bot")
-              and m.get("thread_ts") is None]  # the handover's messages: the threads' are replies
-    text = "\n".join(b["text"]["text"] for m in posted for b in m["blocks"] if b.get("text"))  # (not the fallback)
-    pending = text.split("Pending confirmations", 1)[1]
-    assert pending.count("`restart_service`") == 25 and "No follow-ups are scheduled" in text
 
 
 async def test_a_declined_change_is_not_an_open_failure(ws: Workspace) -> None:
