@@ -289,11 +289,10 @@ class Settings(BaseSettings):
 
 def environment_problems(settings: Settings, known: list[str], tools: list[str] | None = None,
                          services: list[str] | None = None) -> list[str]:
-    """Authorisation rules that can never match, which serve refuses: an environment no catalog service has (a typo
-    would leave the real one unprotected: no approvers rule there, or no confirmation, or the default replica
-    bounds), an approvers entry for a tool, or replica bounds for a service, that does not exist (a typo would let
-    anyone confirm the real one, or scale it within the defaults). Each with the key and the nearest known name. A
-    name under a configured MCP server's prefix (``<server>__``) is known only once it connects."""
+    """Rules that can never match, which serve refuses: an environment no catalog service has (a typo would leave the
+    real one unprotected: no approvers, no confirmation, the default replica bounds), approvers for a tool or bounds
+    for a service that does not exist. Each with the key and the nearest known name. A name under a configured MCP
+    server's prefix (``<server>__``) is known only once it connects."""
     problems: list[str] = []
     mcp = tuple(f"{server.name}__" for server in settings.mcp_servers)
 
