@@ -134,3 +134,16 @@ async def test_a_question_read_again_after_a_crash_sees_the_same_thread(redis_ur
         assert "db failover" not in await reader.context(CHANNEL, parent["ts"], later["ts"])
     finally:
         await ws.stop()
+
+
+def test_one_long_paste_does_not_crowd_out_the_messages_around_it() -> None:
+    """A 9,000-character log paste after a colleague's report: the model saw the thread's first message and the
+    paste's absence ("2 older messages left out"), not the report."""
+    from bot.slack.inbound.thread_reader import material
+
+    messages = [{"ts": "1.0", "user": "UREQ", "text": "payments is failing"},
+                {"ts": "1.1", "user": "UCAROL", "text": "IMPORTANT: EU customers see failed payments since 09:40"},
+                {"ts": "1.2", "user": "UDAN", "text": "ERROR timeout " * 650}]
+    quoted = material(messages, "1.0", max_messages=20, max_chars=6000)
+    assert "IMPORTANT: EU customers" in quoted and "ERROR timeout" in quoted and "left out" not in quoted
+    assert len(quoted) <= 6000

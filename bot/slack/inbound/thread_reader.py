@@ -137,6 +137,8 @@ def material(messages: list[dict[str, Any]], thread_ts: str, max_messages: int, 
         if len(kept) >= max_messages - len(parent):
             break
         quoted = _quote(m)
+        if len(quoted) > max_chars // 4:  # one long paste cannot crowd out the messages around it
+            quoted = quoted[:max_chars // 4 - 1] + "…"
         if len(quoted) > budget:
             break
         kept.append(quoted)
