@@ -25,6 +25,7 @@ from bot import when
 from bot.agent.limits import Limits
 from bot.config_errors import describe, describe_unparsed, suggest
 from bot.run_limits import RunLimits
+from core.envs import environment_name
 from tools.mcp.servers import McpServerConfig
 from tools.ops.toolbox_config import OpsConfig
 
@@ -289,12 +290,11 @@ class Settings(BaseSettings):
 
 def environment_problems(settings: Settings, known: list[str], tools: list[str] | None = None,
                          services: list[str] | None = None) -> list[str]:
-    """Rules that can never match, which serve refuses: an environment no catalog service has (a typo would leave the
-    real one unprotected: no approvers, no confirmation, the default replica bounds), approvers for a tool or bounds
-    for a service that does not exist. Each with the key and the nearest known name. A name under a configured MCP
-    server's prefix (``<server>__``) is known only once it connects."""
+    """Rules that can never match, which serve refuses (a typo would leave the real one unprotected), each with its
+    key and the nearest known name; an MCP server's ``<server>__`` tools are known only once it connects."""
     problems: list[str] = []
     mcp = tuple(f"{server.name}__" for server in settings.mcp_servers)
+    folded = {environment_name(k) or k for k in known}  # the rules' names are folded at load: so are the catalog's
 
     def env_problem(key: str, env: str) -> str:
         return f"{key}: no service in the catalog has environment {env!r}{suggest(env, known) or ' (known: none)'}"
@@ -303,18 +303,18 @@ def environment_problems(settings: Settings, known: list[str], tools: list[str] 
         if tools is not None and tool not in tools and not tool.startswith(mcp):
             problems.append(f"slack.approvers.{tool}: there is no tool named {tool!r}{suggest(tool, tools)}")
         problems += [env_problem(f"slack.approvers.{tool}.{env}", env)
-                     for env in by_env if env != "*" and env not in known]
+                     for env in by_env if env != "*" and env not in folded]
     problems += [env_problem("slack.two_person_rule", env) for env in settings.slack.two_person_rule
-                 if env not in known]
+                 if env not in folded]
     for name, policy in settings.tools.items():
         problems += [env_problem(f"tools.{name}.confirm_in", env) for env in policy.confirm_in or []
-                     if env not in known]
+                     if env not in folded]
     for service, bounds in settings.toolbox.scale_bounds.items():
         if services is not None and service != "*" and service not in services:
             problems.append(f"toolbox.scale_bounds.{service}: there is no service {service!r} in the catalog"
                             f"{suggest(service, services)}")
         problems += [env_problem(f"toolbox.scale_bounds.{service}.{env}", env) for env in bounds
-                     if env != "*" and env not in known]
+                     if env != "*" and env not in folded]
     return problems
 
 

@@ -117,3 +117,27 @@ async def test_logs_capped_by_the_limit_say_so(fakes: OpsFakes) -> None:
     fakes.loki_lines = fakes.loki_lines[:10]
     few = data(await run(live(fakes), "query_logs", service_id="payments", environment="prod", minutes=30))
     assert few["limit_reached"] is False and "partial" not in few["summary"]
+
+
+async def test_a_change_cut_off_by_its_time_limit_may_have_run() -> None:
+    """A change past its tool's time limit after it started (its request sent) was "timeout", a failure: nothing
+    ran, by the audit and the stopped run's summary."""
+    import asyncio
+
+    from core.messages import ToolCall as Call
+    from state import MemoryStore
+    from tests.toolkit import Change
+    from tools import tool
+    from tools.registry import Registry, ToolContext
+    from tools.runtime import execute_one
+
+    @tool(description="A change that takes longer than its limit.", mutating=True, timeout_s=0.2, args=Change)
+    async def slow(args: Change, ctx: ToolContext) -> dict[str, Any]:
+        await asyncio.sleep(5)
+        return {}
+
+    ctx = ToolContext(run_id="r", thread_id="t", user_id="U", call_id="c1", confirmed_by="UBOB")
+    obs = await execute_one(Call(id="c1", name="slow", arguments={"target": "payments", "environment": "staging"}),
+                            registry=Registry.of([slow]), ctx=ctx, journal=MemoryStore().journal)
+    assert error_code(obs) == "outcome_unknown"
+    assert obs.result is not None and "may or may not have completed" in obs.result.content

@@ -297,3 +297,17 @@ toolbox:
     said = demo_data_problem(partly)
     assert said is not None and said.endswith("its runbooks, logs, metrics, change history"), said
     assert ops.build(partly.toolbox).clock.replayed  # what it reads is the replayed dataset: on its clock
+
+
+def test_bounds_for_a_catalog_whose_environments_are_capitalised(tmp_path: Path) -> None:
+    """A catalog saying ``Prod``: bounds written ``Prod`` were folded to ``prod`` and then refused as an environment
+    no service has (and ``prod`` the same), so no bounds could be written at all."""
+    catalog = tmp_path / "catalog.yml"
+    catalog.write_text((ops.DEMO_DATA / "catalog.yml").read_text().replace("[prod, staging]", "[Prod, Staging]"))
+    settings = load_settings(write(tmp_path, f"toolbox: {{catalog: {catalog}, scale_bounds: "
+                                             "{payments: {Prod: {min: 3, max: 6}}}}\n"))
+    build_registry(settings, ops.build(settings.toolbox))
+    from tools.ops.changing import bounds_for
+
+    found = bounds_for(settings.toolbox.scale_bounds, "payments", "Prod")
+    assert found is not None and (found.min, found.max) == (3, 6)

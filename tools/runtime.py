@@ -207,6 +207,10 @@ async def execute_one(
         status = "cancelled"  # a cancelled change stays "started": its outcome is genuinely unknown
         raise
     except TimeoutError:
+        if spec.mutating:  # started (journaled), then cut off: it may have been carried out
+            message = (f"{spec.name} did not finish within {spec.timeout_s:g}s after it started: it may or may not "
+                       "have completed; check its effect before retrying")
+            return done(error_result(call, "outcome_unknown", message), arguments=plain_args)
         message = f"{spec.name} did not answer within {spec.timeout_s:g}s"
         return done(error_result(call, "timeout", message), arguments=plain_args)
     except Exception:

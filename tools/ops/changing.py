@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.envs import environment_name
 from tools.ops import toolbox_config as cfg
 from tools.ops.catalog import Service
 from tools.ops.metric_backends import MetricsBackend
@@ -48,8 +49,9 @@ class ScaleArgs(_Args):
 
 def bounds_for(bounds: dict[str, dict[str, cfg.Bounds]], service: str, environment: str) -> cfg.Bounds | None:
     """The most specific entry: the service's in the environment, its any-environment one, then '*'."""
+    env = environment_name(environment) or environment  # the bounds' names are folded at load; so is this one
     for s in (service, "*"):
-        for e in (environment, "*"):
+        for e in (env, "*"):
             if (found := (bounds.get(s) or {}).get(e)) is not None:
                 return found
     return None
