@@ -141,3 +141,11 @@ async def test_a_change_cut_off_by_its_time_limit_may_have_run() -> None:
                             registry=Registry.of([slow]), ctx=ctx, journal=MemoryStore().journal)
     assert error_code(obs) == "outcome_unknown"
     assert obs.result is not None and "may or may not have completed" in obs.result.content
+
+
+async def test_a_change_refused_for_now_did_not_run(fakes: OpsFakes) -> None:
+    """HTTP 429 is a refusal before acting: "did not run, try later", not "may have been carried out"."""
+    fakes.webhook_answer = (429, {"error": "slow down"})
+    obs = await run(webhooks(fakes), "restart_service", confirmed_by="UBOB", **RESTART)
+    assert error_code(obs) == "upstream_error"
+    assert obs.result is not None and "nothing was done" in json.loads(obs.result.content)["message"]

@@ -56,6 +56,10 @@ class Unreachable(UpstreamError):
     """No connection was made: nothing was sent (a change's request certainly did not land)."""
 
 
+class Throttled(UpstreamError):
+    """Refused for now (HTTP 429): nothing was done; try again later."""
+
+
 class OutcomeUnknown(ToolError):
     """A change was sent and its answer was lost or unreadable: it may or may not have been carried out."""
 

@@ -286,7 +286,7 @@ class Inbound:
         """A refusal, to one person, in the thread's language; where OpsPilot cannot post (a DM between people),
         through the request's ``reply`` URL."""
         words = verdict.words(await self._lang(channel, thread_ts, asked))
-        if verdict.key == "not_my_dm":
+        if verdict.key in ("not_my_dm", "dm_unknown"):
             return await respond(reply, words)
         await self.outbox.tell(channel, user, words, thread_ts)
 

@@ -23,6 +23,7 @@ from tools.tool_errors import (
     NotFound,
     OutcomeUnknown,
     PermissionDenied,
+    Throttled,
     ToolTimeout,
     Unreachable,
     UpstreamError,
@@ -52,7 +53,7 @@ class Http:
         try:
             return await self._request(method, path, params=params, body=body, content_type=content_type)
         except (ToolTimeout, UpstreamError) as exc:
-            if method == "GET" or isinstance(exc, Unreachable):
+            if method == "GET" or isinstance(exc, Unreachable | Throttled):  # not sent, or refused before acting
                 raise
             raise OutcomeUnknown(f"the request was sent to {self.name}, but {exc.message}: it may or may not have "
                                  "been carried out; check before retrying") from exc
@@ -130,5 +131,7 @@ def _classify(name: str, status: int, text: str) -> Exception:
         return NotFound(f"{name} has no such resource (HTTP 404): {detail}")
     if status in (400, 422):
         return InvalidArguments(f"{name} rejected the query (HTTP {status}): {detail}")
+    if status == 429:
+        return Throttled(f"{name} is refusing requests for now (HTTP 429): nothing was done; try again later")
     return UpstreamError(f"{name} failed (HTTP {status}): {detail}")
 

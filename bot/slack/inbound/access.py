@@ -111,13 +111,16 @@ class AccessPolicy:
         shortcut): only OpsPilot's own DM counts as one; a DM between people is refused (OpsPilot is not in it)."""
         if not channel.startswith("D"):
             return await self.may_use(user, channel)
-        if not await self.own_dm(channel):
+        own = await self.own_dm(channel)
+        if own is None:
+            return refusal("dm_unknown")
+        if not own:
             return refusal("not_my_dm")
         return await self.may_use(user, channel, direct=True)
 
-    async def own_dm(self, channel: str) -> bool:
+    async def own_dm(self, channel: str) -> bool | None:
         """Whether ``channel`` is a direct message with OpsPilot: one it can read (``im:history``; a DM between
-        people is ``channel_not_found`` to it). Slack failing: not known, so not one (asked again next time)."""
+        people is ``channel_not_found`` to it). None: Slack failing, not known (asked again next time)."""
         if channel in self._dms:
             return self._dms[channel]
         try:
@@ -127,7 +130,7 @@ class AccessPolicy:
         except SLACK_FAILURES as exc:
             if "channel_not_found" not in slack_error(exc):
                 log.warning("whether %s is OpsPilot's DM is not known: %s", channel, slack_error(exc))
-                return False
+                return None
             own = False
         if len(self._dms) > 10_000:
             self._dms.clear()

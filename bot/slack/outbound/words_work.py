@@ -42,6 +42,8 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
     "out_no_changes": ("no change in {minutes} min", "{minutes} 分钟内没有变更"),
     "out_not_checked": (" (not checked: {sources})", "（未检查：{sources}）"),
     "out_error_rate": ("; error rate {before} → {after}", "；错误率 {before} → {after}"),
+    "dm_unknown": ("I could not check this conversation with Slack just now: try again in a moment.",
+                   "刚才无法向 Slack 确认这个对话：请稍后再试。"),
     "not_my_dm": ("I am not in this conversation: ask me in a channel I am in, or in a direct message to me.",
                   "我不在这个对话里：请在我所在的频道里问我，或直接私信我。"),
     "rollout_complete": ("rollout complete", "滚动发布已完成"),
