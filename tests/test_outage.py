@@ -19,7 +19,7 @@ from bot.slack.outbound.counters import Metrics
 from core.outages import Outage
 from state import Keys, RedisStore, StoreError, Ttls, connect
 from tests.conftest import OwnRedis, until
-from tests.slack_harness import CHANNEL, QUESTION, ask_restart, confirm, open_workspace
+from tests.slack_harness import CHANNEL, QUESTION, ask_restart, card_of, confirm, open_workspace
 from tests.toolkit import Probe, toolkit
 
 
@@ -67,6 +67,29 @@ async def test_a_run_the_store_lost_midway_is_not_told_it_was_not_taken(own_redi
                                 for m in slack.thread(CHANNEL, "25.1") if m.get("bot")), 20)
         said = " ".join(all_text(m) for m in slack.thread(CHANNEL, "25.1") if m.get("bot"))
         assert "can't take questions" not in said and "Ask again" not in said, said
+    finally:
+        own_redis.start()
+        await ws.stop()
+
+
+async def test_a_click_the_store_lost_while_its_change_ran_is_not_told_unrecorded(own_redis: OwnRedis, prefix: str,
+                                                                                   slack: FakeSlack) -> None:
+    """A confirmed change started; Redis went away before its result was saved: the approver was told "I could not
+    record this" of a change that had run."""
+    probe = Probe()
+    tools = toolkit(probe, slow_s=3.0)  # long enough to stop Redis while it runs
+    model = ScriptedModel([reply("", call("change", "c1", target="payments", environment="prod")), reply("done")])
+    ws = await open_workspace(own_redis.url, prefix, slack, model=model, specs=[tools["change"]], outage_grace_s=1.0)
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "change payments in prod", "27.1"))
+        await ws.settle()
+        card = card_of(slack, "27.1")
+        await ws.sender.action(confirm(card, "UAPPROVER"))
+        await asyncio.wait_for(probe.started.setdefault("change", asyncio.Event()).wait(), 10)
+        own_redis.stop()  # the change runs (slow_s); its result cannot be saved
+        await until(lambda: any("state store became unavailable while acting on it" in t
+                                for t in slack.ephemeral_texts("UAPPROVER")), 20)
+        assert not any("could not record this" in t for t in slack.ephemeral_texts("UAPPROVER"))
     finally:
         own_redis.start()
         await ws.stop()

@@ -283,7 +283,7 @@ class Engine:
             self._running.pop(run.id, None)
 
     async def _turn(self, run: Run, answers: Answers | None) -> RunOutcome:
-        settled = answers is None  # from here on, the store going away is not "not taken" (StoreLostMidRun)
+        settled = answers is None  # the decision (if any) applied: see StoreLostMidRun.applied
         try:
             if answers is not None:
                 # What a person decided runs to its end (bounded by the tool's own timeout), whatever time the
@@ -314,9 +314,9 @@ class Engine:
             else:
                 log.warning("run %s: model error %s", run.id, exc)
             return await run.fail("model_error", exc.public)
-        except StoreError as exc:
-            if settled and not isinstance(exc, errors.StoreLostMidRun | LeaseLost):  # (a taker goes on: no word)
-                raise errors.StoreLostMidRun(str(exc), run.id) from exc
+        except StoreError as exc:  # the run is under way: never "not taken" (a taker of its lease goes on: no word)
+            if not isinstance(exc, errors.StoreLostMidRun | LeaseLost):
+                raise errors.StoreLostMidRun(str(exc), run.id, applied=settled) from exc
             raise
         except Exception:
             ref = uuid.uuid4().hex[:8]

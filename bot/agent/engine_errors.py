@@ -58,8 +58,9 @@ class NotYours(ResumeRefused):
 
 
 class StoreLostMidRun(StoreError):
-    """The store went away while a run was under way: the run exists (and may have changed something)."""
+    """The store went away while a run was under way: the run exists (and may have changed something).
+    ``applied``: False while a person's decision was being applied (claimed, its change maybe started)."""
 
-    def __init__(self, message: str, run_id: str) -> None:
+    def __init__(self, message: str, run_id: str, *, applied: bool = True) -> None:
         super().__init__(message)
-        self.run_id = run_id
+        self.run_id, self.applied = run_id, applied

@@ -196,10 +196,10 @@ class Executor:
             log.error("%s: run %s stopped here, the store away (ref %s): %s", item.kind, exc.run_id, ref, exc)
             lang = language_of(item.text if isinstance(item, Converse) else
                                kit.shown(item.card) if isinstance(item, Answer) else "", self.language)
-            if isinstance(item, Converse | Answer):
-                await self.outbox.store_down(item.channel, say(lang, "store_lost_mid_run"), ref=ref,
-                                             thread_ts=item.thread_ts, lang=lang,
-                                             user=item.user if isinstance(item, Answer) else None)
+            if isinstance(item, Converse | Answer):  # a decision caught midway: whether its card is open is not known
+                key = "store_lost_mid_run" if exc.applied or isinstance(item, Converse) else "click_lost_midway"
+                await self.outbox.store_down(item.channel, say(lang, key), ref=ref, thread_ts=item.thread_ts,
+                                             lang=lang, user=item.user if isinstance(item, Answer) else None)
         except StoreError as exc:
             ref = uuid.uuid4().hex[:8]  # the operator gets the details, the person a reference to them
             log.error("%s dropped (ref %s): %s", item.kind, ref, exc)

@@ -123,6 +123,11 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
                            ":hourglass_flowing_sand: 处理过程中状态存储变得不可用。已完成的部分都已保存；"
                            "存储恢复后会从最后保存的步骤继续，如果当时有变更正在进行，则会请你点“继续”"
                            "（变更不会被执行两次）。"),
+    "click_lost_midway": ("Your click was received, and my state store became unavailable while acting on it. In a "
+                          "few minutes, check the thread: a change that started is reported, never run twice; if the "
+                          "card is still open, click again.",
+                          "已收到你的操作，但执行时状态存储变得不可用。请过几分钟查看对话：已开始的变更会如实报告，"
+                          "不会执行两次；如果卡片仍然可以操作，请再点一次。"),
     "click_lost": ("I could not record this: my state store is unavailable. In a few minutes, check the thread for "
                    "what happened before you try again.",
                    "无法记录这次操作：状态存储不可用。请过几分钟查看对话里的情况，再重试。"),
