@@ -29,6 +29,7 @@ from bot.demo.workspace import LocalSlack as FakeSlack
 from state import Keys, RedisStore, Ttls, connect
 from tests.cluster import RedisClusterProcess
 from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.ops_servers import OpsFakes
 from tools import ops
 from tools.registry import Registry, ToolSpec
 
@@ -261,3 +262,13 @@ def own_redis() -> Iterator[OwnRedis]:
     yield server
     server.stop()
     shutil.rmtree(server.workdir, ignore_errors=True)
+
+
+@pytest.fixture
+async def fakes(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[OpsFakes]:
+    """The ops backends' stand-ins (Loki, Prometheus, Kubernetes, webhooks), with the token they expect."""
+    monkeypatch.setenv("OPS_TOKEN", "secret-token")
+    f = OpsFakes()
+    await f.server.start()
+    yield f
+    await f.server.stop()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -20,15 +19,6 @@ from tests.fakes.ops_servers import OpsFakes, loki_line
 from tests.test_ops import data, error_code, live, run
 from tools import ops
 from tools.ops import toolbox_config as cfg
-
-
-@pytest.fixture
-async def fakes(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[OpsFakes]:
-    monkeypatch.setenv("OPS_TOKEN", "secret-token")
-    f = OpsFakes()
-    await f.server.start()
-    yield f
-    await f.server.stop()
 
 
 def webhooks(fakes: OpsFakes) -> ops.Toolbox:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import gc
 import json
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -24,15 +23,6 @@ from tools.ops.rollouts import template
 from tools.registry import Registry, ToolContext
 from tools.runtime import MutationJournal, Observation, execute_one
 from tools.tool_errors import Conflict
-
-
-@pytest.fixture
-async def fakes(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[OpsFakes]:
-    monkeypatch.setenv("OPS_TOKEN", "secret-token")
-    f = OpsFakes()
-    await f.server.start()
-    yield f
-    await f.server.stop()
 
 
 def three_releases(fakes: OpsFakes) -> Rollouts:
