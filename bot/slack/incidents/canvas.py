@@ -129,6 +129,9 @@ class Summaries:
             if known := (await self.meta.get(CANVAS, thread_id)).get("canvas_id"):
                 return str(known), False
             if (await self.store.locks.claim(f"canvas:{thread_id}", "summary")).won:
+                if known := (await self.meta.get(CANVAS, thread_id)).get("canvas_id"):  # made and let go meanwhile
+                    await self.store.locks.release_claim(f"canvas:{thread_id}")
+                    return str(known), False
                 return None, True
             if asyncio.get_running_loop().time() > deadline:  # its maker is gone without a word: make it here
                 return None, False
