@@ -35,9 +35,10 @@ if redis.call('zscore', KEYS[1], ARGV[4]) then return {1, 0, 0} end  -- only a f
 local oldest = redis.call('zrange', KEYS[1], 0, 0, 'WITHSCORES')
 local free_at = now + window
 if oldest[2] then free_at = tonumber(oldest[2]) + window end
-if tonumber(redis.call('get', KEYS[2]) or '0') > now then return {0, free_at, 0} end
+local told = tonumber(redis.call('get', KEYS[2]) or '0')
+if told > now then return {0, free_at, 0, 0, told} end
 redis.call('set', KEYS[2], now + window, 'PX', window)
-return {0, free_at, 1}
+return {0, free_at, 1, 0, now + window}
 """
 
 # Claim-once: the first holder stays until its TTL; everyone reads who holds it (GET then SET as one step).
@@ -126,9 +127,10 @@ class RedisMeta:
     async def admit(self, name: str, member: str, *, limit: int, window_s: float, now: float) -> Admission:
         keys = [self.keys.window(name), self.keys.window_held(name)]
         args: list[int | str] = [round(now * 1000), max(round(window_s * 1000), 1), limit, member]
-        admitted, free_at, first, *added = await retried("rate limiting", self.grace_s,
-                                                         lambda: self._admit(keys=keys, args=args))
-        return Admission(bool(admitted), int(free_at) / 1000, bool(first), new=bool(added and added[0]))
+        admitted, free_at, first, *rest = await retried("rate limiting", self.grace_s,
+                                                        lambda: self._admit(keys=keys, args=args))
+        return Admission(bool(admitted), int(free_at) / 1000, bool(first), new=bool(rest and rest[0]),
+                         told_until=int(rest[1]) / 1000 if len(rest) > 1 else 0.0)
 
     async def withdraw(self, name: str, member: str) -> None:
         key = self.keys.window(name)
@@ -197,4 +199,4 @@ class MemoryMeta:
         first = self._held.get(name, 0.0) <= now
         if first:
             self._held[name] = now + window_s
-        return Admission(False, min(starts.values(), default=now) + window_s, first)
+        return Admission(False, min(starts.values(), default=now) + window_s, first, told_until=self._held[name])

@@ -267,6 +267,9 @@ class Admission:
     """Refused, and the first refusal since the window was last open: the one to tell someone about."""
     new: bool = False
     """Admitted, and counted now (not a start read again): :meth:`MetaStore.withdraw` may give it back."""
+    told_until: float = 0.0
+    """Refused: when the period the refusal is told in ends (the same for every refusal of one full window: a key
+    to tell it once by, whichever refusal gets to)."""
 
 
 class MetaStore(Protocol):

@@ -142,11 +142,14 @@ class Alerts:
                                           window_s=source.rate_window_s, now=self.clock())
         if admission.admitted:
             return True
+        until = kit.hhmm(admission.free_at)
         if admission.first_refusal:
-            until = kit.hhmm(admission.free_at)
             log.warning("alert storm in %s: automatic investigations held back until %s", source.channel, until)
-            await self.outbox.say(source.channel, None, ":rotating_light: " + say(
-                lang, "alert_storm", until=until, n=source.max_runs, minutes=source.rate_window_s // 60))
+        # Said once per storm under its own key, by every refusal: a front killed between the first refusal and
+        # its note leaves it to the next one, and the note is one message (edited at most, never posted twice).
+        await self.outbox.say(source.channel, None, ":rotating_light: " + say(
+            lang, "alert_storm", until=until, n=source.max_runs, minutes=source.rate_window_s // 60),
+            key=f"alert-storm:{source.channel}:{admission.told_until:.0f}")
         return False
 
     async def _note(self, channel: str, thread_ts: str, about_ts: str, text: str) -> None:
