@@ -251,7 +251,6 @@ class Reports(Protocol):
     async def tally(self, thread_id: str, name: str) -> None:
         """One more ``name`` in this hour's stats (what happens outside a run: feedback on an answer)."""
 
-
     async def read_audit(self, count: int = 100, *, run_id: str | None = None) -> list[dict[str, str]]:
         """The newest ``count`` audit entries (of one run, if given), newest first."""
 

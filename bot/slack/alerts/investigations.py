@@ -26,7 +26,7 @@ from bot.slack.inbound.thread_reader import STATUS_NOTE, material, message_text,
 from bot.slack.inbound.work import Converse, WorkItem
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.outbox import SlackOutbox
-from bot.slack.outbound.thread_meta import thread_key
+from bot.slack.outbound.thread_meta import STORM, thread_key
 from bot.slack.outbound.words import language_of, say
 from core.redact import redact
 from state.store import MetaStore
@@ -145,11 +145,14 @@ class Alerts:
         until = kit.hhmm(admission.free_at)
         if admission.first_refusal:
             log.warning("alert storm in %s: automatic investigations held back until %s", source.channel, until)
-        # Said once per storm under its own key, by every refusal: a front killed between the first refusal and
-        # its note leaves it to the next one, and the note is one message (edited at most, never posted twice).
-        await self.outbox.say(source.channel, None, ":rotating_light: " + say(
-            lang, "alert_storm", until=until, n=source.max_runs, minutes=source.rate_window_s // 60),
-            key=f"alert-storm:{source.channel}:{admission.told_until:.0f}")
+        # Said once per storm, under its own key, by whichever refusal finds it not yet put: a front killed between
+        # the first refusal and its note leaves it to the next one (one message, never posted twice), and once it is
+        # put the rest of the storm costs one read each, not a put and an edit.
+        key = f"alert-storm:{source.channel}:{admission.told_until:.0f}"
+        if not (await self.meta.get(STORM, key)).get("said"):
+            await self.outbox.say(source.channel, None, ":rotating_light: " + say(
+                lang, "alert_storm", until=until, n=source.max_runs, minutes=source.rate_window_s // 60), key=key)
+            await self.meta.put(STORM, key, {"said": "1"})
         return False
 
     async def _note(self, channel: str, thread_ts: str, about_ts: str, text: str) -> None:

@@ -194,8 +194,7 @@ class Executor:
         except StoreLostMidRun as exc:  # taken, and maybe changed something: never "ask again" / "not recorded"
             ref = uuid.uuid4().hex[:8]
             log.error("%s: run %s stopped here, the store away (ref %s): %s", item.kind, exc.run_id, ref, exc)
-            lang = language_of(item.text if isinstance(item, Converse) else
-                               kit.shown(item.card) if isinstance(item, Answer) else "", self.language)
+            lang = self._lang_without_store(item)
             if isinstance(item, Converse | Answer):  # a decision caught midway: whether its card is open is not known
                 key = "store_lost_mid_run" if exc.applied or isinstance(item, Converse) else "click_lost_midway"
                 await self.outbox.store_down(item.channel, say(lang, key), ref=ref, thread_ts=item.thread_ts,
@@ -203,9 +202,7 @@ class Executor:
         except StoreError as exc:
             ref = uuid.uuid4().hex[:8]  # the operator gets the details, the person a reference to them
             log.error("%s dropped (ref %s): %s", item.kind, ref, exc)
-            # The thread's language is in the store that is away: the question's, else the configured one.
-            lang = language_of(item.text if isinstance(item, Converse) else
-                               kit.shown(item.card) if isinstance(item, Answer) else "", self.language)
+            lang = self._lang_without_store(item)
             key = STORE_DOWN if isinstance(item, Converse) else CLICK_LOST
             await self.outbox.store_down(item.channel, say(lang, key), ref=ref, thread_ts=item.thread_ts,
                                          user=None if isinstance(item, Converse) else item.user, lang=lang)
@@ -265,6 +262,12 @@ class Executor:
                 await self.engine.answer(await self.engine.ticket(token), item.to_decision(), by=item.user)
             except (ResumeRefused, InvalidDecision):
                 continue  # answered already (the claim holds), expired, or no longer pending
+
+    def _lang_without_store(self, item: WorkItem) -> str:
+        """The thread's language is in the store that is away: the question's words, or the clicked card's, else
+        the configured one."""
+        return language_of(item.text if isinstance(item, Converse) else
+                           kit.shown(item.card) if isinstance(item, Answer) else "", self.language)
 
     async def _lang(self, item: WorkItem) -> str:
         """The thread's language, for what is said to one person in it."""

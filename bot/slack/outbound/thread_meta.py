@@ -4,6 +4,7 @@
     slack-run     run id → the model that answered (feedback); its rendered state until issue 39 (now saved
                   beside the thread's outbox, ``Keys.outbox_state``: read here for runs paused before)
     slack-card    question token → channel, ts of its card, summary, decided (the final wording, once)
+    slack-storm   an alert storm's note key → said (its note was put in the outbox: later refusals need not)
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Mapping
 from state.keys import Renewals
 from state.store import Admission, MetaStore
 
-THREAD, RUN, CARD = "slack-thread", "slack-run", "slack-card"
+THREAD, RUN, CARD, STORM = "slack-thread", "slack-run", "slack-card", "slack-storm"
 
 
 def thread_key(channel: str, thread_ts: str) -> str:
