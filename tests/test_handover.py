@@ -3,6 +3,8 @@ whatever its length."""
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -10,6 +12,9 @@ import pytest
 from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
+from bot.slack.incidents.document import run_state
+from bot.slack.outbound import blocks as kit
+from state.records import RunRecord
 from tests.slack_harness import CHANNEL, QUESTION, Workspace, ask_restart, open_workspace, restarted
 
 
@@ -56,3 +61,27 @@ async def test_a_long_handover_is_posted_whole(ws: Workspace) -> None:
     text = "\n".join(b["text"]["text"] for m in posted for b in m["blocks"] if b.get("text"))  # (not the fallback)
     pending = text.split("Pending confirmations", 1)[1]
     assert pending.count("`restart_service`") == 25 and "No follow-ups are scheduled" in text
+
+
+async def test_a_time_on_another_day_is_dated(ws: Workspace) -> None:
+    """A handover spans up to a week: yesterday's 09:14 read as today's, a card expiring after midnight as
+    already expired."""
+    ws.slack.post_as_user(CHANNEL, "UREQ", QUESTION, ts="200.1")
+    await ask_restart(ws, thread="200.1")
+    handover = ws.service.inbound.incidents.handover
+    assert handover is not None
+    run = (await handover.entries(CHANNEL, 0))[0].run
+    same_day = await handover.text(CHANNEL, 48, "en", now=run.updated_at)
+    next_day = await handover.text(CHANNEL, 48, "en", now=run.updated_at + 86400)
+    day = time.strftime("%m-%d", time.gmtime(run.updated_at))
+    assert re.search(r"waiting for a person \(\d\d:\d\d UTC\)", same_day)
+    assert re.search(rf"waiting for a person \({day} \d\d:\d\d UTC\)", next_day)
+
+
+def test_a_stopped_run_says_who_stopped_it() -> None:
+    """The summary's and the handover's line for a run someone stopped said "ended — Stopped", not by whom."""
+    run = RunRecord(run_id="r1", thread_id="t1", text="q", status="finished", stop_reason="cancelled",
+                    stopped_by="UANN", created_at=1.0, updated_at=2.0)
+    assert run_state(run, "en", kit.who) == "ended — stopped by <@UANN>"
+    assert run_state(run, "zh", kit.who) == "已结束 —— 已被 <@UANN> 停止"
+    assert run_state(run.model_copy(update={"stopped_by": None}), "en") == "ended — Stopped"

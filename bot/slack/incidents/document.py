@@ -121,7 +121,7 @@ def _events(incident: Incident, mention: Mention) -> list[tuple[float, str, str 
     for run in incident.runs:
         calls = calls_of(run)
         failed = sum(1 for c in calls if c.status == "error")
-        events.append((run.updated_at, say(lang, "inc_run", status=_status(run, lang),
+        events.append((run.updated_at, say(lang, "inc_run", status=run_state(run, lang, mention),
                                            steps=plural(lang, "inc_steps", run.step),
                                            calls=plural(lang, "inc_calls", len(calls)),
                                            failed=say(lang, "inc_failed_calls", n=failed) if failed else ""), None))
@@ -158,7 +158,7 @@ def _state(incident: Incident, mention: Mention) -> list[str]:
         lines.append("- " + say(lang, key, at=_utc(last.at)))
     if incident.runs:
         run = incident.runs[-1]
-        lines.append("- " + say(lang, "inc_latest_run", status=_status(run, lang), at=_utc(run.updated_at)))
+        lines.append("- " + say(lang, "inc_latest_run", status=run_state(run, lang, mention), at=_utc(run.updated_at)))
     for p in incident.pending:
         lines.append("- " + say(lang, "inc_pending", what=_what(p.call.call.name, p.call.arguments),
                                 who=mention(p.requester), at=_utc(p.call.created_at), until=_utc(p.call.expires_at)))
@@ -219,11 +219,14 @@ def _what(tool: str, arguments: dict[str, object]) -> str:
     return code(tool) + (f" {code(target)}" if target else "") + (f" @ {code(env)}" if env else "")
 
 
-def _status(run: RunRecord, lang: str) -> str:
+def run_state(run: RunRecord, lang: str, mention: Mention = plain_mention) -> str:
+    """A run's state in a summary or a handover: answered, waiting, or how it ended — and who stopped it."""
     if run.status != "finished":
         return say(lang, f"inc_st_{run.status}")
     if run.stop_reason in (None, "final_answer"):
         return say(lang, "inc_st_answered")
+    if run.stop_reason == "cancelled" and run.stopped_by:
+        return say(lang, "inc_st_stopped_by", by=mention(run.stopped_by))
     return say(lang, "inc_st_stopped", reason=headline(lang, run.stop_reason))
 
 

@@ -13,11 +13,12 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.alerts import ALERT
 from bot.slack.inbound.thread_log import alert_events
+from bot.slack.incidents.document import run_state
 from bot.slack.incidents.incident import asked_in
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.api_errors import SLACK_FAILURES
 from bot.slack.outbound.thread_meta import thread_key
-from bot.slack.outbound.words import headline, say
+from bot.slack.outbound.words import say
 from state.memory import MemoryStore
 from state.records import RunRecord
 from state.redis import RedisStore
@@ -68,7 +69,8 @@ class Handover:
         return sorted(found, key=lambda e: e.run.updated_at, reverse=True)
 
     async def text(self, channel: str, hours: int, lang: str, now: float | None = None) -> str:
-        since = (now or time.time()) - hours * 3600
+        now = now or time.time()
+        since = now - hours * 3600
         entries = await self.entries(channel, since)
         links = {e.thread_ts: await self._link(channel, e.thread_ts) for e in entries}
         open_: list[str] = []
@@ -77,9 +79,9 @@ class Handover:
         for e in entries:
             run, link = e.run, links[e.thread_ts]
             subject = kit.escape(" ".join(e.topic.split())[:80])
-            state = _state(run, lang) + (f", {say(lang, 'ho_firing')}" if e.firing else "")
-            line = f"• <{link}|{subject}> — {state} ({kit.hhmm(run.updated_at)})" if link else \
-                f"• {subject} — {state} ({kit.hhmm(run.updated_at)})"
+            state = run_state(run, lang, kit.who) + (f", {say(lang, 'ho_firing')}" if e.firing else "")
+            line = f"• <{link}|{subject}> — {state} ({kit.hhmm(run.updated_at, now)})" if link else \
+                f"• {subject} — {state} ({kit.hhmm(run.updated_at, now)})"
             done = run.status == "finished" and run.stop_reason in (None, "final_answer") and not e.firing
             (answered if done else open_).append(line)
             for p in run.pending:
@@ -88,7 +90,7 @@ class Handover:
                 what = f"`{kit.escape(p.call.name)}`" + (f" `{kit.escape(target)}`" if target else "") + \
                     (f" @ `{kit.escape(env)}`" if env else "")
                 asker = say(lang, "requested_by", by=kit.who(run.user_id or "?"))
-                pending.append(f"• {what} — {asker} — {kit.hhmm(p.created_at)} → {kit.hhmm(p.expires_at)}"
+                pending.append(f"• {what} — {asker} — {kit.hhmm(p.created_at, now)} → {kit.hhmm(p.expires_at, now)}"
                                + (f" — <{link}|↗>" if link else ""))
         follow = await self.followups(channel, lang) if self.followups is not None else []
         none = f"_{say(lang, 'ho_none')}_"
@@ -115,9 +117,3 @@ class Handover:
             return ""
         return str(answer.get("permalink") or "")
 
-
-def _state(run: RunRecord, lang: str) -> str:
-    if run.status == "finished":
-        return say(lang, "inc_st_answered") if run.stop_reason in (None, "final_answer") else \
-            say(lang, "inc_st_stopped", reason=headline(lang, run.stop_reason))
-    return say(lang, f"inc_st_{run.status}")

@@ -98,8 +98,10 @@ def button(text: str, action_id: str, value: str, style: str | None = None,
     return element
 
 
-def hhmm(ts: float | None = None) -> str:
-    return time.strftime("%H:%M UTC", time.gmtime(ts or time.time()))
+def hhmm(ts: float | None = None, now: float | None = None) -> str:
+    """``09:14 UTC``; ``12-05 09:14 UTC`` when not today (a handover spans days, a card may expire tomorrow)."""
+    moment, today = time.gmtime(ts or time.time()), time.gmtime(now or time.time())
+    return time.strftime("%H:%M UTC" if moment[:3] == today[:3] else "%m-%d %H:%M UTC", moment)
 
 
 def split_answer(text: str, lang: str = "en") -> list[list[Block]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
+from bot.slack.outbound.words_incidents import INCIDENT_WORDS
 from bot.slack.outbound.words_timers import TIMER_WORDS
 from bot.slack.outbound.words_work import WORK_WORDS
 from core.stops import StopReason
@@ -260,100 +261,6 @@ _WORDS: dict[str, tuple[str, str]] = {
                  "`slack.allowed_users` / `slack.allowed_usergroups`).",
                  "如需加入，请找他们中的一位，或负责为你们团队运行 OpsPilot 的人（配置项 `slack.allowed_users` / "
                  "`slack.allowed_usergroups`）。"),
-    # incident summaries and handovers (bot/slack/incidents/document.py, bot/slack/incidents/handover.py)
-    "inc_title": ("Incident summary: {title}", "事件总结：{title}"),
-    "inc_generated": ("Generated {at} from OpsPilot's records of this thread{link}.",
-                      "根据 OpsPilot 对这个线程的记录生成于 {at}{link}。"),
-    "inc_timeline": ("Timeline", "时间线"),
-    "inc_time": ("Time ({tz})", "时间（{tz}）"),
-    "inc_event": ("Event", "事件"),
-    "inc_impact": ("Impact", "影响"),
-    "inc_done": ("What was done", "已做的处理"),
-    "inc_state": ("Current state", "当前状态"),
-    "inc_open": ("Open questions", "待解决的问题"),
-    "inc_next": ("Next steps", "下一步"),
-    "inc_evidence": ("Evidence", "证据"),
-    "inc_written_by": ("Written by {model} from these records and the thread — the model's words, not OpsPilot's "
-                       "record:",
-                       "由 {model} 根据这些记录和线程撰写——是模型的话，不是 OpsPilot 的记录："),
-    "inc_no_model": ("No model was used: impact and next steps are not written, the records are.",
-                     "未使用模型：没有撰写“影响”和“下一步”，只有记录。"),
-    "inc_model_failed": ("The model could not write impact and next steps ({why}); the records are complete.",
-                         "模型未能撰写“影响”和“下一步”（{why}）；记录是完整的。"),
-    "inc_alert_fired": ("Alert fired: {title}", "告警触发：{title}"),
-    "inc_alert_again": ("Alert fired again ({n} firing)", "告警再次触发（{n} 条告警）"),
-    "inc_alert_resolved": ("Alert resolved", "告警已恢复"),
-    "inc_asked": ("{who} asked: {text}", "{who} 提问：{text}"),
-    "inc_run": ("Investigation {status}: {steps}, {calls}{failed}", "调查{status}：{steps}，{calls}{failed}"),
-    "inc_steps": ("{n} steps", "{n} 步"),
-    "inc_steps_one": ("{n} step", "{n} 步"),
-    "inc_calls": ("{n} tool calls", "{n} 次工具调用"),
-    "inc_calls_one": ("{n} tool call", "{n} 次工具调用"),
-    "inc_runs": ("{n} investigations", "{n} 次调查"),
-    "inc_runs_one": ("{n} investigation", "{n} 次调查"),
-    "inc_alert_investigated": ("Investigation of the alert started", "开始排查告警"),
-    "inc_alert_investigated_by": ("Investigation of the alert started by {who}", "{who} 发起了告警排查"),
-    "inc_failed_calls": (", {n} failed", "，其中 {n} 次失败"),
-    "inc_st_running": ("running", "进行中"),
-    "inc_st_paused": ("waiting for a person", "等人处理"),
-    "inc_st_stalled": ("interrupted, waiting to be resumed", "已中断，等待继续"),
-    "inc_st_answered": ("answered", "已答复"),
-    "inc_st_stopped": ("ended — {reason}", "已结束 —— {reason}"),  # reason: the stop's headline
-    "inc_confirm_asked": ("Confirmation asked: {what}", "请求确认：{what}"),
-    "inc_change": ("Change: {what}", "变更：{what}"),
-    "inc_figures": ("error rate {before} → {after}", "错误率 {before} → {after}"),
-    "inc_rollout": ("rollout {state}", "发布 {state}"),
-    "inc_runs_done": ("{runs}: {calls} ({tools}){failed}.", "{runs}：{calls}（{tools}）{failed}。"),
-    "inc_fu_scheduled": ("Follow-up for {due} scheduled by {by}: {question}", "{by} 安排了 {due} 的跟进：{question}"),
-    "inc_fu_ran": ("Follow-up ran (asked by {by} for {due}): {question}",
-                   "跟进已运行（{by} 安排在 {due}）：{question}"),
-    "inc_fu_skipped_late": ("Follow-up due {due} skipped: OpsPilot was not running then",
-                            "{due} 的跟进已跳过：当时 OpsPilot 没有运行"),
-    "inc_fu_skipped_busy": ("Follow-up due {due} skipped: the thread was busy (a run or a question under way)",
-                            "{due} 的跟进已跳过：当时这个线程正忙（有运行或问题未完成）"),
-    "inc_fu_cancelled": ("Follow-up due {due} cancelled by {by}", "{due} 的跟进已被 {by} 取消"),
-    "inc_fu_pending": ("Follow-up due {due}, asked by {by}: {question}", "{due} 将跟进（{by} 安排）：{question}"),
-    "inc_no_changes": ("No change was made through OpsPilot.", "没有通过 OpsPilot 做任何变更。"),
-    "inc_alert_firing_now": ("The alert is still firing (last event {at}).", "告警仍在触发（最后一次 {at}）。"),
-    "inc_alert_resolved_at": ("The alert resolved at {at}.", "告警已于 {at} 恢复。"),
-    "inc_latest_run": ("Latest investigation: {status} (last activity {at}).",
-                       "最近一次调查：{status}（最后活动 {at}）。"),
-    "inc_pending": ("Waiting for confirmation: {what}, asked by {who} at {at}, expires {until}.",
-                    "等待确认：{what}，由 {who} 于 {at} 提出，{until} 过期。"),
-    "inc_open_unknown": ("{what}: its outcome is unknown (the worker stopped mid-change): check it by hand.",
-                         "{what}：结果未知（执行中进程停止了），请人工核实。"),
-    "inc_open_unverified": ("{what}: done but not verified ({why}).", "{what}：已执行但未验证（{why}）。"),
-    "inc_open_failed": ("{what}: did not succeed ({why}).", "{what}：未成功（{why}）。"),
-    "inc_open_stopped": ("The investigation at {at} ended without an answer: {reason}.",
-                         "{at} 的调查没有得出答复就结束了：{reason}。"),
-    "inc_open_firing": ("The alert has not resolved.", "告警尚未恢复。"),
-    "inc_open_none": ("None on record.", "记录中没有。"),
-    "inc_no_records": ("OpsPilot holds no records of this thread (it never worked here, or the records expired).",
-                       "OpsPilot 没有这个线程的记录（它没有在这里工作过，或者记录已过期）。"),
-    "inc_canvas_title": ("Incident: {title}", "事件：{title}"),
-    "inc_in_canvas": ("Incident summary {how} in the channel's canvas tab: {link}",
-                      "事件总结已{how}到频道的画布标签页：{link}"),
-    "inc_created": ("created", "创建"),
-    "inc_updated": ("updated", "更新"),
-    "inc_as_file": ("Incident summary (as a file: canvases are not available here — {why}).",
-                    "事件总结（以文件形式：这里无法使用画布 —— {why}）。"),
-    "inc_failed": ("I could not post the incident summary: {why}", "无法发布事件总结：{why}"),
-    "inc_usage": ("Usage: `/opspilot summary <link to a message of the thread, or its ts>` — a slash command does "
-                  "not say which thread it was typed in. In a thread, mention me with \"summarize\" instead.",
-                  "用法：`/opspilot summary <线程中某条消息的链接或 ts>` —— 斜杠命令不知道自己在哪个线程里输入。"
-                  "在线程里也可以 @我 并说“总结”。"),
-    "inc_bad_ref": ("That is neither a link to a message of this channel nor a message ts.",
-                    "这既不是本频道某条消息的链接，也不是消息的 ts。"),
-    "ho_title": ("Handover: <#{channel}>, last {hours} h", "交接：<#{channel}>，最近 {hours} 小时"),
-    "ho_open": ("Open investigations", "进行中的调查"),
-    "ho_pending": ("Pending confirmations", "待确认"),
-    "ho_followups": ("Scheduled follow-ups", "计划的跟进"),
-    "ho_answered": ("Answered ({n})", "已答复（{n}）"),
-    "ho_none": ("none", "无"),
-    "ho_firing": ("alert still firing", "告警仍在触发"),
-    "ho_usage": ("Usage: `/opspilot handover [hours]` (1 to 168, default 12), in a channel.",
-                 "用法：在频道中输入 `/opspilot handover [小时数]`（1 到 168，默认 12）。"),
-    "ho_no_followups": ("No follow-ups are scheduled.", "没有计划的跟进。"),
 }
 
 _HEADLINES: dict[StopReason, tuple[str, str]] = {
@@ -369,7 +276,8 @@ _HEADLINES: dict[StopReason, tuple[str, str]] = {
 }
 
 
-for _part in (WORK_WORDS, TIMER_WORDS):  # one catalog, in files by surface for length: a key means one thing
+# One catalog, in files by surface for length: a key means one thing.
+for _part in (WORK_WORDS, TIMER_WORDS, INCIDENT_WORDS):
     if _WORDS.keys() & _part.keys():
         raise RuntimeError(f"catalog keys defined twice: {sorted(_WORDS.keys() & _part.keys())}")
     _WORDS.update(_part)
