@@ -141,3 +141,13 @@ def test_near_the_peak_but_sliding_back_is_falling_not_steady() -> None:
     shape = describe(at([0.0] * 20 + [0.10] * 4 + [0.095, 0.09, 0.085, 0.08, 0.075, 0.071]))
     assert shape.trend == "falling" and shape.recovered_at is None
     assert "falling, not back yet: began 09:20" in gist("error_rate", shape)
+
+
+@pytest.mark.parametrize("before, after, trend", [(0.0, 0.2, "steady high"), (0.1, 0.001, "steady low")])
+def test_a_two_level_step_inside_the_first_third_is_not_a_recovery(before: float, after: float, trend: str) -> None:
+    """Only two values in the window, the step a quarter of the way in: the quiet third's resolution was the step
+    itself, so no point ever left the baseline's band and a step that stayed was "spiked (dipped) and
+    recovered"."""
+    shape = describe(at([before] * 15 + [after] * 45))
+    assert (shape.trend, shape.baseline, shape.recovered_at) == (trend, before, None)
+    assert shape.onset_at == T0 + 15 * MIN

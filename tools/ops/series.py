@@ -20,6 +20,8 @@ Series = list[tuple[float, float]]
 BAND_MADS = 3.0  # a point this many robust standard deviations (1.4826 × MAD) off the baseline has left it
 BACK_LEVEL = 0.2  # back within the baseline's band, or within this share of the excursion: recovered
 HIGH_LEVEL = 0.7  # still near the peak
+AWAY_LEVEL = 0.5  # half-way to the peak has left the baseline, whatever its band (a two-level series' resolution
+# is its whole step: read as a band, a step up that stayed up never left, so it "spiked and recovered")
 TAIL_MOVE = 0.2  # how much the last stretch must move (as a share of the excursion) to be rising or falling
 NOISE_FACTOR = 3.0  # an excursion within 3× the typical step-to-step jitter is noise
 RELATIVE_FLOOR = 0.5  # …or within half the baseline itself (0.04% → 0.06% errors is not news)
@@ -143,6 +145,7 @@ def describe(series: Series, *, counter: bool = False) -> Shape:
     levels = sorted(set(quiet))
     resolution = min((b - a for a, b in pairwise(levels)), default=0.0)
     band = max(BAND_MADS * 1.4826 * statistics.median(abs(v - baseline) for v in quiet), resolution, noise, 1e-12)
+    band = max(min(band, AWAY_LEVEL * excursion), 1e-12)
 
     def level(v: float) -> float:
         return sign * (v - baseline) / excursion
