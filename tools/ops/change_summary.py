@@ -79,6 +79,9 @@ async def recent(sources: list[ChangeSource], service: Service, environment: str
     future = [c for c in changes if c.at > now + SKEW_S]  # a time no clock skew explains: not a time to trust
     unreadable += len(future)
     changes = sorted((c for c in changes if c.at <= now + SKEW_S), key=lambda c: c.at, reverse=True)
+    twice = len(changes)  # one change delivered twice (a retried CI webhook) is one change: listed, counted once
+    changes = list({(c.kind, c.version, c.to_version, round(c.at), c.description): c for c in changes}.values())
+    twice -= len(changes)
     window = [c for c in changes if start <= c.at]
     before = next((c for c in changes if c.at < start), None)
     if window:
@@ -90,6 +93,8 @@ async def recent(sources: list[ChangeSource], service: Service, environment: str
     if unreadable:  # left out of the list, not of what is said: "nothing changed" would not be known
         summary += f"; {unreadable} record{'s' if unreadable != 1 else ''} could not be read (no time, service or " \
                    "a time far in the future): the list may be incomplete"
+    if twice:
+        notes.append(f"{twice} record{'s' if twice != 1 else ''} of a change already listed counted once")
     if notes:
         summary += "; " + "; ".join(notes)
     if unavailable:

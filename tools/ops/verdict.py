@@ -39,6 +39,9 @@ class Verdict:
     unread: int = 0
     """Change records that could not be read, and sources not checked: "nothing changed" is then not known
     (``incomplete``)."""
+    hidden: str = ""
+    """Why ``incomplete`` when changes were listed: ``cut`` (older changes left off the list), ``undated`` (a change
+    whose time is only known to be after its stamp)."""
 
 
 def onset(rate: dict[str, Any], logs: dict[str, Any] | None) -> tuple[float, str] | None:
@@ -56,31 +59,42 @@ def _previous(history: list[tuple[float, dict[str, Any]]], change: dict[str, Any
               before_window: Any) -> dict[str, Any] | None:
     """The release that ran before ``change``: the next older deploy in the history, else the last change
     before the window."""
-    seen = False
+    seen, culprit = False, change.get("version")
     for _, c in history:
         if c is change:
             seen = True
-        elif seen and c.get("kind") in (None, "deploy", "image", "rollout") and c.get("version"):
+        elif seen and c.get("kind") in (None, "deploy", "image", "rollout") and c.get("version") \
+                and c.get("version") != culprit:  # the same release recorded twice is not the one before it
             return c
-    return before_window if isinstance(before_window, dict) and before_window.get("version") else None
+    ok = isinstance(before_window, dict) and before_window.get("version") not in (None, "", culprit)
+    return before_window if ok and isinstance(before_window, dict) else None
 
 
 def judge(changes: dict[str, Any] | None, rate: dict[str, Any] | None, logs: dict[str, Any] | None) -> Verdict:
     """``changes``: recent_changes' data; ``rate``: query_metrics' error_rate figures; ``logs``: query_logs' data."""
     if changes is None:
         return Verdict("no_history")
-    listed = tuple((t, c) for c in changes.get("changes") or [] if isinstance(c, dict)
-                   and (t := stamp(c.get("at"))) is not None)
+    dated = tuple((t, c) for c in changes.get("changes") or [] if isinstance(c, dict)
+                  and (t := stamp(c.get("at"))) is not None)
+    listed = tuple((t, c) for t, c in dated if c.get("time") != "unknown")
+    # Not all of the window known: records unread, sources not asked, older changes left off the list (the newest
+    # are listed), a change whose time is only "after" its stamp: an absence or an order they could upset.
     unread = int(changes.get("unreadable_records") or 0) + len(changes.get("unavailable") or [])
-    nothing: Kind = "incomplete" if unread else "nothing_changed"  # an absence not all records can vouch for
+    cut = int(changes.get("more_changes") or 0)
+    undated = [t for t, c in dated if c.get("time") == "unknown"]
+    nothing: Kind = "incomplete" if unread or cut or undated else "nothing_changed"
     found = onset(rate or {}, logs)
     if found is None:
         if (rate or {}).get("trend") in (None, "no data", "single point"):
-            return Verdict("no_data", listed, unread=unread)
-        return Verdict("no_rise" if listed else nothing, listed, unread=unread)
+            return Verdict("no_data", listed, unread=unread + cut)
+        return Verdict("no_rise" if listed else nothing, listed, unread=unread + cut)
     began, how = found
     before = [(t, c) for t, c in listed if t <= began]
     after = [(t, c) for t, c in listed if t > began]
+    if any(t <= began for t in undated):  # it may have come just before the errors: the order is not known
+        return Verdict("incomplete", dated, began, how, unread=unread, hidden="undated")
+    if cut and not before:  # what came just before the errors is among the changes left off the list
+        return Verdict("incomplete", dated, began, how, unread=unread + cut, hidden="cut")
     if before and began - before[0][0] <= TIE_S:
         t, c = before[0]
         return Verdict("yes", listed, began, how, c, t,

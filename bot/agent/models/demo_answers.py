@@ -105,7 +105,9 @@ def deploy_verdict(results: list[ToolResultMessage], service: str, zh: bool) -> 
     for t, c in v.changes[:3]:
         what = " ".join(str(x) for x in (c.get("kind"), c.get("version")) if x)
         source = f"（来源 `{c.get('source')}`）" if zh else f" (source: `{c.get('source')}`)"  # the tool's label: data
-        lines.append(f"  • {'变更：' if zh else 'Change: '}`{what}` — {_clock(t)} UTC{source}")
+        when = {"unknown": ("{} UTC 之后的某个时间", "an unknown time after {} UTC"),
+                "approximate": ("约 {} UTC", "about {} UTC")}.get(str(c.get("time")), ("{} UTC", "{} UTC"))
+        lines.append(f"  • {'变更：' if zh else 'Change: '}`{what}` — {when[0 if zh else 1].format(_clock(t))}{source}")
     window = ((changes or {}).get("window") or {}).get("minutes")
     unread = "" if not v.unread else f"（另有 {v.unread} 条记录或来源读不到）" if zh else \
         f" ({v.unread} records or sources could not be read)"
@@ -145,6 +147,13 @@ def deploy_verdict(results: list[ToolResultMessage], service: str, zh: bool) -> 
         lines.append(f"  • 无法判断：最近的变更 {name} 比报错早 {span(gap, zh)}，时间上对不上。" if zh else
                      f"  • Can't tell: the last change before the errors, {name}, came {span(gap, zh)} "
                      "earlier — too long before to tie them by timing alone.")
+    elif v.kind == "incomplete" and v.hidden:
+        lines.append(("  • 无法判断：报错开始前的变更没有全部列出（列表只有最新的几条）。" if zh else
+                      "  • Can't tell: the changes just before the errors began are not all listed (only the newest "
+                      "are).") if v.hidden == "cut" else
+                     ("  • 无法判断：有一次变更的时间不确定（只知道在所标时间之后），它可能就在报错之前。" if zh else
+                      "  • Can't tell: a change's time is not known (only that it came after its stamp), and it may "
+                      "have come just before the errors."))
     elif v.kind == "incomplete":
         lines.append("  • 无法判断：读到的记录里这段时间没有变更，但部分记录读不到。" if zh else
                      "  • Can't tell: no change in what could be read, but part of the change history could not "

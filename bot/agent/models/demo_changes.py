@@ -89,6 +89,27 @@ def _day(found: dict[str, Any]) -> str:
     return str((found.get("window") or {}).get("to") or "")[:10]
 
 
+def _line(change: dict[str, Any], found: dict[str, Any], zh: bool) -> str:
+    """A change dated when it is not on the window's last day (yesterday's 16:20 read as today's)."""
+    return change_line(change, zh, dated=str(change.get("at", ""))[:10] != _day(found))
+
+
+def unseen(found: dict[str, Any], zh: bool) -> str:
+    """What the list cannot vouch for: sources not asked, records unread, older changes left off; "" when none."""
+    parts = []
+    if found.get("unavailable"):
+        names = ", ".join(f"`{u.get('source')}`" for u in found["unavailable"] if isinstance(u, dict))
+        parts.append(f"没有查到：{names}" if zh else f"not checked: {names}")
+    if found.get("unreadable_records"):
+        n = int(found["unreadable_records"])
+        parts.append(f"{n} 条记录读不到" if zh else f"{n} record{'s' if n != 1 else ''} could not be read")
+    if found.get("more_changes"):
+        n = int(found["more_changes"])
+        parts.append(f"另有 {n} 条较早的变更没有列出" if zh else
+                     f"{n} older change{'s' if n != 1 else ''} not listed")
+    return "；".join(parts) if zh else "; ".join(parts)
+
+
 def wide_answer(results: Sequence[ToolResultMessage], ask: Ask, services: list[dict[str, Any]], zh: bool) -> str:
     lines: list[str] = []
     if ask.at is not None:
@@ -117,18 +138,26 @@ def wide_answer(results: Sequence[ToolResultMessage], ask: Ask, services: list[d
         window = (f"今天（{_day(found)}，UTC）" if zh else f"today ({_day(found)}, UTC)") if ask.today else \
             (f"最近 {span((found.get('window') or {}).get('minutes', 0) * 60, zh)}" if zh else
              f"in the last {span((found.get('window') or {}).get('minutes', 0) * 60, zh)}")
+        gaps = unseen(found, zh)
+        caveat = "" if not gaps else f"  • _列表可能不完整：{gaps}_" if zh else \
+            f"  • _The list may be incomplete: {gaps}_"
         if ask.at is not None:  # what one service did around that time: its changes, error rate and errors
             lines.append(f"*`{sid}`（`{env}`）*" if zh else f"*`{sid}` ({env})*")
-            lines += [f"  • {'变更' if zh else 'Change'}: {change_line(c, zh)}" for c in changes[:3]] or \
-                [f"  • {window}没有变更" if zh else f"  • No change {window}"]
+            lines += [f"  • {'变更' if zh else 'Change'}: {_line(c, found, zh)}" for c in changes[:3]] or \
+                [f"  • {window}没有找到变更" if zh else f"  • No change found {window}"]
+            lines += [caveat] if caveat else []
             lines += _moment(results, str(sid), zh)
             continue
         head = f"*`{sid}`（`{env}`）{window}的变更*：" if zh else f"*Changes to `{sid}` ({env}) {window}*:"
         if not changes:
-            lines.append(f"{head}{'没有' if zh else ' none'}")
+            lines.append(f"{head}{'没有找到' if zh else ' none found'}" if gaps else
+                         f"{head}{'没有' if zh else ' none'}")
         else:
             lines.append(head)
-            lines += [f"  • {change_line(c, zh)}" for c in changes[:5]]
+            lines += [f"  • {_line(c, found, zh)}" for c in changes[:5]]
+            if len(changes) > 5:
+                lines.append(f"  • ……另有 {len(changes) - 5} 条" if zh else f"  • … and {len(changes) - 5} more")
+        lines += [caveat] if caveat else []
     if not _answers(results, "recent_changes"):
         lines.append("我读不到任何变更记录。" if zh else "I could not read any change history.")
     lines.append("_以上来自变更记录；时间均为 UTC。_" if zh else "_From the change history; times are UTC._")
@@ -159,6 +188,9 @@ def rollback_part(results: list[ToolResultMessage], service: str, zh: bool) -> l
     changes = [c for c in found.get("changes") or [] if isinstance(c, dict)]
     window = span((found.get("window") or {}).get("minutes", 0) * 60, zh)
     backs = [c for c in changes if c.get("kind") == "rollback"]
+    if not backs and (gaps := unseen(found, zh)):  # not in the list is not "no" when the list is not all of it
+        return [head, f"  • 无法判断：列出的变更里没有回滚，但{gaps}。" if zh else
+                f"  • Can't tell: no rollback among the changes listed, but {gaps}."]
     if not backs:
         last = changes[0] if changes else found.get("last_before_window")
         line = (f"  • 没有：最近 {window}内没有回滚记录" if zh else
@@ -167,11 +199,13 @@ def rollback_part(results: list[ToolResultMessage], service: str, zh: bool) -> l
             line += f"；最近一次变更是{change_line(last, zh, dated=True)}" if zh else \
                 f"; the last change: {change_line(last, zh, dated=True)}"
         return [head, line + ("。" if zh else ".")]
-    lines = [head] + [f"  • 是：{change_line(c, zh)}" if zh else f"  • Yes: {change_line(c, zh)}" for c in backs[:2]]
+    lines = [head] + [f"  • 是：{_line(c, found, zh)}" if zh else f"  • Yes: {_line(c, found, zh)}" for c in backs[:2]]
     metrics = ok_data(results, "query_metrics", service)
     rate = ((metrics or {}).get("metrics") or {}).get("error_rate") or {}
     back, rolled = stamp(rate.get("recovered_at")), stamp(backs[0].get("at"))
-    if back is not None and rolled is not None and back >= rolled:
+    onset = stamp(rate.get("onset_at"))  # a recovery from a rise that began after the rollback is not its doing
+    if back is not None and rolled is not None and back >= rolled and backs[0].get("time") != "unknown" \
+            and (onset is None or onset <= rolled):
         by = str(rate["recovered_at"])[11:16]
         lines.append(f"  • 回滚后 {span(back - rolled, zh)}，错误率在 {by} 回到基线。" if zh
                      else f"  • The error rate was back to its baseline by {str(rate['recovered_at'])[11:16]}, "
@@ -198,9 +232,14 @@ def restarts_part(results: list[ToolResultMessage], earlier: Sequence[Message], 
     recorded = [c for c in (found or {}).get("changes") or [] if isinstance(c, dict) and c.get("kind") == "restart"]
     if found is not None:
         window = span((found.get("window") or {}).get("minutes", 0) * 60, zh)
-        lines.append((f"  • 变更记录里最近 {window}的重启：{len(recorded)} 次" if zh else
-                      f"  • Restarts in the change history, last {window}: {len(recorded)}") +
-                     "".join(f"\n    – {change_line(c, zh)}" for c in recorded[:3]))
+        gaps = unseen(found, zh)  # then a count is what was found, at least
+        found_n = f"{len(recorded)} 次" if zh else str(len(recorded))
+        n = found_n if not gaps else (f"至少 {found_n}" if zh else f"at least {found_n}") if recorded else \
+            ("没有找到" if zh else "none found")
+        lines.append((f"  • 变更记录里最近 {window}的重启：{n}" if zh else
+                      f"  • Restarts in the change history, last {window}: {n}") +
+                     (f"（{gaps}）" if zh and gaps else f" ({gaps})" if gaps else "") +
+                     "".join(f"\n    – {_line(c, found, zh)}" for c in recorded[:3]))
     ours = [r for r in earlier if isinstance(r, ToolResultMessage) and r.name == "restart_service"
             and (data(r).get("data") or {}).get("service_id") == service]
     if ours:

@@ -25,12 +25,14 @@ def remember(state: dict[str, Any], event: ToolResultEvent) -> None:
         return
     key = f"{data['service_id']}/{data.get('environment') or ''}"
     facts = state.setdefault("facts", {}).setdefault(key, {})
-    if event.tool == "recent_changes":
-        keep = ("at", "kind", "version", "images")
+    if event.tool == "recent_changes":  # all the verdict reads, the list whole: a cut one turned "yes" into no button
+        keep = ("at", "kind", "version", "images", "time")
         facts["changes"] = {
-            "changes": [{k: c.get(k) for k in keep} for c in (data.get("changes") or [])[:10] if isinstance(c, dict)],
+            "changes": [{k: c.get(k) for k in keep if c.get(k) is not None} for c in data.get("changes") or []
+                        if isinstance(c, dict)],
             "last_before_window": {k: (data.get("last_before_window") or {}).get(k) for k in keep}
-            if isinstance(data.get("last_before_window"), dict) else None}
+            if isinstance(data.get("last_before_window"), dict) else None,
+            **{k: data[k] for k in ("more_changes", "unreadable_records", "unavailable") if data.get(k)}}
     elif event.tool == "query_metrics":
         rate = (data.get("metrics") or {}).get("error_rate")
         if isinstance(rate, dict):

@@ -1,0 +1,100 @@
+"""What a change history can vouch for: a list cut to its newest entries, a source not asked, records unread, a
+change recorded twice, a change whose time is only "after" its stamp. "No", "none" and a count are said only of
+a list that is all of the window; otherwise "can't tell", "none found", "at least"."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bot.agent.events import ToolResultEvent
+from bot.agent.models.demo_changes import restarts_part, rollback_part
+from bot.slack.rollbacks.offer import offer, remember
+from core.messages import ToolResultMessage
+from tests.test_changes import toolbox
+from tests.test_ops import data, run
+from tools.ops import toolbox_config as cfg
+from tools.ops.verdict import judge
+
+RISE = {"trend": "steady high", "current": 0.2, "baseline": 0.001, "peak": 0.2, "onset_at": "2026-12-02T09:10:06Z"}
+DEPLOY = {"kind": "deploy", "version": "2026.12.02-1", "at": "2026-12-02T09:10:01Z"}
+BEFORE = {"kind": "deploy", "version": "2026.12.01-4", "at": "2026-12-01T14:02:00Z"}
+
+
+def scales(n: int) -> list[dict[str, Any]]:
+    return [{"kind": "scale", "to_version": str(i), "at": f"2026-12-02T09:{59 - i:02d}:00Z"} for i in range(n)]
+
+
+def test_a_list_cut_before_the_errors_is_not_a_no() -> None:
+    """20 autoscaler events after the errors listed, the deploy 5 s before them left off: it was "No: the errors
+    began 10 min before scale 3"."""
+    cut = {"changes": scales(20), "more_changes": 1}
+    assert judge(cut, RISE, None).kind == "incomplete" and judge(cut, RISE, None).hidden == "cut"
+    whole = {"changes": [*scales(12), DEPLOY, BEFORE]}
+    verdict = judge(whole, RISE, None)
+    assert verdict.kind == "yes" and verdict.previous == BEFORE
+    assert judge({**whole, "more_changes": 3}, RISE, None).kind == "yes"  # what came before the errors is listed
+
+
+def test_a_change_of_unknown_time_is_not_timed() -> None:
+    """A rollback Kubernetes kept no time for, stamped with the revision before it: it was "Yes: the errors began
+    10 min after rollback revision 3"."""
+    undated = {"kind": "rollback", "version": "revision 3", "at": "2026-12-02T09:00:00Z", "time": "unknown"}
+    verdict = judge({"changes": [undated]}, RISE, None)
+    assert (verdict.kind, verdict.hidden, verdict.change) == ("incomplete", "undated", None)
+
+
+def test_a_release_recorded_twice_is_not_the_release_before_it() -> None:
+    """A retried CI webhook: the button offered to roll back to the culprit itself."""
+    verdict = judge({"changes": [DEPLOY, dict(DEPLOY), BEFORE]}, RISE, None)
+    assert verdict.kind == "yes" and verdict.previous == BEFORE
+
+
+async def test_a_change_delivered_twice_is_listed_once(tmp_path: Path) -> None:
+    events = tmp_path / "changes.jsonl"
+    record = {"at": "2026-12-02T09:50:00Z", "service": "payments", "environment": "prod", "version": "v2"}
+    events.write_text((json.dumps(record) + "\n") * 2)
+    found = data(await run(toolbox(cfg.FileChanges(file=events)), "recent_changes", service_id="payments",
+                           environment="prod", minutes=60))
+    assert [c["version"] for c in found["changes"]] == ["v2"]
+    assert "1 record of a change already listed counted once" in found["summary"], found["summary"]
+
+
+def result(found: dict[str, Any]) -> ToolResultMessage:
+    body = {"ok": True, "data": {"service_id": "gateway", "environment": "prod",
+                                 "window": {"minutes": 1440, "to": "2026-12-02T10:00:00Z"}, **found}}
+    return ToolResultMessage(call_id="c1", name="recent_changes", content=json.dumps(body), status="ok")
+
+
+def test_no_rollback_in_a_partial_list_is_not_no() -> None:
+    restarts = [{"kind": "restart", "version": f"r{i}", "at": f"2026-12-02T0{i}:10:00Z"} for i in range(3)]
+    for partial, why in (({"more_changes": 5}, "5 older changes not listed"),
+                         ({"unavailable": [{"source": "deploy events"}]}, "not checked: `deploy events`"),
+                         ({"unreadable_records": 2}, "2 records could not be read")):
+        said = "\n".join(rollback_part([result({"changes": restarts, **partial})], "gateway", False))
+        assert "Can't tell: no rollback among the changes listed, but " + why in said, said
+        counted = "\n".join(restarts_part([result({"changes": restarts, **partial})], [], "gateway", "", False))
+        assert f"last 24 h: at least 3 ({why})" in counted, counted
+    said = "\n".join(rollback_part([result({"changes": restarts})], "gateway", False))
+    assert "No: no rollback is recorded in the last 24 h" in said
+    none = "\n".join(restarts_part([result({"changes": [], "unavailable": [{"source": "ci"}]})], [], "gateway", "",
+                                   True))
+    assert "变更记录里最近 24 小时的重启：没有找到（没有查到：`ci`）" in none, none
+
+
+def read(tool: str, found: dict[str, Any]) -> ToolResultEvent:
+    return ToolResultEvent(run_id="r", thread_id="t", seq=1, step=1, call_id=tool, tool=tool, status="ok",
+                           error_code=None, summary="", latency_ms=1.0, data={"ok": True, "data": found})
+
+
+def test_the_rollback_button_reads_the_whole_list() -> None:
+    """The offer kept the first 10 changes: with 12 scale events after the deploy the answer said "Yes" and the
+    button was gone."""
+    state: dict[str, Any] = {}
+    found = {"service_id": "orders", "environment": "staging", "changes": [*scales(12), DEPLOY, BEFORE]}
+    remember(state, read("recent_changes", found))
+    remember(state, read("query_metrics", {"service_id": "orders", "environment": "staging",
+                                           "metrics": {"error_rate": RISE}}))
+    block = offer(state, "r", "en")
+    assert block is not None and "2026.12.01-4" in json.dumps(block)
