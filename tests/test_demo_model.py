@@ -148,6 +148,10 @@ def test_a_follow_up_without_a_change_compares_with_the_last_figure_found() -> N
     ("支付生产环境有问题吗？", ["错误率 4.3%", "`payments-prod.jsonl` 最近 60 分钟的错误行"],
      ["没有我认识的服务名", "error lines of"]),
     ("compare orders and payments error rates", ["*Comparison* (both in prod)"], ["staging"]),
+    # A window past what a read may look back is read as far as it may, and said; "three days", "2 weeks" read.
+    ("any orders errors in prod in the last 3 days?", ["`query_logs` at most 24 h"], ["validation_error"]),
+    ("最近三天订单服务生产环境有什么变更？", ["`deploy 2026.11.30-2`"], ["没有变更"]),
+    ("what changed for orders in prod in the last 2 weeks?", ["`deploy 2026.11.30-2`"], ["nothing changed"]),
 ])
 async def test_questions_about_changes_are_answered_or_honestly_declined(ws: Workspace, question: str,
                                                                          expected: list[str],

@@ -62,18 +62,23 @@ class ServiceArgs(_Args):
     environment: str | None = Field(None, description="e.g. prod or staging")
 
 
+WINDOWS = {"query_logs": (1, 24 * 60), "query_metrics": (5, 7 * 24 * 60), "recent_changes": (5, 30 * 24 * 60)}
+"""How far back each read may look, in minutes (least, most)."""
+
+
 class QueryLogsArgs(ServiceArgs):
-    minutes: int = Field(60, ge=1, le=24 * 60, description="how far back")
+    minutes: int = Field(60, ge=WINDOWS["query_logs"][0], le=WINDOWS["query_logs"][1], description="how far back")
     contains: str | None = Field(None, max_length=200, description="only lines containing this text")
 
 
 class QueryMetricsArgs(ServiceArgs):
     metrics: list[str] | None = Field(None, description="which metrics (default: all configured)")
-    minutes: int = Field(60, ge=5, le=7 * 24 * 60)
+    minutes: int = Field(60, ge=WINDOWS["query_metrics"][0], le=WINDOWS["query_metrics"][1])
 
 
 class RecentChangesArgs(ServiceArgs):
-    minutes: int = Field(24 * 60, ge=5, le=30 * 24 * 60, description="how far back (default: 24 hours)")
+    minutes: int = Field(24 * 60, ge=WINDOWS["recent_changes"][0], le=WINDOWS["recent_changes"][1],
+                         description="how far back (default: 24 hours)")
 
 
 class RestartArgs(_Args):

@@ -27,7 +27,7 @@ from bot.agent.models.demo_changes import (
     wide_calls,
 )
 from bot.agent.models.demo_checks import with_followups
-from bot.agent.models.demo_intent import Ask, environment, read, request_words
+from bot.agent.models.demo_intent import Ask, environment, read, request_words, window, window_note
 from bot.agent.models.demo_narrative import MARKER, demo_narrative
 from bot.agent.models.scripted import ScriptedModel
 from core.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
@@ -161,8 +161,8 @@ def _follow_up(results: list[ToolResultMessage], env: str | None, tools: Sequenc
             args["environment"] = where
         for name in reads:
             if name in tools:
-                window = {"minutes": max(ask.minutes, 5)} if ask.minutes else {}
-                calls.append(_call(name, **args, **window))
+                minutes = {"minutes": window(name, ask.minutes)} if ask.minutes else {}
+                calls.append(_call(name, **args, **minutes))
     service = services[0]
     own = [str(r) for r in service.get("runbooks") or []]
     docs = _ok_data(results, "search_docs") or {}
@@ -246,7 +246,8 @@ def _after(results: list[ToolResultMessage], earlier: Sequence[Message], ask: As
     catalog = listing(results)
     if catalog is not None:  # a question naming no service, read across the catalog
         if any(r.name != "search_resource" and r.name != "search_docs" for r in results):
-            return AssistantMessage(content=wide_answer(results, ask, catalog, zh))
+            note = window_note([r.name for r in results], ask.minutes, zh)
+            return AssistantMessage(content=wide_answer(results, ask, catalog, zh) + (f"\n{note}" if note else ""))
         calls = tuple(_call(name, **args) for name, args in wide_calls(catalog, ask, tools))
         if not calls:
             return AssistantMessage(content=decline(text, ask, [str(c["id"]) for c in catalog], tools, zh))
@@ -269,10 +270,11 @@ def _after(results: list[ToolResultMessage], earlier: Sequence[Message], ask: As
         return AssistantMessage(content=_cannot_change(ask, service, tools, zh))
     if ask.change in ("rollback", "scale") and service:  # the card shows from → to before anything changes
         return _change(service, ask, text, quoted, messages, zh)
+    note = window_note([r.name for r in results], ask.minutes, zh)
     return _follow_up(results, _environment(text, quoted), tools, zh, text, ask) or AssistantMessage(
         content=answer_lookup(results, zh, question=text, tools=tools,
                               services=[s["id"] for s in _services(results, text)],
-                              topics=_topics(results, earlier, ask, text, zh)))
+                              topics=_topics(results, earlier, ask, text, zh)) + (f"\n{note}" if note else ""))
 
 
 def _topics(results: list[ToolResultMessage], earlier: Sequence[Message], ask: Ask, text: str,

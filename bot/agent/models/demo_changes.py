@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bot.agent.models.demo_answers import data, metric_part, ok_data, span, stamp, unverified
-from bot.agent.models.demo_intent import Ask
+from bot.agent.models.demo_intent import Ask, window
 from core.messages import Message, ToolResultMessage
 
 NEAR_S = 20 * 60  # an alert this close to the time asked about is what happened then
@@ -57,8 +57,8 @@ def wide_calls(services: list[dict[str, Any]], ask: Ask, tools: Sequence[str]) -
     for service, env in targets(services, ask):
         for name in reads:
             if name in tools:
-                window = minutes if name != "query_metrics" else max(minutes, 60)
-                calls.append((name, {"service_id": service, "environment": env, "minutes": window}))
+                span_ = window(name, minutes if name != "query_metrics" else max(minutes, 60))
+                calls.append((name, {"service_id": service, "environment": env, "minutes": span_}))
     return calls
 
 

@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from tools.ops.toolbox import WINDOWS
+
 Change = Literal["restart", "rollback", "scale"]
 Topic = Literal["changes", "restarts", "rollback", "time"]
 
@@ -31,13 +33,14 @@ _CHANGES_Q = re.compile(r"deploy(?:s|ed|ment)?|releases?d?|roll ?outs?|chang(?:e
                         r"发布|发版|上线|部署|变更|改动|改了什么|更新", re.I)
 _CAUSE_Q = re.compile(r"caus|because|\bbreak|broke|why|after|since|导致|引起|造成|因为|为什么|之后|以后|后", re.I)
 _TIME = re.compile(r"(?<![\d:])([01]?\d|2[0-3])[:：]([0-5]\d)(?![\d:])")
-_LAST = re.compile(r"(?:last|past|previous)\s+(?:(\d+)\s*)?(minute|min|hour|day)s?|"
-                   r"最近\s*(\d+|一|两|半)?\s*(分钟|小时|天)", re.I)
+_LAST = re.compile(r"(?:last|past|previous)\s+(?:(\d+)\s*)?(minute|min|hour|day|week)s?|"
+                   r"最近\s*(\d+|[一二两三四五六七八九十半])?\s*(?:个)?\s*(分钟|小时|天|周|星期)", re.I)
 _RELEASE = re.compile(r"(?:to|到)\s*(?:release|version|版本)?\s*`?(\d[\w.:-]*\d|[a-z][\w-]*:[\w.-]+)`?", re.I)
 _REVISION = re.compile(r"revision\s*(\d+)|第\s*(\d+)\s*(?:个)?版", re.I)
 _REPLICAS = re.compile(r"(?:to|到)\s*(\d+)\s*(?:replicas?|pods?|instances?)?|(\d+)\s*(?:个)?(?:副本|实例)", re.I)
 _TODAY = re.compile(r"\btoday\b|今天|今日", re.I)
-_ZH_NUMBERS = {"一": 1, "两": 2, "半": 0.5}
+_ZH_NUMBERS = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9, "十": 10,
+               "半": 0.5}
 
 
 @dataclass(frozen=True)
@@ -93,8 +96,31 @@ def _minutes(text: str) -> int | None:
     said = count_en or count_zh  # "last hour" / 最近一小时 say no number, or a Chinese one
     count = float(said) if said and said.isdigit() else _ZH_NUMBERS.get(said or "", 1)
     unit = (unit_en or unit_zh or "").lower()
-    per = 1 if unit in ("minute", "min", "分钟") else 60 if unit in ("hour", "小时") else 24 * 60
+    per = 1 if unit in ("minute", "min", "分钟") else 60 if unit in ("hour", "小时") else \
+        7 * 24 * 60 if unit in ("week", "周", "星期") else 24 * 60
     return max(5, int(count * per))
+
+
+def window(tool: str, minutes: int) -> int:
+    """``minutes`` within what ``tool`` may read (a question's "last 3 days" is 24 h of logs: the answer says so)."""
+    least, most = WINDOWS.get(tool, (minutes, minutes))
+    return min(max(minutes, least), most)
+
+
+def window_note(tools: list[str], minutes: int | None, zh: bool) -> str:
+    """What a read could not cover of the window asked about, or ""."""
+    short = [(t, WINDOWS[t][1]) for t in dict.fromkeys(tools) if t in WINDOWS and minutes and minutes > WINDOWS[t][1]]
+    if not short:
+        return ""
+
+    def hours(m: int) -> str:
+        days, unit = (m // 1440, "天" if zh else "days") if m >= 2880 else (m // 60, "小时" if zh else "h")
+        return f"{days} {unit}"
+
+    said = "；".join(f"`{t}` 最多 {hours(m)}" for t, m in short) if zh else \
+        "; ".join(f"`{t}` at most {hours(m)}" for t, m in short)
+    return f"_你问的时间范围超出了部分工具能查的范围，实际读取：{said}。_" if zh else \
+        f"_The window asked about is longer than some reads may look back: {said}._"
 
 
 def read(text: str) -> Ask:
