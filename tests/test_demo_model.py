@@ -142,6 +142,11 @@ def test_a_follow_up_without_a_change_compares_with_the_last_figure_found() -> N
      ["no service named"]),
     ("what happened at 09:11?", ["*Around 09:11 UTC*", "5xx burst right after deploy 2026.12.02-1",
                                  "began 09:11, back by 09:15"], ["no service named"]),
+    # A time later in the day than the data's now is yesterday's, and so is "yesterday": what led up to it, and no
+    # figures of another time under its heading (it showed today's 08:00–10:00 under "Around 14:02").
+    ("what happened at 14:02 in staging?", ["*Around 2026-12-01 14:02 UTC*", "read for the last 2 h only",
+                                            "`deploy 2026.12.01-4` at 2026-12-01 14:02"], ["2026.12.02-1", "5xx"]),
+    ("what happened yesterday at 09:11?", ["*Around 2026-12-01 09:11 UTC*"], ["5xx burst", "2026.12.02-1"]),
     # Chinese deploy words and a catalog alias followed by an environment word.
     ("orders 服务 5xx 变多了，是不是刚发版导致的？",
      ["*和发布有关吗？*", "是：报错在 2026.12.02-1 之后 5 秒 开始"], []),

@@ -13,6 +13,8 @@ from bot.agent.models.demo_intent import Ask, window
 from core.messages import Message, ToolResultMessage
 
 NEAR_S = 20 * 60  # an alert this close to the time asked about is what happened then
+BEFORE_S = 2 * 3600  # the changes this long before a time asked about are what led to it
+MOMENT_READ_MIN = 50 * 60  # the change history read for a time asked about: yesterday's any time, and before it
 _HELP = ("help", "helped", "work", "worked", "fix", "fixed", "有用", "效果", "好转", "管用", "帮助")
 _KINDS_ZH = {"deploy": "发布", "image": "镜像变更", "rollback": "回滚", "restart": "重启", "config": "配置变更",
              "scale": "扩缩容", "rollout": "滚动发布"}
@@ -37,7 +39,7 @@ def targets(services: list[dict[str, Any]], ask: Ask) -> list[tuple[str, str]]:
     """Which services and environments a question without a service is about: at a time, those whose alerts
     fired near it (else every service in the environment asked, prod by default); about changes, every
     service in the environment asked, or in each of its environments."""
-    if ask.at is not None:
+    if ask.at is not None and not ask.yesterday:  # the catalog's alerts are today's
         near = [(str(s["id"]), str(a.get("env") or ask.environment or "prod")) for s in services
                 for a in s.get("recent_alerts") or [] if isinstance(a, dict) and ":" in str(a.get("at", ""))
                 and abs(_minute(str(a["at"])[:5]) - _minute(ask.at)) * 60 <= NEAR_S
@@ -57,7 +59,9 @@ def wide_calls(services: list[dict[str, Any]], ask: Ask, tools: Sequence[str]) -
     for service, env in targets(services, ask):
         for name in reads:
             if name in tools:
-                span_ = window(name, minutes if name != "query_metrics" else max(minutes, 60))
+                # A time asked about may be yesterday's (14:02 asked at 10:00): the changes from before it.
+                wanted = MOMENT_READ_MIN if name == "recent_changes" and ask.at and not ask.minutes else minutes
+                span_ = window(name, wanted if name != "query_metrics" else max(wanted, 60))
                 calls.append((name, {"service_id": service, "environment": env, "minutes": span_}))
     return calls
 
@@ -110,13 +114,32 @@ def unseen(found: dict[str, Any], zh: bool) -> str:
     return "；".join(parts) if zh else "; ".join(parts)
 
 
+def moment(ask: Ask, found: dict[str, Any]) -> float | None:
+    """The time asked about, on the day it last was before the data's now (14:02 asked at 10:00 is yesterday's)."""
+    now = stamp((found.get("window") or {}).get("to"))
+    if ask.at is None or now is None:
+        return None
+    hours, minutes = (int(x) for x in ask.at.split(":"))
+    day = datetime.fromtimestamp(now, UTC).replace(hour=hours, minute=minutes, second=0, microsecond=0)
+    at = day.timestamp() - (86400 if ask.yesterday else 0)
+    return at - 86400 if at > now else at
+
+
+def _first_window(results: Sequence[ToolResultMessage]) -> dict[str, Any]:
+    return next(((b.get("data") or {}) for _, b in _answers(results, "recent_changes") if b.get("ok")), {})
+
+
 def wide_answer(results: Sequence[ToolResultMessage], ask: Ask, services: list[dict[str, Any]], zh: bool) -> str:
     lines: list[str] = []
+    first = _first_window(results)
+    asked, now = moment(ask, first), stamp((first.get("window") or {}).get("to"))
+    today = asked is not None and datetime.fromtimestamp(asked, UTC).strftime("%Y-%m-%d") == _day(first)
     if ask.at is not None:
         near = [(s["id"], a) for s in services for a in s.get("recent_alerts") or []
-                if isinstance(a, dict) and ":" in str(a.get("at", ""))
-                and abs(_minute(str(a["at"])[:5]) - _minute(ask.at)) * 60 <= NEAR_S]
-        lines.append(f"*{ask.at} UTC 前后*" if zh else f"*Around {ask.at} UTC*")
+                if isinstance(a, dict) and ":" in str(a.get("at", "")) and (today or asked is None)
+                and not ask.yesterday and abs(_minute(str(a["at"])[:5]) - _minute(ask.at)) * 60 <= NEAR_S]
+        day = "" if today or asked is None else datetime.fromtimestamp(asked, UTC).strftime("%Y-%m-%d ")
+        lines.append(f"*{day}{ask.at} UTC 前后*" if zh else f"*Around {day}{ask.at} UTC*")
         for sid, alert in near:
             lines.append(f"  • 告警：`{sid}`（`{alert.get('env')}`）{alert.get('at')} — `{alert.get('summary')}`"
                          " — _来源：服务目录_" if zh else
@@ -143,10 +166,14 @@ def wide_answer(results: Sequence[ToolResultMessage], ask: Ask, services: list[d
             f"  • _The list may be incomplete: {gaps}_"
         if ask.at is not None:  # what one service did around that time: its changes, error rate and errors
             lines.append(f"*`{sid}`（`{env}`）*" if zh else f"*`{sid}` ({env})*")
-            lines += [f"  • {'变更' if zh else 'Change'}: {_line(c, found, zh)}" for c in changes[:3]] or \
+            if asked is not None:  # the changes that led up to that time, not the last ones before now
+                changes = [c for c in changes if (t := stamp(c.get("at"))) is not None
+                           and asked - BEFORE_S <= t <= asked + NEAR_S]
+                window = "那个时间前 2 小时内" if zh else "in the 2 h before that time"
+            lines += [f"  • {'变更：' if zh else 'Change: '}{_line(c, found, zh)}" for c in changes[:3]] or \
                 [f"  • {window}没有找到变更" if zh else f"  • No change found {window}"]
             lines += [caveat] if caveat else []
-            lines += _moment(results, str(sid), zh)
+            lines += _moment(results, str(sid), zh, asked, now)
             continue
         head = f"*`{sid}`（`{env}`）{window}的变更*：" if zh else f"*Changes to `{sid}` ({env}) {window}*:"
         if not changes:
@@ -164,9 +191,16 @@ def wide_answer(results: Sequence[ToolResultMessage], ask: Ask, services: list[d
     return "\n".join(lines)
 
 
-def _moment(results: Sequence[ToolResultMessage], service: str, zh: bool) -> list[str]:
+def _moment(results: Sequence[ToolResultMessage], service: str, zh: bool, asked: float | None = None,
+            now: float | None = None) -> list[str]:
     out = []
     metrics = ok_data(list(results), "query_metrics", service)
+    minutes = (metrics or {}).get("window_minutes")
+    if asked is not None and now is not None and isinstance(minutes, int) and not now - minutes * 60 <= asked <= now:
+        since = datetime.fromtimestamp(now - minutes * 60, UTC).strftime("%H:%M")  # figures of another time: not said
+        return [f"  • 错误率和日志只读了最近 {span(minutes * 60, zh)}（{since} 起），不含那个时间。" if zh else
+                f"  • Error rate and logs were read for the last {span(minutes * 60, zh)} only (from {since} UTC), "
+                "not around that time."]
     rate = ((metrics or {}).get("metrics") or {}).get("error_rate") or {}
     if "current" in rate:
         out.append("  • " + metric_part(rate, "错误率" if zh else "error rate", "%", zh) +

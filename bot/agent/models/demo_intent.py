@@ -39,6 +39,7 @@ _RELEASE = re.compile(r"(?:to|到)\s*(?:release|version|版本)?\s*`?(\d[\w.:-]*
 _REVISION = re.compile(r"revision\s*(\d+)|第\s*(\d+)\s*(?:个)?版", re.I)
 _REPLICAS = re.compile(r"(?:to|到)\s*(\d+)\s*(?:replicas?|pods?|instances?)?|(\d+)\s*(?:个)?(?:副本|实例)", re.I)
 _TODAY = re.compile(r"\btoday\b|今天|今日", re.I)
+_YESTERDAY = re.compile(r"\byesterday\b|昨天|昨日", re.I)
 _ZH_NUMBERS = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9, "十": 10,
                "半": 0.5}
 
@@ -54,6 +55,7 @@ class Ask:
     at: str | None = None
     minutes: int | None = None
     today: bool = False
+    yesterday: bool = False
     cause: bool = False
     release: str | None = None
     """A rollback's target as named: "to release 2026.12.01-4", "回滚到 2026.12.01-4"."""
@@ -144,4 +146,5 @@ def read(text: str) -> Ask:
                revision=int(revision.group(1) or revision.group(2)) if revision else None,
                replicas=int(replicas.group(1) or replicas.group(2)) if replicas else None,
                at=f"{int(at.group(1)):02d}:{at.group(2)}" if at else None, minutes=_minutes(text),
-               today=bool(_TODAY.search(text)), cause=bool(_CAUSE_Q.search(text)))
+               today=bool(_TODAY.search(text)), yesterday=bool(_YESTERDAY.search(text)),
+               cause=bool(_CAUSE_Q.search(text)))
