@@ -15,6 +15,7 @@ occurrence and moved on) changes nothing. Lua never parses a record; each is com
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import uuid
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -57,8 +58,10 @@ class Timer(BaseModel):
         return f"timer:{self.id}:{self.due}"
 
 
-def new_timer_id(group: str) -> str:
-    return f"{shard_of(group)}.{uuid.uuid4().hex[:16]}"
+def new_timer_id(group: str, seed: str = "") -> str:
+    """A new timer's id; the same for the same ``seed`` (a command read twice keeps one schedule)."""
+    tail = hashlib.sha256(seed.encode()).hexdigest()[:16] if seed else uuid.uuid4().hex[:16]
+    return f"{shard_of(group)}.{tail}"
 
 
 def _shard(timer_id: str) -> str:

@@ -32,6 +32,7 @@ from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.people import People
 from bot.slack.outbound.responses import ResponseFailed, post_response, usable
 from bot.slack.outbound.thread_meta import CARD, THREAD, channel_of, thread_key
+from bot.slack.outbound.thread_start import ThreadStarts
 from bot.slack.outbound.words import language_of, say
 from bot.slack.rollbacks.offer import ROLLBACK, parse, question
 from core.redact import redact
@@ -64,11 +65,7 @@ class Inbound:
                  dispatch: Dispatch, alerts: Alerts | None = None, people: People | None = None,
                  home: Home | None = None, reports: Reports | None = None, metrics: Metrics | None = None,
                  feedback: Feedback | None = None) -> None:
-        self.engine = engine
-        self.feedback = feedback
-        self.home = home
-        self.reports = reports
-        self.metrics = metrics
+        self.engine, self.feedback, self.home, self.reports, self.metrics = engine, feedback, home, reports, metrics
         self.people = people or People(access.client)
         self.alerts = alerts
         self.alert_source = access.config.alert_source
@@ -77,6 +74,7 @@ class Inbound:
         self.access = access
         self.dispatch = dispatch
         self.incidents = IncidentCommands(engine=engine, meta=meta, outbox=outbox, access=access, reports=reports)
+        self.starts = ThreadStarts(client=outbox.client, pacer=outbox.pacer, meta=meta, metrics=outbox.metrics)
         self.timers: TimerParts | None = None
         self.gate: RunGate | None = None  # limits on how often runs start (set where the service wires them)
         self.tasks = Background()
@@ -161,17 +159,17 @@ class Inbound:
             return
         if await self.incidents.on_command(channel, user, text, trigger=trigger or uuid.uuid4().hex):
             return  # `/opspilot summary …` or `/opspilot handover …`
-        if self.timers is not None and await self.timers.schedules.on_command(channel, user, text):
+        if self.timers is not None and await self.timers.schedules.on_command(channel, user, text, trigger):
             return  # `/opspilot schedule …` or `/opspilot schedules …`
         lang = language_of(text, self.access.config.language)  # the thread it starts speaks the question's
         if not await self._admit("command", user, channel, f"command:{trigger or uuid.uuid4().hex}", None, text):
             return  # before its thread is started: a refused command leaves nothing in the channel
-        root, error = await self.outbox.post_now(channel, say(lang, "slash_asked", who=f"<@{user}>",
-                                                              text=kit.escape(text))[:3000])
+        root, error = await self.starts.start(channel, say(lang, "slash_asked", who=f"<@{user}>",
+                                                           text=kit.escape(text))[:3000], f"command:{trigger}")
         if root is None:
             # Not in this channel, or a DM between two people: the command's response_url still reaches them.
             log.warning("/opspilot in %s could not start a thread: %s", channel, error)
-            known = error in ("not_in_channel", "channel_not_found", "is_archived")
+            known = error in ("not_in_channel", "channel_not_found", "is_archived", "unconfirmed")
             await respond(str(command.get("response_url") or ""),
                           say(lang, f"cannot_post_{error}" if known else "cannot_post"))
             return

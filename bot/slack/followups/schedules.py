@@ -74,7 +74,7 @@ class Schedules:
             log.info("scheduled checks from the config: %d (%d added, %d removed)", len(wanted),
                      len(wanted.keys() - kept), len(kept - wanted.keys()))
 
-    async def on_command(self, channel: str, user: str, text: str) -> bool:
+    async def on_command(self, channel: str, user: str, text: str, trigger: str = "") -> bool:
         """True when ``text`` was a ``schedule``/``schedules`` subcommand (and was handled)."""
         word, _, rest = text.strip().partition(" ")
         word = word.lower()
@@ -89,7 +89,7 @@ class Schedules:
         elif word == "schedules" and not rest.strip():
             await self.outbox.tell(channel, user, await self.listing(channel, lang))
         elif word == "schedule" and rest.strip():
-            await self._create(channel, user, rest, lang)
+            await self._create(channel, user, rest, lang, trigger)
         else:
             await self.outbox.tell(channel, user, say(lang, "sc_usage"))
         return True
@@ -105,7 +105,14 @@ class Schedules:
                      question=kit.escape(t.name or t.question)) for t in mine]
         return "\n".join([say(lang, "sc_list"), *(f"• {line}" for line in lines)])
 
-    async def _create(self, channel: str, user: str, rest: str, lang: str) -> None:
+    async def _create(self, channel: str, user: str, rest: str, lang: str, trigger: str = "") -> None:
+        """A schedule, once per command: read again (its worker died before acknowledging it), the command finds
+        the schedule it made (its id is the command's) and its announcement (keyed by that id)."""
+        group = group_of(channel)
+        timer_id = new_timer_id(group, f"command:{trigger}" if trigger else "")
+        if trigger and (made := await self.timers.get(timer_id)) is not None:
+            await self._announce(made, lang)
+            return
         words = rest.split()
         quiet = "--quiet" in words
         found = _COMMAND.match(" ".join(w for w in words if w != "--quiet").strip())
@@ -133,17 +140,20 @@ class Schedules:
         if cap and len([t for t in await self.timers.every() if t.kind == "schedule" and t.owner == user]) >= cap:
             await self.outbox.tell(channel, user, say(lang, "sc_person_full", n=cap))
             return
-        group = group_of(channel)
-        timer = Timer(id=new_timer_id(group), kind="schedule", group=group, channel=channel, owner=user,
+        timer = Timer(id=timer_id, kind="schedule", group=group, channel=channel, owner=user,
                       question=question[:QUESTION_CHARS], created_at=now, due=due, cron=cron, timezone=timezone,
                       quiet=quiet, source="command")
         if await self.timers.add(timer, limit=PER_CHANNEL) == "full":
             await self.outbox.tell(channel, user, say(lang, "sc_full", n=PER_CHANNEL))
             return
-        await self.outbox.say(channel, None, say(
-            lang, "sc_created", by=kit.who(user), cron=kit.escape(cron), tz=kit.escape(timezone),
-            quiet=say(lang, "sc_quiet") if quiet else "", next=time_of(due, lang, timezone, with_day=True),
-            question=kit.escape(timer.question), id=timer.id))
+        await self._announce(timer, lang)
+
+    async def _announce(self, timer: Timer, lang: str) -> None:
+        await self.outbox.say(timer.channel, None, say(
+            lang, "sc_created", by=kit.who(timer.owner), cron=kit.escape(timer.cron), tz=kit.escape(timer.timezone),
+            quiet=say(lang, "sc_quiet") if timer.quiet else "",
+            next=time_of(timer.due, lang, timer.timezone, with_day=True),
+            question=kit.escape(timer.question), id=timer.id), key=f"schedule-made:{timer.id}")
 
     async def _cancel(self, channel: str, user: str, timer_id: str, lang: str) -> None:
         timer = await self.timers.get(timer_id) if timer_id else None

@@ -21,13 +21,10 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import aiohttp
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.periodic import cancelled
 from bot.slack.outbound import blocks as kit
-from bot.slack.outbound.api_errors import slack_error
 from bot.slack.outbound.counters import Metrics
 from bot.slack.outbound.hold import Hold, LeaseLost
 from bot.slack.outbound.landed import METADATA_TYPE as METADATA_TYPE  # where history.py reads it from too
@@ -164,19 +161,6 @@ class SlackOutbox:
                                   "blocks": json.dumps([kit.mrkdwn(text)], ensure_ascii=False)}
         with contextlib.suppress(Retry):
             await self._send_direct(fields)
-
-    async def post_now(self, channel: str, text: str) -> tuple[str | None, str]:
-        """A new top-level message whose ts is needed at once (the thread a slash command answers in).
-        One attempt: its ts, or None and why not (Slack's error code, or "unavailable")."""
-        await self.pacer.wait("chat.postMessage", channel)
-        try:
-            answer = await self.client.chat_postMessage(channel=channel, text=redact(text))
-        except SlackApiError as exc:
-            self.metrics.inc("opspilot_slack_api_errors_total", method="chat.postMessage")
-            return None, slack_error(exc)
-        except (TimeoutError, aiohttp.ClientError, OSError):
-            return None, "unavailable"
-        return str(answer["ts"]), ""
 
     async def save_state(self, channel: str, thread_ts: str, run_id: str, state: str) -> None:
         """What a run shows, saved alone (no message changes with it)."""

@@ -1,0 +1,73 @@
+"""The message a slash command's thread starts from ("<@U1> asked: …"), posted once per command.
+
+A command is read again when the worker that read it died before acknowledging it, and Slack may post a message
+whose answer never comes back (a 5xx after acting, a hang). So the post carries the command's key in its metadata,
+its ts is kept once known (a command read again answers in the thread it started), and an attempt whose answer
+was lost is looked for in the channel before anything is said or tried again — never "send it again" about a
+message that is there.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack.outbound.api_errors import SLACK_FAILURES, slack_error, transient
+from bot.slack.outbound.counters import Metrics
+from bot.slack.outbound.landed import METADATA_TYPE, find_posted
+from bot.slack.outbound.pacer import Pacer
+from core.redact import redact
+from state.outbox_store import OutboxRecord
+from state.store import MetaStore
+
+log = logging.getLogger(__name__)
+
+KIND = "command-thread"
+
+
+class ThreadStarts:
+    def __init__(self, *, client: AsyncWebClient, pacer: Pacer, meta: MetaStore, metrics: Metrics) -> None:
+        self.client, self.pacer, self.meta, self.metrics = client, pacer, meta, metrics
+
+    async def start(self, channel: str, text: str, key: str) -> tuple[str | None, str]:
+        """The thread's ts, or None and why not: Slack's refusal (nothing was posted), or ``unconfirmed`` (Slack
+        did not answer and the message was not found: it may still appear)."""
+        kept = await self.meta.get(KIND, key)
+        if kept.get("ts"):
+            return kept["ts"], ""  # posted by an earlier reading of this command
+        since = float(kept.get("attempted_at") or 0) or time.time()
+        if kept.get("attempted_at") and (landed := await self._landed(channel, key, since)):
+            return await self._kept(key, landed), ""
+        await self.meta.put(KIND, key, {"attempted_at": f"{since:.6f}"})  # before it may land
+        await self.pacer.wait("chat.postMessage", channel)
+        try:
+            answer = await self.client.chat_postMessage(
+                channel=channel, text=redact(text),
+                metadata={"event_type": METADATA_TYPE, "event_payload": {"key": key}})
+        except SLACK_FAILURES as exc:
+            self.metrics.inc("opspilot_slack_api_errors_total", method="chat.postMessage")
+            if not transient(exc):
+                return None, slack_error(exc)  # refused: nothing was posted
+            log.warning("the thread of command %s: no answer from Slack (%s); looking for it", key, slack_error(exc))
+            landed = await self._landed(channel, key, since)
+            return (await self._kept(key, landed), "") if landed else (None, "unconfirmed")
+        return await self._kept(key, str(answer["ts"])), ""
+
+    async def _kept(self, key: str, ts: str) -> str:
+        await self.meta.put(KIND, key, {"ts": ts})
+        return ts
+
+    async def _landed(self, channel: str, key: str, since: float) -> str | None:
+        async def call(method: str, where: str | None, request: Any) -> Any:
+            await self.pacer.wait(method, where)
+            return await request()
+
+        record = OutboxRecord(key, 0, 0, 0, {"channel": channel, "attempted_at": since})
+        try:
+            return await find_posted(call, self.client, record, self.metrics)
+        except SLACK_FAILURES as exc:  # not known: said as such, never as "not posted"
+            log.warning("could not look for the thread of command %s: %s", key, slack_error(exc))
+            return None

@@ -1,0 +1,61 @@
+"""``/opspilot`` acts once per command: a thread's first message whose answer Slack lost, and a command read a
+second time (its worker died before acknowledging it), start one thread, one run and one schedule."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+
+from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.demo.workspace import all_text
+from bot.slack.inbound.work import Delivery
+from bot.slack.service import _reader
+from tests.slack_harness import CHANNEL, Workspace, open_workspace
+
+
+@pytest.fixture
+async def ws(redis_url: str, prefix: str, slack: FakeSlack) -> AsyncIterator[Workspace]:
+    workspace = await open_workspace(redis_url, prefix, slack, language="en")
+    yield workspace
+    await workspace.stop()
+
+
+def command(ws: Workspace, text: str, trigger: str) -> dict[str, Any]:
+    return {"command": "/opspilot", "text": text, "user_id": "UREQ", "channel_id": CHANNEL, "team_id": "T0001",
+            "trigger_id": trigger, "response_url": ws.slack.response_url()}
+
+
+def roots(ws: Workspace) -> list[dict[str, Any]]:
+    return [m for (c, ts), m in ws.slack.messages.items() if c == CHANNEL and m.get("thread_ts") in (None, ts)]
+
+
+async def test_a_thread_whose_post_lost_its_answer_is_found_and_answered(ws: Workspace) -> None:
+    """Slack posted "<@UREQ> asked: …" and lost its answer: nothing ran under it, and the person was told to send
+    the command again (a second post)."""
+    ws.slack.fault("lost", "chat.postMessage", times=1)
+    await ws.sender.command(command(ws, "payments recent errors", "trig-lost"))
+    await ws.settle()
+    [root] = roots(ws)
+    assert "asked: payments recent errors" in all_text(root)
+    assert len(ws.slack.thread(CHANNEL, root["ts"])) > 1  # answered in it
+    assert not [r for r in ws.slack.responses if "send the command again" in str(r)]
+    assert (await ws.store.stats(3600)).runs == 1
+
+
+async def test_a_command_read_twice_acts_once(ws: Workspace) -> None:
+    read = _reader(lambda: ws.service.bolt)
+    for n, text in enumerate(['schedule "0 9 * * *" UTC payments nightly errors', "payments recent errors"]):
+        item = Delivery(body=urlencode(command(ws, text, f"trig-{n}")),
+                        content_type="application/x-www-form-urlencoded", received_at=time.time())
+        for _ in range(2):  # the first reading's worker died before acknowledging it: another reads it again
+            await read(item, f"1700000000000-{n}")
+            await ws.settle()
+    assert len([t for t in await ws.store.timers.every() if t.kind == "schedule"]) == 1
+    texts = [all_text(m) for m in roots(ws)]
+    assert len([t for t in texts if "nightly errors" in t]) == 1, texts
+    assert len([t for t in texts if "asked: payments recent errors" in t]) == 1, texts
+    assert (await ws.store.stats(3600)).runs == 1
