@@ -59,3 +59,23 @@ async def test_a_command_read_twice_acts_once(ws: Workspace) -> None:
     assert len([t for t in texts if "nightly errors" in t]) == 1, texts
     assert len([t for t in texts if "asked: payments recent errors" in t]) == 1, texts
     assert (await ws.store.stats(3600)).runs == 1
+
+
+async def test_where_opspilot_is_not_every_door_says_so_and_starts_nothing(ws: Workspace) -> None:
+    """Subcommands and shortcuts in a channel OpsPilot is not in: their replies were ephemerals Slack refused
+    (silence), yet a schedule was kept there and "Investigate" ran a model where nobody could see it."""
+    ws.slack.absent.add("C0NOTIN")
+    texts = ["payments errors", 'schedule "0 9 * * *" UTC payments nightly', "schedules", "handover 4", ""]
+    for n, text in enumerate(texts):
+        await ws.sender.command({**command(ws, text, f"nic-{n}"), "channel_id": "C0NOTIN"})
+    for callback in ("opspilot_investigate_message", "opspilot_summarize_incident"):
+        await ws.sender.action({"type": "message_action", "callback_id": callback, "team": {"id": "T0001"},
+                                "user": {"id": "UREQ"}, "channel": {"id": "C0NOTIN"}, "trigger_id": callback,
+                                "response_url": ws.slack.response_url(),
+                                "message": {"type": "message", "user": "UBOB", "ts": "1700000000.000200",
+                                            "text": "payments is throwing 500s"}})
+    await ws.settle()
+    told = [str(r.get("text")) for r in ws.slack.responses]
+    assert len(told) == len(texts) + 2 and all("I am not in this channel" in t for t in told), told
+    assert not [t for t in await ws.store.timers.every() if t.channel == "C0NOTIN"]
+    assert (await ws.store.stats(3600)).runs == 0

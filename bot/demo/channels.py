@@ -1,6 +1,7 @@
 """The local Slack's conversations (a mixin of :class:`bot.demo.workspace.LocalSlack`): ``conversations.history``,
 a channel's top-level messages (thread parents included, replies not), newest first, paged as Slack pages them;
-``conversations.info`` (public, private — ``LocalSlack.private`` — or a DM) and ``conversations.members``."""
+``conversations.info`` (public, private — ``LocalSlack.private`` — or a DM; ``is_member`` false in ``absent``)
+and ``conversations.members``."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ class ChannelMethods:
     messages: dict[tuple[str, str], dict[str, Any]]
     members: dict[str, set[str]]
     private: set[str]
+    absent: set[str]
 
     def outside(self, channel: str) -> bool:
         """A direct message between people, the bot not in it (its members set without ``UBOT``): Slack answers
@@ -47,7 +49,7 @@ class ChannelMethods:
         private = channel in self.private
         return {"ok": True, "channel": {"id": channel, "name": channel.lower(), "is_channel": True, "is_group": False,
                                         "is_im": False, "is_mpim": False, "is_private": private,
-                                        "is_member": True}}
+                                        "is_member": channel not in self.absent}}
 
     def _conversations_members(self, body: dict[str, Any]) -> dict[str, Any]:
         """Who is in a conversation, paged by ``cursor`` and ``limit`` as Slack pages it."""

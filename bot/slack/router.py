@@ -30,7 +30,7 @@ from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.counters import Metrics
 from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.people import People
-from bot.slack.outbound.responses import ResponseFailed, post_response, usable
+from bot.slack.outbound.responses import respond
 from bot.slack.outbound.thread_meta import CARD, THREAD, channel_of, thread_key
 from bot.slack.outbound.thread_start import ThreadStarts
 from bot.slack.outbound.words import language_of, say
@@ -45,14 +45,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-async def respond(response_url: str, text: str) -> None:
-    """An ephemeral answer through a command's ``response_url`` (works where the bot cannot post)."""
-    if not usable(response_url):
-        return
-    try:
-        await post_response(response_url, {"response_type": "ephemeral", "text": text})
-    except ResponseFailed as exc:
-        log.warning("response_url did not take the answer: %s", exc.error)
 
 _MISPLACED = refusal("misplaced")
 _IGNORED_SUBTYPES = {None, "thread_broadcast", "file_share"}
@@ -284,7 +276,7 @@ class Inbound:
         """A refusal, to one person, in the thread's language; where OpsPilot cannot post (a DM between people),
         through the request's ``reply`` URL."""
         words = verdict.words(await self._lang(channel, thread_ts, asked))
-        if verdict.key in ("not_my_dm", "dm_unknown"):
+        if verdict.unpostable:
             return await respond(reply, words)
         await self.outbox.tell(channel, user, words, thread_ts)
 

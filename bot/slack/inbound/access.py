@@ -30,6 +30,11 @@ class Verdict:
     def words(self, lang: str) -> str:
         return say(lang, self.key, **dict(self.values)) if self.key else ""
 
+    @property
+    def unpostable(self) -> bool:
+        """OpsPilot cannot post in the conversation: told through the request's response URL, if at all."""
+        return self.key in ("not_my_dm", "dm_unknown") or self.key.startswith("cannot_post")
+
 
 def refusal(key: str, **values: str) -> Verdict:
     return Verdict(False, key, tuple(values.items()))
@@ -51,6 +56,7 @@ class AccessPolicy:
         self.environments = environments  # the catalog's; None: not known here (nothing is judged unknown)
         self._groups: dict[str, tuple[float, frozenset[str]]] = {}
         self._dms: dict[str, bool] = {}  # whether a D… conversation is OpsPilot's own (it never changes)
+        self._inside: dict[str, float] = {}  # channels OpsPilot was seen in, until when that is kept
         self._unread: set[str] = set()  # groups Slack would not list, with nothing cached to fall back on
 
     async def members(self, usergroup: str) -> frozenset[str]:
@@ -110,6 +116,9 @@ class AccessPolicy:
         """:meth:`may_use` for a door whose conversation Slack names, any direct message included (a command, a
         shortcut): only OpsPilot's own DM counts as one; a DM between people is refused (OpsPilot is not in it)."""
         if not channel.startswith("D"):
+            inside = await self.bot_in(channel)
+            if isinstance(inside, str):
+                return refusal(inside)  # nothing it starts could be shown there
             return await self.may_use(user, channel)
         own = await self.own_dm(channel)
         if own is None:
@@ -136,6 +145,28 @@ class AccessPolicy:
             self._dms.clear()
         self._dms[channel] = own
         return own
+
+    async def bot_in(self, channel: str) -> bool | str | None:
+        """Whether OpsPilot is in a channel (it can post there): True, or the words' key for why not
+        (``cannot_post_not_in_channel``, ``cannot_post_channel_not_found`` — a private channel it is not in);
+        None: Slack failing, not known (let through: the post says). Only a yes is kept, a minute."""
+        if self._inside.get(channel, 0.0) > time.monotonic():
+            return True
+        try:
+            answer = await retried("conversations.info", lambda: self.client.conversations_info(channel=channel),
+                                   attempts=2)
+        except SLACK_FAILURES as exc:
+            if "channel_not_found" in slack_error(exc):
+                return "cannot_post_channel_not_found"
+            log.warning("whether OpsPilot is in %s is not known: %s", channel, slack_error(exc))
+            return None
+        info = answer.get("channel") or {}
+        if info.get("is_member") is False and not info.get("is_im"):
+            return "cannot_post_not_in_channel"
+        if len(self._inside) > 10_000:
+            self._inside.clear()
+        self._inside[channel] = time.monotonic() + self.cache_s
+        return True
 
     def may_change_in(self, channel: str, *, direct: bool = False) -> Verdict:
         allowed = self.config.mutating_channels

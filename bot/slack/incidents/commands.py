@@ -16,6 +16,7 @@ from bot.slack.incidents.canvas import Summaries, thread_of
 from bot.slack.incidents.handover import Handover, hours_of
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.outbox import SlackOutbox
+from bot.slack.outbound.responses import respond
 from bot.slack.outbound.thread_meta import THREAD, thread_key
 from bot.slack.outbound.words import language_of, say
 from state.memory import MemoryStore
@@ -101,7 +102,10 @@ class IncidentCommands:
         if not verdict.allowed:
             lang = (await self.meta.get(THREAD, thread_key(channel, thread_ts))).get("lang") or \
                 language_of("", self.language)
-            await self.outbox.tell(channel, user, verdict.words(lang), thread_ts)
+            if verdict.unpostable:  # a DM between people, a channel OpsPilot is not in: said where it can be
+                await respond(str(body.get("response_url") or ""), verdict.words(lang))
+            else:
+                await self.outbox.tell(channel, user, verdict.words(lang), thread_ts)
             return
         if self.summaries is not None and await self._admit(user, channel, thread_ts, f"summarize:{trigger}"):
             await self.summaries.summarize(channel, thread_ts, user)

@@ -100,6 +100,16 @@ async def replace_original(url: str, text: str, blocks: list[Block], *,
                         timeout_s=timeout_s)
 
 
+async def respond(response_url: str, text: str) -> None:
+    """An ephemeral answer through a command's or a shortcut's ``response_url`` (works where the bot cannot post)."""
+    if not usable(response_url):
+        return
+    try:
+        await post_response(response_url, {"response_type": "ephemeral", "text": text})
+    except ResponseFailed as exc:
+        log.warning("response_url did not take the answer: %s", exc.error)
+
+
 @contextlib.asynccontextmanager
 async def _session(kept: aiohttp.ClientSession | None) -> AsyncIterator[aiohttp.ClientSession]:
     if kept is not None and not kept.closed:
