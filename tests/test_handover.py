@@ -14,6 +14,7 @@ from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
 from bot.slack.incidents.document import run_state
 from bot.slack.outbound import blocks as kit
+from core.messages import UserMessage
 from state.records import RunRecord
 from tests.slack_harness import CHANNEL, QUESTION, Workspace, ask_restart, open_workspace, restarted
 
@@ -85,3 +86,22 @@ def test_a_stopped_run_says_who_stopped_it() -> None:
     assert run_state(run, "en", kit.who) == "ended — stopped by <@UANN>"
     assert run_state(run, "zh", kit.who) == "已结束 —— 已被 <@UANN> 停止"
     assert run_state(run.model_copy(update={"stopped_by": None}), "en") == "ended — Stopped"
+
+
+async def test_what_people_typed_is_quoted_as_typed(ws: Workspace) -> None:
+    """Slack's text field escapes & < >: quoted back escaped again, `p95 > 500ms` read `p95 &gt; 500ms` on the
+    handover and App Home, and the model was asked about `&gt;`. A `<!channel>` typed as text stays text."""
+    typed = "payments p95 > 500ms & errors < 1%? <!channel>"
+    wire = typed.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")  # what the event carries
+    ws.slack.post_as_user(CHANNEL, "UREQ", wire, ts="400.1")
+    await ws.sender.event(mention(CHANNEL, "UREQ", wire, "400.1"))
+    await ws.settle()
+    [question] = [m.content for m in await ws.store.load_transcript(f"slack:{CHANNEL}:400.1")
+                  if isinstance(m, UserMessage)]
+    assert "p95 > 500ms & errors < 1%?" in question and "<!channel>" not in question, question
+    await ws.sender.command({"command": "/opspilot", "text": "handover 4", "user_id": "UNEXT", "channel_id": CHANNEL,
+                             "team_id": "T0001", "trigger_id": "9.6", "response_url": "https://hooks.slack.test/c"})
+    await ws.settle()
+    handover = all_text(next(m for m in ws.slack.messages.values() if "Handover" in all_text(m)))
+    assert "p95 &gt; 500ms &amp; errors &lt; 1%?" in handover and "&amp;gt;" not in handover, handover
+    assert "<!channel>" not in handover

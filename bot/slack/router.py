@@ -115,6 +115,7 @@ class Inbound:
             await self._refuse(channel, event["user"], verdict, thread_ts, asked=raw)
             return
         text = await self.people.plain(raw or rich_text(event.get("blocks") or []), me=bot_user_id)
+        text = kit.unescape(text) if raw else text  # rich text is as typed already
         files = [str(f.get("name") or f.get("title") or "a file") for f in event.get("files") or []]
         if files and not text:
             await self.outbox.tell(channel, event["user"], say(await self._lang(channel, thread_ts, raw),
@@ -134,7 +135,7 @@ class Inbound:
 
     async def on_command(self, command: dict[str, Any]) -> None:
         channel, user = command["channel_id"], command["user_id"]
-        text = redact(str(command.get("text") or "").strip())
+        text = redact(kit.unescape(str(command.get("text") or "")).strip())
         # A command has no event id, but every invocation its own trigger: a replayed request is one run.
         trigger = str(command.get("trigger_id") or "")
         if trigger and not await self.meta.first_time(f"command:{trigger}"):

@@ -65,7 +65,7 @@ class Alerts:
         group = f"{channel}:{alert.key}"
         known = await self.meta.get(ALERT, group)
         lang = known.get("lang") or language_of(message_text(event), self.config.language)
-        when = kit.hhmm(self.clock())
+        when = kit.hhmm(self.clock(), self.clock())
         if alert.status == "resolved":
             if known.get("thread_ts"):
                 await log_alert(self.meta, channel, known["thread_ts"], "resolved", self.clock(), title=alert.title)
@@ -142,7 +142,7 @@ class Alerts:
                                           window_s=source.rate_window_s, now=self.clock())
         if admission.admitted:
             return True
-        until = kit.hhmm(admission.free_at)
+        until = kit.hhmm(admission.free_at, self.clock())
         if admission.first_refusal:
             log.warning("alert storm in %s: automatic investigations held back until %s", source.channel, until)
         # Said once per storm, under its own key, by whichever refusal finds it not yet put: a front killed between

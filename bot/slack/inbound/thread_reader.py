@@ -17,6 +17,7 @@ from typing import Any
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.outbound.api_errors import SLACK_FAILURES, retried, slack_error
+from bot.slack.outbound.blocks import unescape
 from bot.slack.outbound.outbox import METADATA_TYPE
 from bot.slack.outbound.thread_meta import thread_key
 from core.quote import quote
@@ -152,13 +153,13 @@ def material(messages: list[dict[str, Any]], thread_ts: str, max_messages: int, 
 def message_text(message: dict[str, Any]) -> str:
     """What a message says, wherever it says it: its text, its attachments (how alerting tools post) and,
     when it has no text, its blocks."""
-    parts = [str(message.get("text") or "").strip()]
+    parts = [unescape(str(message.get("text") or "")).strip()]  # Slack's text fields escape & < >
     for a in message.get("attachments") or []:
-        own = [str(a.get(k) or "").strip() for k in ("pretext", "title", "text")]
-        own += [f"{f.get('title')}: {f.get('value')}" for f in a.get("fields") or [] if isinstance(f, dict)]
+        own = [unescape(str(a.get(k) or "")).strip() for k in ("pretext", "title", "text")]
+        own += [unescape(f"{f.get('title')}: {f.get('value')}") for f in a.get("fields") or [] if isinstance(f, dict)]
         if not any(own) and a.get("fallback"):
-            own = [str(a["fallback"]).strip()]
-        parts += own + ([str(a.get("footer")).strip()] if a.get("footer") else [])
+            own = [unescape(str(a["fallback"])).strip()]
+        parts += own + ([unescape(str(a.get("footer"))).strip()] if a.get("footer") else [])
     if not parts[0]:
         blocks = message.get("blocks") or []
         parts += [rich_text(blocks)] if any(b.get("type") == "rich_text" for b in blocks) else _block_texts(blocks)

@@ -41,6 +41,16 @@ def escape(text: object) -> str:
     return reveal(str(text)).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+_TOKEN_LIKE = re.compile(r"&lt;(?![@!#])")
+
+
+def unescape(text: str) -> str:
+    """Text as a person wrote it, from Slack's ``text`` field (which escapes ``&``, ``<``, ``>``: quoted back
+    escaped again, ``p95 > 500ms`` read ``p95 &gt; 500ms``). Tokens (``<@U1>``, links) are read before this; a
+    ``<`` typed before ``@``, ``!`` or ``#`` stays escaped, so typed text never turns into a mention later."""
+    return _TOKEN_LIKE.sub("<", text).replace("&gt;", ">").replace("&amp;", "&")
+
+
 def code(text: object) -> str:
     """Quoted data (an alert's title, a tool's words) as an inline code span: shown as written, in no language."""
     shown = " ".join(str(text).replace("`", "'").split())
