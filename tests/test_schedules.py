@@ -311,3 +311,14 @@ async def _listed_in_the_persons_language(ws: Workspace) -> None:
     assert ws.slack.ephemeral_texts("UREQ")[-1] == "本频道没有计划检查。"
     await command(ws, "schedules cancel nope")
     assert "nope" in ws.slack.ephemeral_texts("UREQ")[-1] and "There is no" not in ws.slack.ephemeral_texts("UREQ")[-1]
+
+
+async def test_a_fence_in_a_question_cannot_turn_the_list_into_code(ws: Workspace) -> None:
+    """One ``` in each of two questions made everything between them in ``/opspilot schedules`` (ids, "set by",
+    the next time) one preformatted block."""
+    await command(ws, 'schedule "0 9 * * *" UTC check ```payments errors')
+    await command(ws, 'schedule "0 10 * * *" UTC orders``` latency')
+    await command(ws, "schedules")
+    listing = ws.slack.ephemeral_texts("UREQ")[-1]
+    assert "```" not in listing and listing.count("ˋˋˋ") == 2 and listing.count("<@UREQ>") == 2, listing
+    assert "```" not in "".join(all_text(m) for m in roots(ws.slack))

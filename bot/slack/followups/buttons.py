@@ -98,7 +98,7 @@ class SlackFollowups:
         await self._log(timer, "scheduled", timer.created_at)
         lang = await self.lang(timer)
         text = say(lang, "fu_announce", due=time_of(timer.due, lang), by=kit.who(timer.owner),
-                   question=kit.escape(timer.question))
+                   question=kit.quoted(timer.question))
         await self._show(timer, text, [kit.mrkdwn(text), {"type": "actions", "block_id": f"timer:{timer.id}",
                                                           "elements": [kit.button(say(lang, "cancel"), CANCEL,
                                                                                   timer.id)]}])
@@ -114,7 +114,7 @@ class SlackFollowups:
 
     async def _ran(self, timer: Timer, at: float, late_s: float) -> str:
         lang = await self.lang(timer)
-        values = {"at": time_of(at, lang), "by": kit.who(timer.owner), "question": kit.escape(timer.question)}
+        values = {"at": time_of(at, lang), "by": kit.who(timer.owner), "question": kit.quoted(timer.question)}
         if late_s:
             return say(lang, "fu_ran_late", due=time_of(timer.due, lang), minutes=int(late_s // 60), **values)
         return say(lang, "fu_ran", **values)
@@ -123,7 +123,7 @@ class SlackFollowups:
         """Said in the thread (a line of its own, so the thread reads in order) and on the announcement."""
         await self._log(timer, "skipped", self.clock(), why="late" if key == "fu_skipped_late" else "busy")
         lang = await self.lang(timer)
-        text = say(lang, key, due=time_of(timer.due, lang), question=kit.escape(timer.question), **values)
+        text = say(lang, key, due=time_of(timer.due, lang), question=kit.quoted(timer.question), **values)
         await self.outbox.say(timer.channel, timer.thread_ts, text, key=f"timer-skip:{timer.id}:{timer.due}")
         await self._show(timer, text)
 
@@ -173,11 +173,11 @@ class SlackFollowups:
         if timer.kind == "followup":
             await self._log(timer, "cancelled", self.clock(), by=user)
             await self._show(timer, say(lang, "fu_cancelled", due=time_of(timer.due, lang), by=kit.who(user),
-                                        at=time_of(self.clock(), lang), question=kit.escape(timer.question)))
+                                        at=time_of(self.clock(), lang), question=kit.quoted(timer.question)))
         else:
             await self.outbox.say(timer.channel, None, say(lang, "sc_cancelled", by=kit.who(user),
                                                            cron=kit.escape(timer.cron), tz=kit.escape(timer.timezone),
-                                                           question=kit.escape(timer.question)))
+                                                           question=kit.quoted(timer.question)))
         return True
 
     async def click_recheck(self, user: str, run_id: str, channel: str, thread_ts: str | None) -> None:
@@ -237,7 +237,7 @@ class SlackFollowups:
             if timer.kind == "followup" and timer.channel == channel:
                 link = await self._permalink(timer.channel, timer.thread_ts)
                 line = say(lang, "fu_handover", due=time_of(timer.due, lang), by=kit.who(timer.owner),
-                           question=kit.escape(timer.question))
+                           question=kit.quoted(timer.question))
                 lines.append(line + (f" — <{link}|{say(lang, 'home_open_thread')}>" if link else ""))
         return lines
 
@@ -266,7 +266,7 @@ class SlackFollowups:
                 link = await self._permalink(timer.channel, timer.thread_ts)
                 where = f"<{link}|{say(lang, 'home_thread')}>" if link else say(lang, "home_thread")
                 line = say(lang, "home_followup", due=time_of(timer.due, lang, with_day=True), thread=where,
-                           question=kit.escape(timer.question))
+                           question=kit.quoted(timer.question))
             else:
                 line = say(lang, "home_check", channel=f"<#{timer.channel}>", label=label(timer),
                            next=time_of(timer.due, lang, timer.timezone, with_day=True))

@@ -102,7 +102,7 @@ class Schedules:
                      quiet=say(lang, "sc_quiet") if t.quiet else "",
                      next=time_of(t.due, lang, t.timezone, with_day=True),
                      by="config" if t.owner == "config" else kit.who(t.owner),
-                     question=kit.escape(t.name or t.question)) for t in mine]
+                     question=kit.quoted(t.name or t.question)) for t in mine]
         return "\n".join([say(lang, "sc_list"), *(f"• {line}" for line in lines)])
 
     async def _create(self, channel: str, user: str, rest: str, lang: str, trigger: str = "") -> None:
@@ -153,7 +153,7 @@ class Schedules:
             lang, "sc_created", by=kit.who(timer.owner), cron=kit.escape(timer.cron), tz=kit.escape(timer.timezone),
             quiet=say(lang, "sc_quiet") if timer.quiet else "",
             next=time_of(timer.due, lang, timer.timezone, with_day=True),
-            question=kit.escape(timer.question), id=timer.id), key=f"schedule-made:{timer.id}")
+            question=kit.quoted(timer.question), id=timer.id), key=f"schedule-made:{timer.id}")
 
     async def _cancel(self, channel: str, user: str, timer_id: str, lang: str) -> None:
         timer = await self.timers.get(timer_id) if timer_id else None

@@ -78,7 +78,7 @@ class Handover:
         pending: list[str] = []
         for e in entries:
             run, link = e.run, links[e.thread_ts]
-            subject = kit.escape(" ".join(e.topic.split())[:80])
+            subject = kit.quoted(e.topic[:80])
             state = run_state(run, lang, kit.who) + (f", {say(lang, 'ho_firing')}" if e.firing else "")
             line = f"• <{link}|{subject}> — {state} ({kit.hhmm(run.updated_at, now)})" if link else \
                 f"• {subject} — {state} ({kit.hhmm(run.updated_at, now)})"

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, get_args
 
 from bot.agent.models.base import DEMO_LABEL
+from bot.slack.outbound.markdown import TICK
 from bot.slack.outbound.words import has_word, plural, say
 from core.split import split
 from core.text import hides_any, reveal
@@ -49,6 +50,12 @@ def unescape(text: str) -> str:
     escaped again, ``p95 > 500ms`` read ``p95 &gt; 500ms``). Tokens (``<@U1>``, links) are read before this; a
     ``<`` typed before ``@``, ``!`` or ``#`` stays escaped, so typed text never turns into a mention later."""
     return _TOKEN_LIKE.sub("<", text).replace("&gt;", ">").replace("&amp;", "&")
+
+
+def quoted(text: object) -> str:
+    """Someone's words inside one of our lines (a schedule's question in a list): :func:`escape`d, on one line,
+    and a backtick shown as ``ˋ`` — two fences in two questions turned the list between them into one code block."""
+    return " ".join(escape(text).replace("`", TICK).split())
 
 
 def code(text: object) -> str:
