@@ -12,9 +12,15 @@ import math
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+
+from core.text import well_formed
 
 ResultStatus = Literal["ok", "error", "cancelled", "skipped", "expired"]
+
+
+def _text(value: Any) -> Any:
+    return well_formed(value)
 
 
 class _Message(BaseModel):
@@ -33,6 +39,9 @@ class ToolCall(BaseModel):
     # runtime answers such a call with a validation_error instead of running it.
     raw_arguments: str | None = None
 
+    # A model's half emoji (a lone surrogate) could be neither stored nor digested: U+FFFD in its place.
+    _well_formed = field_validator("id", "name", "arguments", "raw_arguments", mode="before")(_text)
+
 
 class SystemMessage(_Message):
     role: Literal["system"] = "system"
@@ -42,6 +51,7 @@ class SystemMessage(_Message):
 class UserMessage(_Message):
     role: Literal["user"] = "user"
     content: str
+    _well_formed = field_validator("content", mode="before")(_text)
     user_id: str | None = None
     request_id: str | None = None
     """The front end's id of the message (e.g. Slack channel and ts): a redelivered one is recognised."""
@@ -51,6 +61,7 @@ class AssistantMessage(_Message):
     role: Literal["assistant"] = "assistant"
     content: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
+    _well_formed = field_validator("content", mode="before")(_text)
 
 
 class ToolResultMessage(_Message):
@@ -59,6 +70,7 @@ class ToolResultMessage(_Message):
     name: str
     content: str
     status: ResultStatus = "ok"
+    _well_formed = field_validator("content", mode="before")(_text)
     error_code: str | None = None
     """Why the call did not succeed (``validation_error``, ``declined_by_user``…); None when ok."""
 

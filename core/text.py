@@ -8,6 +8,7 @@ choose a glyph, and showing them would garble ordinary messages.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from typing import Any
 
@@ -17,6 +18,33 @@ _ALSO = frozenset(map(chr, [0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x180B, 0x18
                             *range(0xFE00, 0xFE0E), *range(0xE0100, 0xE01F0)]))
 _ZWJ = "\u200d"
 _PRESENTATION = "\ufe0e\ufe0f"
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def well_formed(value: Any) -> Any:
+    """Strings (in lists and dicts too) with a lone surrogate — half an emoji, as JSON ``"\\ud83d"`` carries it from
+    a client that cut one — replaced by U+FFFD: such a string cannot be encoded, so it could not be stored, sent
+    or shown, and a run holding one failed at every step."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value) if _SURROGATE.search(value) else value
+    if isinstance(value, dict):
+        return {well_formed(k): well_formed(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [well_formed(v) for v in value]
+    return value
+
+
+def mend(value: Any) -> None:
+    """:func:`well_formed`, in place, for a parsed payload whose parts others already hold (a request's body)."""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in list(items):
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                value[key] = _SURROGATE.sub("\ufffd", item)
+        elif isinstance(item, dict | list):
+            mend(item)
 
 
 def _hidden(ch: str) -> bool:

@@ -251,3 +251,19 @@ async def test_closing_the_engine_lets_go_of_the_models_connections(fake: FakeAn
     store = RedisStore(connect(redis_url), keys=Keys(prefix))
     await Assembly.around(make_harness(model, store, []).engine, store, model, ops.build()).close_connections()
     assert model._client.is_closed()
+
+
+@pytest.mark.parametrize("given", [["payments", "prod"], "service_id=payments", {"q": "timeout \ud83d"}])
+async def test_odd_tool_input_is_an_observation_not_the_end_of_the_run(fake: FakeAnthropic, store: RedisStore,
+                                                                       given: Any) -> None:
+    """An ``input`` that is not an object ended the run ("internal error", the model never told); half an emoji in
+    one (a lone surrogate) crashed the engine and left the run "running" in Redis."""
+    tools = toolkit(Probe())
+    fake.queue(tool_use(("lookup_a", given)), text("done"))  # type: ignore[arg-type]
+    h = make_harness(model_for(fake), store, [tools["lookup_a"]])
+    out = await h.engine.ask("t", "look")
+    assert (out.stop_reason, out.answer) == ("final_answer", "done") and fake.rejections == []
+    [result] = tool_results(fake.requests[1])
+    assert result["is_error"] == (not isinstance(given, dict))
+    if result["is_error"]:
+        assert json.loads(result["content"])["errorCode"] == "validation_error"

@@ -160,3 +160,18 @@ async def test_a_click_from_no_conversation_is_acknowledged_and_acts_on_nothing(
     await ws.settle()
     assert status == 200
     assert [m for m, _ in ws.slack.calls if m != "auth.test"] == [] and ws.slack.ephemeral_texts() == []
+
+
+async def test_half_an_emoji_is_answered_like_any_question(ws: Workspace, caplog: pytest.LogCaptureFixture) -> None:
+    """A lone surrogate (JSON ``"\\ud83d"``, a client's cut emoji) is valid JSON: it could be neither stored nor
+    sent, so the turn failed five times with a traceback each and the person was told to ask again — which failed
+    the same way."""
+    caplog.set_level(logging.INFO)
+    event = mention(CHANNEL, "UREQ", "payments errors \ud83d in prod?", "500.1")
+    status, _ = await ws.sender.event(event)
+    assert status == 200
+    await until(lambda: len(ws.slack.thread(CHANNEL, "500.1")) >= 1)
+    await ws.settle()
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    run = await ws.store.load_run(await ws.store.thread_run(f"slack:{CHANNEL}:500.1") or "")
+    assert run is not None and run.status == "finished" and "\ufffd" in run.text

@@ -26,6 +26,7 @@ from bot.slack.incidents.commands import SHORTCUT as SUMMARIZE_SHORTCUT
 from bot.slack.outbound.counters import Metrics
 from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.router import Inbound
+from core.text import mend
 from state import StoreError
 from state.store import Store, WorkQueue
 
@@ -81,6 +82,7 @@ def build_bolt_app(*, client: AsyncWebClient, signing_secret: str, inbound: Inbo
         if elsewhere is not None:  # acknowledged (so Slack does not retry it) and otherwise ignored
             log.warning("ignored a request from %s", elsewhere)
             return BoltResponse(status=200, body="")
+        mend(body)  # half an emoji ("\ud83d" from a client that cut one) could be neither stored nor sent
         await next()
         return None
 

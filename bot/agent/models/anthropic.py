@@ -7,6 +7,7 @@ no empty text blocks; a truncated ``tool_use`` is never returned for execution.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Sequence
@@ -123,8 +124,7 @@ class AnthropicModel:
             response = await self._create(system, wire, tools, tool_choice, budget)
             usage = convert.add(usage, convert.usage_of(response.usage, _USAGE))
             turn_text = [b.text for b in response.content if b.type == "text" and b.text]
-            turn_calls = [ToolCall(id=b.id, name=b.name, arguments=dict(b.input or {}))
-                          for b in response.content if b.type == "tool_use"]
+            turn_calls = [_call(b.id, b.name, b.input) for b in response.content if b.type == "tool_use"]
             reason = response.stop_reason
             if reason == "max_tokens" and turn_calls:
                 # The last tool_use may be cut off: never execute it. Retry once with more room.
@@ -147,3 +147,13 @@ class AnthropicModel:
             break
         message = AssistantMessage(content="\n".join(text_parts).strip(), tool_calls=tuple(calls))
         return convert.completion(started, message, usage, cut_off=reason == "max_tokens")
+
+
+def _call(call_id: str, name: str, given: object) -> ToolCall:
+    """A ``tool_use`` as a call; an ``input`` that is not an object (a list, a string) is answered with a
+    validation_error by the runtime, as OpenAI's unparsable arguments are — never the end of the run."""
+    if isinstance(given, dict):
+        return ToolCall(id=call_id, name=name, arguments=given)
+    if given is None:
+        return ToolCall(id=call_id, name=name)
+    return ToolCall(id=call_id, name=name, raw_arguments=json.dumps(given, ensure_ascii=False, default=str))
