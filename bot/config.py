@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -23,7 +22,8 @@ from pydantic_settings import (
 
 from bot import when
 from bot.agent.limits import Limits
-from bot.config_errors import describe, describe_unparsed, suggest
+from bot.config_errors import describe, describe_unparsed, suggest, unknown_variables
+from bot.config_values import redis_url
 from bot.run_limits import RunLimits
 from core.envs import environment_name
 from tools.mcp.servers import McpServerConfig
@@ -44,7 +44,6 @@ class ConfigError(Exception):
     pass
 
 
-REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")  # what state.client.connect takes
 
 
 class LLMConfig(BaseModel):
@@ -272,20 +271,7 @@ class Settings(BaseSettings):
     @field_validator("redis_url")
     @classmethod
     def _redis_url(cls, value: str) -> str:
-        # Checked here, not where Redis is first dialled: redis-py's own refusal is a traceback in every command.
-        parts = urlsplit(value.strip())
-        if parts.scheme not in REDIS_SCHEMES:
-            raise ValueError(f"{value!r} is not a Redis URL: it must start with redis://, rediss:// (TLS) or unix:// "
-                             "(e.g. redis://localhost:6379/0), or redis+cluster:// for a Redis Cluster")
-        try:
-            for node in parts.netloc.rpartition("@")[2].split(","):  # a cluster's URL names several host:port
-                where = urlsplit(f"//{node}")
-                _ = where.port  # a port that is not a number, or out of range, raises
-                if parts.scheme != "unix" and not where.hostname:  # redis://:@/ would dial whatever answers
-                    raise ValueError("no host")
-        except ValueError as exc:
-            raise ValueError(f"{value!r} is not a Redis URL ({exc}): e.g. redis://localhost:6379/0") from exc
-        return value.strip()
+        return redis_url(value)  # here, not where Redis is first dialled: redis-py's refusal is a traceback
 
 
 def environment_problems(settings: Settings, known: list[str], tools: list[str] | None = None,
@@ -349,6 +335,8 @@ def _read_yaml(path: Path | None) -> dict[str, Any]:
 def load_settings(path: str | None = None) -> Settings:
     file = config_path(path)
     data = _read_yaml(file)
+    if problem := unknown_variables(os.environ, Settings.model_fields):
+        raise ConfigError(f"invalid configuration (environment): {problem}")
 
     class _FromFile(Settings):
         @classmethod

@@ -98,3 +98,26 @@ def describe_unparsed(exc: Exception, source: str, environ: Mapping[str, str]) -
     return (f"invalid configuration ({source}):\n  {which}: not readable as the setting's type — a list or a map "
             "given in the environment is written as JSON, e.g. OPSPILOT_SLACK__ALLOWED_CHANNELS='[\"C012AB3CD\"]'"
             "\nSee docs/configuration.md for every key and its default.")
+
+
+OWN_VARIABLES = frozenset({"CONFIG", "MODEL", "FRONT", "FRONT_SAID_FD", "LISTEN_FD", "VENV", "TEST_WORKERS"})
+"""``OPSPILOT_…`` variables that are not settings: the config file's path, the model's name, what a front hands
+its workers, the scripts' own."""
+
+
+def unknown_variables(environ: Mapping[str, str], settings: Iterable[str]) -> str | None:
+    """An ``OPSPILOT_`` variable that sets nothing (``OPSPILOT_SLACK_ALLOWED_USERS``: one underscore), said with
+    the name meant — pydantic-settings passes it by, and a typo in ``allowed_users`` let anyone in."""
+    sections = {name.upper() for name in settings}
+    for name in sorted(environ):
+        rest = name.removeprefix("OPSPILOT_")
+        if rest == name or rest in OWN_VARIABLES or rest.partition("__")[0] in sections:
+            continue
+        head = next((s for s in sorted(sections, key=len, reverse=True) if rest.startswith(f"{s}_")), None)
+        section, two, key = rest.partition("__")
+        near = difflib.get_close_matches(section, sorted(sections), n=1) if two else []
+        meant = f"OPSPILOT_{head}__{rest[len(head) + 1:]}" if head else f"OPSPILOT_{near[0]}__{key}" if near else None
+        hint = f" (did you mean {meant!r}?)" if meant else \
+            suggest(name, [f"OPSPILOT_{s}" for s in sections] + [f"OPSPILOT_{v}" for v in OWN_VARIABLES])
+        return f"{name} is not a setting{hint}: a section's key is written OPSPILOT_<SECTION>__<KEY>, two underscores"
+    return None

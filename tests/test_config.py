@@ -205,7 +205,11 @@ async def test_toolbox_config_errors_are_readable(tmp_path: Path) -> None:
         await assemble(settings)
 
 
-@pytest.mark.parametrize("url", ["localhost:6379", "127.0.0.1:6379", "http://localhost:6379", "redis://h:port/0"])
+@pytest.mark.parametrize("url", ["localhost:6379", "127.0.0.1:6379", "http://localhost:6379", "redis://h:port/0",
+                                 # an option redis-py cannot read was a traceback in every command; a database not
+                                 # a number was database 0 (another installation's), unsaid
+                                 "redis://h:6379/1?socket_timeout=abc", "redis://h:6379/1?sockettimeout=5",
+                                 "redis://h:6379/l3"])
 def test_a_redis_url_redis_cannot_use_is_refused_at_load(url: str, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     for source in ("env", "file"):  # either way it is named as both: the file's key and the variable
@@ -223,7 +227,8 @@ def test_a_redis_url_redis_cannot_use_is_refused_at_load(url: str, tmp_path: Pat
 
 
 @pytest.mark.parametrize("url", ["redis://10.0.0.1:6380/2", "rediss://:pw@cache.example:6380", "unix:///run/r.sock",
-                                 "redis+cluster://a:7000,b:7001", "rediss+cluster://a:7000"])
+                                 "redis+cluster://a:7000,b:7001", "rediss+cluster://a:7000",
+                                 "redis://h:6379/0?socket_timeout=5", "rediss://h:6380/?ssl_cert_reqs=none"])
 def test_every_redis_url_the_store_connects_to_is_accepted(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REDIS_URL", url)
     assert load_settings().redis_url == url
@@ -311,3 +316,17 @@ def test_bounds_for_a_catalog_whose_environments_are_capitalised(tmp_path: Path)
 
     found = bounds_for(settings.toolbox.scale_bounds, "payments", "Prod")
     assert found is not None and (found.min, found.max) == (3, 6)
+
+
+@pytest.mark.parametrize(("name", "meant"), [("OPSPILOT_SLACK_ALLOWED_USERS", "OPSPILOT_SLACK__ALLOWED_USERS"),
+                                             ("OPSPILOT_SLAK__ALLOWED_USERS", "OPSPILOT_SLACK__ALLOWED_USERS")])
+def test_a_variable_that_sets_nothing_is_refused(name: str, meant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One underscore between the section and its key, or a misspelt section: passed by without a word, so an
+    ``allowed_users`` meant to keep everyone else out let anyone in."""
+    monkeypatch.setenv(name, '["U0ONLYME"]')
+    with pytest.raises(ConfigError, match=f"{name} is not a setting \\(did you mean {meant!r}\\?\\)"):
+        load_settings()
+    monkeypatch.delenv(name)
+    monkeypatch.setenv("OPSPILOT_MODEL", "claude-x")  # OpsPilot's own variables that are not settings pass
+    monkeypatch.setenv(meant, '["U0ONLYME"]')
+    assert load_settings().slack.allowed_users == ["U0ONLYME"]
