@@ -203,7 +203,7 @@ async def test_a_socket_mode_token_is_asked_to_slack_not_read_by_its_prefix(
         env: FakeSlack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     env.scopes = sorted(manifest_scopes())
     monkeypatch.setenv("SLACK_APP_TOKEN", "xapp-fake")
-    assert await _check(None) == 1
+    assert await _check(None) == 2  # refused: the configuration, as serve exits on it
     assert "✗ Slack mode: Socket Mode: Slack refused SLACK_APP_TOKEN (invalid_auth) — fix: SLACK_APP_TOKEN is the " \
            "app-level token" in capsys.readouterr().out
     monkeypatch.setenv("SLACK_APP_TOKEN", env.app_token)
@@ -249,7 +249,7 @@ async def test_json_for_automation(env: FakeSlack, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("SLACK_APP_TOKEN", "xapp-fake")
     code = await _check(None, as_json=True)
     body = json.loads(capsys.readouterr().out)
-    assert code == body["exit_code"] == 1 and body["ready"] is False
+    assert code == body["exit_code"] == 2 and body["ready"] is False  # a refused token: the configuration
     assert all(set(c) == {"name", "status", "detail", "fix"} and c["status"] in {"ok", "warn", "fail"}
                for c in body["checks"])
     by_name = {c["name"]: c for c in body["checks"]}

@@ -70,9 +70,12 @@ async def test_a_refused_app_token_is_one_line_and_exit_2(redis_url: str, prefix
                                                           tmp_path: Path) -> None:
     env = _serve_env(slack, redis_url, prefix, free_port()) | {"SLACK_APP_TOKEN": "xapp-1-not-this-one"}
     proc, err = await _start(env, tmp_path)
+    assert proc.stdout is not None
+    out = (await asyncio.wait_for(proc.stdout.read(), 120)).decode()
     code = await asyncio.wait_for(proc.wait(), 120)
     text = err.read_text()
     assert code == 2  # a credential refused: the configuration (docs/configuration.md, Exit codes)
+    assert "serving Slack" not in out, out  # never "serving", then stopped
     assert "Slack refused SLACK_APP_TOKEN (invalid_auth)" in text and "connections:write" in text
     assert "Traceback" not in text, text[:3000]
 

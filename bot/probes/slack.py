@@ -77,7 +77,8 @@ async def _socket_mode(app_token: str, api_url: str) -> Check:
     try:
         await AsyncWebClient(base_url=api_url, timeout=int(PROBE_S) - 1).apps_connections_open(app_token=app_token)
     except SlackApiError as exc:
-        return Check("Slack mode", False, f"Socket Mode: Slack refused SLACK_APP_TOKEN ({slack_error(exc)})", fix)
+        return Check("Slack mode", False, f"Socket Mode: Slack refused SLACK_APP_TOKEN ({slack_error(exc)})", fix,
+                     refused=slack_error(exc) in TOKEN_REFUSED)  # serve stops on it too
     except Exception as exc:
         return Check("Slack mode", False, f"Socket Mode: Slack did not answer apps.connections.open "
                                           f"({type(exc).__name__})", "check the network path to Slack")

@@ -115,6 +115,8 @@ async def _run(settings: Settings, role: Role, sock: socket.socket | None, banne
     try:
         if role != "worker" and service.identity is not None:  # a bot token Slack refuses: said, and not served
             await service.identity.confirm()
+        if service.link is not None:  # …and an app token
+            await service.link.confirm()
         print(banner.format(model=service.core.model.label), flush=True)
         if service.core.model.scripted:  # said where an operator looks first, not only in App Home
             print(f"  {say('en', 'no_model_key')}", flush=True)

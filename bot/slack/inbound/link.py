@@ -37,6 +37,17 @@ class SocketLink:
         self.socket: AsyncBaseSocketModeClient | None = None
         self.tries = 0
 
+    async def confirm(self) -> None:
+        """The app token, asked once before OpsPilot says it serves: one Slack refuses is :class:`TokenRefused`
+        (serve said "serving" and then stopped on it); no answer is left to :meth:`connect`, which waits."""
+        try:
+            await self.client.apps_connections_open(app_token=self.app_token)
+        except SlackApiError as exc:
+            if slack_error(exc) in TOKEN_REFUSED:
+                raise _refused(slack_error(exc)) from exc
+        except (aiohttp.ClientError, OSError, TimeoutError):
+            pass
+
     async def connect(self, stopping: asyncio.Event) -> bool:
         """Until connected (True) or stopping (False); :class:`TokenRefused` when the token is wrong."""
         wait = FIRST_WAIT_S
@@ -49,9 +60,7 @@ class SocketLink:
             except SlackApiError as exc:
                 error = slack_error(exc)
                 if error in TOKEN_REFUSED:
-                    raise TokenRefused(f"Slack refused SLACK_APP_TOKEN ({error}): it must be an app-level token "
-                                       "(xapp-…) with connections:write, from the app's Basic Information "
-                                       "page") from exc
+                    raise _refused(error) from exc
                 log.warning("Socket Mode: Slack answered %s; trying again in %gs",
                             error or getattr(exc.response, "status_code", "an error"), wait)
             except (aiohttp.ClientError, OSError, TimeoutError) as exc:
@@ -126,3 +135,8 @@ def store_first(store: Callable[[bytes, str], Awaitable[bool]], known: Callable[
             await socket.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id))
 
     return listen
+
+
+def _refused(error: str) -> TokenRefused:
+    return TokenRefused(f"Slack refused SLACK_APP_TOKEN ({error}): it must be an app-level token (xapp-…) with "
+                        "connections:write, from the app's Basic Information page")
