@@ -6,6 +6,7 @@ import json
 import shutil
 import time
 from collections.abc import AsyncIterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +184,21 @@ async def test_loki_errors_are_classified(fakes: OpsFakes, status: int, code: st
     obs = await run(live(fakes), "query_logs", service_id="payments", environment="prod")
     assert error_code(obs) == code
     assert obs.result is not None and f"HTTP {status}" in json.loads(obs.result.content)["message"]
+
+
+async def test_a_time_that_is_no_date_is_not_an_internal_error(fakes: OpsFakes) -> None:
+    """Loki answering a line at 10^23 ns (year out of range) ended query_logs in internal_error with a stack trace;
+    a JSON line's own absurd time gave way to Loki's."""
+    fakes.loki_raw = {"status": "success", "data": {"resultType": "streams", "result": [
+        {"stream": {"app": "payments-api"}, "values": [["99999999999999999999999", "error boom"]]}]}}
+    assert error_code(await run(live(fakes), "query_logs", service_id="payments", environment="prod")) == \
+        "upstream_error"
+    now = time.time()
+    fakes.loki_raw = {"status": "success", "data": {"resultType": "streams", "result": [
+        {"stream": {"app": "payments-api"}, "values": [[str(int(now * 1e9)), json.dumps(
+            {"ts": 10**30, "level": "error", "msg": "boom"})]]}]}}
+    found = data(await run(live(fakes), "query_logs", service_id="payments", environment="prod"))
+    assert found["patterns"][0]["first_seen"][:16] == datetime.fromtimestamp(now).astimezone().isoformat()[:16]
 
 
 async def test_loki_timeout_wrong_token_and_unreachable(fakes: OpsFakes, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -76,15 +76,26 @@ def group(lines: Iterable[LogLine], samples: int = 3) -> list[dict[str, Any]]:
     return sorted(groups.values(), key=lambda g: -int(g["count"]))
 
 
+LAST_TS = 253_402_300_799.0  # 9999-12-31T23:59:59Z: a later time cannot be written as a date
+
+
 def _parse_ts(value: Any) -> float | None:
     if isinstance(value, int | float):
-        return float(value) / (1e9 if value > 1e15 else 1e3 if value > 1e11 else 1)
+        ts = float(value) / (1e9 if value > 1e15 else 1e3 if value > 1e11 else 1)
+        return ts if 0 <= ts <= LAST_TS else None  # not a time: the line's own (Loki's) stands instead
     if isinstance(value, str):
         try:
             return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
         except ValueError:
             return None
     return None
+
+
+def _loki_ts(ts_ns: Any) -> float:
+    ts = int(ts_ns) / 1e9
+    if not 0 <= ts <= LAST_TS:
+        raise ValueError(f"a line's time {str(ts_ns)[:30]} ns is no date")
+    return ts
 
 
 def parse_line(raw: str, fallback_ts: float | None = None) -> LogLine | None:
@@ -145,9 +156,9 @@ class LokiBackend:
             for stream in data.get("result") or []:
                 labels = {str(k): str(v) for k, v in (stream.get("stream") or {}).items()}
                 for ts_ns, raw in stream.get("values") or []:
-                    line = parse_line(str(raw), fallback_ts=int(ts_ns) / 1e9)
+                    line = parse_line(str(raw), fallback_ts=_loki_ts(ts_ns))
                     if line is not None:
-                        lines.append(LogLine(int(ts_ns) / 1e9, line.level, line.message, labels))
+                        lines.append(LogLine(_loki_ts(ts_ns), line.level, line.message, labels))
         except (AttributeError, TypeError, ValueError) as exc:  # JSON, but not Loki's shape
             raise UpstreamError(f"Loki answered with streams this client cannot read ({exc})") from exc
         return lines
