@@ -7,6 +7,8 @@ import json
 import os
 import time
 from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
 
 from state.client import Client
 from state.guard import retried, text
@@ -17,10 +19,12 @@ class RedisJournal:
     def __init__(self, client: Client, keys: Keys, ttls: Ttls, outage_grace_s: float = 30.0) -> None:
         self.client, self.keys, self.ttls, self.grace_s = client, keys, ttls, outage_grace_s
 
-    async def start(self, run_id: str, call_id: str) -> bool:
+    async def start(self, run_id: str, call_id: str, arguments: Mapping[str, Any] | None = None) -> bool:
         key = self.keys.journal(run_id)
-        # Marked with a nonce: a retry after a lost reply recognises its own first attempt.
-        mark = json.dumps({"state": "started", "at": time.time(), "by": os.urandom(6).hex()})
+        # Marked with a nonce: a retry after a lost reply recognises its own first attempt. With the arguments it
+        # runs with (a form's answers included): a change cut off by a crash is audited as what may have run.
+        mark = json.dumps({"state": "started", "at": time.time(), "by": os.urandom(6).hex(),
+                           "arguments": dict(arguments or {})}, ensure_ascii=False, default=str)
 
         async def attempt() -> bool:
             pipe = self.client.pipeline(transaction=True)
@@ -45,16 +49,24 @@ class RedisJournal:
         raw = await retried("reading the journal", self.grace_s, lambda: self.client.hgetall(key))
         return {str(text(cid)): json.loads(v).get("state", "unknown") for cid, v in raw.items()}
 
+    async def arguments(self, run_id: str) -> dict[str, dict[str, Any]]:
+        """call id → the arguments it started with (a mark written before they were kept: none)."""
+        key = self.keys.journal(run_id)
+        raw = await retried("reading the journal", self.grace_s, lambda: self.client.hgetall(key))
+        return {str(text(cid)): dict(json.loads(v).get("arguments") or {}) for cid, v in raw.items()}
+
 
 class MemoryJournal:
     def __init__(self) -> None:
         self._journals: dict[str, dict[str, str]] = defaultdict(dict)
+        self._arguments: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
 
-    async def start(self, run_id: str, call_id: str) -> bool:
+    async def start(self, run_id: str, call_id: str, arguments: Mapping[str, Any] | None = None) -> bool:
         journal = self._journals[run_id]
         if call_id in journal:
             return False
         journal[call_id] = "started"
+        self._arguments[run_id][call_id] = dict(arguments or {})
         return True
 
     async def finish(self, run_id: str, call_id: str, status: str) -> None:
@@ -65,3 +77,6 @@ class MemoryJournal:
 
     async def states(self, run_id: str) -> dict[str, str]:
         return dict(self._journals.get(run_id, {}))
+
+    async def arguments(self, run_id: str) -> dict[str, dict[str, Any]]:
+        return dict(self._arguments.get(run_id, {}))

@@ -149,8 +149,8 @@ class Journal(Protocol):
     """Started/finished per mutating call: what proves whether a change ran. The tool runtime's
     ``MutationJournal`` is the first three methods."""
 
-    async def start(self, run_id: str, call_id: str) -> bool:
-        """Mark a mutating call started; False if it had been started before."""
+    async def start(self, run_id: str, call_id: str, arguments: Mapping[str, Any] | None = None) -> bool:
+        """Mark a mutating call started, with what it runs with; False if it had been started before."""
 
     async def finish(self, run_id: str, call_id: str, status: str) -> None: ...
 
@@ -159,6 +159,9 @@ class Journal(Protocol):
 
     async def states(self, run_id: str) -> dict[str, str]:
         """call id → ``started`` or ``finished``."""
+
+    async def arguments(self, run_id: str) -> dict[str, dict[str, Any]]:
+        """call id → the arguments it started with."""
 
 
 class Locks(Protocol):

@@ -34,6 +34,13 @@ async def test_crash_mid_change_gives_outcome_unknown_and_no_second_execution(
     record = await store.load_run(run_id)
     assert record is not None and record.status == "running"
     assert await store.journal.states(run_id) == {"crash1": "started"}
+    assert await store.journal.arguments(run_id) == {"crash1": {"service_id": "payments"}}
+    # As a worker whose call was completed by a form (its environment chosen there) journals it: the audit of a
+    # change cut off by the crash names what may have run, not the model's call without the environment.
+    key = store.keys.journal(run_id)
+    mark = json.loads(await store.client.hget(key, "crash1"))
+    await store.client.hset(key, "crash1", json.dumps({**mark, "arguments": {"service_id": "payments",
+                                                                               "environment": "prod"}}))
 
     executions: list[str] = []
 
@@ -57,3 +64,5 @@ async def test_crash_mid_change_gives_outcome_unknown_and_no_second_execution(
     # The second change never started (one change per step): it was deferred, not lost.
     assert res["crash2"]["errorCode"] in {"deferred_one_write_per_step", "interrupted_by_restart"}
     assert any(isinstance(m, ToolResultMessage) and m.call_id == "crash1" for m in model.requests[0].messages)
+    [audited] = [e for e in await store.read_audit(run_id=run_id) if e.get("call_id") == "crash1"]
+    assert json.loads(audited["arguments"]) == {"service_id": "payments", "environment": "prod"}, audited

@@ -33,8 +33,8 @@ log = logging.getLogger(__name__)
 class MutationJournal(Protocol):
     """Records a mutating call as started before it runs and finished after."""
 
-    async def start(self, run_id: str, call_id: str) -> bool:
-        """True if this is the first start of this call; False if it was started before."""
+    async def start(self, run_id: str, call_id: str, arguments: Mapping[str, Any] | None = None) -> bool:
+        """True if this is the first start of this call (with what it runs with); False if it was started before."""
 
     async def finish(self, run_id: str, call_id: str, status: str) -> None: ...
 
@@ -184,7 +184,7 @@ async def execute_one(
         request = InterruptRequest("confirm_risky", reason, payload)
         return done(None, interrupt=request, arguments=plain_args)
 
-    if spec.mutating and not await journal.start(ctx.run_id, call.id):
+    if spec.mutating and not await journal.start(ctx.run_id, call.id, plain_args):
         message = f"{spec.name} was started before and may or may not have completed; check before retrying"
         return done(error_result(call, "outcome_unknown", message), arguments=plain_args)
 

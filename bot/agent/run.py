@@ -369,23 +369,24 @@ class Run:
         it is answered ``outcome_unknown``, never as if nothing happened."""
         dangling = unanswered(self.transcript, {p.call.id for p in self.record.pending})
         if any((spec := self.deps.registry.get(c.name)) is None or spec.mutating for c in dangling):
-            journaled = await self.deps.store.journal.states(self.id)
+            journaled = await self.deps.store.journal.arguments(self.id)
         else:
             journaled = {}
         for call in dangling:
             finished = self._finished_calls.pop(call.id, None)
             if finished is not None and finished.result is not None:
                 self.append(finished.result)  # it completed before the batch was interrupted
-            elif call.id in journaled:
-                self.answer(call, "error", "outcome_unknown", OUTCOME_UNKNOWN)
+            elif call.id in journaled:  # audited with what it started with (a form's environment), not the model's
+                self.answer(call, "error", "outcome_unknown", OUTCOME_UNKNOWN, journaled[call.id] or None)
             else:
                 self.answer(call, status, code, message)
 
-    def answer(self, call: ToolCall, status: ResultStatus, code: str, message: str) -> None:
+    def answer(self, call: ToolCall, status: ResultStatus, code: str, message: str,
+               arguments: dict[str, Any] | None = None) -> None:
         """Write a synthetic result for a call that did not (or may not have) run."""
         result = error_result(call, code, message, status=status)
         self.append(result)
-        self._audit_change(call, call.arguments, result, self.record.approvals.pop(call.id, None))
+        self._audit_change(call, arguments or call.arguments, result, self.record.approvals.pop(call.id, None))
         self.emit(ToolResultEvent, step=self.record.step, call_id=call.id, tool=call.name, status=status,
                   error_code=code, summary=message, latency_ms=0.0,
                   data={"ok": False, "errorCode": code, "message": message})
