@@ -36,9 +36,10 @@ _WORDS: dict[str, tuple[str, str]] = {
     "earlier_calls": ("… {n} earlier calls", "…… 之前还有 {n} 个调用"),
     "earlier_calls_one": ("… 1 earlier call", "…… 之前还有 1 个调用"),
     "interrupted": ("Interrupted by a restart", "因重启而中断"),
-    "interrupted_note": ("The worker running this stopped. Finished steps are kept; a change that was running is "
-                         "reported as outcome unknown, never re-run.",
-                         "运行它的进程停止了。已完成的步骤都保留；正在执行的变更记为结果未知，绝不会重跑。"),
+    "interrupted_note": ("This stopped partway (its worker stopped, or lost the state store). Finished steps are "
+                         "kept; a change that was running is reported as outcome unknown, never re-run.",
+                         "它中途停了下来（运行它的进程停止，或与状态存储断开）。已完成的步骤都保留；"
+                         "正在执行的变更记为结果未知，绝不会重跑。"),
     "stopped_by": ("Stopped by {by} at {at}", "已被 {by} 于 {at} 停止"),
     "already_finished": ("This run has already finished: there is nothing to stop.",
                          "这次运行已经结束，没有可停止的。"),

@@ -132,9 +132,10 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
                    "what happened before you try again.",
                    "无法记录这次操作：状态存储不可用。请过几分钟查看对话里的情况，再重试。"),
     "ref": ("{text} (ref {ref})", "{text}（编号 {ref}）"),
-    "auto_resumed": (":arrows_counterclockwise: The worker running this stopped while no change was under way; "
-                     "another one carries on from where it was last saved.",
-                     ":arrows_counterclockwise: 运行它的进程停止时没有正在进行的变更；另一个进程从最后保存处继续。"),
+    "auto_resumed": (":arrows_counterclockwise: This stopped partway (its worker stopped, or lost the state store) "
+                     "while no change was under way; it carries on from where it was last saved.",
+                     ":arrows_counterclockwise: 它中途停了下来（运行它的进程停止，或与状态存储断开），"
+                     "当时没有正在进行的变更；现在从最后保存处继续。"),
     "work_failed": (":warning: I could not handle this: it failed every time I tried, so I stopped trying. Ask again "
                     "in a moment; if it fails again, an operator can look it up with `opspilot stats` (ref {ref}).",
                     ":warning: 这条我没能处理：每次尝试都失败了，所以停止了重试。请稍后再问一次；如果还失败，"
