@@ -7,11 +7,13 @@ import asyncio
 import copy
 import json
 import time
+from typing import Any
 
 from bot.agent.transcript import violations
 from bot.demo.sender import block_action, mention, message
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
+from bot.slack.inbound.work import AGAIN
 from core.messages import ToolResultMessage
 from tests.slack_harness import CHANNEL, QUESTION, Workspace, ask_restart, card_of, confirm, open_workspace
 
@@ -237,3 +239,31 @@ async def test_a_card_s_token_on_another_message_of_its_thread_acts_on_nothing(w
     await ws.sender.action(confirm(card, "UAPPROVER"))  # from the card itself: runs
     await ws.settle()
     assert len(ws.toolbox.restarts.done) == 1
+
+
+async def test_a_click_done_again_is_not_told_it_was_already_handled(ws: Workspace) -> None:
+    """One Confirm, its worker killed mid-change, the click's work done again by another: the person who clicked
+    once was told "This request was already handled" (by themselves). A second click of theirs still is told."""
+    card = await ask_restart(ws)
+    done: list[Any] = []
+    handing = ws.service.inbound.dispatch
+
+    async def keep(item: Any) -> None:
+        done.append(item)
+        await handing(item)
+
+    ws.service.inbound.dispatch = keep
+    await ws.sender.action(confirm(card, "UAPPROVER"))
+    await ws.settle()
+    [answer] = [item for item in done if item.kind == "answer"]
+    assert ws.service.executor is not None
+    again = AGAIN.set(True)
+    try:
+        await ws.service.executor(answer)
+    finally:
+        AGAIN.reset(again)
+    await ws.settle()
+    assert ws.slack.ephemeral_texts("UAPPROVER") == [] and len(ws.toolbox.restarts.done) == 1
+    await ws.service.executor(answer)  # a second click of theirs: told how it ended
+    await ws.settle()
+    assert [t for t in ws.slack.ephemeral_texts("UAPPROVER") if "already handled" in t.lower()]

@@ -85,6 +85,8 @@ class SlackService:
     """What a dead instance left undone: pauses and ends never shown, runs cut off mid-read (where runs happen)."""
     identity: Identity | None = None
     """Who the bot is (``auth.test``), as requests are authorised."""
+    executor: Executor | None = None
+    """What does the work items (a worker's, or this process's)."""
 
     @property
     def bolt(self) -> AsyncApp:
@@ -264,7 +266,7 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
                                         link=link.problem if link is not None else None),
                         identity=identity, store_first=store_first)
     return SlackService(core, client, inbound, renderer, outbox, reminders, bolt, routes, metrics, role, worker,
-                        sessions, link, timers, catchup, identity)
+                        sessions, link, timers, catchup, identity, executor)
 
 
 STORE_DEADLINE_S = 2.5

@@ -12,6 +12,7 @@ import logging
 import math
 import uuid
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -131,6 +132,10 @@ WorkItem = Annotated[Converse | Answer | RunButton | Check, Field(discriminator=
 Stored = Annotated[Converse | Answer | RunButton | Check | Delivery, Field(discriminator="kind")]
 StoredAdapter: TypeAdapter[Stored] = TypeAdapter(Stored)
 WorkAdapter: TypeAdapter[WorkItem] = TypeAdapter(WorkItem)
+
+
+AGAIN: ContextVar[bool] = ContextVar("again", default=False)
+"""Set while a work item is done again (its worker died, or a try failed): the same click, not a second one."""
 
 
 class Executor:
@@ -303,7 +308,8 @@ class Executor:
         except AlreadyHandled as exc:
             if exc.holder == item.user:  # redelivered after its worker died: finish what it left
                 await self._siblings(item)
-            # (A decision redelivered after its worker died lands here too: applied once, its author told so.)
+                if AGAIN.get():  # the same click done again: "already handled" about one's only click is not true
+                    return False
             lang = await self._lang(item)
             # How it ended, as its card says it ("answered in the thread instead" is not "handled by Alice").
             decided = str((await self.meta.get(CARD, ticket.pending.token)).get("decided", ""))

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pydantic import ValidationError
 
 from bot.agent.periodic import cancelled
-from bot.slack.inbound.work import Delivery, Executor, NotYet, StoredAdapter, WorkAdapter, WorkItem
+from bot.slack.inbound.work import AGAIN, Delivery, Executor, NotYet, StoredAdapter, WorkAdapter, WorkItem
 from state import StoreError, StoreUnavailable
 from state.queue import Entry, Lane
 from state.store import WorkQueue
@@ -196,7 +196,11 @@ class Worker:
                 # leaves it to be read again (the dedupe recognises this entry).
                 await self.deliveries(item, entry.id)
             else:
-                await self.executor(item)
+                again = AGAIN.set(entry.deliveries > 1)
+                try:
+                    await self.executor(item)
+                finally:
+                    AGAIN.reset(again)
         except (StoreError, NotYet) as exc:  # an outage, not a bug: left unacknowledged, done again
             log.warning("%s: work %s (%s) waits for Redis: %s", self.name, entry.id, item.kind, exc)
             return ""
@@ -257,11 +261,14 @@ async def attempts(executor: Executor, item: WorkItem, retry_after_s: Sequence[f
     """One process with no queue (``serve`` as one process, the demo): the same tries and the same words at the
     end as a worker's; only a crash of this process loses the item."""
     for attempt in range(1, MAX_DELIVERIES + 1):
+        again = AGAIN.set(attempt > 1)
         try:
             await executor(item)
             return
         except Exception:
             log.exception("work %s (%s) failed (try %d of %d)", item.kind, item.channel, attempt, MAX_DELIVERIES)
+        finally:
+            AGAIN.reset(again)
         if attempt < MAX_DELIVERIES:
             await asyncio.sleep(retry_after_s[min(attempt, len(retry_after_s)) - 1])
     ref = uuid.uuid4().hex[:8]
