@@ -222,6 +222,25 @@ async def test_a_thumbs_down_whose_form_cannot_open_is_kept_without_a_reason(red
         await ws.stop()
 
 
+async def test_a_form_whose_opening_slack_did_not_confirm_keeps_its_reason(redis_url: str, prefix: str,
+                                                                           slack: FakeSlack) -> None:
+    """views.open done and its answer lost: retried, the used trigger was refused, the 👎 stored without a reason
+    and "thanks" said while the form was open; sent, the form was "already rated" and its reason lost."""
+    ws = await open_workspace(redis_url, prefix, slack)
+    try:
+        answer = await answered(ws)
+        slack.fault("lost", "views.open", times=1)
+        await rate(ws, answer, "UREQ", "down")
+        [modal] = slack.modals  # opened once, never asked again
+        assert await ws.store.feedback.latest("down") == []
+        assert any("did not confirm that the feedback form opened" in t for t in slack.ephemeral_texts("UREQ"))
+        await submit(ws, "UREQ", modal["view"], picked("missed"))
+        [entry] = await ws.store.feedback.latest("down")
+        assert entry.reason == "missed"
+    finally:
+        await ws.stop()
+
+
 async def test_a_rating_button_of_another_threads_or_an_expired_answer_is_refused(redis_url: str, prefix: str,
                                                                     slack: FakeSlack) -> None:
     ws = await open_workspace(redis_url, prefix, slack)

@@ -29,7 +29,7 @@ from bot.agent.events import Event
 from bot.slack.inbound.access import AccessPolicy
 from bot.slack.inbound.visibility import Visibility
 from bot.slack.outbound import blocks as kit
-from bot.slack.outbound.api_errors import slack_error
+from bot.slack.outbound.api_errors import SLACK_FAILURES, slack_error, transient
 from bot.slack.outbound.counters import Metrics
 from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.thread_meta import RUN, THREAD, channel_of, thread_key
@@ -86,6 +86,10 @@ class Feedback:
     def __init__(self, *, client: AsyncWebClient, engine: Engine, meta: MetaStore, reports: Reports,
                  outbox: SlackOutbox, access: AccessPolicy, metrics: Metrics, model_label: str) -> None:
         self.client = client
+        # views.open uses up its trigger: a lost answer retried by the SDK met "trigger_exchanged" and the form
+        # (open on the person's screen) was taken for one that never opened.
+        self.once = AsyncWebClient(token=client.token, base_url=client.base_url, timeout=client.timeout,
+                                   retry_handlers=[])
         self.engine = engine
         self.meta = meta
         self.reports = reports
@@ -120,25 +124,27 @@ class Feedback:
             return
         where = {"run_id": run.run_id, "user": user, "channel": channel, "thread_ts": str(thread_ts),
                  "message_ts": message_ts, "lang": lang}
-        if rating == "down" and await self._ask_why(str(body.get("trigger_id") or ""), where):
+        opened = await self._ask_why(str(body.get("trigger_id") or ""), where) if rating == "down" else "refused"
+        if opened == "opened":
             return  # the form's submission stores it
+        if opened == "unknown":  # it may be open on their screen: its submission stores it, or they press again
+            await self.outbox.tell(channel, user, say(lang, "fb_form_unknown"), thread_ts)
+            return
         # 👎 whose form would not open (a trigger expired on the way): kept without a reason, and said so.
         await self._store(run, "up" if rating == "up" else "down", "", "", where)
 
-    async def _ask_why(self, trigger_id: str, where: dict[str, str]) -> bool:
+    async def _ask_why(self, trigger_id: str, where: dict[str, str]) -> str:
+        """``opened``; ``refused`` (it did not open); ``unknown`` (Slack did not answer: it may have)."""
         if not trigger_id:
-            return False
+            return "refused"
         token = secrets.token_urlsafe(24)
         await self.meta.put(FORM, token, where)
         try:
-            await self.client.views_open(trigger_id=trigger_id, view=form(token, where["lang"]))
-        except SlackApiError as exc:
+            await self.once.views_open(trigger_id=trigger_id, view=form(token, where["lang"]))
+        except SLACK_FAILURES as exc:
             log.warning("the 👎 form did not open: %s", slack_error(exc))
-            return False
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            log.warning("the 👎 form did not open: %s", type(exc).__name__)
-            return False
-        return True
+            return "unknown" if transient(exc) else "refused"
+        return "opened"
 
     # --- the form -------------------------------------------------------------------------------------------
 

@@ -166,6 +166,8 @@ _WORDS: dict[str, tuple[str, str]] = {
                        ":inbox_tray: 已收到 {who} 的「{what}」，正在记录（状态存储响应较慢）。尚未执行任何操作。"),
     "not_pending": ("This request is no longer pending.", "这个请求已不在等待中。"),
     "rated": ("You already rated this answer. Thanks!", "你已经评价过这个回答了，谢谢！"),
+    "fb_form_unknown": ("Slack did not confirm that the feedback form opened: if it did, send it; if not, press 👎 "
+                        "again.", "Slack 没有确认反馈表单是否已打开：如果打开了，请提交；如果没有，请再按一次 👎。"),
     "thanks_up": ("Thanks for the feedback.", "谢谢反馈。"),
     "thanks_down": ("Thanks: noted. Tell me in the thread what was missing or wrong.",
                     "谢谢，已记录。请在对话里告诉我缺了什么或哪里不对。"),
