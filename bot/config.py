@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -365,6 +366,8 @@ def load_settings(path: str | None = None) -> Settings:
                       ("SLACK_APP_TOKEN", "app_token"), ("SLACK_API_URL", "api_url")):
         if os.environ.get(env):
             setattr(settings.slack, attr, os.environ[env])
+    if not urlsplit(settings.slack.api_url).scheme.startswith("http") or not urlsplit(settings.slack.api_url).netloc:
+        raise ConfigError(f"slack.api_url (SLACK_API_URL) must be an http(s) URL, got {settings.slack.api_url!r}")
     if os.environ.get("PORT"):
         settings.slack.port = port_number(os.environ["PORT"], "PORT")
     if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") and not settings.telemetry.otlp_endpoint:  # in effect: shown

@@ -330,3 +330,10 @@ def test_a_variable_that_sets_nothing_is_refused(name: str, meant: str, monkeypa
     monkeypatch.setenv("OPSPILOT_MODEL", "claude-x")  # OpsPilot's own variables that are not settings pass
     monkeypatch.setenv(meant, '["U0ONLYME"]')
     assert load_settings().slack.allowed_users == ["U0ONLYME"]
+
+
+def test_a_slack_api_url_that_is_no_url_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """serve started in HTTP mode with it, without a word, while check said not ready."""
+    monkeypatch.setenv("SLACK_API_URL", "not a url")
+    with pytest.raises(ConfigError, match="SLACK_API_URL\\) must be an http\\(s\\) URL, got 'not a url'"):
+        load_settings()
