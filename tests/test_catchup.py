@@ -112,7 +112,7 @@ async def test_a_run_cut_off_mid_read_carries_on_by_itself(redis_url: str, prefi
             await second.settle()
             texts = await _bot_texts(slack, "63.1")
             assert sum("finished after the restart" in t for t in texts) == 1
-            assert sum("another one carries on" in t for t in texts) == 1  # said, once
+            assert sum("it carries on from where it was last saved" in t for t in texts) == 1  # said, once
             assert not any(b["action_id"] == "opspilot_resume" for m in slack.thread(CHANNEL, "63.1")
                            for b in buttons(m))  # nobody is asked to press Resume
             assert probe.count("blocker") == 1  # the cut-off read was thought again, not run twice
@@ -146,7 +146,7 @@ async def test_a_run_cut_off_with_a_change_in_flight_still_waits_for_a_person(re
             await second.settle()
             assert any(b["action_id"] == "opspilot_resume" for m in slack.thread(CHANNEL, "64.1")
                        for b in buttons(m))
-            assert not any("another one carries on" in t for t in await _bot_texts(slack, "64.1"))
+            assert not any("it carries on from where it was last saved" in t for t in await _bot_texts(slack, "64.1"))
         finally:
             await second.stop()
     finally:
