@@ -17,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator,
 from core.text import well_formed
 
 ResultStatus = Literal["ok", "error", "cancelled", "skipped", "expired"]
+DECLINED = "declined_by_user"
+"""A person pressed Decline: the model reads it as an error result, nothing counts it as a failure."""
 
 
 def _text(value: Any) -> Any:
@@ -77,6 +79,11 @@ class ToolResultMessage(_Message):
     @property
     def is_error(self) -> bool:
         return self.status != "ok"
+
+    @property
+    def failed(self) -> bool:
+        """It did not work: an error, but not a person's decline (a decision, never a failure to count)."""
+        return self.status == "error" and self.error_code != DECLINED
 
     @model_validator(mode="before")
     @classmethod

@@ -122,6 +122,23 @@ async def test_failures_in_a_row_stop_the_run(store: RedisStore) -> None:
     assert out.stop_reason == "too_many_fails"
 
 
+async def test_declines_are_decisions_not_failures(store: RedisStore) -> None:
+    """Four changes declined by a person ended the run "too many tool calls failed in a row", and stats counted
+    four failures where nothing ran."""
+    from bot.agent.decisions import Decline
+
+    tools = toolkit(Probe())
+    model = ScriptedModel([*(reply("", call("change", f"c{i}", target=f"t{i}", environment="prod")) for i in range(4)),
+                           reply("nothing changed, as you asked")])
+    h = make_harness(model, store, [tools["change"]], limits=Limits(max_tool_fails_in_row=3))
+    out = await h.engine.ask("t", "change things")
+    while out.status == "paused":
+        out = await h.engine.resume_token(out.pending[0].token, Decline("not now"), by="U2")
+    assert (out.stop_reason, out.answer) == ("final_answer", "nothing changed, as you asked")
+    stats = await store.stats(3600)
+    assert (stats.get("tool_calls"), stats.get("tool_failures")) == (4, 0)
+
+
 async def test_wall_time_stops_a_slow_run_and_answers_every_call(store: RedisStore) -> None:
     probe = Probe()
     tools = toolkit(probe)

@@ -133,7 +133,8 @@ async def test_stats_from_the_store(store: RedisStore) -> None:
 
     s = await store.stats(3600)
     assert s.runs == 2 and s.get("steps") == 4 and s.avg_steps == 2.0
-    assert s.get("tool_calls") == 3 and s.get("tool_failures") == 1  # not_found, interrupted, ok
+    assert s.get("tool_calls") == 2 and s.get("tool_failures") == 1  # not_found, and the restart once it ran (a call
+    # that asked a person was counted twice: when it asked and when it ran)
     assert s.get("interrupts") == 1 and s.resume_rate == 1.0
     assert s.stop_reasons == {"final_answer": 2}
 

@@ -135,8 +135,9 @@ class Run:
         lease = self.lease
         release, owner = (lease.release_by(final), lease.owner) if lease is not None else (None, None)
         changed = self.record.status != self._committed_status
-        # Counters reach the hour's stats when the turn pauses or ends: fewer Redis commands per step.
-        counted, self._counters = (dict(self._counters), Counter()) if final or changed else ({}, self._counters)
+        # Every write hands its counts on: the store keeps them in process up to 10 s and sends them with a later
+        # write (no command of their own), so a process killed -9 loses at most those seconds, not its turn's.
+        counted, self._counters = dict(self._counters), Counter()
         write = Write(run=self.record, messages=self._messages, counters=counted, new_tokens=self._tokens,
                       audit=self._audit, status_changed=changed,
                       release_lease=release, lease_owner=owner, was=self._committed_status)
@@ -262,14 +263,14 @@ class Run:
             else:
                 self.append(obs.result)
                 status, code = obs.result.status, obs.result.error_code
-                if status == "error":
+                if obs.result.failed:  # a person's decline is their decision: four of them are no failure streak
                     self.record.fail_streak += 1
                     self.count("tool_failures")
                 elif status == "ok":
                     self.record.fail_streak = 0
                 self.record.recent_calls = [*self.record.recent_calls, digest][-keep:]
                 self._audit_change(call, obs.arguments, obs.result, self.record.approvals.pop(call.id, None))
-            self.count("tool_calls")
+                self.count("tool_calls")  # once, with its result (a call that asked a person is counted when run)
             self.record.trace.append(CallTrace(step=step, call_id=call.id, tool=call.name, args_digest=digest,
                                                status=status, error_code=code, latency_ms=round(obs.latency_ms, 2)))
         self.record.pending.extend(questions)
@@ -386,6 +387,7 @@ class Run:
         """Write a synthetic result for a call that did not (or may not have) run."""
         result = error_result(call, code, message, status=status)
         self.append(result)
+        self.count("tool_calls")
         self._audit_change(call, arguments or call.arguments, result, self.record.approvals.pop(call.id, None))
         self.emit(ToolResultEvent, step=self.record.step, call_id=call.id, tool=call.name, status=status,
                   error_code=code, summary=message, latency_ms=0.0,

@@ -13,6 +13,7 @@ from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.http_retry.state import RetryState
 
 from bot.agent.events import Event
+from core.messages import DECLINED
 
 _HELP = {
     "opspilot_runs_total": "Runs started",
@@ -52,7 +53,8 @@ class Metrics:
                 if n:
                     self.inc("opspilot_model_tokens_total", n, kind=kind)
         elif event.type == "tool_result":
-            self.inc("opspilot_tool_calls_total", status=event.status)
+            declined = event.error_code == DECLINED  # a person's no, not a failure
+            self.inc("opspilot_tool_calls_total", status="declined" if declined else event.status)
             if event.status == "expired":
                 self.inc("opspilot_interrupts_resolved_total", how="expired")
         elif event.type == "loop_interrupt":
