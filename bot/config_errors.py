@@ -5,6 +5,7 @@ one backend's section."""
 from __future__ import annotations
 
 import difflib
+import re
 import types
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -103,21 +104,27 @@ def describe_unparsed(exc: Exception, source: str, environ: Mapping[str, str]) -
 OWN_VARIABLES = frozenset({"CONFIG", "MODEL", "FRONT", "FRONT_SAID_FD", "LISTEN_FD", "VENV", "TEST_WORKERS"})
 """``OPSPILOT_…`` variables that are not settings: the config file's path, the model's name, what a front hands
 its workers, the scripts' own."""
+_SERVICE_LINK = re.compile(r"_(SERVICE_HOST|SERVICE_PORT(_\w+)?|PORT(_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)?)$")
+"""What Kubernetes sets in every pod for each Service of its namespace (``opspilot-front`` →
+``OPSPILOT_FRONT_SERVICE_HOST``, ``OPSPILOT_FRONT_PORT_80_TCP``…): never ours to refuse."""
 
 
 def unknown_variables(environ: Mapping[str, str], settings: Iterable[str]) -> str | None:
-    """An ``OPSPILOT_`` variable that sets nothing (``OPSPILOT_SLACK_ALLOWED_USERS``: one underscore), said with
-    the name meant — pydantic-settings passes it by, and a typo in ``allowed_users`` let anyone in."""
+    """An ``OPSPILOT_`` variable shaped like a setting that sets nothing — a section's key after one underscore
+    (``OPSPILOT_SLACK_ALLOWED_USERS``), or after a misspelt section (``OPSPILOT_SLAK__ALLOWED_USERS``) — said with
+    the name meant: pydantic-settings passes it by, and a typo in ``allowed_users`` let anyone in. Other
+    ``OPSPILOT_`` names (a Service's links, a deployment's own) are not ours to judge."""
     sections = {name.upper() for name in settings}
     for name in sorted(environ):
-        rest = name.removeprefix("OPSPILOT_")
-        if rest == name or rest in OWN_VARIABLES or rest.partition("__")[0] in sections:
+        upper = name.upper()  # variables are read whatever their case
+        rest = upper.removeprefix("OPSPILOT_")
+        if rest == upper or rest in OWN_VARIABLES or rest.partition("__")[0] in sections or _SERVICE_LINK.search(rest):
             continue
         head = next((s for s in sorted(sections, key=len, reverse=True) if rest.startswith(f"{s}_")), None)
         section, two, key = rest.partition("__")
         near = difflib.get_close_matches(section, sorted(sections), n=1) if two else []
         meant = f"OPSPILOT_{head}__{rest[len(head) + 1:]}" if head else f"OPSPILOT_{near[0]}__{key}" if near else None
-        hint = f" (did you mean {meant!r}?)" if meant else \
-            suggest(name, [f"OPSPILOT_{s}" for s in sections] + [f"OPSPILOT_{v}" for v in OWN_VARIABLES])
-        return f"{name} is not a setting{hint}: a section's key is written OPSPILOT_<SECTION>__<KEY>, two underscores"
+        if meant is not None:
+            return f"{name} is not a setting (did you mean {meant!r}?): a section's key is written " \
+                   "OPSPILOT_<SECTION>__<KEY>, two underscores"
     return None

@@ -319,7 +319,8 @@ def test_bounds_for_a_catalog_whose_environments_are_capitalised(tmp_path: Path)
 
 
 @pytest.mark.parametrize(("name", "meant"), [("OPSPILOT_SLACK_ALLOWED_USERS", "OPSPILOT_SLACK__ALLOWED_USERS"),
-                                             ("OPSPILOT_SLAK__ALLOWED_USERS", "OPSPILOT_SLACK__ALLOWED_USERS")])
+                                             ("OPSPILOT_SLAK__ALLOWED_USERS", "OPSPILOT_SLACK__ALLOWED_USERS"),
+                                             ("opspilot_slack_allowed_users", "OPSPILOT_SLACK__ALLOWED_USERS")])
 def test_a_variable_that_sets_nothing_is_refused(name: str, meant: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """One underscore between the section and its key, or a misspelt section: passed by without a word, so an
     ``allowed_users`` meant to keep everyone else out let anyone in."""
@@ -337,3 +338,12 @@ def test_a_slack_api_url_that_is_no_url_is_refused(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("SLACK_API_URL", "not a url")
     with pytest.raises(ConfigError, match="SLACK_API_URL\\) must be an http\\(s\\) URL, got 'not a url'"):
         load_settings()
+
+
+@pytest.mark.parametrize("name", ["OPSPILOT_FRONT_SERVICE_HOST", "OPSPILOT_FRONT_PORT", "OPSPILOT_FRONT_PORT_80_TCP_ADDR",
+                                  "OPSPILOT_SLACK_SERVICE_PORT_HTTP", "OPSPILOT_SLACK_PORT_443_TCP", "OPSPILOT_ANYTHING"])
+def test_what_kubernetes_and_deployments_set_is_left_alone(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kubernetes gives every pod its namespace's Services as variables: the front's Service, opspilot-front, made
+    every worker pod refuse to start."""
+    monkeypatch.setenv(name, "10.0.0.1")
+    assert load_settings().slack.allowed_users == []
