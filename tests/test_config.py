@@ -340,8 +340,9 @@ def test_a_slack_api_url_that_is_no_url_is_refused(monkeypatch: pytest.MonkeyPat
         load_settings()
 
 
-@pytest.mark.parametrize("name", ["OPSPILOT_FRONT_SERVICE_HOST", "OPSPILOT_FRONT_PORT", "OPSPILOT_FRONT_PORT_80_TCP_ADDR",
-                                  "OPSPILOT_SLACK_SERVICE_PORT_HTTP", "OPSPILOT_SLACK_PORT_443_TCP", "OPSPILOT_ANYTHING"])
+@pytest.mark.parametrize("name", ["OPSPILOT_FRONT_SERVICE_HOST", "OPSPILOT_FRONT_PORT",
+                                  "OPSPILOT_FRONT_PORT_80_TCP_ADDR", "OPSPILOT_SLACK_SERVICE_PORT_HTTP",
+                                  "OPSPILOT_SLACK_PORT_443_TCP", "OPSPILOT_ANYTHING"])
 def test_what_kubernetes_and_deployments_set_is_left_alone(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Kubernetes gives every pod its namespace's Services as variables: the front's Service, opspilot-front, made
     every worker pod refuse to start."""
