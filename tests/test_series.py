@@ -151,3 +151,14 @@ def test_a_two_level_step_inside_the_first_third_is_not_a_recovery(before: float
     shape = describe(at([before] * 15 + [after] * 45))
     assert (shape.trend, shape.baseline, shape.recovered_at) == (trend, before, None)
     assert shape.onset_at == T0 + 15 * MIN
+
+
+def test_noise_after_a_spike_keeps_its_band() -> None:
+    """The half-way cap on the band is for a two-level series' resolution only: on a noisy 1% error rate a spike
+    that ended read "rising since 08:30" once every point of noise past half the spike counted as away."""
+    values = [0.0106, 0.0123, 0.0079, 0.008, 0.011, 0.012, 0.0112, 0.0081, 0.0091, 0.0117, 0.0124, 0.0092, 0.0125,
+              0.0091, 0.0099, 0.009, 0.0067, 0.0066, 0.0101, 0.009, 0.0092, 0.0097, 0.0117, 0.0127, 0.0082, 0.0088,
+              0.0108, 0.0064, 0.0095, 0.0133, 0.0189, 0.0189, 0.0161, 0.0113, 0.0122, 0.0078, 0.0111, 0.0083, 0.007,
+              0.0132, 0.0112, 0.0081, 0.0067, 0.0087, 0.0068, 0.009, 0.0096, 0.0083, 0.0138, 0.0088, 0.0112, 0.0127,
+              0.0109, 0.0085, 0.0112, 0.009, 0.0078, 0.0114, 0.0112, 0.0152]
+    assert describe(at(values)).trend == "spiked and recovered"

@@ -144,8 +144,8 @@ def describe(series: Series, *, counter: bool = False) -> Shape:
     # beginning of a large one — the very time "was it the deploy?" compares).
     levels = sorted(set(quiet))
     resolution = min((b - a for a, b in pairwise(levels)), default=0.0)
+    resolution = min(resolution, AWAY_LEVEL * excursion)  # (only the resolution: noise keeps its whole band)
     band = max(BAND_MADS * 1.4826 * statistics.median(abs(v - baseline) for v in quiet), resolution, noise, 1e-12)
-    band = max(min(band, AWAY_LEVEL * excursion), 1e-12)
 
     def level(v: float) -> float:
         return sign * (v - baseline) / excursion
