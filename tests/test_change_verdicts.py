@@ -98,3 +98,27 @@ def test_the_rollback_button_reads_the_whole_list() -> None:
                                            "metrics": {"error_rate": RISE}}))
     block = offer(state, "r", "en")
     assert block is not None and "2026.12.01-4" in json.dumps(block)
+
+
+def test_no_release_before_is_guessed() -> None:
+    """With older releases cut off the list, the release before was the last one before the window, two days and
+    two releases back; across a rollback, the release the rollback had already taken away."""
+    v = [{"kind": "deploy", "version": f"v{i}", "at": f"2026-12-02T0{5 + i}:00:00Z"} for i in range(1, 4)]
+    culprit = {"kind": "deploy", "version": "v4", "at": "2026-12-02T09:10:01Z"}
+    cut = {"changes": [*scales(19), culprit], "more_changes": 2, "last_before_window": v[0]}
+    assert (judge(cut, RISE, None).kind, judge(cut, RISE, None).previous) == ("yes", None)
+    back = {"kind": "rollback", "version": "v1", "at": "2026-12-02T08:30:00Z"}
+    verdict = judge({"changes": [culprit, back, v[1], v[0]]}, RISE, None)
+    assert (verdict.kind, verdict.previous) == ("yes", None)
+
+
+def test_a_change_of_unknown_time_before_a_later_revision_is_ordered() -> None:
+    """A rollback Kubernetes kept no time for, followed by a dated revision of the same deployment: it came before
+    that revision, so it cannot be what came just before the errors ("can't tell" took the button away)."""
+    source = {"source": "Kubernetes rollout history (payments/payments-api)"}
+    undated = {"kind": "rollback", "version": "revision 3", "at": "2026-12-02T07:00:00Z", "time": "unknown", **source}
+    image = {"kind": "image", "version": "revision 4", "at": "2026-12-02T09:10:00Z", **source}
+    verdict = judge({"changes": [image, undated]}, RISE, None)
+    assert (verdict.kind, verdict.change) == ("yes", image)
+    other = {**image, "source": "deploy events"}  # another source's change does not order it
+    assert judge({"changes": [other, undated]}, RISE, None).hidden == "undated"

@@ -55,19 +55,37 @@ def onset(rate: dict[str, Any], logs: dict[str, Any] | None) -> tuple[float, str
     return began, "error rate first clearly above its baseline"
 
 
-def _previous(history: list[tuple[float, dict[str, Any]]], change: dict[str, Any],
-              before_window: Any) -> dict[str, Any] | None:
-    """The release that ran before ``change``: the next older deploy in the history, else the last change
-    before the window."""
+def _previous(history: list[tuple[float, dict[str, Any]]], change: dict[str, Any], before_window: Any,
+              cut: bool) -> dict[str, Any] | None:
+    """The release that ran before ``change``: the next older deploy in the history, else the last change before
+    the window — or None when that is not known: a rollback or a change of unknown time comes first (what ran
+    then is not a release named here), or older changes were left off the list (the last one before the window
+    would skip them)."""
     seen, culprit = False, change.get("version")
     for _, c in history:
         if c is change:
             seen = True
-        elif seen and c.get("kind") in (None, "deploy", "image", "rollout") and c.get("version") \
-                and c.get("version") != culprit:  # the same release recorded twice is not the one before it
+        elif not seen or c.get("version") == culprit:  # the same release recorded twice is not the one before it
+            continue
+        elif c.get("kind") == "rollback" or c.get("time") == "unknown":
+            return None
+        elif c.get("kind") in (None, "deploy", "image", "rollout") and c.get("version"):
             return c
-    ok = isinstance(before_window, dict) and before_window.get("version") not in (None, "", culprit)
+    ok = not cut and isinstance(before_window, dict) and before_window.get("version") not in (None, "", culprit)
     return before_window if ok and isinstance(before_window, dict) else None
+
+
+def _unordered(dated: tuple[tuple[float, dict[str, Any]], ...], began: float) -> bool:
+    """A change of unknown time that may have come just before the errors: one stamped before them (its time is
+    only "after" its stamp) with no later-stamped, dated change of its own source before them — which would be a
+    later revision, so the unknown one came before that."""
+    for i, (stamped, change) in enumerate(dated):  # newest first
+        if change.get("time") != "unknown" or stamped > began:
+            continue
+        if not any(t > stamped and t <= began and c.get("time") != "unknown" and c.get("source") == change.get("source")
+                   for t, c in dated[:i]):
+            return True
+    return False
 
 
 def judge(changes: dict[str, Any] | None, rate: dict[str, Any] | None, logs: dict[str, Any] | None) -> Verdict:
@@ -91,14 +109,14 @@ def judge(changes: dict[str, Any] | None, rate: dict[str, Any] | None, logs: dic
     began, how = found
     before = [(t, c) for t, c in listed if t <= began]
     after = [(t, c) for t, c in listed if t > began]
-    if any(t <= began for t in undated):  # it may have come just before the errors: the order is not known
+    if _unordered(dated, began):  # it may have come just before the errors: the order is not known
         return Verdict("incomplete", dated, began, how, unread=unread, hidden="undated")
     if cut and not before:  # what came just before the errors is among the changes left off the list
         return Verdict("incomplete", dated, began, how, unread=unread + cut, hidden="cut")
     if before and began - before[0][0] <= TIE_S:
         t, c = before[0]
         return Verdict("yes", listed, began, how, c, t,
-                       previous=_previous(list(listed), c, changes.get("last_before_window")))
+                       previous=_previous(list(dated), c, changes.get("last_before_window"), bool(cut)))
     if after:
         t, c = after[-1]
         return Verdict("no", listed, began, how, c, t, earlier=before[0] if before else None)

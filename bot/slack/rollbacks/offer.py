@@ -26,7 +26,7 @@ def remember(state: dict[str, Any], event: ToolResultEvent) -> None:
     key = f"{data['service_id']}/{data.get('environment') or ''}"
     facts = state.setdefault("facts", {}).setdefault(key, {})
     if event.tool == "recent_changes":  # all the verdict reads, the list whole: a cut one turned "yes" into no button
-        keep = ("at", "kind", "version", "images", "time")
+        keep = ("at", "kind", "version", "images", "time", "source")
         facts["changes"] = {
             "changes": [{k: c.get(k) for k in keep if c.get(k) is not None} for c in data.get("changes") or []
                         if isinstance(c, dict)],
