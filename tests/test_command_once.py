@@ -3,6 +3,7 @@ second time (its worker died before acknowledging it), start one thread, one run
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -79,3 +80,27 @@ async def test_where_opspilot_is_not_every_door_says_so_and_starts_nothing(ws: W
     assert len(told) == len(texts) + 2 and all("I am not in this channel" in t for t in told), told
     assert not [t for t in await ws.store.timers.every() if t.channel == "C0NOTIN"]
     assert (await ws.store.stats(3600)).runs == 0
+
+
+async def test_the_look_for_a_lost_post_is_tried_again(ws: Workspace) -> None:
+    """One 5xx on the channel's history after the post lost its answer: the question was posted, never answered,
+    and the person told to wait for a thread that had appeared."""
+    ws.slack.fault("lost", "chat.postMessage", times=1)
+    ws.slack.fault("error", "conversations.history", times=1)
+    await ws.sender.command(command(ws, "payments recent errors", "trig-look"))
+    await ws.settle()
+    [root] = roots(ws)
+    assert len(ws.slack.thread(CHANNEL, root["ts"])) > 1 and (await ws.store.stats(3600)).runs == 1
+
+
+async def test_a_slow_slack_does_not_hold_a_command(ws: Workspace) -> None:
+    """conversations.info hanging (is OpsPilot in the channel?) held every command a minute: now not known in a few
+    seconds, and let through. Two commands without a trigger id each get their own thread."""
+    ws.slack.fault("hang", "conversations.info", hang_s=8, times=2)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    for text in ("payments errors", "orders errors"):
+        await ws.sender.command({**command(ws, text, ""), "trigger_id": ""})
+    await ws.settle()
+    assert loop.time() - started < 30
+    assert sorted(all_text(m).split(": ", 1)[1] for m in roots(ws)) == ["orders errors", "payments errors"]

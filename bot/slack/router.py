@@ -158,7 +158,8 @@ class Inbound:
         if not await self._admit("command", user, channel, f"command:{trigger or uuid.uuid4().hex}", None, text):
             return  # before its thread is started: a refused command leaves nothing in the channel
         root, error = await self.starts.start(channel, say(lang, "slash_asked", who=f"<@{user}>",
-                                                           text=kit.escape(text))[:3000], f"command:{trigger}")
+                                                           text=kit.escape(text))[:3000],
+                                               f"command:{trigger or uuid.uuid4().hex}")
         if root is None:
             # Not in this channel, or a DM between two people: the command's response_url still reaches them.
             log.warning("/opspilot in %s could not start a thread: %s", channel, error)

@@ -15,7 +15,7 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack.outbound.api_errors import SLACK_FAILURES, slack_error, transient
+from bot.slack.outbound.api_errors import SLACK_FAILURES, retried, slack_error, transient
 from bot.slack.outbound.counters import Metrics
 from bot.slack.outbound.landed import METADATA_TYPE, find_posted
 from bot.slack.outbound.pacer import Pacer
@@ -63,7 +63,7 @@ class ThreadStarts:
     async def _landed(self, channel: str, key: str, since: float) -> str | None:
         async def call(method: str, where: str | None, request: Any) -> Any:
             await self.pacer.wait(method, where)
-            return await request()
+            return await retried(method, request, attempts=3)  # one 5xx must not leave a posted question unanswered
 
         record = OutboxRecord(key, 0, 0, 0, {"channel": channel, "attempted_at": since})
         try:

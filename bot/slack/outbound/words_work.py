@@ -157,10 +157,10 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
     "cannot_post_is_archived": ("This channel is archived: ask me somewhere else.", "这个频道已归档：请在别处问我。"),
     "cannot_post": ("Slack did not take my reply just now; send the command again.",
                     "Slack 刚才没有接收我的回复；请再发一次命令。"),
-    "cannot_post_unconfirmed": ("Slack did not confirm my post of your question. If no thread for it appears in "
-                                "this channel within a minute, send the command again.",
-                                "Slack 没有确认我发出了你的问题。"
-                                "如果一分钟内这个频道里没有出现它的线程，请再发一次命令。"),
+    "cannot_post_unconfirmed": ("Slack did not confirm my post of your question, so I have not started on it "
+                                "(a thread for it may still appear, unanswered): send the command again.",
+                                "Slack 没有确认我发出了你的问题，所以我还没有开始处理（它的线程可能仍会出现，"
+                                "但不会有回答）：请再发一次命令。"),
     # App Home (in the language of the person's latest question, or slack.language)
     "home_intro": ("Ask me in any channel I am in (mention @OpsPilot), in a DM, or with `/opspilot <question>`.",
                    "在我所在的任何频道 @OpsPilot、私信我，或用 `/opspilot <问题>` 提问。"),
