@@ -3,20 +3,26 @@ whatever its length."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
+from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
-from bot.slack.incidents.document import run_state
+from bot.slack.incidents.document import render, run_state
+from bot.slack.incidents.incident import gather
 from bot.slack.outbound import blocks as kit
 from core.messages import UserMessage
 from state.records import RunRecord
 from tests.slack_harness import CHANNEL, QUESTION, Workspace, ask_restart, open_workspace, restarted
+from tests.toolkit import Change
+from tools import ToolContext, tool
 
 
 @pytest.fixture
@@ -105,3 +111,31 @@ async def test_what_people_typed_is_quoted_as_typed(ws: Workspace) -> None:
     handover = all_text(next(m for m in ws.slack.messages.values() if "Handover" in all_text(m)))
     assert "p95 &gt; 500ms &amp; errors &lt; 1%?" in handover and "&amp;gt;" not in handover, handover
     assert "<!channel>" not in handover
+
+
+async def test_a_change_of_unknown_outcome_is_not_called_failed_nor_answered(redis_url: str, prefix: str,
+                                                                            slack: FakeSlack) -> None:
+    """A change cut off by its time limit after it started: the progress said "failed" (❌), the summary "1 failed"
+    and "(the worker stopped mid-change)", and the handover filed its thread under "Answered"."""
+    @tool(description="A change that outlives its limit after starting.", mutating=True, timeout_s=0.2, args=Change)
+    async def slow_change(args: Change, ctx: ToolContext) -> dict[str, Any]:
+        await asyncio.sleep(5)
+        return {}
+
+    model = ScriptedModel([reply("", call("slow_change", "s1", target="api", environment="staging")),
+                           reply("It may or may not have gone through.")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, specs=[slow_change])
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "change api", "500.1"))
+        await ws.settle()
+        progress = next(all_text(m) for m in ws.slack.thread(CHANNEL, "500.1") if "slow_change" in all_text(m))
+        assert ":grey_question:" in progress and "failed" not in progress, progress
+        handover = ws.service.inbound.incidents.handover
+        assert handover is not None
+        text = await handover.text(CHANNEL, 4, "en")
+        open_part = text.split("*Pending confirmations*")[0]
+        assert "change api" in open_part and "outcome unknown" in open_part and "Answered (0)" in text, text
+        doc = render(await gather(ws.store, ws.store.meta, ws.store, CHANNEL, "500.1"), None)
+        assert "1 of unknown outcome" in doc and "failed" not in doc and "worker stopped" not in doc, doc
+    finally:
+        await ws.stop()

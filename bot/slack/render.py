@@ -29,6 +29,7 @@ from bot.slack.outbound.progress_words import card_ending, clip, model_note, pro
 from bot.slack.outbound.thread_meta import CARD, RUN, THREAD
 from bot.slack.outbound.words import headline, language_of, say
 from bot.slack.rollbacks.offer import offer, remember
+from core.messages import DECLINED
 from core.stops import STOP_WORDING
 from state.store import MetaStore, Reports
 
@@ -130,8 +131,9 @@ class Renderer:
                 remember(state, event)  # for a "Roll back to …" offer under the answer
             line = _line(state, event.call_id)
             if line is not None:  # what it found, in the thread's words (the facts are the tool's)
-                # A person said no: not a failure (its words say "declined: not run", not "failed").
-                line["status"] = "declined" if event.error_code == "declined_by_user" else event.status
+                # A person said no: not a failure ("declined: not run"); a change that may have run: not "failed".
+                line["status"] = {DECLINED: "declined", "outcome_unknown": "unknown"}.get(event.error_code or "",
+                                                                                          event.status)
                 line["detail"] = output(event.status, event.error_code, event.data, lang, event.summary)
         elif event.type == "loop_interrupt":
             state["header"], leave = f":raised_hand: {say(lang, 'waiting')}", True

@@ -23,8 +23,9 @@ from bot.slack.outbound.audit import outcome
 from bot.slack.outbound.blocks import is_user, model_name
 from bot.slack.outbound.markdown import code, fenced
 from bot.slack.outbound.words import headline, plural, say
+from core.messages import DECLINED
 from core.redact import redact
-from state.records import RunRecord
+from state.records import CallTrace, RunRecord
 
 Mention = Callable[[str], str]
 _ROLLOUTS = frozenset({"complete", "timed_out", "failed", "unknown"})
@@ -120,11 +121,10 @@ def _events(incident: Incident, mention: Mention) -> list[tuple[float, str, str 
             events.append((q.at, _asked(q, lang, mention), q.ts))
     for run in incident.runs:
         calls = calls_of(run)
-        failed = sum(1 for c in calls if c.status == "error")
         events.append((run.updated_at, say(lang, "inc_run", status=run_state(run, lang, mention),
                                            steps=plural(lang, "inc_steps", run.step),
                                            calls=plural(lang, "inc_calls", len(calls)),
-                                           failed=say(lang, "inc_failed_calls", n=failed) if failed else ""), None))
+                                           failed=_failed(calls, lang)), None))
         for p in run.pending:
             events.append((p.created_at, say(lang, "inc_confirm_asked", what=_what(p.call.name, p.arguments)), None))
     for c in incident.changes:
@@ -142,11 +142,10 @@ def _done(incident: Incident, mention: Mention) -> list[str]:
     calls = [c for run in incident.runs for c in calls_of(run)]
     if incident.runs:
         tools = Counter(c.tool for c in calls)
-        failed = sum(1 for c in calls if c.status == "error")
         lines.append("- " + say(lang, "inc_runs_done", runs=plural(lang, "inc_runs", len(incident.runs)),
                                 calls=plural(lang, "inc_calls", len(calls)),
                                 tools=", ".join(f"{code(t)} ×{n}" for t, n in sorted(tools.items())) or "-",
-                                failed=say(lang, "inc_failed_calls", n=failed) if failed else ""))
+                                failed=_failed(calls, lang)))
     return lines
 
 
@@ -211,6 +210,14 @@ def _change_line(c: Change, lang: str, mention: Mention) -> str:
     if before is not None or after is not None:
         extra.append(say(lang, "inc_figures", before=_rate(before), after=_rate(after)))
     return line + (say(lang, "paren", text=say(lang, "semi").join(extra)) if extra else "")
+
+
+def _failed(calls: list[CallTrace], lang: str) -> str:
+    """``, 1 failed``, ``, 1 of unknown outcome``: a decline is neither; a change that may have run is not "failed"."""
+    failed = sum(1 for c in calls if c.status == "error" and c.error_code not in (DECLINED, "outcome_unknown"))
+    unknown = sum(1 for c in calls if c.error_code == "outcome_unknown")
+    return (say(lang, "inc_failed_calls", n=failed) if failed else "") + \
+        (say(lang, "inc_unknown_calls", n=unknown) if unknown else "")
 
 
 def _what(tool: str, arguments: dict[str, object]) -> str:

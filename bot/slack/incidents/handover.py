@@ -14,7 +14,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.slack.alerts import ALERT
 from bot.slack.inbound.thread_log import alert_events
 from bot.slack.incidents.document import run_state
-from bot.slack.incidents.incident import asked_in
+from bot.slack.incidents.incident import asked_in, calls_of
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.api_errors import SLACK_FAILURES
 from bot.slack.outbound.thread_meta import thread_key
@@ -79,10 +79,13 @@ class Handover:
         for e in entries:
             run, link = e.run, links[e.thread_ts]
             subject = kit.quoted(e.topic[:80])
-            state = run_state(run, lang, kit.who) + (f", {say(lang, 'ho_firing')}" if e.firing else "")
+            unknown = any(c.error_code == "outcome_unknown" for c in calls_of(run))  # a change to check by hand
+            state = run_state(run, lang, kit.who) + (f", {say(lang, 'ho_firing')}" if e.firing else "") + \
+                (f", {say(lang, 'st_unknown')}" if unknown else "")
             line = f"• <{link}|{subject}> — {state} ({kit.hhmm(run.updated_at, now)})" if link else \
                 f"• {subject} — {state} ({kit.hhmm(run.updated_at, now)})"
-            done = run.status == "finished" and run.stop_reason in (None, "final_answer") and not e.firing
+            done = run.status == "finished" and run.stop_reason in (None, "final_answer") and not e.firing \
+                and not unknown
             (answered if done else open_).append(line)
             for p in run.pending:
                 target = p.arguments.get("service_id") or p.arguments.get("service") or ""

@@ -308,7 +308,7 @@ def card_summary(interrupt_type: str, reason: str, payload: dict[str, Any], lang
 
 _ICONS = {"running": ":hourglass_flowing_sand:", "ok": ":white_check_mark:", "error": ":x:",
           "waiting": ":raised_hand:", "cancelled": ":no_entry_sign:", "skipped": ":fast_forward:",
-          "expired": ":hourglass:", "declined": ":no_entry_sign:"}
+          "expired": ":hourglass:", "declined": ":no_entry_sign:", "unknown": ":grey_question:"}
 
 
 _TASK_STATUS = {"running": "in_progress", "ok": "complete", "waiting": "pending", "skipped": "complete"}

@@ -41,7 +41,7 @@ def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-_STATUSES = ("running", "ok", "error", "waiting", "cancelled", "skipped", "expired", "declined")
+_STATUSES = ("running", "ok", "error", "waiting", "cancelled", "skipped", "expired", "declined", "unknown")
 
 
 def status_word(status: str, lang: str) -> str:

@@ -72,6 +72,7 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
     "st_skipped": ("skipped", "已跳过"),
     "st_expired": ("expired", "已过期"),
     "st_declined": ("declined", "已拒绝"),
+    "st_unknown": ("outcome unknown", "结果未知"),
     # an answer OpsPilot composed itself (Stop, a limit, a failure): bot.agent.fallback's facts
     "ran_title": ("What ran:", "执行情况："),
     "ran_line": ("• `{tool}`{on}: {outcome}", "• `{tool}`{on}：{outcome}"),
