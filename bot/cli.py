@@ -159,7 +159,6 @@ async def _stats(window: str, config: str | None) -> int:
     show(f"  average steps per run       {s.avg_steps:.2f}")
     show(f"  tool calls / failures       {s.get('tool_calls')} / {s.get('tool_failures')}"
           f"  ({s.tool_failure_rate:.1%} failed)")
-    # Answers are counted in the hour they come: some may answer questions asked before the window began.
     rate = f"{s.resume_rate:.1%}" if s.resume_rate <= 1 else "more answers than questions: some were asked earlier"
     show(f"  interrupts → resumed        {s.get('interrupts')} → {s.get('resumed')}  ({rate})")
     show(f"  answers rated 👍 / 👎        {s.get('feedback_up')} / {s.get('feedback_down')}")
