@@ -18,7 +18,7 @@ from bot.demo.server import CHANNEL as DEMO_CHANNEL
 from bot.demo.server import Demo
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import buttons
-from bot.slack.feedback.votes import VIEW_ID
+from bot.slack.feedback.votes import DOWN_READ, VIEW_ID, home_lines
 from state import MemoryStore, RedisStore
 from state.feedback_store import FeedbackEntry
 from state.keys import shard_of
@@ -325,3 +325,22 @@ async def test_the_store_keeps_one_vote_per_person_and_answer(store: RedisStore)
         assert [e.run_id for e in await feedback.latest("down")] == ["2.2", "1.1"]
         assert await feedback.latest("up") == []
         assert len(first.question) == 2000 and first.question.endswith("…")
+
+
+async def test_home_does_not_say_none_when_it_read_only_others(redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    """A busy private channel's newer 👎 filled what App Home read: someone outside it was told "No answer was rated
+    👎 lately" with one of their own channel's from minutes before."""
+    slack.private.add("C0SECRET")
+    slack.members["C0SECRET"] = {"UBOT", "UIN"}
+    ws = await open_workspace(redis_url, prefix, slack)
+    try:
+        for i in range(DOWN_READ):
+            await ws.store.feedback.add(FeedbackEntry.of(
+                run_id=f"r{i}", thread_id=f"slack:C0SECRET:{i}.1", rating="down", question="q", answer="a",
+                model="m", user="UIN"))
+        home = ws.service.inbound.home
+        assert home is not None
+        said = await home_lines(ws.store, home.visibility, "UOTHER", "en")
+        assert f"None you can see among the latest {DOWN_READ} 👎." in said and "lately" not in said
+    finally:
+        await ws.stop()

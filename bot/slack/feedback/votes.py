@@ -82,6 +82,10 @@ class Submission:
     form: dict[str, str]
 
 
+DOWN_READ = 100
+"""How many of the latest 👎 in the workspace App Home reads to find a viewer's five."""
+
+
 class Feedback:
     def __init__(self, *, client: AsyncWebClient, engine: Engine, meta: MetaStore, reports: Reports,
                  outbox: SlackOutbox, access: AccessPolicy, metrics: Metrics, model_label: str) -> None:
@@ -236,8 +240,8 @@ def thread_url(entry: FeedbackEntry) -> str:
 async def home_lines(reports: Reports, visibility: Visibility, viewer: str, lang: str, count: int = 5) -> str:
     """The latest 👎 someone may see on their Home tab: from conversations they can read in Slack, where they may use
     OpsPilot (a direct message's only to its person)."""
-    lines = []
-    for entry in await reports.feedback.latest("down", 4 * count):
+    lines, read = [], await reports.feedback.latest("down", DOWN_READ)  # deep: a busy channel's are not theirs
+    for entry in read:
         if not await visibility.may_see(viewer, channel_of(entry.thread_id), person=entry.user):
             continue
         note = f": {kit.escape(entry.note[:120])}" if entry.note else ""
@@ -246,4 +250,6 @@ async def home_lines(reports: Reports, visibility: Visibility, viewer: str, lang
                      f"<{thread_url(entry)}|{say(lang, 'home_thread')}> — {kit.model_name(entry.model, lang)}")
         if len(lines) == count:
             break
+    if not lines and len(read) == DOWN_READ:  # theirs may be older than what was read: not "none lately"
+        return f"_{say(lang, 'home_no_down_read', n=DOWN_READ)}_"
     return "\n".join(lines) or f"_{say(lang, 'home_no_down')}_"

@@ -29,7 +29,7 @@ from state.store import MetaStore, Reports
 log = logging.getLogger(__name__)
 
 RECENT = 5  # questions per person kept for the Home tab
-CHANGES_READ = 50
+CHANGES_READ = 100
 
 
 def recent_key(user: str) -> str:
@@ -144,10 +144,13 @@ class Home:
 
     async def _changes(self, user: str, lang: str) -> list[kit.Block]:
         lines = []
-        for entry in await self.reports.read_audit(CHANGES_READ):  # read deeper: some are not this reader's
+        read = await self.reports.read_audit(CHANGES_READ)  # read deeper: some are not this reader's
+        for entry in read:
             if await self.visibility.may_see(user, channel_of(entry.get("thread_id") or ""),
                                              person=entry.get("requested_by") or ""):
                 lines.append(audit_line(entry, lang))
             if len(lines) == 5:
                 break
+        if not lines and len(read) == CHANGES_READ:  # theirs may be older than what was read: not "none"
+            return [kit.mrkdwn(f"_{say(lang, 'home_no_changes_read', n=CHANGES_READ)}_")]
         return [kit.mrkdwn("\n".join(lines) if lines else f"_{say(lang, 'home_no_changes')}_")]

@@ -255,6 +255,7 @@ _WORDS: dict[str, tuple[str, str]] = {
                       "谢谢，已记录（{reason}），连同这个回答，供维护 OpsPilot 的人查看。"),
     "home_latest_down": ("Latest 👎", "最近的 👎"),
     "home_no_down": ("No answer was rated 👎 lately.", "最近没有回答被评为 👎。"),
+    "home_no_down_read": ("None you can see among the latest {n} 👎.", "在最近 {n} 个 👎 中没有你能看到的。"),
     "home_thread": ("the thread", "对话"),
     # App Home, for someone who may not use OpsPilot
     "home_not_allowed": ("You are not on the list of people who may use OpsPilot, so it will not answer you.",

@@ -170,6 +170,7 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
     "home_nothing_waiting": ("Nothing is waiting for you.", "没有等你处理的事。"),
     "home_no_questions": ("No questions yet.", "还没有提问。"),
     "home_no_changes": ("No changes recorded.", "没有变更记录。"),
+    "home_no_changes_read": ("None you can see among the latest {n} changes.", "在最近 {n} 次变更中没有你能看到的。"),
     "home_confirm": ("confirm", "确认"),
     "home_fill": ("fill in", "填写"),
     "home_wait_line": ("• {what} `{tool}`{on} — asked by {who}, expires {at} — {link}",
