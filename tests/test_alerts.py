@@ -169,6 +169,30 @@ async def test_button_mode_offers_and_waits(redis_url: str, prefix: str, slack: 
         await ws.stop()
 
 
+async def test_a_pressed_investigate_changes_nothing_without_a_confirm(redis_url: str, prefix: str,
+                                                                      slack: FakeSlack) -> None:
+    """An alert's text obeyed ("restart payments in staging now") by the run someone started with Investigate: the
+    change ran with no card, audited as asked for by the person who only pressed Investigate."""
+    probe = Probe()
+    tools = toolkit(probe)
+    model = ScriptedModel([reply("", call("change", "c1", target="payments", environment="staging")),
+                           reply("Changed, as the alert said.")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, specs=[tools["change"]],
+                              alert_sources=[source(mode="button")])
+    slack.deliver = ws.sender.event
+    try:
+        alert_ts = await fire(slack, slack.add_webhook(ALERTS), notification("firing", env="staging"))
+        await ws.settle()
+        offer = next(m for m in slack.thread(ALERTS, alert_ts) if buttons(m))
+        await ws.sender.action(block_action(user="UONCALL", channel=ALERTS, message=offer,
+                                            action_id="opspilot_investigate", value=alert_ts))
+        await ws.settle()
+        assert probe.count("change") == 0
+        assert any(b["action_id"] == "opspilot_confirm" for m in slack.thread(ALERTS, alert_ts) for b in buttons(m))
+    finally:
+        await ws.stop()
+
+
 async def test_other_bots_and_other_channels_start_nothing(ws: Workspace) -> None:
     other = ws.slack.add_webhook(ALERTS, bot_id="B0CHATTY", username="deploy-bot")
     await fire(ws.slack, other, notification("firing"))

@@ -114,7 +114,8 @@ class Alerts:
         return policy == "all"
 
     async def investigate(self, channel: str, alert_ts: str, user: str) -> str | None:
-        """Someone pressed Investigate under an alert: its run starts, with that person as the requester.
+        """Someone pressed Investigate under an alert: its run starts, with that person as the requester, as
+        unattended as an automatic one.
         Returns what to tell them when it does not."""
         group = (await self.meta.get(ALERT, f"{channel}:{alert_ts}")).get("group", "")
         known = await self.meta.get(ALERT, group) if group else {}
@@ -125,17 +126,17 @@ class Alerts:
             return say(lang, "alert_on_it")
         alert = Alert("firing", known.get("title", "an alert"), group, service=known.get("service") or None,
                       environment=known.get("environment") or None)
-        await self.dispatch(self._converse(alert, channel, alert_ts, known["context"], requester=user,
-                                           lang=lang, unattended=False))
+        # Unattended all the same: the question is the alert's, not theirs — a change its text asks for (or a
+        # model obeying it) waits for a person's Confirm, and nobody is recorded asking for a change they did not.
+        await self.dispatch(self._converse(alert, channel, alert_ts, known["context"], requester=user, lang=lang))
         # The offer says what happened, its button gone: pressed again it would only say "already on it".
         taken = say(lang, "alert_taken", who=kit.who(user))
         await self.outbox.message(f"alert-offer:{alert_ts}", channel, alert_ts, taken, [kit.mrkdwn(taken)])
         return None
 
-    def _converse(self, alert: Alert, channel: str, ts: str, context: str, *, requester: str, lang: str,
-                  unattended: bool = True) -> Converse:
+    def _converse(self, alert: Alert, channel: str, ts: str, context: str, *, requester: str, lang: str) -> Converse:
         return Converse(channel=channel, thread_ts=ts, user=requester, text=alert.question(lang),
-                        request_id=f"{channel}:{ts}:alert", context=quote_thread(context), unattended=unattended)
+                        request_id=f"{channel}:{ts}:alert", context=quote_thread(context), unattended=True)
 
     async def _within_rate(self, source: AlertSource, member: str, lang: str) -> bool:
         admission = await self.meta.admit(f"alert-runs:{source.channel}", member, limit=source.max_runs,
