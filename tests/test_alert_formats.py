@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -151,3 +152,18 @@ async def test_the_window_lives_in_one_slot_of_a_cluster(cluster_store: RedisSto
     assert [a.admitted for a in answers] == [True, True, False, False]
     assert [a.first_refusal for a in answers] == [False, False, True, False] and answers[2].free_at == 1060.0
     assert await cluster_store.client.pttl(keys.window("alert-runs:C0ALERTS")) > 0  # it expires by itself
+
+
+def test_a_huge_alert_is_read_in_linear_time() -> None:
+    """One 40,000-character word in an annotation held the event loop 10 s (every server's request waiting), and
+    each redelivery again: a name=\"value\" pair was looked for at every position inside the word."""
+    for word in ("x", "错"):
+        text = "[FIRING:1] PaymentsHighErrorRate\n*Labels:*\n• service: payments\n*Annotations:*\n• description: "
+        small, large = ({"text": text + word * n} for n in (4_000, 40_000))
+        start = time.process_time()
+        parse(small)
+        base = time.process_time() - start
+        start = time.process_time()
+        alert = parse(large)
+        assert alert is not None and alert.service == "payments"
+        assert time.process_time() - start < max(50 * base, 0.5)  # linear: ~10×; quadratic was ~100×

@@ -26,7 +26,8 @@ _GENERIC_STATUS = re.compile(r"\b(resolved|recovered|firing|triggered|alerting|c
 # "name: value", "• *name:* `value`", " - name = value": bullets, bold and code marks around either part.
 _PAIR = re.compile(r"^\s*(?:[-•*>]\s*)*\*?`?(?P<name>[A-Za-z_][\w.-]{0,40})`?\*?\s*[:=]\*?\s*"
                    r"(?:`(?P<code>[^`\n]*)`|(?P<value>.*?))\s*\*?\s*$")
-_BRACES = re.compile(r"(\w+)\s*=\s*\"([^\"]*)\"")
+_BRACES = re.compile(r"(?<!\w)(\w+)\s*=\s*\"([^\"]*)\"")  # a name's start only: tried inside a 40,000-character word
+# at every position it took seconds, quadratic, with the event loop held
 _ANNOTATIONS = {"summary", "description", "runbook_url", "runbook", "message", "dashboard", "value", "impact",
                 "alert", "graph", "source", "silence", "panel"}
 _SECTIONS = {"labels": "labels", "label": "labels", "details": "labels", "annotations": "annotations",
