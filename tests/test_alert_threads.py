@@ -97,3 +97,27 @@ async def test_a_follow_up_is_told_opspilots_own_status_notes(redis_url: str, pr
         assert "Looked at it." not in quoted  # its answers are in the conversation, not quoted back
     finally:
         await ws.stop()
+
+
+async def test_a_resolution_delivered_before_its_firing_is_kept(redis_url: str, prefix: str,
+                                                                slack: FakeSlack) -> None:
+    """Slack keeps no order: the resolution's event first was dropped unsaid, and the firing after it started a
+    whole investigation of an alert already over, its thread never saying "Resolved"."""
+    ws = await open_workspace(redis_url, prefix, slack, alert_sources=[source()])
+    try:
+        hook = slack.add_webhook(ALERTS)
+        slack.deliver = None  # both posted; their events delivered here, the resolution's first
+        firing = await fire(slack, hook, notification("firing"))
+        resolved = await fire(slack, hook, notification("resolved"))
+
+        def event(ts: str) -> dict[str, Any]:
+            return {k: v for k, v in slack.messages[(ALERTS, ts)].items() if k not in ("thread_ts", "edits")}
+
+        for ts in (resolved, firing):
+            await ws.sender.event(event(ts))
+            await ws.settle()
+        assert (await ws.store.stats(3600)).runs == 0
+        notes = [all_text(m) for m in slack.thread(ALERTS, firing) if m["ts"] != firing]
+        assert len(notes) == 1 and "Resolved at" in notes[0], notes
+    finally:
+        await ws.stop()

@@ -71,7 +71,15 @@ class Alerts:
                 await log_alert(self.meta, channel, known["thread_ts"], "resolved", self.clock(), title=alert.title)
                 await self._note(channel, known["thread_ts"], ts, ":white_check_mark: " + say(
                     lang, "alert_resolved", at=when, title=kit.code(alert.title)))  # the alert's words: data
+            else:  # before its firing (Slack keeps no order): that firing, when it comes, is over already
+                await self.meta.put(ALERT, group, {"resolved_ts": ts, "resolved_at": when})
             return
+        if float(known.get("resolved_ts") or 0) > float(ts) and not known.get("thread_ts"):
+            await log_alert(self.meta, channel, ts, "fired", _posted_at(ts, self.clock()), title=alert.title)
+            await log_alert(self.meta, channel, ts, "resolved", self.clock(), title=alert.title)
+            await self._note(channel, ts, known["resolved_ts"], ":white_check_mark: " + say(
+                lang, "alert_resolved", at=known.get("resolved_at") or when, title=kit.code(alert.title)))
+            return  # not investigated: it was resolved before OpsPilot heard it fire
         earlier = known.get("thread_ts", "")
         ongoing = earlier if earlier and await self.engine.under_way(thread_key(channel, earlier)) else ""
         # One claim per alert group, one script: deliveries at the same moment (two workers, a repeat a second
@@ -97,7 +105,7 @@ class Alerts:
             return
         if not await self._within_rate(source, f"{channel}:{ts}", lang):
             return await self._offer(channel, ts, lang, say(lang, "alert_held", n=source.max_runs,
-                                                            minutes=source.rate_window_s // 60))
+                                                            minutes=f"{source.rate_window_s / 60:g}"))
         if self.gate is not None and not await self.gate.admit("alert", user="", channel=channel, lang=lang,
                                                                member=f"alert:{channel}:{ts}", thread_ts=ts):
             return await self._offer(channel, ts, lang, say(lang, "alert_busy"))
@@ -152,7 +160,7 @@ class Alerts:
         key = f"alert-storm:{source.channel}:{admission.told_until:.0f}"
         if not (await self.meta.get(STORM, key)).get("said"):
             await self.outbox.say(source.channel, None, ":rotating_light: " + say(
-                lang, "alert_storm", until=until, n=source.max_runs, minutes=source.rate_window_s // 60), key=key)
+                lang, "alert_storm", until=until, n=source.max_runs, minutes=f"{source.rate_window_s / 60:g}"), key=key)
             await self.meta.put(STORM, key, {"said": "1"})
         return False
 
