@@ -17,6 +17,7 @@ from bot.agent.models.scripted import ScriptedModel
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
 from bot.slack.alerts.parsing import parse
+from bot.slack.inbound.thread_reader import message_text
 from state import Keys, RedisStore
 from state.meta_store import MemoryMeta
 from tests.slack_harness import open_workspace
@@ -167,3 +168,16 @@ def test_a_huge_alert_is_read_in_linear_time() -> None:
         alert = parse(large)
         assert alert is not None and alert.service == "payments"
         assert time.process_time() - start < max(50 * base, 0.5)  # linear: ~10×; quadratic was ~100×
+
+
+def test_an_alert_laid_out_in_blocks_is_read() -> None:
+    """Blocks are what Slack shows (its text only the notification's fallback), in the message or in a coloured
+    attachment: their service and environment were never read, the investigation's question naming neither."""
+    detail = [{"type": "header", "text": {"type": "plain_text", "text": "[FIRING:1] PaymentsHighErrorRate"}},
+              {"type": "section", "text": {"type": "mrkdwn", "text": "• service: `payments`\n• environment: `prod`"},
+               "accessory": {"type": "button", "text": {"type": "plain_text", "text": "Silence"}}}]
+    for message in ({"text": "Alert firing: PaymentsHighErrorRate", "blocks": detail},
+                    {"attachments": [{"color": "#D63232", "fallback": "firing", "blocks": detail}]}):
+        alert = parse(message, services={"payments"})
+        assert alert is not None and (alert.status, alert.service, alert.environment) == ("firing", "payments", "prod")
+        assert "Silence" not in message_text(message)  # a button's label is not what the message says

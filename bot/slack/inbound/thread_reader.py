@@ -150,19 +150,26 @@ def material(messages: list[dict[str, Any]], thread_ts: str, max_messages: int, 
     return "\n".join(body)
 
 
+_LAID_OUT = frozenset({"section", "header", "context", "markdown"})
+
+
 def message_text(message: dict[str, Any]) -> str:
-    """What a message says, wherever it says it: its text, its attachments (how alerting tools post) and,
-    when it has no text, its blocks."""
-    parts = [unescape(str(message.get("text") or "")).strip()]  # Slack's text fields escape & < >
+    """What a message says, wherever it says it: its blocks when they are laid out (sections, fields: what Slack
+    shows, its ``text`` then only the notification's fallback, as alerting tools post), else its text (a person's,
+    typed: rich text mirrors it), its attachments and their blocks."""
+    blocks = [b for b in message.get("blocks") or [] if isinstance(b, dict)]
+    laid_out = _laid_out(blocks)
+    parts = [unescape(str(message.get("text") or "")).strip()] if not laid_out else []  # the text escapes & < >
+    parts += [unescape(t) for t in laid_out]  # a block's text is mrkdwn: escaped like the text field
     for a in message.get("attachments") or []:
         own = [unescape(str(a.get(k) or "")).strip() for k in ("pretext", "title", "text")]
         own += [unescape(f"{f.get('title')}: {f.get('value')}") for f in a.get("fields") or [] if isinstance(f, dict)]
+        own += [unescape(t) for t in _laid_out(a.get("blocks") or [])]
         if not any(own) and a.get("fallback"):
             own = [unescape(str(a["fallback"])).strip()]
         parts += own + ([unescape(str(a.get("footer"))).strip()] if a.get("footer") else [])
-    if not parts[0]:
-        blocks = message.get("blocks") or []
-        parts += [rich_text(blocks)] if any(b.get("type") == "rich_text" for b in blocks) else _block_texts(blocks)
+    if not any(parts) and any(b.get("type") == "rich_text" for b in blocks):
+        parts.append(rich_text(blocks))
     return "\n".join(p for p in parts if p)
 
 
@@ -197,6 +204,12 @@ def _inline(element: dict[str, Any]) -> str:
     if kind == "rich_text_section":
         return "".join(_inline(e) for e in element.get("elements") or [])
     return str(element.get("text") or "")
+
+
+def _laid_out(blocks: list[Any]) -> list[str]:
+    """The texts of the blocks that show words (sections, headers, context): not a button's label, an accessory's."""
+    return _block_texts([{k: b.get(k) for k in ("text", "fields", "elements")} for b in blocks
+                         if isinstance(b, dict) and b.get("type") in _LAID_OUT])
 
 
 def _block_texts(value: Any) -> list[str]:
