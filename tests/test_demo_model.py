@@ -240,3 +240,12 @@ def test_a_change_is_said_done_only_when_its_rollout_completed(zh: bool) -> None
 def test_windows_said_in_words_are_read(question: str, minutes: int) -> None:
     """"last three days" was 24 h, and the answer "No: nothing changed" over a deploy inside the three days."""
     assert read(question).minutes == minutes
+
+
+def test_an_alerts_question_names_its_service_not_a_word_before_it() -> None:
+    """An alert for a service the catalog lacks was answered "There is no service named `about`"."""
+    from bot.agent.models.demo import _named
+
+    question = "An alert fired (quoted above). It is about service `billing` and environment `prod`. Investigate it"
+    assert _named(question, read(question)) == "billing"
+    assert _named("why is the ledger service slow?", read("why is the ledger service slow?")) == "ledger"

@@ -66,6 +66,7 @@ _STOPWORDS = frozenset({
     "last", "hour", "hours", "minutes", "all", "still", "again", "ok", "new", "get", "got", "see", "seen",
     "after", "before", "midnight", "morning", "night", "go", "went", "gone", "off", "out", "weird",
 })
+_QUOTED_SERVICE = re.compile(r"(?:service|服务)\s*`([a-z0-9][\w.-]*)`", re.I)
 _WORD = re.compile(r"[a-z][a-z0-9]*(?:[-_.][a-z0-9]+)+|[a-z][a-z0-9]{2,}", re.I)
 
 
@@ -74,9 +75,12 @@ def _named(text: str, ask: Ask) -> str | None:
     (``billing-svc``) or called a service ("the ledger service"); in a question about a plain lookup, a word
     that is not ordinary English ("why is checkout slow?"). A question about changes or a time names no
     service by accident: "did anything change…" never becomes "no service named did"."""
-    found = _ID_LIKE.search(text)
-    if found:
-        return found.group(1) or found.group(2)
+    quoted = _QUOTED_SERVICE.search(text)  # "about service `billing`" (an alert's question) names billing
+    if quoted:
+        return quoted.group(1)
+    for found in _ID_LIKE.finditer(text):
+        if found.group(1) or (found.group(2) or "").lower() not in _STOPWORDS:  # "about service" names no "about"
+            return found.group(1) or found.group(2)
     if ask.at or ask.about_changes or ask.change:
         return None
     words = [w for w in _WORD.findall(text) if w.lower() not in _STOPWORDS]
