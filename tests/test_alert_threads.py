@@ -121,3 +121,28 @@ async def test_a_resolution_delivered_before_its_firing_is_kept(redis_url: str, 
         assert len(notes) == 1 and "Resolved at" in notes[0], notes
     finally:
         await ws.stop()
+
+
+async def test_an_alert_edited_to_resolved_is_said_resolved(redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    """Tools that edit their alert in place when it resolves (Slack's message_changed) got nothing in its thread;
+    an edit that still fires, or anyone else's edit, starts nothing."""
+    ws = await open_workspace(redis_url, prefix, slack, alert_sources=[source()])
+    slack.deliver = ws.sender.event
+    try:
+        hook = slack.add_webhook(ALERTS)
+        ts = await fire(slack, hook, notification("firing"))
+        await ws.settle()
+        original = {k: v for k, v in slack.messages[(ALERTS, ts)].items() if k not in ("edits", "thread_ts")}
+
+        def edit(status: str, at: str) -> dict[str, Any]:
+            now = {**original, "attachments": notification(status)["attachments"], "edited": {"ts": at}}
+            return {"type": "message", "subtype": "message_changed", "channel": ALERTS, "hidden": True, "ts": at,
+                    "message": now, "previous_message": original}
+
+        await ws.sender.event(edit("firing", "1796999990.000001"))
+        await ws.sender.event(edit("resolved", "1796999999.000001"))
+        await ws.settle()
+        notes = [all_text(m) for m in slack.thread(ALERTS, ts)[1:] if "Resolved at" in all_text(m)]
+        assert len(notes) == 1 and (await ws.store.stats(3600)).runs == 1, notes
+    finally:
+        await ws.stop()
