@@ -15,6 +15,7 @@ from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
 from bot.slack.inbound.work import AGAIN
 from core.messages import ToolResultMessage
+from tests.conftest import until
 from tests.slack_harness import CHANNEL, QUESTION, Workspace, ask_restart, card_of, confirm, open_workspace
 
 
@@ -267,3 +268,41 @@ async def test_a_click_done_again_is_not_told_it_was_already_handled(ws: Workspa
     await ws.service.executor(answer)  # a second click of theirs: told how it ended
     await ws.settle()
     assert [t for t in ws.slack.ephemeral_texts("UAPPROVER") if "already handled" in t.lower()]
+
+
+async def test_while_a_confirmed_change_runs_the_progress_is_not_waiting(redis_url: str, prefix: str,
+                                                                         slack: FakeSlack) -> None:
+    """Confirmed, the change running (a rollout can take minutes): the progress still said "✋ Waiting for you"."""
+    from bot.agent.models.scripted import ScriptedModel, call, reply
+    from tests.toolkit import Change
+    from tools import ToolContext, confirm_in, tool
+
+    running, release = asyncio.Event(), asyncio.Event()
+
+    @tool(description="A slow change; prod needs confirmation.", mutating=True, confirm=confirm_in("prod"),
+          args=Change)
+    async def slow_change(args: Change, ctx: ToolContext) -> dict[str, Any]:
+        running.set()
+        await release.wait()
+        return {"done": args.target}
+
+    model = ScriptedModel([reply("", call("slow_change", "s1", target="api", environment="prod")), reply("Done.")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, specs=[slow_change])
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "change api", "700.1"))
+        await ws.settle()
+        card = card_of(ws.slack, "700.1")
+        await ws.sender.action(confirm(card, "UAPPROVER"))
+        await asyncio.wait_for(running.wait(), 10)
+
+        def progress() -> str:
+            return next(all_text(m) for m in ws.slack.thread(CHANNEL, "700.1") if "slow_change: running" in
+                        all_text(m) or "slow_change: waiting" in all_text(m))
+
+        await until(lambda: "slow_change: running" in progress(), 10)  # its line and the header: one edit
+        assert "Waiting for you" not in progress() and "Working on it" in progress(), progress()
+        release.set()
+        await ws.settle()
+    finally:
+        release.set()
+        await ws.stop()

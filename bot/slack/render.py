@@ -98,8 +98,10 @@ class Renderer:
             if state.get("mode") == "stream":  # the paused stretch will say who answered once the run moves on
                 state["answers"] = [*state.get("answers", []), [event.decision, event.by or ""]]
             line = _line(state, event.call_id) if event.decision in ("confirmed", "submitted") else None
-            if line is not None:  # it runs now: no longer "waiting" while it does
+            if line is not None:  # it runs now: no longer "waiting" while it does, nor the header "Waiting for you"
                 line["status"], line["seg"] = "running", _seg_now(state)  # a stream goes on below the card
+                if not any(other.get("status") == "waiting" for other in state.get("lines") or []):
+                    state["header"] = f":mag: {say(str(state.get('lang') or 'en'), 'working')}"
                 await self._show(event.run_id, state)
             elif state.get("mode") == "stream":
                 await self.outbox.save_state(state["channel"], state["thread_ts"], event.run_id, _saved(state))
