@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -186,13 +187,25 @@ async def _warn_if_evicting(store: RedisStore) -> None:
                     "transcripts and the outbox go with them. Set maxmemory-policy noeviction.", policy)
 
 
-async def open_store(settings: Settings, *, fallback: bool) -> RedisStore | MemoryStore:
-    """Redis when it answers; otherwise (if allowed) the in-process store, which is not durable."""
+async def open_store(settings: Settings, *, fallback: bool, wait_s: float = 0.0) -> RedisStore | MemoryStore:
+    """Redis when it answers; otherwise (if allowed) the in-process store, which is not durable. ``wait_s``: how long
+    a Redis out of reach is asked again (a pod starting in an outage waits, rather than crash-looping)."""
     keys, ttls = Keys(settings.key_prefix), Ttls(thread_s=settings.thread_ttl_s, interrupt_s=settings.interrupt_ttl_s)
     store = RedisStore(connect(settings.redis_url, timeout_s=2.0), keys=keys, ttls=ttls,
                        outage_grace_s=settings.redis_outage_grace_s)
+    deadline, pause = time.monotonic() + wait_s, 1.0
     try:
-        await store.ping()
+        while True:
+            try:
+                await store.ping()
+                break
+            except StoreError as exc:
+                if refusal(exc) or time.monotonic() + pause > deadline:
+                    raise
+                log.warning("Redis at %s is not reachable (%s): asking again in %g s, for up to %.0f s more",
+                            safe_url(settings.redis_url), exc, pause, deadline - time.monotonic())
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 8.0)
         await store.migrate()
         await _warn_if_evicting(store)
         return store
@@ -268,7 +281,8 @@ async def assemble(settings: Settings, *, fallback_store: bool = True, with_mcp:
         if hub is not None:
             await hub.stop()
         raise ConfigError(str(exc)) from exc
-    store = await open_store(settings, fallback=fallback_store)
+    store = await open_store(settings, fallback=fallback_store,
+                             wait_s=0.0 if fallback_store else settings.redis_outage_grace_s)
     bus = EventBus()
     telemetry = tracing(settings, model)
     if telemetry is not None:

@@ -4,6 +4,7 @@ when Redis is back, and the user never sees an internal address or a stack trace
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from types import SimpleNamespace
@@ -318,3 +319,41 @@ async def test_after_an_outage_a_live_workers_click_is_not_taken_from_it(own_red
             own_redis.start()
         await other.stop()
         await store.close()
+
+
+async def test_a_process_starting_in_an_outage_waits_for_redis(redis_url: str) -> None:
+    """serve and worker exited 3 two seconds after starting while Redis was out of reach: on Kubernetes a
+    CrashLoopBackOff, up to 5 minutes after Redis was back. They ask again through the outage grace."""
+    from urllib.parse import urlsplit
+
+    from bot.assembly import open_store
+    from bot.config import Settings
+    from tests.conftest import free_port
+
+    upstream = urlsplit(redis_url)
+    port = free_port(1)
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+    async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(upstream.hostname, upstream.port)
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    async def redis_back_later() -> asyncio.Server:
+        await asyncio.sleep(1.5)
+        return await asyncio.start_server(forward, "127.0.0.1", port)
+
+    back = asyncio.create_task(redis_back_later())
+    settings = Settings(redis_url=f"redis://127.0.0.1:{port}{upstream.path}", redis_outage_grace_s=20)
+    store = await open_store(settings, fallback=False, wait_s=20)
+    try:
+        assert isinstance(store, RedisStore) and back.done()
+    finally:
+        await store.close()
+        server = await back
+        server.close()
