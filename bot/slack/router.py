@@ -305,10 +305,8 @@ class Inbound:
             return
         context = redact(render([message], ts, 1, self.access.config.thread_context_chars))
         question = f"<@{user}> asked me to investigate the message quoted above: what is wrong, and what to do?"
-        # Unattended: the message investigated is someone's words, not this person's request for a change.
         await self.dispatch(Converse(channel=channel, thread_ts=thread_ts, user=user, text=question,
-                                     request_id=f"{channel}:{ts}:shortcut:{trigger}", context=context,
-                                     unattended=True))
+                                     request_id=f"{channel}:{ts}:shortcut:{trigger}", context=context))
 
     async def _run_button(self, action_id: str, run_id: str, user: str, channel: str, thread_ts: str | None) -> None:
         if await self._may_press(action_id, run_id, user, channel, thread_ts):

@@ -137,8 +137,9 @@ class Alerts:
             return say(lang, "alert_on_it")
         alert = Alert("firing", known.get("title", "an alert"), group, service=known.get("service") or None,
                       environment=known.get("environment") or None)
-        # Unattended all the same: the question is the alert's, not theirs — a change its text asks for (or a
-        # model obeying it) waits for a person's Confirm, and nobody is recorded asking for a change they did not.
+        # An alert's run all the same (unattended): the question is the alert's, not theirs — a change its text
+        # asks for (or a model obeying it) waits for a person's Confirm, and what no person asked for (a rollback,
+        # a follow-up) is an alert run's to refuse, as when it starts by itself.
         await self.dispatch(self._converse(alert, channel, alert_ts, known["context"], requester=user, lang=lang))
         # The offer says what happened, its button gone: pressed again it would only say "already on it".
         taken = say(lang, "alert_taken", who=kit.who(user))

@@ -24,8 +24,10 @@ from bot.slack.inbound.thread_reader import message_text
 _TITLE = re.compile(r"\[(FIRING|RESOLVED)(?::(\d+))?(?:,\s*RESOLVED:\d+)?\]\s*(.+)", re.I)
 _GENERIC_STATUS = re.compile(r"\b(resolved|recovered|firing|triggered|alerting|critical|warning)\b", re.I)
 # "name: value", "• *name:* `value`", " - name = value": bullets, bold and code marks around either part.
+# The value is the rest of the line, trimmed in code: a lazy value before trailing spaces was cubic in a run of them
+# (2,500 spaces held the event loop 13 s).
 _PAIR = re.compile(r"^\s*(?:[-•*>]\s*)*\*?`?(?P<name>[A-Za-z_][\w.-]{0,40})`?\*?\s*[:=]\*?\s*"
-                   r"(?:`(?P<code>[^`\n]*)`|(?P<value>.*?))\s*\*?\s*$")
+                   r"(?:`(?P<code>[^`\n]*)`\s*(?:\*\s*)?$|(?P<value>.*))")
 _BRACES = re.compile(r"(?<!\w)(\w+)\s*=\s*\"([^\"]*)\"")  # a name's start only: tried inside a 40,000-character word
 # at every position it took seconds, quadratic, with the event loop held
 _ANNOTATIONS = {"summary", "description", "runbook_url", "runbook", "message", "dashboard", "value", "impact",
@@ -149,7 +151,7 @@ def _pairs(lines: list[str]) -> tuple[dict[str, str], dict[str, str]]:
             labels.setdefault(name, value)
         match = _PAIR.match(line)
         value = (match.group("code") if match and match.group("code") is not None else
-                 match.group("value") if match else "") or ""
+                 match.group("value").strip().removesuffix("*") if match else "") or ""
         if match and value.strip():
             name = match.group("name")
             target = section if section is not None else annotations if name.lower() in _ANNOTATIONS else labels
