@@ -141,6 +141,10 @@ async def test_an_alert_edited_to_resolved_is_said_resolved(redis_url: str, pref
 
         await ws.sender.event(edit("firing", "1796999990.000001"))
         await ws.sender.event(edit("resolved", "1796999999.000001"))
+        await ws.sender.event(edit("resolved", "1796999999.500001"))  # edited again: resolved once
+        unfurled = edit("resolved", "1797000000.000001")
+        del unfurled["message"]["edited"]  # a link unfurled: Slack's message_changed, no edit
+        await ws.sender.event(unfurled)
         await ws.settle()
         notes = [all_text(m) for m in slack.thread(ALERTS, ts)[1:] if "Resolved at" in all_text(m)]
         assert len(notes) == 1 and (await ws.store.stats(3600)).runs == 1, notes

@@ -76,9 +76,10 @@ class Inbound:
     async def on_message(self, event: dict[str, Any], event_id: str | None, *, mentioned: bool,
                          bot_user_id: str | None) -> None:
         changed = event.get("subtype") == "message_changed" and isinstance(event.get("message"), dict)
-        if changed:  # an alert edited in place to say "resolved": read as the alert source's; any other edit, not
-            event = {**event["message"], "channel": event.get("channel"), "edited": event["message"].get("edited")
-                     or {"ts": str(event.get("event_ts") or event.get("ts") or "")}}
+        if changed:  # an alert edited in place to say "resolved" (an unfurl or a broadcast is no edit: nothing new)
+            if not event["message"].get("edited"):
+                return
+            event = {**event["message"], "channel": event.get("channel")}
         source = self.alert_source(str(event.get("channel")), event) \
             if event.get("subtype") in (None, "bot_message") else None
         if changed and source is None:

@@ -60,11 +60,10 @@ class Alerts:
         channel, ts = str(event["channel"]), str(event["ts"])
         if alert is None or event.get("thread_ts") not in (None, ts):
             return  # not an alert, or a bot's reply inside a thread
-        edit = str((event.get("edited") or {}).get("ts") or "")  # an alert edited in place: its new status
-        if not await self.meta.first_time(f"alert-message:{channel}:{ts}:{edit}".rstrip(":")):
-            return  # the same message (or the same edit of it) delivered again
-        if edit and alert.status != "resolved":
-            return  # an edit that still says firing is the alert already heard
+        edit = bool(event.get("edited"))  # an alert edited in place: only its resolution is news, and only once
+        seen = f"alert-message:{channel}:{ts}" + (":resolved" if edit else "")
+        if (edit and alert.status != "resolved") or not await self.meta.first_time(seen):
+            return  # the same message delivered again, an edit that still fires, a resolution already said
         group = f"{channel}:{alert.key}"
         known = await self.meta.get(ALERT, group)
         lang = known.get("lang") or language_of(message_text(event), self.config.language)
@@ -72,8 +71,9 @@ class Alerts:
         if alert.status == "resolved":
             if known.get("thread_ts"):
                 await log_alert(self.meta, channel, known["thread_ts"], "resolved", self.clock(), title=alert.title)
-                await self._note(channel, known["thread_ts"], f"{ts}{edit}", ":white_check_mark: " + say(
-                    lang, "alert_resolved", at=when, title=kit.code(alert.title)))  # the alert's words: data
+                await self._note(channel, known["thread_ts"], f"{ts}:resolved" if edit else ts,
+                                 ":white_check_mark: " + say(lang, "alert_resolved", at=when,
+                                                             title=kit.code(alert.title)))  # the alert's words: data
             else:  # before its firing (Slack keeps no order): that firing, when it comes, is over already
                 await self.meta.put(ALERT, group, {"resolved_ts": ts, "resolved_at": when})
             return
