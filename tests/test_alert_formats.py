@@ -181,3 +181,14 @@ def test_an_alert_laid_out_in_blocks_is_read() -> None:
         alert = parse(message, services={"payments"})
         assert alert is not None and (alert.status, alert.service, alert.environment) == ("firing", "payments", "prod")
         assert "Silence" not in message_text(message)  # a button's label is not what the message says
+
+
+def test_typed_text_beside_a_footer_is_read() -> None:
+    """Rich text (a client's, Workflow Builder's) with a context footer was read as the footer alone."""
+    body = "payments-api in prod: 502s since 10:02"
+    section = {"type": "rich_text_section", "elements": [{"type": "text", "text": body}]}
+    message = {"text": body, "blocks": [
+        {"type": "rich_text", "elements": [section]},
+        {"type": "context", "elements": [{"type": "mrkdwn", "text": "Sent with Workflow Builder"}]}]}
+    assert message_text(message) == f"{body}\nSent with Workflow Builder"
+    assert message_text({**message, "text": ""}).startswith(body)

@@ -158,8 +158,11 @@ def message_text(message: dict[str, Any]) -> str:
     shows, its ``text`` then only the notification's fallback, as alerting tools post), else its text (a person's,
     typed: rich text mirrors it), its attachments and their blocks."""
     blocks = [b for b in message.get("blocks") or [] if isinstance(b, dict)]
-    laid_out = _laid_out(blocks)
-    parts = [unescape(str(message.get("text") or "")).strip()] if not laid_out else []  # the text escapes & < >
+    laid_out, typed = _laid_out(blocks), any(b.get("type") == "rich_text" for b in blocks)
+    # Typed (rich text, a footer beside it): the text mirrors it. Laid out only: the text is its fallback.
+    parts = [unescape(str(message.get("text") or "")).strip()] if typed or not laid_out else []  # it escapes & < >
+    if typed and not parts[0]:
+        parts = [rich_text(blocks)]
     parts += [unescape(t) for t in laid_out]  # a block's text is mrkdwn: escaped like the text field
     for a in message.get("attachments") or []:
         own = [unescape(str(a.get(k) or "")).strip() for k in ("pretext", "title", "text")]
@@ -168,8 +171,6 @@ def message_text(message: dict[str, Any]) -> str:
         if not any(own) and a.get("fallback"):
             own = [unescape(str(a["fallback"])).strip()]
         parts += own + ([unescape(str(a.get("footer"))).strip()] if a.get("footer") else [])
-    if not any(parts) and any(b.get("type") == "rich_text" for b in blocks):
-        parts.append(rich_text(blocks))
     return "\n".join(p for p in parts if p)
 
 
