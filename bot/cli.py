@@ -152,15 +152,16 @@ async def _stats(window: str, config: str | None) -> int:
     finally:
         await store.close()
     public = await _public_channels(settings, {channel_of(e.thread_id) for e in downs})
-    # Counters live in hour buckets: say the span they really cover, not a window they only approximate.
-    show(f"OpsPilot — last {window}, counted in whole hours since "
+    show(f"OpsPilot — last {window}, counted in whole hours since "  # the span the hour buckets really cover
          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(s.since))}")
     show(f"  runs                        {s.runs}")
     show(f"  average steps per run       {s.avg_steps:.2f}")
     show(f"  tool calls / failures       {s.get('tool_calls')} / {s.get('tool_failures')}"
           f"  ({s.tool_failure_rate:.1%} failed)")
-    rate = f"{s.resume_rate:.1%}" if s.resume_rate <= 1 else "more answers than questions: some were asked earlier"
-    show(f"  interrupts → resumed        {s.get('interrupts')} → {s.get('resumed')}  ({rate})")
+    asked, resumed = s.get("interrupts"), s.get("resumed")  # answers count in their hour, questions in theirs
+    rate = f"{resumed / asked:.1%}" if asked >= resumed and asked else "none asked" if not resumed else \
+        "more answers than questions: some were asked earlier"
+    show(f"  interrupts → resumed        {asked} → {resumed}  ({rate})")
     show(f"  answers rated 👍 / 👎        {s.get('feedback_up')} / {s.get('feedback_down')}")
     show(f"  follow-ups fired / skipped / cancelled     {s.get('followup_fired')} / {s.get('followup_skipped')} / "
           f"{s.get('followup_cancelled')}")
