@@ -56,8 +56,7 @@ def _add(sub: Any, name: str, common: argparse.ArgumentParser, short: str) -> ar
     reads = _COMMON_ENV + (f"; {env}" if env else "")
     return cast(argparse.ArgumentParser, sub.add_parser(
         name, help=short, description=description, parents=[common],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=f"example:\n  {example}\n\nenvironment: {reads}"))
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=f"example:\n  {example}\n\nenvironment: {reads}"))
 
 
 def _parser() -> argparse.ArgumentParser:
