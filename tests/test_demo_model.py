@@ -236,7 +236,9 @@ def test_a_change_is_said_done_only_when_its_rollout_completed(zh: bool) -> None
 
 @pytest.mark.parametrize(("question", "minutes"), [("last three days", 3 * 1440), ("past two hours", 120),
                                                    ("最近十五分钟", 15), ("最近二十天", 20 * 1440),
-                                                   ("past half an hour", 30), ("last week", 7 * 1440)])
+                                                   ("past half an hour", 30), ("last week", 7 * 1440),
+                                                   ("past twenty-five minutes", 25), ("past eleven hours", 660),
+                                                   ("最近一个半小时", 90)])
 def test_windows_said_in_words_are_read(question: str, minutes: int) -> None:
     """"last three days" was 24 h, and the answer "No: nothing changed" over a deploy inside the three days."""
     assert read(question).minutes == minutes

@@ -33,12 +33,16 @@ _CHANGES_Q = re.compile(r"deploy(?:s|ed|ment)?|releases?d?|roll ?outs?|chang(?:e
                         r"发布|发版|上线|部署|变更|改动|改了什么|更新", re.I)
 _CAUSE_Q = re.compile(r"caus|because|\bbreak|broke|why|after|since|导致|引起|造成|因为|为什么|之后|以后|后", re.I)
 _TIME = re.compile(r"(?<![\d:])([01]?\d|2[0-3])[:：]([0-5]\d)(?![\d:])")
-_EN_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-               "eight": 8, "nine": 9, "ten": 10, "twelve": 12, "fifteen": 15, "twenty": 20, "thirty": 30,
-               "forty-five": 45, "half an": 0.5, "half a": 0.5}
+_ONES = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+_TEENS = ["ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
+_TENS = ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+_EN_NUMBERS: dict[str, float] = {
+    "a": 1, "an": 1, "half an": 0.5, "half a": 0.5, **{w: i + 1 for i, w in enumerate(_ONES)},
+    **{w: i + 10 for i, w in enumerate(_TEENS)}, **{w: 10 * (i + 2) for i, w in enumerate(_TENS)},
+    **{f"{t}{sep}{o}": 10 * (i + 2) + j + 1 for i, t in enumerate(_TENS) for j, o in enumerate(_ONES) for sep in "- "}}
 _LAST = re.compile(r"(?:last|past|previous)\s+(?:(\d+|" + "|".join(sorted(_EN_NUMBERS, key=len, reverse=True)) +
                    r")\s*)?(minute|min|hour|day|week)s?|"
-                   r"最近\s*(\d+|[一二两三四五六七八九十半]+)?\s*(?:个)?\s*(分钟|小时|天|周|星期)", re.I)
+                   r"最近\s*(\d+|[一二两三四五六七八九十半]+)?\s*(?:个)?\s*(半)?\s*(分钟|小时|天|周|星期)", re.I)
 _RELEASE = re.compile(r"(?:to|到)\s*(?:release|version|版本)?\s*`?(\d[\w.:-]*\d|[a-z][\w-]*:[\w.-]+)`?", re.I)
 _REVISION = re.compile(r"revision\s*(\d+)|第\s*(\d+)\s*(?:个)?版", re.I)
 _REPLICAS = re.compile(r"(?:to|到)\s*(\d+)\s*(?:replicas?|pods?|instances?)?|(\d+)\s*(?:个)?(?:副本|实例)", re.I)
@@ -98,9 +102,9 @@ def _minutes(text: str) -> int | None:
     found = _LAST.search(text)
     if not found:
         return None
-    count_en, unit_en, count_zh, unit_zh = found.groups()
+    count_en, unit_en, count_zh, half, unit_zh = found.groups()
     said = (count_en or count_zh or "").lower()  # "last hour" / 最近一小时 say no number, or a word for one
-    count = float(said) if said.isdigit() else _EN_NUMBERS.get(said) or _zh_number(said) or 1
+    count = (float(said) if said.isdigit() else _EN_NUMBERS.get(said) or _zh_number(said) or 1) + (0.5 if half else 0)
     unit = (unit_en or unit_zh or "").lower()
     per = 1 if unit in ("minute", "min", "分钟") else 60 if unit in ("hour", "小时") else \
         7 * 24 * 60 if unit in ("week", "周", "星期") else 24 * 60
