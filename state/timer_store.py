@@ -30,6 +30,10 @@ Kind = Literal["followup", "schedule"]
 Added = Literal["added", "full", "exists"]
 
 
+class Firing(Exception):
+    """A timer being fired (claimed) cannot be cancelled: its turn may already be under way."""
+
+
 class Timer(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -120,10 +124,15 @@ else
 end
 return 1
 """
-# KEYS: records, due index, group. ARGV: id. Returns the record removed, or nil.
+# KEYS: records, due index, group. ARGV: id, "1" to leave one being fired. Returns the record removed, nil, or
+# FIRING: claimed (its due index holds its lease's end, past its own due time), its turn may be under way.
 _CANCEL = """
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return false end
+if ARGV[2] == '1' then
+  local held = tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]) or '0') or 0
+  if held > (tonumber(cjson.decode(raw)['due']) or 0) then return 'FIRING' end
+end
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('SREM', KEYS[3], ARGV[1])
@@ -144,8 +153,9 @@ class TimerStore(Protocol):
         """Done with the claimed occurrence: removed (``next_due`` None) or waiting for ``next_due``. False if it
         changed since the claim (cancelled, or fired by another after this claim's lease ran out)."""
 
-    async def cancel(self, timer_id: str) -> Timer | None:
-        """Removed; the timer as it was, or None if there was none (fired, or cancelled already)."""
+    async def cancel(self, timer_id: str, *, unless_firing: bool = False) -> Timer | None:
+        """Removed; the timer as it was, or None if there was none (fired, or cancelled already). ``unless_firing``:
+        :class:`Firing` when it is being fired (claimed: its turn may be under way), and kept."""
 
     async def pending(self, group: str) -> list[Timer]: ...
 
@@ -202,12 +212,14 @@ class RedisTimers:
         args: list[str | int] = [timer.id, claimed.raw, following, next_due or 0, self.ttls.timers_s]
         return bool(await retried("completing a timer", self.grace_s, lambda: self._complete(keys=keys, args=args)))
 
-    async def cancel(self, timer_id: str) -> Timer | None:
+    async def cancel(self, timer_id: str, *, unless_firing: bool = False) -> Timer | None:
         current = await self.get(timer_id)
         if current is None:
             return None
-        keys = self._keys(_shard(timer_id), current.group)
-        raw = await retried("cancelling a timer", self.grace_s, lambda: self._cancel(keys=keys, args=[timer_id]))
+        keys, args = self._keys(_shard(timer_id), current.group), [timer_id, "1" if unless_firing else ""]
+        raw = await retried("cancelling a timer", self.grace_s, lambda: self._cancel(keys=keys, args=args))
+        if text(raw) == "FIRING":
+            raise Firing(timer_id)
         return _parse(text(raw)) if raw else None
 
     async def pending(self, group: str) -> list[Timer]:
@@ -268,7 +280,10 @@ class MemoryTimers:
             self._scores[tid] = next_due
         return True
 
-    async def cancel(self, timer_id: str) -> Timer | None:
+    async def cancel(self, timer_id: str, *, unless_firing: bool = False) -> Timer | None:
+        timer = _parse(self._records.get(timer_id))
+        if unless_firing and timer is not None and self._scores.get(timer_id, 0) > timer.due:
+            raise Firing(timer_id)
         self._scores.pop(timer_id, None)
         return _parse(self._records.pop(timer_id, None))
 

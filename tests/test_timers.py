@@ -17,7 +17,7 @@ from bot.slack.followups.buttons import time_of
 from bot.slack.outbound.thread_meta import thread_key
 from core.messages import UserMessage
 from state import Keys, RedisStore, connect
-from state.timer_store import Timer, new_timer_id
+from state.timer_store import Firing, MemoryTimers, Timer, new_timer_id
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
 
 T0 = 1_760_000_000.0  # a fixed "now" the tests move by hand
@@ -69,6 +69,27 @@ async def test_completion_is_compare_and_set_so_a_late_claimer_changes_nothing(s
     assert not await store.timers.complete(slow, int(T0) + 86400 * 5)  # it would have moved the schedule again
     kept = await store.timers.get(timer.id)
     assert kept is not None and kept.due == int(T0) + 86400
+
+
+@pytest.mark.parametrize("kind", ["redis", "memory"])
+async def test_a_timer_being_fired_is_not_cancelled_by_a_person(store: RedisStore, kind: str) -> None:
+    """Cancel pressed while a tick fired it: "cancelled by @UMATE" on its announcement, its turn run all the same,
+    stats counting it cancelled. Claimed, it cannot be cancelled by a person; once done firing it can, and the
+    config's own removal of a schedule is not asked."""
+    timers = store.timers if kind == "redis" else MemoryTimers()
+    timer = followup("slack:C1:4.4", T0).model_copy(update={"kind": "schedule", "cron": "0 9 * * *",
+                                                            "timezone": "UTC"})
+    await timers.add(timer)
+    [claimed] = await timers.claim(T0, 60)
+    with pytest.raises(Firing):
+        await timers.cancel(timer.id, unless_firing=True)
+    assert await timers.get(timer.id) is not None
+    assert await timers.complete(claimed, int(T0) + 86400)
+    cancelled = await timers.cancel(timer.id, unless_firing=True)
+    assert cancelled is not None and await timers.get(timer.id) is None
+    await timers.add(timer)
+    await timers.claim(T0, 60)
+    assert await timers.cancel(timer.id) is not None  # (the config's sync removes it whatever)
 
 
 async def test_a_group_holds_at_most_its_limit_and_adding_again_is_the_same_timer(store: RedisStore) -> None:

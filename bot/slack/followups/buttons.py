@@ -27,7 +27,7 @@ from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.thread_meta import THREAD, thread_key
 from bot.slack.outbound.words import language_of, say
 from state.store import MetaStore, Reports
-from state.timer_store import Timer, TimerStore
+from state.timer_store import Firing, Timer, TimerStore
 
 log = logging.getLogger(__name__)
 
@@ -161,12 +161,18 @@ class SlackFollowups:
         if timer.source == "config":
             await self._tell(channel, user, say(lang, "sc_config"), thread_ts)
             return
-        if not await self.cancel(timer, user):  # another click cancelled it a moment ago: said, not silence
+        try:
+            cancelled = await self.cancel(timer, user)
+        except Firing:  # it is being fired: "cancelled" while its turn ran would be untrue
+            await self._tell(channel, user, say(lang, f"{'fu' if timer.kind == 'followup' else 'sc'}_firing"),
+                             thread_ts)
+            return
+        if not cancelled:  # another click cancelled it a moment ago: said, not silence
             await self._tell(channel, user, say(lang, "fu_gone"), thread_ts)
 
     async def cancel(self, timer: Timer, user: str) -> bool:
         """Cancel ``timer`` (already checked: ``user`` may), and say so where it was announced."""
-        if await self.timers.cancel(timer.id) is None:
+        if await self.timers.cancel(timer.id, unless_firing=True) is None:  # (Firing: it is under way)
             return False
         lang = await self.lang(timer)
         await self.reports.tally(timer.group, f"{timer.kind}_cancelled")

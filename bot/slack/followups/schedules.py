@@ -25,7 +25,7 @@ from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.words import language_of, say
 from state.keys import shard_of
-from state.timer_store import Timer, TimerStore, new_timer_id
+from state.timer_store import Firing, Timer, TimerStore, new_timer_id
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +163,12 @@ class Schedules:
         if timer.source == "config":
             await self.outbox.tell(channel, user, say(lang, "sc_config"))
             return
-        if not await self.slack.cancel(timer, user):
+        try:
+            cancelled = await self.slack.cancel(timer, user)
+        except Firing:  # it is being fired right now: cancelled afterwards, or told so
+            await self.outbox.tell(channel, user, say(lang, "sc_firing"))
+            return
+        if not cancelled:
             await self.outbox.tell(channel, user, say(lang, "sc_unknown", id=kit.escape(timer_id)))
 
 

@@ -4,6 +4,10 @@ timers.py, checks.py), in English and Chinese: part of the one catalog in :mod:`
 from __future__ import annotations
 
 TIMER_WORDS: dict[str, tuple[str, str]] = {
+    "fu_firing": ("This follow-up is running right now: it can no longer be cancelled.",
+                  "这个跟进正在运行：已经无法取消。"),
+    "sc_firing": ("This scheduled check is running right now: cancel it again once it has reported.",
+                  "这个定时检查正在运行：等它报告后再取消。"),
     # follow-ups in a thread and scheduled checks (bot/slack/followups/buttons.py, schedules.py, timers.py, checks.py)
     "fu_turn": ("Follow-up requested by {by} at {at}: {question}", "{by} 在 {at} 请求的跟进：{question}"),
     "fu_announce": (":alarm_clock: Follow-up at {due}, requested by {by}: {question}",
