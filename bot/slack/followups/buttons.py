@@ -121,7 +121,7 @@ class SlackFollowups:
 
     async def skipped(self, timer: Timer, key: str, **values: object) -> None:
         """Said in the thread (a line of its own, so the thread reads in order) and on the announcement."""
-        await self._log(timer, "skipped", self.clock(), why="late" if key == "fu_skipped_late" else "busy")
+        await self._log(timer, "skipped", self.clock(), why=key.removeprefix("fu_skipped_"))  # late, busy, limit
         lang = await self.lang(timer)
         text = say(lang, key, due=time_of(timer.due, lang), question=kit.quoted(timer.question), **values)
         await self.outbox.say(timer.channel, timer.thread_ts, text, key=f"timer-skip:{timer.id}:{timer.due}")

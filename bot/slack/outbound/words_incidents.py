@@ -57,6 +57,8 @@ INCIDENT_WORDS: dict[str, tuple[str, str]] = {
                             "{due} 的跟进已跳过：当时 OpsPilot 没有运行"),
     "inc_fu_skipped_busy": ("Follow-up due {due} skipped: the thread was busy (a run or a question under way)",
                             "{due} 的跟进已跳过：当时这个线程正忙（有运行或问题未完成）"),
+    "inc_fu_skipped_limit": ("Follow-up due {due} not run: too many runs had just started there",
+                             "{due} 的跟进没有运行：当时那里刚开始了太多运行"),
     "inc_fu_cancelled": ("Follow-up due {due} cancelled by {by}", "{due} 的跟进已被 {by} 取消"),
     "inc_fu_pending": ("Follow-up due {due}, asked by {by}: {question}", "{due} 将跟进（{by} 安排）：{question}"),
     "inc_no_changes": ("No change was made through OpsPilot.", "没有通过 OpsPilot 做任何变更。"),
