@@ -115,8 +115,15 @@ def next_due(cron: str, timezone: str, after: float) -> int | None:
     """The first time the schedule fires at or after ``after`` (epoch seconds); None if it never does again.
     A fixed time of day (neither the minute nor the hour a ``*``) in the hour a fall-back of daylight saving time
     repeats fires once, the first time the clock shows it, as classic cron does; APScheduler returns both."""
+    fields = cron.split()
+    if len(fields) == 5 and not fields[2].startswith("*") and not fields[4].startswith("*"):
+        # Both days restricted: classic crontab fires on either ("0 9 1 * 1": the 1st and every Monday);
+        # APScheduler asks for both (the Mondays that are a 1st).
+        either = [next_due(" ".join([*fields[:4], "*"]), timezone, after),
+                  next_due(" ".join([*fields[:2], "*", fields[3], fields[4]]), timezone, after)]
+        return min((due for due in either if due is not None), default=None)
     fires, tz = trigger(cron, timezone), zone(timezone)
-    fixed = not any(field.startswith("*") for field in cron.split()[:2])
+    fixed = not any(field.startswith("*") for field in fields[:2])
     moment = datetime.fromtimestamp(after, UTC)
     while True:
         fire: datetime | None = fires.get_next_fire_time(None, moment)

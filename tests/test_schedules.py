@@ -322,3 +322,19 @@ async def test_a_fence_in_a_question_cannot_turn_the_list_into_code(ws: Workspac
     listing = ws.slack.ephemeral_texts("UREQ")[-1]
     assert "```" not in listing and listing.count("ˋˋˋ") == 2 and listing.count("<@UREQ>") == 2, listing
     assert "```" not in "".join(all_text(m) for m in roots(ws.slack))
+
+
+def test_both_days_restricted_fire_on_either_as_crontab_does() -> None:
+    """"0 9 1 * 1" fired only on Mondays that were the 1st (months apart); crontab fires on the 1st and on every
+    Monday, as docs/slack.md's "standard crontab" promises."""
+    def days(cron: str, n: int) -> list[str]:
+        out, at = [], datetime(2026, 6, 1, 10, 0, tzinfo=UTC).timestamp()  # a Monday the 1st, past 09:00
+        for _ in range(n):
+            at = float(when.next_due(cron, "UTC", at) or 0)
+            out.append(datetime.fromtimestamp(at, UTC).strftime("%a %m-%d %H:%M"))
+            at += 1
+        return out
+
+    assert days("0 9 1 * 1", 5) == ["Mon 06-08 09:00", "Mon 06-15 09:00", "Mon 06-22 09:00", "Mon 06-29 09:00",
+                                    "Wed 07-01 09:00"]
+    assert days("0 9 13 * *", 1) == ["Sat 06-13 09:00"]  # one of them a *: that one alone
