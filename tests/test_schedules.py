@@ -338,3 +338,23 @@ def test_both_days_restricted_fire_on_either_as_crontab_does() -> None:
     assert days("0 9 1 * 1", 5) == ["Mon 06-08 09:00", "Mon 06-15 09:00", "Mon 06-22 09:00", "Mon 06-29 09:00",
                                     "Wed 07-01 09:00"]
     assert days("0 9 13 * *", 1) == ["Sat 06-13 09:00"]  # one of them a *: that one alone
+
+
+async def test_a_schedule_where_opspilot_was_removed_runs_no_check(redis_url: str, prefix: str,
+                                                                   slack: FakeSlack) -> None:
+    """OpsPilot removed from the channel: every day a whole check ran (the model, reads against prod) and its
+    report was dropped, counted "reported". Now no check runs there, and the schedule waits for OpsPilot's return."""
+    model = ScriptedModel([reply("payments: all well.\nStatus: OK")])
+    clock = Clock(SAT_0700_EST)
+    ws = await open_at(redis_url, prefix, slack, clock, model=model, specs=[])
+    try:
+        await command(ws, 'schedule "*/30 * * * *" UTC payments recent errors')
+        slack.absent.add(CHANNEL)  # removed after the schedule was set
+        clock.now = (await only_schedule(ws)).due
+        assert await tick(ws) == 1
+        await ws.settle()
+        stats = await ws.store.stats(3600)
+        assert (stats.runs, stats.get("schedule_skipped"), stats.get("schedule_reported")) == (0, 1, 0)
+        assert (await only_schedule(ws)).due > clock.now  # kept, for when OpsPilot is back
+    finally:
+        await ws.stop()

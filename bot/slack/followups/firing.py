@@ -161,6 +161,11 @@ class Firer:
                                       key=f"timer-skip:{timer.id}:{timer.due}")
                 await self.reports.tally(timer.group, "schedule_skipped")
             return
+        if isinstance(await self.slack.access.bot_in(timer.channel, fresh=True), str):  # removed: nothing shown
+            if await self.timers.complete(claimed, following):  # kept: it runs again once OpsPilot is back there
+                log.warning("schedule %s not run: OpsPilot is not in %s", timer.id, timer.channel)
+                await self.reports.tally(timer.group, "schedule_skipped")
+            return
         await self.dispatch(Check(channel=timer.channel, thread_ts=None, user=timer.owner, timer=timer.id,
                                   due=timer.due, request_id=timer.request_id, question=redact(timer.question),
                                   label=label(timer), quiet=timer.quiet, late_s=max(late, 0.0),

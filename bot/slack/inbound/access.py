@@ -148,11 +148,11 @@ class AccessPolicy:
         self._dms[channel] = own
         return own
 
-    async def bot_in(self, channel: str) -> bool | str | None:
+    async def bot_in(self, channel: str, *, fresh: bool = False) -> bool | str | None:
         """Whether OpsPilot is in a channel (it can post there): True, or the words' key for why not
         (``cannot_post_not_in_channel``, ``cannot_post_channel_not_found`` — a private channel it is not in);
         None: Slack failing, not known (let through: the post says). Only a yes is kept, a minute."""
-        if self._inside.get(channel, 0.0) > time.monotonic():
+        if not fresh and self._inside.get(channel, 0.0) > time.monotonic():
             return True
         try:
             async with asyncio.timeout(INFO_S):  # a slow Slack must not hold every command for a minute: unknown
