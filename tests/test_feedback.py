@@ -237,6 +237,10 @@ async def test_a_form_whose_opening_slack_did_not_confirm_keeps_its_reason(redis
         await submit(ws, "UREQ", modal["view"], picked("missed"))
         [entry] = await ws.store.feedback.latest("down")
         assert entry.reason == "missed"
+        # A 429 is a refusal (Slack opened nothing): the 👎 is kept without a reason, not "did Slack open it?".
+        slack.fault("limited", "views.open", times=1)
+        await rate(ws, answer, "UOTHER", "down")
+        assert [e.user for e in await ws.store.feedback.latest("down")] == ["UOTHER", "UREQ"]
     finally:
         await ws.stop()
 

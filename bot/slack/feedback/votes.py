@@ -29,7 +29,7 @@ from bot.agent.events import Event
 from bot.slack.inbound.access import AccessPolicy
 from bot.slack.inbound.visibility import Visibility
 from bot.slack.outbound import blocks as kit
-from bot.slack.outbound.api_errors import SLACK_FAILURES, slack_error, transient
+from bot.slack.outbound.api_errors import SLACK_FAILURES, may_have_acted, slack_error
 from bot.slack.outbound.counters import Metrics
 from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.thread_meta import RUN, THREAD, channel_of, thread_key
@@ -147,7 +147,7 @@ class Feedback:
             await self.once.views_open(trigger_id=trigger_id, view=form(token, where["lang"]))
         except SLACK_FAILURES as exc:
             log.warning("the 👎 form did not open: %s", slack_error(exc))
-            return "unknown" if transient(exc) else "refused"
+            return "unknown" if may_have_acted(exc) else "refused"
         return "opened"
 
     # --- the form -------------------------------------------------------------------------------------------

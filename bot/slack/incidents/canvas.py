@@ -24,7 +24,7 @@ from bot.slack.inbound.thread_reader import ThreadReader
 from bot.slack.incidents.document import Links, render
 from bot.slack.incidents.incident import Incident, gather
 from bot.slack.incidents.narrative import THREAD_CHARS, write
-from bot.slack.outbound.api_errors import SLACK_FAILURES, slack_error
+from bot.slack.outbound.api_errors import SLACK_FAILURES, may_have_acted, slack_error
 from bot.slack.outbound.markdown import code
 from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.words import language_of, say
@@ -111,7 +111,7 @@ class Summaries:
             error = slack_error(exc)
             if error not in CANVAS_UNAVAILABLE:
                 log.warning("summary of %s: canvas failed (%s)", thread_id, error)
-                key = "inc_unconfirmed" if _may_have_landed(exc) else "inc_failed"
+                key = "inc_unconfirmed" if may_have_acted(exc) else "inc_failed"
                 await self.outbox.say(incident.channel, incident.thread_ts, say(
                     lang, key, why=error, what=say(lang, "inc_what_canvas"), link=f"<#{incident.channel}>"), key=note)
                 return
@@ -169,7 +169,7 @@ class Summaries:
         except SLACK_FAILURES as exc:  # the upload URL is another host: it may fail alone
             error = slack_error(exc)
             log.warning("summary of %s: file upload failed (%s)", incident.thread_id, error)
-            key = "inc_unconfirmed" if _may_have_landed(exc) else "inc_failed"
+            key = "inc_unconfirmed" if may_have_acted(exc) else "inc_failed"
             await self.outbox.say(incident.channel, incident.thread_ts, say(
                 lang, key, why=error, what=say(lang, "inc_what_file"), link=f"<#{incident.channel}>"),
                 key=f"incident-summary:{incident.thread_ts}")
@@ -214,11 +214,3 @@ class Summaries:
             return None
         tz = (answer.get("user") or {}).get("tz")
         return str(tz) if tz else None
-
-
-
-def _may_have_landed(exc: BaseException) -> bool:
-    """A failure after which Slack may have made it all the same: no answer, a lost one, or its own fault."""
-    return not isinstance(exc, SlackApiError) or slack_error(exc) in ("fatal_error", "internal_error",
-                                                                       "request_timeout", "service_unavailable") \
-        or slack_error(exc).startswith("http_5")

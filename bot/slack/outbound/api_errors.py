@@ -59,6 +59,12 @@ def transient(exc: BaseException) -> bool:
     return status == 429 or status >= 500 or slack_error(exc) in TRANSIENT
 
 
+def may_have_acted(exc: BaseException) -> bool:
+    """Whether Slack may have done what it was asked all the same: no answer (a hang, a dropped connection) or a
+    failure of its own (a 5xx, ``internal_error``…) — never a refusal, a 429 included (it does nothing it refuses)."""
+    return transient(exc) and not rate_limited(exc) and slack_error(exc) != "ratelimited"
+
+
 def rate_limited(exc: BaseException) -> bool:
     """A 429: Slack answered, and asked us to slow down — pacing, not an outage."""
     return isinstance(exc, SlackApiError) and int(getattr(exc.response, "status_code", 0) or 0) == 429

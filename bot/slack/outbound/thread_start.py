@@ -15,7 +15,7 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack.outbound.api_errors import SLACK_FAILURES, retried, slack_error, transient
+from bot.slack.outbound.api_errors import SLACK_FAILURES, may_have_acted, retried, slack_error
 from bot.slack.outbound.counters import Metrics
 from bot.slack.outbound.landed import METADATA_TYPE, find_posted
 from bot.slack.outbound.pacer import Pacer
@@ -49,7 +49,7 @@ class ThreadStarts:
                 metadata={"event_type": METADATA_TYPE, "event_payload": {"key": key}})
         except SLACK_FAILURES as exc:
             self.metrics.inc("opspilot_slack_api_errors_total", method="chat.postMessage")
-            if not transient(exc):
+            if not may_have_acted(exc):
                 return None, slack_error(exc)  # refused: nothing was posted
             log.warning("the thread of command %s: no answer from Slack (%s); looking for it", key, slack_error(exc))
             landed = await self._landed(channel, key, since)
