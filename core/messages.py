@@ -21,10 +21,6 @@ DECLINED = "declined_by_user"
 """A person pressed Decline: the model reads it as an error result, nothing counts it as a failure."""
 
 
-def _text(value: Any) -> Any:
-    return well_formed(value)
-
-
 class _Message(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -42,7 +38,7 @@ class ToolCall(BaseModel):
     raw_arguments: str | None = None
 
     # A model's half emoji (a lone surrogate) could be neither stored nor digested: U+FFFD in its place.
-    _well_formed = field_validator("id", "name", "arguments", "raw_arguments", mode="before")(_text)
+    _well_formed = field_validator("id", "name", "arguments", "raw_arguments", mode="before")(well_formed)
 
 
 class SystemMessage(_Message):
@@ -53,7 +49,7 @@ class SystemMessage(_Message):
 class UserMessage(_Message):
     role: Literal["user"] = "user"
     content: str
-    _well_formed = field_validator("content", mode="before")(_text)
+    _well_formed = field_validator("content", mode="before")(well_formed)
     user_id: str | None = None
     request_id: str | None = None
     """The front end's id of the message (e.g. Slack channel and ts): a redelivered one is recognised."""
@@ -63,7 +59,7 @@ class AssistantMessage(_Message):
     role: Literal["assistant"] = "assistant"
     content: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
-    _well_formed = field_validator("content", mode="before")(_text)
+    _well_formed = field_validator("content", mode="before")(well_formed)
 
 
 class ToolResultMessage(_Message):
@@ -72,7 +68,7 @@ class ToolResultMessage(_Message):
     name: str
     content: str
     status: ResultStatus = "ok"
-    _well_formed = field_validator("content", mode="before")(_text)
+    _well_formed = field_validator("content", mode="before")(well_formed)
     error_code: str | None = None
     """Why the call did not succeed (``validation_error``, ``declined_by_user``…); None when ok."""
 

@@ -44,8 +44,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-
-
 _MISPLACED = refusal("misplaced")
 _IGNORED_SUBTYPES = {None, "thread_broadcast", "file_share"}
 Dispatch = Callable[[WorkItem], Awaitable[None]]
@@ -145,6 +143,7 @@ class Inbound:
         text = redact(kit.unescape(str(command.get("text") or "")).strip())
         # A command has no event id, but every invocation its own trigger: a replayed request is one run.
         trigger = str(command.get("trigger_id") or "")
+        ident = trigger or uuid.uuid4().hex  # this command's own name: its limits' member, its thread's key
         if trigger and not await self.meta.first_time(f"command:{trigger}"):
             log.warning("a replayed /opspilot request (trigger %s) was ignored", trigger)
             return
@@ -157,16 +156,15 @@ class Inbound:
                 language_of("", self.access.config.language)  # no words to go by: the person's latest thread's
             await self.outbox.tell(channel, user, say(lang, "slash_usage"))
             return
-        if await self.incidents.on_command(channel, user, text, trigger=trigger or uuid.uuid4().hex):
+        if await self.incidents.on_command(channel, user, text, trigger=ident):
             return  # `/opspilot summary …` or `/opspilot handover …`
         if self.timers is not None and await self.timers.schedules.on_command(channel, user, text, trigger):
             return  # `/opspilot schedule …` or `/opspilot schedules …`
         lang = language_of(text, self.access.config.language)  # the thread it starts speaks the question's
-        if not await self._admit("command", user, channel, f"command:{trigger or uuid.uuid4().hex}", None, text):
+        if not await self._admit("command", user, channel, f"command:{ident}", None, text):
             return  # before its thread is started: a refused command leaves nothing in the channel
         root, error = await self.starts.start(channel, say(lang, "slash_asked", who=f"<@{user}>",
-                                                           text=kit.escape(text))[:3000],
-                                               f"command:{trigger or uuid.uuid4().hex}")
+                                                           text=kit.escape(text))[:3000], f"command:{ident}")
         if root is None:
             # Not in this channel, or a DM between two people: the command's response_url still reaches them.
             log.warning("/opspilot in %s could not start a thread: %s", channel, error)
