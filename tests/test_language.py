@@ -12,7 +12,7 @@ import pytest
 from bot.demo.sender import block_action, mention, message
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
-from bot.slack.outbound.words import catalog
+from bot.slack.outbound.words import catalog, signal
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
 
 
@@ -121,3 +121,40 @@ def test_one_earlier_call_is_one() -> None:
     lines = [{"tool": f"t{i}", "status": "ok"} for i in range(41)]
     text = "\n".join(b["text"]["text"] for b in progress_blocks({"lines": lines, "lang": "en"}) if "text" in b)
     assert "… 1 earlier call\n" in text and "calls" not in text.split("\n")[1]
+
+
+@pytest.mark.parametrize(("text", "lang"), [
+    ("看看支付服务最近报错，顺便对照一下文档里的处理建议", "zh"),
+    ("why is 支付服务 returning 500s since 10:02? check the logs", "en"),  # a service's Chinese name
+    ("Check 支付服务 and 订单服务 errors", "en"),
+    ("用kubectl查一下payment-service的pod日志", "zh"),  # Chinese grammar around English names
+    ("<@U0WANG> can you check why payments is returning 500s?", "en"),
+    ("<https://grafana.example.com/d/abc|看板>", None),  # a link alone says nothing
+    (":fire: :fire:", None),
+    ("重启", "zh"),
+])
+def test_the_language_of_a_question_is_that_of_its_own_words(text: str, lang: str | None) -> None:
+    assert signal(text) == lang
+
+
+async def test_a_new_thread_speaks_its_asker_s_words_or_else_their_latest_thread_s(ws: Workspace) -> None:
+    """An English question naming a colleague whose Slack name is Chinese got a Chinese thread (the name was
+    weighed as the question's words); a question that was only a link got English for good from a person whose
+    threads are Chinese, as did `/opspilot handover` (no words of its own)."""
+    ws.slack.profiles["UWANG"] = "王伟"
+    await ws.sender.event(mention(CHANNEL, "UREQ", "can <@UWANG> and you check why payments is failing?", "1400.1"))
+    await ws.settle()
+    english = "\n".join(all_text(m) for m in ws.slack.thread(CHANNEL, "1400.1"))
+    assert ":white_check_mark: Done" in english and "完成" not in english and "以上结论" not in english, english
+    await ws.sender.event(mention(CHANNEL, "UZH", "看看支付服务最近报错", "1500.1"))
+    await ws.settle()
+    await ws.sender.event(mention(CHANNEL, "UZH", "<https://grafana.example.com/d/abc>", "1600.1"))
+    await ws.settle()
+    linked = "\n".join(all_text(m) for m in ws.slack.thread(CHANNEL, "1600.1"))
+    assert ":white_check_mark: 完成" in linked and "Done" not in linked, linked
+    await ws.sender.command({"command": "/opspilot", "text": "handover", "user_id": "UZH", "channel_id": CHANNEL,
+                             "trigger_id": "ho-1", "response_url": "https://hooks.slack.test/c"})
+    await ws.settle()
+    roots = "\n".join(all_text(m) for (c, _), m in ws.slack.messages.items() if c == CHANNEL
+                      and m.get("thread_ts") is None)
+    assert f"交接：<#{CHANNEL}>" in roots and "Handover:" not in roots, roots

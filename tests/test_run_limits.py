@@ -12,8 +12,9 @@ import aiohttp
 import pytest
 
 from bot.agent.models.scripted import ScriptedModel, call, reply
-from bot.demo.sender import mention, message
+from bot.demo.sender import block_action, mention, message
 from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.demo.workspace import buttons
 from bot.followup_tool import followup_tool
 from bot.run_limits import UNLIMITED, RunLimits
 from bot.slack.outbound.thread_meta import thread_key
@@ -276,3 +277,39 @@ async def test_a_dm_between_people_is_not_opspilot_s_dm(redis_url: str, prefix: 
         assert (await ws.store.stats(3600)).runs == 1
     finally:
         await ws.stop()
+
+
+async def test_a_start_that_starts_nothing_takes_no_slot(redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    """Investigate pressed under an alert someone else took already ("I am already on it"), a summary of a thread
+    with no records: nothing started, yet each took a slot, and the person was then refused — "you have started 2
+    runs" — having started none."""
+    ws = await open_workspace(redis_url, prefix, slack, alert_sources=[source(mode="button")],
+                              run_limits=limits(per_person=2, per_person_window_s=600))
+    slack.deliver = ws.sender.event
+    try:
+        alert_ts = await fire(slack, slack.add_webhook(ALERTS), notification("firing"))
+        await ws.settle()
+        offer = next(m for m in slack.thread(ALERTS, alert_ts) if buttons(m))
+        for user in ("UOTHER", "UREQ", "UREQ"):
+            await ws.sender.action(block_action(user=user, channel=ALERTS, message=offer,
+                                                action_id="opspilot_investigate", value=alert_ts))
+            await ws.settle()
+        await command(ws, "summary 123.456", channel=CHANNEL)  # OpsPilot holds no records of it
+        for ts in ("330.1", "330.2"):
+            await ws.sender.event(mention(CHANNEL, "UREQ", "payments errors?", ts))
+            await ws.settle()
+        assert (await ws.store.stats(3600)).runs == 3  # UOTHER's investigation and UREQ's two questions
+        assert told(ws, "UREQ") == []
+    finally:
+        await ws.stop()
+
+
+async def test_handovers_are_limited_like_runs(person: Workspace) -> None:
+    """Fifty `/opspilot handover` from one person were fifty posts in the channel, each a scan of its threads."""
+    ws = person
+    for _ in range(4):
+        await command(ws, "handover", channel=CHANNEL)
+    posted = [m for (c, _), m in ws.slack.messages.items() if c == CHANNEL and "Handover" in str(m.get("text"))]
+    assert len(posted) == 2, posted
+    assert len(told(ws, "UREQ", CHANNEL)) == 1
+    assert 'opspilot_runs_refused_total{door="handover",scope="person"} 2' in await metrics(ws)

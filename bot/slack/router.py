@@ -22,7 +22,7 @@ from bot.slack.home.tab import Home
 from bot.slack.inbound.access import AccessPolicy, Verdict, refusal
 from bot.slack.inbound.background import Background
 from bot.slack.inbound.receipt import Receipt
-from bot.slack.inbound.run_gate import Door, RunGate
+from bot.slack.inbound.run_gate import Admitted, Door, RunGate
 from bot.slack.inbound.thread_reader import render, rich_text
 from bot.slack.inbound.work import CLICK_LOST, STORE_DOWN, Answer, Converse, RunButton, WorkItem
 from bot.slack.incidents.commands import IncidentCommands
@@ -33,7 +33,7 @@ from bot.slack.outbound.people import People
 from bot.slack.outbound.responses import respond
 from bot.slack.outbound.thread_meta import CARD, THREAD, channel_of, thread_key
 from bot.slack.outbound.thread_start import ThreadStarts
-from bot.slack.outbound.words import language_of, say
+from bot.slack.outbound.words import language_of, say, signal
 from bot.slack.rollbacks.offer import ROLLBACK, parse, question
 from core.redact import redact
 from state import StoreError, Ticket
@@ -134,8 +134,9 @@ class Inbound:
         door: Door = "dm" if direct else "mention" if mentioned else "reply"
         if not await self._admit(door, event["user"], channel, f"{channel}:{ts}", thread_ts, raw):
             return
+        lang = await self._lang(channel, thread_ts, raw, event["user"])
         await self.dispatch(Converse(channel=channel, thread_ts=thread_ts, user=event["user"], text=text,
-                                     request_id=f"{channel}:{ts}", ts=ts))
+                                     request_id=f"{channel}:{ts}", ts=ts, lang="zh" if lang == "zh" else "en"))
         await self._asked(event["user"], channel, thread_ts, text)
 
     async def on_command(self, command: dict[str, Any]) -> None:
@@ -151,16 +152,13 @@ class Inbound:
         if not verdict.allowed:
             await self._refuse(channel, user, verdict, None, asked=text, reply=str(command.get("response_url") or ""))
             return
-        if not text:
-            lang = await self.home.language(user) if self.home is not None else \
-                language_of("", self.access.config.language)  # no words to go by: the person's latest thread's
-            await self.outbox.tell(channel, user, say(lang, "slash_usage"))
-            return
+        if not text:  # no words to go by: the person's latest thread's language
+            return await self.outbox.tell(channel, user, say(await self._lang(channel, None, "", user), "slash_usage"))
         if await self.incidents.on_command(channel, user, text, trigger=ident):
             return  # `/opspilot summary …` or `/opspilot handover …`
         if self.timers is not None and await self.timers.schedules.on_command(channel, user, text, trigger):
             return  # `/opspilot schedule …` or `/opspilot schedules …`
-        lang = language_of(text, self.access.config.language)  # the thread it starts speaks the question's
+        lang = await self._lang(channel, None, text, user)  # the thread it starts speaks the question's
         if not await self._admit("command", user, channel, f"command:{ident}", None, text):
             return  # before its thread is started: a refused command leaves nothing in the channel
         root, error = await self.starts.start(channel, say(lang, "slash_asked", who=f"<@{user}>",
@@ -173,7 +171,7 @@ class Inbound:
                           say(lang, f"cannot_post_{error}" if known else "cannot_post"))
             return
         await self.dispatch(Converse(channel=channel, thread_ts=root, user=user, text=text,
-                                     request_id=f"{channel}:{root}"))
+                                     request_id=f"{channel}:{root}", lang="zh" if lang == "zh" else "en"))
         await self._asked(user, channel, root, text)
 
     # --- clicks ----------------------------------------------------------------------------------------------
@@ -233,9 +231,12 @@ class Inbound:
         if not verdict.allowed or self.alerts is None or thread_ts != alert_ts:
             await self._refuse(channel, user, verdict if not verdict.allowed else _MISPLACED, thread_ts)
             return
-        if not await self._admit("investigate", user, channel, f"investigate:{channel}:{alert_ts}", thread_ts):
+        admitted = await self._admit("investigate", user, channel, f"investigate:{channel}:{alert_ts}", thread_ts)
+        if not admitted:
             return
         problem = await self.alerts.investigate(channel, alert_ts, user)
+        if problem and self.gate is not None:  # "already on it", "too old": nothing started, so nothing counts
+            await self.gate.give_back(admitted)
         if problem:
             await self.outbox.tell(channel, user, problem, thread_ts)
 
@@ -249,7 +250,7 @@ class Inbound:
         member = f"rollback:{channel}:{thread_ts}:{user}:{press}"
         if not press or not await self.meta.first_time(member):  # the same press delivered again: once
             return
-        if await self._admit("reply", user, channel, member, thread_ts):
+        if await self._admit("rollback", user, channel, member, thread_ts):
             await self.dispatch(Converse(channel=channel, thread_ts=str(thread_ts), user=user, request_id=member,
                                          text=question(target, user, await self._lang(channel, thread_ts))))
 
@@ -266,23 +267,26 @@ class Inbound:
             log.warning("recent question of %s not remembered: %s", user, exc)
 
     async def _admit(self, door: Door, user: str, channel: str, member: str, thread_ts: str | None,
-                     asked: str = "") -> bool:
+                     asked: str = "") -> Admitted | None:
         """Whether the person's and the channel's windows take one more run (told when not)."""
         if self.gate is None:
-            return True
-        lang = await self._lang(channel, thread_ts, asked)
+            return Admitted(member)
+        lang = await self._lang(channel, thread_ts, asked, user)
         return await self.gate.admit(door, user=user, channel=channel, member=member, lang=lang, thread_ts=thread_ts)
 
-    async def _lang(self, channel: str, thread_ts: str | None, asked: str = "") -> str:
-        """The thread's language (a new thread: the question's)."""
+    async def _lang(self, channel: str, thread_ts: str | None, asked: str = "", user: str = "") -> str:
+        """The thread's language; a new thread's: the configured one, else the question's (as typed: a colleague's
+        Chinese name is not Chinese words), else — a link, an emoji — the person's latest thread's."""
         known = (await self.meta.get(THREAD, thread_key(channel, thread_ts))).get("lang") if thread_ts else None
-        return known or language_of(asked, self.access.config.language)
+        if known or self.access.config.language in ("en", "zh"):
+            return known or self.access.config.language
+        return signal(asked) or (await self.home.language(user) if user and self.home is not None else "en")
 
     async def _refuse(self, channel: str, user: str, verdict: Verdict, thread_ts: str | None,
                       asked: str = "", reply: str = "") -> None:
         """A refusal, to one person, in the thread's language; where OpsPilot cannot post (a DM between people),
         through the request's ``reply`` URL."""
-        words = verdict.words(await self._lang(channel, thread_ts, asked))
+        words = verdict.words(await self._lang(channel, thread_ts, asked, user))
         if verdict.unpostable:
             return await respond(reply, words)
         await self.outbox.tell(channel, user, words, thread_ts)

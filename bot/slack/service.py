@@ -222,6 +222,8 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
         timers.slack.gate = timers.firer.gate = inbound.gate
     if alerts is not None:
         alerts.gate = inbound.gate
+    if inbound.home is not None:
+        inbound.incidents.person_language = inbound.home.language
     if timers is not None and inbound.incidents.handover is not None:
         inbound.incidents.handover.followups = timers.slack.handover_lines
     if timers is not None and inbound.home is not None:

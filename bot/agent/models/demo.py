@@ -30,10 +30,10 @@ from bot.agent.models.demo_checks import with_followups
 from bot.agent.models.demo_intent import Ask, environment, read, request_words, window, window_note
 from bot.agent.models.demo_narrative import MARKER, demo_narrative
 from bot.agent.models.scripted import ScriptedModel
+from core.language import signal
 from core.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from core.quote import split as _split
 
-_CJK = re.compile(r"[\u3400-\u9fff]")
 _COMPARE = re.compile(r"compar|\bvs\.?\b|versus|\band\b|\bboth\b|对比|比较|和|与|跟", re.I)
 
 
@@ -215,7 +215,7 @@ def demo_reply(messages: Sequence[Message], tools: Sequence[str]) -> AssistantMe
     # The thread's language: this question's, else an earlier one's (a Chinese thread stays Chinese).
     # The thread's language when the front end names it (a Chinese thread stays Chinese), else the question's.
     told = re.search(r"<reply_language>(\w+)</reply_language>", quoted)
-    zh = told.group(1) == "Chinese" if told else bool(_CJK.search(text))
+    zh = told.group(1) == "Chinese" if told else signal(text) == "zh"
     since = messages[last_user + 1:]
     results = [m for m in since if isinstance(m, ToolResultMessage)]
     if not tools:

@@ -17,7 +17,7 @@ from typing import Any
 from bot import when
 from bot.followup_tool import PER_THREAD, Followups, Refused, keyed_id
 from bot.slack.inbound.access import AccessPolicy
-from bot.slack.inbound.run_gate import RunGate
+from bot.slack.inbound.run_gate import Admitted, RunGate
 from bot.slack.inbound.thread_log import FollowupKind, followup_events, log_followup
 from bot.slack.inbound.visibility import Visibility
 from bot.slack.outbound import blocks as kit
@@ -197,9 +197,10 @@ class SlackFollowups:
         if not ran_a_change(await self.reports.read_audit(200, run_id=run_id)):
             await self._tell(channel, user, say(lang, "fu_recheck_no_change"), thread_ts)
             return
-        if self.gate is not None and not await self.gate.admit(
+        admitted = None
+        if self.gate is not None and not (admitted := await self.gate.admit(
                 "recheck", user=user, channel=channel, member=f"recheck:{run_id}:{user}", lang=lang,
-                thread_ts=thread_ts):
+                thread_ts=thread_ts)):
             return
         try:
             _, fresh = await self.followups.schedule(
@@ -211,10 +212,16 @@ class SlackFollowups:
             n = self.followups.per_person if exc.code == "too_many_followups_for_person" else PER_THREAD
             words = say(lang, key[exc.code], n=n) if exc.code in key else \
                 say(lang, "fu_refused", why=kit.escape(exc) if lang == "en" else f"`{kit.escape(exc)}`")
+            await self._give_back(admitted)
             await self._tell(channel, user, words, thread_ts)
             return
-        if not fresh:
+        if not fresh:  # the re-check already pending: this press added nothing
+            await self._give_back(admitted)
             await self._tell(channel, user, say(lang, "fu_recheck_taken"), thread_ts)
+
+    async def _give_back(self, admitted: Admitted | None) -> None:
+        if self.gate is not None:
+            await self.gate.give_back(admitted)
 
     async def _recheck_key(self, run_id: str, thread_id: str, channel: str, thread_ts: str) -> str:
         """The key of this answer's re-check: the pending one's (pressed again, it is the same re-check), else the

@@ -26,7 +26,7 @@ from bot.slack.followups.buttons import SlackFollowups, label, time_of
 from bot.slack.followups.checks import Checks
 from bot.slack.followups.schedules import Schedules
 from bot.slack.inbound.access import AccessPolicy
-from bot.slack.inbound.run_gate import Door, RunGate
+from bot.slack.inbound.run_gate import Admitted, Door, RunGate
 from bot.slack.inbound.work import Check, Converse, Executor, WorkItem
 from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.thread_meta import thread_key
@@ -123,11 +123,11 @@ class Firer:
             await self.reports.tally(timer.group, "followup_fired")
             await self.slack.ran(timer, now, late if late > LATE_NOTE_S else 0.0)
 
-    async def _admitted(self, timer: Timer, door: Door) -> bool:
+    async def _admitted(self, timer: Timer, door: Door) -> Admitted | None:
         """Whether its owner's and its channel's windows take it (the config owns no window of its own). Nobody
         is there to be told privately: a refused one is skipped with a line saying so."""
         if self.gate is None:
-            return True
+            return Admitted(timer.request_id)
         return await self.gate.admit(door, user="" if timer.owner == "config" else timer.owner,
                                      channel=timer.channel, member=timer.request_id, lang="en",
                                      thread_ts=timer.thread_ts, tell=False)
@@ -154,16 +154,17 @@ class Firer:
                 await self.outbox.say(timer.channel, None, text, key=f"timer-skip:{timer.id}:{timer.due}")
                 await self.reports.tally(timer.group, "schedule_skipped")
             return
+        # Where OpsPilot is not, before the windows: a check that cannot run takes nobody's slot.
+        if isinstance(await self.slack.access.bot_in(timer.channel, fresh=True), str):  # removed: nothing shown
+            if await self.timers.complete(claimed, following):  # kept: it runs again once OpsPilot is back there
+                log.warning("schedule %s not run: OpsPilot is not in %s", timer.id, timer.channel)
+                await self.reports.tally(timer.group, "schedule_skipped")
+            return
         if not await self._admitted(timer, "schedule"):
             if await self.timers.complete(claimed, following):
                 lang = await self.slack.lang(timer)
                 await self.outbox.say(timer.channel, None, say(lang, "sc_skipped_limit", label=label(timer)),
                                       key=f"timer-skip:{timer.id}:{timer.due}")
-                await self.reports.tally(timer.group, "schedule_skipped")
-            return
-        if isinstance(await self.slack.access.bot_in(timer.channel, fresh=True), str):  # removed: nothing shown
-            if await self.timers.complete(claimed, following):  # kept: it runs again once OpsPilot is back there
-                log.warning("schedule %s not run: OpsPilot is not in %s", timer.id, timer.channel)
                 await self.reports.tally(timer.group, "schedule_skipped")
             return
         await self.dispatch(Check(channel=timer.channel, thread_ts=None, user=timer.owner, timer=timer.id,

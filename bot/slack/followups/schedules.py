@@ -23,7 +23,7 @@ from bot.slack.inbound.access import AccessPolicy
 from bot.slack.inbound.run_gate import duration
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.outbox import SlackOutbox
-from bot.slack.outbound.words import language_of, say
+from bot.slack.outbound.words import language_of, say, signal
 from state.keys import shard_of
 from state.timer_store import Firing, Timer, TimerStore, new_timer_id
 
@@ -80,10 +80,11 @@ class Schedules:
         word = word.lower()
         if word not in ("schedule", "schedules"):
             return False
-        lang: str = language_of(rest, self.access.config.language)
-        if lang == "en" and self.access.config.language == "auto" and self.person_language is not None:
-            lang = await self.person_language(user)  # "schedules", "schedules cancel x": no words to go by
         verb, _, arg = rest.strip().partition(" ")
+        own = "" if word == "schedules" else rest  # the person's own words: "schedules cancel <id>" has none
+        lang: str = language_of(own, self.access.config.language)
+        if self.access.config.language == "auto" and signal(own) is None and self.person_language is not None:
+            lang = await self.person_language(user)  # no words to go by: their latest thread's
         if word == "schedules" and verb.lower() == "cancel":
             await self._cancel(channel, user, arg.strip(), lang)
         elif word == "schedules" and not rest.strip():

@@ -23,7 +23,7 @@ from bot.slack.outbound.api_errors import SLACK_FAILURES, slack_error
 from bot.slack.outbound.audit import audit_line
 from bot.slack.outbound.people import People
 from bot.slack.outbound.thread_meta import THREAD, channel_of, thread_key
-from bot.slack.outbound.words import language_of, say
+from bot.slack.outbound.words import say, signal
 from state.store import MetaStore, Reports
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,9 @@ class Home:
                 thread = await self.meta.get(THREAD, thread_key(str(entry["channel"]), str(entry["thread_ts"])))
             except (ValueError, KeyError, TypeError):
                 continue
-            return str(thread.get("lang") or language_of(str(entry.get("text") or "")))  # "restart it" in a 中文 thread
+            said = thread.get("lang") or signal(str(entry.get("text") or ""))  # "restart it" in a 中文 thread
+            if said:  # a question that was only a link says nothing: the one before it may
+                return str(said)
         return "en"
 
     async def blocks(self, user: str) -> list[kit.Block]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 from bot.run_limits import RunLimits
@@ -22,7 +23,7 @@ from state.store import MetaStore, Reports
 log = logging.getLogger(__name__)
 
 Door = Literal["mention", "reply", "dm", "command", "shortcut", "investigate", "recheck", "followup", "schedule",
-               "alert", "summarize"]
+               "alert", "summarize", "handover", "rollback"]
 Scope = Literal["person", "channel"]
 
 
@@ -34,6 +35,17 @@ def duration(lang: str, seconds: float) -> str:
     return say(lang, "dur_min", n=-(-whole // 60))
 
 
+@dataclass(frozen=True)
+class Admitted:
+    """A start the windows took (truthy). ``counted``: the windows it took a slot in just now — none when the same
+    start was read again — so a start that then starts nothing gives back only what it took (``give_back``)."""
+    member: str
+    counted: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return True
+
+
 class RunGate:
     def __init__(self, *, meta: MetaStore, limits: RunLimits, outbox: SlackOutbox, metrics: Metrics | None,
                  reports: Reports | None, clock: Callable[[], float] = time.time) -> None:
@@ -41,7 +53,7 @@ class RunGate:
         self.clock = clock
 
     async def admit(self, door: Door, *, user: str, channel: str, member: str, lang: str,
-                    thread_ts: str | None = None, tell: bool = True) -> bool:
+                    thread_ts: str | None = None, tell: bool = True) -> Admitted | None:
         """Whether a run may start through ``door``. ``member`` names this one start: the same start read again
         (a redelivered event, a retried work item) is admitted again, not counted twice. A person's window is
         counted before the channel's: a start the channel then refuses gives the person's slot back, so what the
@@ -76,5 +88,12 @@ class RunGate:
                     lang, f"limit_{scope}", runs=plural(lang, "n_runs", limit), window=duration(lang, window_s),
                     until=time.strftime("%H:%M:%S UTC", time.gmtime(admission.free_at)),
                     wait=duration(lang, admission.free_at - now)), thread_ts)
-            return False
-        return True
+            return None
+        return Admitted(member, tuple(counted))
+
+    async def give_back(self, admitted: Admitted | None) -> None:
+        """A start that started nothing after all ("already on it", a refused follow-up): its slots are free again,
+        so a later refusal's "you have started N runs" stays true."""
+        if admitted is not None:
+            for name in admitted.counted:
+                await self.meta.withdraw(name, admitted.member)

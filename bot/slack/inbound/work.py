@@ -65,6 +65,9 @@ class Converse(_Item):
     """Quoted material that comes with the question (the alert or message it is about); already redacted."""
     unattended: bool = False
     """No person asked (an alert did): every change waits for a person's Confirm."""
+    lang: Literal["en", "zh"] | None = None
+    """A new thread's language, as decided where the question arrived (its words as typed, a colleague's name
+    aside; no words at all: the person's latest thread's). None: from ``text``."""
 
 
 class Answer(_Item):
@@ -229,7 +232,7 @@ class Executor:
         thread_ts = str(item.thread_ts)
         thread_id = thread_key(item.channel, thread_ts)
         known = (await self.meta.get(THREAD, thread_id)).get("lang")
-        lang = known or language_of(item.text, self.language)  # a thread keeps its first question's language
+        lang = known or item.lang or language_of(item.text, self.language)  # a thread keeps its first question's
         await self.meta.put(THREAD, thread_id, {"channel": item.channel, "thread_ts": thread_ts, "lang": lang})
         context = item.context
         if self.reader is not None and not context:

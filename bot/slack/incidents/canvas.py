@@ -84,14 +84,15 @@ class Summaries:
         self.reader = ThreadReader(client, meta, max_messages=THREAD_MESSAGES, max_chars=THREAD_CHARS)
 
     async def summarize(self, channel: str, thread_ts: str, user: str, *, asked: str = "",
-                        in_thread: bool = True) -> None:
+                        in_thread: bool = True) -> bool:
         """``asked``: the words that asked for it (their language, when the thread has none on record);
-        ``in_thread``: whether the asker is in that thread (a slash command is not)."""
+        ``in_thread``: whether the asker is in that thread (a slash command is not). False: nothing to summarise
+        (no model call made)."""
         incident = await gather(self.store, self.meta, self.reports, channel, thread_ts, language=self.language)
         if incident.empty:  # nothing to summarise: said to the asker alone, no canvas, no post in the thread
             lang = language_of(asked, self.language) if asked else incident.lang
             await self.outbox.tell(channel, user, say(lang, "inc_no_records"), thread_ts if in_thread else None)
-            return
+            return False
         links = await self._links(incident)
         evidence = [(f"message {ts}", url) for ts, url in links.by_ts.items()]
         narrative = None
@@ -101,6 +102,7 @@ class Summaries:
         document = render(incident, narrative, tz=await self._tz(incident.channel, user), links=links,
                           mention=canvas_mention)
         await self.publish(incident, document)
+        return True
 
     async def publish(self, incident: Incident, document: str) -> None:
         lang, thread_id = incident.lang, incident.thread_id

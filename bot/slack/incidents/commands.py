@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bot.agent.engine import Engine
 from bot.slack.inbound.access import AccessPolicy
-from bot.slack.inbound.run_gate import RunGate
+from bot.slack.inbound.run_gate import Admitted, Door, RunGate
 from bot.slack.incidents.canvas import Summaries, thread_of
 from bot.slack.incidents.handover import Handover, hours_of
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.responses import respond
 from bot.slack.outbound.thread_meta import THREAD, thread_key
-from bot.slack.outbound.words import language_of, say
+from bot.slack.outbound.words import language_of, say, signal
 from state.memory import MemoryStore
 from state.redis import RedisStore
 from state.store import MetaStore, Reports
@@ -44,7 +45,10 @@ class IncidentCommands:
             if usable is not None and (reports or usable) is not None else None
         self.handover = Handover(client=access.client, store=usable, meta=meta) if usable is not None else None
         self.gate: RunGate | None = None
-        """A summary is a model call like a run's: it counts in the person's and the channel's windows."""
+        """A summary is a model call like a run's, a handover a post in the channel: both count in the person's
+        and the channel's windows."""
+        self.person_language: Callable[[str], Awaitable[str]] | None = None
+        """The person's latest thread's language (App Home's): a command with no words of its own speaks it."""
 
     @staticmethod
     def asks_summary(text: str) -> bool:
@@ -54,17 +58,33 @@ class IncidentCommands:
         """True when the message asked for a summary (and was handled): only in a thread."""
         if thread_ts == ts or not self.asks_summary(text) or self.summaries is None:
             return False
-        if await self._admit(user, channel, thread_ts, f"summarize:{channel}:{ts}"):
-            await self.summaries.summarize(channel, thread_ts, user, asked=text)
+        await self._summarize(user, channel, thread_ts, f"summarize:{channel}:{ts}", asked=text)
         return True
 
-    async def _admit(self, user: str, channel: str, thread_ts: str | None, member: str) -> bool:
+    async def _summarize(self, user: str, channel: str, thread_ts: str, member: str, *, asked: str = "",
+                         in_thread: bool = True) -> None:
+        """A summary within the windows; one with nothing to summarise (no model call) gives its slot back."""
+        admitted = await self._admit("summarize", user, channel, None if not in_thread else thread_ts, member)
+        if admitted and self.summaries is not None and \
+                not await self.summaries.summarize(channel, thread_ts, user, asked=asked, in_thread=in_thread) and \
+                self.gate is not None:
+            await self.gate.give_back(admitted)
+
+    async def _admit(self, door: Door, user: str, channel: str, thread_ts: str | None,
+                     member: str) -> Admitted | None:
         if self.gate is None:
-            return True
+            return Admitted(member)
         lang = (await self.meta.get(THREAD, thread_key(channel, thread_ts or "-"))).get("lang") or \
-            language_of("", self.language)
-        return await self.gate.admit("summarize", user=user, channel=channel, member=member, lang=lang,
+            await self._speaks(user, "")
+        return await self.gate.admit(door, user=user, channel=channel, member=member, lang=lang,
                                      thread_ts=thread_ts)
+
+    async def _speaks(self, user: str, words: str) -> str:
+        """What to say to ``user`` about a command: the configured language, else that of its words, else (none,
+        or only a number) their latest thread's."""
+        if self.language in ("en", "zh"):
+            return self.language
+        return signal(words) or (await self.person_language(user) if self.person_language is not None else "en")
 
     async def on_command(self, channel: str, user: str, text: str, *, trigger: str) -> bool:
         """True when ``text`` was a ``summary`` or ``handover`` subcommand (and was handled). ``trigger``: the
@@ -73,12 +93,14 @@ class IncidentCommands:
         word = word.lower()
         if word not in ("summary", "summarize", "summarise", "handover"):
             return False
-        lang = language_of(rest, self.language)
+        lang = await self._speaks(user, rest)
         if word == "handover":
             hours = hours_of(rest)
             if hours is None or self.handover is None:
                 await self.outbox.tell(channel, user, say(lang, "ho_usage"))
                 return True
+            if not await self._admit("handover", user, channel, None, f"handover:{trigger}"):
+                return True  # a post in the channel each: as limited as a run
             said = await self.handover.text(channel, hours, lang)
             for i, blocks in enumerate(kit.split_answer(said, lang)):  # whole: one section holds 3,000 characters
                 await self.outbox.message(f"handover:{trigger}:{i}", channel, None, kit.fallback_text(said), blocks)
@@ -87,8 +109,7 @@ class IncidentCommands:
         if thread_ts is None or self.summaries is None:
             await self.outbox.tell(channel, user, say(lang, "inc_usage" if not rest.strip() else "inc_bad_ref"))
             return True
-        if await self._admit(user, channel, None, f"summarize:command:{trigger}"):  # each one counts
-            await self.summaries.summarize(channel, thread_ts, user, in_thread=False)
+        await self._summarize(user, channel, thread_ts, f"summarize:command:{trigger}", in_thread=False)
         return True
 
     async def on_shortcut(self, body: dict[str, Any]) -> None:
@@ -107,5 +128,5 @@ class IncidentCommands:
             else:
                 await self.outbox.tell(channel, user, verdict.words(lang), thread_ts)
             return
-        if self.summaries is not None and await self._admit(user, channel, thread_ts, f"summarize:{trigger}"):
-            await self.summaries.summarize(channel, thread_ts, user)
+        if self.summaries is not None:
+            await self._summarize(user, channel, thread_ts, f"summarize:{trigger}")

@@ -3,23 +3,20 @@ question (``slack.language: auto``), or the one configured; the model is told to
 
 from __future__ import annotations
 
-import re
-from typing import Literal
-
 from bot.slack.outbound.words_incidents import INCIDENT_WORDS
 from bot.slack.outbound.words_timers import TIMER_WORDS
 from bot.slack.outbound.words_work import WORK_WORDS
+from core.language import Lang, signal
 from core.stops import StopReason
 
-Lang = Literal["en", "zh"]
-
-_CJK = re.compile(r"[\u3400-\u9fff]")
+__all__ = ["Lang", "language_of", "say", "signal"]
 
 
 def language_of(text: str, configured: str = "auto") -> Lang:
+    """The configured language, else ``text``'s (English when it says nothing: see :func:`signal`)."""
     if configured in ("en", "zh"):
         return "zh" if configured == "zh" else "en"
-    return "zh" if _CJK.search(text) else "en"
+    return signal(text) or "en"
 
 
 _WORDS: dict[str, tuple[str, str]] = {
