@@ -286,8 +286,10 @@ def environment_problems(settings: Settings, known: list[str], tools: list[str] 
     def env_problem(key: str, env: str) -> str:
         return f"{key}: no service in the catalog has environment {env!r}{suggest(env, known) or ' (known: none)'}"
 
+    # A server whose tools are listed (it connected) is known like our own tools; one that did not, not yet.
+    listed = tuple(prefix for prefix in mcp if any(t.startswith(prefix) for t in tools or ()))
     for tool, by_env in settings.slack.approvers.items():
-        if tools is not None and tool not in tools and not tool.startswith(mcp):
+        if tools is not None and tool not in tools and (not tool.startswith(mcp) or tool.startswith(listed)):
             problems.append(f"slack.approvers.{tool}: there is no tool named {tool!r}{suggest(tool, tools)}")
         problems += [env_problem(f"slack.approvers.{tool}.{env}", env)
                      for env in by_env if env != "*" and env not in folded]
@@ -296,6 +298,11 @@ def environment_problems(settings: Settings, known: list[str], tools: list[str] 
     for name, policy in settings.tools.items():
         problems += [env_problem(f"tools.{name}.confirm_in", env) for env in policy.confirm_in or []
                      if env not in folded]
+    for server in settings.mcp_servers:  # a rule on another argument (a cluster, a region) has its own names
+        problems += [env_problem(f"mcp_servers.{server.name}.tools.{tool}.confirm.in", env)
+                     for tool, rule in server.tools.items() if not isinstance(rule.confirm, str)
+                     and rule.confirm.field == "environment" for env in rule.confirm.environments
+                     if (environment_name(env) or env) not in folded]
     for service, bounds in settings.toolbox.scale_bounds.items():
         if services is not None and service != "*" and service not in services:
             problems.append(f"toolbox.scale_bounds.{service}: there is no service {service!r} in the catalog"

@@ -39,6 +39,13 @@ class PendingCall(_Record):
     created_at: float
     expires_at: float
 
+    @property
+    def environment(self) -> str | None:
+        """Where the call would run, as its confirmation rule reads it (an MCP tool's rule may name another
+        argument than ``environment``): what its card shows and its approvers and two-person rule go by."""
+        found = self.payload["environment"] if "environment" in self.payload else self.arguments.get("environment")
+        return str(found) if found else None
+
 
 class Ticket(_Record):
     """What a question's token opens: the pending call with its run, thread and requester, stored beside the

@@ -66,17 +66,23 @@ class InEnvironments:
     known: frozenset[str] | None = None
     """Every environment there is (the catalog's): a value outside it is asked about too — fail closed, so
     ``Production`` does not slip past a rule written for ``prod``."""
+    absent_asks: bool = False
+    """No value: asked about. An MCP server may default a missing environment to prod, unseen by us; our own
+    tools ask for a missing one with a form before the gate reads it again."""
 
     def __call__(self, args: Any) -> bool:
         raw = str(getattr(args, self.field, "") or "")
+        if not raw:
+            return self.absent_asks
         value = environment_name(raw)
         if value is None:
             return True  # a look-alike or hidden character: asked about, never waved through
         return value in self.environments or (self.known is not None and bool(value) and value not in self.known)
 
 
-def confirm_in(*environments: str, field: str = "environment") -> InEnvironments:
-    return InEnvironments(frozenset(n for e in environments if (n := environment_name(e))), field)
+def confirm_in(*environments: str, field: str = "environment", absent_asks: bool = False) -> InEnvironments:
+    return InEnvironments(frozenset(n for e in environments if (n := environment_name(e))), field,
+                          absent_asks=absent_asks)
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,13 @@ class ToolSpec:
     target that no longer exists, a paused rollout, a change that would change nothing)."""
     attended_only: bool = False
     """Never run in a run no person started (an alert's): refused outright, not even offered on a card."""
+
+    def environment_of(self, args: dict[str, Any]) -> str | None:
+        """The environment a call runs in, from the argument its confirmation rule reads (``environment`` unless
+        an MCP tool's rule names another)."""
+        policy = self.needs_confirmation
+        value = args.get(policy.field if isinstance(policy, InEnvironments) else "environment")
+        return str(value) if value not in (None, "") else None
 
     def environment_fields(self) -> tuple[str, ...]:
         """The arguments holding an environment name: ``environment`` and the field a confirm rule reads."""

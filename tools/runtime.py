@@ -122,7 +122,7 @@ def _confirm_payload(spec: ToolSpec, args: dict[str, Any], stated_reason: str) -
     return {
         "tool": spec.name,
         "arguments": args,
-        "environment": args.get("environment"),
+        "environment": spec.environment_of(args),
         "target": args.get("service_id") or args.get("target") or args.get("name"),
         "description": spec.description.splitlines()[0] if spec.description else spec.name,
         "provenance": spec.provenance,

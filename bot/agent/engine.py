@@ -115,6 +115,7 @@ class Engine:
                 run.decide(answers)
                 await run.settle(answers)
                 run.record.user_id = user_id or run.record.user_id  # a change it leads to is theirs to have asked
+                run.record.unattended = run.record.unattended or unattended  # a follow-up's: a Confirm still waits
             else:
                 record = _new_record(thread_id, text, user_id, unattended, request_id)
                 # The transcript as it is now (a run closed out above appended to it).

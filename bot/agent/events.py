@@ -86,6 +86,13 @@ class PendingView(BaseModel):
     arguments: dict[str, Any] = {}
     """The call's arguments as they stand (what will run once answered)."""
 
+    @property
+    def environment(self) -> str | None:
+        """Where the call would run, as its confirmation rule reads it (an MCP tool's rule may name another
+        argument than ``environment``): what its card shows and its approvers and two-person rule go by."""
+        found = self.payload["environment"] if "environment" in self.payload else self.arguments.get("environment")
+        return str(found) if found else None
+
 
 class LoopInterrupt(_Event):
     type: Literal["loop_interrupt"] = "loop_interrupt"

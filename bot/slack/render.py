@@ -301,11 +301,11 @@ class Renderer:
         lang = str(state.get("lang") or "en")
         if pending.interrupt_type == "confirm_risky":
             who = await self.access.who_may_confirm(
-                self.people, tool=pending.tool, environment=pending.arguments.get("environment"),
+                self.people, tool=pending.tool, environment=pending.environment,
                 requester=state.get("requester"), channel=state["channel"], lang=lang)
             card = kit.confirm_card(pending.token, pending.reason, pending.payload, lang, who=who,
-                                    confirmable=self.access.confirmable(pending.tool, pending.arguments.get(
-                                        "environment"), state.get("requester")))
+                                    confirmable=self.access.confirmable(pending.tool, pending.environment,
+                                                                        state.get("requester")))
             fallback = f"{say(lang, 'confirmation_needed')} — {kit.gate(pending.reason, pending.payload, lang)}"
         else:
             subject = kit.form_subject([pending.tool, *(s.tool for s in siblings)], pending.arguments, lang)

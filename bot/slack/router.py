@@ -382,7 +382,7 @@ class Inbound:
                         state: dict[str, Any]) -> tuple[Answer, Verdict]:
         """What the click means, and whether this person may make it."""
         pending = ticket.pending
-        env = pending.arguments.get("environment")
+        env = pending.environment
         answer = Answer(ticket=ticket, decision="decline", user=user, channel=channel, thread_ts=thread_ts)
         if action_id == "opspilot_submit":
             values = {k: redact(v) for k, v in kit.form_values(state).items()}

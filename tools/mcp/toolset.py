@@ -150,11 +150,12 @@ def _spec(server: McpServer, tool: types.Tool) -> ToolSpec | None:
 
 
 def _server_says(hints: types.ToolAnnotations) -> Provenance | None:
-    """The server's own word; None when it calls the tool a change without marking it destructive."""
-    if hints.read_only_hint is True:
-        return "server_read_only"
+    """The server's own word; None when it calls the tool a change without marking it destructive. A tool it
+    calls both read-only and destructive is taken at its worse word: a change."""
     if hints.destructive_hint is True:
         return "server_destructive"
+    if hints.read_only_hint is True:
+        return "server_read_only"
     if hints.read_only_hint is None and hints.destructive_hint is None:
         return "unannotated"
     return None
@@ -162,7 +163,7 @@ def _server_says(hints: types.ToolAnnotations) -> Provenance | None:
 
 def _policy(confirm: str | ConfirmIn) -> ConfirmPolicy:
     if isinstance(confirm, ConfirmIn):
-        return confirm_in(*confirm.environments, field=confirm.field)
+        return confirm_in(*confirm.environments, field=confirm.field, absent_asks=True)
     return never if confirm == "never" else always
 
 

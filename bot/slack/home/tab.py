@@ -110,7 +110,7 @@ class Home:
         lines = []
         for ticket in await self.engine.questions(expiring_before=time.time() + 10 * 365 * 86400):
             pending = ticket.pending
-            env = pending.arguments.get("environment")
+            env = pending.environment
             channel = channel_of(ticket.thread_id)
             if not await self.visibility.may_see(user, channel, person=ticket.requester or ""):
                 continue

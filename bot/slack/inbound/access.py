@@ -212,7 +212,7 @@ class AccessPolicy:
         pending = ticket.pending
         if user == ticket.requester or pending.interrupt_type != "confirm_risky":
             return ALLOW
-        return await self.may_confirm(user, pending.call.name, pending.arguments.get("environment"), None)
+        return await self.may_confirm(user, pending.call.name, pending.environment, None)
 
     async def who_may_confirm(self, people: People, *, tool: str, environment: str | None, requester: str | None,
                               channel: str, lang: str) -> list[str]:

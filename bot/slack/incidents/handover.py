@@ -89,7 +89,7 @@ class Handover:
             (answered if done else open_).append(line)
             for p in run.pending:
                 target = p.arguments.get("service_id") or p.arguments.get("service") or ""
-                env = p.arguments.get("environment") or ""
+                env = p.environment or ""
                 what = f"`{kit.escape(p.call.name)}`" + (f" `{kit.escape(target)}`" if target else "") + \
                     (f" @ `{kit.escape(env)}`" if env else "")
                 asker = say(lang, "requested_by", by=kit.who(run.user_id or "?"))
