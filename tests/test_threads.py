@@ -147,3 +147,29 @@ def test_one_long_paste_does_not_crowd_out_the_messages_around_it() -> None:
     quoted = material(messages, "1.0", max_messages=20, max_chars=6000)
     assert "IMPORTANT: EU customers" in quoted and "ERROR timeout" in quoted and "left out" not in quoted
     assert len(quoted) <= 6000
+
+
+def unfurl(channel: str, text: str) -> dict[str, object]:
+    """Slack's preview of a link to a message, as ``conversations.replies`` gives it to a bot in that channel."""
+    return {"is_msg_unfurl": True, "channel_id": channel, "private_channel_prompt": True, "author_id": "UALICE",
+            "text": text, "fallback": f"[...] {text}", "from_url": f"https://example.slack.com/archives/{channel}/p1"}
+
+
+async def test_a_message_of_another_conversation_shown_here_is_not_read(redis_url: str, prefix: str,
+                                                                       slack: FakeSlack) -> None:
+    """A link to a message of a private channel, previewed in a public thread: Slack gives the bot (a member there)
+    its text, and the model read it and answered it in public to people who cannot read that channel."""
+    model = ScriptedModel(answer)
+    ws = await open_workspace(redis_url, prefix, slack, model=model, specs=[])
+    try:
+        root = slack.post_as_user(CHANNEL, "UALICE", "see this <https://example.slack.com/archives/C0SECRET/p1>")
+        root["attachments"] = [unfurl("C0SECRET", "layoffs list: the payments team goes Friday"),
+                               unfurl(CHANNEL, "payments 5xx since 10:02, from earlier in this channel")]
+        question = slack.post_as_user(CHANNEL, "UBOB", "<@UBOT> what is this about?", thread_ts=root["ts"])
+        await ws.sender.event(mention(CHANNEL, "UBOB", "what is this about?", question["ts"], thread_ts=root["ts"]))
+        await ws.settle()
+        [text] = user_texts(model)
+        assert "layoffs" not in text and "another conversation" in text, text
+        assert "payments 5xx since 10:02" in text  # this conversation's own message, linked: read
+    finally:
+        await ws.stop()

@@ -306,7 +306,7 @@ class Inbound:
             return
         if not await self._admit("shortcut", user, channel, f"shortcut:{trigger}", thread_ts):
             return
-        context = redact(render([message], ts, 1, self.access.config.thread_context_chars))
+        context = redact(render([message], ts, 1, self.access.config.thread_context_chars, here=channel))
         question = f"<@{user}> asked me to investigate the message quoted above: what is wrong, and what to do?"
         await self.dispatch(Converse(channel=channel, thread_ts=thread_ts, user=user, text=question,
                                      request_id=f"{channel}:{ts}:shortcut:{trigger}", context=context))

@@ -96,7 +96,7 @@ class Alerts:
                                                                        n=alert.count))
             return
         # Kept unquoted: each run quotes it afresh (a new nonce per request, the Investigate button's included).
-        context = redact(material([event], ts, 1, self.config.thread_context_chars))
+        context = redact(material([event], ts, 1, self.config.thread_context_chars, here=channel))
         await self.meta.put(ALERT, group, {"thread_ts": ts, "title": alert.title[:300], "context": context,
                                            "lang": lang, "label": alert.label(), "service": alert.service or "",
                                            "environment": alert.environment or ""})

@@ -82,7 +82,7 @@ class ThreadReader:
         earlier = [m if _mine(m, me) else {k: v for k, v in m.items() if k != "metadata"} for m in messages
                    if _ts(m) < float(ts) and _ts(m) > (float(seen) if seen else 0.0)
                    and (not _mine(m, me) or status_note(m))]
-        return render(earlier, thread_ts, self.max_messages, self.max_chars)
+        return render(earlier, thread_ts, self.max_messages, self.max_chars, here=channel)
 
     async def others(self, channel: str, thread_ts: str) -> str:
         """What people and other apps said in the whole thread (OpsPilot's own posts left out), bounded like
@@ -91,7 +91,7 @@ class ThreadReader:
         messages = await self._replies(channel, thread_ts, oldest="")
         # As in context: another app's copy of OpsPilot's metadata does not make its message a status note.
         others = [{k: v for k, v in m.items() if k != "metadata"} for m in messages if not _mine(m, me)]
-        return material(others, thread_ts, self.max_messages, self.max_chars)
+        return material(others, thread_ts, self.max_messages, self.max_chars, here=channel)
 
     async def _identity(self) -> Identity:
         if self._me is None:
@@ -117,14 +117,18 @@ class ThreadReader:
         return out
 
 
-def render(messages: list[dict[str, Any]], thread_ts: str, max_messages: int, max_chars: int) -> str:
+def render(messages: list[dict[str, Any]], thread_ts: str, max_messages: int, max_chars: int, *,
+           here: str = "") -> str:
     """The thread quoted for the model (see :func:`material`), or "" when there is nothing."""
-    body = material(messages, thread_ts, max_messages, max_chars)
+    body = material(messages, thread_ts, max_messages, max_chars, here=here)
     return quote_thread(body) if body else ""
 
 
-def material(messages: list[dict[str, Any]], thread_ts: str, max_messages: int, max_chars: int) -> str:
-    """The parent first, then the newest messages that fit ``max_messages`` and ``max_chars``; not yet quoted."""
+def material(messages: list[dict[str, Any]], thread_ts: str, max_messages: int, max_chars: int, *,
+             here: str = "") -> str:
+    """The parent first, then the newest messages that fit ``max_messages`` and ``max_chars``; not yet quoted.
+    ``here``: the conversation they are in (a message shared from another one is not read: see
+    :func:`message_text`)."""
     if not messages:
         return ""
     parent = [m for m in messages if m.get("ts") == thread_ts]
@@ -132,12 +136,12 @@ def material(messages: list[dict[str, Any]], thread_ts: str, max_messages: int, 
     kept: list[str] = []
     budget, first = max_chars, ""
     if parent:
-        first = _quote(parent[0], "the thread's first message")[:max_chars // 2]
+        first = _quote(parent[0], here, "the thread's first message")[:max_chars // 2]
         budget -= len(first)
     for m in reversed(rest):
         if len(kept) >= max_messages - len(parent):
             break
-        quoted = _quote(m)
+        quoted = _quote(m, here)
         if len(quoted) > max_chars // 4:  # one long paste cannot crowd out the messages around it
             quoted = quoted[:max_chars // 4 - 1] + "…"
         if len(quoted) > budget:
@@ -153,10 +157,12 @@ def material(messages: list[dict[str, Any]], thread_ts: str, max_messages: int, 
 _LAID_OUT = frozenset({"section", "header", "context", "markdown"})
 
 
-def message_text(message: dict[str, Any]) -> str:
+def message_text(message: dict[str, Any], here: str = "") -> str:
     """What a message says, wherever it says it: its blocks when they are laid out (sections, fields: what Slack
     shows, its ``text`` then only the notification's fallback, as alerting tools post), else its text (a person's,
-    typed: rich text mirrors it), its attachments and their blocks."""
+    typed: rich text mirrors it), its attachments and their blocks. A message of another conversation shown in
+    it (a link's preview, a share) is read only when that conversation is ``here``: Slack gives the bot the
+    preview of a private channel it is in, which the person asking may not be (and the answer is posted here)."""
     blocks = [b for b in message.get("blocks") or [] if isinstance(b, dict)]
     laid_out, typed = _laid_out(blocks), any(b.get("type") == "rich_text" for b in blocks)
     # Typed (rich text, a footer beside it): the text mirrors it. Laid out only: the text is its fallback.
@@ -165,6 +171,9 @@ def message_text(message: dict[str, Any]) -> str:
         parts = [rich_text(blocks)]
     parts += [unescape(t) for t in laid_out]  # a block's text is mrkdwn: escaped like the text field
     for a in message.get("attachments") or []:
+        if _elsewhere(a, here):
+            parts.append(SHARED_UNREAD)
+            continue
         own = [unescape(str(a.get(k) or "")).strip() for k in ("pretext", "title", "text")]
         own += [unescape(f"{f.get('title')}: {f.get('value')}") for f in a.get("fields") or [] if isinstance(f, dict)]
         own += [unescape(t) for t in _laid_out(a.get("blocks") or [])]
@@ -172,6 +181,16 @@ def message_text(message: dict[str, Any]) -> str:
             own = [unescape(str(a["fallback"])).strip()]
         parts += own + ([unescape(str(a.get("footer"))).strip()] if a.get("footer") else [])
     return "\n".join(p for p in parts if p)
+
+
+SHARED_UNREAD = "(a message from another conversation, shown here by a link or a share: not read, as it may be private)"
+
+
+def _elsewhere(attachment: dict[str, Any], here: str) -> bool:
+    """Whether an attachment is a message of another conversation (an unfurled link to it, or a share)."""
+    if not (attachment.get("is_msg_unfurl") or attachment.get("is_share") or attachment.get("channel_id")):
+        return False
+    return not here or attachment.get("channel_id") != here
 
 
 def rich_text(blocks: list[dict[str, Any]]) -> str:
@@ -231,13 +250,13 @@ def status_note(message: dict[str, Any]) -> bool:
     return str((meta.get("event_payload") or {}).get("key") or "").startswith(STATUS_NOTE)
 
 
-def _quote(message: dict[str, Any], what: str = "") -> str:
+def _quote(message: dict[str, Any], here: str, what: str = "") -> str:
     who = "OpsPilot (you), status note" if status_note(message) else \
         f"bot {message.get('username') or message.get('bot_id')}" if message.get("bot_id") or \
         message.get("subtype") == "bot_message" else f"<@{message.get('user', '?')}>"
     when = time.strftime("%H:%M UTC", time.gmtime(_ts(message)))
     head = f"[{when}, {who}{', ' + what if what else ''}]"
-    return f"{head}\n{message_text(message) or '(no text)'}"
+    return f"{head}\n{message_text(message, here) or '(no text)'}"
 
 
 def _ts(message: dict[str, Any]) -> float:
