@@ -23,8 +23,9 @@ from bot.slack.outbound.audit import ran_a_change
 from bot.slack.outbound.thread_meta import thread_key
 from core.messages import ToolResultMessage, UserMessage
 from tests.language_scan import english_runs
-from tests.slack_harness import CHANNEL, Workspace
+from tests.slack_harness import CHANNEL, Workspace, open_workspace
 from tests.test_timers import QUESTION, Clock, asked, clock_of, open_at, schedule, tick, turns
+from tests.toolkit import Probe, toolkit
 
 
 @pytest.fixture
@@ -372,3 +373,23 @@ async def test_the_slack_service_offers_the_model_a_read_only_follow_up_tool(red
         await plain.store.close()
     finally:
         await core.store.close()
+
+
+async def test_a_follow_up_that_carries_on_a_paused_run_changes_nothing_unconfirmed(redis_url: str, prefix: str,
+                                                                                     slack: FakeSlack) -> None:
+    """A follow-up's turn (nobody asked: unattended) reaching a run paused on a card carried it on as the person's:
+    the change the model asked for next, in staging, ran with no card."""
+    probe = Probe()
+    model = ScriptedModel([reply("", call("change", "c1", target="payments", environment="prod")),
+                           reply("", call("change", "c2", target="payments", environment="staging")),
+                           reply("Done.")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, specs=[toolkit(probe)["change"]])
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "change payments in prod", "460.1"))
+        await ws.settle()
+        await ws.service.core.engine.ask(thread_key(CHANNEL, "460.1"), "Follow-up: is it better?", user_id="UREQ",
+                                         request_id="fu-460", unattended=True)
+        await ws.settle()
+        assert probe.count("change") == 0
+    finally:
+        await ws.stop()
