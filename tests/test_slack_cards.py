@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 import time
 from typing import Any
@@ -133,6 +134,23 @@ async def test_expiry_closes_the_card_and_a_late_click_is_told(ws: Workspace) ->
     await ws.settle()
     assert ws.toolbox.restarts.done == []
     assert "This request expired." in ws.slack.ephemeral_texts("UAPPROVER")
+
+
+async def test_a_click_on_a_card_past_its_time_closes_it_at_once(ws: Workspace) -> None:
+    """Clicked after its time and before the sweep came by: the person was told it expired while its card kept its
+    live buttons and "Waiting for you" for up to a sweep's period."""
+    engine = ws.service.core.engine
+    engine.deps = dataclasses.replace(engine.deps, interrupt_ttl_s=0.2)
+    card = await ask_restart(ws)
+    pending = (await ws.store.load_run(await ws.store.thread_run("slack:C0OPS:100.1") or "")).pending[0]
+    # Its time runs out (no sweep runs in between: its period is longer).
+    await asyncio.sleep(max(pending.expires_at - time.time(), 0.0) + 0.05)
+    await ws.sender.action(confirm(card, "UAPPROVER"))
+    await ws.settle()
+    assert ws.toolbox.restarts.done == []
+    assert "This request expired." in ws.slack.ephemeral_texts("UAPPROVER")
+    closed = ws.slack.messages[(CHANNEL, card["ts"])]
+    assert buttons(closed) == [] and "Expired" in all_text(closed), all_text(closed)
 
 
 async def test_a_reminder_is_posted_once_before_expiry(ws: Workspace) -> None:

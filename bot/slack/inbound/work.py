@@ -323,6 +323,10 @@ class Executor:
         except InterruptExpired:
             await self.outbox.tell(item.channel, item.user, say(await self._lang(item), "request_expired"),
                                    item.thread_ts)
+            try:  # its card closes now, as the sweep would close it within seconds: no live button left behind
+                await self.engine.expire_due(item.ticket.run_id)
+            except (EngineError, StoreError) as exc:
+                log.info("expired card of run %s left to the sweep: %s", item.ticket.run_id, exc)
         except NotPending:
             await self.outbox.tell(item.channel, item.user, say(await self._lang(item), "not_pending"),
                                    item.thread_ts)
