@@ -33,7 +33,8 @@ async def run(settings: Settings) -> list[Check]:
         return [await model_check(settings)]
 
     probes = [
-        bounded("Redis", lambda: redis_checks(settings.redis_url), fix="start Redis or set REDIS_URL"),
+        bounded("Redis", lambda: redis_checks(settings.redis_url, prefix=settings.key_prefix),
+                fix="start Redis or set REDIS_URL"),
         bounded("Slack", lambda: slack_checks(settings), fix="check the network path to Slack (or SLACK_API_URL)"),
         # The model's own deadline is inside (the request's); this one also covers importing its SDK.
         bounded("Model", model, deadline_s=TOTAL_S - PROBE_S / 2, fix="check the network path to the model provider"),

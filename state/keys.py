@@ -146,6 +146,10 @@ class Keys:
         """Once-per-tick markers (sweeps)."""
         return f"{self.prefix}:once:{name}"
 
+    def write_probe(self, node: str) -> str:
+        """``opspilot check``'s one write (a few seconds' TTL): whether this Redis takes writes at all."""
+        return f"{self.prefix}:check:{node}"
+
     def dedupe(self, name: str) -> str:
         return f"{self.prefix}:dedupe:{name}"
 

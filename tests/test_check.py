@@ -316,3 +316,51 @@ async def test_an_optional_mcp_server_down_is_a_warning_as_serve_takes_it(
     await _check(None)
     out = capsys.readouterr().out
     assert "! MCP server gone: " in out and "✗ MCP server gone" not in out, out
+
+
+async def test_a_redis_that_refuses_writes_is_not_ready(env: FakeSlack, own_redis: OwnRedis,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """A full Redis, a read-only ACL user: each answers INFO and PING, and check said ready while the worker could
+    write nothing."""
+    server = redis.Redis.from_url(own_redis.url)
+    server.config_set("maxmemory", "1")  # any write now: OOM
+    assert await _check(None) == 1
+    out = capsys.readouterr().out
+    assert "✗ Redis writes: refused a write: command not allowed when used memory > 'maxmemory'" in out, out
+    assert "raise maxmemory or free memory" in out
+    server.config_set("maxmemory", "0")
+    server.acl_setuser("reader", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@read", "+info",
+                                                                                      "+config|get"])
+    monkeypatch.setenv("REDIS_URL", f"redis://reader:pw@127.0.0.1:{own_redis.port}/0")
+    assert await _check(None) == 1
+    out = capsys.readouterr().out
+    assert "✗ Redis writes: refused a write" in out and "+@write" in out, out
+    assert server.keys("*check*") == []  # nothing of the probe left behind: it lapses in seconds, or never landed
+
+
+async def test_a_model_endpoint_answering_something_else_is_not_a_model(env: FakeSlack,
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """A proxy's login page answered 200 at the model's URL: check said "anthropic answers", and every run failed."""
+    from aiohttp import web
+
+    async def login_page(_: web.Request) -> web.Response:
+        return web.Response(text="<html><body>Sign in to the proxy</body></html>", content_type="text/html")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", login_page)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://127.0.0.1:{port}")
+    try:
+        code = await _check(None)
+    finally:
+        await runner.cleanup()
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "✗ Model: something answered at the anthropic endpoint, but not an Anthropic message" in out, out

@@ -39,14 +39,28 @@ async def model_check(settings: Settings, timeout_s: float = SDK_TIMEOUT_S) -> C
                                              **{field: 16})
     try:
         async with asyncio.timeout(timeout_s + 0.5):  # the SDK's own timeout is per read: this bounds the whole
-            await ask
+            answer = await ask
     except Exception as exc:  # the SDKs' errors: said, with the class name the operator can look up
+        status = getattr(exc, "status_code", None)
         if isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__:
             says = f"{provider} ({name}) did not answer within {timeout_s:g}s"
+        elif status in (429, 500, 502, 503, 529):  # the provider's own trouble: the setup is not at fault
+            return Check("Model", False, f"{provider} ({name}) is overloaded or failing right now (HTTP {status}): "
+                         "runs will fail or wait until it recovers", "none in the config: wait, or see the "
+                         "provider's status page", required=False)
         else:
             says = f"{provider} ({name}) did not answer a one-token request ({type(exc).__name__}: {str(exc)[:120]})"
         return Check("Model", False, says, "check the key, llm.name (or OPSPILOT_MODEL) and the network path to "
                                            f"the provider ({provider.upper()}_BASE_URL if you use one)")
     finally:  # its connections, now: left to the garbage collector, it closes itself on whatever loop runs then
         await client.close()
+    # A proxy's login page, another API's JSON: the SDK hands back what it got, and every run would fail on it.
+    expected = "Message" if provider == "anthropic" else "ChatCompletion"
+    if type(answer).__name__ != expected or not (getattr(answer, "content", None) is not None or
+                                                 getattr(answer, "choices", None)):
+        kind = "an Anthropic message" if provider == "anthropic" else "an OpenAI chat completion"
+        return Check("Model", False, f"something answered at the {provider} endpoint, but not {kind} "
+                     f"({type(answer).__name__})",
+                     f"point {provider.upper()}_BASE_URL at the provider's API (a proxy's login page answers "
+                     "otherwise)")
     return Check("Model", True, f"{provider} answers as {name}")

@@ -33,6 +33,11 @@ async def slack_checks(settings: Settings) -> list[Check]:
     try:
         answer = await client.auth_test()
     except SlackApiError as exc:
+        if (slack_error(exc) not in TOKEN_REFUSED and exc.response.status_code >= 500) or \
+                not isinstance(exc.response.data, dict):  # Slack's trouble (or not Slack): not the token's
+            return [Check("Slack token", False, f"Slack answered auth.test with HTTP {exc.response.status_code} "
+                          f"({slack_error(exc)}): the token could not be checked",
+                          "check status.slack.com, or SLACK_API_URL if you set one"), *secretless]
         return [Check("Slack token", False, f"refused by Slack ({slack_error(exc)})",
                       "copy the Bot User OAuth Token from the app's OAuth & Permissions page",
                       refused=slack_error(exc) in TOKEN_REFUSED), *secretless]  # serve stops on it too
