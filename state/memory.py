@@ -38,7 +38,7 @@ class MemoryStore:
         self._unshown: dict[str, float] = {}
         self._audit: list[dict[str, str]] = []
 
-    async def ping(self) -> None:
+    async def ping(self, *, write: bool = False) -> None:
         return None
 
     async def close(self) -> None:

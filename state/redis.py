@@ -66,13 +66,17 @@ class RedisStore:
     def cluster(self) -> bool:
         return isinstance(self.client, RedisCluster)
 
-    async def ping(self) -> None:
-        """Check Redis answers. Call it before anything else: a Cluster client learns the cluster's layout here,
-        once (redis-py 8.1 breaks when concurrent first commands each start that discovery)."""
+    async def ping(self, *, write: bool = False) -> None:
+        """Check Redis answers (``write``: and takes a write, which lapses in 5 s — a replica, a full Redis or
+        one whose snapshots fail answers PING all the same). Call it before anything else: a Cluster client learns
+        the cluster's layout here, once (redis-py 8.1 breaks when concurrent first commands each start that
+        discovery)."""
         async with guard("pinging"):
             if isinstance(self.client, RedisCluster):
                 await self.client.initialize()
             await self.client.ping()
+            if write:
+                await self.client.set(self.keys.write_probe("ready"), "1", px=5000)
 
     async def migrate(self) -> int:
         """Move a single Redis's keys from the layout before shards (a Cluster never had it)."""

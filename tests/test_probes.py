@@ -82,3 +82,29 @@ async def test_with_redis_gone_readyz_is_503_healthz_200_and_ready_again_when_it
     finally:
         proc.terminate()
         await asyncio.wait_for(proc.wait(), 60)
+
+
+async def test_readyz_is_503_while_redis_takes_no_writes_or_the_bot_is_unknown(
+        own_redis: OwnRedis, prefix: str, slack: FakeSlack, tmp_path: Path) -> None:
+    """A full Redis answers PING, and /readyz said "ready" while every request was answered 503; so did a front
+    whose auth.test failed at start (the bot's identity unknown)."""
+    import redis
+
+    slack.fault("error", "auth.test")  # from its start: the identity is never known
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", "serve", "--workers", "1", env=_serve_env(slack, own_redis.url, prefix, port),
+        cwd=tmp_path, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    front = f"http://127.0.0.1:{port}"
+    try:
+        reason = _one_line(await _until_status(f"{front}/readyz", 503))
+        assert "identity is not known" in reason, reason
+        slack.faults.clear()
+        await _until_status(f"{front}/readyz", 200)
+        redis.Redis.from_url(own_redis.url).config_set("maxmemory", "1")  # every write now: OOM
+        reason = _one_line(await _until_status(f"{front}/readyz", 503))
+        assert "maxmemory" in reason, reason
+    finally:
+        redis.Redis.from_url(own_redis.url).config_set("maxmemory", "0")
+        proc.terminate()
+        await asyncio.wait_for(proc.wait(), 60)

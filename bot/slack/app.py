@@ -168,16 +168,19 @@ Readiness = Callable[[], Awaitable[str | None]]
 
 
 def readiness(*, store: Store, queue: WorkQueue, front: bool, worker: Worker | None,
-              link: Readiness | None = None) -> Readiness:
-    """Why this process cannot do its part right now (one line), or None: Redis answers; a front also needs a
-    worker that read the queue lately (else its work would wait), a worker its own read loop running; in
-    Socket Mode, the connection to Slack (events arrive only through it)."""
+              link: Readiness | None = None, identity: Identity | None = None) -> Readiness:
+    """Why this process cannot do its part right now (one line), or None: Redis answers and takes writes; a front
+    also needs the bot's identity (else it answers every request 503) and a worker that read the queue lately
+    (else its work would wait), a worker its own read loop running; in Socket Mode, the connection to Slack
+    (events arrive only through it)."""
     async def check() -> str | None:
         problem = await link() if link is not None else None
         if problem:
             return problem
         try:
-            await asyncio.wait_for(store.ping(), READY_TIMEOUT_S)
+            await asyncio.wait_for(store.ping(write=True), READY_TIMEOUT_S)
+            if identity is not None and await asyncio.wait_for(identity.get(), READY_TIMEOUT_S * 2) is None:
+                return "the bot's identity is not known (Slack's auth.test is failing): requests are answered 503"
             if front and not await asyncio.wait_for(queue.readers(READ_WINDOW_S), READY_TIMEOUT_S):
                 return f"no worker has read the work queue in the last {READ_WINDOW_S:g} s"
         except TimeoutError:

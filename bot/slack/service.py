@@ -265,7 +265,8 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     routes = web_routes(bolt=bolt, signing_secret=secret, store=core.store, outbox=outbox, queue=queue,
                         metrics=metrics, tools_health=core.mcp.health if core.mcp is not None else None,
                         ready=readiness(store=core.store, queue=queue, front=role == "front", worker=worker,
-                                        link=link.problem if link is not None else None),
+                                        link=link.problem if link is not None else None,
+                                        identity=identity if role != "worker" else None),
                         identity=identity, store_first=store_first)
     return SlackService(core, client, inbound, renderer, outbox, reminders, bolt, routes, metrics, role, worker,
                         sessions, link, timers, catchup, identity, executor)
