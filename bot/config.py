@@ -7,11 +7,8 @@ A bad config is a :class:`ConfigError` naming the offending key with a hint, nev
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
-import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
@@ -23,8 +20,11 @@ from pydantic_settings import (
 
 from bot import when
 from bot.agent.limits import Limits
+from bot.config_errors import ConfigError as ConfigError  # where it is raised from, for importers
 from bot.config_errors import describe, describe_unparsed, suggest, unknown_variables
-from bot.config_values import redis_url
+from bot.config_file import config_path as config_path
+from bot.config_file import read_yaml
+from bot.config_values import http_url, redis_url
 from bot.run_limits import RunLimits
 from core.envs import environment_name
 from tools.mcp.servers import McpServerConfig
@@ -39,12 +39,6 @@ def environments(names: list[str]) -> list[str]:
 def slack_ids(ids: list[str]) -> list[str]:
     """Slack ids (U…, S…, C…) are upper case; a hand-written ``u0boss`` is the same user."""
     return list(dict.fromkeys(i.strip().upper() for i in ids if i.strip()))
-
-
-class ConfigError(Exception):
-    pass
-
-
 
 
 class LLMConfig(BaseModel):
@@ -312,37 +306,9 @@ def environment_problems(settings: Settings, known: list[str], tools: list[str] 
     return problems
 
 
-def config_path(explicit: str | None = None) -> Path | None:
-    chosen = explicit or os.environ.get("OPSPILOT_CONFIG")
-    if chosen:
-        return Path(chosen)
-    default = Path("opspilot.yml")
-    return default if default.exists() else None
-
-
-def _read_yaml(path: Path | None) -> dict[str, Any]:
-    if path is None:
-        return {}
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path} is not UTF-8 text (at byte {exc.start}): save it as UTF-8") from exc
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
-        raise ConfigError(f"{path} is not valid YAML{at}: {getattr(exc, 'problem', exc)}") from exc
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path} must be a mapping of settings (key: value), not {type(raw).__name__}")
-    return raw
-
-
 def load_settings(path: str | None = None) -> Settings:
     file = config_path(path)
-    data = _read_yaml(file)
+    data = read_yaml(file)
     if problem := unknown_variables(os.environ, Settings.model_fields):
         raise ConfigError(f"invalid configuration (environment): {problem}")
 
@@ -373,8 +339,10 @@ def load_settings(path: str | None = None) -> Settings:
                       ("SLACK_APP_TOKEN", "app_token"), ("SLACK_API_URL", "api_url")):
         if os.environ.get(env):
             setattr(settings.slack, attr, os.environ[env])
-    if not urlsplit(settings.slack.api_url).scheme.startswith("http") or not urlsplit(settings.slack.api_url).netloc:
-        raise ConfigError(f"slack.api_url (SLACK_API_URL) must be an http(s) URL, got {settings.slack.api_url!r}")
+    try:
+        http_url(settings.slack.api_url)
+    except ValueError as exc:
+        raise ConfigError(f"slack.api_url (SLACK_API_URL) {exc}") from exc
     if os.environ.get("PORT"):
         settings.slack.port = port_number(os.environ["PORT"], "PORT")
     if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") and not settings.telemetry.otlp_endpoint:  # in effect: shown

@@ -13,6 +13,10 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 
+class ConfigError(Exception):
+    """A configuration serve refuses: one readable line (or a few), never a traceback."""
+
+
 def _members(annotation: Any) -> list[Any]:
     """The types a value of ``annotation`` may be: Optional, unions and Annotated unwrapped."""
     origin = get_origin(annotation)

@@ -8,6 +8,18 @@ from urllib.parse import parse_qs, urlsplit
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")  # what state.client.connect takes
 
 
+def http_url(value: str) -> str:
+    """``value``, or ValueError saying it is no http(s) URL (``http://[::1/`` included: urlsplit raises there)."""
+    try:
+        parts = urlsplit(value)
+        _ = parts.port
+    except ValueError as exc:
+        raise ValueError(f"must be an http(s) URL: {value!r} is not a URL ({exc})") from exc
+    if not parts.scheme.startswith("http") or not parts.netloc:
+        raise ValueError(f"must be an http(s) URL, got {value!r}")
+    return value
+
+
 def redis_url(value: str) -> str:
     """``value``, stripped, or ValueError saying what is wrong with it."""
     value = value.strip()

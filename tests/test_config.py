@@ -348,3 +348,20 @@ def test_what_kubernetes_and_deployments_set_is_left_alone(name: str, monkeypatc
     every worker pod refuse to start."""
     monkeypatch.setenv(name, "10.0.0.1")
     assert load_settings().slack.allowed_users == []
+
+
+def test_a_key_given_twice_is_refused_not_half_read(tmp_path: Path) -> None:
+    """Two `slack:` sections: YAML kept the second, and the first's approvers and two-person rule were gone
+    without a word (anyone could confirm a prod restart)."""
+    path = write(tmp_path, "slack:\n  two_person_rule: [prod]\nlimits:\n  max_steps: 5\nslack:\n  language: en\n")
+    with pytest.raises(ConfigError, match=r"'slack' is given twice \(lines 1 and 5\)"):
+        load_settings(path)
+    nested = write(tmp_path, "slack:\n  language: en\n  language: zh\n")
+    with pytest.raises(ConfigError, match="'language' is given twice"):
+        load_settings(nested)
+
+
+def test_a_slack_api_url_that_cannot_be_parsed_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLACK_API_URL", "http://[::1/api/")
+    with pytest.raises(ConfigError, match=r"SLACK_API_URL.*Invalid IPv6 URL"):
+        load_settings(None)
