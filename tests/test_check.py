@@ -19,6 +19,8 @@ from tests.conftest import OwnRedis, free_port
 from tests.fakes.openai_api import FakeOpenAI, text
 from tests.slack_harness import SECRET
 
+FAKES = Path(__file__).resolve().parent / "fakes"
+
 
 @pytest.fixture
 def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, own_redis: OwnRedis, slack: FakeSlack) -> FakeSlack:
@@ -364,3 +366,20 @@ async def test_a_model_endpoint_answering_something_else_is_not_a_model(env: Fak
     out = capsys.readouterr().out
     assert code == 1, out
     assert "✗ Model: something answered at the anthropic endpoint, but not an Anthropic message" in out, out
+
+
+async def test_a_server_that_never_answers_has_its_own_line_and_hides_no_other(
+        env: FakeSlack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One MCP server that accepts stdin and never answers: the check said "✗ MCP servers: TimeoutError: " (no
+    name, no detail, not ready though serve starts without it) and dropped the healthy server's line."""
+    import sys
+
+    env.scopes = sorted(manifest_scopes())
+    fake = FAKES / "alertmanager_mcp.py"
+    (tmp_path / "opspilot.yml").write_text(
+        "mcp_servers:\n  - {name: mute, command: sleep, args: ['60'], startup_timeout_s: 1}\n"
+        f"  - {{name: am, command: {sys.executable}, args: ['{fake}']}}\n")
+    await _check(None)
+    out = capsys.readouterr().out
+    assert "! MCP server mute: did not start (did not answer within 1s)" in out, out
+    assert "✓ MCP server am: up, 3 tools (none called" in out and "TimeoutError" not in out, out

@@ -203,6 +203,11 @@ async def test_toolbox_config_errors_are_readable(tmp_path: Path) -> None:
     settings = load_settings(write(tmp_path, f"toolbox:\n  catalog: {tmp_path / 'missing.yml'}\n"))
     with pytest.raises(ConfigError, match="toolbox: cannot read the service catalog"):
         await assemble(settings)
+    # A token the config names and the environment lacks: the webhook was called with no credentials mid-incident.
+    unset = load_settings(write(tmp_path, "toolbox:\n  restart: {backend: webhook, url: 'https://ci.example/r', "
+                                          "token_env: OPSPILOT_TEST_UNSET_TOKEN}\n"))
+    with pytest.raises(ConfigError, match="token_env names OPSPILOT_TEST_UNSET_TOKEN, which is not set"):
+        await assemble(unset)
 
 
 @pytest.mark.parametrize("url", ["localhost:6379", "127.0.0.1:6379", "http://localhost:6379", "redis://h:port/0",

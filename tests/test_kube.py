@@ -40,6 +40,11 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield d
 
 
+@pytest.fixture(autouse=True)
+def token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPS_TOKEN", "secret-token")  # the toolbox's Loki (tests.test_ops.live) names it
+
+
 @pytest.fixture
 async def cluster(pki: Path) -> AsyncIterator[OpsFakes]:
     tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

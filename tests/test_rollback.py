@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -288,6 +289,20 @@ async def test_what_the_demo_backends_did_is_in_its_change_history() -> None:
     assert error_code(nothing_older) == "not_found"
     prod = data(await call(toolbox, "recent_changes", service_id="payments", environment="prod", minutes=240))
     assert all(c["kind"] == "deploy" for c in prod["changes"])  # another service's: not listed
+
+
+async def test_opspilot_check_grants_nothing_it_did_not_ask_about(fakes: OpsFakes, tmp_path: Path) -> None:
+    """A catalog whose services name no deployment: "granted" for restart, rollback and scale, asked of nothing,
+    while every call would fail."""
+    from bot.check import kubernetes_checks
+
+    catalog = tmp_path / "catalog.yml"
+    catalog.write_text("services:\n  - {id: payments, name: Payments, environments: [prod]}\n")
+    toolbox = live(fakes, catalog=catalog)
+    checks = await kubernetes_checks(toolbox)
+    await toolbox.aclose()
+    assert [(c.name, c.status) for c in checks] == [("Kubernetes", "fail")], checks
+    assert "no catalog service names its namespace and deployment" in checks[0].says
 
 
 async def test_opspilot_check_asks_the_api_server_what_each_tool_may_do(fakes: OpsFakes,

@@ -24,11 +24,21 @@ async def kubernetes_checks(toolbox: ops.Toolbox) -> list[Check]:
     if not users:  # nothing configured for Kubernetes: its client library is not even imported
         return []
     checks: list[Check] = []
+    placed = [s for s in toolbox.catalog.services if s.kubernetes is not None]
+    if not placed:  # nothing to ask about: "granted" would be said of nothing
+        return [Check("Kubernetes", False, f"{', '.join(n for n, _ in users)} act through Kubernetes, and no catalog "
+                      "service names its namespace and deployment: every call would fail",
+                      "add kubernetes: {namespace: …, deployment: …} to each service in the catalog")]
+    if len(placed) < len(toolbox.catalog.services):
+        bare = [s.id for s in toolbox.catalog.services if s.kubernetes is None]
+        checks.append(Check("Kubernetes", False, f"{len(bare)} catalog services name no Kubernetes deployment "
+                            f"({', '.join(bare[:5])}{'…' if len(bare) > 5 else ''}): the Kubernetes tools fail on them",
+                            "add kubernetes: {namespace: …, deployment: …} to them", required=False))
     for name, kube in users:
         missing: list[str] = []
         try:
-            for service in toolbox.catalog.services:
-                if service.kubernetes is None:
+            for service in placed:
+                if service.kubernetes is None:  # (placed: never; said for the type checker)
                     continue
                 ns, deployment = service.kubernetes.namespace, service.kubernetes.deployment
                 for verb, resource, sub in _NEEDS[name]:
@@ -42,6 +52,6 @@ async def kubernetes_checks(toolbox: ops.Toolbox) -> list[Check]:
                                 "check the cluster API address and credentials in the toolbox section"))
             continue
         checks.append(Check(f"Kubernetes permissions ({name})", not missing,
-                            "granted" if not missing else "missing: " + "; ".join(missing[:6]),
+                            "missing: " + "; ".join(missing[:6]) if missing else f"granted on {len(placed)} services",
                             "grant them as deploy/kubernetes/rbac.yaml does"))
     return checks

@@ -109,7 +109,13 @@ class Toolbox:
 
 
 def _token(env: str | None) -> str | None:
-    return os.environ.get(env) if env else None
+    """The bearer token ``token_env`` names. Named and not set: refused at start — the backend would be called with
+    no credentials mid-incident (refused, or worse, let through somewhere open)."""
+    if not env:
+        return None
+    if not os.environ.get(env):
+        raise ValueError(f"token_env names {env}, which is not set (or empty): set it, or remove token_env")
+    return os.environ[env]
 
 
 def _logs(conf: cfg.OpsConfig, data: Path) -> LogBackend:
