@@ -54,6 +54,22 @@ async def test_double_click_and_simultaneous_approvers_run_once(ws: Workspace) -
     assert len([t for t in texts if "lready handled" in t and f"<@{winner}>" in t]) == 2, texts
 
 
+async def test_one_s_own_click_cut_off_after_it_claimed_is_not_already_handled(ws: Workspace) -> None:
+    """A Confirm that claimed the card and then lost Redis past the grace ("I could not record this"): the same
+    person's next Confirm was told "Already handled by" themselves, nothing having run, for half a minute."""
+    card = await ask_restart(ws)
+    token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
+    store = ws.service.core.store
+    assert (await store.locks.claim(token, "UAPPROVER")).won  # the cut-off click's claim, three seconds old
+    key = store.keys.claim(token)
+    await store.client.pexpire(key, await store.client.pttl(key) - 3000)
+    await ws.sender.action(confirm(card, "UAPPROVER"))
+    await ws.settle()
+    said = ws.slack.ephemeral_texts("UAPPROVER")
+    assert said and "still being recorded, or was cut off" in said[-1] and "press again" in said[-1], said
+    assert not any("lready handled" in t for t in said) and ws.toolbox.restarts.done == []
+
+
 async def test_an_unauthorised_click_changes_nothing(redis_url: str, prefix: str, slack: FakeSlack) -> None:
     slack.usergroups["S0SRE"] = ["USRE"]
     ws = await open_workspace(redis_url, prefix, slack,

@@ -143,7 +143,8 @@ class Engine:
         await check_open_and_fits(pending, decision, self.deps.registry, self.deps.store.locks)
         claim = await self.deps.store.locks.claim(pending.token, by)
         if not claim.won and claim.age_s < self.options.claim_stale_s:
-            raise errors.AlreadyHandled(claim.holder)
+            raise errors.AlreadyHandled(claim.holder, unsettled_s=self.options.claim_stale_s - claim.age_s,
+                                        age_s=claim.age_s)
         try:
             async with self._lease(ticket.thread_id, run_id=ticket.run_id) as lease:
                 run = self._opened(lease, ticket.run_id)  # the one read of the run record, under the lease

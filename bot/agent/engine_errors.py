@@ -40,9 +40,12 @@ class ResumeRefused(EngineError):
 
 
 class AlreadyHandled(ResumeRefused):
-    def __init__(self, holder: str) -> None:
+    def __init__(self, holder: str, *, unsettled_s: float = 0.0, age_s: float = 0.0) -> None:
         super().__init__(f"already handled by {holder}")
-        self.holder = holder
+        self.holder, self.age_s = holder, age_s
+        self.unsettled_s = unsettled_s
+        """Seconds until the claim may be taken over when it may never have been decided (its holder cut off by
+        an outage after claiming); 0 when it was decided, or that is not known here."""
 
 
 class InterruptExpired(ResumeRefused):

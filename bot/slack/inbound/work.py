@@ -138,6 +138,8 @@ WorkAdapter: TypeAdapter[WorkItem] = TypeAdapter(WorkItem)
 
 
 AGAIN: ContextVar[bool] = ContextVar("again", default=False)
+DOUBLE_CLICK_S = 2.0
+"""A person's second click this soon after their first is a double click, not a retry after an outage."""
 """Set while a work item is done again (its worker died, or a try failed): the same click, not a second one."""
 
 
@@ -316,6 +318,12 @@ class Executor:
             lang = await self._lang(item)
             # How it ended, as its card says it ("answered in the thread instead" is not "handled by Alice").
             decided = str((await self.meta.get(CARD, ticket.pending.token)).get("decided", ""))
+            # Their own click seconds ago, not decided since: cut off by an outage after it claimed the card (or still
+            # being recorded) — not "handled", and pressable again. (A double click's first is simply handling it.)
+            if exc.holder == item.user and not decided and exc.unsettled_s > 0 and exc.age_s >= DOUBLE_CLICK_S:
+                await self.outbox.tell(item.channel, item.user, say(lang, "own_claim_unsettled",
+                                                                    s=math.ceil(exc.unsettled_s)), item.thread_ts)
+                return False
             text = say(lang, "request_expired") if exc.holder == "expiry" else \
                 say(lang, "handled", how=f" ({decided})") if decided else \
                 say(lang, "handled_by", by=f"<@{exc.holder}>")

@@ -157,6 +157,10 @@ _WORDS: dict[str, tuple[str, str]] = {
                    "改变；请在卡片答复后再问，或在新的对话里问。"),
     "request_expired": ("This request expired.", "这个请求已过期。"),
     "handled_by": ("Already handled by {by}.", "已由 {by} 处理。"),
+    "own_claim_unsettled": ("Your earlier click on this is still being recorded, or was cut off (the state store was "
+                            "away): if the card is still open in {s} s, press again.",
+                            "你之前的点击仍在记录中，或被中断了（状态存储一度不可用）："
+                            "如果 {s} 秒后卡片仍然打开，请再按一次。"),
     "handled": ("This request was already handled{how}.", "这个请求已经处理过了{how}。"),
     "click_received": (":inbox_tray: {who}'s {what} received; recording it (the state store is slow to answer). "
                        "Nothing has run yet.",
