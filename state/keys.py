@@ -234,6 +234,11 @@ class Keys:
         """One shard's timers scored by when to look at each next (its due time, or a claim's lease end)."""
         return f"{self.prefix}:{{{shard}}}:timers-due"
 
+    def timer_done(self, shard: str, timer_id: str) -> str:
+        """Which attempt last completed or cancelled a timer (five minutes): a retry after a lost reply knows its own
+        change from another's."""
+        return f"{self.prefix}:{{{shard}}}:timer-done:{timer_id}"
+
     def timer_group(self, group: str) -> str:
         """The timers of one thread (follow-ups) or channel (schedules), in its shard: what limits count."""
         return f"{self.prefix}:{{{shard_of(group)}}}:timers-of:{group}"

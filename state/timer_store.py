@@ -110,9 +110,13 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT
 end
 return out
 """
-# KEYS: records, due index, group. ARGV: id, record as claimed, next record ('' when done), next due, ttl.
+# KEYS: records, due index, group, done marker. ARGV: id, record as claimed, next record ('' when done), next due,
+# ttl, this attempt's id. The marker lets a retry after a lost reply know the change it finds for its own.
 _COMPLETE = """
-if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then
+  if redis.call('GET', KEYS[4]) == ARGV[6] then return 1 end
+  return 0
+end
 if ARGV[3] == '' then
   redis.call('HDEL', KEYS[1], ARGV[1])
   redis.call('ZREM', KEYS[2], ARGV[1])
@@ -122,13 +126,18 @@ else
   redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
   for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[5]) end
 end
+redis.call('SET', KEYS[4], ARGV[6], 'EX', 300)
 return 1
 """
-# KEYS: records, due index, group. ARGV: id, "1" to leave one being fired. Returns the record removed, nil, or
+# KEYS: records, due index, group, done marker. ARGV: id, "1" to leave one being fired, this attempt's id. Returns
+# the record removed, MINE (this attempt removed it already: a retry after a lost reply), nil, or
 # FIRING: claimed (its due index holds its lease's end, past its own due time), its turn may be under way.
 _CANCEL = """
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
-if not raw then return false end
+if not raw then
+  if redis.call('GET', KEYS[4]) == ARGV[3] then return 'MINE' end
+  return false
+end
 if ARGV[2] == '1' then
   local held = tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]) or '0') or 0
   if held > (tonumber(cjson.decode(raw)['due']) or 0) then return 'FIRING' end
@@ -136,6 +145,7 @@ end
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('SREM', KEYS[3], ARGV[1])
+redis.call('SET', KEYS[4], ARGV[3], 'EX', 300)
 return raw
 """
 
@@ -208,18 +218,22 @@ class RedisTimers:
     async def complete(self, claimed: Claimed, next_due: int | None = None) -> bool:
         timer = claimed.timer
         following = timer.model_copy(update={"due": next_due}).model_dump_json() if next_due is not None else ""
-        keys = self._keys(_shard(timer.id), timer.group)
-        args: list[str | int] = [timer.id, claimed.raw, following, next_due or 0, self.ttls.timers_s]
+        keys = [*self._keys(_shard(timer.id), timer.group), self.keys.timer_done(_shard(timer.id), timer.id)]
+        args: list[str | int] = [timer.id, claimed.raw, following, next_due or 0, self.ttls.timers_s,
+                                 uuid.uuid4().hex]
         return bool(await retried("completing a timer", self.grace_s, lambda: self._complete(keys=keys, args=args)))
 
     async def cancel(self, timer_id: str, *, unless_firing: bool = False) -> Timer | None:
         current = await self.get(timer_id)
         if current is None:
             return None
-        keys, args = self._keys(_shard(timer_id), current.group), [timer_id, "1" if unless_firing else ""]
+        keys = [*self._keys(_shard(timer_id), current.group), self.keys.timer_done(_shard(timer_id), timer_id)]
+        args = [timer_id, "1" if unless_firing else "", uuid.uuid4().hex]
         raw = await retried("cancelling a timer", self.grace_s, lambda: self._cancel(keys=keys, args=args))
         if text(raw) == "FIRING":
             raise Firing(timer_id)
+        if text(raw) == "MINE":  # this very cancel, retried after its reply was lost
+            return current
         return _parse(text(raw)) if raw else None
 
     async def pending(self, group: str) -> list[Timer]:

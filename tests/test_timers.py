@@ -323,3 +323,30 @@ async def test_a_follow_up_due_while_its_thread_waits_for_a_decision_is_not_run(
     assert await turns(ws, thread_id, timer) == 0  # the follow-up's text did not answer the card
     assert "not run: I was busy in this thread" in all_text(ws.slack.thread(CHANNEL, "500.1")[-1])
     assert ws.toolbox.restarts.done == []
+
+
+async def test_a_cancel_or_a_completion_whose_reply_is_lost_knows_its_own_change(redis_url: str,
+                                                                                store: RedisStore) -> None:
+    """The reply lost after Redis applied it, the retry found the timer gone (or moved) and said "no longer
+    pending" / "changed since the claim": the follow-up cancelled, its card still offering Cancel; one that ran
+    never announced as run."""
+    from tests.test_turn_start import LosingProxy
+
+    proxy = LosingProxy(int(redis_url.rsplit(":", 1)[1].split("/")[0]))
+    port = await proxy.start()
+    through = RedisStore(connect(f"redis://127.0.0.1:{port}/0"), keys=store.keys)
+    try:
+        await through.ping()
+        cancelled, ran = followup("slack:C1:3.3", T0), followup("slack:C1:4.4", T0 + 5)
+        for timer in (cancelled, ran):
+            await through.timers.add(timer)
+        proxy.armed = True
+        assert await through.timers.cancel(cancelled.id) == cancelled  # applied, its reply lost, retried
+        [claimed] = await through.timers.claim(T0 + 5, 60)
+        proxy.armed = True
+        assert await through.timers.complete(claimed)
+        assert proxy.lost == 2
+        # Another's change is still another's: a second cancel of the same timer finds nothing of its own.
+        assert await store.timers.cancel(cancelled.id) is None and await store.timers.get(ran.id) is None
+    finally:
+        await through.close()
