@@ -70,6 +70,22 @@ async def test_one_s_own_click_cut_off_after_it_claimed_is_not_already_handled(w
     assert not any("lready handled" in t for t in said) and ws.toolbox.restarts.done == []
 
 
+async def test_a_card_whose_state_was_lost_is_closed_not_put_back(ws: Workspace, prefix: str) -> None:
+    """Redis restarted without persistence: a click on a paused run's card said "no longer pending" and put the card
+    back with its buttons, to be pressed in vain again and again."""
+    card = await ask_restart(ws)
+    client = ws.service.core.store.client
+    async for key in client.scan_iter(match=f"{prefix}*"):  # everything OpsPilot kept, gone
+        await client.delete(key)
+    click = confirm(card, "UAPPROVER") | {"response_url": ws.slack.response_url(CHANNEL, card["ts"])}
+    await ws.sender.action(click)
+    await ws.settle()
+    shown = ws.slack.messages[(CHANNEL, card["ts"])]
+    assert buttons(shown) == [] and "OpsPilot holds no record of this request" in all_text(shown), all_text(shown)
+    assert "This request is no longer pending." in ws.slack.ephemeral_texts("UAPPROVER")
+    assert ws.toolbox.restarts.done == []
+
+
 async def test_an_unauthorised_click_changes_nothing(redis_url: str, prefix: str, slack: FakeSlack) -> None:
     slack.usergroups["S0SRE"] = ["USRE"]
     ws = await open_workspace(redis_url, prefix, slack,

@@ -259,12 +259,8 @@ class Inbound:
             await self.home.publish(str(event["user"]))
 
     async def _asked(self, user: str, channel: str, thread_ts: str, text: str) -> None:
-        if self.home is None:
-            return
-        try:
+        if self.home is not None:
             await self.home.asked(user, channel, thread_ts, text)
-        except StoreError as exc:  # the question itself went through: only the Home tab misses it
-            log.warning("recent question of %s not remembered: %s", user, exc)
 
     async def _admit(self, door: Door, user: str, channel: str, member: str, thread_ts: str | None,
                      asked: str = "") -> Admitted | None:
@@ -366,7 +362,8 @@ class Inbound:
                      only: bool = False) -> bool:
         """Tell ``user`` how the card ended (``only``: if it has, decided or claimed): what is true, said first."""
         card = await self.meta.get(CARD, token)
-        decided, lang = card.get("decided", ""), card.get("lang", "en")
+        decided = card.get("decided", "")
+        lang = card.get("lang") or language_of(kit.shown({"blocks": receipt.blocks}), self.access.config.language)
         holder = None if decided or not only else await self.engine.deps.store.locks.claimed_by(token)
         if only and not decided and not holder:
             return False
@@ -375,6 +372,8 @@ class Inbound:
         text = say(lang, "request_expired") if decided.startswith(":hourglass:") or holder == "expiry" else \
             say(lang, "handled", how=f" ({decided})") if decided else \
             say(lang, "handled_by", by=f"<@{holder}>") if holder else say(lang, "not_pending")  # nothing on record
+        if not decided and not holder:
+            receipt.unknown(say(lang, "card_unknown"))
         await self.outbox.tell(channel, user, text, thread_ts)
         return True
 

@@ -24,6 +24,7 @@ from bot.slack.outbound.audit import audit_line
 from bot.slack.outbound.people import People
 from bot.slack.outbound.thread_meta import THREAD, channel_of, thread_key
 from bot.slack.outbound.words import say, signal
+from state import StoreError
 from state.store import MetaStore, Reports
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,10 @@ class Home:
     async def asked(self, user: str, channel: str, thread_ts: str, text: str) -> None:
         """Remember a question for its asker's Home tab."""
         entry = {"channel": channel, "thread_ts": thread_ts, "text": text[:120], "at": time.time()}
-        await self.meta.remember(recent_key(user), json.dumps(entry, ensure_ascii=False), keep=RECENT)
+        try:
+            await self.meta.remember(recent_key(user), json.dumps(entry, ensure_ascii=False), keep=RECENT)
+        except StoreError as exc:  # the question itself went through: only the Home tab misses it
+            log.warning("recent question of %s not remembered: %s", user, exc)
 
     async def publish(self, user: str) -> None:
         view = {"type": "home", "blocks": await self.blocks(user)}

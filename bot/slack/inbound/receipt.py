@@ -59,11 +59,18 @@ class Receipt:
         self.text = str(message.get("text") or "")
         self.restore: list[kit.Block] | None = None
         """What the card shows if the decision is not recorded (None: as it was before the click)."""
+        self._replace = False  # shown in place of the card whether or not a receipt went out
         self._posting = asyncio.Event()  # a receipt went out (and may have landed, whatever its answer)
         self._at = time.monotonic() + after_s
         self._task = asyncio.create_task(self._show(after_s)) if usable(response_url) and self.blocks else None
         if token and self._task is not None:
             _OPEN[token] = self
+
+    def unknown(self, note: str) -> None:
+        """The card names a question OpsPilot holds no record of (its state lost): shown without its buttons, and
+        ``note``, rather than put back to be pressed in vain."""
+        self.restore = [b for b in self.blocks if b.get("type") != "actions"] + [kit.context(note)]
+        self._replace = True
 
     @staticmethod
     def of(token: str) -> Receipt | None:
@@ -118,7 +125,7 @@ class Receipt:
         await self.hold()
         if _OPEN.get(self.token) is self:
             del _OPEN[self.token]
-        if not recorded and self._posting.is_set():
+        if not recorded and (self._posting.is_set() or self._replace):
             await self._post(self.restore or self.blocks, self.text or "OpsPilot")
             if meta is not None and token and (ended := await ended_as(meta, token)) \
                     and ended[0] != self.restore:

@@ -166,6 +166,10 @@ _WORDS: dict[str, tuple[str, str]] = {
                        "Nothing has run yet.",
                        ":inbox_tray: 已收到 {who} 的「{what}」，正在记录（状态存储响应较慢）。尚未执行任何操作。"),
     "not_pending": ("This request is no longer pending.", "这个请求已不在等待中。"),
+    "card_unknown": (":grey_question: No longer pending: OpsPilot holds no record of this request (its state was lost "
+                     "or has lapsed). Ask again in the thread if it is still needed.",
+                     ":grey_question: 已不在等待中：OpsPilot 没有这个请求的记录（状态已丢失或已过期）。"
+                     "如仍需要，请在线程里重新提出。"),
     "rated": ("You already rated this answer. Thanks!", "你已经评价过这个回答了，谢谢！"),
     "fb_form_unknown": ("Slack did not confirm that the feedback form opened: if it did, send it; if not, press 👎 "
                         "again.", "Slack 没有确认反馈表单是否已打开：如果打开了，请提交；如果没有，请再按一次 👎。"),
