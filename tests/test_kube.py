@@ -143,3 +143,26 @@ async def test_refusals_are_classified_over_tls(cluster: OpsFakes, pki: Path, mo
     monkeypatch.setenv("OPS_TOKEN", cluster.token)
     untrusted = cfg.KubernetesRestarts(backend="kubernetes", api_url=cluster.url, token_env="OPS_TOKEN")
     assert error_code(await restart(cluster, untrusted)) == "upstream_error"  # the server's CA is not trusted
+
+
+@pytest.mark.parametrize(("status", "message", "code"), [
+    (422, "the server rejected our request due to an error in our request", "conflict"),  # a test op (generic)
+    (422, 'Deployment.apps "payments-api" is invalid: spec.template.spec.containers[0].image: Required value',
+     "rejected"),  # the object the change would make: refused, not "changed meanwhile"
+    (400, "the server could not read the patch", "rejected"),
+    (429, "too many requests", "upstream_error"),  # throttled: nothing done
+])
+def test_the_api_server_s_refusals_are_told_apart_from_an_unknown_outcome(status: int, message: str,
+                                                                          code: str) -> None:
+    """A JSON patch whose test op failed is answered 422 with a generic message on a real API server: it was read
+    as an unknown outcome ("it may or may not have been made"), like a 400 or a 429, all refused before any write."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    from tools.ops.kube import _classified
+    from tools.tool_errors import OutcomeUnknown, Throttled
+
+    exc = ApiException(status=status, reason="x")
+    exc.body = json.dumps({"kind": "Status", "code": status, "message": message})
+    found = _classified(exc)
+    assert found.code == code and not isinstance(found, OutcomeUnknown)  # type: ignore[attr-defined]
+    assert isinstance(found, Throttled) == (status == 429)

@@ -216,9 +216,10 @@ class OpsFakes:
         at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         try:
             answer = patch(body, request.content_type, at)
-        except PatchFailed as exc:
+        except PatchFailed:  # as the API server answers it: which op failed is not said
             return web.json_response({"kind": "Status", "status": "Failure", "reason": "Invalid", "code": 422,
-                                      "message": str(exc)}, status=422)
+                                      "message": "the server rejected our request due to an error in our request"},
+                                     status=422)
         self.restarted = True  # the error rate reads its after-change value from now on
         return web.json_response(answer)
 

@@ -218,7 +218,8 @@ class Rollouts:
 
 
 class PatchFailed(Exception):
-    """What the API server answers 422 for: a JSON patch whose ``test`` op (or a path) does not hold."""
+    """What the API server answers 422 for: a JSON patch whose ``test`` op (or a path) does not hold. It says so
+    only in its log: the answer's message is generic (``apiserver/pkg/endpoints/handlers/patch.go``)."""
 
 
 def _pointer(doc: Any, path: str) -> tuple[Any, str]:

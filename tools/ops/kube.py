@@ -27,6 +27,8 @@ from tools.tool_errors import (
     NotFound,
     OutcomeUnknown,
     PermissionDenied,
+    Refused,
+    Throttled,
     ToolTimeout,
     Unreachable,
     UpstreamError,
@@ -150,7 +152,7 @@ class KubeClient:
         try:
             return await self._answer(call, api)
         except (ToolTimeout, UpstreamError) as exc:
-            if not changes or isinstance(exc, Unreachable):
+            if not changes or isinstance(exc, Unreachable | Throttled):  # never sent, or refused: not applied
                 raise
             raise OutcomeUnknown(f"the change was sent to {_NAME}, but {exc.message}: it may or may not have been "
                                  "made; check before retrying") from exc
@@ -193,8 +195,15 @@ def _classified(exc: ApiException) -> Exception:
         return PermissionDenied(f"{_NAME} {word} ({status}): {message}")
     if status == 404:
         return NotFound(f"{_NAME}: {message}")
-    if status == 409 or (status == 422 and "test" in message.lower()):  # a JSON patch's test op failed
+    # A JSON patch that did not apply is 422 with a generic message ("the server rejected our request due to an
+    # error in our request": the API server does not say which op); ours fail there only on their test op, the
+    # object having changed since it was read. An object the change would make invalid says "… is invalid".
+    if status == 409 or (status == 422 and " is invalid" not in message):
         return Conflict(f"{_NAME}: the object changed meanwhile, nothing was changed ({status}: {message})")
+    if status in (400, 422):  # refused before anything was written
+        return Refused(f"{_NAME} refused the request ({status}), nothing was changed: {message}", code="rejected")
+    if status == 429:
+        return Throttled(f"{_NAME} is throttling requests (429), nothing was done: {message}")
     return UpstreamError(f"{_NAME} answered {status}: {message}")
 
 
