@@ -354,3 +354,36 @@ async def test_a_closed_toolbox_leaves_no_kubernetes_connection_open(fakes: OpsF
     del toolbox, service
     gc.collect()
     assert not [r.getMessage() for r in caplog.records if "Unclosed" in r.getMessage()]
+
+
+async def test_a_change_undone_during_its_rollout_is_not_reported_done(fakes: OpsFakes) -> None:
+    """An autoscaler set the replicas back right after OpsPilot's scale; a colleague deployed during the wait after a
+    rollback: both were answered "scaled" / "rolled back", rollout complete, to what no longer ran."""
+    sim = three_releases(fakes)
+    scaled = sim.patch_scale
+
+    def autoscaler(body: Any, content_type: str, at: str, manager: str = "opspilot") -> Any:
+        answer = scaled(body, content_type, at, manager)
+        sim.scale(3, at, manager="kube-controller-manager")  # an HPA owns the replicas
+        return answer
+
+    sim.patch_scale = autoscaler  # type: ignore[method-assign]
+    toolbox = live(fakes)
+    plan = (await card(toolbox, "scale_service", service_id="payments", environment="prod", replicas=8))["plan"]
+    out = data(await call(toolbox, "scale_service", confirmed_by="U", plan=plan, service_id="payments",
+                          environment="prod", replicas=8))
+    assert out["rollout"] == "superseded" and "asks for 3 replicas now, not 8" in out["verdict"], out
+
+    rolled = sim.patch
+
+    def colleague(body: Any, content_type: str, at: str, manager: str = "opspilot") -> Any:
+        answer = rolled(body, content_type, at, manager)
+        sim.set_image("payments-api:1.5.0", at)  # deployed while OpsPilot waited for its rollout
+        return answer
+
+    sim.patch = colleague  # type: ignore[method-assign]
+    plan = (await card(toolbox, "rollback_service", service_id="payments", environment="prod"))["plan"]
+    out = data(await call(toolbox, "rollback_service", confirmed_by="U", plan=plan, service_id="payments",
+                          environment="prod"))
+    assert out["rollout"] == "superseded" and "payments-api:1.5.0" in out["verdict"], out
+    await toolbox.aclose()

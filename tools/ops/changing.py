@@ -185,6 +185,8 @@ def verdict(what: tuple[str, str], rollout: Rollout, before: float | str | None,
         return f"{noun} issued, but the job failed"
     if rollout.status == "unknown":
         return f"{noun} issued; its progress could not be followed"
+    if rollout.status == "superseded":
+        return f"{noun} issued and rolled out, but the Deployment no longer matches it: {rollout.detail}"
     if isinstance(before, float) and isinstance(after, float):
         if f"{before:.2%}" == f"{after:.2%}":
             return f"{done}; the error rate stayed at {after:.2%}"

@@ -29,7 +29,7 @@ class RestartRequest:
 
 @dataclass(frozen=True)
 class Rollout:
-    status: str  # complete | timed_out | failed | unknown
+    status: str  # complete | timed_out | failed | unknown | superseded (rolled out, then changed by someone else)
     detail: str
     waited_s: float = 0.0
 

@@ -171,7 +171,8 @@ class KubernetesActions:
                    if t["annotated"] else {"op": "add", "path": "/metadata/annotations", "value": {_CAUSE: cause}})
         body = await self.kube.patch_deployment(t["namespace"], t["name"], ops)
         return {"namespace": t["namespace"], "deployment": t["name"], "to_revision": t["revision"],
-                "change_cause": cause, "generation": (body.get("metadata") or {}).get("generation")}
+                "change_cause": cause, "generation": (body.get("metadata") or {}).get("generation"),
+                "images": _images(t["template"])}
 
     async def plan_scale(self, req: ChangeRequest) -> Plan:
         namespace, name = _where(req.service)
@@ -191,7 +192,20 @@ class KubernetesActions:
         return {"namespace": t["namespace"], "deployment": t["name"], "replicas": req.replicas}
 
     async def wait(self, req: ChangeRequest, action: dict[str, Any], timeout_s: float, poll_s: float) -> Rollout:
-        return await watch_rollout(self.kube, *_where(req.service), action.get("generation"), timeout_s, poll_s)
+        """The rollout followed to its end, then the Deployment read once more: finished is not "as planned" when
+        something else changed it meanwhile (an autoscaler setting replicas back, a colleague's deploy)."""
+        rollout = await watch_rollout(self.kube, *_where(req.service), action.get("generation"), timeout_s, poll_s)
+        if rollout.status != "complete":
+            return rollout
+        spec = (await self.kube.deployment(*_where(req.service))).get("spec") or {}
+        if "replicas" in action and spec.get("replicas", 1) != action["replicas"]:
+            return Rollout("superseded", f"it asks for {spec.get('replicas', 1)} replicas now, not "
+                           f"{action['replicas']}: an autoscaler or someone else changed it since", rollout.waited_s)
+        images = _images(spec.get("template") or {})
+        if action.get("images") and images != action["images"]:
+            return Rollout("superseded", f"it runs {text(images)} now, not {text(action['images'])}: someone or "
+                           "something changed it since", rollout.waited_s)
+        return rollout
 
 
 def _revisions(sets: list[dict[str, Any]], deployment: str) -> dict[int, dict[str, Any]]:

@@ -300,7 +300,9 @@ def unverified(rollout: object, zh: bool) -> str:
     """Why a change that was issued is not said to be done: how its rollout ended."""
     words = {"timed_out": ("滚动发布未在时限内完成，尚未验证",
                            "the rollout did not finish in time: it is NOT verified"),
-             "failed": ("滚动发布失败", "the rollout failed")}
+             "failed": ("滚动发布失败", "the rollout failed"),
+             "superseded": ("滚动发布完成后又被其他人或组件改动，与计划不符",
+                            "it rolled out, then someone or something else changed it: not as planned")}
     zh_words, en_words = words.get(str(rollout), ("无法跟踪其进度", "its progress could not be followed"))
     return zh_words if zh else en_words
 

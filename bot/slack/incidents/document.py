@@ -28,7 +28,7 @@ from core.redact import redact
 from state.records import CallTrace, RunRecord
 
 Mention = Callable[[str], str]
-_ROLLOUTS = frozenset({"complete", "timed_out", "failed", "unknown"})
+_ROLLOUTS = frozenset({"complete", "timed_out", "failed", "unknown", "superseded"})
 """A restart's rollout states with words of their own (``rollout_complete``… in the catalog)."""
 
 

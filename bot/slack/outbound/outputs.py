@@ -145,7 +145,7 @@ _TRENDS = {"trend_flat", "trend_rising", "trend_falling", "trend_steady_high", "
            "trend_single_point", "trend_no_data"}
 _KINDS = {f"change_{k}" for k in ("image", "config", "restart", "rollback", "scale", "pause", "resume", "deploy",
                                   "rollout")}
-_ROLLOUTS = {"rollout_complete", "rollout_timed_out", "rollout_failed", "rollout_unknown"}
+_ROLLOUTS = {"rollout_complete", "rollout_timed_out", "rollout_failed", "rollout_unknown", "rollout_superseded"}
 
 
 # --- what a run did, when OpsPilot composed its answer -------------------------------------------------------

@@ -50,6 +50,8 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
     "rollout_timed_out": ("rollout did not finish in time: not verified", "滚动发布未在时限内完成：未经验证"),
     "rollout_failed": ("rollout failed", "滚动发布失败"),
     "rollout_unknown": ("rollout progress could not be followed", "无法跟踪滚动发布的进度"),
+    "rollout_superseded": ("rolled out, then changed by someone or something else: not as planned",
+                           "已完成滚动发布，但随后被其他人或组件改动：与计划不符"),
     "rollout_other": ("rollout {state}", "滚动发布 {state}"),
     # a metric's trend word (tools.ops.series), as query_metrics reports it
     "trend_flat": ("flat", "平稳"),
