@@ -122,3 +122,18 @@ def test_a_change_of_unknown_time_before_a_later_revision_is_ordered() -> None:
     assert (verdict.kind, verdict.change) == ("yes", image)
     other = {**image, "source": "deploy events"}  # another source's change does not order it
     assert judge({"changes": [other, undated]}, RISE, None).hidden == "undated"
+
+
+def test_the_revision_before_is_the_one_kubernetes_would_roll_back_to() -> None:
+    """A config-only revision between two images: the button said "Roll back to revision 1", which takes the config
+    change away too (unseen on the card), where `kubectl rollout undo` takes revision 2. A rollback someone already
+    did after the culprit: the button offered it again."""
+    culprit = {"kind": "image", "version": "revision 3", "at": "2026-12-02T09:10:01Z"}
+    config = {"kind": "config", "version": "revision 2", "at": "2026-12-02T08:00:00Z"}
+    first = {"kind": "image", "version": "revision 1", "at": "2026-12-01T08:00:00Z"}
+    assert judge({"changes": [culprit, config, first]}, RISE, None).previous == config
+    undone = {"kind": "rollback", "version": "revision 4", "to_version": "revision 1", "at": "2026-12-02T09:20:00Z"}
+    verdict = judge({"changes": [undone, culprit, config, first]}, RISE, None)
+    assert (verdict.kind, verdict.change, verdict.previous) == ("yes", culprit, None)
+    named = {"kind": "config", "version": "2026.12.02-cfg", "at": "2026-12-02T08:00:00Z"}  # a CI record: no release
+    assert judge({"changes": [DEPLOY, named, BEFORE]}, RISE, None).previous == BEFORE

@@ -65,14 +65,23 @@ def _previous(history: list[tuple[float, dict[str, Any]]], change: dict[str, Any
     for _, c in history:
         if c is change:
             seen = True
+        elif not seen and c.get("kind") == "rollback":  # undone already, after it: nothing to offer
+            return None
         elif not seen or c.get("version") == culprit:  # the same release recorded twice is not the one before it
             continue
         elif c.get("kind") == "rollback" or c.get("time") == "unknown":
             return None
-        elif c.get("kind") in (None, "deploy", "image", "rollout") and c.get("version"):
+        elif (c.get("kind") in (None, "deploy", "image", "rollout") and c.get("version")) or _revision(c):
             return c
     ok = not cut and isinstance(before_window, dict) and before_window.get("version") not in (None, "", culprit)
     return before_window if ok and isinstance(before_window, dict) else None
+
+
+def _revision(change: dict[str, Any]) -> bool:
+    """A Deployment's revision of another kind (a config change, a restart): a whole pod template Kubernetes can
+    roll back to, and the one before the culprit there (as ``kubectl rollout undo`` takes it) — skipping it would
+    take the change it made away too, unseen on the card."""
+    return change.get("kind") in ("config", "restart") and str(change.get("version") or "").startswith("revision ")
 
 
 def _unordered(dated: tuple[tuple[float, dict[str, Any]], ...], began: float) -> bool:
