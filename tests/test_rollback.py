@@ -387,3 +387,27 @@ async def test_a_change_undone_during_its_rollout_is_not_reported_done(fakes: Op
                           environment="prod"))
     assert out["rollout"] == "superseded" and "payments-api:1.5.0" in out["verdict"], out
     await toolbox.aclose()
+
+
+async def test_the_card_shows_what_else_a_rollback_takes_back_and_when_a_revision_was_first_deployed(
+        fakes: OpsFakes) -> None:
+    """Across a config-only revision the card said revision 3 → 2, images 1.4.1 → 1.4.1, change cause unknown →
+    unknown ("unknown" in English on a Chinese card), and never that env FEATURE_X goes away; a ReplicaSet a rollback
+    reused was "Deployed" when first created, days before."""
+    from bot.slack.outbound.blocks import plan_rows
+
+    sim = Rollouts("payments-api:1.4.0", "2026-11-20T08:00:00Z")
+    sim.set_image("payments-api:1.4.1", "2026-11-28T08:00:00Z")
+    sim.set_env("FEATURE_X", "on", "2026-12-02T08:00:00Z")
+    fakes.simulate(sim)
+    toolbox = live(fakes)
+    payload = await card(toolbox, "rollback_service", service_id="payments", environment="prod", to_release="1.4.1")
+    rows = {label: (old, new) for label, old, new in plan_rows(payload, "en")}
+    assert "env FEATURE_X" in rows["Also takes back"][1], rows
+    zh = {label: (old, new) for label, old, new in plan_rows(payload, "zh")}
+    assert zh["变更原因"] == ("未知", "未知") and "unknown" not in str(zh), zh
+    sim.undo("2026-12-03T08:00:00Z")  # revision 2's ReplicaSet reused: revision 4 now
+    payload = await card(toolbox, "rollback_service", service_id="payments", environment="prod")
+    rows = {label: (old, new) for label, old, new in plan_rows(payload, "en")}
+    assert rows["Deployed"][0].endswith("(first; deployed again since)"), rows
+    await toolbox.aclose()

@@ -214,8 +214,11 @@ class OpsFakes:
             return web.json_response({"kind": "Status", "code": 415, "message": "unsupported patch type"},
                                      status=415)
         at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        # Who the change is by in managedFields, as the API server names it: the request's fieldManager, else the
+        # User-Agent's product name (the Python client's is "OpenAPI-Generator").
+        manager = request.query.get("fieldManager") or request.headers.get("User-Agent", "").split("/", 1)[0]
         try:
-            answer = patch(body, request.content_type, at)
+            answer = patch(body, request.content_type, at, manager)
         except PatchFailed:  # as the API server answers it: which op failed is not said
             return web.json_response({"kind": "Status", "status": "Failure", "reason": "Invalid", "code": 422,
                                       "message": "the server rejected our request due to an error in our request"},

@@ -42,6 +42,10 @@ T = TypeVar("T")
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 _NAME = "the Kubernetes API"
 
+FIELD_MANAGER = "opspilot"
+"""Who OpsPilot's changes are by in the Deployment's managedFields (the change history's author of a scale): else
+the API server names the client library's User-Agent ("OpenAPI-Generator"), as for any other tool using it."""
+
 
 class KubeClient:
     def __init__(self, *, in_cluster: bool = False, service_account: Path = SERVICE_ACCOUNT,
@@ -112,7 +116,7 @@ class KubeClient:
         patch = {"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": stamp}}}}}
         # (_content_type and _request_timeout are real keyword arguments the generated stubs leave out)
         options: dict[str, Any] = {"_content_type": "application/strategic-merge-patch+json",
-                                   "_request_timeout": self.timeout_s}
+                                   "_request_timeout": self.timeout_s, "field_manager": FIELD_MANAGER}
         return await self._call(lambda apps: apps.patch_namespaced_deployment(name, namespace, patch, **options),
                                 changes=True)
 
@@ -120,14 +124,16 @@ class KubeClient:
                                content_type: str = "application/json-patch+json") -> dict[str, Any]:
         """A PATCH of the Deployment (a rollback: a JSON patch whose ``test`` op guards against a concurrent
         change, answered 409/422 by the API server, which this raises as Conflict)."""
-        options: dict[str, Any] = {"_content_type": content_type, "_request_timeout": self.timeout_s}
+        options: dict[str, Any] = {"_content_type": content_type, "_request_timeout": self.timeout_s,
+                                   "field_manager": FIELD_MANAGER}
         return await self._call(lambda apps: apps.patch_namespaced_deployment(name, namespace, patch, **options),
                                 changes=True)
 
     async def scale(self, namespace: str, name: str, patch: Any,
                     content_type: str = "application/json-patch+json") -> dict[str, Any]:
         """A PATCH of the Deployment's scale subresource (RBAC ``deployments/scale``: replicas, nothing else)."""
-        options: dict[str, Any] = {"_content_type": content_type, "_request_timeout": self.timeout_s}
+        options: dict[str, Any] = {"_content_type": content_type, "_request_timeout": self.timeout_s,
+                                   "field_manager": FIELD_MANAGER}
         return await self._call(lambda apps: apps.patch_namespaced_deployment_scale(name, namespace, patch,
                                                                                     **options), changes=True)
 

@@ -16,13 +16,14 @@ from tools.ops.catalog import Service
 from tools.ops.changes import Change, timestamp
 from tools.ops.kube import KubeClient
 from tools.ops.restart import Rollout, watch_rollout
-from tools.ops.rollouts import template
+from tools.ops.rollouts import differences, template
 from tools.ops.series import iso
 from tools.tool_errors import InvalidArguments, NotFound, Refused
 
 _REVISION = "deployment.kubernetes.io/revision"
 _CAUSE = "kubernetes.io/change-cause"
 _UNKNOWN = "unknown"
+_HISTORY = "deployment.kubernetes.io/revision-history"
 History = Callable[[Service, str], Awaitable[list[Change]]]
 """A service's releases in one environment from the change history, oldest first."""
 
@@ -152,6 +153,11 @@ class KubernetesActions:
         changes = [line("revision", current, target), line("images", cur_images, to_images),
                    line("change_cause", _cause(cur_rs), _cause(to_rs)),
                    line("deployed_at", _created(cur_rs), _created(to_rs))]
+        # What else the older template takes back (an env value, resources, a volume: named, never their values):
+        # a rollback across a config change undoes it too.
+        if others := [d for d in differences(now_tpl, template(to_rs)) if not d.startswith(("image of ",
+                                                                                           "restartedAt"))]:
+            changes.append({"field": "also_changes", "from": "—", "to": ", ".join(others)[:300]})
         summary = (f"{req.service.id} {req.environment}: revision {current} ({text(cur_images)}) → "
                    f"revision {target} ({text(to_images)})")
         return Plan(changes, summary, {"namespace": namespace, "name": name, "revision": target,
@@ -228,8 +234,11 @@ def _cause(rs: dict[str, Any]) -> str | None:
 
 
 def _created(rs: dict[str, Any]) -> str | None:
-    """When the revision's ReplicaSet was created, in UTC with Z (the SDK writes +00:00)."""
-    return iso(timestamp((rs.get("metadata") or {}).get("creationTimestamp")))
+    """When the revision's ReplicaSet was created, in UTC with Z (the SDK writes +00:00). A ReplicaSet a rollback
+    reused was created for its first revision: that time says when it was first deployed, not this time."""
+    meta = rs.get("metadata") or {}
+    at = iso(timestamp(meta.get("creationTimestamp")))
+    return f"{at} (first; deployed again since)" if at and (meta.get("annotations") or {}).get(_HISTORY) else at
 
 
 def _target(req: ChangeRequest, revisions: dict[int, dict[str, Any]], current: int, where: str) -> int:

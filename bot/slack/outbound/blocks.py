@@ -171,7 +171,9 @@ def plan_rows(payload: dict[str, Any], lang: str) -> list[tuple[str, str, str]]:
             continue
         key = f"plan_{change['field']}"
         label = say(lang, key) if has_word(key) else str(change["field"])
-        rows.append((label, str(change.get("from") or "—"), str(change.get("to") or "—")))
+        old, new = (say(lang, "plan_unknown") if v == "unknown" else v
+                    for v in (str(change.get(side) or "—") for side in ("from", "to")))
+        rows.append((label, old, new))
     return rows[:8]
 
 

@@ -213,6 +213,8 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
     "plan_images": ("Images", "镜像"),
     "plan_change_cause": ("Change cause", "变更原因"),
     "plan_deployed_at": ("Deployed", "部署时间"),
+    "plan_also_changes": ("Also takes back", "同时撤回"),
+    "plan_unknown": ("unknown", "未知"),
     "plan_replicas": ("Replicas", "副本数"),
     "alert_busy": ("Not investigating automatically: many runs started in this channel just now. Press Investigate "
                    "when you want me to.", "暂不自动调查：这个频道刚才启动的运行太多。需要时请点“调查”。"),
