@@ -43,6 +43,6 @@ STOP_WORDING: dict[StopReason, StopWording] = {
     "cancelled": StopWording("Stopped", "it was stopped", "stopped"),
     "model_error": StopWording("Stopped: model error", "the model could not continue", "warning"),
     "internal_error": StopWording("Stopped: internal error", "of an internal error", "warning"),
-    "worker_lost": StopWording("Stopped partway: its worker stopped", "its worker stopped before it finished",
-                               "warning"),
+    "worker_lost": StopWording("Stopped partway: its worker stopped or lost the state store",
+                               "its worker stopped, or lost the state store, before it finished", "warning"),
 }

@@ -105,8 +105,8 @@ class Engine:
                 # We hold the lease, so the worker that ran it is gone: close it out first.
                 await self._repair(run)
                 if not run.record.pending:  # said as what it is (a restart, a deploy), not an internal error
-                    await run.fail("worker_lost", "its worker stopped before it finished (a restart); the newer "
-                                   "message in this thread is answered with what it found")
+                    await run.fail("worker_lost", "its worker stopped, or lost the state store, before it finished; "
+                                   "the newer message in this thread is answered with what it found")
                     run = None
             if run is not None:  # paused: the message answers its open questions, through the tool path
                 await claim_all(run.record, by := user_id or "user", self.deps.store.locks,

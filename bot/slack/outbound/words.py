@@ -282,7 +282,8 @@ _HEADLINES: dict[StopReason, tuple[str, str]] = {
     "cancelled": ("Stopped", "已停止"),
     "model_error": ("Stopped: model error", "模型出错，已停止"),
     "internal_error": ("Stopped: internal error", "内部错误，已停止"),
-    "worker_lost": ("Stopped partway: its worker stopped", "中途停止：运行它的进程停止了"),
+    "worker_lost": ("Stopped partway: its worker stopped or lost the state store",
+                    "中途停止：运行它的进程停止了，或与状态存储断开"),
 }
 
 
