@@ -166,3 +166,14 @@ def test_the_api_server_s_refusals_are_told_apart_from_an_unknown_outcome(status
     found = _classified(exc)
     assert found.code == code and not isinstance(found, OutcomeUnknown)  # type: ignore[attr-defined]
     assert isinstance(found, Throttled) == (status == 429)
+
+
+async def test_a_kubeconfig_that_is_not_there_is_said_so(tmp_path: Path) -> None:
+    """It was "Expected key current-context in kube-config" (the library reads a missing file as an empty one)."""
+    from tools.ops.kube import KubeClient
+    from tools.tool_errors import PermissionDenied
+
+    kube = KubeClient(kubeconfig=tmp_path / "nope")
+    with pytest.raises(PermissionDenied, match=r"kubeconfig .*nope: no such file"):
+        await kube.deployment("payments", "payments-api")
+    await kube.close()

@@ -84,6 +84,8 @@ class KubeClient:
                 InClusterConfigLoader(token_filename=str(self.service_account / "token"),
                                       cert_filename=str(self.service_account / "ca.crt")).load_and_set(cfg)
             elif self.kubeconfig is not None:
+                if not self.kubeconfig.is_file():  # the library reads a missing file as an empty one
+                    raise ValueError("no such file")
                 await config.load_kube_config(config_file=str(self.kubeconfig), context=self.context,
                                               client_configuration=cfg, persist_config=False)
             else:
