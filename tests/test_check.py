@@ -383,3 +383,16 @@ async def test_a_server_that_never_answers_has_its_own_line_and_hides_no_other(
     out = capsys.readouterr().out
     assert "! MCP server mute: did not start (did not answer within 1s)" in out, out
     assert "✓ MCP server am: up, 3 tools (none called" in out and "TimeoutError" not in out, out
+
+
+async def test_the_demo_data_is_said_of_the_parts_that_read_it(env: FakeSlack, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """An installation's own catalog beside --demo-data for the rest: the catalog line said "(the bundled DEMO data,
+    on purpose)" of its own catalog."""
+    env.scopes = sorted(manifest_scopes())
+    (tmp_path / "catalog.yml").write_text("services:\n  - {id: billing, name: Billing, environments: [prod]}\n")
+    (tmp_path / "opspilot.yml").write_text(f"toolbox:\n  catalog: {tmp_path / 'catalog.yml'}\n")
+    await _check(None)
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("✓ Catalog"))
+    assert line.startswith("✓ Catalog: 1 services, environments prod (the bundled DEMO data for its ") and \
+        "catalog" not in line.split("for its", 1)[1], line

@@ -13,6 +13,7 @@ from bot.config import ConfigError, Settings
 from bot.probes import PROBE_S, Check, bounded
 from tools import ops
 from tools.ops.logs import LogQuery
+from tools.ops.toolbox import bundled
 from tools.tool_errors import ToolError
 
 
@@ -51,9 +52,11 @@ async def toolbox_checks(settings: Settings) -> list[Check]:
                          required=False) for w in warnings]
         if (demo := demo_data_problem(settings)) is not None:  # serve refuses this: so does check
             checks.append(Check("Data", False, demo, DEMO_DATA_FIX, refused=True))
+        parts = bundled(settings.toolbox) if settings.demo_data else []  # on purpose: said of what it covers
         checks.append(Check("Catalog", True, f"{len(toolbox.catalog.ids)} services, environments "
                                              f"{', '.join(toolbox.catalog.environments)}"
-                                             + (" (the bundled DEMO data, on purpose)" if settings.demo_data else "")))
+                                             + (f" (the bundled DEMO data for its {', '.join(parts)}, on purpose)"
+                                                if parts else "")))
         for found in await asyncio.gather(*_probes(settings, toolbox)):
             checks += found
     finally:
