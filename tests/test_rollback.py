@@ -411,3 +411,19 @@ async def test_the_card_shows_what_else_a_rollback_takes_back_and_when_a_revisio
     rows = {label: (old, new) for label, old, new in plan_rows(payload, "en")}
     assert rows["Deployed"][0].endswith("(first; deployed again since)"), rows
     await toolbox.aclose()
+
+
+async def test_a_second_card_for_a_rollback_that_ran_is_a_conflict(fakes: OpsFakes) -> None:
+    """Two cards for the same rollback: the second, confirmed after the first ran, said "not_found: name the release
+    to roll back to" — as if the person had asked wrongly — where the service had changed since its card."""
+    for toolbox, where in ((ops.build(), {"service_id": "orders", "environment": "staging"}),  # the demo's releases
+                           (live(fakes), {"service_id": "payments", "environment": "prod"})):
+        if where["service_id"] == "payments":
+            three_releases(fakes)
+        first = (await card(toolbox, "rollback_service", **where))["plan"]
+        second = (await card(toolbox, "rollback_service", **where))["plan"]
+        assert data(await call(toolbox, "rollback_service", confirmed_by="U", plan=first, **where))["rollout"] == \
+            "complete"
+        again = await call(toolbox, "rollback_service", confirmed_by="U", plan=second, **where)
+        assert error_code(again) == "conflict", again.result
+        await toolbox.aclose()

@@ -19,7 +19,7 @@ from tools.ops.metric_backends import MetricsBackend
 from tools.ops.restart import Rollout, followed
 from tools.ops.rollback import ChangeRequest, Plan, RollbackBackend, ScaleBackend, drift
 from tools.registry import ToolContext, ToolSpec, always, tool
-from tools.tool_errors import Conflict, InvalidArguments, Refused, ToolError
+from tools.tool_errors import Conflict, InvalidArguments, NotFound, Refused, ToolError
 
 Resolve = Callable[[str, str | None, str], tuple[Service, str]]
 """(service_id, environment, what) → the catalog's service and the environment, or asks for what is missing."""
@@ -84,6 +84,17 @@ class Changing:
             raise InvalidArguments(f"name the environment to {what}")
         return self.resolve(service_id, environment, what)
 
+    async def planned(self, plan: Callable[[], Any], req: ChangeRequest, ctx: ToolContext) -> Plan:
+        """The plan read now. Confirmed on a card, a plan that no longer can be made (the revision gone, nothing
+        left to change: another card ran first) is the service having changed since the card, said as such."""
+        try:
+            return await plan()  # type: ignore[no-any-return]
+        except (NotFound, Refused) as exc:
+            if ctx.plan is None:
+                raise
+            raise Conflict(f"{req.service.id} {req.environment} changed after the card was shown ({exc.message}); "
+                           "nothing was changed — ask again to see what a change would do now") from exc
+
     async def finish(self, plan: Plan, req: ChangeRequest, ctx: ToolContext, backend: RollbackBackend | ScaleBackend,
                      act: Callable[[], Any], what: tuple[str, str]) -> dict[str, Any]:
         """Check the plan against the card, act, wait for the rollout, compare the error rate."""
@@ -134,7 +145,7 @@ class Changing:
             when a person asks for it; never in an alert's run."""
             service, env = self.resolve(args.service_id, args.environment, f"roll back {args.service_id}")
             req = request(args, ctx, service, env)
-            plan = await self.rollbacks.plan_rollback(req)
+            plan = await self.planned(lambda: self.rollbacks.plan_rollback(req), req, ctx)
             return await self.finish(plan, req, ctx, self.rollbacks, lambda: self.rollbacks.rollback(req, plan),
                                      ("rollback", "rolled back"))
 
@@ -157,7 +168,7 @@ class Changing:
             service, env = self.resolve(args.service_id, args.environment, f"scale {args.service_id}")
             within(self.bounds, service.id, env, args.replicas)
             req = request(args, ctx, service, env)
-            plan = await self.scaling.plan_scale(req)
+            plan = await self.planned(lambda: self.scaling.plan_scale(req), req, ctx)
             return await self.finish(plan, req, ctx, self.scaling, lambda: self.scaling.scale(req, plan),
                                      ("scaling", "scaled"))
 
