@@ -116,7 +116,7 @@ class Changing:
                 "verdict": verdict(what, rollout, before, after), "confirmed_by": ctx.confirmed_by}
 
     def specs(self) -> list[ToolSpec]:
-        timeout = self.verify.timeout_s + self.verify.settle_s + 60
+        timeout = self.verify.budget_s
 
         def request(args: RollbackArgs | ScaleArgs, ctx: ToolContext, service: Service, env: str) -> ChangeRequest:
             if isinstance(args, ScaleArgs):

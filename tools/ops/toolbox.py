@@ -327,7 +327,7 @@ def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox
                                    f"it has {', '.join(service.environments)}")
 
     @tool(mutating=True, confirm=confirm_in("prod"), check=named,
-          timeout_s=verify.timeout_s + verify.settle_s + 60)
+          timeout_s=verify.budget_s)
     async def restart_service(args: RestartArgs, ctx: ToolContext) -> dict[str, Any]:
         """Rolling-restart a service in one environment, then verify: wait for the rollout to finish and compare
         the error rate before and after. Changes production state: a person must confirm it in prod."""

@@ -108,6 +108,13 @@ class Verification(_Section):
     poll_s: float = Field(2.0, gt=0, description="how often the rollout / job is looked at")
     settle_s: float = Field(30.0, ge=0, description="pause after the rollout before re-checking the error rate")
 
+    @property
+    def budget_s(self) -> float:
+        """A change's whole time: the wait and one poll past it, the settle, and the calls around them (the plan
+        read again, the error rate before and after, the change, a last read: ~8 calls within their own timeouts).
+        A change cut off by it is reported as of unknown outcome, so it must not be shorter than the steps."""
+        return self.timeout_s + self.poll_s + self.settle_s + 120
+
 
 class DemoActions(_Section):
     """Rollbacks and scaling recorded, not done (the demo), among the releases of its change history."""
