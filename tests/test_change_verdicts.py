@@ -137,3 +137,14 @@ def test_the_revision_before_is_the_one_kubernetes_would_roll_back_to() -> None:
     assert (verdict.kind, verdict.change, verdict.previous) == ("yes", culprit, None)
     named = {"kind": "config", "version": "2026.12.02-cfg", "at": "2026-12-02T08:00:00Z"}  # a CI record: no release
     assert judge({"changes": [DEPLOY, named, BEFORE]}, RISE, None).previous == BEFORE
+
+
+def test_a_rollback_dated_by_its_rollout_s_end_is_not_after_the_errors() -> None:
+    """A rollback began at 09:05, its rollout took ten minutes and Kubernetes dated it at 09:15 ("approximate"): with
+    errors from 09:10:06, it was "No: the errors began 5 min before rollback revision 4"."""
+    back = {"kind": "rollback", "version": "revision 4", "at": "2026-12-02T09:15:00Z", "time": "approximate"}
+    older = {"kind": "image", "version": "revision 3", "at": "2026-12-01T09:00:00Z"}
+    verdict = judge({"changes": [back, older]}, RISE, None)
+    assert (verdict.kind, verdict.hidden) == ("incomplete", "approximate")
+    exact = {**back, "time": None}  # a time Kubernetes did keep: it came after the errors
+    assert judge({"changes": [exact, older]}, RISE, None).kind == "no"

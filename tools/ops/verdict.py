@@ -11,6 +11,9 @@ from datetime import datetime
 from typing import Any, Literal
 
 TIE_S = 30 * 60  # a change more than 30 minutes before the errors began is not tied to them by timing alone
+SETTLE_S = 15 * 60
+"""How far after it began a change dated "approximate" may be stamped: Kubernetes keeps no start time for a
+rollback, and its traces move on as its rollout goes (a rollout followed for up to ~15 minutes)."""
 Kind = Literal["yes", "no", "too_early", "nothing_changed", "incomplete", "no_rise", "no_data", "no_history"]
 
 
@@ -41,7 +44,8 @@ class Verdict:
     (``incomplete``)."""
     hidden: str = ""
     """Why ``incomplete`` when changes were listed: ``cut`` (older changes left off the list), ``undated`` (a change
-    whose time is only known to be after its stamp)."""
+    whose time is only known to be after its stamp), ``approximate`` (one stamped after the errors began that may
+    have begun before them)."""
 
 
 def onset(rate: dict[str, Any], logs: dict[str, Any] | None) -> tuple[float, str] | None:
@@ -120,6 +124,8 @@ def judge(changes: dict[str, Any] | None, rate: dict[str, Any] | None, logs: dic
     after = [(t, c) for t, c in listed if t > began]
     if _unordered(dated, began):  # it may have come just before the errors: the order is not known
         return Verdict("incomplete", dated, began, how, unread=unread, hidden="undated")
+    if any(c.get("time") == "approximate" and began < t <= began + SETTLE_S for t, c in dated):
+        return Verdict("incomplete", dated, began, how, unread=unread, hidden="approximate")
     if cut and not before:  # what came just before the errors is among the changes left off the list
         return Verdict("incomplete", dated, began, how, unread=unread + cut, hidden="cut")
     if before and began - before[0][0] <= TIE_S:
