@@ -391,3 +391,18 @@ async def test_a_streamable_http_server(store: RedisStore) -> None:
             await server.wait()
         prometheus.stop()
         await target.stop()
+
+
+async def test_a_server_printing_a_banner_is_one_log_line_not_a_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    """A server that prints a line of its own on stdout before speaking MCP: the SDK logged its parser's whole
+    traceback (the server then worked)."""
+    fake = ROOT / "tests/fakes/alertmanager_mcp.py"
+    banner = f"print('alertmanager-mcp v1 starting', flush=True); import runpy; runpy.run_path({str(fake)!r}, " \
+             "run_name='__main__')"
+    hub = McpHub([McpServerConfig(name="am", command=sys.executable, args=["-c", banner])])
+    try:
+        assert len(await hub.start()) == 3
+    finally:
+        await hub.stop()
+    said = [r for r in caplog.records if r.name.startswith("mcp.")]
+    assert said and all(r.exc_info is None and "\n" not in r.getMessage() for r in said), said

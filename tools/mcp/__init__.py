@@ -25,6 +25,18 @@ __all__ = ["ConfirmIn", "McpHub", "McpServerConfig", "McpStartupError", "McpTool
 log = logging.getLogger(__name__)
 
 
+class _OneLine(logging.Filter):
+    """The SDK logs a server's stray stdout line (a banner, a debug print) with its parser's whole traceback: one
+    line saying what it was is what an operator needs (the server goes on working)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            error = record.exc_info[1]
+            record.msg = f"{record.getMessage()} ({type(error).__name__}: {str(error).splitlines()[0][:200]})"
+            record.args, record.exc_info, record.exc_text = None, None, None
+        return True
+
+
 class McpStartupError(Exception):
     """A server marked ``required`` did not start."""
 
@@ -38,6 +50,10 @@ class McpHub:
         self.servers: list[McpServer] = []
         if configs:  # the SDK (~0.4 s of imports, the `mcp` extra) only where servers are configured
             require("mcp", "mcp_servers")
+            for name in ("mcp.client.stdio", "mcp.client.streamable_http", "mcp.shared.session"):
+                sdk = logging.getLogger(name)  # (a logger's filters apply to its own records only)
+                if not any(isinstance(f, _OneLine) for f in sdk.filters):
+                    sdk.addFilter(_OneLine())
             from tools.mcp.session import McpServer
 
             self.servers = [McpServer(c) for c in configs]
