@@ -317,3 +317,16 @@ async def test_a_broken_catalog_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "catalog.yml").write_text("services:\n  - {id: Bad Id, name: x}\n")
     with pytest.raises(ops.CatalogError, match=r"invalid at services\[0\]\.id: String should match pattern"):
         ops.build(cfg.OpsConfig(catalog=tmp_path / "catalog.yml"))
+
+
+async def test_the_demo_s_errors_still_began_when_they_did_after_its_restart() -> None:
+    """After the README's restart the demo's error rate was four points of after-restart values: "the error rate did
+    not clearly rise in this window", beside 90 error lines from 09:42."""
+    toolbox = ops.build()
+    args = {"service_id": "payments", "environment": "prod"}
+    before = data(await run(toolbox, "query_metrics", **args, metrics=["error_rate"], minutes=60))
+    await run(toolbox, "restart_service", confirmed_by="UAPPROVER", **args, reason="pool exhausted")
+    after = data(await run(toolbox, "query_metrics", **args, metrics=["error_rate"], minutes=60))
+    was, now = before["metrics"]["error_rate"], after["metrics"]["error_rate"]
+    assert now["onset_at"] == was["onset_at"] == "2026-12-02T09:43:00Z", (was, now)
+    assert now["current"] < was["current"]  # the restart shows, at now's point

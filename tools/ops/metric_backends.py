@@ -112,8 +112,10 @@ def _one(result: list[dict[str, Any]], metric: str) -> dict[str, Any] | None:
 
 class FixtureBackend:
     """``metrics.yml``: ``<service>: <env>: <metric>: [values…]`` at one-minute steps ending now; an optional
-    ``after_restart:`` block replaces the series once the demo restart backend restarted that service. A metric
-    named ``*_total`` is a raw counter. The last point is at ``now()`` (a replayed dataset's clock)."""
+    ``after_restart:`` block gives what the series reads once the demo restart backend restarted that service: its
+    last value becomes now's point. (A replayed clock stands still: the restart happened "now", so only now's point
+    can be after it, and the rest of the window — the errors' onset too — is as it was.) A metric named ``*_total``
+    is a raw counter. The last point is at ``now()`` (a replayed dataset's clock)."""
 
     def __init__(self, path: Path, now: Callable[[], float] = time.time) -> None:
         self.path = path
@@ -137,11 +139,11 @@ class FixtureBackend:
         env = (self.data.get(service.id) or {}).get(environment)
         if env is None:
             raise NotFound(f"no metrics for {service.id} in {environment}")
-        if (service.id, environment) in self.restarted and metric in (env.get("after_restart") or {}):
-            return [float(v) for v in env["after_restart"][metric]]
         if metric not in env:
             raise InvalidArguments(f"unknown metric {metric!r}; known: {', '.join(self.names)}")
-        return [float(v) for v in env[metric]]
+        values = [float(v) for v in env[metric]]
+        after = (env.get("after_restart") or {}).get(metric) if (service.id, environment) in self.restarted else None
+        return [*values[:-1], float(after[-1])] if after else values
 
     async def series(self, service: Service, environment: str, metric: str, minutes: int) -> Series:
         values = self._values(service, environment, metric)[-minutes:]
