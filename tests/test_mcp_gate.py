@@ -18,6 +18,7 @@ from bot.config import Settings, environment_problems
 from bot.demo.sender import block_action, mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
+from core.messages import ToolResultMessage
 from tests.slack_harness import CHANNEL, card_of, open_workspace
 from tools.mcp import McpHub, McpServerConfig, McpToolRule
 from tools.registry import Registry, ToolSpec
@@ -61,6 +62,26 @@ async def test_the_server_s_worse_word_and_a_missing_environment_are_asked_about
     assert not rotate.needs_confirmation(rotate.args_model.model_validate({"service": "pay",
                                                                           "environment": "staging"}))
     assert deploy is not None and deploy.environment_of({"service": "pay", "env": "prod"}) == "prod"
+
+
+async def test_a_change_that_leaves_its_environment_to_its_server_is_refused(specs: list[ToolSpec], ran: Path,
+                                                                            redis_url: str, prefix: str,
+                                                                            slack: FakeSlack) -> None:
+    """`dep__rotate_keys(service)` — its server's default, prod — got a card with no environment, which anyone
+    could confirm: no approvers rule and no two-person rule matched an environment nobody named."""
+    model = ScriptedModel([reply("", call("dep__rotate_keys", "c1", service="payments")), reply("Done.")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, specs=specs, two_person_rule=["prod"],
+                              approvers={"dep__rotate_keys": {"prod": {"users": ["UBOSS"]}}})
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "rotate the payments keys", "410.1"))
+        await ws.settle()
+        assert not [m for m in slack.thread(CHANNEL, "410.1") if any(b["action_id"] == "opspilot_confirm"
+                                                                     for b in buttons(m))]
+        result = next(m for m in model.requests[-1].messages if isinstance(m, ToolResultMessage))
+        assert result.error_code == "invalid_environment" and "environment is required" in result.content, result
+        assert calls(ran) == []
+    finally:
+        await ws.stop()
 
 
 async def test_a_rule_on_env_decides_who_may_confirm(specs: list[ToolSpec], ran: Path, redis_url: str, prefix: str,

@@ -66,23 +66,24 @@ class InEnvironments:
     known: frozenset[str] | None = None
     """Every environment there is (the catalog's): a value outside it is asked about too — fail closed, so
     ``Production`` does not slip past a rule written for ``prod``."""
-    absent_asks: bool = False
-    """No value: asked about. An MCP server may default a missing environment to prod, unseen by us; our own
-    tools ask for a missing one with a form before the gate reads it again."""
+    required: bool = False
+    """The call must name it (refused before the gate otherwise: ``tools.runtime``): an MCP server may default a
+    missing environment to prod, unseen by us, and who may confirm depends on it. Our own tools ask for a missing
+    one with a form before the gate reads it again."""
 
     def __call__(self, args: Any) -> bool:
         raw = str(getattr(args, self.field, "") or "")
         if not raw:
-            return self.absent_asks
+            return self.required  # (refused before the gate when required: asked about if it ever gets here)
         value = environment_name(raw)
         if value is None:
             return True  # a look-alike or hidden character: asked about, never waved through
         return value in self.environments or (self.known is not None and bool(value) and value not in self.known)
 
 
-def confirm_in(*environments: str, field: str = "environment", absent_asks: bool = False) -> InEnvironments:
+def confirm_in(*environments: str, field: str = "environment", required: bool = False) -> InEnvironments:
     return InEnvironments(frozenset(n for e in environments if (n := environment_name(e))), field,
-                          absent_asks=absent_asks)
+                          required=required)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from core.envs import environment_name
 from core.messages import ResultStatus, ToolCall, ToolResultMessage, error_result, ok_content
 from tools.hygiene import clean, scrub_text
-from tools.registry import Registry, ToolContext, ToolSpec
+from tools.registry import InEnvironments, Registry, ToolContext, ToolSpec
 from tools.tool_errors import Interrupt, InterruptType, ToolError
 
 log = logging.getLogger(__name__)
@@ -106,6 +106,10 @@ def _environment_problem(spec: ToolSpec, args: dict[str, Any]) -> str | None:
     """An environment with spaces around it (``"prod "``) or a hidden or look-alike character (a Cyrillic ``р``)
     is refused before the gate, for our tools and MCP tools alike: a server that trims would run in prod what a
     rule judged as somewhere else. Case is left to the rules, which all fold it (:mod:`core.envs`)."""
+    policy = spec.needs_confirmation
+    if isinstance(policy, InEnvironments) and policy.required and not args.get(policy.field):
+        return (f"{policy.field} is required for {spec.name}: who may confirm it depends on where it runs, and its "
+                "server would choose one itself — name it")
     for name in spec.environment_fields():
         value = args.get(name)
         if not isinstance(value, str) or not value:

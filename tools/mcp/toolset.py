@@ -163,7 +163,7 @@ def _server_says(hints: types.ToolAnnotations) -> Provenance | None:
 
 def _policy(confirm: str | ConfirmIn) -> ConfirmPolicy:
     if isinstance(confirm, ConfirmIn):
-        return confirm_in(*confirm.environments, field=confirm.field, absent_asks=True)
+        return confirm_in(*confirm.environments, field=confirm.field, required=True)
     return never if confirm == "never" else always
 
 
