@@ -20,6 +20,10 @@ class _Strict(yaml.SafeLoader):
 def _unique(loader: _Strict, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
+        # The keys written here: a merge (`<<: *defaults`) brings keys an explicit one may override, as YAML means
+        # it; a key that is not a scalar is left to the loader (which refuses an unhashable one in its own words).
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+            continue
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise yaml.constructor.ConstructorError(

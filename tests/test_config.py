@@ -364,6 +364,14 @@ def test_a_key_given_twice_is_refused_not_half_read(tmp_path: Path) -> None:
     nested = write(tmp_path, "slack:\n  language: en\n  language: zh\n")
     with pytest.raises(ConfigError, match="'language' is given twice"):
         load_settings(nested)
+    # A merge (`<<: *anchor`) is YAML's way to share a block, an explicit key overriding what it brings: kept.
+    merged = load_settings(write(tmp_path, "slack:\n  approvers:\n    restart_service:\n      prod: &sre "
+                                           "{users: [UBOSS]}\n      staging:\n        <<: *sre\n        "
+                                           "usergroups: [S0SRE]\n        users: [UOPS]\n"))
+    staging = merged.slack.approvers["restart_service"]["staging"]
+    assert (staging.users, staging.usergroups) == (["UOPS"], ["S0SRE"])
+    with pytest.raises(ConfigError, match="unhashable key"):  # one line, not a traceback
+        load_settings(write(tmp_path, "slack:\n  ? [a, b]\n  : 1\n"))
 
 
 def test_a_slack_api_url_that_cannot_be_parsed_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
