@@ -132,6 +132,12 @@ def test_one_earlier_call_is_one() -> None:
     ("<https://grafana.example.com/d/abc|看板>", None),  # a link alone says nothing
     (":fire: :fire:", None),
     ("重启", "zh"),
+    # Chinese as on-call engineers write it, English names and terms in it (a first version called these English)
+    ("api-gateway 502 报错", "zh"), ("重启 payment-service", "zh"), ("redis OOM 告警", "zh"),
+    ("prod 数据库 CPU 100%", "zh"), ("帮我 check 一下 payments 的错误", "zh"),
+    # English naming something in Chinese, whatever characters the name holds (在, 看, 我, 为 are in names too)
+    ("why is 在线支付 returning 500s?", "en"), ("is 看板 down?", "en"), ("restart 我的订单 service", "en"),
+    ("ask 王为民 about the deploy", "en"), ("ok", "en"), ("好的", "zh"),
 ])
 def test_the_language_of_a_question_is_that_of_its_own_words(text: str, lang: str | None) -> None:
     assert signal(text) == lang
