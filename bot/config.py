@@ -282,13 +282,18 @@ def environment_problems(settings: Settings, known: list[str], tools: list[str] 
 
     # A server whose tools are listed (it connected) is known like our own tools; one that did not, not yet.
     listed = tuple(prefix for prefix in mcp if any(t.startswith(prefix) for t in tools or ()))
+    # An MCP rule on another argument (a region, a cluster) makes its names where that tool runs: its approvers
+    # and the two-person rule may name them.
+    own = {f"{server.name}__{tool}": {environment_name(e) or e for e in rule.confirm.environments}
+           for server in settings.mcp_servers for tool, rule in server.tools.items()
+           if not isinstance(rule.confirm, str) and rule.confirm.field != "environment"}
     for tool, by_env in settings.slack.approvers.items():
         if tools is not None and tool not in tools and (not tool.startswith(mcp) or tool.startswith(listed)):
             problems.append(f"slack.approvers.{tool}: there is no tool named {tool!r}{suggest(tool, tools)}")
         problems += [env_problem(f"slack.approvers.{tool}.{env}", env)
-                     for env in by_env if env != "*" and env not in folded]
+                     for env in by_env if env != "*" and env not in folded | own.get(tool, set())]
     problems += [env_problem("slack.two_person_rule", env) for env in settings.slack.two_person_rule
-                 if env not in folded]
+                 if env not in folded.union(*own.values())]
     for name, policy in settings.tools.items():
         problems += [env_problem(f"tools.{name}.confirm_in", env) for env in policy.confirm_in or []
                      if env not in folded]

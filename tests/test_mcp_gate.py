@@ -111,7 +111,8 @@ async def test_a_rule_on_env_decides_who_may_confirm(specs: list[ToolSpec], ran:
 def test_a_misspelt_environment_in_an_mcp_rule_is_refused_at_start() -> None:
     settings = Settings(mcp_servers=[deploy_server(set_flag={"confirm": {"in": ["production"]}},
                                                    deploy={"confirm": {"in": ["eu-west"], "field": "region"}})],
-                        slack={"approvers": {"dep__deplyo": {"prod": {"users": ["UBOSS"]}}}})
+                        slack={"approvers": {"dep__deplyo": {"prod": {"users": ["UBOSS"]}},
+                                             "dep__deploy": {"eu-west": {"users": ["UBOSS"]}}}})
     problems = environment_problems(settings, ["prod", "staging"], ["dep__deploy", "dep__rotate_keys"])
     assert any("mcp_servers.dep.tools.set_flag.confirm.in" in p and "'production'" in p for p in problems), problems
     assert not any("region" in p or "eu-west" in p for p in problems)  # another argument's names are its own

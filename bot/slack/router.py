@@ -229,10 +229,10 @@ class Inbound:
     async def _investigate(self, alert_ts: str, user: str, channel: str, thread_ts: str | None) -> None:
         verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))
         if not verdict.allowed or self.alerts is None or thread_ts != alert_ts:
-            await self._refuse(channel, user, verdict if not verdict.allowed else _MISPLACED, thread_ts)
-            return
-        admitted = await self._admit("investigate", user, channel, f"investigate:{channel}:{alert_ts}", thread_ts)
-        if not admitted:
+            return await self._refuse(channel, user, verdict if not verdict.allowed else _MISPLACED, thread_ts)
+        # One start per presser: given back when it starts nothing, it never takes another presser's slot with it.
+        if not (admitted := await self._admit("investigate", user, channel, f"investigate:{channel}:{alert_ts}:{user}",
+                                              thread_ts)):
             return
         problem = await self.alerts.investigate(channel, alert_ts, user)
         if problem and self.gate is not None:  # "already on it", "too old": nothing started, so nothing counts
