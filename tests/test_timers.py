@@ -334,12 +334,16 @@ async def test_a_cancel_or_a_completion_whose_reply_is_lost_knows_its_own_change
 
     proxy = LosingProxy(int(redis_url.rsplit(":", 1)[1].split("/")[0]))
     port = await proxy.start()
-    through = RedisStore(connect(f"redis://127.0.0.1:{port}/0"), keys=store.keys)
+    through = RedisStore(connect(f"redis://127.0.0.1:{port}/{redis_url.rsplit('/', 1)[1]}"), keys=store.keys)
     try:
         await through.ping()
         cancelled, ran = followup("slack:C1:3.3", T0), followup("slack:C1:4.4", T0 + 5)
-        for timer in (cancelled, ran):
+        warm = followup("slack:C1:5.5", T0 - 5)  # the scripts cached first: a fresh Redis answers NOSCRIPT, unapplied
+        for timer in (cancelled, ran, warm):
             await through.timers.add(timer)
+        await through.timers.complete((await through.timers.claim(T0 - 5, 60))[0])
+        await through.timers.add(spare := followup("slack:C1:6.6", T0 + 999))
+        await through.timers.cancel(spare.id)
         proxy.armed = True
         assert await through.timers.cancel(cancelled.id) == cancelled  # applied, its reply lost, retried
         [claimed] = await through.timers.claim(T0 + 5, 60)
