@@ -174,6 +174,7 @@ def test_plugin_tools_register_and_run(tmp_path: Path) -> None:
     assert {"who_is_on_call", "page_oncall"} <= {s.name for s in registry}
     page = registry.get("page_oncall")
     assert page is not None and page.mutating
+    assert page.source == "plugin:tests.plugins.oncall"  # `opspilot tools` said "builtin" of a team's own code
 
 
 async def test_a_plugin_tool_is_used_by_the_engine(store: RedisStore) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from tools.registry import ToolSpec
@@ -41,7 +42,9 @@ def load_plugin(module_name: str, config: dict[str, Any] | None = None) -> list[
     if not specs:
         raise PluginError(f"plugin {module_name!r} defines no tools (decorate async functions with @tool)")
     log.info("plugin %s: %s", module_name, ", ".join(s.name for s in specs))
-    return specs
+    # Named as the team's code, never as OpsPilot's own (`opspilot tools`, an operator reviewing what can change
+    # systems): a plugin's tools were listed as "builtin".
+    return [replace(s, source=f"plugin:{module_name}") if s.source == "builtin" else s for s in specs]
 
 
 def load_plugins(module_names: Iterable[str], config: dict[str, Any] | None = None) -> list[ToolSpec]:
