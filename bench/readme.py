@@ -1,5 +1,6 @@
 """``python -m bench.readme [RESULTS.json]``: the benchmark tables in docs/benchmarks.md, regenerated from a
-results file (default: the newest under ``bench/results/``), between ``<!-- bench:tables -->`` and
+results file (default: the newest of a whole run under ``bench/results/``: one of ``--only`` would leave one table),
+between ``<!-- bench:tables -->`` and
 ``<!-- /bench:tables -->``.
 What the figures mean stays written by hand outside those markers."""
 
@@ -29,11 +30,17 @@ def render(results: dict[str, object]) -> str:
     return "\n".join([head, "", *(Table.from_json(t).render().replace("### ", "#### ", 1) for t in tables)])
 
 
+def _full(path: Path) -> bool:
+    """Whether ``path`` holds a whole run (``--only`` and ``--small`` runs hold a part of the tables)."""
+    results = json.loads(path.read_text())
+    return not results.get("only") and not results.get("small")
+
+
 def main(argv: list[str]) -> int:
-    files = sorted((ROOT / "bench" / "results").glob("*.json"))
-    path = Path(argv[0]) if argv else (files[-1] if files else None)
+    files = sorted((ROOT / "bench" / "results").glob("*.json"), reverse=True)
+    path = Path(argv[0]) if argv else next((f for f in files if _full(f)), None)
     if path is None:
-        print("no results yet: run `python -m bench` first", file=sys.stderr)
+        print("no full run's results yet: run `python -m bench` first", file=sys.stderr)
         return 1
     results = json.loads(path.read_text())
     results["file"] = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
