@@ -238,8 +238,9 @@ class Settings(BaseSettings):
     limits: Limits = Field(default_factory=Limits)
     redis_url: str = Field("redis://localhost:6379/0",
                            validation_alias=AliasChoices("REDIS_URL", "OPSPILOT_REDIS_URL", "redis_url"),
-                           description="or REDIS_URL: redis:// or rediss:// (one Redis, ≥ 6.2, noeviction), or "
-                                       "redis+cluster://host:port[,host:port…] for a Redis Cluster")
+                           description="or REDIS_URL (which wins when both are set): redis:// or rediss:// (one "
+                                       "Redis, ≥ 6.2, noeviction), or redis+cluster://host:port[,host:port…] for a "
+                                       "Redis Cluster")
     key_prefix: str = Field("opspilot", pattern=r"^[A-Za-z0-9_.:-]{1,64}$",
                             description="every Redis key starts with it (several installations, one Redis)")
     thread_ttl_s: int = Field(7 * 24 * 3600, ge=60, description="TTL of transcripts, runs, traces, journals")
