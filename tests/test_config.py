@@ -379,4 +379,3 @@ def test_a_slack_api_url_that_cannot_be_parsed_is_one_line(monkeypatch: pytest.M
     monkeypatch.setenv("SLACK_API_URL", "http://[::1/api/")
     with pytest.raises(ConfigError, match=r"SLACK_API_URL.*Invalid IPv6 URL"):
         load_settings(None)
-
