@@ -396,3 +396,20 @@ async def test_the_demo_data_is_said_of_the_parts_that_read_it(env: FakeSlack, t
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("✓ Catalog"))
     assert line.startswith("✓ Catalog: 1 services, environments prod (the bundled DEMO data for its ") and \
         "catalog" not in line.split("for its", 1)[1], line
+
+
+async def test_a_prometheus_that_matches_nothing_is_said(env: FakeSlack, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A wrong env_label: every query answered with no series, and check said "answers" of each metric."""
+    from tests.fakes.ops_servers import OpsFakes
+
+    env.scopes = sorted(manifest_scopes())
+    fakes = OpsFakes(prom_series={})  # every query: an empty matrix
+    await fakes.server.start()
+    try:
+        (tmp_path / "opspilot.yml").write_text(f"toolbox:\n  metrics: {{backend: prometheus, url: '{fakes.url}'}}\n")
+        await _check(None)
+        out = capsys.readouterr().out
+        assert "! Metrics (prometheus): answers, but no series for payments in prod" in out, out
+    finally:
+        await fakes.server.stop()

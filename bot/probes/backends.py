@@ -94,6 +94,12 @@ def _probes(settings: Settings, toolbox: ops.Toolbox) -> list[Any]:
                                   metrics_fix)]
                 if isinstance(outcome, BaseException):
                     raise outcome
+            empty = [n for n, outcome in zip(names, found, strict=True) if not outcome]
+            if empty:  # answered, and matched nothing: a label or a query that names what is not there
+                return [Check(f"Metrics ({conf.metrics.backend})", False, f"answers, but no series for {service.id} "
+                              f"in {env} in the last 5 minutes: {', '.join(empty)}", "check toolbox.metrics.queries "
+                              "and env_label against the series Prometheus has (or the service had no traffic)",
+                              required=False)]
             return [Check(f"Metrics ({conf.metrics.backend})", True,
                           f"answers for {service.id} in {env} ({', '.join(names)})")]
 
