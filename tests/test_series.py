@@ -162,3 +162,29 @@ def test_noise_after_a_spike_keeps_its_band() -> None:
               0.0132, 0.0112, 0.0081, 0.0067, 0.0087, 0.0068, 0.009, 0.0096, 0.0083, 0.0138, 0.0088, 0.0112, 0.0127,
               0.0109, 0.0085, 0.0112, 0.009, 0.0078, 0.0114, 0.0112, 0.0152]
     assert describe(at(values)).trend == "spiked and recovered"
+
+
+def test_a_value_holding_at_its_peak_is_not_back() -> None:
+    """A ramp caught in the first third sized the baseline's band: p95 200 → 2000 ms and holding read "spiked and
+    recovered … back by", the value at its peak."""
+    shape = describe(at([200, 500, 800, 1100, 1400, 1700, 2000, 2000, 2000, 2000, 2000]))
+    assert shape.trend == "steady high" and shape.recovered_at is None, gist("p95", shape)
+
+
+def test_points_missing_at_the_window_s_edges_are_said() -> None:
+    """A target down for the last ten minutes: Prometheus returns no points there, nothing counted them, and the
+    value ten minutes old read as now's ("0.001 (flat)")."""
+    values = at([0.001] * 50)
+    start, step = values[0][0], 60.0
+    shape = describe(values, window=(start, start + 59 * step, step))  # 60 minutes, the last 10 missing
+    fig = figures(shape)
+    assert fig["last_point_at"] == iso(values[-1][0]) and fig["gaps"] == 10, fig
+    assert "none since" in gist("error_rate", shape) and "10 missing points" in gist("error_rate", shape)
+    from bot.agent.models.demo_answers import metric_part
+    from bot.slack.outbound.outputs import output
+
+    told = output("ok", None, {"ok": True, "data": {"metrics": {"error_rate": fig}}}, "en")
+    assert "last point at" in str(told) and "10 missing points" in str(told), told
+    assert "last point at" in metric_part(fig, "error rate", "%", False)
+    late = describe(values, window=(start - 10 * step, start + 49 * step, step))  # the first ten minutes missing
+    assert figures(late)["gaps"] == 10 and "last_point_at" not in figures(late)

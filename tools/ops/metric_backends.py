@@ -32,6 +32,10 @@ class MetricsBackend(Protocol):
 
     async def current(self, service: Service, environment: str, metric: str) -> float | None: ...
 
+    def span(self, minutes: int) -> tuple[float, float, float] | None:
+        """The window a series of ``minutes`` is asked for (start, end, step), so that points missing at its
+        edges are counted; None where the data is its own window (fixtures)."""
+
 
 class PrometheusBackend:
     def __init__(self, http: Http, *, queries: dict[str, str], env_label: str = "env", step_s: int = 60,
@@ -55,6 +59,10 @@ class PrometheusBackend:
         return string.Template(template).safe_substitute(
             labels=",".join(f'{k}="{v}"' for k, v in labels.items()), env=environment, service=service.id,
             namespace=k8s.namespace if k8s else service.id, deployment=k8s.deployment if k8s else service.id)
+
+    def span(self, minutes: int) -> tuple[float, float, float]:
+        end = time.time()
+        return end - minutes * 60, end, float(self.step_s)
 
     async def series(self, service: Service, environment: str, metric: str, minutes: int) -> Series:
         end = time.time()
@@ -154,3 +162,6 @@ class FixtureBackend:
     async def current(self, service: Service, environment: str, metric: str) -> float | None:
         values = self._values(service, environment, metric)
         return values[-1] if values else None
+
+    def span(self, minutes: int) -> None:
+        return None

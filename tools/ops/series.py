@@ -45,6 +45,9 @@ class Shape:
     mean: float | None = None
     gaps: int = 0
     resets: int = 0
+    last_at: float | None = None
+    """When the last point was, when it is older than the window's end by two steps or more: ``current`` is then
+    that point's value, not now's (a target down, a service with no traffic)."""
 
     @property
     def changed(self) -> bool:
@@ -110,9 +113,23 @@ def _before_step(head: list[float], quiet: list[float]) -> list[float]:
     return [v for v in head if abs(v - start) <= spread] or head
 
 
-def describe(series: Series, *, counter: bool = False) -> Shape:
+def _edges(times: list[float], window: tuple[float, float, float] | None) -> tuple[int, float | None]:
+    """Steps missing before the first point and after the last within ``window`` (start, end, step), and the last
+    point's time when the window's end is two steps or more past it."""
+    if window is None or not times:
+        return 0, None
+    start, end, step = window
+    before = int((times[0] - start) / step + 0.5) if times[0] - start > 1.5 * step else 0  # the first is at start
+    after = max(0, int((end - times[-1]) / step + 0.5)) if end - times[-1] >= 2 * step else 0
+    return before + after, times[-1] if after else None
+
+
+def describe(series: Series, *, counter: bool = False, window: tuple[float, float, float] | None = None) -> Shape:
+    """``window``: (start, end, step) the series was asked for, so that points missing at its edges count too
+    (a target down for the last ten minutes left no gap between points, and its last value read as now's)."""
     ordered = sorted(series)
-    gaps = _gaps([t for t, _ in ordered]) + sum(1 for _, v in ordered if not math.isfinite(v))
+    edge, last_at = _edges([t for t, v in ordered if math.isfinite(v)], window)
+    gaps = _gaps([t for t, _ in ordered]) + sum(1 for _, v in ordered if not math.isfinite(v)) + edge
     points = [(t, v) for t, v in ordered if math.isfinite(v)]
     resets = 0
     if counter:
@@ -122,7 +139,7 @@ def describe(series: Series, *, counter: bool = False) -> Shape:
     times, values = [t for t, _ in points], [v for _, v in points]
     current = values[-1]
     plain = Shape("single point", len(values), current=current, minimum=min(values), maximum=max(values),
-                  mean=sum(values) / len(values), gaps=gaps, resets=resets)
+                  mean=sum(values) / len(values), gaps=gaps, resets=resets, last_at=last_at)
     if len(values) == 1:
         return plain
     quiet = values[:max(1, len(values) // 3)]
@@ -161,7 +178,9 @@ def describe(series: Series, *, counter: bool = False) -> Shape:
         baseline = statistics.median(values[:onset])
         excursion = max(sign * (v - baseline) for v in values)
     def returned(v: float) -> bool:  # a baseline with no noise at all has a band of zero: a share of the way counts
-        return not clear(v) or level(v) < BACK_LEVEL
+        # (and never near the peak: a band sized on a ramp caught in the first third would call a value holding at
+        # its peak "back"; noise after a spike can reach half-way and still be noise)
+        return level(v) < HIGH_LEVEL and (not clear(v) or level(v) < BACK_LEVEL)
 
     recovered = None
     if returned(current):
@@ -212,6 +231,8 @@ def figures(shape: Shape) -> dict[str, Any]:
                     "recovered_at": iso(shape.recovered_at)})
     if shape.gaps:
         out["gaps"] = shape.gaps
+    if shape.last_at is not None:
+        out["last_point_at"] = iso(shape.last_at)
     if shape.resets:
         out["counter_resets"] = shape.resets
     return out
@@ -253,4 +274,5 @@ def gist(name: str, shape: Shape) -> str:
 
 
 def _gaps_note(shape: Shape) -> str:
-    return f", {shape.gaps} missing point{'s' if shape.gaps != 1 else ''}" if shape.gaps else ""
+    stale = f", last point at {hhmm(shape.last_at)}, none since" if shape.last_at is not None else ""
+    return stale + (f", {shape.gaps} missing point{'s' if shape.gaps != 1 else ''}" if shape.gaps else "")

@@ -299,8 +299,10 @@ def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox
         unknown = [n for n in names if n not in metrics.names]
         if unknown:
             raise InvalidArguments(f"unknown metrics {unknown}; available: {', '.join(metrics.names)}")
+        window = metrics.span(args.minutes)
         series = await asyncio.gather(*(metrics.series(service, env, n, args.minutes) for n in names))
-        shapes = {n: describe(s, counter=metrics.is_counter(n)) for n, s in zip(names, series, strict=True)}
+        shapes = {n: describe(s, counter=metrics.is_counter(n), window=window)
+                  for n, s in zip(names, series, strict=True)}
         return {"service_id": service.id, "environment": env, "window_minutes": args.minutes,
                 "metrics": {n: {**figures(sh), "query": metrics.describe(service, env, n)} for n, sh in shapes.items()},
                 "summary": ", ".join(gist(n, sh) for n, sh in shapes.items())}

@@ -11,7 +11,9 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validato
 from core.envs import environment_name
 
 DEFAULT_QUERIES = {
-    "error_rate": 'sum(rate(http_requests_total{$labels,code=~"5.."}[5m]))'
+    # "or vector(0)": before a service's first 5xx there is no 5xx series, and the ratio had no points at all
+    # (read as data missing, then a "dip" when the first errors came); with traffic and no errors it is 0.
+    "error_rate": '(sum(rate(http_requests_total{$labels,code=~"5.."}[5m])) or vector(0))'
                   " / sum(rate(http_requests_total{$labels}[5m]))",
     "p95_latency_ms": "1000 * histogram_quantile(0.95, "
                       "sum by (le) (rate(http_request_duration_seconds_bucket{$labels}[5m])))",

@@ -83,6 +83,11 @@ def metric_part(figures: dict[str, Any], label: str, unit: str, zh: bool) -> str
             text += f": {what} {show(extreme)} at {at}, " + {"back": f"began {began}, back by {back}",
                                                              "since": f"since {began}",
                                                              "not_back": f"not back yet: began {began}"}[told]
+    if figures.get("last_point_at"):  # the value is not now's
+        at = str(figures["last_point_at"])[11:16]
+        text += f"；最后一个数据点在 {at}，之后没有数据" if zh else f"; last point at {at}, none since"
+    if figures.get("gaps"):
+        text += f"；缺 {figures['gaps']} 个数据点" if zh else f"; {figures['gaps']} points missing"
     return text + ")"
 
 

@@ -98,9 +98,13 @@ def _metric(name: str, fig: dict[str, Any], lang: str) -> str:
     value, word = _n(fig["current"]), trend(str(fig.get("trend", "")), lang)
     onset, back = str(fig.get("onset_at") or "")[11:16], str(fig.get("recovered_at") or "")[11:16]
     told = story(fig)  # the same rule as the tool's summary and the demo model's answer
-    if told == "plain":
-        return say(lang, "out_metric", name=shown, value=value, trend=word)
-    return say(lang, f"out_metric_{told}", name=shown, value=value, trend=word, onset=onset, back=back)
+    line = say(lang, "out_metric", name=shown, value=value, trend=word) if told == "plain" else \
+        say(lang, f"out_metric_{told}", name=shown, value=value, trend=word, onset=onset, back=back)
+    # What the figures stand on: a value that is not now's, points that are missing.
+    if fig.get("last_point_at"):
+        line += say(lang, "out_metric_stale", at=str(fig["last_point_at"])[11:16])
+    return line + (say(lang, "out_metric_gaps", n=fig["gaps"]) if isinstance(fig.get("gaps"), int) and fig["gaps"]
+                   else "")
 
 
 def _change(change: dict[str, Any], lang: str, today: str = "") -> str:
