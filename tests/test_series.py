@@ -188,3 +188,28 @@ def test_points_missing_at_the_window_s_edges_are_said() -> None:
     assert "last point at" in metric_part(fig, "error rate", "%", False)
     late = describe(values, window=(start - 10 * step, start + 49 * step, step))  # the first ten minutes missing
     assert figures(late)["gaps"] == 10 and "last_point_at" not in figures(late)
+
+
+def test_a_capped_log_read_is_not_the_window_s_count() -> None:
+    """5,000 matching lines, the newest 1,000 read: Slack's line said "1000 error lines in 60 min"."""
+    from bot.slack.outbound.outputs import output
+
+    data = {"error_lines": 1000, "limit_reached": True, "window_minutes": 60,
+            "patterns": [{"pattern": "timeout acquiring connection", "count": 1000}]}
+    told = output("ok", None, {"ok": True, "data": data}, "en")
+    assert told.startswith("the newest 1000 error lines only (more in 60 min)"), told
+
+
+async def test_an_error_rate_of_no_traffic_is_not_nan_percent() -> None:
+    """0/0 after a restart (no requests in the rate's window): "the error rate rose from 4.00% to nan%"."""
+    from tools.ops.catalog import Service
+    from tools.ops.changing import error_rate
+
+    class Quiet:  # a metrics backend whose error rate is NaN now, as Prometheus answers 0/0
+        names = ("error_rate",)
+
+        async def current(self, service: Service, environment: str, metric: str) -> float | None:
+            return math.nan
+
+    said = await error_rate(Quiet(), Service(id="payments", name="Payments", environments=["prod"]), "prod")  # type: ignore[arg-type]
+    assert said == "unavailable: no requests to compute it from"

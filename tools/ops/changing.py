@@ -6,6 +6,7 @@ the person confirms, checked against what they saw before anything changes."""
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -183,6 +184,8 @@ async def error_rate(metrics: MetricsBackend, service: Service, env: str) -> flo
         value = await metrics.current(service, env, "error_rate")
     except ToolError as exc:
         return f"unavailable: {exc.message}"
+    if value is not None and not math.isfinite(value):  # 0/0 with no traffic (NaN): no rate, never "nan%"
+        return "unavailable: no requests to compute it from"
     return round(value, 4) if value is not None else None
 
 

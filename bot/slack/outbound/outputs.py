@@ -82,8 +82,9 @@ def _logs(data: dict[str, Any], lang: str) -> str:
     patterns = [p for p in data.get("patterns") or [] if isinstance(p, dict)]
     if not n or not patterns:
         return say(lang, "out_no_logs", minutes=minutes)
-    top = patterns[0]
-    return say(lang, "out_logs", n=n, minutes=minutes, pattern=_code(top.get("pattern", "")), count=top.get("count"))
+    top = patterns[0]  # a capped read is not the window's count
+    return say(lang, "out_logs_capped" if data.get("limit_reached") else "out_logs", n=n, minutes=minutes,
+               pattern=_code(top.get("pattern", "")), count=top.get("count"))
 
 
 def trend(word: str, lang: str) -> str:

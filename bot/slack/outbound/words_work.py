@@ -17,6 +17,8 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
     "out_results_one": ("{n} result", "{n} 条结果"),
     "out_items": ("{n} items", "{n} 项"),
     "out_items_one": ("{n} item", "{n} 项"),
+    "out_logs_capped": ("the newest {n} error lines only (more in {minutes} min); most often {pattern} ×{count}",
+                        "仅最新的 {n} 条错误日志（{minutes} 分钟内还有更多）；最常见 {pattern} ×{count}"),
     "out_logs": ("{n} error lines in {minutes} min; most often {pattern} ×{count}",
                  "{minutes} 分钟内 {n} 行错误日志；最多的是 {pattern} ×{count}"),
     "out_no_logs": ("no error lines in {minutes} min", "{minutes} 分钟内没有错误日志"),
