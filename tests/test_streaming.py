@@ -279,3 +279,22 @@ def test_a_stream_stopped_elsewhere_stops_holding_a_slot_once_slack_would_have_e
     streams = Streams(client=None, pacer=Pacer(), metrics=Metrics(), mode="auto")  # type: ignore[arg-type]
     streams._open = {"t/a": time.monotonic() - 301, "t/b": time.monotonic() - 10}
     assert streams._open_now() == 1 and list(streams._open) == ["t/b"]
+
+
+async def test_a_short_run_s_stream_whose_stop_is_refused_is_stopped_and_shown_once(redis_url: str, prefix: str,
+                                                                                    slack: FakeSlack) -> None:
+    """A stream started and ended in one delivery round, Slack refusing its closing stop: the stream was left open
+    (a lone task card once Slack timed it out) and the progress posted a second time as a plain message."""
+    model = ScriptedModel([reply("Looking.", call("lookup_a", "a1")), reply("THE ANSWER")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, progress="stream",
+                              specs=[toolkit(Probe())["lookup_a"]])
+    try:
+        slack.fault("refuse", "chat.stopStream", times=1, error="msg_too_long")
+        await ws.sender.event(ask(slack, "check", "71.1"))
+        await ws.settle()
+        assert slack.unstopped_streams() == []
+        bot = [m for m in slack.thread(CHANNEL, "71.1") if m.get("bot")]
+        shown = [all_text(m) + str((m.get("stream") or {}).get("markdown") or "") for m in bot]
+        assert sum("THE ANSWER" in s for s in shown) == 1, shown
+    finally:
+        await ws.stop()

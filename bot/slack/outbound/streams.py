@@ -127,7 +127,7 @@ class Streams:
             # A stream found again may show less than this record: everything goes again with the next call.
             await store.patch(thread, record.key, {"ts": ts, "attempted": False, "control_put": control,
                                                    **(progress if started else {})})
-            f["control_put"] = control
+            f["control_put"], f["ts"] = control, ts  # a refusal below is then handled as one of a known stream
             chunks = [] if started else chunks
         if f.get("final"):
             try:
