@@ -100,14 +100,15 @@ class Followups:
                           f"This thread already has {len(pending)} follow-ups pending (at {times}); at most "
                           f"{PER_THREAD} are allowed. Nothing was scheduled: cancel one first, or fold this "
                           "question into one of them.")
-        if added == "exists":
-            return await self.timers.get(timer_id) or timer, False
+        kept = (await self.timers.get(timer_id) or timer) if added == "exists" else timer
+        # Announced again when it existed already: an announcement lost with its process (or a Redis blip) after
+        # the timer was kept comes with the next ask — announcing is idempotent (keyed by the timer).
         for listener in self.listeners:
             try:
-                await listener(timer)
+                await listener(kept)
             except Exception:  # the follow-up is kept either way; only its announcement is missing
                 log.exception("follow-up %s not announced", timer.id)
-        return timer, True
+        return kept, added != "exists"
 
 
 class FollowupArgs(BaseModel):

@@ -19,6 +19,7 @@ from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
 from bot.followup_tool import followup_tool
 from bot.slack.followups.buttons import CANCEL, RECHECK
+from bot.slack.inbound.thread_log import followup_events
 from bot.slack.outbound.audit import ran_a_change
 from bot.slack.outbound.thread_meta import thread_key
 from core.messages import ToolResultMessage, UserMessage
@@ -391,5 +392,43 @@ async def test_a_follow_up_that_carries_on_a_paused_run_changes_nothing_unconfir
                                          request_id="fu-460", unattended=True)
         await ws.settle()
         assert probe.count("change") == 0
+    finally:
+        await ws.stop()
+
+
+async def test_a_follow_up_whose_announcement_was_lost_is_announced_when_asked_again(
+        redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    """The announcement failed once (a Redis blip, the process dying after the timer was kept): the follow-up stayed
+    scheduled with no announcement and no Cancel, and asking again said "already scheduled" to a thread showing
+    nothing."""
+    ws = await open_at(redis_url, prefix, slack, Clock(time.time()))
+    try:
+        slack.post_as_user(CHANNEL, "UREQ", QUESTION, ts="520.1")
+        thread_id = await asked(ws, "520.1")
+        followups = ws.service.core.followups
+        assert followups is not None
+        announce = followups.listeners[0]
+        failed: list[str] = []
+
+        async def blip(timer: Any) -> None:
+            if not failed:
+                failed.append(timer.id)
+                raise ConnectionError("Redis went away mid-announcement")
+            await announce(timer)
+
+        followups.listeners[0] = blip
+        ask = {"thread_id": thread_id, "owner": "UREQ", "after_minutes": 10, "question": "still fine?",
+               "source": "button", "key": "recheck:r1"}
+        assert (await followups.schedule(**ask))[1]  # kept; its announcement lost
+        await ws.settle()
+        assert not [m for m in slack.thread(CHANNEL, "520.1") if any(b["action_id"].startswith(CANCEL)
+                                                                    for b in buttons(m))]
+        assert not (await followups.schedule(**ask))[1]  # the same one, asked again: announced now
+        await ws.settle()
+        shown = [m for m in slack.thread(CHANNEL, "520.1") if any(b["action_id"].startswith(CANCEL)
+                                                                  for b in buttons(m))]
+        assert len(shown) == 1, [all_text(m) for m in slack.thread(CHANNEL, "520.1")]
+        events = await followup_events(ws.service.core.meta, CHANNEL, "520.1")
+        assert [e.kind for e in events] == ["scheduled"]
     finally:
         await ws.stop()

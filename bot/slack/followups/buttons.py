@@ -95,7 +95,10 @@ class SlackFollowups:
     # --- a follow-up's announcement, kept true --------------------------------------------------------------
 
     async def announce(self, timer: Timer) -> None:
-        await self._log(timer, "scheduled", timer.created_at)
+        """Idempotent: asked again for one announced already, it logs nothing twice and shows the same message."""
+        logged = await followup_events(self.meta, timer.channel, str(timer.thread_ts))
+        if not any(e.timer_id == timer.id and e.kind == "scheduled" for e in logged):
+            await self._log(timer, "scheduled", timer.created_at)
         lang = await self.lang(timer)
         text = say(lang, "fu_announce", due=time_of(timer.due, lang), by=kit.who(timer.owner),
                    question=kit.quoted(timer.question))
