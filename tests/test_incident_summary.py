@@ -335,6 +335,18 @@ async def test_a_canvas_slack_did_not_confirm_is_made_once_and_said_so(ws: Works
     assert any("Slack 没有确认" in t for t in said) and not any("无法发布事件总结" in t for t in said), said
 
 
+async def test_a_canvas_slack_rate_limited_is_made_after_its_retry_after(ws: Workspace) -> None:
+    """One 429 on canvases.create: the narrative's model call wasted and "I could not post the incident summary:
+    ratelimited" — where Slack had made nothing and asked to be asked again in a second."""
+    await restarted(ws)
+    ws.slack.fault("limited", "canvases.create", times=1)
+    await ws.sender.event(mention(CHANNEL, "UOTHER", "summarize", "100.5", thread_ts="100.1"))
+    await ws.settle(60)
+    assert len(ws.slack.called("canvases.create")) == 2 and len(ws.slack.canvases) == 1
+    said = [all_text(m) for m in ws.slack.thread(CHANNEL, "100.1") if m.get("bot")]
+    assert not any("ratelimited" in t for t in said), said
+
+
 async def test_a_declined_change_is_not_an_open_failure(ws: Workspace) -> None:
     """A restart declined, then one confirmed and done: "Open questions" listed the declined one as "did not
     succeed (declined_by_user)" — a decision read as a failure, still open after the same restart was done."""

@@ -21,6 +21,7 @@ from typing import Any, get_args
 
 import aiohttp
 from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.engine import Engine
@@ -91,9 +92,10 @@ class Feedback:
                  outbox: SlackOutbox, access: AccessPolicy, metrics: Metrics, model_label: str) -> None:
         self.client = client
         # views.open uses up its trigger: a lost answer retried by the SDK met "trigger_exchanged" and the form
-        # (open on the person's screen) was taken for one that never opened.
+        # (open on the person's screen) was taken for one that never opened. A 429 used nothing: tried once more
+        # after its Retry-After (the trigger lasts 3 s: a longer wait meets expired_trigger_id, said as before).
         self.once = AsyncWebClient(token=client.token, base_url=client.base_url, timeout=client.timeout,
-                                   retry_handlers=[])
+                                   retry_handlers=[AsyncRateLimitErrorRetryHandler(max_retry_count=1)])
         self.engine = engine
         self.meta = meta
         self.reports = reports

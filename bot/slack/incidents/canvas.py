@@ -17,6 +17,7 @@ import re
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.agent.models.base import ChatModel
@@ -75,10 +76,11 @@ class Summaries:
                  reports: Reports, model: ChatModel | None, outbox: SlackOutbox, language: str = "auto",
                  timezones: dict[str, str] | None = None) -> None:
         self.client, self.store, self.meta, self.reports = client, store, meta, reports
-        # Making a canvas or a file is not idempotent: tried once, never again by the SDK's retry handlers (a lost
-        # reply retried made a second canvas); what a failure may have left is said, not guessed.
+        # Making a canvas or a file is not idempotent: never tried again after a lost reply or a 5xx (a lost reply
+        # retried made a second canvas); what a failure may have left is said, not guessed. A 429 is Slack doing
+        # nothing: tried once more after its Retry-After.
         self.once = AsyncWebClient(token=client.token, base_url=client.base_url, timeout=client.timeout,
-                                   retry_handlers=[])
+                                   retry_handlers=[AsyncRateLimitErrorRetryHandler(max_retry_count=1)])
         self.model, self.outbox, self.language = model, outbox, language
         self.timezones = timezones or {}
         self.reader = ThreadReader(client, meta, max_messages=THREAD_MESSAGES, max_chars=THREAD_CHARS)
