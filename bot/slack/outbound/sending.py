@@ -187,6 +187,8 @@ class Sender:
             if not transient(exc):
                 if refusals:
                     raise StreamRefused(error) from exc
+                if method == "chat.delete" and error == "message_not_found":  # gone: deleted (an earlier try whose
+                    return None  # answer was lost, or by someone), which is what was asked — not an error
                 log.error("Slack %s refused a message for good (%s): dropped", method, error)
                 self.metrics.inc("opspilot_outbox_dropped_total")
                 return None
