@@ -213,3 +213,17 @@ async def test_an_error_rate_of_no_traffic_is_not_nan_percent() -> None:
 
     said = await error_rate(Quiet(), Service(id="payments", name="Payments", environments=["prod"]), "prod")  # type: ignore[arg-type]
     assert said == "unavailable: no requests to compute it from"
+
+
+def test_an_onset_right_after_a_gap_is_said_to_be_after_one() -> None:
+    """0.1%, fifteen minutes with no points, then 5%: the onset was the first point after the gap, taken as exact —
+    and "Yes: the errors began 5 min after the deploy" for a deploy inside the gap."""
+    quiet, loud = at([0.001] * 20), [(T0 + (35 + i) * MIN, 0.05) for i in range(10)]
+    fig = figures(describe(quiet + loud))
+    assert fig["onset_at"] == iso(T0 + 35 * MIN) and fig["onset_after_gap"] is True, fig
+    from tools.ops.verdict import judge
+
+    deploy = {"kind": "deploy", "version": "1.4.3", "at": iso(T0 + 30 * MIN)}
+    verdict = judge({"changes": [deploy]}, fig, None)
+    assert (verdict.kind, verdict.hidden) == ("incomplete", "gap")
+    assert "onset_after_gap" not in figures(describe(at([0.001] * 20 + [0.05] * 10)))  # no gap: as before

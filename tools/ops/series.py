@@ -45,6 +45,9 @@ class Shape:
     mean: float | None = None
     gaps: int = 0
     resets: int = 0
+    onset_after_gap: bool = False
+    """No point in the step before the onset (a scrape gap, or the window's start): it left its baseline at some
+    time in that gap, not at ``onset_at``."""
     last_at: float | None = None
     """When the last point was, when it is older than the window's end by two steps or more: ``current`` is then
     that point's value, not now's (a target down, a service with no traffic)."""
@@ -206,7 +209,10 @@ def describe(series: Series, *, counter: bool = False, window: tuple[float, floa
         trend = away
     else:
         trend = "elevated" if sign > 0 else "lowered"
+    step = statistics.median([b - a for a, b in pairwise(times)]) if len(times) > 2 else 0.0
+    blind = onset == 0 or (step > 0 and times[onset] - times[onset - 1] > 1.5 * step)
     return replace(plain, trend=trend, baseline=baseline, direction="up" if sign > 0 else "down",
+                   onset_after_gap=blind and onset < len(values) - 1 and bool(gaps),
                    extreme=values[extreme], extreme_at=times[extreme], onset_at=times[onset],
                    recovered_at=times[recovered] if recovered is not None else None)
 
@@ -233,6 +239,8 @@ def figures(shape: Shape) -> dict[str, Any]:
         out["gaps"] = shape.gaps
     if shape.last_at is not None:
         out["last_point_at"] = iso(shape.last_at)
+    if shape.onset_after_gap:
+        out["onset_after_gap"] = True
     if shape.resets:
         out["counter_resets"] = shape.resets
     return out

@@ -45,7 +45,8 @@ class Verdict:
     hidden: str = ""
     """Why ``incomplete`` when changes were listed: ``cut`` (older changes left off the list), ``undated`` (a change
     whose time is only known to be after its stamp), ``approximate`` (one stamped after the errors began that may
-    have begun before them)."""
+    have begun before them), ``gap`` (the metric has no points just before the errors: when they began is not
+    known)."""
 
 
 def onset(rate: dict[str, Any], logs: dict[str, Any] | None) -> tuple[float, str] | None:
@@ -120,6 +121,8 @@ def judge(changes: dict[str, Any] | None, rate: dict[str, Any] | None, logs: dic
             return Verdict("no_data", listed, unread=unread + cut)
         return Verdict("no_rise" if listed else nothing, listed, unread=unread + cut)
     began, how = found
+    if (rate or {}).get("onset_after_gap") and how != "first error log line":  # it began somewhere in a gap
+        return Verdict("incomplete", dated, began, how, unread=unread, hidden="gap")
     before = [(t, c) for t, c in listed if t <= began]
     after = [(t, c) for t, c in listed if t > began]
     if _unordered(dated, began):  # it may have come just before the errors: the order is not known

@@ -152,6 +152,10 @@ def deploy_verdict(results: list[ToolResultMessage], service: str, zh: bool) -> 
         lines.append(f"  • 无法判断：最近的变更 {name} 比报错早 {span(gap, zh)}，时间上对不上。" if zh else
                      f"  • Can't tell: the last change before the errors, {name}, came {span(gap, zh)} "
                      "earlier — too long before to tie them by timing alone.")
+    elif v.kind == "incomplete" and v.hidden == "gap":
+        lines.append("  • 无法判断：报错开始前指标有一段没有数据，不知道它具体何时开始。" if zh else
+                     "  • Can't tell: the metric has no points just before the errors began, so when they began "
+                     "is not known.")
     elif v.kind == "incomplete" and v.hidden == "approximate":
         lines.append("  • 无法判断：有一次回滚的时间只是近似的（Kubernetes 不记录开始时间，所标时间可能晚于开始），"
                      "它可能在报错之前就开始了。" if zh else
