@@ -120,3 +120,27 @@ def test_a_misspelt_environment_in_an_mcp_rule_is_refused_at_start() -> None:
     # A server that did not connect (none of its tools listed) is not judged on its tools' names yet.
     unlisted = environment_problems(settings, ["prod", "staging"], ["restart_service"])
     assert not any("dep__deplyo" in p for p in unlisted) and any("set_flag" in p for p in unlisted)
+
+
+async def test_a_confirm_in_override_keeps_an_mcp_tool_s_environment_required(ran: Path) -> None:
+    """`tools.dep__rotate_keys.confirm_in: [prod]` — the override configuration.md describes — replaced the rule with
+    one that neither required the environment nor kept its argument: the call without one ran unconfirmed."""
+    from bot.assembly import validate
+    from core.messages import ToolCall
+    from state import MemoryStore
+    from tools import ops
+    from tools.registry import ToolContext
+    from tools.runtime import execute_one
+
+    hub = McpHub([deploy_server(ran)])  # no rule on the server: the override is the only one
+    try:
+        specs = await hub.start()
+        settings = Settings(mcp_servers=[deploy_server(ran)], tools={"dep__rotate_keys": {"confirm_in": ["prod"]}})
+        registry, _ = validate(settings, ops.build(), specs)
+        ctx = ToolContext(run_id="r", thread_id="t", user_id="UREQ", call_id="c1")
+        done = await execute_one(ToolCall(id="c1", name="dep__rotate_keys", arguments={"service": "payments"}),
+                                 registry=registry, ctx=ctx, journal=MemoryStore().journal)
+        assert done.interrupt is None and done.result is not None and done.result.error_code == "invalid_environment"
+        assert calls(ran) == []
+    finally:
+        await hub.stop()

@@ -240,7 +240,12 @@ class Registry:
             raise KeyError(name)
         if not spec.mutating:
             raise ValueError(f"tool {name!r} is read-only; confirmation applies to mutating tools")
-        self._tools[name] = replace(spec, needs_confirmation=confirm_in(*environments))
+        # The argument the rule reads stays the tool's own (an MCP rule's `field`), and an MCP tool must name it:
+        # its server may default a missing one to prod (a plain override made such a call run unconfirmed).
+        current = spec.needs_confirmation
+        field = current.field if isinstance(current, InEnvironments) else "environment"
+        required = (isinstance(current, InEnvironments) and current.required) or spec.source.startswith("mcp:")
+        self._tools[name] = replace(spec, needs_confirmation=confirm_in(*environments, field=field, required=required))
 
     def know_environments(self, environments: Iterable[str]) -> None:
         """Tell every per-environment confirmation rule which environments exist (see :class:`InEnvironments`)."""
