@@ -12,10 +12,13 @@ _CJK = re.compile(r"[\u3400-\u9fff]")
 # What says nothing of the asker's language: Slack's markup (<@U…> — a colleague's name —, <#C…>, links), a URL,
 # an emoji's name, code.
 _NOT_WORDS = re.compile(r"<[^>\n]*>|https?://\S+|:[a-z0-9_+'-]+:|`[^`]*`", re.I)
-_LATIN_WORD = re.compile(r"[A-Za-z]+")
-# English sentence words: function words and the verbs people ask an ops assistant with. Service names, metrics
-# and tool words (api-gateway, redis, OOM, CPU, prod, pod, 502) are English in a Chinese sentence too, so only
-# these say a sentence is English.
+# A token as written: an identifier (us-east-1, payment-service, i-0abc) is one, never its parts.
+_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_./-]*")
+_WORD = re.compile(r"[A-Za-z]+")
+# Chinese grammar that no name carries: a sentence-final particle ending a run of Chinese ("又 down 了", "失败了"),
+# 的 standing alone between names ("payments 的 deploy"), and the phrases people ask with.
+_ZH_GRAMMAR = re.compile(r"[了吗呢吧啊嘛](?![\u3400-\u9fff])|(?<![\u3400-\u9fff])的(?![\u3400-\u9fff])|帮我|帮忙|一下|"
+                         r"看下|看看|这个|那个|什么|怎么|是不是|能不能|有没有|请问")
 _ENGLISH_WORDS = """
 a an the is are was were be been being am do does did done has have had not no yes and or but if then than so
 of to in on at for from with by about since after before into onto over under until while during why what when
@@ -28,15 +31,18 @@ _ENGLISH = frozenset(_ENGLISH_WORDS.split())
 
 
 def signal(text: str) -> Lang | None:
-    """The language of the asker's own words, or None when there are none (a link, an emoji, a mention). Chinese
-    characters with no English sentence words around them are Chinese, whatever names and terms sit beside them
-    ("api-gateway 502 报错", "重启 payment-service"); English sentence words with a few Chinese characters are an
+    """The language of the asker's own words, or None when there are none (a link, an emoji, a mention).
+    Chinese grammar ("帮我 rollback 一下 payments", "payments 的 deploy 失败了") is Chinese, whatever English is
+    pasted beside it; otherwise Chinese characters with no English sentence words around them are Chinese ("重启
+    payment-service", "api-gateway 502 报错"), and English sentence words with a few Chinese characters are an
     English sentence naming something ("why is 在线支付 returning 500s?"), unless the Chinese outweighs them four
-    characters to a word ("帮我 check 一下 payments 的错误")."""
+    characters to a word. A name's parts are never words ("us-east-1" holds no "us")."""
     words = _NOT_WORDS.sub(" ", text)
     han = len(_CJK.findall(words))
-    latin = [w.lower() for w in _LATIN_WORD.findall(words)]
-    english = sum(w in _ENGLISH for w in latin)
+    tokens = _TOKEN.findall(words)
+    english = sum(1 for t in tokens if _WORD.fullmatch(t) and t.lower() in _ENGLISH)
     if not han:
-        return "en" if latin else None
-    return "zh" if not english or han > 4 * english else "en"
+        return "en" if any(_WORD.search(t) for t in tokens) else None
+    if _ZH_GRAMMAR.search(words) or not english:
+        return "zh"
+    return "zh" if han > 4 * english else "en"

@@ -138,6 +138,13 @@ def test_one_earlier_call_is_one() -> None:
     # English naming something in Chinese, whatever characters the name holds (在, 看, 我, 为 are in names too)
     ("why is 在线支付 returning 500s?", "en"), ("is 看板 down?", "en"), ("restart 我的订单 service", "en"),
     ("ask 王为民 about the deploy", "en"), ("ok", "en"), ("好的", "zh"),
+    # Chinese grammar with an English ops word or a pasted English error in it (the second version called these
+    # English), and a name's parts never counted as words ("us-east-1" holds no "us")
+    ("api-gateway 又 down 了", "zh"), ("帮我 rollback 一下 payments", "zh"), ("能 rollback 吗", "zh"),
+    ("payments 的 deploy 失败了", "zh"), ("orders 需要 scale up 吗", "zh"), ("i-0abc123def 挂了", "zh"),
+    ("us-east-1 的 payment-service 报错了", "zh"),
+    ("帮我看下这个报错 ConnectionError: could not connect to the database at db-1, the pool is exhausted", "zh"),
+    ("is 支付服务 down again?", "en"), ("502", None),
 ])
 def test_the_language_of_a_question_is_that_of_its_own_words(text: str, lang: str | None) -> None:
     assert signal(text) == lang
