@@ -100,7 +100,9 @@ class Followups:
                           f"This thread already has {len(pending)} follow-ups pending (at {times}); at most "
                           f"{PER_THREAD} are allowed. Nothing was scheduled: cancel one first, or fold this "
                           "question into one of them.")
-        kept = (await self.timers.get(timer_id) or timer) if added == "exists" else timer
+        kept = await self.timers.get(timer_id) if added == "exists" else timer
+        if kept is None:  # it existed, and ran or was cancelled since: nothing pending to announce
+            return timer, False
         # Announced again when it existed already: an announcement lost with its process (or a Redis blip) after
         # the timer was kept comes with the next ask — announcing is idempotent (keyed by the timer).
         for listener in self.listeners:

@@ -432,3 +432,38 @@ async def test_a_follow_up_whose_announcement_was_lost_is_announced_when_asked_a
         assert [e.kind for e in events] == ["scheduled"]
     finally:
         await ws.stop()
+
+
+async def test_an_ask_racing_the_firing_does_not_show_a_ran_follow_up_as_scheduled(
+        redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    """Asked again (a second Re-check press) just as it fell due: it was announced again after it ran, "at <a new
+    time>" with a Cancel, for a follow-up that will never run again."""
+    clock = Clock(time.time())
+    ws = await open_at(redis_url, prefix, slack, clock)
+    try:
+        thread_id = await asked(ws, "540.1")
+        followups = ws.service.core.followups
+        assert followups is not None
+        ask = {"thread_id": thread_id, "owner": "UREQ", "after_minutes": 10, "question": "still fine?",
+               "source": "button", "key": "recheck:r2"}
+        timer, _ = await followups.schedule(**ask)
+        await ws.settle()
+        add = followups.timers.add
+
+        async def add_then_fire(t: Any, **kw: Any) -> Any:  # the repeat finds it; then it falls due and runs
+            answer = await add(t, **kw)
+            clock.now = timer.due
+            assert await tick(ws) == 1
+            await ws.settle()
+            return answer
+
+        followups.timers.add = add_then_fire  # type: ignore[method-assign]
+        clock.now = timer.created_at + 5
+        await followups.schedule(**ask)
+        followups.timers.add = add  # type: ignore[method-assign]
+        await ws.settle()
+        assert await followups.timers.get(timer.id) is None
+        assert not [m for m in slack.thread(CHANNEL, "540.1") if any(b["action_id"].startswith(CANCEL)
+                                                                    for b in buttons(m))]
+    finally:
+        await ws.stop()
