@@ -227,3 +227,12 @@ def test_an_onset_right_after_a_gap_is_said_to_be_after_one() -> None:
     verdict = judge({"changes": [deploy]}, fig, None)
     assert (verdict.kind, verdict.hidden) == ("incomplete", "gap")
     assert "onset_after_gap" not in figures(describe(at([0.001] * 20 + [0.05] * 10)))  # no gap: as before
+
+
+def test_points_returned_as_nan_at_the_edges_are_counted_once() -> None:
+    """No traffic for the last ten minutes: Prometheus answers 0/0, NaN, at each step — counted as missing twice
+    ("20 missing points"), once as NaN and once past the last finite point."""
+    values = at([0.001] * 50 + [math.nan] * 10)
+    start, step = values[0][0], 60.0
+    fig = figures(describe(values, window=(start, start + 59 * step, step)))
+    assert fig["gaps"] == 10 and fig["last_point_at"] == iso(values[49][0]), fig

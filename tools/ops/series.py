@@ -116,22 +116,25 @@ def _before_step(head: list[float], quiet: list[float]) -> list[float]:
     return [v for v in head if abs(v - start) <= spread] or head
 
 
-def _edges(times: list[float], window: tuple[float, float, float] | None) -> tuple[int, float | None]:
-    """Steps missing before the first point and after the last within ``window`` (start, end, step), and the last
-    point's time when the window's end is two steps or more past it."""
+def _edges(times: list[float], finite: list[float],
+           window: tuple[float, float, float] | None) -> tuple[int, float | None]:
+    """Steps missing before the first point and after the last within ``window`` (start, end, step) — points
+    returned as NaN are counted once, as such, not here — and the last finite point's time when the window's end
+    is two steps or more past it."""
     if window is None or not times:
         return 0, None
     start, end, step = window
     before = int((times[0] - start) / step + 0.5) if times[0] - start > 1.5 * step else 0  # the first is at start
-    after = max(0, int((end - times[-1]) / step + 0.5)) if end - times[-1] >= 2 * step else 0
-    return before + after, times[-1] if after else None
+    after = int((end - times[-1]) / step + 0.5) if end - times[-1] >= 2 * step else 0
+    last = finite[-1] if finite else None
+    return before + after, last if last is not None and end - last >= 2 * step else None
 
 
 def describe(series: Series, *, counter: bool = False, window: tuple[float, float, float] | None = None) -> Shape:
     """``window``: (start, end, step) the series was asked for, so that points missing at its edges count too
     (a target down for the last ten minutes left no gap between points, and its last value read as now's)."""
     ordered = sorted(series)
-    edge, last_at = _edges([t for t, v in ordered if math.isfinite(v)], window)
+    edge, last_at = _edges([t for t, _ in ordered], [t for t, v in ordered if math.isfinite(v)], window)
     gaps = _gaps([t for t, _ in ordered]) + sum(1 for _, v in ordered if not math.isfinite(v)) + edge
     points = [(t, v) for t, v in ordered if math.isfinite(v)]
     resets = 0
