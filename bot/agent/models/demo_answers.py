@@ -87,7 +87,8 @@ def metric_part(figures: dict[str, Any], label: str, unit: str, zh: bool) -> str
         at = str(figures["last_point_at"])[11:16]
         text += f"；最后一个数据点在 {at}，之后没有数据" if zh else f"; last point at {at}, none since"
     if figures.get("gaps"):
-        text += f"；缺 {figures['gaps']} 个数据点" if zh else f"; {figures['gaps']} points missing"
+        n = figures["gaps"]
+        text += f"；缺 {n} 个数据点" if zh else f"; {n} point{'s' if n != 1 else ''} missing"
     return text + ")"
 
 
