@@ -413,3 +413,25 @@ async def test_a_prometheus_that_matches_nothing_is_said(env: FakeSlack, tmp_pat
         assert "! Metrics (prometheus): answers, but no series for payments in prod" in out, out
     finally:
         await fakes.server.stop()
+
+
+async def test_requests_without_the_code_label_are_said(env: FakeSlack, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """The default error rate is 0 where no 5xx series matches: requests labelled `status` rather than `code` read
+    0% whatever failed, and nothing said so."""
+    from tests.fakes.ops_servers import OpsFakes
+
+    env.scopes = sorted(manifest_scopes())
+    fakes = OpsFakes(prom_series={"error_rate": [0.0, 0.0], "p95_latency_ms": [90, 95], "restarts": [0, 0]},
+                     prom_missing_labels={"code"})
+    await fakes.server.start()
+    try:
+        (tmp_path / "opspilot.yml").write_text(f"toolbox:\n  metrics: {{backend: prometheus, url: '{fakes.url}'}}\n")
+        assert await _check(None) == 1
+        out = capsys.readouterr().out
+        assert "✗ Metrics (prometheus): http_requests_total for payments in prod has no `code` label" in out, out
+        fakes.prom_missing_labels.clear()
+        await _check(None)
+        assert "✓ Metrics (prometheus): answers" in capsys.readouterr().out
+    finally:
+        await fakes.server.stop()

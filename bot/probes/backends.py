@@ -13,7 +13,9 @@ from bot.config import ConfigError, Settings
 from bot.probes import PROBE_S, Check, bounded
 from tools import ops
 from tools.ops.logs import LogQuery
+from tools.ops.metric_backends import PrometheusBackend
 from tools.ops.toolbox import bundled
+from tools.ops.toolbox_config import DEFAULT_QUERIES
 from tools.tool_errors import ToolError
 
 
@@ -94,6 +96,8 @@ def _probes(settings: Settings, toolbox: ops.Toolbox) -> list[Any]:
                                   metrics_fix)]
                 if isinstance(outcome, BaseException):
                     raise outcome
+            if (hidden := await _status_label(toolbox, service, env)) is not None:
+                return [hidden]
             empty = [n for n, outcome in zip(names, found, strict=True) if not outcome]
             if empty:  # answered, and matched nothing: a label or a query that names what is not there
                 return [Check(f"Metrics ({conf.metrics.backend})", False, f"answers, but no series for {service.id} "
@@ -116,6 +120,21 @@ def _probes(settings: Settings, toolbox: ops.Toolbox) -> list[Any]:
     probes.append(bounded("Kubernetes permissions", lambda: kubernetes_checks(toolbox),
                           fix="check the cluster API address and credentials in the toolbox section"))
     return probes
+
+
+async def _status_label(toolbox: ops.Toolbox, service: Any, env: str) -> Check | None:
+    """The default error-rate query counts 5xx by the ``code`` label (0 where none match, so a service with no errors
+    reads 0): requests labelled otherwise (``status``) would read 0% whatever fails."""
+    metrics = toolbox.metrics
+    if not isinstance(metrics, PrometheusBackend) or metrics.queries.get("error_rate") != DEFAULT_QUERIES["error_rate"]:
+        return None
+    query = metrics.render('count(http_requests_total{$labels,code!=""})', service, env)
+    if await metrics.instant(metrics.render("count(http_requests_total{$labels})", service, env)) and \
+            not await metrics.instant(query):
+        return Check("Metrics (prometheus)", False, f"http_requests_total for {service.id} in {env} has no `code` "
+                     "label, which the default error_rate query counts 5xx by: it would read 0% whatever fails",
+                     "set toolbox.metrics.queries.error_rate to your labels (e.g. status=~\"5..\")")
+    return None
 
 
 def _mcp_check(name: str, health: dict[str, Any], settings: Settings, specs: list[Any]) -> Check:

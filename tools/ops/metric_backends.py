@@ -54,6 +54,10 @@ class PrometheusBackend:
         template = self.queries.get(metric)
         if template is None:
             raise InvalidArguments(f"unknown metric {metric!r}; configured: {', '.join(self.queries)}")
+        return self.render(template, service, environment)
+
+    def render(self, template: str, service: Service, environment: str) -> str:
+        """A PromQL template with the service's and the environment's labels put in."""
         labels = {**service.metric_labels, self.env_label: environment}
         k8s = service.kubernetes
         return string.Template(template).safe_substitute(
@@ -76,6 +80,10 @@ class PrometheusBackend:
             return [(float(t), _number(v)) for t, v in result.get("values") or []]
         except (TypeError, ValueError) as exc:
             raise UpstreamError(f"Prometheus answered with a matrix this client cannot read ({exc})") from exc
+
+    async def instant(self, query: str) -> list[dict[str, Any]]:
+        """An instant query's series (``opspilot check``'s questions about the data itself)."""
+        return _result(await self.http.get("/api/v1/query", {"query": query}), "vector")
 
     async def current(self, service: Service, environment: str, metric: str) -> float | None:
         body = await self.http.get("/api/v1/query", {"query": self.describe(service, environment, metric)})
