@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.demo.sender import block_action, mention
 from bot.demo.workspace import LocalSlack as FakeSlack
@@ -296,5 +298,26 @@ async def test_a_short_run_s_stream_whose_stop_is_refused_is_stopped_and_shown_o
         bot = [m for m in slack.thread(CHANNEL, "71.1") if m.get("bot")]
         shown = [all_text(m) + str((m.get("stream") or {}).get("markdown") or "") for m in bot]
         assert sum("THE ANSWER" in s for s in shown) == 1, shown
+    finally:
+        await ws.stop()
+
+
+async def test_a_stop_control_whose_deletion_answer_was_lost_is_not_an_error(
+        redis_url: str, prefix: str, slack: FakeSlack, caplog: pytest.LogCaptureFixture) -> None:
+    """chat.delete done and its answer lost: the retry met message_not_found, logged at ERROR as "refused a message
+    for good … dropped" of a message that was deleted as asked."""
+    probe = Probe()
+    tools = toolkit(probe)
+    model = ScriptedModel([reply("", call("blocker", "b1")), reply("Done.")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, progress="stream", specs=[tools["blocker"]])
+    try:
+        await ws.sender.event(ask(slack, "how is payments?", "960.1"))
+        await until(lambda: bool(stop_buttons(slack, "960.1")))
+        [(control, _)] = stop_buttons(slack, "960.1")
+        slack.fault("lost", "chat.delete", times=1)
+        probe.release.set()
+        await ws.settle()
+        assert control["ts"] in [d["ts"] for d in slack.deleted]
+        assert not [r for r in caplog.records if "refused a message for good" in r.getMessage()]
     finally:
         await ws.stop()
