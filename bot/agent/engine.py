@@ -101,9 +101,8 @@ class Engine:
                 orphan.record.status = "running"
                 return await self._drive(orphan)
             run = self._run(latest, lease) if latest is not None and latest.status != "finished" else None
-            if run is not None and run.record.status in ("running", "stalled"):
-                # We hold the lease, so the worker that ran it is gone: close it out first.
-                await self._repair(run)
+            if run is not None and run.record.status in ("running", "stalled"):  # we hold the lease: its worker
+                await self._repair(run)  # is gone, so it is closed out first
                 if not run.record.pending:  # said as what it is (a restart, a deploy), not an internal error
                     await run.fail("worker_lost", "its worker stopped, or lost the state store, before it finished; "
                                    "the newer message in this thread is answered with what it found")
@@ -143,8 +142,8 @@ class Engine:
         await check_open_and_fits(pending, decision, self.deps.registry, self.deps.store.locks)
         claim = await self.deps.store.locks.claim(pending.token, by)
         if not claim.won and claim.age_s < self.options.claim_stale_s:
-            raise errors.AlreadyHandled(claim.holder, unsettled_s=self.options.claim_stale_s - claim.age_s,
-                                        age_s=claim.age_s)
+            stale = self.options.claim_stale_s
+            raise errors.AlreadyHandled(claim.holder, unsettled_s=stale - claim.age_s, age_s=claim.age_s)
         try:
             async with self._lease(ticket.thread_id, run_id=ticket.run_id) as lease:
                 run = self._opened(lease, ticket.run_id)  # the one read of the run record, under the lease
