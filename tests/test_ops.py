@@ -330,3 +330,16 @@ async def test_the_demo_s_errors_still_began_when_they_did_after_its_restart() -
     was, now = before["metrics"]["error_rate"], after["metrics"]["error_rate"]
     assert now["onset_at"] == was["onset_at"] == "2026-12-02T09:43:00Z", (was, now)
     assert now["current"] < was["current"]  # the restart shows, at now's point
+
+
+async def test_a_partial_answer_from_prometheus_is_said(fakes: OpsFakes) -> None:
+    """Prometheus answered success with a warning (a store unavailable: part of the data only): "error_rate 0.001
+    (flat)", the warning nowhere."""
+    now = time.time()
+    fakes.prom_raw = {"error_rate": {"status": "success", "warnings": ["partial response: store eu-1 unavailable"],
+                                     "data": {"resultType": "matrix", "result": [{"metric": {}, "values": [
+                                         [now - 60 * (29 - i), "0.001"] for i in range(30)]}]}}}
+    found = data(await run(live(fakes), "query_metrics", service_id="payments", environment="prod",
+                           metrics=["error_rate"], minutes=30))
+    assert found["metrics"]["error_rate"]["backend_warnings"] == ["partial response: store eu-1 unavailable"]
+    assert "partial data: partial response: store eu-1 unavailable" in found["summary"], found["summary"]

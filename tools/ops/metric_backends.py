@@ -18,6 +18,13 @@ from tools.tool_errors import InvalidArguments, NotFound, UpstreamError
 
 Series = list[tuple[float, float]]
 
+
+class Points(list[tuple[float, float]]):
+    """A series with what its backend warned about it (Prometheus' ``warnings``: a partial response, a store
+    unavailable): the figures stand on part of the data, and the answer says so."""
+
+    warnings: tuple[str, ...] = ()
+
 _SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
@@ -74,12 +81,13 @@ class PrometheusBackend:
             "query": self.describe(service, environment, metric), "start": f"{end - minutes * 60:.3f}",
             "end": f"{end:.3f}", "step": f"{self.step_s}s"})
         result = _one(_result(body, "matrix"), metric)
-        if result is None:
-            return []
+        points = Points()
+        points.warnings = tuple(str(w)[:200] for w in (body.get("warnings") or [])[:3])
         try:
-            return [(float(t), _number(v)) for t, v in result.get("values") or []]
+            points.extend((float(t), _number(v)) for t, v in (result or {}).get("values") or [])
         except (TypeError, ValueError) as exc:
             raise UpstreamError(f"Prometheus answered with a matrix this client cannot read ({exc})") from exc
+        return points
 
     async def instant(self, query: str) -> list[dict[str, Any]]:
         """An instant query's series (``opspilot check``'s questions about the data itself)."""

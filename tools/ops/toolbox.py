@@ -303,9 +303,13 @@ def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox
         series = await asyncio.gather(*(metrics.series(service, env, n, args.minutes) for n in names))
         shapes = {n: describe(s, counter=metrics.is_counter(n), window=window)
                   for n, s in zip(names, series, strict=True)}
+        warned = {n: list(w) for n, s in zip(names, series, strict=True) if (w := getattr(s, "warnings", ()))}
         return {"service_id": service.id, "environment": env, "window_minutes": args.minutes,
-                "metrics": {n: {**figures(sh), "query": metrics.describe(service, env, n)} for n, sh in shapes.items()},
-                "summary": ", ".join(gist(n, sh) for n, sh in shapes.items())}
+                "metrics": {n: {**figures(sh), "query": metrics.describe(service, env, n),
+                                **({"backend_warnings": warned[n]} if n in warned else {})}
+                            for n, sh in shapes.items()},
+                "summary": ", ".join(gist(n, sh) + (f" (partial data: {warned[n][0]})" if n in warned else "")
+                                     for n, sh in shapes.items())}
 
     @tool(timeout_s=30)
     async def recent_changes(args: RecentChangesArgs, ctx: ToolContext) -> dict[str, Any]:

@@ -86,6 +86,8 @@ def metric_part(figures: dict[str, Any], label: str, unit: str, zh: bool) -> str
     if figures.get("last_point_at"):  # the value is not now's
         at = str(figures["last_point_at"])[11:16]
         text += f"；最后一个数据点在 {at}，之后没有数据" if zh else f"; last point at {at}, none since"
+    if figures.get("backend_warnings"):
+        text += "；数据不完整（后端有警告）" if zh else "; partial data (the backend warned)"
     if figures.get("gaps"):
         n = figures["gaps"]
         text += f"；缺 {n} 个数据点" if zh else f"; {n} point{'s' if n != 1 else ''} missing"

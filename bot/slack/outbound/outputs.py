@@ -104,6 +104,8 @@ def _metric(name: str, fig: dict[str, Any], lang: str) -> str:
     # What the figures stand on: a value that is not now's, points that are missing.
     if fig.get("last_point_at"):
         line += say(lang, "out_metric_stale", at=str(fig["last_point_at"])[11:16])
+    if fig.get("backend_warnings"):
+        line += say(lang, "out_metric_partial")
     gaps = fig.get("gaps") if isinstance(fig.get("gaps"), int) else 0
     return line + (say(lang, "out_metric_gaps_one") if gaps == 1 else say(lang, "out_metric_gaps", n=gaps) if gaps
                    else "")

@@ -27,6 +27,7 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
     "out_metric_stale": (" — last point at {at}, none since", "——最后一个数据点在 {at}，之后没有数据"),
     "out_metric_gaps": (" ({n} missing points)", "（缺 {n} 个数据点）"),
     "out_metric_gaps_one": (" (1 missing point)", "（缺 1 个数据点）"),
+    "out_metric_partial": (" (partial data: the backend warned)", "（数据不完整：后端有警告）"),
     "out_metric_back": ("{name} {value}, {trend}: began {onset}, back by {back}",
                         "{name} {value}，{trend}：{onset} 开始，{back} 恢复"),
     "out_metric_since": ("{name} {value}, {trend} since {onset}", "{name} {value}，{onset} 起{trend}"),
