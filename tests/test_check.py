@@ -433,5 +433,8 @@ async def test_requests_without_the_code_label_are_said(env: FakeSlack, tmp_path
         fakes.prom_missing_labels.clear()
         await _check(None)
         assert "✓ Metrics (prometheus): answers" in capsys.readouterr().out
+        fakes.prom_refuse_counts = True  # the side question refused: no failure of the metrics themselves
+        await _check(None)
+        assert "✓ Metrics (prometheus): answers" in capsys.readouterr().out
     finally:
         await fakes.server.stop()

@@ -144,3 +144,21 @@ async def test_a_confirm_in_override_keeps_an_mcp_tool_s_environment_required(ra
         assert calls(ran) == []
     finally:
         await hub.stop()
+
+
+async def test_a_confirm_in_override_on_a_tool_with_no_environment_argument_is_refused_at_start(ran: Path) -> None:
+    """`tools.dep__deploy.confirm_in: [prod]` on a tool whose argument is `env`: every call was refused for a missing
+    `environment`, and a model adding `environment: staging` beside `env: prod` deployed to prod unconfirmed (a
+    plugin's such tool never asked at all)."""
+    from bot.assembly import validate
+    from bot.config import ConfigError
+    from tools import ops
+
+    hub = McpHub([deploy_server(ran)])
+    try:
+        specs = await hub.start()
+        settings = Settings(mcp_servers=[deploy_server(ran)], tools={"dep__deploy": {"confirm_in": ["prod"]}})
+        with pytest.raises(ConfigError, match=r"has no 'environment' argument .*env"):
+            validate(settings, ops.build(), specs)
+    finally:
+        await hub.stop()

@@ -343,3 +343,18 @@ async def test_a_partial_answer_from_prometheus_is_said(fakes: OpsFakes) -> None
                            metrics=["error_rate"], minutes=30))
     assert found["metrics"]["error_rate"]["backend_warnings"] == ["partial response: store eu-1 unavailable"]
     assert "partial data: partial response: store eu-1 unavailable" in found["summary"], found["summary"]
+
+
+@pytest.mark.parametrize(("warnings", "said"), [("partial response: store eu-1 unavailable",
+                                                  ["partial response: store eu-1 unavailable"]),
+                                                 ([""], None), ({"odd": 1}, None), (None, None)])
+async def test_prometheus_warnings_of_any_shape_are_read_or_left(fakes: OpsFakes, warnings: Any,
+                                                                 said: list[str] | None) -> None:
+    """A string was sliced into characters ("partial data: p"); an object was a traceback and internal_error."""
+    now = time.time()
+    fakes.prom_raw = {"error_rate": {"status": "success", "warnings": warnings,
+                                     "data": {"resultType": "matrix", "result": [{"metric": {}, "values": [
+                                         [now - 60 * (9 - i), "0.001"] for i in range(10)]}]}}}
+    found = data(await run(live(fakes), "query_metrics", service_id="payments", environment="prod",
+                           metrics=["error_rate"], minutes=10))
+    assert found["metrics"]["error_rate"].get("backend_warnings") == said, found

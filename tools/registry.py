@@ -244,6 +244,12 @@ class Registry:
         # its server may default a missing one to prod (a plain override made such a call run unconfirmed).
         current = spec.needs_confirmation
         field = current.field if isinstance(current, InEnvironments) else "environment"
+        arguments = spec.definition().input_schema.get("properties") or {}
+        if field not in arguments:  # a rule on an argument the tool does not have would never ask (or always refuse)
+            known = ", ".join(arguments) or "none"
+            raise ValueError(f"tool {name!r} has no {field!r} argument (its arguments: {known}): confirmation by "
+                             "environment cannot apply to it; for an MCP tool, name the argument in "
+                             "mcp_servers.<server>.tools.<tool>.confirm: {in: [...], field: ...}")
         required = (isinstance(current, InEnvironments) and current.required) or spec.source.startswith("mcp:")
         self._tools[name] = replace(spec, needs_confirmation=confirm_in(*environments, field=field, required=required))
 

@@ -33,6 +33,8 @@ class OpsFakes:
     prom_after_restart: dict[str, float] = field(default_factory=dict)
     prom_raw: dict[str, Any] = field(default_factory=dict)
     prom_missing_labels: set[str] = field(default_factory=set)
+    prom_refuse_counts: bool = False
+    """`count(…)` queries answered 422 (too many samples), as a limited Prometheus answers them."""
     """Labels the scraped series do not carry: a `count(…{label!=""})` query finds none (`opspilot check` asks)."""
     """A metric's query_range answer as it is (any JSON: shapes a real Prometheus would not send)."""
     deployment_ready_after_polls: int | None = 2  # None: the rollout never finishes
@@ -141,7 +143,10 @@ class OpsFakes:
 
     async def prom_instant(self, request: web.Request) -> web.Response:
         self.requests.append(("prom_instant", request.path, dict(request.query)))
-        if (query := request.query.get("query", "")).startswith("count("):  # does any series carry the label?
+        if (query := request.query.get("query", "")).startswith("count(") and self.prom_refuse_counts:
+            return web.json_response({"status": "error", "errorType": "execution",
+                                      "error": "query processing would load too many samples"}, status=422)
+        if query.startswith("count("):  # does any series carry the label?
             found = not any(f'{label}!=""' in query for label in self.prom_missing_labels)
             return web.json_response({"status": "success", "data": {"resultType": "vector", "result": [
                 {"metric": {}, "value": [time.time(), "1"]}] if found else []}})

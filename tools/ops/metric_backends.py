@@ -82,7 +82,9 @@ class PrometheusBackend:
             "end": f"{end:.3f}", "step": f"{self.step_s}s"})
         result = _one(_result(body, "matrix"), metric)
         points = Points()
-        points.warnings = tuple(str(w)[:200] for w in (body.get("warnings") or [])[:3])
+        warned = body.get("warnings")
+        points.warnings = tuple(w[:200] for w in (warned if isinstance(warned, list) else [warned])[:3]
+                                if isinstance(w, str) and w.strip())
         try:
             points.extend((float(t), _number(v)) for t, v in (result or {}).get("values") or [])
         except (TypeError, ValueError) as exc:
