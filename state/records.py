@@ -26,6 +26,14 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def call_environment(payload: dict[str, Any], arguments: dict[str, Any]) -> str | None:
+    """Where a paused call would run, as its confirmation rule reads it (an MCP tool's rule may name another
+    argument than ``environment``: its card's payload says which): what its card shows and its approvers and
+    two-person rule go by."""
+    found = payload["environment"] if "environment" in payload else arguments.get("environment")
+    return str(found) if found else None
+
+
 class PendingCall(_Record):
     """A call waiting for a person. ``arguments`` is exactly what will run if confirmed."""
 
@@ -41,10 +49,7 @@ class PendingCall(_Record):
 
     @property
     def environment(self) -> str | None:
-        """Where the call would run, as its confirmation rule reads it (an MCP tool's rule may name another
-        argument than ``environment``): what its card shows and its approvers and two-person rule go by."""
-        found = self.payload["environment"] if "environment" in self.payload else self.arguments.get("environment")
-        return str(found) if found else None
+        return call_environment(self.payload, self.arguments)
 
 
 class Ticket(_Record):

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from bot.agent.decisions import DecisionKind
 from bot.agent.fallback import Fallback
 from core.stops import StopReason
+from state.records import call_environment
 
 log = logging.getLogger(__name__)
 
@@ -88,10 +89,7 @@ class PendingView(BaseModel):
 
     @property
     def environment(self) -> str | None:
-        """Where the call would run, as its confirmation rule reads it (an MCP tool's rule may name another
-        argument than ``environment``): what its card shows and its approvers and two-person rule go by."""
-        found = self.payload["environment"] if "environment" in self.payload else self.arguments.get("environment")
-        return str(found) if found else None
+        return call_environment(self.payload, self.arguments)
 
 
 class LoopInterrupt(_Event):

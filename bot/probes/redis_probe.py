@@ -20,14 +20,12 @@ from state import Keys, connect
 from state.client import Client, safe_url
 
 MIN_REDIS = (6, 2)  # XAUTOCLAIM
-_WRITE_FIX: list[tuple[type[ResponseError], str, str]] = [  # what a refused write means: by its class, or first word
-    (ReadOnlyError, "READONLY", "this is a read-only replica: point REDIS_URL at the primary"),
-    (OutOfMemoryError, "OOM", "it is full (maxmemory reached, noeviction): raise maxmemory or free memory"),
-    (ResponseError, "MISCONF", "it refuses writes because its snapshots fail: fix its RDB disk or permissions "
-                               "(see its log)"),
-    (NoPermissionError, "NOPERM", "its ACL user may not write: give it +@write, +@scripting and +@stream on the "
-                                  "key prefix"),
-]
+_WRITE_FIX: dict[type[ResponseError], str] = {  # what a refused write means, by the error redis-py raises
+    ReadOnlyError: "this is a read-only replica: point REDIS_URL at the primary",
+    OutOfMemoryError: "it is full (maxmemory reached, noeviction): raise maxmemory or free memory",
+    NoPermissionError: "its ACL user may not write: give it +@write, +@scripting and +@stream on the key prefix",
+}
+_MISCONF_FIX = "it refuses writes because its snapshots fail: fix its RDB disk or permissions (see its log)"
 
 
 def _refused_credentials(exc: BaseException) -> bool:
@@ -61,10 +59,8 @@ async def _written(client: Client, prefix: str) -> tuple[str, str] | None:
         await client.set(Keys(prefix).write_probe("probe"), "1", px=5000)
     except ResponseError as exc:
         text = " ".join(str(exc).split())[:200]
-        fix = next((f for kind, word, f in _WRITE_FIX if type(exc) is kind and (kind is not ResponseError or
-                                                                             text.startswith(word))),
-                   "let this user write under the key prefix")
-        return text, fix
+        misconf = _MISCONF_FIX if text.startswith("MISCONF") else "let this user write under the key prefix"
+        return text, _WRITE_FIX.get(type(exc), misconf)
     return None
 
 

@@ -132,9 +132,9 @@ class Inbound:
             text += f"\n(Attached, not read: {', '.join(files)}.)"
         text = redact(text) or "hello"  # the queue is Redis too: no secret goes there
         door: Door = "dm" if direct else "mention" if mentioned else "reply"
-        if not await self._admit(door, event["user"], channel, f"{channel}:{ts}", thread_ts, raw):
-            return
         lang = await self._lang(channel, thread_ts, raw, event["user"])
+        if not await self._admit(door, event["user"], channel, f"{channel}:{ts}", thread_ts, lang=lang):
+            return
         await self.dispatch(Converse(channel=channel, thread_ts=thread_ts, user=event["user"], text=text,
                                      request_id=f"{channel}:{ts}", ts=ts, lang="zh" if lang == "zh" else "en"))
         await self._asked(event["user"], channel, thread_ts, text)
@@ -159,7 +159,7 @@ class Inbound:
         if self.timers is not None and await self.timers.schedules.on_command(channel, user, text, trigger):
             return  # `/opspilot schedule …` or `/opspilot schedules …`
         lang = await self._lang(channel, None, text, user)  # the thread it starts speaks the question's
-        if not await self._admit("command", user, channel, f"command:{ident}", None, text):
+        if not await self._admit("command", user, channel, f"command:{ident}", None, lang=lang):
             return  # before its thread is started: a refused command leaves nothing in the channel
         root, error = await self.starts.start(channel, say(lang, "slash_asked", who=f"<@{user}>",
                                                            text=kit.escape(text))[:3000], f"command:{ident}")
@@ -262,12 +262,13 @@ class Inbound:
         if self.home is not None:
             await self.home.asked(user, channel, thread_ts, text)
 
-    async def _admit(self, door: Door, user: str, channel: str, member: str, thread_ts: str | None,
-                     asked: str = "") -> Admitted | None:
-        """Whether the person's and the channel's windows take one more run (told when not)."""
+    async def _admit(self, door: Door, user: str, channel: str, member: str, thread_ts: str | None, *,
+                     lang: str = "") -> Admitted | None:
+        """Whether the person's and the channel's windows take one more run (told when not, in ``lang``: the
+        thread's when not given)."""
         if self.gate is None:
             return Admitted(member)
-        lang = await self._lang(channel, thread_ts, asked, user)
+        lang = lang or await self._lang(channel, thread_ts, "", user)
         return await self.gate.admit(door, user=user, channel=channel, member=member, lang=lang, thread_ts=thread_ts)
 
     async def _lang(self, channel: str, thread_ts: str | None, asked: str = "", user: str = "") -> str:

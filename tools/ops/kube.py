@@ -116,26 +116,27 @@ class KubeClient:
     async def restart(self, namespace: str, name: str, stamp: str) -> dict[str, Any]:
         """``kubectl rollout restart``: the pod template's restartedAt annotation, as a strategic merge patch."""
         patch = {"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": stamp}}}}}
-        # (_content_type and _request_timeout are real keyword arguments the generated stubs leave out)
-        options: dict[str, Any] = {"_content_type": "application/strategic-merge-patch+json",
-                                   "_request_timeout": self.timeout_s, "field_manager": FIELD_MANAGER}
+        options = self._patching("application/strategic-merge-patch+json")
         return await self._call(lambda apps: apps.patch_namespaced_deployment(name, namespace, patch, **options),
                                 changes=True)
+
+    def _patching(self, content_type: str) -> dict[str, Any]:
+        """A PATCH's options: its body's type and timeout, and OpsPilot as the field manager (_content_type and
+        _request_timeout are real keyword arguments the generated stubs leave out)."""
+        return {"_content_type": content_type, "_request_timeout": self.timeout_s, "field_manager": FIELD_MANAGER}
 
     async def patch_deployment(self, namespace: str, name: str, patch: Any,
                                content_type: str = "application/json-patch+json") -> dict[str, Any]:
         """A PATCH of the Deployment (a rollback: a JSON patch whose ``test`` op guards against a concurrent
         change, answered 409/422 by the API server, which this raises as Conflict)."""
-        options: dict[str, Any] = {"_content_type": content_type, "_request_timeout": self.timeout_s,
-                                   "field_manager": FIELD_MANAGER}
+        options = self._patching(content_type)
         return await self._call(lambda apps: apps.patch_namespaced_deployment(name, namespace, patch, **options),
                                 changes=True)
 
     async def scale(self, namespace: str, name: str, patch: Any,
                     content_type: str = "application/json-patch+json") -> dict[str, Any]:
         """A PATCH of the Deployment's scale subresource (RBAC ``deployments/scale``: replicas, nothing else)."""
-        options: dict[str, Any] = {"_content_type": content_type, "_request_timeout": self.timeout_s,
-                                   "field_manager": FIELD_MANAGER}
+        options = self._patching(content_type)
         return await self._call(lambda apps: apps.patch_namespaced_deployment_scale(name, namespace, patch,
                                                                                     **options), changes=True)
 

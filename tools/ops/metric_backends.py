@@ -25,6 +25,7 @@ class Points(list[tuple[float, float]]):
 
     warnings: tuple[str, ...] = ()
 
+
 _SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
@@ -76,9 +77,9 @@ class PrometheusBackend:
         return end - minutes * 60, end, float(self.step_s)
 
     async def series(self, service: Service, environment: str, metric: str, minutes: int) -> Series:
-        end = time.time()
+        start, end, _ = self.span(minutes)
         body = await self.http.get("/api/v1/query_range", {
-            "query": self.describe(service, environment, metric), "start": f"{end - minutes * 60:.3f}",
+            "query": self.describe(service, environment, metric), "start": f"{start:.3f}",
             "end": f"{end:.3f}", "step": f"{self.step_s}s"})
         result = _one(_result(body, "matrix"), metric)
         points = Points()

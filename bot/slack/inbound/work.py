@@ -138,9 +138,9 @@ WorkAdapter: TypeAdapter[WorkItem] = TypeAdapter(WorkItem)
 
 
 AGAIN: ContextVar[bool] = ContextVar("again", default=False)
+"""Set while a work item is done again (its worker died, or a try failed): the same click, not a second one."""
 DOUBLE_CLICK_S = 2.0
 """A person's second click this soon after their first is a double click, not a retry after an outage."""
-"""Set while a work item is done again (its worker died, or a try failed): the same click, not a second one."""
 
 
 class Executor:

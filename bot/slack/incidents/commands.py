@@ -64,10 +64,11 @@ class IncidentCommands:
     async def _summarize(self, user: str, channel: str, thread_ts: str, member: str, *, asked: str = "",
                          in_thread: bool = True) -> None:
         """A summary within the windows; one with nothing to summarise (no model call) gives its slot back."""
-        admitted = await self._admit("summarize", user, channel, None if not in_thread else thread_ts, member)
-        if admitted and self.summaries is not None and \
-                not await self.summaries.summarize(channel, thread_ts, user, asked=asked, in_thread=in_thread) and \
-                self.gate is not None:
+        admitted = await self._admit("summarize", user, channel, thread_ts if in_thread else None, member)
+        if not admitted or self.summaries is None:
+            return
+        made = await self.summaries.summarize(channel, thread_ts, user, asked=asked, in_thread=in_thread)
+        if not made and self.gate is not None:
             await self.gate.give_back(admitted)
 
     async def _admit(self, door: Door, user: str, channel: str, thread_ts: str | None,
