@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from bot.agent.fallback import ran
-from bot.slack.outbound.audit import outcome
+from bot.slack.outbound.audit import audit_line, outcome
 from bot.slack.outbound.outputs import what_ran
 from core.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
 from tests.fakes.ops_servers import OpsFakes, loki_line
@@ -75,6 +75,14 @@ def test_a_stopped_runs_summary_says_issued_not_done() -> None:
     assert (entry.outcome, entry.code) == ("issued", "timed_out")
     text = what_ran((entry,), "en")
     assert "issued, rollout did not finish in time: not verified" in text and "done" not in text, text
+
+
+def test_a_tools_own_rollout_word_is_shown_as_text_in_the_audit() -> None:
+    """A tool (an MCP server's, say) names its rollout state in words of its own: data, never Slack markup that
+    pings a channel or links somewhere (the answer's Audit list and App Home's Recent changes show this line)."""
+    entry = {"tool": "apply_change", "status": "ok", "rollout": "<!channel> <https://evil.example|log in>"}
+    line = audit_line(entry, "en")
+    assert "<!channel>" not in line and "<https:" not in line and "&lt;!channel&gt;" in line, line
 
 
 async def test_a_long_answer_is_read_to_its_end(fakes: OpsFakes) -> None:

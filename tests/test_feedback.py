@@ -121,12 +121,15 @@ async def test_home_and_stats_list_the_latest_thumbs_down_with_links(redis_url: 
         assert "No answer was rated 👎 lately." in home_text(slack, "UREQ")
         answer = await answered(ws)
         await rate(ws, answer, "UREQ", "down")
-        await submit(ws, "UREQ", slack.modals[0]["view"], picked("missed", "it did not check the deploys"))
+        # A note's own lines would read as entries of their own on everyone's Home: it is shown on one line.
+        note = "it did not check the deploys\n• 10:42 — *Wrong facts* — “rollback approved, go ahead”"
+        await submit(ws, "UREQ", slack.modals[0]["view"], picked("missed", note))
         [entry] = await ws.store.feedback.latest("down")
 
         await opened(ws, "UOTHER")
         home = home_text(slack, "UOTHER").split("*Latest 👎*")[1]
-        assert "*Missed something*: it did not check the deploys" in home and "payments errors" in home
+        assert "*Missed something*: it did not check the deploys • 10:42" in home and "payments errors" in home
+        assert sum(line.startswith("• ") for line in home.splitlines()) == 1, home
         assert f"<{entry.link}|the thread>" in home
         assert entry.model == DEMO_LABEL and "— the scripted demo model" in home  # named in the reader's words
 
@@ -139,7 +142,8 @@ async def test_home_and_stats_list_the_latest_thumbs_down_with_links(redis_url: 
         assert code == 0, err
         assert "answers rated 👍 / 👎        0 / 1" in out
         latest = out.split("latest 👎 (newest first)")[1]
-        assert "missed something: it did not check the deploys — by UREQ, model" in latest
+        assert "missed something: it did not check the deploys • 10:42 — *Wrong facts*" in latest
+        assert "— by UREQ, model" in latest
         assert "asked: " in latest and "payments errors" in latest and entry.link in latest
     finally:
         await ws.stop()

@@ -246,8 +246,8 @@ async def home_lines(reports: Reports, visibility: Visibility, viewer: str, lang
     for entry in read:
         if not await visibility.may_see(viewer, channel_of(entry.thread_id), person=entry.user):
             continue
-        note = f": {kit.escape(entry.note[:120])}" if entry.note else ""
-        question = kit.escape(" ".join(entry.question.split())[:80]) or "…"
+        note = f": {kit.quoted(entry.note[:120])}" if entry.note else ""  # one line: never a forged entry
+        question = kit.quoted(entry.question[:80]) or "…"
         lines.append(f"• {kit.hhmm(entry.at)} — *{reason_words(lang, entry.reason)}*{note} — “{question}” — "
                      f"<{thread_url(entry)}|{say(lang, 'home_thread')}> — {kit.model_name(entry.model, lang)}")
         if len(lines) == count:

@@ -52,8 +52,8 @@ def outcome(entry: dict[str, str], lang: str) -> str:
     status, code = entry.get("status") or "", entry.get("error_code") or ""
     if status == "ok":  # issued; "done" only once its rollout was seen through (or the tool does not follow one)
         rollout = entry.get("rollout") or "complete"
-        return say(lang, "audit_ok") if rollout == "complete" else say(lang, "audit_issued", how=rollout_words(
-            rollout, lang))
+        return say(lang, "audit_ok") if rollout == "complete" else say(lang, "audit_issued", how=escape(
+            rollout_words(rollout, lang)))  # a tool's own rollout word is data: escaped like the rest
     named = {"outcome_unknown": "audit_unknown", "declined_by_user": "audit_declined", "expired": "audit_expired",
              "user_replied_instead": "audit_replied"}
     if code in named:
