@@ -1,8 +1,8 @@
 """An instance that dies (os._exit, as kill -9 would) while firing a due timer. Run by test_timers.py.
 
 ``claim``: it claims what is due, then dies before handing anything on.
-``enqueue``: it claims, hands each follow-up on to the work queue as the firer would (the same request id), then
-dies before completing it.
+``enqueue``: it claims, hands each follow-up on to the work queue as the firer would (its hand-on marked, the same
+request id), then dies before completing it.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import asyncio
 import os
 import sys
 
+from bot.slack.followups.firing import HANDED
 from bot.slack.inbound.work import Converse
 from state import Keys, RedisStore, connect
 
@@ -24,7 +25,8 @@ async def main(redis_url: str, prefix: str, mode: str, now: float) -> None:
             timer = one.timer
             item = Converse(channel=timer.channel, thread_ts=timer.thread_ts, user=timer.owner,
                             text=f"Follow-up requested by <@{timer.owner}> at 12:00 UTC: {timer.question}",
-                            request_id=timer.request_id, unattended=True)
+                            request_id=timer.request_id, unattended=True, timer=timer)
+            await store.meta.put(HANDED, timer.request_id, {"at": str(now)})
             await store.queue.put(item.model_dump_json())
             sys.stdout.write("ENQUEUED\n")
     sys.stdout.flush()

@@ -15,6 +15,7 @@ class ChannelMethods:
     members: dict[str, set[str]]
     private: set[str]
     absent: set[str]
+    archived: set[str]
 
     def outside(self, channel: str) -> bool:
         """A direct message between people, the bot not in it (its members set without ``UBOT``): Slack answers
@@ -49,7 +50,8 @@ class ChannelMethods:
         private = channel in self.private
         return {"ok": True, "channel": {"id": channel, "name": channel.lower(), "is_channel": True, "is_group": False,
                                         "is_im": False, "is_mpim": False, "is_private": private,
-                                        "is_member": channel not in self.absent}}
+                                        "is_member": channel not in self.absent,
+                                        "is_archived": channel in self.archived}}
 
     def _conversations_members(self, body: dict[str, Any]) -> dict[str, Any]:
         """Who is in a conversation, paged by ``cursor`` and ``limit`` as Slack pages it."""

@@ -65,6 +65,7 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods, WebhookMethods, Chan
         """Channel members, where a test needs them (a stream's recipient must be one); unlisted: anyone."""
         self.private: set[str] = set()
         self.absent: set[str] = set()  # channels the bot is not in: posts there are not_in_channel
+        self.archived: set[str] = set()  # archived channels: members kept, every post is_archived
         """Private channels (conversations.info's is_private; conversations.members lists who is in one)."""
         self.statuses: dict[tuple[str, str], str] = {}
         self.streams_started: list[dict[str, Any]] = []
@@ -288,6 +289,8 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods, WebhookMethods, Chan
             return None
         if not body.get("channel") or self.outside(str(body["channel"])):
             return "channel_not_found"
+        if body["channel"] in self.archived:
+            return "is_archived"
         if method != "chat.update" and body["channel"] in self.absent:
             return "not_in_channel"
         if len(str(body.get("text") or "")) > 40_000:

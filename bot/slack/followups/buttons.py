@@ -60,6 +60,10 @@ def recheck_button(run_id: str, lang: str, minutes: int = RECHECK_MINUTES) -> ki
             "elements": [kit.button(say(lang, "fu_recheck", minutes=minutes), RECHECK, run_id)]}
 
 
+LATE_NOTE_S = 60.0
+"""Later than this, a follow-up's turn says it runs late."""
+
+
 def announcement_key(timer_id: str) -> str:
     return f"timer:{timer_id}"
 
@@ -106,9 +110,19 @@ class SlackFollowups:
                                                           "elements": [kit.button(say(lang, "cancel"), CANCEL,
                                                                                   timer.id)]}])
 
-    async def ran(self, timer: Timer, at: float, late_s: float = 0.0) -> None:
-        await self._log(timer, "ran", at)
-        await self._show(timer, await self._ran(timer, at, late_s))
+    async def ran(self, timer: Timer, at: float) -> None:
+        """Its turn ran (said by the turn, once it has: a follow-up handed on may still find the thread busy)."""
+        late = at - timer.due
+        logged = await followup_events(self.meta, timer.channel, str(timer.thread_ts))
+        if not any(e.timer_id == timer.id and e.due == timer.due and e.kind == "ran" for e in logged):
+            await self._log(timer, "ran", at)  # once, however often its turn is read
+            await self.reports.tally(timer.group, "followup_fired")
+        await self._show(timer, await self._ran(timer, at, late if late > LATE_NOTE_S else 0.0))
+
+    async def not_run(self, timer: Timer) -> None:
+        """Its turn found the thread busy after all (a question taken meanwhile, a card waiting): not run."""
+        await self.skipped(timer, "fu_skipped_busy")
+        await self.reports.tally(timer.group, "followup_skipped")
 
     async def late(self, timer: Timer, at: float, late_s: float) -> None:
         """A follow-up that runs late says how late in its thread: a line of its own, just above its turn."""

@@ -22,12 +22,13 @@ from bot.agent.engine import Engine
 from bot.agent.periodic import Periodic
 from bot.assembly import Assembly
 from bot.config import Settings
-from bot.slack.followups.buttons import SlackFollowups, label, time_of
+from bot.slack.followups.buttons import LATE_NOTE_S, SlackFollowups, label, time_of
 from bot.slack.followups.checks import Checks
 from bot.slack.followups.schedules import Schedules
 from bot.slack.inbound.access import AccessPolicy
 from bot.slack.inbound.run_gate import Admitted, Door, RunGate
 from bot.slack.inbound.work import Check, Converse, Executor, WorkItem
+from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.thread_meta import thread_key
 from bot.slack.outbound.words import say
@@ -41,8 +42,9 @@ log = logging.getLogger(__name__)
 
 LEASE_S = 60.0
 """How long a claimed occurrence stays hidden from other instances: far longer than handing it on takes."""
-LATE_NOTE_S = 60.0
-"""Later than this, a turn says it runs late."""
+HANDED = "timer-handed"
+"""Meta kind: an occurrence's request id → when it was handed on. Read when the occurrence is claimed again (its
+instance died before completing it): handed on already, it is neither judged late nor busy again — it runs."""
 
 
 class Firer:
@@ -97,31 +99,40 @@ class Firer:
 
     async def _followup(self, claimed: Claimed, late: float, now: float) -> None:
         timer = claimed.timer
-        grace = self.grace_s
-        if late > grace:
-            if await self.timers.complete(claimed):
-                await self.slack.skipped(timer, "fu_skipped_late", minutes=int(late // 60), grace=int(grace // 60))
-                await self.reports.tally(timer.group, "followup_skipped")
-            return
         thread_id = thread_key(timer.channel, str(timer.thread_ts))
-        # Handed on before (this instance or one that died after): the engine has it; only completing is left.
         if not await self.engine.handled(thread_id, timer.request_id):
-            if await self.engine.under_way(thread_id):  # a turn there, or a question waiting for a decision
-                if await self.timers.complete(claimed):
-                    await self.slack.skipped(timer, "fu_skipped_busy")
-                    await self.reports.tally(timer.group, "followup_skipped")
-                return
-            if not await self._admitted(timer, "followup"):
-                if await self.timers.complete(claimed):
-                    await self.slack.skipped(timer, "fu_skipped_limit")
-                    await self.reports.tally(timer.group, "followup_skipped")
-                return
-            if late > LATE_NOTE_S:  # people read it too, just above the turn's answer (the turn tells the model)
-                await self.slack.late(timer, now, late)
+            # Handed on before by an instance that died before completing it: the turn may still be queued, so it
+            # is neither late nor busy now (it says itself whether it ran) — handed on again, which runs it once.
+            if not await self._handed(timer):
+                skip = "fu_skipped_late" if late > self.grace_s else \
+                    None if await self._owner_may(timer) else "fu_skipped_access"
+                if skip is None and await self.engine.under_way(thread_id):  # a turn there, or a question waiting
+                    skip = "fu_skipped_busy"
+                if skip is None and not await self._admitted(timer, "followup"):
+                    skip = "fu_skipped_limit"
+                if skip is not None:
+                    if await self.timers.complete(claimed):
+                        await self.slack.skipped(timer, skip, minutes=int(late // 60), grace=int(self.grace_s // 60),
+                                                 who=kit.who(timer.owner))
+                        await self.reports.tally(timer.group, "followup_skipped")
+                    return
+                if late > LATE_NOTE_S:  # people read it too, just above the turn's answer (the turn tells the model)
+                    await self.slack.late(timer, now, late)
+                await self.slack.meta.put(HANDED, timer.request_id, {"at": str(now)})
             await self.dispatch(await self._turn(timer, late))
-        if await self.timers.complete(claimed):
-            await self.reports.tally(timer.group, "followup_fired")
-            await self.slack.ran(timer, now, late if late > LATE_NOTE_S else 0.0)
+        await self.timers.complete(claimed)  # its turn says whether it ran
+
+    async def _handed(self, timer: Timer) -> bool:
+        return bool((await self.slack.meta.get(HANDED, timer.request_id)).get("at"))
+
+    async def _owner_may(self, timer: Timer) -> bool:
+        """Whether its owner may still start work there (``allowed_users`` or ``allowed_channels`` may have changed
+        since it was made); the configuration's own schedules: the channel rule only."""
+        direct = timer.channel.startswith("D")
+        if timer.owner == "config":
+            allowed = self.slack.access.config.allowed_channels
+            return direct or not allowed or timer.channel in allowed
+        return (await self.slack.access.may_use(timer.owner, timer.channel, direct=direct)).allowed
 
     async def _admitted(self, timer: Timer, door: Door) -> Admitted | None:
         """Whether its owner's and its channel's windows take it (the config owns no window of its own). Nobody
@@ -139,34 +150,44 @@ class Firer:
         if late > LATE_NOTE_S:
             text += say(lang, "late", due=time_of(timer.due, lang), minutes=int(late // 60))
         return Converse(channel=timer.channel, thread_ts=timer.thread_ts, user=timer.owner, text=redact(text),
-                        request_id=timer.request_id, unattended=True)
+                        request_id=timer.request_id, unattended=True, timer=timer)
 
     async def _schedule(self, claimed: Claimed, late: float, now: float) -> None:
         timer = claimed.timer
         following = when.next_due(timer.cron, timer.timezone, max(now, timer.due + 1))
-        if late > self.grace_s:
-            if await self.timers.complete(claimed, following):
-                lang = await self.slack.lang(timer)
-                nxt = time_of(following, lang, timer.timezone, with_day=True) if following else "—"
-                text = say(lang, "sc_skipped", due=time_of(timer.due, lang, timer.timezone, with_day=True),
-                           minutes=int(late // 60), grace=int(self.grace_s // 60), next=nxt,
-                           label=label(timer))
-                await self.outbox.say(timer.channel, None, text, key=f"timer-skip:{timer.id}:{timer.due}")
-                await self.reports.tally(timer.group, "schedule_skipped")
-            return
-        # Where OpsPilot is not, before the windows: a check that cannot run takes nobody's slot.
-        if isinstance(await self.slack.access.bot_in(timer.channel, fresh=True), str):  # removed: nothing shown
-            if await self.timers.complete(claimed, following):  # kept: it runs again once OpsPilot is back there
-                log.warning("schedule %s not run: OpsPilot is not in %s", timer.id, timer.channel)
-                await self.reports.tally(timer.group, "schedule_skipped")
-            return
-        if not await self._admitted(timer, "schedule"):
-            if await self.timers.complete(claimed, following):
-                lang = await self.slack.lang(timer)
-                await self.outbox.say(timer.channel, None, say(lang, "sc_skipped_limit", label=label(timer)),
-                                      key=f"timer-skip:{timer.id}:{timer.due}")
-                await self.reports.tally(timer.group, "schedule_skipped")
-            return
+        if not await self._handed(timer):  # else: handed on by an instance that died before completing it
+            if late > self.grace_s:
+                if await self.timers.complete(claimed, following):
+                    lang = await self.slack.lang(timer)
+                    nxt = time_of(following, lang, timer.timezone, with_day=True) if following else "—"
+                    text = say(lang, "sc_skipped", due=time_of(timer.due, lang, timer.timezone, with_day=True),
+                               minutes=int(late // 60), grace=int(self.grace_s // 60), next=nxt,
+                               label=label(timer))
+                    await self.outbox.say(timer.channel, None, text, key=f"timer-skip:{timer.id}:{timer.due}")
+                    await self.reports.tally(timer.group, "schedule_skipped")
+                return
+            if not await self._owner_may(timer):  # ended: it would run in the name of someone who may not
+                if await self.timers.complete(claimed):
+                    lang = await self.slack.lang(timer)
+                    await self.outbox.say(timer.channel, None, say(lang, "sc_ended_access", label=label(timer),
+                                                                   who=kit.who(timer.owner)),
+                                          key=f"timer-skip:{timer.id}:{timer.due}")
+                    await self.reports.tally(timer.group, "schedule_skipped")
+                return
+            # Where OpsPilot is not, before the windows: a check that cannot run takes nobody's slot.
+            if isinstance(await self.slack.access.bot_in(timer.channel, fresh=True), str):  # nothing shown
+                if await self.timers.complete(claimed, following):  # kept: it runs again once OpsPilot is back
+                    log.warning("schedule %s not run: OpsPilot cannot post in %s", timer.id, timer.channel)
+                    await self.reports.tally(timer.group, "schedule_skipped")
+                return
+            if not await self._admitted(timer, "schedule"):
+                if await self.timers.complete(claimed, following):
+                    lang = await self.slack.lang(timer)
+                    await self.outbox.say(timer.channel, None, say(lang, "sc_skipped_limit", label=label(timer)),
+                                          key=f"timer-skip:{timer.id}:{timer.due}")
+                    await self.reports.tally(timer.group, "schedule_skipped")
+                return
+            await self.slack.meta.put(HANDED, timer.request_id, {"at": str(now)})
         await self.dispatch(Check(channel=timer.channel, thread_ts=None, user=timer.owner, timer=timer.id,
                                   due=timer.due, request_id=timer.request_id, question=redact(timer.question),
                                   label=label(timer), quiet=timer.quiet, late_s=max(late, 0.0),
@@ -200,6 +221,7 @@ def wire(*, core: Assembly, settings: Settings, outbox: SlackOutbox, access: Acc
                            clock=clock)
     schedules = Schedules(timers=followups.timers, slack=slack, outbox=outbox, access=access,
                           configured=settings.schedules, clock=clock)
+    executor.followups = slack
     executor.checks = Checks(engine=core.engine, outbox=outbox, meta=core.meta, reports=core.reports,
                              language=settings.slack.language)
     firer = Firer(timers=followups.timers, slack=slack, engine=core.engine, outbox=outbox, reports=core.reports,

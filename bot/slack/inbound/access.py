@@ -150,7 +150,8 @@ class AccessPolicy:
 
     async def bot_in(self, channel: str, *, fresh: bool = False) -> bool | str | None:
         """Whether OpsPilot is in a channel (it can post there): True, or the words' key for why not
-        (``cannot_post_not_in_channel``, ``cannot_post_channel_not_found`` — a private channel it is not in);
+        (``cannot_post_not_in_channel``, ``cannot_post_channel_not_found`` — a private channel it is not in —,
+        ``cannot_post_is_archived``);
         None: Slack failing, not known (let through: the post says). Only a yes is kept, a minute."""
         if not fresh and self._inside.get(channel, 0.0) > time.monotonic():
             return True
@@ -163,6 +164,8 @@ class AccessPolicy:
             log.warning("whether OpsPilot is in %s is not known: %s", channel, slack_error(exc))
             return None
         info = answer.get("channel") or {}
+        if info.get("is_archived"):  # its members are kept, and every post is refused (is_archived)
+            return "cannot_post_is_archived"
         if info.get("is_member") is False and not info.get("is_im"):
             return "cannot_post_not_in_channel"
         if len(self._inside) > 10_000:

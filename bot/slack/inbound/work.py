@@ -13,7 +13,7 @@ import math
 import uuid
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -41,6 +41,7 @@ from bot.slack.outbound.thread_meta import CARD, THREAD, thread_key
 from bot.slack.outbound.words import language_of, say
 from state import LeaseLost, StoreError, Ticket
 from state.store import MetaStore
+from state.timer_store import Timer
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,9 @@ class Converse(_Item):
     lang: Literal["en", "zh"] | None = None
     """A new thread's language, as decided where the question arrived (its words as typed, a colleague's name
     aside; no words at all: the person's latest thread's). None: from ``text``."""
+    timer: Timer | None = None
+    """The follow-up this turn is an occurrence of: its announcement says "ran" once the turn has run, "not run"
+    when the thread was busy by then (a question taken meanwhile, a card waiting)."""
 
 
 class Answer(_Item):
@@ -143,6 +147,16 @@ DOUBLE_CLICK_S = 2.0
 """A person's second click this soon after their first is a double click, not a retry after an outage."""
 
 
+class FollowupTurns(Protocol):
+    """What a follow-up's turn tells its thread (:class:`bot.slack.followups.buttons.SlackFollowups`)."""
+
+    clock: Callable[[], float]
+
+    async def ran(self, timer: Timer, at: float) -> None: ...
+
+    async def not_run(self, timer: Timer) -> None: ...
+
+
 class Executor:
     """Does one work item; tells the person in words when it cannot. Never raises."""
 
@@ -159,6 +173,7 @@ class Executor:
         self.metrics = metrics
         self.checks: Callable[[Check], Awaitable[None]] | None = None
         """Runs a scheduled check's occurrence (it says itself what went wrong, and never raises)."""
+        self.followups: FollowupTurns | None = None
 
     async def __call__(self, item: WorkItem) -> None:
         if isinstance(item, Check):
@@ -185,9 +200,13 @@ class Executor:
             if isinstance(item, Converse) and await self.engine.handled(
                     thread_key(item.channel, str(item.thread_ts)), item.request_id):
                 return  # the same message, taken meanwhile by another worker: nothing to tell
+            if isinstance(item, Converse) and item.timer is not None and self.followups is not None:
+                return await self.followups.not_run(item.timer)  # nobody sent it: nobody to ask to send it again
             await self.outbox.tell(item.channel, item.user, say(await self._lang(item), "still_working"),
                                    item.thread_ts)
         except NotYours:  # a reply in a thread whose card waits for someone else: the card stays as it is
+            if isinstance(item, Converse) and item.timer is not None and self.followups is not None:
+                return await self.followups.not_run(item.timer)
             await self.outbox.tell(item.channel, item.user, say(await self._lang(item), "card_waits"), item.thread_ts)
         except EngineError as exc:
             if isinstance(item, Converse):
@@ -244,10 +263,15 @@ class Executor:
         access = self.access
 
         async def may_set_aside(ticket: Ticket) -> bool:
-            return access is None or (await access.may_decline(item.user, ticket)).allowed
+            # What nobody typed (an alert, a follow-up) never answers a person's card in their stead.
+            return not item.unattended and (access is None or (await access.may_decline(item.user, ticket)).allowed)
 
+        turns = self.followups if item.timer is not None else None
+        started = turns.clock() if turns is not None else 0.0
         await self.engine.ask(thread_id, item.text, user_id=item.user, request_id=item.request_id, context=context,
                               unattended=item.unattended, may_set_aside=may_set_aside)
+        if turns is not None and item.timer is not None:
+            await turns.ran(item.timer, started)
 
     async def _carry_on(self, item: RunButton) -> None:
         """Resume a run whose worker died mid-read, saying so in its thread once this worker holds it; quiet when

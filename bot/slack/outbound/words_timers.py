@@ -28,6 +28,10 @@ TIMER_WORDS: dict[str, tuple[str, str]] = {
                         "waiting for a decision). Ask me again when it is done: {question}",
                         ":warning: {due} 的跟进没有运行：这个线程正忙（有运行在进行或在等决定）。"
                         "完成后请再问我：{question}"),
+    "fu_skipped_access": (":no_entry_sign: Follow-up due at {due} not run: {who} may no longer use OpsPilot here "
+                          "(who may use it, or where, changed since it was asked for): {question}",
+                          ":no_entry_sign: {due} 的跟进没有运行：{who} 已不能在这里使用 OpsPilot"
+                          "（安排之后，可使用的人或频道有了变化）：{question}"),
     "fu_gone": ("That follow-up is no longer pending (it ran, or was cancelled).",
                 "这个跟进已不在等待中（已运行或已取消）。"),
     "fu_recheck": ("Re-check in {minutes} min", "{minutes} 分钟后复查"),

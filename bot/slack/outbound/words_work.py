@@ -208,6 +208,11 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
                          "owner (docs/security.md, limits). Ask me again: {question}",
                          ":warning: {due} 的跟进没有运行：刚才这里或其发起人启动的运行太多（见运行限制）。"
                          "请再问我：{question}"),
+    "sc_ended_access": (":no_entry_sign: Scheduled check {label} ended, not run: {who} may no longer use OpsPilot here "
+                        "(who may use it, or where, changed since it was made). Ask an admin, or schedule it again "
+                        "where you may.",
+                        ":no_entry_sign: 计划检查 {label} 已结束，本次没有运行：{who} 已不能在这里使用 OpsPilot"
+                        "（创建之后，可使用的人或频道有了变化）。请联系管理员，或在你可以使用的地方重新安排。"),
     "sc_skipped_limit": (":warning: Scheduled check {label} not run this time: too many runs had just started in "
                          "this channel or by its owner. It runs again at its next time.",
                          ":warning: 计划检查 {label} 本次没有运行：刚才这个频道或其创建人启动的运行太多。"

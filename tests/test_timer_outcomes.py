@@ -1,0 +1,146 @@
+"""What a follow-up or a scheduled check says of itself is what happened: "ran" only once its turn ran, "skipped"
+never beside its own answer, a person's card never answered by an automatic turn, nothing run in the name of
+someone who may no longer use OpsPilot there, nothing run where nothing can be posted. Real Redis, the real Slack
+service over HTTP, an injected clock (``tests/test_timers.py``'s helpers)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.demo.workspace import all_text, buttons
+from bot.slack.inbound.work import Converse
+from tests.slack_harness import CHANNEL, Workspace
+from tests.test_schedules import SAT_0700_EST, command, only_schedule, roots
+from tests.test_timers import Clock, _crash, asked, open_at, schedule, tick, turns
+
+
+async def drain(ws: Workspace) -> None:
+    """Until the work queue is read to its end (the workspace's worker reads it)."""
+    for _ in range(400):
+        await ws.settle()
+        if (await ws.store.queue.stats()).length == 0:
+            break
+        await asyncio.sleep(0.05)
+    await ws.settle()
+
+
+def thread_texts(ws: Workspace) -> list[str]:
+    return [all_text(m) for m in ws.slack.thread(CHANNEL, "500.1")]
+
+
+async def test_a_follow_up_handed_on_by_an_instance_that_died_runs_and_is_not_called_skipped(
+        redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    """Its instance died after handing it on; another came back past the grace: the queued turn runs, and nothing
+    says "skipped: OpsPilot was not running then … ask me again" above its answer."""
+    clock = Clock()
+    ws = await open_at(redis_url, prefix, slack, clock, role="worker")
+    try:
+        thread_id = await asked(ws)
+        timer = await schedule(ws, thread_id)
+        assert ws.service.worker is not None
+        await ws.service.worker.stop()  # the queue is read once the instance is back
+        clock.now = timer.due
+        assert await _crash(redis_url, prefix, "enqueue", clock.now) == "CLAIMED 1\nENQUEUED\n"
+        clock.now = timer.due + 11 * 60  # back 11 minutes later (grace: 10)
+        assert await tick(ws) == 1
+        ws.service.worker.start()
+        await drain(ws)
+        assert await turns(ws, thread_id, timer) == 1
+        assert not [t for t in thread_texts(ws) if "skipped" in t], thread_texts(ws)
+        assert any("started at" in t and "11 min late" in t for t in thread_texts(ws)), thread_texts(ws)
+        assert (await ws.store.stats(3600)).get("followup_fired") == 1
+        assert await tick(ws) == 0  # completed
+    finally:
+        await ws.stop()
+
+
+async def test_a_follow_up_whose_thread_took_a_card_meanwhile_leaves_the_card_and_says_not_run(
+        redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    """Handed on while the thread was idle; before its turn was read, the person's "restart payments in prod"
+    paused on a Confirm card. The follow-up's text must not answer that card ("answered in the thread instead"),
+    and its announcement must not say it ran: it says it was not run, in the thread, and tells nobody privately
+    to send again a message they never sent."""
+    clock = Clock()
+    ws = await open_at(redis_url, prefix, slack, clock, role="worker")
+    try:
+        thread_id = await asked(ws)
+        await drain(ws)
+        timer = await schedule(ws, thread_id)
+        assert ws.service.worker is not None
+        await ws.service.worker.stop()
+        clock.now = timer.due
+        assert await tick(ws) == 1  # nothing under way: handed on
+        await ws.settle()
+        assert not any("Follow-up ran at" in t for t in thread_texts(ws))  # not before its turn ran
+        await ws.service.executor(Converse(channel=CHANNEL, thread_ts="500.1", user="UREQ", ts="500.5",
+                                           text="restart payments in prod", request_id=f"{CHANNEL}:500.5"))
+        await ws.settle()
+        ws.service.worker.start()
+        await drain(ws)
+        engine = ws.service.core.engine
+        assert await engine.under_way(thread_id) and await turns(ws, thread_id, timer) == 0
+        live = [b for m in slack.thread(CHANNEL, "500.1") for b in buttons(m) if b["action_id"] == "opspilot_confirm"]
+        assert len(live) == 1 and ws.toolbox.restarts.done == []
+        texts = thread_texts(ws)
+        assert any("not run: I was busy in this thread" in t for t in texts), texts
+        assert not any("Follow-up ran at" in t for t in texts) and slack.ephemeral_texts("UREQ") == []
+        stats = await ws.store.stats(3600)
+        assert (stats.get("followup_fired"), stats.get("followup_skipped")) == (0, 1)
+    finally:
+        await ws.stop()
+
+
+@pytest.mark.parametrize("revoked", [{"allowed_users": ["UOTHER"]}, {"allowed_channels": ["COTHER"]}])
+async def test_timers_of_someone_no_longer_allowed_do_not_run_in_their_name(
+        redis_url: str, prefix: str, slack: FakeSlack, revoked: dict[str, list[str]]) -> None:
+    """UREQ asked for a follow-up and a daily check while allowed; then ``allowed_users`` (or ``allowed_channels``)
+    changed and OpsPilot restarted. Neither runs the model or its tools in UREQ's name: the follow-up says why in
+    its thread, the schedule ends with a line saying why (once, not each day)."""
+    clock = Clock(SAT_0700_EST)
+    before = await open_at(redis_url, prefix, slack, clock, allowed_users=["UREQ"])
+    try:
+        await command(before, 'schedule "0 9 * * *" UTC payments recent errors')
+        thread_id = await asked(before)
+        followup = await schedule(before, thread_id)
+    finally:
+        await before.stop()
+    ws = await open_at(redis_url, prefix, slack, clock, **revoked)
+    try:
+        daily = await only_schedule(ws)
+        runs = (await ws.store.stats(3600)).runs
+        clock.now = followup.due + 1
+        await tick(ws)
+        await ws.settle()
+        clock.now = daily.due + 1
+        await tick(ws)
+        await ws.settle()
+        assert await turns(ws, thread_id, followup) == 0 and (await ws.store.stats(3600)).runs == runs
+        assert not [m for m in roots(slack) if "*Scheduled check*" in all_text(m)]
+        assert any("not run: <@UREQ> may no longer use OpsPilot here" in t for t in thread_texts(ws))
+        ended = [all_text(m) for m in roots(slack) if "ended, not run: <@UREQ> may no longer use" in all_text(m)]
+        assert len(ended) == 1 and ws.service.timers is not None
+        assert await ws.service.timers.slack.timers.get(daily.id) is None  # ended: not tried again every day
+    finally:
+        await ws.stop()
+
+
+async def test_a_check_in_an_archived_channel_is_not_run(redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    """Slack keeps an archived channel's members (``is_member``) and refuses every post in it: a check there
+    would run the model and its tools and be counted reported with nothing shown."""
+    clock = Clock(SAT_0700_EST)
+    ws = await open_at(redis_url, prefix, slack, clock)
+    try:
+        await command(ws, 'schedule "0 9 * * *" UTC payments recent errors')
+        daily = await only_schedule(ws)
+        slack.archived.add(CHANNEL)
+        clock.now = daily.due + 1
+        await tick(ws)
+        await ws.settle()
+        stats = await ws.store.stats(3600)
+        assert (stats.get("schedule_fired"), stats.get("schedule_skipped"), stats.runs) == (0, 1, 0), stats
+        assert ws.service.timers is not None and await ws.service.timers.slack.timers.get(daily.id) is not None
+    finally:
+        await ws.stop()
