@@ -51,6 +51,29 @@ def test_a_release_recorded_twice_is_not_the_release_before_it() -> None:
     assert verdict.kind == "yes" and verdict.previous == BEFORE
 
 
+def test_one_deploy_recorded_by_two_sources_is_not_the_release_before_it() -> None:
+    """CI's ``2026.12.02-1`` and Kubernetes' ``revision 2`` are one deploy, seconds apart: the button offered
+    "Roll back to 2026.12.02-1" — the culprit itself — and a webhook backend "rolled back" to the same images."""
+    kube = {"kind": "image", "version": "revision 2", "at": "2026-12-02T09:10:03Z", "source": "kubernetes",
+            "images": ["orders-api:4.2.0"]}
+    ci = {**DEPLOY, "source": "ci", "images": ["orders-api:4.2.0"]}
+    older = {**BEFORE, "source": "ci", "images": ["orders-api:4.1.9"]}
+    verdict = judge({"changes": [kube, ci, older]}, RISE, None)
+    assert verdict.kind == "yes" and verdict.change == kube and verdict.previous == older
+    unimaged = {**DEPLOY, "source": "ci"}  # no images named: told apart by time and source alone
+    assert judge({"changes": [kube, unimaged, BEFORE]}, RISE, None).previous == BEFORE
+
+
+def test_no_rollback_is_offered_for_a_change_that_was_no_release() -> None:
+    """A flag flipped 5 s before the errors: rolling back to the release running since the morning undoes
+    nothing (it was offered, and refused as "runs it already" once pressed)."""
+    flag = {"kind": "config", "at": "2026-12-02T09:10:01Z", "description": "feature flag fast-path on"}
+    verdict = judge({"changes": [flag, BEFORE]}, RISE, None)
+    assert (verdict.kind, verdict.change, verdict.previous) == ("yes", flag, None)
+    scale = {"kind": "scale", "to_version": "2", "at": "2026-12-02T09:10:01Z"}
+    assert judge({"changes": [scale, BEFORE]}, RISE, None).previous is None
+
+
 async def test_a_change_delivered_twice_is_listed_once(tmp_path: Path) -> None:
     events = tmp_path / "changes.jsonl"
     record = {"at": "2026-12-02T09:50:00Z", "service": "payments", "environment": "prod", "version": "v2"}

@@ -19,11 +19,14 @@ from tests.fakes.rollouts import Rollouts
 from tests.test_ops import data, error_code, live
 from tools import ops
 from tools.ops import toolbox_config as cfg
+from tools.ops.catalog import Service
+from tools.ops.changes import Change
+from tools.ops.releases import release_plan
 from tools.ops.rollback import ChangeRequest
 from tools.ops.rollouts import template
 from tools.registry import Registry, ToolContext
 from tools.runtime import MutationJournal, Observation, execute_one
-from tools.tool_errors import Conflict
+from tools.tool_errors import Conflict, Refused
 
 
 def three_releases(fakes: OpsFakes) -> Rollouts:
@@ -427,3 +430,21 @@ async def test_a_second_card_for_a_rollback_that_ran_is_a_conflict(fakes: OpsFak
         again = await call(toolbox, "rollback_service", confirmed_by="U", plan=second, **where)
         assert error_code(again) == "conflict", again.result
         await toolbox.aclose()
+
+
+def test_a_rollback_to_the_images_running_now_is_refused_as_no_change() -> None:
+    """One deploy recorded under two names (CI's release and Kubernetes' revision): a webhook job sent "roll
+    back to" the other name redeploys the same images, and OpsPilot reported "Rolled back" over the broken release."""
+    service = Service(id="orders", name="Orders", environments=["prod"])
+    request = ChangeRequest(service=service, environment="prod", idempotency_key="r1:c1", requested_by="UREQ",
+                            confirmed_by="UBOSS", to_release="2026.12.02-1")
+    ci = Change(at=1_000.0, kind="deploy", source="ci", version="2026.12.02-1", images=("orders-api:4.2.0",))
+    kube = Change(at=1_002.0, kind="image", source="kubernetes", version="revision 2", images=("orders-api:4.2.0",))
+    with pytest.raises(Refused) as refused:
+        release_plan(request, [ci, kube], kube)
+    assert refused.value.code == "no_change" and "orders-api:4.2.0" in str(refused.value)
+    older = Change(at=900.0, kind="deploy", source="ci", version="2026.12.01-4", images=("orders-api:4.1.9",))
+    plan = release_plan(ChangeRequest(service=service, environment="prod", idempotency_key="r1:c2",
+                                      requested_by="UREQ", confirmed_by="UBOSS", to_release="2026.12.01-4"),
+                        [older, ci, kube], kube)
+    assert plan.target["images"] == ["orders-api:4.1.9"]

@@ -43,6 +43,9 @@ def release_plan(req: ChangeRequest, releases: list[Change], current: Change | N
         raise Refused(f"{where} runs {to_version} already: a rollback to it would change nothing", code="no_change")
     cur_images = list(current.images) if current else None
     to_images = list(target.images) if target else None
+    if cur_images and to_images and sorted(cur_images) == sorted(to_images):  # the same deploy under two names
+        raise Refused(f"{where} runs the images of {to_version} already ({', '.join(cur_images)}): a rollback to it "
+                      "would change nothing", code="no_change")
     changes = [line("release", current.version if current else None, to_version),
                line("images", cur_images, to_images),
                line("change_cause", current.description if current else None, target.description if target else None),

@@ -60,26 +60,51 @@ def onset(rate: dict[str, Any], logs: dict[str, Any] | None) -> tuple[float, str
     return began, "error rate first clearly above its baseline"
 
 
+SAME_DEPLOY_S = 30.0
+"""Two sources' records of one deploy (CI's release, Kubernetes' revision) land within seconds of each other."""
+
+
 def _previous(history: list[tuple[float, dict[str, Any]]], change: dict[str, Any], before_window: Any,
               cut: bool) -> dict[str, Any] | None:
     """The release that ran before ``change``: the next older deploy in the history, else the last change before
     the window — or None when that is not known: a rollback or a change of unknown time comes first (what ran
     then is not a release named here), or older changes were left off the list (the last one before the window
-    would skip them)."""
-    seen, culprit = False, change.get("version")
-    for _, c in history:
+    would skip them); or when ``change`` is no release at all (a flag, a scaling: rolling back undoes no such
+    thing)."""
+    if not _release(change) and not _revision(change):
+        return None
+    stamp = next((t for t, c in history if c is change), None)
+    seen = False
+    for at, c in history:
         if c is change:
             seen = True
         elif not seen and c.get("kind") == "rollback":  # undone already, after it: nothing to offer
             return None
-        elif not seen or c.get("version") == culprit:  # the same release recorded twice is not the one before it
+        elif not seen or _same_deploy(c, at, change, stamp):  # one deploy recorded twice is not the one before it
             continue
         elif c.get("kind") == "rollback" or c.get("time") == "unknown":
             return None
-        elif (c.get("kind") in (None, "deploy", "image", "rollout") and c.get("version")) or _revision(c):
+        elif _release(c) or _revision(c):
             return c
-    ok = not cut and isinstance(before_window, dict) and before_window.get("version") not in (None, "", culprit)
+    ok = not cut and isinstance(before_window, dict) and not _same_deploy(before_window, None, change, stamp) \
+        and before_window.get("version") not in (None, "")
     return before_window if ok and isinstance(before_window, dict) else None
+
+
+def _release(change: dict[str, Any]) -> bool:
+    return change.get("kind") in (None, "deploy", "image", "rollout") and bool(change.get("version"))
+
+
+def _same_deploy(other: dict[str, Any], at: float | None, change: dict[str, Any], stamp: float | None) -> bool:
+    """``other`` is ``change`` recorded again: the same version, the same images, or another source's record
+    of a deploy seconds apart (CI's ``2026.12.02-1`` and Kubernetes' ``revision 2``)."""
+    if other.get("version") == change.get("version"):
+        return True
+    images = sorted(map(str, other.get("images") or ()))
+    if images and images == sorted(map(str, change.get("images") or ())):
+        return True
+    return at is not None and stamp is not None and other.get("source") != change.get("source") and \
+        abs(at - stamp) <= SAME_DEPLOY_S and (_release(other) or _revision(other))
 
 
 def _revision(change: dict[str, Any]) -> bool:
