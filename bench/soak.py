@@ -92,6 +92,8 @@ class Soak:
     front_kills: int = 0
     alerts: list[tuple[str, str]] = field(default_factory=list)
     """The storm's alert messages in the alerts channel: (ts, alert name)."""
+    undelivered: int = 0
+    """Requests the front never took, however often sent (Slack would give up too): not OpsPilot's to answer."""
 
     @property
     def sender(self) -> SlackSender:
@@ -106,6 +108,7 @@ class Soak:
                 if status < 500:
                     return
             await asyncio.sleep(1.0)
+        self.undelivered += 1
 
     async def ask(self, channel: str, ts: str, text: str, thread_ts: str | None = None, *,
                   follow: bool = False) -> None:
@@ -320,7 +323,8 @@ async def _converge(soak: Soak, deadline: float) -> None:
         alerts = storm.figures(soak.slack, soak.alerts, answers)
         if all(len(answers.get(t, ())) >= n for t, n in soak.asked.items()) and \
                 all(ts in soak.ended for ts in soak.clicked) and not soak.slack.unstopped_streams() and \
-                alerts["alerts_answered"] >= alerts["alerts_investigated"] and not alerts["alerts_unhandled"]:
+                alerts["alerts_answered"] >= alerts["alerts_investigated"] and not alerts["alerts_unhandled"] and \
+                (alerts["storm_notices"] or not alerts["alerts_offered"]):  # an offer: the storm is said too
             return
         await asyncio.sleep(0.5)
 
@@ -353,8 +357,9 @@ async def _figures(soak: Soak, scale: Scale, wall_s: float) -> dict[str, Any]:
             "cards_ended": len(ended), "outcome_p50_s": statistics.median(ended) if ended else float("nan"),
             "outcome_p95_s": ended[int(0.95 * (len(ended) - 1))] if ended else float("nan"),
             "streams_open": len(soak.slack.unstopped_streams()), "keys_without_ttl": untimed, "dead_letters": dead,
-            "worker_kills": soak.kills, "front_kills": soak.front_kills,
-            "wall_s": wall_s} | storm.figures(soak.slack, soak.alerts, answers)
+            "worker_kills": soak.kills, "front_kills": soak.front_kills, "undelivered": soak.undelivered,
+            "wall_s": wall_s, "alert_threads": storm.detail(soak.slack, soak.alerts)} | \
+        storm.figures(soak.slack, soak.alerts, answers)
 
 
 async def run(scale: Scale | None = None) -> list[Table]:

@@ -63,3 +63,14 @@ def figures(slack: LocalSlack, alerts: list[tuple[str, str]], answers: dict[str,
     return {"alerts": len(alerts), "alerts_investigated": investigated, "alerts_answered": answered,
             "alerts_answered_twice": twice, "alerts_offered": offered, "alerts_unhandled": unhandled,
             "storm_notices": notices}
+
+
+def detail(slack: LocalSlack, alerts: list[tuple[str, str]]) -> str:
+    """Each alert message and what its thread shows (the outbox keys of OpsPilot's messages there, buttons): what
+    to read when a storm's figures are off."""
+    lines = []
+    for ts, name in alerts:
+        shown = [str(((m.get("metadata") or {}).get("event_payload") or {}).get("key") or "")[:40] or
+                 ",".join(b["action_id"] for b in buttons(m)) or "-" for m in slack.thread(ALERTS, ts)[1:]]
+        lines.append(f"{name} {ts}: {' '.join(shown) or 'nothing'}")
+    return "\n".join(lines)

@@ -25,6 +25,7 @@ from bot.slack.followups.firing import wire as wire_timers
 from bot.slack.followups.reminders import Reminders
 from bot.slack.home.tab import Home
 from bot.slack.inbound.access import AccessPolicy
+from bot.slack.inbound.background import FAILED
 from bot.slack.inbound.gate import bolt_text
 from bot.slack.inbound.identity import Identity
 from bot.slack.inbound.run_gate import RunGate
@@ -299,13 +300,17 @@ def _reader(bolt: Callable[[], AsyncApp]) -> Callable[[Delivery, str], Awaitable
     async def read(item: Delivery, entry_id: str) -> None:
         from slack_bolt.request.async_request import AsyncBoltRequest
 
-        mark = DEDUPE_MARK.set(f"stored:{entry_id}")
+        mark, failures = DEDUPE_MARK.set(f"stored:{entry_id}"), FAILED.set([])
         try:
             request = AsyncBoltRequest(body=bolt_text(item.body, item.content_type),
                                        headers={"content-type": [item.content_type]})
             response = await bolt().async_dispatch(request)
+            failed = FAILED.get() or []
         finally:
             DEDUPE_MARK.reset(mark)
+            FAILED.reset(failures)
+        if failed:  # a bug or a dependency failing: tried again (its dedupe marks are this entry's), then set aside
+            raise RuntimeError(f"the stored request's work failed: {failed[0]}")
         if response.status >= 500:  # e.g. the identity unknown while Slack is away: read it again later
             raise NotYet(f"stored request answered {response.status}: {response.body[:200]}")
 

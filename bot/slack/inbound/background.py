@@ -6,11 +6,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine
+from contextvars import ContextVar
 from typing import Any
 
 from state import StoreError
 
 log = logging.getLogger(__name__)
+
+FAILED: ContextVar[list[str] | None] = ContextVar("failed", default=None)
+"""Set by whoever reads a stored request (a list): the work that failed while Bolt read it. Bolt logs a listener's
+exception and answers; the reader then knows the request was not done, and it is read again (then set aside in
+the dead letters) rather than acknowledged as done with its work lost."""
 
 
 class Background:
@@ -31,13 +37,16 @@ class Background:
 
     async def now(self, work: Coroutine[Any, Any, None], name: str) -> None:
         """Run ``work`` before answering (a stored request read by a worker); a failure is logged, as in
-        :meth:`spawn`, except an outage, which leaves the request to be read again."""
+        :meth:`spawn`, and told to the reader (:data:`FAILED`); an outage leaves the request to be read again."""
         try:
             await work
         except StoreError:
             raise
-        except Exception:
+        except Exception as exc:
             log.exception("work %s failed", name)
+            failed = FAILED.get()
+            if failed is not None:
+                failed.append(f"{name}: {type(exc).__name__}: {exc}"[:300])
 
     def busy(self) -> bool:
         return bool(self.running)
