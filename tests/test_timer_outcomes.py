@@ -6,13 +6,18 @@ service over HTTP, an injected clock (``tests/test_timers.py``'s helpers)."""
 from __future__ import annotations
 
 import asyncio
+import copy
 
 import pytest
 
+from bot.demo.sender import block_action
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
+from bot.run_limits import RunLimits
+from bot.slack.followups.buttons import CANCEL, RECHECK
 from bot.slack.inbound.work import Converse
 from tests.slack_harness import CHANNEL, Workspace
+from tests.test_followups import restarted
 from tests.test_schedules import SAT_0700_EST, command, only_schedule, roots
 from tests.test_timers import Clock, _crash, asked, open_at, schedule, tick, turns
 
@@ -142,5 +147,51 @@ async def test_a_check_in_an_archived_channel_is_not_run(redis_url: str, prefix:
         stats = await ws.store.stats(3600)
         assert (stats.get("schedule_fired"), stats.get("schedule_skipped"), stats.runs) == (0, 1, 0), stats
         assert ws.service.timers is not None and await ws.service.timers.slack.timers.get(daily.id) is not None
+    finally:
+        await ws.stop()
+
+
+async def test_making_and_cancelling_schedules_cannot_fill_a_channel(redis_url: str, prefix: str,
+                                                                      slack: FakeSlack) -> None:
+    """Each made schedule posts in the channel and its cancel once more: 15 make-and-cancel cycles by one person
+    posted 30 messages while their ``/opspilot handover`` was refused after its second. A schedule made is a start
+    in the person's and the channel's windows, as a handover is."""
+    limits = RunLimits(per_person=2, per_channel=3, schedule_min_interval_s=900)
+    ws = await open_at(redis_url, prefix, slack, Clock(SAT_0700_EST), run_limits=limits)
+    try:
+        before = len(roots(slack))
+        for i in range(6):
+            await command(ws, f'schedule "0 9 * * *" UTC payments nightly check {i}')
+            for timer in [t for t in await ws.store.timers.every() if t.kind == "schedule"]:
+                await command(ws, f"schedules cancel {timer.id}")
+        posts = [all_text(m) for m in roots(slack)[before:]]
+        assert len(posts) == 2 * limits.per_person, posts  # two made and cancelled; the third refused
+        assert any("runs started" in t or "try again" in t for t in slack.ephemeral_texts("UREQ"))
+    finally:
+        await ws.stop()
+
+
+async def test_re_check_pressed_again_after_its_cancel_counts_again(redis_url: str, prefix: str,
+                                                                   slack: FakeSlack) -> None:
+    """Re-check counted one start per person and answer, whatever followed: Re-check → Cancel → Re-check … made a
+    new follow-up and a new announcement each time while the person's and the channel's windows were full."""
+    limits = RunLimits(per_person=2, per_channel=3, schedule_min_interval_s=900)
+    ws = await open_at(redis_url, prefix, slack, Clock(), run_limits=limits)
+    try:
+        answer = await restarted(ws, "770.1")  # UREQ's mention and reply: 2 starts in the channel
+        run_id = next(b["value"] for b in buttons(answer) if b["action_id"] == RECHECK)
+        for _ in range(4):
+            await ws.sender.action(block_action(user="UOTHER", channel=CHANNEL, message=copy.deepcopy(answer),
+                                                action_id=RECHECK, value=run_id))
+            await ws.settle()
+            for m in slack.thread(CHANNEL, "770.1"):
+                cancel = next((b for b in buttons(m) if b["action_id"] == CANCEL), None)
+                if cancel is not None:
+                    await ws.sender.action(block_action(user="UOTHER", channel=CHANNEL, message=copy.deepcopy(m),
+                                                        action_id=CANCEL, value=cancel["value"]))
+                    await ws.settle()
+        announced = [m for m in slack.thread(CHANNEL, "770.1") if "ollow-up" in all_text(m)]
+        assert len(announced) == 1, [all_text(m) for m in announced]  # the channel's third start; then refused
+        assert any("try again" in t for t in slack.ephemeral_texts("UOTHER"))
     finally:
         await ws.stop()

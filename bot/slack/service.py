@@ -220,7 +220,7 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     inbound.gate = inbound.incidents.gate = RunGate(meta=meta, limits=slack.limits, outbox=outbox,
                                                     metrics=metrics, reports=core.reports)
     if timers is not None:
-        timers.slack.gate = timers.firer.gate = inbound.gate
+        timers.slack.gate = timers.firer.gate = timers.schedules.gate = inbound.gate
     if alerts is not None:
         alerts.gate = inbound.gate
     if inbound.home is not None:

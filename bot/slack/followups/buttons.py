@@ -214,20 +214,20 @@ class SlackFollowups:
         if not ran_a_change(await self.reports.read_audit(200, run_id=run_id)):
             await self._tell(channel, user, say(lang, "fu_recheck_no_change"), thread_ts)
             return
-        admitted = None
+        admitted, key = None, await self._recheck_key(run_id, thread_id, channel, thread_ts)
+        # One start per re-check it would schedule (the same press read again, or pressed while that re-check is
+        # pending, is the same start): pressing it after a Cancel is a new one, counted again.
         if self.gate is not None and not (admitted := await self.gate.admit(
-                "recheck", user=user, channel=channel, member=f"recheck:{run_id}:{user}", lang=lang,
-                thread_ts=thread_ts)):
+                "recheck", user=user, channel=channel, member=f"{key}:{user}", lang=lang, thread_ts=thread_ts)):
             return
         try:
             _, fresh = await self.followups.schedule(
                 thread_id=thread_id, owner=user, after_minutes=self.recheck_minutes,
-                question=say(lang, "fu_recheck_question"), source="button",
-                key=await self._recheck_key(run_id, thread_id, channel, thread_ts))
+                question=say(lang, "fu_recheck_question"), source="button", key=key)
         except Refused as exc:  # its message is the model's (English, with ids): people get the catalog's words
-            key = {"too_many_followups_for_person": "fu_refused_person", "too_many_followups": "fu_refused_thread"}
+            named = {"too_many_followups_for_person": "fu_refused_person", "too_many_followups": "fu_refused_thread"}
             n = self.followups.per_person if exc.code == "too_many_followups_for_person" else PER_THREAD
-            words = say(lang, key[exc.code], n=n) if exc.code in key else \
+            words = say(lang, named[exc.code], n=n) if exc.code in named else \
                 say(lang, "fu_refused", why=kit.escape(exc) if lang == "en" else f"`{kit.escape(exc)}`")
             await self._give_back(admitted)
             await self._tell(channel, user, words, thread_ts)

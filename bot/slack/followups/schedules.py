@@ -20,7 +20,7 @@ from bot.config import ScheduleConfig
 from bot.run_limits import RunLimits
 from bot.slack.followups.buttons import SlackFollowups, time_of
 from bot.slack.inbound.access import AccessPolicy
-from bot.slack.inbound.run_gate import duration
+from bot.slack.inbound.run_gate import RunGate, duration
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.words import language_of, say, signal
@@ -57,6 +57,9 @@ class Schedules:
         self.configured = list(configured)
         self.clock = clock
         self.limits = RunLimits()
+        self.gate: RunGate | None = None
+        """Making a schedule posts in the channel (and its cancel once more): it counts as a start, as a handover
+        does, so making and cancelling cannot fill a channel."""
         self.person_language: Callable[[str], Awaitable[str]] | None = None
         """A person's language when a command's own words do not say one (App Home's: their latest thread's)."""
 
@@ -144,7 +147,13 @@ class Schedules:
         timer = Timer(id=timer_id, kind="schedule", group=group, channel=channel, owner=user,
                       question=question[:QUESTION_CHARS], created_at=now, due=due, cron=cron, timezone=timezone,
                       quiet=quiet, source="command")
+        admitted = None
+        if self.gate is not None and not (admitted := await self.gate.admit(
+                "scheduling", user=user, channel=channel, member=f"schedule:{timer_id}", lang=lang)):
+            return  # told why, and when to try again
         if await self.timers.add(timer, limit=PER_CHANNEL) == "full":
+            if self.gate is not None:
+                await self.gate.give_back(admitted)
             await self.outbox.tell(channel, user, say(lang, "sc_full", n=PER_CHANNEL))
             return
         await self._announce(timer, lang)

@@ -23,7 +23,7 @@ from state.store import MetaStore, Reports
 log = logging.getLogger(__name__)
 
 Door = Literal["mention", "reply", "dm", "command", "shortcut", "investigate", "recheck", "followup", "schedule",
-               "alert", "summarize", "handover", "rollback"]
+               "alert", "summarize", "handover", "rollback", "scheduling"]
 Scope = Literal["person", "channel"]
 
 
