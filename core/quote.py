@@ -13,7 +13,7 @@ import secrets
 
 from core.text import reveal
 
-TAGS = ("slack_thread", "reply_language")
+TAGS = ("slack_thread", "reply_language", "incident_facts")
 """Every tag our prompts use to delimit material; none of them may appear live inside quoted text."""
 
 # Characters a reader (or a model) skips over: a tag name spelt with them (or with other separators) still reads
