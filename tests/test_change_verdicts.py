@@ -74,6 +74,31 @@ def test_no_rollback_is_offered_for_a_change_that_was_no_release() -> None:
     assert judge({"changes": [scale, BEFORE]}, RISE, None).previous is None
 
 
+def test_a_deploy_before_the_first_metric_point_has_no_baseline_before_it() -> None:
+    """Metrics read from 09:01, the deploy at 08:45, the errors from 09:10: it was "Yes: … and the error rate was at
+    its baseline before it", of a before nothing was read of."""
+    deploy = {**DEPLOY, "at": "2026-12-02T08:45:00Z"}
+    rate = {**RISE, "onset_at": "2026-12-02T09:10:00Z", "first_point_at": "2026-12-02T09:01:00Z", "step_s": 60}
+    verdict = judge({"changes": [deploy, BEFORE]}, rate, None)
+    assert (verdict.kind, verdict.hidden, verdict.change, verdict.previous) == ("incomplete", "before_data", deploy,
+                                                                                None)
+    read_from_before = {**rate, "first_point_at": "2026-12-02T08:30:00Z"}
+    assert judge({"changes": [deploy, BEFORE]}, read_from_before, None).kind == "yes"
+
+
+def test_a_deploy_within_the_metrics_step_before_the_onset_cannot_be_told_from_it() -> None:
+    """The onset is a one-minute point: the errors began somewhere in the minute before it. A deploy 20 s before
+    that point was "Yes: the errors began 20 s after"; one error log line 45 s earlier said "No"."""
+    deploy = {**DEPLOY, "at": "2026-12-02T09:09:40Z"}
+    rate = {**RISE, "onset_at": "2026-12-02T09:10:00Z", "first_point_at": "2026-12-02T08:10:00Z", "step_s": 60}
+    verdict = judge({"changes": [deploy, BEFORE]}, rate, None)
+    assert (verdict.kind, verdict.hidden) == ("incomplete", "resolution")
+    logs = {"patterns": [{"pattern": "timeout", "first_seen": "2026-12-02T09:09:50Z"}]}
+    assert judge({"changes": [deploy, BEFORE]}, rate, logs).kind == "yes"  # a log line dates it to the second
+    earlier = {**deploy, "at": "2026-12-02T09:08:30Z"}
+    assert judge({"changes": [earlier, BEFORE]}, rate, None).kind == "yes"
+
+
 async def test_a_change_delivered_twice_is_listed_once(tmp_path: Path) -> None:
     events = tmp_path / "changes.jsonl"
     record = {"at": "2026-12-02T09:50:00Z", "service": "payments", "environment": "prod", "version": "v2"}

@@ -94,6 +94,8 @@ def test_the_demo_incident_is_described_truthfully() -> None:
     shape = describe([(T0 + (i + 1) * MIN, v) for i, v in enumerate(payments)])
     assert shape.trend == "steady high" and iso(shape.onset_at) == "2026-12-02T09:43:00Z"
     assert figures(shape)["baseline"] == 0.002
+    # What "was it the deploy?" needs besides the onset: from when the series is known, and to within what step.
+    assert (figures(shape)["first_point_at"], figures(shape)["step_s"]) == (iso(T0 + MIN), MIN)
 
 
 # Onsets mark the first departure from the baseline's own noise, whatever the size of what follows (issue 35).

@@ -51,6 +51,10 @@ class Shape:
     last_at: float | None = None
     """When the last point was, when it is older than the window's end by two steps or more: ``current`` is then
     that point's value, not now's (a target down, a service with no traffic)."""
+    first_at: float | None = None
+    """The first point's time: nothing is known of the series before it (a change before it has no "before")."""
+    step_s: float = 0.0
+    """The spacing of its points: an onset is only known to within one step before ``onset_at``."""
 
     @property
     def changed(self) -> bool:
@@ -144,8 +148,11 @@ def describe(series: Series, *, counter: bool = False, window: tuple[float, floa
         return Shape("no data", 0, gaps=gaps, resets=resets)
     times, values = [t for t, _ in points], [v for _, v in points]
     current = values[-1]
+    spacing = window[2] if window is not None else \
+        statistics.median([b - a for a, b in pairwise(times)]) if len(times) > 1 else 0.0
     plain = Shape("single point", len(values), current=current, minimum=min(values), maximum=max(values),
-                  mean=sum(values) / len(values), gaps=gaps, resets=resets, last_at=last_at)
+                  mean=sum(values) / len(values), gaps=gaps, resets=resets, last_at=last_at, first_at=times[0],
+                  step_s=spacing)
     if len(values) == 1:
         return plain
     quiet = values[:max(1, len(values) // 3)]
@@ -237,7 +244,8 @@ def figures(shape: Shape) -> dict[str, Any]:
         key = "peak" if shape.direction == "up" else "low"
         assert shape.extreme is not None
         out.update({key: _n(shape.extreme), f"{key}_at": iso(shape.extreme_at), "onset_at": iso(shape.onset_at),
-                    "recovered_at": iso(shape.recovered_at)})
+                    "recovered_at": iso(shape.recovered_at), "first_point_at": iso(shape.first_at),
+                    "step_s": _n(shape.step_s)})
     if shape.gaps:
         out["gaps"] = shape.gaps
     if shape.last_at is not None:

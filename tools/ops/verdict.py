@@ -46,7 +46,7 @@ class Verdict:
     """Why ``incomplete`` when changes were listed: ``cut`` (older changes left off the list), ``undated`` (a change
     whose time is only known to be after its stamp), ``approximate`` (one stamped after the errors began that may
     have begun before them), ``gap`` (the metric has no points just before the errors: when they began is not
-    known)."""
+    known), ``before_data`` / ``resolution`` (see :func:`_blind`: ``change`` is the change it is about)."""
 
 
 def onset(rate: dict[str, Any], logs: dict[str, Any] | None) -> tuple[float, str] | None:
@@ -114,6 +114,19 @@ def _revision(change: dict[str, Any]) -> bool:
     return change.get("kind") in ("config", "restart") and str(change.get("version") or "").startswith("revision ")
 
 
+def _blind(rate: dict[str, Any], at: float, began: float, how: str) -> str:
+    """Why the metric cannot tie the errors to a change at ``at``: ``before_data`` (its first point is after the
+    change: the rate before it was not read), ``resolution`` (the onset is a metric point, known only to within a
+    step before it, and the change is inside that step); "" when it can."""
+    first = stamp(rate.get("first_point_at")) if rate.get("first_point_at") else None
+    if first is not None and at < first:
+        return "before_data"
+    step = rate.get("step_s")
+    if how != "first error log line" and isinstance(step, int | float) and began - at < step:
+        return "resolution"
+    return ""
+
+
 def _unordered(dated: tuple[tuple[float, dict[str, Any]], ...], began: float) -> bool:
     """A change of unknown time that may have come just before the errors: one stamped before them (its time is
     only "after" its stamp) with no later-stamped, dated change of its own source before them — which would be a
@@ -158,6 +171,9 @@ def judge(changes: dict[str, Any] | None, rate: dict[str, Any] | None, logs: dic
         return Verdict("incomplete", dated, began, how, unread=unread + cut, hidden="cut")
     if before and began - before[0][0] <= TIE_S:
         t, c = before[0]
+        blind = _blind(rate or {}, t, began, how)
+        if blind:  # "the errors began after it, at its baseline before it" is not what the data shows
+            return Verdict("incomplete", dated, began, how, c, t, unread=unread, hidden=blind)
         return Verdict("yes", listed, began, how, c, t,
                        previous=_previous(list(dated), c, changes.get("last_before_window"), bool(cut)))
     if after:

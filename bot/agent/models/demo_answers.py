@@ -159,6 +159,15 @@ def deploy_verdict(results: list[ToolResultMessage], service: str, zh: bool) -> 
         lines.append("  • 无法判断：报错开始前指标有一段没有数据，不知道它具体何时开始。" if zh else
                      "  • Can't tell: the metric has no points just before the errors began, so when they began "
                      "is not known.")
+    elif v.kind == "incomplete" and v.hidden == "before_data":
+        lines.append(f"  • 无法判断：{name} 在我读到的第一个指标数据点之前，不知道它之前的错误率。" if zh else
+                     f"  • Can't tell: {name} came before the first metric point I read, so the error rate before "
+                     "it is not known.")
+    elif v.kind == "incomplete" and v.hidden == "resolution":
+        lines.append(f"  • 无法判断：{name} 距报错开始只有 {span(gap, zh)}，在指标的一个数据间隔之内"
+                     "（报错可能在它之前就开始了）。" if zh else
+                     f"  • Can't tell: {name} came {span(gap, zh)} before the errors began, within one metric step "
+                     "(they may have begun just before it).")
     elif v.kind == "incomplete" and v.hidden == "approximate":
         lines.append("  • 无法判断：有一次回滚的时间只是近似的（Kubernetes 不记录开始时间，所标时间可能晚于开始），"
                      "它可能在报错之前就开始了。" if zh else
