@@ -61,6 +61,21 @@ async def test_kubernetes_rollout_history_three_revisions(fakes: OpsFakes) -> No
     assert found["summary"].startswith("2 changes in the last 4320 min: restart revision 3 at 09:50 UTC")
 
 
+async def test_a_change_cause_carried_over_from_the_revision_before_is_not_quoted(fakes: OpsFakes) -> None:
+    """Kubernetes copies the Deployment's annotations onto each new ReplicaSet: a CI deploy that set no cause after
+    OpsPilot's rollback carried "rollback to revision 1 by UALICE via OpsPilot" and was described by it."""
+    ours = "rollback to revision 1 by UALICE via OpsPilot: 5xx after 7.8.0"
+    fakes.replica_sets = [
+        replica_set(3, "2026-11-20T08:00:00Z", "payments-api:7.7.0", cause=ours, history="1"),  # reused: rollback
+        replica_set(2, "2026-12-01T16:20:00Z", "payments-api:7.8.0", cause="release 2026.12.01-3"),
+        replica_set(4, "2026-12-02T09:50:30Z", "payments-api:7.9.0", cause=ours)]  # a CI deploy: cause copied
+    found = data(await run(toolbox(kube(fakes)), "recent_changes", service_id="payments", environment="prod",
+                           minutes=3 * 24 * 60))
+    newest = found["changes"][0]
+    assert newest["version"] == "revision 4" and "description" not in newest, newest
+    assert "carried over" in newest["note"] and "via OpsPilot" not in json.dumps(newest)
+
+
 async def test_kubernetes_refusal_is_classified(fakes: OpsFakes, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPS_TOKEN", "wrong")
     obs = await run(toolbox(kube(fakes)), "recent_changes", service_id="payments", environment="prod")

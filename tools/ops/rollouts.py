@@ -179,9 +179,16 @@ def rollout_history(replica_sets: list[dict[str, Any]], name: str, source: str,
                         f"after {iso(after)}")
         dates.append(at)
         latest = rev.number == rev.numbers[-1]  # the change-cause annotation speaks for the latest use only
+        cause = _text(_dict(meta.get("annotations")).get(_CAUSE)) if latest else None
+        if cause is not None and previous is not None and cause == _text(
+                _dict(_dict(previous.rs.get("metadata")).get("annotations")).get(_CAUSE)):
+            # Kubernetes copies the Deployment's annotations onto each new ReplicaSet: a deploy that set none
+            # carries the one before it (OpsPilot's own rollback's, say), which is not this revision's cause.
+            cause = None
+            note = ((note + "; ") if note else "") + (f"its change-cause annotation is revision {previous.number}'s, "
+                                                      "carried over: none was recorded for this revision")
         found.changes.append(Change(
-            at=at, kind=kind, source=source, version=f"revision {rev.number}",
-            description=_text(_dict(meta.get("annotations")).get(_CAUSE)) if latest else None,
+            at=at, kind=kind, source=source, version=f"revision {rev.number}", description=cause,
             images=_images(tpl), from_images=_images(template(previous.rs)) if kind == "image" and previous else (),
             from_version=f"revision {previous.number}" if previous else None, to_version=to_version,
             changed=tuple(changed), note=note, dated=dated))
