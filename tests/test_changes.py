@@ -275,6 +275,24 @@ def test_slack_counts_changes_and_says_their_kinds() -> None:
         "60 分钟内 2 次变更：回滚到 `revision 1` 09:12，配置变更 `revision 2` 09:05"
 
 
+def test_slack_says_only_what_the_list_shows_of_counts_and_times() -> None:
+    """25 autoscaler changes, 20 listed, read "20 changes"; a window whose one record was unreadable read "no
+    change"; a rollback Kubernetes kept no time for read as at its stamp."""
+    listed = [{"kind": "scale", "to_version": f"{i} replicas", "at": f"2026-12-02T09:{50 - i:02d}:00Z"}
+              for i in range(20)]
+    cut = {"window": {"minutes": 1440}, "changes": listed, "more_changes": 5}
+    said = output("ok", None, {"ok": True, "data": cut}, "en")
+    assert said.startswith("at least 25 changes in 1440 min (the newest 3 listed): "), said
+    unread = {"window": {"minutes": 1440}, "changes": [], "unreadable_records": 1}
+    assert output("ok", None, {"ok": True, "data": unread}, "en") == \
+        "no change found in 1440 min; records unreadable: 1"
+    undated = {"window": {"minutes": 60}, "changes": [
+        {"kind": "rollback", "to_version": "revision 1", "at": "2026-12-02T08:20:00Z", "time": "unknown"},
+        {"kind": "rollback", "to_version": "revision 2", "at": "2026-12-02T09:12:00Z", "time": "approximate"}]}
+    assert output("ok", None, {"ok": True, "data": undated}, "en") == \
+        "2 changes in 60 min: rollback to `revision 1` after 08:20, rollback to `revision 2` about 09:12"
+
+
 async def test_what_could_not_be_read_is_said_and_times_in_milliseconds_are_times(tmp_path: Path) -> None:
     """A deploy timed in epoch milliseconds (as CI systems write it) was read as seconds in the year 58,000 and
     dropped unsaid; records with no time, or one far in the future, made the summary say "no change" with the

@@ -112,9 +112,12 @@ def _metric(name: str, fig: dict[str, Any], lang: str) -> str:
 
 
 def _change(change: dict[str, Any], lang: str, today: str = "") -> str:
-    """``deploy `2026.12.02-1` 09:10``; dated (``12-01 14:02``) when not on the window's last day (``today``)."""
+    """``deploy `2026.12.02-1` 09:10``; dated (``12-01 14:02``) when not on the window's last day (``today``);
+    ``after 08:20`` / ``about 09:12`` when its time is only known that far (``time``: unknown, approximate)."""
     kind, stamp = str(change.get("kind") or ""), str(change.get("at") or "")
     at = stamp[11:16] if not today or stamp[:10] == today else f"{stamp[5:10]} {stamp[11:16]}"
+    dated = {"unknown": "change_after", "approximate": "change_about"}.get(str(change.get("time") or ""))
+    at = say(lang, dated, at=at) if dated else at
     target = change.get("to_version") if kind in ("rollback", "scale") else None
     version = target or change.get("version")
     if "change_" + kind not in _KINDS:  # a CI/CD record's own kind: quoted as data
@@ -123,15 +126,30 @@ def _change(change: dict[str, Any], lang: str, today: str = "") -> str:
 
 
 def _changes(data: dict[str, Any], lang: str) -> str:
+    """The count is the window's only when the list is whole: "at least" when older ones were left off, and
+    "none" only when every record could be read."""
     changes = [c for c in data["changes"] if isinstance(c, dict)]
     minutes = (data.get("window") or {}).get("minutes", "?")
     today = str((data.get("window") or {}).get("to") or "")[:10]
+    more, unread = _positive(data.get("more_changes")), _positive(data.get("unreadable_records"))
     listed = say(lang, "sep").join(_change(c, lang, today) for c in changes[:3])
-    key = "out_changes" + ("_one" if len(changes) == 1 else "")
-    text = say(lang, key, n=len(changes), minutes=minutes, listed=listed) if changes else \
-        say(lang, "out_no_changes", minutes=minutes)
+    if more and changes:
+        text = say(lang, "out_changes_more", n=len(changes) + more, minutes=minutes, listed=listed,
+                   listed_n=min(len(changes), 3))
+    elif changes:
+        text = say(lang, "out_changes" + ("_one" if len(changes) == 1 else ""), n=len(changes), minutes=minutes,
+                   listed=listed)
+    else:
+        text = say(lang, "out_none_found", minutes=minutes, unread=unread) if unread else \
+            say(lang, "out_no_changes", minutes=minutes)
+    if unread and changes:
+        text += say(lang, "out_unread", unread=unread)
     missing = [str(u.get("source")) for u in data.get("unavailable") or [] if isinstance(u, dict)]
     return text + (say(lang, "out_not_checked", sources=", ".join(_code(s, 40) for s in missing)) if missing else "")
+
+
+def _positive(value: Any) -> int:
+    return value if isinstance(value, int) and value > 0 else 0
 
 
 def rollout_words(rollout: str, lang: str) -> str:
