@@ -76,6 +76,21 @@ async def test_a_change_cause_carried_over_from_the_revision_before_is_not_quote
     assert "carried over" in newest["note"] and "via OpsPilot" not in json.dumps(newest)
 
 
+async def test_an_init_containers_new_image_is_named(fakes: OpsFakes) -> None:
+    """Only a migration job's image changed: it was "image change revision 2 (payments-api:7.8.0 →
+    payments-api:7.8.0)", the image that changed never named."""
+    first = replica_set(1, "2026-11-20T08:00:00Z", "payments-api:7.8.0")
+    second = replica_set(2, "2026-12-02T09:30:00Z", "payments-api:7.8.0")
+    first["spec"]["template"]["spec"]["initContainers"] = [{"name": "migrate", "image": "migrate:1"}]
+    second["spec"]["template"]["spec"]["initContainers"] = [{"name": "migrate", "image": "migrate:2"}]
+    fakes.replica_sets = [first, second]
+    found = data(await run(toolbox(kube(fakes)), "recent_changes", service_id="payments", environment="prod",
+                           minutes=3 * 24 * 60))
+    [change] = found["changes"]
+    assert change["kind"] == "image" and change["from_images"] == ["payments-api:7.8.0", "migrate:1 (init)"]
+    assert change["images"] == ["payments-api:7.8.0", "migrate:2 (init)"]
+
+
 async def test_kubernetes_refusal_is_classified(fakes: OpsFakes, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPS_TOKEN", "wrong")
     obs = await run(toolbox(kube(fakes)), "recent_changes", service_id="payments", environment="prod")

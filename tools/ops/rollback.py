@@ -16,7 +16,7 @@ from tools.ops.catalog import Service
 from tools.ops.changes import Change, timestamp
 from tools.ops.kube import KubeClient
 from tools.ops.restart import Rollout, watch_rollout
-from tools.ops.rollouts import differences, template
+from tools.ops.rollouts import differences, images_of, template
 from tools.ops.series import iso
 from tools.tool_errors import InvalidArguments, NotFound, Refused
 
@@ -109,8 +109,7 @@ def _where(service: Service) -> tuple[str, str]:
 
 
 def _images(tpl: dict[str, Any]) -> list[str]:
-    pod = tpl.get("spec") or {}
-    return [str(c["image"]) for c in pod.get("containers") or [] if isinstance(c, dict) and c.get("image")]
+    return list(images_of(tpl))
 
 
 def names(wanted: str, images: list[str], *also: str | None) -> bool:

@@ -55,9 +55,13 @@ def template(obj: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
-def _images(tpl: dict[str, Any]) -> tuple[str, ...]:
+def images_of(tpl: dict[str, Any]) -> tuple[str, ...]:
+    """A pod template's images, its init containers' marked so (a migration job's image changing is an image
+    change too, and must be seen as one)."""
     pod = _dict(tpl.get("spec"))
-    return tuple(str(c.get("image")) for c in pod.get("containers") or [] if isinstance(c, dict) and c.get("image"))
+    return tuple([str(c["image"]) for c in pod.get("containers") or [] if isinstance(c, dict) and c.get("image")] +
+                 [f"{c['image']} (init)" for c in pod.get("initContainers") or []
+                  if isinstance(c, dict) and c.get("image")])
 
 
 def _by_name(items: Any) -> dict[str, Any]:
@@ -189,7 +193,7 @@ def rollout_history(replica_sets: list[dict[str, Any]], name: str, source: str,
                                                       "carried over: none was recorded for this revision")
         found.changes.append(Change(
             at=at, kind=kind, source=source, version=f"revision {rev.number}", description=cause,
-            images=_images(tpl), from_images=_images(template(previous.rs)) if kind == "image" and previous else (),
+            images=images_of(tpl), from_images=images_of(template(previous.rs)) if kind == "image" and previous else (),
             from_version=f"revision {previous.number}" if previous else None, to_version=to_version,
             changed=tuple(changed), note=note, dated=dated))
     if deployment:
