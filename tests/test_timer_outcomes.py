@@ -10,6 +10,7 @@ import copy
 
 import pytest
 
+from bot.agent.models.scripted import ScriptedModel, reply
 from bot.demo.sender import block_action
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
@@ -193,5 +194,31 @@ async def test_re_check_pressed_again_after_its_cancel_counts_again(redis_url: s
         announced = [m for m in slack.thread(CHANNEL, "770.1") if "ollow-up" in all_text(m)]
         assert len(announced) == 1, [all_text(m) for m in announced]  # the channel's third start; then refused
         assert any("try again" in t for t in slack.ephemeral_texts("UOTHER"))
+    finally:
+        await ws.stop()
+
+
+async def test_a_check_cancelled_while_it_ran_says_so_in_its_report(redis_url: str, prefix: str,
+                                                                   slack: FakeSlack) -> None:
+    """"<@UREQ> cancelled the scheduled check" and then, below it, that schedule's report as if it still ran: the
+    report of the check that had started says it started before the cancel, and that it does not run again."""
+    clock = Clock(SAT_0700_EST)
+    model = ScriptedModel([reply("payments: error rate 4.3%.\nStatus: ATTENTION")], latency_s=1.0)
+    ws = await open_at(redis_url, prefix, slack, clock, model=model, specs=[])
+    try:
+        await command(ws, 'schedule "*/30 * * * *" UTC payments recent errors')
+        timer = await only_schedule(ws)
+        clock.now = timer.due
+        assert await tick(ws) == 1  # handed on: the check runs in the background
+        for _ in range(100):  # until its run has started
+            if await ws.service.core.engine.under_way(f"check:{timer.id}"):
+                break
+            await asyncio.sleep(0.02)
+        await command(ws, f"schedules cancel {timer.id}")
+        await ws.settle()
+        texts = [all_text(m) for m in roots(slack)]
+        cancelled = next(i for i, t in enumerate(texts) if "cancelled the scheduled check" in t)
+        report = next(i for i, t in enumerate(texts) if "*Scheduled check*" in t)
+        assert report > cancelled and "started before its schedule was cancelled" in texts[report], texts
     finally:
         await ws.stop()

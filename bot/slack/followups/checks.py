@@ -29,6 +29,7 @@ from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.words import language_of, say
 from state import StoreError
 from state.store import MetaStore, Reports
+from state.timer_store import TimerStore
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +56,10 @@ def status_of(answer: str) -> tuple[Status, str]:
 
 class Checks:
     def __init__(self, *, engine: Engine, outbox: SlackOutbox, meta: MetaStore, reports: Reports,
-                 language: str = "auto") -> None:
+                 language: str = "auto", timers: TimerStore | None = None) -> None:
         self.engine, self.outbox, self.meta, self.reports, self.language = engine, outbox, meta, reports, language
+        self.timers = timers
+        """Whether the schedule still exists when its check reports (cancelled while the check ran: said so)."""
 
     async def __call__(self, item: Check) -> None:
         """Never raises: what went wrong is said in the channel (an outage only in the log)."""
@@ -103,6 +106,8 @@ class Checks:
         late = say(lang, "late", due=time_of(item.due, lang, item.timezone), minutes=int(item.late_s // 60)) \
             if item.late_s > 60 else ""
         text = say(lang, "sc_report", label=item.label, late=late) + "\n" + kit.escape(body or "…")
+        if self.timers is not None and await self.timers.get(item.timer) is None:
+            text += "\n\n" + say(lang, "sc_report_cancelled")  # its "cancelled" line is above: this ran before it
         if proposed:
             text += "\n\n:raised_hand: " + say(lang, "sc_wants_change", tool=kit.escape(", ".join(proposed)))
         for i, blocks in enumerate(kit.split_answer(text)):

@@ -223,7 +223,7 @@ def wire(*, core: Assembly, settings: Settings, outbox: SlackOutbox, access: Acc
                           configured=settings.schedules, clock=clock)
     executor.followups = slack
     executor.checks = Checks(engine=core.engine, outbox=outbox, meta=core.meta, reports=core.reports,
-                             language=settings.slack.language)
+                             language=settings.slack.language, timers=followups.timers)
     firer = Firer(timers=followups.timers, slack=slack, engine=core.engine, outbox=outbox, reports=core.reports,
                   dispatch=dispatch, misfire_grace_s=settings.misfire_grace_s, clock=clock, on_start=schedules.sync)
     followups.per_person = settings.slack.limits.followups_per_person
