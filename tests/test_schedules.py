@@ -93,13 +93,14 @@ async def test_a_check_missed_beyond_the_grace_is_skipped_with_a_line_and_goes_o
     assert await tick(ws) == 1
     await ws.settle()
     # in the schedule's own zone, as its other lines say it (it said "due 14:00 UTC" beside "09:00 UTC-5")
-    assert "(due 09:00 UTC-5, 9 min late: OpsPilot was not running" in all_text(roots(ws.slack)[-1])
+    assert "(due 09:00 UTC-5, 9 min late: OpsPilot could not run it on time" in all_text(roots(ws.slack)[-1])
     sunday = (await only_schedule(ws)).due
     clock.now = sunday + 3 * 3600  # down all morning
     assert await tick(ws) == 1
     await ws.settle()
     line = all_text(roots(ws.slack)[-1])
-    assert "Scheduled check due at Sun 09:00 UTC-4 skipped: OpsPilot was not running then (180 min late" in line
+    assert "Scheduled check due at Sun 09:00 UTC-4 skipped: OpsPilot could not run it then (stopped, or its state " \
+        "store away; 180 min late" in line
     assert "Next: Mon 09:00 UTC-4" in line
     assert (await only_schedule(ws)).due == datetime(2025, 3, 10, 13, 0, tzinfo=UTC).timestamp()
     stats = await ws.store.stats(10 * 86400)

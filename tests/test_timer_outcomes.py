@@ -40,7 +40,7 @@ def thread_texts(ws: Workspace) -> list[str]:
 async def test_a_follow_up_handed_on_by_an_instance_that_died_runs_and_is_not_called_skipped(
         redis_url: str, prefix: str, slack: FakeSlack) -> None:
     """Its instance died after handing it on; another came back past the grace: the queued turn runs, and nothing
-    says "skipped: OpsPilot was not running then … ask me again" above its answer."""
+    says "skipped: OpsPilot could not run it then … ask me again" above its answer."""
     clock = Clock()
     ws = await open_at(redis_url, prefix, slack, clock, role="worker")
     try:

@@ -279,13 +279,13 @@ async def test_a_follow_up_missed_while_down_runs_late_within_the_grace_and_is_s
     await ws.settle()
     turn = next(m for m in await ws.store.load_transcript(thread_id)
                 if isinstance(m, UserMessage) and m.request_id == late.request_id)
-    assert "5 min late: OpsPilot was not running" in turn.content
+    assert "5 min late: OpsPilot could not run it on time" in turn.content
     clock.now = later.due + 11 * 60  # beyond the grace
     assert await tick(ws) == 1
     await ws.settle()
     assert await turns(ws, thread_id, later) == 0
     note = all_text(ws.slack.thread(CHANNEL, "500.1")[-1])
-    assert "skipped: OpsPilot was not running then" in note and "11 min" in note and "is payments holding?" in note
+    assert "skipped: OpsPilot could not run it then" in note and "11 min" in note and "is payments holding?" in note
     stats = await ws.store.stats(3600)
     assert (stats.get("followup_fired"), stats.get("followup_skipped")) == (1, 1)
 

@@ -14,15 +14,17 @@ TIMER_WORDS: dict[str, tuple[str, str]] = {
                     ":alarm_clock: {due} 跟进（{by} 请求）：{question}"),
     "fu_ran": (":arrow_down: Follow-up ran at {at} (requested by {by}): {question}",
                ":arrow_down: 跟进已于 {at} 运行（{by} 请求）：{question}"),
-    "fu_ran_late": (":arrow_down: Follow-up due at {due} started at {at}, {minutes} min late: OpsPilot was not "
-                    "running then (requested by {by}): {question}",
-                    ":arrow_down: 原定 {due} 的跟进于 {at} 开始运行，晚了 {minutes} 分钟：当时 OpsPilot 没有运行"
+    "fu_ran_late": (":arrow_down: Follow-up due at {due} started at {at}, {minutes} min late: OpsPilot could not "
+                    "run it then (requested by {by}): {question}",
+                    ":arrow_down: 原定 {due} 的跟进于 {at} 开始运行，晚了 {minutes} 分钟：当时 OpsPilot 未能运行它"
                     "（{by} 请求）：{question}"),
     "fu_cancelled": (":no_entry_sign: Follow-up for {due} cancelled by {by} at {at}: {question}",
                      ":no_entry_sign: {due} 的跟进已被 {by} 于 {at} 取消：{question}"),
-    "fu_skipped_late": (":warning: Follow-up due at {due} skipped: OpsPilot was not running then, and {minutes} min "
-                        "late is past the {grace} min grace. Ask me again if it still matters: {question}",
-                        ":warning: {due} 的跟进已跳过：当时 OpsPilot 没有运行，晚了 {minutes} 分钟，"
+    "fu_skipped_late": (":warning: Follow-up due at {due} skipped: OpsPilot could not run it then (stopped, or "
+                        "its state store away), and {minutes} min late is past the {grace} min grace. Ask me again "
+                        "if it still matters: {question}",
+                        ":warning: {due} 的跟进已跳过：当时 OpsPilot 未能运行它（已停止或状态存储不可用），"
+                        "晚了 {minutes} 分钟，"
                         "超过了 {grace} 分钟的宽限。如果仍然需要，请再问我：{question}"),
     "fu_skipped_busy": (":warning: Follow-up due at {due} not run: I was busy in this thread (a run under way or "
                         "waiting for a decision). Ask me again when it is done: {question}",
@@ -51,8 +53,8 @@ TIMER_WORDS: dict[str, tuple[str, str]] = {
     "fu_refused_thread": ("No follow-up scheduled: this thread already has {n} pending, the most a thread may have. "
                           "Cancel one first.", "没有安排跟进：这个对话已有 {n} 个跟进在等待，已达上限。请先取消一个。"),
     "sc_never": ("`{cron}` never fires again.", "`{cron}` 以后不会再触发。"),
-    "late": (" (due {due}, {minutes} min late: OpsPilot was not running)",
-             "（应于 {due}，晚了 {minutes} 分钟：当时 OpsPilot 没有运行）"),
+    "late": (" (due {due}, {minutes} min late: OpsPilot could not run it on time)",
+             "（应于 {due}，晚了 {minutes} 分钟：当时 OpsPilot 未能按时运行）"),
     "sc_usage": ("Usage: `/opspilot schedule \"<cron>\" <time zone> <question>`, e.g. `/opspilot schedule \"0 9 * * "
                  "1-5\" Europe/Berlin payments recent errors`; add `--quiet` to post only when something is found. "
                  "`/opspilot schedules` lists this channel's; `/opspilot schedules cancel <id>` cancels one.",
@@ -77,9 +79,10 @@ TIMER_WORDS: dict[str, tuple[str, str]] = {
     "sc_unknown": ("There is no scheduled check `{id}` in this channel.", "本频道没有计划检查 `{id}`。"),
     "sc_config": ("That check comes from the configuration (`schedules:`): remove it there.",
                   "这个检查来自配置文件（`schedules:`）：请在那里删除。"),
-    "sc_skipped": (":warning: Scheduled check due at {due} skipped: OpsPilot was not running then ({minutes} min "
-                   "late, past the {grace} min grace). Next: {next}. — {label}",
-                   ":warning: {due} 的计划检查已跳过：当时 OpsPilot 没有运行（晚了 {minutes} 分钟，"
+    "sc_skipped": (":warning: Scheduled check due at {due} skipped: OpsPilot could not run it then (stopped, or "
+                   "its state store away; {minutes} min late, past the {grace} min grace). Next: {next}. — {label}",
+                   ":warning: {due} 的计划检查已跳过：当时 OpsPilot 未能运行它（已停止或状态存储不可用；"
+                   "晚了 {minutes} 分钟，"
                    "超过 {grace} 分钟的宽限）。下次：{next}。—— {label}"),
     "sc_report": (":calendar: *Scheduled check* — {label}{late}", ":calendar: *计划检查* —— {label}{late}"),
     "sc_wants_change": ("It proposed `{tool}`, which needs a person: nothing was changed. Reply in this thread to "
