@@ -208,9 +208,10 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
     "sc_too_often": ("Not scheduled: `{cron}` fires every {every}; a schedule may fire at most once every "
                      "{minimum}.", "未创建：`{cron}` 每 {every} 触发一次；计划检查最多每 {minimum} 触发一次。"),
     "sc_person_full": ("Not scheduled: you already have {n} schedules across channels and DMs, the most allowed. "
-                       "Cancel one first (`/opspilot schedules cancel <id>`).",
-                       "未创建：你在各频道和私信中已有 {n} 个计划检查，已达上限。请先取消一个"
-                       "（`/opspilot schedules cancel <id>`）。"),
+                       "Cancel one first: from your App Home tab, or with `/opspilot schedules cancel <id>` in its "
+                       "own channel.",
+                       "未创建：你在各频道和私信中已有 {n} 个计划检查，已达上限。请先取消一个："
+                       "在 OpsPilot 的主页（App Home）里，或在它所在的频道里用 `/opspilot schedules cancel <id>`。"),
     "fu_skipped_limit": (":warning: Follow-up due at {due} not run: too many runs had just started here or by its "
                          "owner (docs/security.md, limits). Ask me again: {question}",
                          ":warning: {due} 的跟进没有运行：刚才这里或其发起人启动的运行太多（见运行限制）。"
