@@ -267,3 +267,27 @@ async def test_one_alert_delivered_twice_at_once_starts_one_investigation(redis_
 async def test_one_alert_delivered_twice_at_once_on_a_cluster_starts_one_investigation(cluster_url: str,
                                                                                        prefix: str) -> None:
     await deliver_together(cluster_url, prefix)
+
+
+async def test_investigate_pressed_while_the_pressers_own_card_waits_investigates(redis_url: str, prefix: str,
+                                                                                   slack: FakeSlack) -> None:
+    """The on-call asked for a restart in the alert's thread (their card waits), then pressed Investigate: the
+    offer said "Investigating, as <@UONCALL> asked" and nothing ran (the run was refused the card set aside).
+    The presser may set their own card aside: the investigation runs."""
+    ws = await open_workspace(redis_url, prefix, slack, alert_sources=[source(mode="button")])
+    slack.deliver = ws.sender.event
+    try:
+        alert_ts = await fire(slack, slack.add_webhook(ALERTS), notification("firing"))
+        await ws.settle()
+        offer = next(m for m in slack.thread(ALERTS, alert_ts) if buttons(m))
+        await ws.sender.event(mention(ALERTS, "UONCALL", "restart payments in prod", "900.5", thread_ts=alert_ts))
+        await ws.settle()
+        thread_id = f"slack:{ALERTS}:{alert_ts}"
+        assert await ws.service.core.engine.under_way(thread_id)  # the card waits for UONCALL
+        await ws.sender.action(block_action(user="UONCALL", channel=ALERTS, message=copy.deepcopy(offer),
+                                            action_id="opspilot_investigate", value=alert_ts))
+        await ws.settle()
+        assert await ws.service.core.engine.handled(thread_id, f"{ALERTS}:{alert_ts}:alert")
+        assert not any("not taken up" in t for t in slack.ephemeral_texts("UONCALL"))
+    finally:
+        await ws.stop()

@@ -64,6 +64,18 @@ def test_one_deploy_recorded_by_two_sources_is_not_the_release_before_it() -> No
     assert judge({"changes": [kube, unimaged, BEFORE]}, RISE, None).previous == BEFORE
 
 
+def test_the_revision_before_a_config_change_is_offered_though_it_runs_the_same_images() -> None:
+    """A config revision keeps the images of the deploy before it: that deploy is the release before it (rolling
+    back to the one before that would also undo the morning's deploy, unasked)."""
+    culprit = {"kind": "config", "version": "revision 5", "at": "2026-12-02T09:10:01Z", "source": "kubernetes",
+               "images": ["orders-api:4.2.0"]}
+    morning = {"kind": "image", "version": "revision 4", "at": "2026-12-02T07:00:00Z", "source": "kubernetes",
+               "images": ["orders-api:4.2.0"]}
+    older = {"kind": "image", "version": "revision 3", "at": "2026-12-01T14:02:00Z", "source": "kubernetes",
+             "images": ["orders-api:4.1.9"]}
+    assert judge({"changes": [culprit, morning, older]}, RISE, None).previous == morning
+
+
 def test_no_rollback_is_offered_for_a_change_that_was_no_release() -> None:
     """A flag flipped 5 s before the errors: rolling back to the release running since the morning undoes
     nothing (it was offered, and refused as "runs it already" once pressed)."""

@@ -448,3 +448,15 @@ def test_a_rollback_to_the_images_running_now_is_refused_as_no_change() -> None:
                                       requested_by="UREQ", confirmed_by="UBOSS", to_release="2026.12.01-4"),
                         [older, ci, kube], kube)
     assert plan.target["images"] == ["orders-api:4.1.9"]
+
+
+def test_a_rollback_before_a_config_only_release_is_a_change() -> None:
+    """A Helm values change is a release of its own with the images of the one before: rolling back to that one
+    changes the config back, and was refused as "no change"."""
+    service = Service(id="orders", name="Orders", environments=["prod"])
+    request = ChangeRequest(service=service, environment="prod", idempotency_key="r1:c1", requested_by="UREQ",
+                            confirmed_by="UBOSS", to_release="2026.12.02-1")
+    morning = Change(at=1_000.0, kind="deploy", source="ci", version="2026.12.02-1", images=("orders-api:4.2.0",))
+    values = Change(at=5_000.0, kind="deploy", source="ci", version="2026.12.02-2", images=("orders-api:4.2.0",),
+                    description="helm values: DB_POOL_SIZE 50 -> 5")
+    assert release_plan(request, [morning, values], None, open_ended=True).target["release"] == "2026.12.02-1"

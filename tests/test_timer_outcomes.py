@@ -17,6 +17,7 @@ from bot.demo.workspace import all_text, buttons
 from bot.run_limits import RunLimits
 from bot.slack.followups.buttons import CANCEL, RECHECK
 from bot.slack.inbound.work import Converse
+from tests.language_scan import english_runs
 from tests.slack_harness import CHANNEL, Workspace
 from tests.test_followups import restarted
 from tests.test_schedules import SAT_0700_EST, command, only_schedule, roots
@@ -220,5 +221,59 @@ async def test_a_check_cancelled_while_it_ran_says_so_in_its_report(redis_url: s
         cancelled = next(i for i, t in enumerate(texts) if "cancelled the scheduled check" in t)
         report = next(i for i, t in enumerate(texts) if "*Scheduled check*" in t)
         assert report > cancelled and "started before its schedule was cancelled" in texts[report], texts
+    finally:
+        await ws.stop()
+
+
+async def test_a_chinese_teams_check_reports_in_chinese(redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    """The header was Chinese, the body the model's English: the check's own instruction (English) outweighed
+    its Chinese question. The answer's language is the question's, said as such."""
+    clock = Clock(SAT_0700_EST)
+    ws = await open_at(redis_url, prefix, slack, clock, language="auto")
+    try:
+        await command(ws, 'schedule "0 9 * * *" Asia/Shanghai 支付服务最近的报错')
+        timer = await only_schedule(ws)
+        clock.now = timer.due
+        await tick(ws)
+        await ws.settle()
+        report = next(t for t in (all_text(m) for m in roots(slack)) if "*计划检查* ——" in t)
+        body = report.split("\n", 1)[1]
+        runs = [r for r in english_runs(body, ("environment",)) if len(r.split()) > 2]
+        assert not runs, (runs, body)
+    finally:
+        await ws.stop()
+
+
+async def test_slack_failing_to_list_a_user_group_never_ends_a_schedule(redis_url: str, prefix: str,
+                                                                          slack: FakeSlack) -> None:
+    """``allowed_usergroups``, the owner in the group, OpsPilot restarted (nothing cached) and Slack failing
+    ``usergroups.users.list`` when the timers fired: the schedule was ended for good and the follow-up skipped,
+    both saying "<@UREQ> may no longer use OpsPilot here". Not known is not a no: both wait and run once Slack
+    answers."""
+    slack.usergroups["S0ONCALL"] = ["UREQ"]
+    clock = Clock(SAT_0700_EST)
+    before = await open_at(redis_url, prefix, slack, clock, allowed_usergroups=["S0ONCALL"])
+    try:
+        await command(before, 'schedule "0 13 * * *" UTC payments recent errors')  # in an hour
+        thread_id = await asked(before)
+        followup = await schedule(before, thread_id, minutes=60)
+    finally:
+        await before.stop()
+    ws = await open_at(redis_url, prefix, slack, clock, allowed_usergroups=["S0ONCALL"])  # nothing cached
+    try:
+        daily = await only_schedule(ws)
+        failing = slack.fault("error", "usergroups.users.list", status=500)
+        assert abs(followup.due - daily.due) < 5
+        clock.now = max(followup.due, daily.due) + 1
+        assert await tick(ws) == 2
+        await ws.settle()
+        assert not [t for t in [*thread_texts(ws), *(all_text(m) for m in roots(slack))] if "may no longer" in t]
+        assert ws.service.timers is not None and await ws.service.timers.slack.timers.get(daily.id) is not None
+        failing.until = 0.0  # Slack answers again: both run once their lease ends
+        clock.now += 61
+        assert await tick(ws) == 2
+        await ws.settle()
+        assert await turns(ws, thread_id, followup) == 1
+        assert [m for m in roots(slack) if "*Scheduled check*" in all_text(m)]
     finally:
         await ws.stop()

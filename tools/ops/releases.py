@@ -13,7 +13,15 @@ from tools.ops.http import Http
 from tools.ops.restart import Rollout, follow_job, job_answer
 from tools.ops.rollback import ChangeRequest, History, Plan, line, names, text
 from tools.ops.series import iso
+from tools.ops.verdict import SAME_DEPLOY_S
 from tools.tool_errors import InvalidArguments, NotFound, Refused, ToolError
+
+
+def _same_deploy(a: Change, b: Change) -> bool:
+    """The same deploy recorded by two sources: seconds apart, the same images (equal images alone are no proof: a
+    config change keeps the images of the deploy before it)."""
+    return a.source != b.source and abs(a.at - b.at) <= SAME_DEPLOY_S and bool(a.images) and \
+        sorted(a.images) == sorted(b.images)
 
 
 def release_plan(req: ChangeRequest, releases: list[Change], current: Change | None,
@@ -43,9 +51,9 @@ def release_plan(req: ChangeRequest, releases: list[Change], current: Change | N
         raise Refused(f"{where} runs {to_version} already: a rollback to it would change nothing", code="no_change")
     cur_images = list(current.images) if current else None
     to_images = list(target.images) if target else None
-    if cur_images and to_images and sorted(cur_images) == sorted(to_images):  # the same deploy under two names
-        raise Refused(f"{where} runs the images of {to_version} already ({', '.join(cur_images)}): a rollback to it "
-                      "would change nothing", code="no_change")
+    if current is not None and target is not None and _same_deploy(current, target):  # one deploy, two names
+        raise Refused(f"{where} runs the images of {to_version} already ({', '.join(current.images)}): a rollback "
+                      "to it would change nothing", code="no_change")
     changes = [line("release", current.version if current else None, to_version),
                line("images", cur_images, to_images),
                line("change_cause", current.description if current else None, target.description if target else None),

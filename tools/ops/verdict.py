@@ -96,15 +96,15 @@ def _release(change: dict[str, Any]) -> bool:
 
 
 def _same_deploy(other: dict[str, Any], at: float | None, change: dict[str, Any], stamp: float | None) -> bool:
-    """``other`` is ``change`` recorded again: the same version, the same images, or another source's record
-    of a deploy seconds apart (CI's ``2026.12.02-1`` and Kubernetes' ``revision 2``)."""
+    """``other`` is ``change`` recorded again: the same version, or another source's record of a deploy seconds
+    apart (CI's ``2026.12.02-1`` and Kubernetes' ``revision 2``) whose images, where both name them, are the same.
+    Equal images alone are no proof: a config change keeps the images of the deploy before it."""
     if other.get("version") == change.get("version"):
         return True
-    images = sorted(map(str, other.get("images") or ()))
-    if images and images == sorted(map(str, change.get("images") or ())):
-        return True
-    return at is not None and stamp is not None and other.get("source") != change.get("source") and \
-        abs(at - stamp) <= SAME_DEPLOY_S and (_release(other) or _revision(other))
+    if at is None or stamp is None or other.get("source") == change.get("source") or abs(at - stamp) > SAME_DEPLOY_S:
+        return False
+    mine, theirs = sorted(map(str, change.get("images") or ())), sorted(map(str, other.get("images") or ()))
+    return (not mine or not theirs or mine == theirs) and (_release(other) or _revision(other))
 
 
 def _revision(change: dict[str, Any]) -> bool:

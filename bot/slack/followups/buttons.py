@@ -119,15 +119,22 @@ class SlackFollowups:
             await self.reports.tally(timer.group, "followup_fired")
         await self._show(timer, await self._ran(timer, at, late if late > LATE_NOTE_S else 0.0))
 
-    async def not_run(self, timer: Timer) -> None:
-        """Its turn found the thread busy after all (a question taken meanwhile, a card waiting): not run."""
-        await self.skipped(timer, "fu_skipped_busy")
+    async def not_run(self, timer: Timer, key: str = "fu_skipped_busy") -> None:
+        """Its turn found the thread busy after all (a question taken meanwhile, a card waiting), or could not start:
+        not run — said once, however often its turn is read (handed on twice, redelivered)."""
+        logged = await followup_events(self.meta, timer.channel, str(timer.thread_ts))
+        if any(e.timer_id == timer.id and e.due == timer.due and e.kind in ("ran", "skipped") for e in logged):
+            return
+        await self.skipped(timer, key)
         await self.reports.tally(timer.group, "followup_skipped")
 
-    async def late(self, timer: Timer, at: float, late_s: float) -> None:
-        """A follow-up that runs late says how late in its thread: a line of its own, just above its turn."""
-        await self.outbox.say(timer.channel, timer.thread_ts, await self._ran(timer, at, late_s),
-                              key=f"timer-late:{timer.id}:{timer.due}")
+    async def late(self, timer: Timer, late_s: float) -> None:
+        """A follow-up handed on late says how late in its thread: a line of its own, just above its turn (not
+        "started": its turn may yet find the thread busy)."""
+        lang = await self.lang(timer)
+        await self.outbox.say(timer.channel, timer.thread_ts, say(
+            lang, "fu_late_line", due=time_of(timer.due, lang), minutes=int(late_s // 60), by=kit.who(timer.owner),
+            question=kit.quoted(timer.question)), key=f"timer-late:{timer.id}:{timer.due}")
 
     async def _ran(self, timer: Timer, at: float, late_s: float) -> str:
         lang = await self.lang(timer)

@@ -67,10 +67,10 @@ class Checks:
         try:
             outcome = await self._run(item, lang)
         except ThreadBusy:
-            await self._failed(item, lang, "the previous check of this schedule is still running")
+            await self._failed(item, lang, say(lang, "sc_busy"))
             return
-        except EngineError as exc:
-            await self._failed(item, lang, str(exc))
+        except EngineError as exc:  # the engine's reason is English, for operators: quoted in a Chinese line
+            await self._failed(item, lang, str(exc) if lang == "en" else f"`{exc}`")
             return
         except StoreError as exc:
             log.error("scheduled check %s (due %s) not run: %s", item.timer, item.due, exc)
@@ -89,8 +89,10 @@ class Checks:
                 await self.engine.cancel(earlier)
         text = say(lang, "check_turn", label=item.label, due=time_of(item.due, lang, item.timezone),
                   question=item.question)
+        # The instruction is ours, in English: the answer's language is the question's, said as such.
+        reply = f"<reply_language>{'Chinese' if lang == 'zh' else 'English'}</reply_language>"
         outcome = await self.engine.ask(thread, f"{text}\n\n{STATUS_INSTRUCTION}", user_id=item.user,
-                                        request_id=item.request_id, unattended=True)
+                                        request_id=item.request_id, unattended=True, context=reply)
         if outcome.status == "paused":  # it proposed a change: nobody here can confirm it
             await self.engine.cancel(outcome.run_id)
         return outcome

@@ -104,8 +104,10 @@ class Firer:
             # Handed on before by an instance that died before completing it: the turn may still be queued, so it
             # is neither late nor busy now (it says itself whether it ran) — handed on again, which runs it once.
             if not await self._handed(timer):
-                skip = "fu_skipped_late" if late > self.grace_s else \
-                    None if await self._owner_may(timer) else "fu_skipped_access"
+                may = True if late > self.grace_s else await self._owner_may(timer)
+                if may is None:  # Slack could not say who may: left claimed, tried again once its lease ends
+                    return
+                skip = "fu_skipped_late" if late > self.grace_s else None if may else "fu_skipped_access"
                 if skip is None and await self.engine.under_way(thread_id):  # a turn there, or a question waiting
                     skip = "fu_skipped_busy"
                 if skip is None and not await self._admitted(timer, "followup"):
@@ -117,7 +119,7 @@ class Firer:
                         await self.reports.tally(timer.group, "followup_skipped")
                     return
                 if late > LATE_NOTE_S:  # people read it too, just above the turn's answer (the turn tells the model)
-                    await self.slack.late(timer, now, late)
+                    await self.slack.late(timer, late)
                 await self.slack.meta.put(HANDED, timer.request_id, {"at": str(now)})
             await self.dispatch(await self._turn(timer, late))
         await self.timers.complete(claimed)  # its turn says whether it ran
@@ -125,14 +127,21 @@ class Firer:
     async def _handed(self, timer: Timer) -> bool:
         return bool((await self.slack.meta.get(HANDED, timer.request_id)).get("at"))
 
-    async def _owner_may(self, timer: Timer) -> bool:
+    async def _owner_may(self, timer: Timer) -> bool | None:
         """Whether its owner may still start work there (``allowed_users`` or ``allowed_channels`` may have changed
-        since it was made); the configuration's own schedules: the channel rule only."""
+        since it was made); the configuration's own schedules: the channel rule only. None: not known now (an
+        allowed user group Slack would not list) — never taken for a no."""
         direct = timer.channel.startswith("D")
+        access = self.slack.access
         if timer.owner == "config":
-            allowed = self.slack.access.config.allowed_channels
+            allowed = access.config.allowed_channels
             return direct or not allowed or timer.channel in allowed
-        return (await self.slack.access.may_use(timer.owner, timer.channel, direct=direct)).allowed
+        verdict = await access.may_use(timer.owner, timer.channel, direct=direct)
+        if not verdict.allowed and access.unsure():
+            log.warning("timer %s: whether %s may use OpsPilot is not known now (Slack); tried again", timer.id,
+                        timer.owner)
+            return None
+        return verdict.allowed
 
     async def _admitted(self, timer: Timer, door: Door) -> Admitted | None:
         """Whether its owner's and its channel's windows take it (the config owns no window of its own). Nobody
@@ -166,7 +175,10 @@ class Firer:
                     await self.outbox.say(timer.channel, None, text, key=f"timer-skip:{timer.id}:{timer.due}")
                     await self.reports.tally(timer.group, "schedule_skipped")
                 return
-            if not await self._owner_may(timer):  # ended: it would run in the name of someone who may not
+            may = await self._owner_may(timer)
+            if may is None:  # Slack could not say who may: left claimed, tried again once its lease ends
+                return
+            if not may:  # ended: it would run in the name of someone who may not
                 if await self.timers.complete(claimed):
                     lang = await self.slack.lang(timer)
                     await self.outbox.say(timer.channel, None, say(lang, "sc_ended_access", label=label(timer),

@@ -98,6 +98,11 @@ class AccessPolicy:
             return True
         return any(u != requester or not self.two_person(env) for u in rule.users)
 
+    def unsure(self) -> bool:
+        """Whether a refusal just now may be Slack's failing, not the person: an allowed user group could not be
+        listed, with nothing cached (asked again next time)."""
+        return bool(self._unread & set(self.config.allowed_usergroups))
+
     async def _in_any_group(self, user: str, groups: list[str]) -> bool:
         for group in groups:
             if user in await self.members(group):

@@ -154,7 +154,7 @@ class FollowupTurns(Protocol):
 
     async def ran(self, timer: Timer, at: float) -> None: ...
 
-    async def not_run(self, timer: Timer) -> None: ...
+    async def not_run(self, timer: Timer, key: str = ...) -> None: ...
 
 
 class Executor:
@@ -209,6 +209,7 @@ class Executor:
                 return await self.followups.not_run(item.timer)
             await self.outbox.tell(item.channel, item.user, say(await self._lang(item), "card_waits"), item.thread_ts)
         except EngineError as exc:
+            await self._timer_ended(item)
             if isinstance(item, Converse):
                 log.warning("thread %s: %s", item.thread_ts, exc)
                 lang = await self._lang(item)  # the engine's reason is English, for operators: quoted
@@ -221,6 +222,7 @@ class Executor:
         except LeaseLost as exc:  # it could not renew in time and another worker took the thread: that one goes on
             log.warning("%s in thread %s stopped here: %s", item.kind, item.thread_ts, exc)
         except StoreLostMidRun as exc:  # taken, and maybe changed something: never "ask again" / "not recorded"
+            await self._timer_ended(item)
             ref = uuid.uuid4().hex[:8]
             log.error("%s: run %s stopped here, the store away (ref %s): %s", item.kind, exc.run_id, ref, exc)
             lang = self._lang_without_store(item)
@@ -235,6 +237,19 @@ class Executor:
             key = STORE_DOWN if isinstance(item, Converse) else CLICK_LOST
             await self.outbox.store_down(item.channel, say(lang, key), ref=ref, thread_ts=item.thread_ts,
                                          user=None if isinstance(item, Converse) else item.user, lang=lang)
+
+    async def _timer_ended(self, item: WorkItem) -> None:
+        """A follow-up's turn that ended in an error: its announcement says whether it ran (its question taken) or
+        not — never left "pending" with a Cancel that no longer cancels anything."""
+        if not isinstance(item, Converse) or item.timer is None or self.followups is None:
+            return
+        try:
+            if await self.engine.handled(thread_key(item.channel, str(item.thread_ts)), item.request_id):
+                await self.followups.ran(item.timer, self.followups.clock())
+            else:
+                await self.followups.not_run(item.timer, "fu_skipped_failed")
+        except StoreError as exc:  # the store away: the follow-up's record says what it can once it is back
+            log.warning("follow-up %s: its announcement not updated: %s", item.timer.id, exc)
 
     async def give_up(self, item: WorkItem, ref: str) -> None:
         """Say that ``item`` could not be done (every try failed): in the thread for a question or a check, to the
@@ -263,8 +278,8 @@ class Executor:
         access = self.access
 
         async def may_set_aside(ticket: Ticket) -> bool:
-            # What nobody typed (an alert, a follow-up) never answers a person's card in their stead.
-            return not item.unattended and (access is None or (await access.may_decline(item.user, ticket)).allowed)
+            # A follow-up (nobody typed it) never answers a person's card in their stead; Investigate's presser may.
+            return item.timer is None and (access is None or (await access.may_decline(item.user, ticket)).allowed)
 
         turns = self.followups if item.timer is not None else None
         started = turns.clock() if turns is not None else 0.0
@@ -305,8 +320,8 @@ class Executor:
 
     async def _lang(self, item: WorkItem) -> str:
         """The thread's language, for what is said to one person in it."""
-        if item.thread_ts is None:
-            return "zh" if self.language == "zh" else "en"
+        if item.thread_ts is None:  # a scheduled check: its question's
+            return language_of(item.question if isinstance(item, Check) else "", self.language)
         return (await self.meta.get(THREAD, thread_key(item.channel, item.thread_ts))).get("lang") or "en"
 
     async def _answer(self, item: Answer) -> None:

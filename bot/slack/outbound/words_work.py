@@ -221,6 +221,7 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
                         "where you may.",
                         ":no_entry_sign: 计划检查 {label} 已结束，本次没有运行：{who} 已不能在这里使用 OpsPilot"
                         "（创建之后，可使用的人或频道有了变化）。请联系管理员，或在你可以使用的地方重新安排。"),
+    "sc_busy": ("the previous check of this schedule is still running", "这个计划的上一次检查还在运行"),
     "sc_report_cancelled": ("_This check had started before its schedule was cancelled: it does not run again._",
                             "_这次检查在计划被取消之前就已开始：之后不会再运行。_"),
     "sc_skipped_limit": (":warning: Scheduled check {label} not run this time: too many runs had just started in "
