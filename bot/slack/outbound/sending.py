@@ -104,7 +104,7 @@ class Sender:
             except StreamRefused as exc:
                 log.info("progress %s as a plain message (%s)", record.key, exc.error)
                 self.metrics.inc("opspilot_stream_fallbacks_total", reason=exc.error)
-                await self.streams.abandon(thread, record, self.store)
+                await self.streams.abandon(thread, record, self.store, self.call)
                 await self.store.patch(thread, record.key, {"fallback": exc.error})
         blocks = json.loads(f["blocks"]) if f.get("blocks") else None
         if f["kind"] == "ephemeral":
@@ -117,8 +117,7 @@ class Sender:
             except TryLater as exc:
                 raise Retry() from exc
             if not done:
-                await self.call("chat.update", f["channel"], lambda: self.client.chat_update(
-                    channel=f["channel"], ts=f["ts"], text=f["text"], blocks=blocks))
+                await self._update(record, blocks)
             ts = f["ts"]
         else:
             landed = await find_posted(self.call, self.client, record, self.metrics) if f.get("attempted") else None
@@ -144,6 +143,20 @@ class Sender:
             self.delivered.append(sent)
         else:
             await self.store.patch(thread, sent.key, sent.fields, delivered=sent.version)
+
+    async def _update(self, record: OutboxRecord, blocks: Any) -> None:
+        """``chat.update``; a fallen-back stream Slack still streams (``message_is_streaming``: its stop failed, or
+        came back as a stray) is stopped first and edited on the next round, never dropped."""
+        f = record.fields
+        try:
+            await self.call("chat.update", f["channel"], lambda: self.client.chat_update(
+                channel=f["channel"], ts=f["ts"], text=f["text"], blocks=blocks), refusals=True)
+        except StreamRefused as exc:
+            if exc.error == "message_is_streaming" and f["kind"] == "stream":
+                await self.streams.stop_streaming(f["channel"], f["ts"], self.call)
+                raise Retry() from exc
+            log.error("Slack chat.update refused a message for good (%s): dropped", exc.error)
+            self.metrics.inc("opspilot_outbox_dropped_total")
 
     async def _remove(self, thread: str, record: OutboxRecord) -> None:
         """A message taken back: deleted if it was posted (or landed unseen), never posted if not yet."""

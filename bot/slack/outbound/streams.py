@@ -39,7 +39,6 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from slack_sdk.web.async_client import AsyncWebClient
@@ -258,21 +257,24 @@ class Streams:
             self._me = {k: answer.get(k) for k in ("team_id", "user_id", "bot_id")}
         return self._me
 
-    async def abandon(self, thread: str, record: OutboxRecord, store: Outbox) -> None:
-        """End a stream that is being replaced by a plain message, if it still streams (one try), and any stray a
-        lost start answer left; the plain message carries its own Stop, so the stream's goes."""
+    async def abandon(self, thread: str, record: OutboxRecord, store: Outbox, call: Call) -> None:
+        """End a stream that is being replaced by a plain message, if it still streams, and any stray a lost start
+        answer left; the plain message carries its own Stop, so the stream's goes. The stop goes at Slack's pace
+        and, when Slack fails it for now, raises ``Retry`` (the round comes back): a message still streaming
+        takes no edit, and every later state of the run would be lost."""
         self._open.pop(f"{thread}/{record.key}", None)
         await self._retire_control(thread, record, store)
         f = record.fields
-
-        async def once(_method: str, _channel: str | None, fn: Callable[[], Awaitable[Any]], **_: Any) -> Any:
-            return await fn()
-
-        await self._end_strays(thread, record, once, store)
+        await self._end_strays(thread, record, call, store)
         if not f.get("ts") or f.get("stopped"):
             return
-        with contextlib.suppress(Exception):
-            await self.client.chat_stopStream(channel=f["channel"], ts=f["ts"])
+        await self.stop_streaming(f["channel"], f["ts"], call)
+
+    async def stop_streaming(self, channel: str, ts: str, call: Call) -> None:
+        """Stop a message's stream (``Retry`` while Slack fails); refused (not streaming any more) is stopped."""
+        with contextlib.suppress(StreamRefused):
+            await call("chat.stopStream", channel, lambda: self.client.chat_stopStream(channel=channel, ts=ts),
+                       refusals=True)
 
     # --- "is investigating…" ---------------------------------------------------------------------------------
 

@@ -1,0 +1,59 @@
+"""A stream that falls back to a plain message is stopped before it is edited, whatever Slack does to that stop:
+one un-paced, un-retried ``chat.stopStream`` that Slack rate-limited left the message streaming, every later edit
+of it refused (``message_is_streaming``) and dropped — a finished step shown in progress, the run's end never."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from bot.agent.models.scripted import ScriptedModel, call, reply
+from bot.demo.sender import mention
+from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.demo.workspace import all_text, buttons
+from tests.slack_harness import CHANNEL, open_workspace
+from tests.toolkit import Probe, toolkit
+
+
+async def test_a_fallen_back_streams_stop_slack_refused_for_now_is_tried_again(redis_url: str, prefix: str,
+                                                                               slack: FakeSlack) -> None:
+    probe = Probe()
+    tools = toolkit(probe)
+    model = ScriptedModel([reply("Look.", call("blocker", "b1")), reply("", call("lookup_a", "a1")),
+                           reply("All fine.")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, progress="stream",
+                              specs=[tools["blocker"], tools["lookup_a"]], request_timeout_s=2.0)
+    try:
+        slack.post_as_user(CHANNEL, "UREQ", "how is payments?", ts="940.1")  # a stream answers a message there
+        await ws.sender.event(mention(CHANNEL, "UREQ", "how is payments?", "940.1"))
+        await asyncio.wait_for(probe.started.setdefault("blocker", asyncio.Event()).wait(), 30)
+        while not any(t["status"] == "in_progress" for m in slack.streams_started  # the stream shows it under way
+                      for t in (m.get("stream") or {}).get("tasks", [])):
+            await asyncio.sleep(0.05)
+        # Slack refuses the stream's next call (its end: falls back to a message), then rate-limits the stop that
+        # ends the stream before the message is edited.
+        slack.fault("refuse", "chat.appendStream", "chat.stopStream", times=1, error="invalid_chunks")
+        slack.fault("limited", "chat.stopStream", times=1)
+        probe.release.set()
+
+        def shown() -> tuple[list[dict], list[dict], list[dict]]:
+            bot = [m for m in slack.thread(CHANNEL, "940.1") if m.get("bot")]
+            live = [m for m in slack.streams_started if slack._streaming(m)]
+            stale = [m for m in bot if any(t["status"] == "in_progress"
+                                           for t in (m.get("stream") or {}).get("tasks", []))]
+            return bot, live, stale
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # until the run's end is shown (the stop's retry waits Retry-After)
+            await ws.settle()
+            bot, live, stale = shown()
+            if not live and not stale and any("All fine." in all_text(m) for m in bot):
+                break
+            await asyncio.sleep(0.2)
+        bot, live, stale = shown()
+        assert not live and not stale, [all_text(m)[:120] for m in bot]
+        assert sum("All fine." in all_text(m) for m in bot) == 1
+        assert not [m for m in bot if any(b["action_id"] == "opspilot_stop" for b in buttons(m))]
+    finally:
+        probe.release.set()
+        await ws.stop()
