@@ -27,8 +27,10 @@ async def test_a_fallen_back_streams_stop_slack_refused_for_now_is_tried_again(r
         slack.post_as_user(CHANNEL, "UREQ", "how is payments?", ts="940.1")  # a stream answers a message there
         await ws.sender.event(mention(CHANNEL, "UREQ", "how is payments?", "940.1"))
         await asyncio.wait_for(probe.started.setdefault("blocker", asyncio.Event()).wait(), 30)
-        while not any(t["status"] == "in_progress" for m in slack.streams_started  # the stream shows it under way
-                      for t in (m.get("stream") or {}).get("tasks", [])):
+        for _ in range(1200):  # until the stream shows the step under way
+            if any(t["status"] == "in_progress" for m in slack.streams_started
+                   for t in (m.get("stream") or {}).get("tasks", [])):
+                break
             await asyncio.sleep(0.05)
         # Slack refuses the stream's next call (its end: falls back to a message), then rate-limits the stop that
         # ends the stream before the message is edited.
