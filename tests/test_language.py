@@ -171,3 +171,16 @@ async def test_a_new_thread_speaks_its_asker_s_words_or_else_their_latest_thread
     roots = "\n".join(all_text(m) for (c, _), m in ws.slack.messages.items() if c == CHANNEL
                       and m.get("thread_ts") is None)
     assert f"交接：<#{CHANNEL}>" in roots and "Handover:" not in roots, roots
+
+
+async def test_the_investigate_shortcut_speaks_the_message_s_language(ws: Workspace) -> None:
+    """"Investigate with OpsPilot" on a colleague's Chinese error report started an English thread: the run's
+    question is OpsPilot's own template (English), read as if the person had typed it."""
+    posted = ws.slack.post_as_user(CHANNEL, "ULI", "订单服务从 10:02 开始一直报 500，怎么回事？")
+    await ws.sender.action({"type": "message_action", "callback_id": "opspilot_investigate_message",
+                            "trigger_id": "5.5", "team": {"id": "T0001"}, "user": {"id": "UWANG"},
+                            "channel": {"id": CHANNEL}, "message": {k: posted[k] for k in ("ts", "text", "user")},
+                            "response_url": "https://hooks.slack.test/r"})
+    await ws.settle()
+    shown = "\n".join(all_text(m) for m in ws.slack.thread(CHANNEL, posted["ts"]) if m.get("bot"))
+    assert ":white_check_mark: 完成" in shown and "Done" not in shown, shown

@@ -264,16 +264,14 @@ class Inbound:
 
     async def _admit(self, door: Door, user: str, channel: str, member: str, thread_ts: str | None, *,
                      lang: str = "") -> Admitted | None:
-        """Whether the person's and the channel's windows take one more run (told when not, in ``lang``: the
-        thread's when not given)."""
+        """Whether the person's and the channel's windows take one more run (told when not, in ``lang``)."""
         if self.gate is None:
             return Admitted(member)
         lang = lang or await self._lang(channel, thread_ts, "", user)
         return await self.gate.admit(door, user=user, channel=channel, member=member, lang=lang, thread_ts=thread_ts)
 
     async def _lang(self, channel: str, thread_ts: str | None, asked: str = "", user: str = "") -> str:
-        """The thread's language; a new thread's: the configured one, else the question's (as typed: a colleague's
-        Chinese name is not Chinese words), else — a link, an emoji — the person's latest thread's."""
+        """The thread's; a new one's: configured, else the question's as typed, else the person's latest thread's."""
         known = (await self.meta.get(THREAD, thread_key(channel, thread_ts))).get("lang") if thread_ts else None
         if known or self.access.config.language in ("en", "zh"):
             return known or self.access.config.language
@@ -281,8 +279,7 @@ class Inbound:
 
     async def _refuse(self, channel: str, user: str, verdict: Verdict, thread_ts: str | None,
                       asked: str = "", reply: str = "") -> None:
-        """A refusal, to one person, in the thread's language; where OpsPilot cannot post (a DM between people),
-        through the request's ``reply`` URL."""
+        """A refusal, to one person, in the thread's language (a DM between people: through ``reply``)."""
         words = verdict.words(await self._lang(channel, thread_ts, asked, user))
         if verdict.unpostable:
             return await respond(reply, words)
@@ -301,12 +298,14 @@ class Inbound:
         if not verdict.allowed:
             await self._refuse(channel, user, verdict, thread_ts, reply=str(body.get("response_url") or ""))
             return
-        if not await self._admit("shortcut", user, channel, f"shortcut:{trigger}", thread_ts):
+        lang = await self._lang(channel, thread_ts, str(message.get("text") or ""), user)  # theirs, not our template's
+        if not await self._admit("shortcut", user, channel, f"shortcut:{trigger}", thread_ts, lang=lang):
             return
         context = redact(render([message], ts, 1, self.access.config.thread_context_chars, here=channel))
-        question = f"<@{user}> asked me to investigate the message quoted above: what is wrong, and what to do?"
-        await self.dispatch(Converse(channel=channel, thread_ts=thread_ts, user=user, text=question,
-                                     request_id=f"{channel}:{ts}:shortcut:{trigger}", context=context))
+        await self.dispatch(Converse(
+            channel=channel, thread_ts=thread_ts, user=user, context=context, lang="zh" if lang == "zh" else "en",
+            text=f"<@{user}> asked me to investigate the message quoted above: what is wrong, and what to do?",
+            request_id=f"{channel}:{ts}:shortcut:{trigger}"))
 
     async def _run_button(self, action_id: str, run_id: str, user: str, channel: str, thread_ts: str | None) -> None:
         if await self._may_press(action_id, run_id, user, channel, thread_ts):
