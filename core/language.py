@@ -14,6 +14,9 @@ _CJK = re.compile(r"[\u3400-\u9fff]")
 _NOT_WORDS = re.compile(r"<[^>\n]*>|https?://\S+|:[a-z0-9_+'-]+:|`[^`]*`", re.I)
 # A token as written: an identifier (us-east-1, payment-service, i-0abc) is one, never its parts.
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_./-]*")
+# What the asker quotes (an error string, a log line, a blockquote): data, not their words — unless it is all there
+# is to go by.
+_QUOTED = re.compile(r'"[^"\n]*"|“[^”\n]*”|「[^」\n]*」|^[ \t]*(?:&gt;|>).*$', re.M)
 _WORD = re.compile(r"[A-Za-z]+")
 # Chinese grammar that no name carries: a sentence-final particle ending a run of Chinese ("又 down 了", "失败了"),
 # 的 standing alone between names ("payments 的 deploy"), and the phrases people ask with.
@@ -38,6 +41,9 @@ def signal(text: str) -> Lang | None:
     English sentence naming something ("why is 在线支付 returning 500s?"), unless the Chinese outweighs them four
     characters to a word. A name's parts are never words ("us-east-1" holds no "us")."""
     words = _NOT_WORDS.sub(" ", text)
+    own = _QUOTED.sub(" ", words)
+    if _CJK.search(own) or _TOKEN.search(own):
+        words = own
     han = len(_CJK.findall(words))
     tokens = _TOKEN.findall(words)
     english = sum(1 for t in tokens if _WORD.fullmatch(t) and t.lower() in _ENGLISH)

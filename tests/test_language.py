@@ -145,6 +145,11 @@ def test_one_earlier_call_is_one() -> None:
     ("us-east-1 的 payment-service 报错了", "zh"),
     ("帮我看下这个报错 ConnectionError: could not connect to the database at db-1, the pool is exhausted", "zh"),
     ("is 支付服务 down again?", "en"), ("502", None),
+    # What the asker quotes is data, not their words: an English question quoting a Chinese error or message was
+    # Chinese (its particle weighed as theirs); a Chinese one quoting English stays Chinese; a quote alone speaks.
+    ('Why is checkout failing for payments? Users see this: "支付失败了，请稍后重试"', "en"),
+    ("what does this mean?\n&gt; 支付回调失败了吗", "en"), ("what does “订单超时了” mean?", "en"),
+    ('支付服务报 "connection refused" 怎么回事', "zh"), ('"支付失败了"', "zh"),
 ])
 def test_the_language_of_a_question_is_that_of_its_own_words(text: str, lang: str | None) -> None:
     assert signal(text) == lang
