@@ -59,3 +59,39 @@ async def test_a_fallen_back_streams_stop_slack_refused_for_now_is_tried_again(r
     finally:
         probe.release.set()
         await ws.stop()
+
+
+async def test_a_fallen_back_streams_end_goes_ahead_of_progress_still_moving(redis_url: str, prefix: str,
+                                                                            slack: FakeSlack) -> None:
+    """In a workspace without Slack's streaming API (auto mode falls back to an edited message), with the edit
+    budget down to its reserve: the run's end — its answer rides with it — waited like progress still moving,
+    "Working on it…" and a live Stop shown for a minute after the run had ended. A run's end is settled, as in
+    update mode."""
+    slack.streams_supported = False
+    probe = Probe()
+    tools = toolkit(probe)
+    model = ScriptedModel([reply("Look.", call("blocker", "b1")), reply("All fine.")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, progress="auto", specs=[tools["blocker"]],
+                              posts_per_second=50, updates_per_minute=1)
+    try:
+        slack.post_as_user(CHANNEL, "UREQ", "how is payments?", ts="930.1")
+        await ws.sender.event(mention(CHANNEL, "UREQ", "how is payments?", "930.1"))
+        await asyncio.wait_for(probe.started.setdefault("blocker", asyncio.Event()).wait(), 30)
+        pacer = ws.service.outbox.pacer
+        rate, cap = pacer._tiers["chat.update"]  # other runs' edits took the budget down to its reserve
+        while (await pacer._take("chat.update", rate, cap, 2.0, max_wait_s=0.0)).taken:
+            pass
+        probe.release.set()
+        deadline = time.monotonic() + 45  # a settled end goes within seconds; one waiting as progress, ~60 s
+        while time.monotonic() < deadline:
+            bot = [m for m in slack.thread(CHANNEL, "930.1") if m.get("bot")]
+            if any("All fine." in all_text(m) for m in bot):
+                break
+            await asyncio.sleep(0.2)
+        await ws.settle()
+        bot = [m for m in slack.thread(CHANNEL, "930.1") if m.get("bot")]
+        assert any("All fine." in all_text(m) for m in bot), [all_text(m)[:80] for m in bot]
+        assert not [m for m in bot if any(b["action_id"] == "opspilot_stop" for b in buttons(m))]
+    finally:
+        probe.release.set()
+        await ws.stop()

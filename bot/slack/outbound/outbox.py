@@ -126,7 +126,7 @@ class SlackOutbox:
                                 ensure_ascii=False),
             "plan": redact(plan), "control_text": redact(control[0]) if control else "",
             "control": json.dumps(redact_blocks(control[1]) if control else [], ensure_ascii=False),
-            "final": final, "final_md": redact(final_md),
+            "final": final, "settled": final, "final_md": redact(final_md),
             "final_blocks": json.dumps(redact_blocks(list(final_blocks)), ensure_ascii=False),
             "then": json.dumps([[k, redact(t), redact_blocks(b)] for k, t, b in then], ensure_ascii=False)},
             state=state)
@@ -175,7 +175,9 @@ class SlackOutbox:
         """Record it; its version, or None when the store is down (then, with ``direct``, one attempt now)."""
         try:
             put = await self.store.put(_thread(channel, thread_ts), key, fields, due=time.time(),
-                                       urgent=not low_priority(key),  # a card need not wait out a progress edit
+                                       # a card need not wait out a progress edit, nor a run's end (a stream's
+                                       # carries its answer when it fell back) the edits of progress still moving
+                                       urgent=not low_priority(key) or bool(fields.get("settled")),
                                        state=state)
         except StoreError as exc:
             if state is not None:  # a run's progress: nothing shown now; once the store is back, catch-up shows the
