@@ -42,8 +42,8 @@ def signal(text: str) -> Lang | None:
     characters to a word. A name's parts are never words ("us-east-1" holds no "us")."""
     words = _NOT_WORDS.sub(" ", text)
     own = _QUOTED.sub(" ", words)
-    if _CJK.search(own) or _TOKEN.search(own):
-        words = own
+    if _CJK.search(own) or any(_WORD.fullmatch(t) and t.lower() in _ENGLISH for t in _TOKEN.findall(own)):
+        words = own  # words of their own around the quote (a name or a number beside it says no language)
     han = len(_CJK.findall(words))
     tokens = _TOKEN.findall(words)
     english = sum(1 for t in tokens if _WORD.fullmatch(t) and t.lower() in _ENGLISH)

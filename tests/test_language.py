@@ -150,6 +150,9 @@ def test_one_earlier_call_is_one() -> None:
     ('Why is checkout failing for payments? Users see this: "支付失败了，请稍后重试"', "en"),
     ("what does this mean?\n&gt; 支付回调失败了吗", "en"), ("what does “订单超时了” mean?", "en"),
     ('支付服务报 "connection refused" 怎么回事', "zh"), ('"支付失败了"', "zh"),
+    # ... but a name or a number beside a quote says no language: the quote speaks (the review)
+    ("order-service 「一直在重启」", "zh"), ("api-gateway “502 报错”", "zh"), ('"支付服务挂了" 502', "zh"),
+    ("&gt; 支付服务连接数据库超时\n+1", "zh"),
 ])
 def test_the_language_of_a_question_is_that_of_its_own_words(text: str, lang: str | None) -> None:
     assert signal(text) == lang

@@ -95,3 +95,35 @@ async def test_a_fallen_back_streams_end_goes_ahead_of_progress_still_moving(red
     finally:
         probe.release.set()
         await ws.stop()
+
+
+async def test_a_stream_slack_will_not_stop_does_not_hold_back_the_answer(redis_url: str, prefix: str,
+                                                                          slack: FakeSlack) -> None:
+    """Slack refusing every stop for good (not "not streaming": it will not stop) made each round stop it again and
+    come back, the answer queued behind it until Slack's stream timeout, minutes later. Such an edit is dropped,
+    as any refused one, and the answer goes."""
+    probe = Probe()
+    tools = toolkit(probe)
+    model = ScriptedModel([reply("Look.", call("blocker", "b1")), reply("All fine.")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, progress="stream", specs=[tools["blocker"]],
+                              request_timeout_s=2.0)
+    try:
+        slack.post_as_user(CHANNEL, "UREQ", "how is payments?", ts="940.1")
+        await ws.sender.event(mention(CHANNEL, "UREQ", "how is payments?", "940.1"))
+        await asyncio.wait_for(probe.started.setdefault("blocker", asyncio.Event()).wait(), 30)
+        for _ in range(1200):  # until the stream has started
+            if slack.streams_started:
+                break
+            await asyncio.sleep(0.05)
+        slack.fault("refuse", "chat.stopStream", error="invalid_arguments")  # every stop, for good
+        probe.release.set()
+        deadline = time.monotonic() + 45  # the answer goes within seconds; held, it waited minutes
+        while time.monotonic() < deadline:
+            if any("All fine." in all_text(m) for m in slack.thread(CHANNEL, "940.1") if m.get("bot")):
+                break
+            await asyncio.sleep(0.2)
+        assert any("All fine." in all_text(m) for m in slack.thread(CHANNEL, "940.1") if m.get("bot"))
+        assert len(slack.called("chat.stopStream")) <= 4  # not stopped again and again
+    finally:
+        probe.release.set()
+        await ws.stop()

@@ -277,3 +277,30 @@ async def test_slack_failing_to_list_a_user_group_never_ends_a_schedule(redis_ur
         assert [m for m in roots(slack) if "*Scheduled check*" in all_text(m)]
     finally:
         await ws.stop()
+
+
+async def test_a_channel_no_longer_allowed_ends_a_schedule_while_a_user_group_is_unreadable(
+        redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    """A user group Slack would not list made every refusal "not known now", a channel taken out of
+    ``allowed_channels`` too (its rule reads no group): the schedule was skipped each day with a false reason,
+    never ended."""
+    slack.usergroups["S0ONCALL"] = ["UREQ"]
+    clock = Clock(SAT_0700_EST)
+    before = await open_at(redis_url, prefix, slack, clock, allowed_usergroups=["S0ONCALL"])
+    try:
+        await command(before, 'schedule "0 13 * * *" UTC payments recent errors')
+    finally:
+        await before.stop()
+    ws = await open_at(redis_url, prefix, slack, clock, allowed_usergroups=["S0ONCALL"], allowed_channels=["COTHER"])
+    try:
+        daily = await only_schedule(ws)
+        slack.fault("error", "usergroups.users.list", status=500)
+        assert ws.service.timers is not None
+        await ws.service.timers.slack.access.members("S0ONCALL")  # failed, nothing cached: a group unread
+        clock.now = daily.due + 1
+        await tick(ws)
+        await ws.settle()
+        assert await ws.service.timers.slack.timers.get(daily.id) is None  # ended, saying why
+        assert [m for m in roots(slack) if "ended, not run: <@UREQ> may no longer use" in all_text(m)]
+    finally:
+        await ws.stop()

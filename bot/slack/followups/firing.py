@@ -137,7 +137,7 @@ class Firer:
             allowed = access.config.allowed_channels
             return direct or not allowed or timer.channel in allowed
         verdict = await access.may_use(timer.owner, timer.channel, direct=direct)
-        if not verdict.allowed and access.unsure():
+        if verdict.key == "no_user" and access.unsure():  # a group that could not be listed, not the person
             log.warning("timer %s: whether %s may use OpsPilot is not known now (Slack); tried again", timer.id,
                         timer.owner)
             return None

@@ -117,7 +117,7 @@ class Sender:
             except TryLater as exc:
                 raise Retry() from exc
             if not done:
-                await self._update(record, blocks)
+                await self._update(thread, record, blocks)
             ts = f["ts"]
         else:
             landed = await find_posted(self.call, self.client, record, self.metrics) if f.get("attempted") else None
@@ -144,7 +144,7 @@ class Sender:
         else:
             await self.store.patch(thread, sent.key, sent.fields, delivered=sent.version)
 
-    async def _update(self, record: OutboxRecord, blocks: Any) -> None:
+    async def _update(self, thread: str, record: OutboxRecord, blocks: Any) -> None:
         """``chat.update``; a fallen-back stream Slack still streams (``message_is_streaming``: its stop failed, or
         came back as a stray) is stopped first and edited on the next round, never dropped."""
         f = record.fields
@@ -153,8 +153,14 @@ class Sender:
                 channel=f["channel"], ts=f["ts"], text=f["text"], blocks=blocks), refusals=True)
         except StreamRefused as exc:
             if exc.error == "message_is_streaming" and f["kind"] == "stream":
-                await self.streams.stop_streaming(f["channel"], f["ts"], self.call)
-                raise Retry() from exc
+                if f.get("final"):  # the answer does not wait for the progress message's end
+                    await self.put_then(thread, record)
+                try:
+                    await self.streams.stop_streaming(f["channel"], f["ts"], self.call)
+                except StreamRefused:  # it will not stop: its edit is dropped, as any refused one
+                    pass
+                else:
+                    raise Retry() from exc
             log.error("Slack chat.update refused a message for good (%s): dropped", exc.error)
             self.metrics.inc("opspilot_outbox_dropped_total")
 

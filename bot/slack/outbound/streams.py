@@ -268,13 +268,18 @@ class Streams:
         await self._end_strays(thread, record, call, store)
         if not f.get("ts") or f.get("stopped"):
             return
-        await self.stop_streaming(f["channel"], f["ts"], call)
+        with contextlib.suppress(StreamRefused):  # refused for good: its edit says so, and is dropped (sending)
+            await self.stop_streaming(f["channel"], f["ts"], call)
 
     async def stop_streaming(self, channel: str, ts: str, call: Call) -> None:
-        """Stop a message's stream (``Retry`` while Slack fails); refused (not streaming any more) is stopped."""
-        with contextlib.suppress(StreamRefused):
+        """Stop a message's stream (``Retry`` while Slack fails); not streaming any more is stopped; any other
+        refusal raises :class:`StreamRefused` (it will not stop: tried again, it would only hold the thread)."""
+        try:
             await call("chat.stopStream", channel, lambda: self.client.chat_stopStream(channel=channel, ts=ts),
                        refusals=True)
+        except StreamRefused as exc:
+            if exc.error != "message_not_in_streaming_state":
+                raise
 
     # --- "is investigating…" ---------------------------------------------------------------------------------
 
