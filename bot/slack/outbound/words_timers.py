@@ -22,9 +22,9 @@ TIMER_WORDS: dict[str, tuple[str, str]] = {
                      "it then (requested by {by}): {question}",
                      ":hourglass_flowing_sand: 原定 {due} 的跟进晚了 {minutes} 分钟：当时 OpsPilot 未能运行它"
                      "（{by} 请求）：{question}"),
-    "fu_skipped_failed": (":warning: Follow-up due at {due} not run: its turn could not start (see above). Ask me "
-                          "again if it still matters: {question}",
-                          ":warning: {due} 的跟进没有运行：它的这一轮没能开始（见上文）。"
+    "fu_skipped_failed": (":warning: Follow-up due at {due} not run: its turn could not start (the reason is in "
+                          "this thread). Ask me again if it still matters: {question}",
+                          ":warning: {due} 的跟进没有运行：它的这一轮没能开始（原因见本线程）。"
                           "如果仍然需要，请再问我：{question}"),
     "fu_cancelled": (":no_entry_sign: Follow-up for {due} cancelled by {by} at {at}: {question}",
                      ":no_entry_sign: {due} 的跟进已被 {by} 于 {at} 取消：{question}"),
