@@ -115,6 +115,29 @@ async def test_a_longer_outage_is_told_to_the_user_plainly(own_redis: OwnRedis, 
         await ws.stop()
 
 
+async def test_an_outage_in_a_chinese_thread_is_told_in_chinese(own_redis: OwnRedis, prefix: str,
+                                                                 slack: FakeSlack) -> None:
+    """A colleague's English "@OpsPilot restart it" in a Chinese thread while Redis was away got the notice in
+    English: the thread's language is in the store that was away, and this process had seen it."""
+    ws = await open_workspace(own_redis.url, prefix, slack, model=ScriptedModel([reply("好的。"), reply("好的。")]),
+                              specs=[], outage_grace_s=1.0, language="auto")
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "看看支付服务最近报错", "31.1"))
+        await ws.settle()
+        own_redis.stop()
+        await ws.sender.event(mention(CHANNEL, "UMATE", "restart it", "31.2", thread_ts="31.1"))
+        for _ in range(100):
+            told = [t for m in slack.thread(CHANNEL, "31.1")
+                    if m.get("bot") and ("store" in (t := all_text(m)) or "存储" in t)]
+            if told:
+                break
+            await asyncio.sleep(0.1)
+        assert len(told) == 1 and "状态存储" in told[0] and "state store" not in told[0], told
+    finally:
+        own_redis.start()
+        await ws.stop()
+
+
 async def test_a_confirm_right_after_a_redis_restart_runs_the_change_once(own_redis: OwnRedis, prefix: str,
                                                                            slack: FakeSlack) -> None:
     """Every pooled connection is dead after a restart: the claim, the decision and the ticket read must be

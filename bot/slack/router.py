@@ -1,9 +1,8 @@
 """Slack → work: mentions, thread replies, DMs, the slash command and button clicks become work items.
 
 Listeners acknowledge first; this checks (dedupe, who may do what, the ticket a click opens) and hands a
-:data:`bot.slack.inbound.work.WorkItem` on — to the executor in this process, or to the queue for the workers.
-It never runs the engine's turns itself, and never renders a run (that is :mod:`bot.slack.render`).
-"""
+:data:`bot.slack.inbound.work.WorkItem` on — to this process's executor, or to the queue for the workers. It never
+runs the engine's turns itself, and never renders a run (that is :mod:`bot.slack.render`)."""
 
 from __future__ import annotations
 
@@ -31,7 +30,7 @@ from bot.slack.outbound.counters import Metrics
 from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.people import People
 from bot.slack.outbound.responses import respond
-from bot.slack.outbound.thread_meta import CARD, THREAD, channel_of, thread_key
+from bot.slack.outbound.thread_meta import CARD, THREAD, channel_of, known_lang, thread_key
 from bot.slack.outbound.thread_start import ThreadStarts
 from bot.slack.outbound.words import language_of, say, signal
 from bot.slack.rollbacks.offer import ROLLBACK, parse, question
@@ -96,8 +95,9 @@ class Inbound:
         except StoreError as exc:  # Redis stayed away longer than the grace period
             ref = uuid.uuid4().hex[:8]
             log.error("message %s in %s dropped (ref %s): %s", ts, channel, ref, exc)
-            if mentioned or event.get("channel_type") == "im":  # (the thread's language is in the store)
-                lang = language_of(str(event.get("text") or ""), self.access.config.language)
+            if mentioned or event.get("channel_type") == "im":  # the thread's language as last seen, else the words'
+                lang = known_lang(self.meta, channel, thread_ts) or language_of(str(event.get("text") or ""),
+                                                                                self.access.config.language)
                 await self.outbox.store_down(channel, say(lang, STORE_DOWN), ref=ref, thread_ts=thread_ts, lang=lang)
 
     async def _message(self, event: dict[str, Any], event_id: str | None, channel: str, ts: str, thread_ts: str,

@@ -37,7 +37,7 @@ from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.counters import Metrics
 from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.responses import usable
-from bot.slack.outbound.thread_meta import CARD, THREAD, thread_key
+from bot.slack.outbound.thread_meta import CARD, THREAD, known_lang, thread_key
 from bot.slack.outbound.words import language_of, say
 from state import LeaseLost, StoreError, Ticket
 from state.store import MetaStore
@@ -313,10 +313,12 @@ class Executor:
                 continue  # answered already (the claim holds), expired, or no longer pending
 
     def _lang_without_store(self, item: WorkItem) -> str:
-        """The thread's language is in the store that is away: the question's words, or the clicked card's, else
-        the configured one."""
-        return language_of(item.text if isinstance(item, Converse) else
-                           kit.shown(item.card) if isinstance(item, Answer) else "", self.language)
+        """The thread's language is in the store that is away: as this process last saw it, else as decided where
+        the question arrived, else the question's words or the clicked card's, else the configured one."""
+        known = known_lang(self.meta, item.channel, item.thread_ts) or (item.lang if isinstance(item, Converse)
+                                                                        else None)
+        return known or language_of(item.text if isinstance(item, Converse) else
+                                    kit.shown(item.card) if isinstance(item, Answer) else "", self.language)
 
     async def _lang(self, item: WorkItem) -> str:
         """The thread's language, for what is said to one person in it."""

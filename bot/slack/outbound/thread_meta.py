@@ -72,6 +72,10 @@ class KnownThreads:
         if all(merged.get(f) for f in PLACE):
             self._keep(name, merged)
 
+    def cached(self, name: str) -> dict[str, str]:
+        """A thread's place and language as this process knows them, without asking the store (it may be away)."""
+        return dict(self._fresh(name) or {})
+
     def _fresh(self, name: str) -> dict[str, str] | None:
         entry = self._known.get(name)
         if entry is None or time.monotonic() - entry[0] > self.keep_s:
@@ -104,3 +108,10 @@ class KnownThreads:
 
     async def recall(self, name: str) -> list[str]:
         return await self.meta.recall(name)
+
+
+def known_lang(meta: MetaStore, channel: str, thread_ts: str | None) -> str | None:
+    """The thread's language as this process last saw it, with no store call (for what is said while it is away)."""
+    if not thread_ts or not isinstance(meta, KnownThreads):
+        return None
+    return meta.cached(thread_key(channel, thread_ts)).get("lang") or None
