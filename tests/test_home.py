@@ -87,3 +87,17 @@ async def test_home_tells_someone_who_may_not_use_opspilot_whom_to_ask(redis_url
         assert "Ask me in any channel" in home_text(slack, "USRE")
     finally:
         await ws.stop()
+
+
+async def test_home_lists_no_card_its_viewer_could_not_confirm_where_it_is(redis_url: str, prefix: str,
+                                                                          slack: FakeSlack) -> None:
+    """Changes may be confirmed only in C0CHANGES: a restart card in C0OPS was listed for the approver as waiting
+    for their Confirm, which was then refused there ("only in <#C0CHANGES>")."""
+    ws = await open_workspace(redis_url, prefix, slack, mutating_channels=["C0CHANGES"],
+                              approvers={"restart_service": {"prod": {"users": ["UBOSS"]}}})
+    try:
+        await ask_restart(ws, user="UREQ")
+        await opened(ws, "UBOSS")
+        assert "confirm `restart_service`" not in home_text(slack, "UBOSS")
+    finally:
+        await ws.stop()

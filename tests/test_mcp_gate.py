@@ -162,3 +162,31 @@ async def test_a_confirm_in_override_on_a_tool_with_no_environment_argument_is_r
             validate(settings, ops.build(), specs)
     finally:
         await hub.stop()
+
+
+@pytest.mark.parametrize("args", [{"service": "payments", "env": "prod", "version": "9.9.9"}, {"service": "payments"}])
+async def test_a_tool_on_the_default_rule_with_approvers_per_environment_fails_closed(
+        ran: Path, redis_url: str, prefix: str, slack: FakeSlack, args: dict[str, Any]) -> None:
+    """The default rule (`confirm: always`) reads no environment argument, so approvers for prod and the
+    two-person rule never matched: the requester confirmed their own prod deploy (or a key rotation the server ran
+    in prod by default). Who may confirm depends on an environment the call does not name to OpsPilot: nobody."""
+    hub = McpHub([deploy_server(ran)])  # no rule of its own for any tool: `always`
+    specs = await hub.start()
+    tool = "dep__deploy" if "env" in args else "dep__rotate_keys"
+    model = ScriptedModel([reply("", call(tool, "c1", **args)), reply("Done.")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, specs=specs, two_person_rule=["prod"],
+                              approvers={tool: {"prod": {"users": ["UBOSS"]}}})
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", f"please run {tool}", "410.1"))
+        await ws.settle()
+        card = card_of(slack, "410.1")
+        for user in ("UREQ", "UBOSS"):
+            for b in [b for b in buttons(card) if b["action_id"] == "opspilot_confirm"]:
+                await ws.sender.action(block_action(user=user, channel=CHANNEL, message=card,
+                                                    action_id="opspilot_confirm", value=b["value"]))
+                await ws.settle()
+        assert calls(ran) == []  # nobody could confirm it
+        assert "Who may confirm: nobody (this `dep__" in all_text(card), all_text(card)
+    finally:
+        await ws.stop()
+        await hub.stop()

@@ -118,8 +118,9 @@ class Home:
             channel = channel_of(ticket.thread_id)
             if not await self.visibility.may_see(user, channel, person=ticket.requester or ""):
                 continue
-            if pending.interrupt_type == "confirm_risky":
-                if not (await self.access.may_confirm(user, pending.call.name, env, ticket.requester)).allowed:
+            if pending.interrupt_type == "confirm_risky":  # as a click is judged: where first, then who
+                if not self.access.may_change_in(channel, direct=channel.startswith("D")).allowed or not (
+                        await self.access.may_confirm(user, pending.call.name, env, ticket.requester)).allowed:
                     continue
                 what = say(lang, "home_confirm")
             elif user != ticket.requester:

@@ -87,11 +87,16 @@ class AccessPolicy:
         rules = self.config.approvers.get(tool) or {}
         return bool(rules) and environment not in rules and "*" not in rules and not self.known(environment)
 
+    def unnamed(self, tool: str, environment: str) -> bool:
+        """The call names no environment (an MCP tool on ``confirm: always`` that leaves it to its server), yet
+        who may confirm ``tool`` depends on one: its approvers are set per environment. Fails closed."""
+        return not environment and any(e != "*" for e in self.config.approvers.get(tool) or {})
+
     def confirmable(self, tool: str, environment: str | None, requester: str | None) -> bool:
         """Whether anyone at all may confirm ``tool`` in ``environment`` under the config (False: a card shows no
         Confirm button). An approver group counts as someone: who is in it is Slack's to say, at the click."""
         env = environment_name(environment or "")
-        if env is None or self.unmatched(tool, env):
+        if env is None or self.unmatched(tool, env) or self.unnamed(tool, env):
             return False
         rule = self.approvers_for(tool, env)
         if rule is None or rule.usergroups:
@@ -191,9 +196,11 @@ class AccessPolicy:
         return rules.get(environment_name(environment or "") or "*") or rules.get("*")
 
     def two_person(self, environment: str | None) -> bool:
-        """Fails closed: a name with hidden or look-alike characters counts as one the rule names."""
+        """Fails closed: a name with hidden or look-alike characters counts as one the rule names, and so does no
+        name at all (a change whose environment is its server's to pick may be in one the rule names)."""
         env = environment_name(environment or "")
-        return env is None or env in {environment_name(e) for e in self.config.two_person_rule}
+        rule = {environment_name(e) for e in self.config.two_person_rule}
+        return env is None or env in rule or (not env and bool(rule))
 
     async def may_confirm(self, user: str, tool: str, environment: str | None, requester: str | None) -> Verdict:
         env = environment_name(environment or "")
@@ -204,6 +211,8 @@ class AccessPolicy:
         if self.unmatched(tool, env):
             known = ", ".join(self.environments or [])
             return refusal("no_env", tool=tool, env=env, known=known)
+        if self.unnamed(tool, env):
+            return refusal("no_env_unknown", tool=tool)
         rule = self.approvers_for(tool, env)
         if rule is None:
             return ALLOW  # no approvers configured for this tool in this known environment: anyone who may use it
@@ -233,6 +242,8 @@ class AccessPolicy:
         rule = self.approvers_for(tool, env)
         if self.unmatched(tool, env):
             lines = [say(lang, "unknown_env_confirms", env=escape(env), known=", ".join(self.environments or []))]
+        elif self.unnamed(tool, env):
+            lines, requester = [say(lang, "unnamed_env_confirms", tool=escape(tool))], None
         elif rule is None:
             lines = [say(lang, "anyone_confirms")]
         elif not rule.users and not rule.usergroups:
@@ -255,7 +266,9 @@ class AccessPolicy:
                 names = await self._names(people, rule.users, rule.usergroups, lang) or say(lang, "no_one")
                 lines = [say(lang, "who_confirms", names=names)]
         if requester and is_user(requester) and self.two_person(env):
-            lines.append(say(lang, "two_person", env=escape(env), name=escape(await people.name(requester))))
+            name = escape(await people.name(requester))
+            lines.append(say(lang, "two_person", env=escape(env), name=name) if env else
+                         say(lang, "two_person_unnamed", name=name))
         where = self.may_change_in(channel, direct=channel.startswith("D"))
         if not where.allowed:
             lines.append(where.words(lang))

@@ -76,6 +76,13 @@ _WORDS: dict[str, tuple[str, str]] = {
                     "在 `{env}` 对 `{target}` 执行 `{tool}`。这会改动线上系统。"),
     "confirmation": ("Confirmation", "确认"),
     "who_confirms": ("Who may confirm: {names}", "可以确认的人：{names}"),
+    "unnamed_env_confirms": ("Who may confirm: nobody (this `{tool}` call names no environment I can read, and its "
+                             "approvers are set per environment)",
+                             "可以确认的人：无人（这次 `{tool}` 调用没有我能读出的环境，而它的批准人按环境设置）"),
+    "two_person_unnamed": ("Two-person rule: this change names no environment, so it may be in one the rule covers: "
+                           "{name} asked for this and cannot approve their own request; someone else must confirm.",
+                           "双人规则：这次变更没有指明环境，可能属于规则所覆盖的环境：{name} 发起了请求，不能自己批准；"
+                           "必须由其他人确认。"),
     "nobody_confirms": ("Who may confirm: nobody (the approvers for `{tool}` in `{env}` list no one)",
                         "可以确认的人：没有（`{env}` 中 `{tool}` 的批准人名单为空）"),
     "unknown_env_confirms": ("Who may confirm: nobody — `{env}` is not an environment I know (known: {known}), so "
@@ -134,6 +141,14 @@ _WORDS: dict[str, tuple[str, str]] = {
                "it: nobody may confirm this. Nothing was changed.",
                "`{env}` 不是已知的环境（已知：{known}），没有 `{tool}` 的批准规则能匹配它：无人可以确认。"
                "什么都没有改变。"),
+    "no_env_unknown": ("I cannot tell which environment this `{tool}` call changes, and who may confirm it depends "
+                       "on the environment (its approvers are set per environment): nobody may confirm this. Nothing "
+                       "was changed. An operator can name the argument that holds it (`confirm: {{field: …}}` for "
+                       "this tool).",
+                       "我无法判断这次 `{tool}` 调用改动的是哪个环境，而谁可以确认它取决于环境"
+                       "（它的批准人按环境设置）："
+                       "无人可以确认。什么都没有改变。运维人员可以指明保存环境的参数（为这个工具设置 "
+                       "`confirm: {{field: …}}`）。"),
     "no_group_read": ("I could not read the approver group from Slack, so I cannot tell whether you are in it. "
                       "Nothing was changed; try again in a minute.",
                       "无法从 Slack 读取批准人用户组，无法判断你是否在其中。什么都没有改变；请稍后再试。"),
