@@ -159,7 +159,7 @@ async def _stats(window: str, config: str | None) -> int:
           f"  ({s.tool_failure_rate:.1%} failed)")
     asked, resumed = s.get("interrupts"), s.get("resumed")  # answers count in their hour, questions in theirs
     rate = f"{resumed / asked:.1%}" if asked >= resumed and asked else "none asked" if not resumed else \
-        "more answers than questions: some were asked earlier"
+        "more answers than questions: asked before this window, or not counted (a process stopped first)"
     show(f"  interrupts → resumed        {asked} → {resumed}  ({rate})")
     show(f"  answers rated 👍 / 👎        {s.get('feedback_up')} / {s.get('feedback_down')}")
     show(f"  follow-ups fired / skipped / cancelled     {s.get('followup_fired')} / {s.get('followup_skipped')} / "
