@@ -7,11 +7,9 @@ must converge. It reports what a person would check:
 
 - every question answered exactly once (or its asker told plainly why not), no message posted twice;
 - every confirm flow's card shown, its restart run exactly once, the card closed soon after the click;
-- the alert storm: at most the channel's automatic runs investigated (each answered once), the storm said once;
-- no Slack stream left open, no Redis key without a TTL.
+- the storm: at most the channel's automatic runs (each answered once), said once; no stream open, no key sans TTL.
 
-``python -m bench --only soak`` runs the scale below (``SOAK_SCALE=issue``: issue 33's, 13 minutes);
-``tests/test_soak.py`` a small version.
+``python -m bench --only soak`` runs the scale below (``SOAK_SCALE=issue``: issue 33's); ``tests/test_soak.py``, SMALL.
 """
 
 from __future__ import annotations
@@ -92,16 +90,14 @@ class Soak:
     front_kills: int = 0
     alerts: list[tuple[str, str]] = field(default_factory=list)
     """The storm's alert messages in the alerts channel: (ts, alert name)."""
-    undelivered: int = 0
-    """Requests the front never took, however often sent (Slack would give up too): not OpsPilot's to answer."""
+    undelivered: int = 0  # requests the front never took, however often sent (Slack gives up too)
 
     @property
     def sender(self) -> SlackSender:
         return SlackSender(f"http://127.0.0.1:{self.port}/slack/events", SECRET)
 
     async def deliver(self, send: Any, *, retries: int = 30) -> None:
-        """As Slack does: a request the front did not take (it is down, killed mid-request, or answered 5xx) is sent
-        again."""
+        """As Slack does: a request the front did not take (down, killed mid-request, a 5xx) is sent again."""
         for attempt in range(retries):
             with contextlib.suppress(OSError, asyncio.TimeoutError, aiohttp.ClientError):
                 status, _ = await asyncio.wait_for(send(attempt or None), 10)
@@ -230,8 +226,7 @@ async def _follow_up(soak: Soak, channel: str, i: int, earlier: str, deadline: f
 
 
 async def _chaos(soak: Soak, scale: Scale, until: float) -> None:
-    """Workers killed every ``kill_every_s``; the front killed, Redis stopped and started, alerts storming, on
-    schedule."""
+    """Workers killed every ``kill_every_s``; the front killed, Redis stopped and started, alerts storming."""
     start = time.monotonic()
     stops, fronts = list(scale.redis_stops), list(scale.front_kills)
     next_kill = start + scale.kill_every_s
@@ -321,10 +316,10 @@ async def _converge(soak: Soak, deadline: float) -> None:
     while time.monotonic() < deadline:
         answers = _answers(soak)
         alerts = storm.figures(soak.slack, soak.alerts, answers)
-        if all(len(answers.get(t, ())) >= n for t, n in soak.asked.items()) and \
-                all(ts in soak.ended for ts in soak.clicked) and not soak.slack.unstopped_streams() and \
-                alerts["alerts_answered"] >= alerts["alerts_investigated"] and not alerts["alerts_unhandled"] and \
-                (alerts["storm_notices"] or not alerts["alerts_offered"]):  # an offer: the storm is said too
+        stormed = alerts["alerts_answered"] >= alerts["alerts_investigated"] and not alerts["alerts_unhandled"] \
+            and (alerts["storm_notices"] or not alerts["alerts_offered"])  # an offer: the storm is said too
+        if stormed and all(len(answers.get(t, ())) >= n for t, n in soak.asked.items()) and \
+                all(ts in soak.ended for ts in soak.clicked) and not soak.slack.unstopped_streams():
             return
         await asyncio.sleep(0.5)
 

@@ -59,14 +59,13 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods, WebhookMethods, Chan
         self.bot_user: str | None = BOT_USER
         self._budget.update(TIERS)  # the streaming methods' rate tiers hold by default, as in Slack
         self.stream_timeout_s = 300.0
-        self.streams_supported = True
-        """False: a workspace without the streaming methods (``unknown_method``)."""
+        self.streams_supported = True  # False: a workspace without the streaming methods (unknown_method)
         self.members: dict[str, set[str]] = {}
         """Channel members, where a test needs them (a stream's recipient must be one); unlisted: anyone."""
         self.private: set[str] = set()
+        """Private channels (conversations.info's is_private; conversations.members lists who is in one)."""
         self.absent: set[str] = set()  # channels the bot is not in: posts there are not_in_channel
         self.archived: set[str] = set()  # archived channels: members kept, every post is_archived
-        """Private channels (conversations.info's is_private; conversations.members lists who is in one)."""
         self.statuses: dict[tuple[str, str], str] = {}
         self.streams_started: list[dict[str, Any]] = []
         self.status_log: list[tuple[str, str, str]] = []
