@@ -100,8 +100,7 @@ class SlackFollowups:
 
     async def announce(self, timer: Timer) -> None:
         """Idempotent: asked again for one announced already, it logs nothing twice and shows the same message."""
-        logged = await followup_events(self.meta, timer.channel, str(timer.thread_ts))
-        if not any(e.timer_id == timer.id and e.kind == "scheduled" for e in logged):
+        if not await self._said(timer, "scheduled"):
             await self._log(timer, "scheduled", timer.created_at)
         lang = await self.lang(timer)
         text = say(lang, "fu_announce", due=time_of(timer.due, lang), by=kit.who(timer.owner),
@@ -113,8 +112,7 @@ class SlackFollowups:
     async def ran(self, timer: Timer, at: float) -> None:
         """Its turn ran (said by the turn, once it has: a follow-up handed on may still find the thread busy)."""
         late = at - timer.due
-        logged = await followup_events(self.meta, timer.channel, str(timer.thread_ts))
-        if not any(e.timer_id == timer.id and e.due == timer.due and e.kind == "ran" for e in logged):
+        if not await self._said(timer, "ran"):
             await self._log(timer, "ran", at)  # once, however often its turn is read
             await self.reports.tally(timer.group, "followup_fired")
         await self._show(timer, await self._ran(timer, at, late if late > LATE_NOTE_S else 0.0))
@@ -122,8 +120,7 @@ class SlackFollowups:
     async def not_run(self, timer: Timer, key: str = "fu_skipped_busy") -> None:
         """Its turn found the thread busy after all (a question taken meanwhile, a card waiting), or could not start:
         not run — said once, however often its turn is read (handed on twice, redelivered)."""
-        logged = await followup_events(self.meta, timer.channel, str(timer.thread_ts))
-        if any(e.timer_id == timer.id and e.due == timer.due and e.kind in ("ran", "skipped") for e in logged):
+        if await self._said(timer, "ran", "skipped"):
             return
         await self.skipped(timer, key)
         await self.reports.tally(timer.group, "followup_skipped")
@@ -150,6 +147,11 @@ class SlackFollowups:
         text = say(lang, key, due=time_of(timer.due, lang), question=kit.quoted(timer.question), **values)
         await self.outbox.say(timer.channel, timer.thread_ts, text, key=f"timer-skip:{timer.id}:{timer.due}")
         await self._show(timer, text)
+
+    async def _said(self, timer: Timer, *kinds: FollowupKind) -> bool:
+        """Whether the thread's record of its follow-ups already says one of ``kinds`` of this occurrence."""
+        logged = await followup_events(self.meta, timer.channel, str(timer.thread_ts))
+        return any(e.timer_id == timer.id and e.due == timer.due and e.kind in kinds for e in logged)
 
     async def _log(self, timer: Timer, kind: FollowupKind, at: float, *, by: str = "", why: str = "") -> None:
         """The thread's record of its follow-ups (an incident summary renders it)."""

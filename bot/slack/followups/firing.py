@@ -104,10 +104,12 @@ class Firer:
             # Handed on before by an instance that died before completing it: the turn may still be queued, so it
             # is neither late nor busy now (it says itself whether it ran) — handed on again, which runs it once.
             if not await self._handed(timer):
-                may = True if late > self.grace_s else await self._owner_may(timer)
-                if may is None:  # Slack could not say who may: left claimed, tried again once its lease ends
-                    return
-                skip = "fu_skipped_late" if late > self.grace_s else None if may else "fu_skipped_access"
+                skip: str | None = "fu_skipped_late"
+                if late <= self.grace_s:
+                    may = await self._owner_may(timer)
+                    if may is None:  # Slack could not say who may: left claimed, tried again once its lease ends
+                        return
+                    skip = None if may else "fu_skipped_access"
                 if skip is None and await self.engine.under_way(thread_id):  # a turn there, or a question waiting
                     skip = "fu_skipped_busy"
                 if skip is None and not await self._admitted(timer, "followup"):
@@ -166,39 +168,23 @@ class Firer:
         following = when.next_due(timer.cron, timer.timezone, max(now, timer.due + 1))
         if not await self._handed(timer):  # else: handed on by an instance that died before completing it
             if late > self.grace_s:
-                if await self.timers.complete(claimed, following):
-                    lang = await self.slack.lang(timer)
-                    nxt = time_of(following, lang, timer.timezone, with_day=True) if following else "—"
-                    text = say(lang, "sc_skipped", due=time_of(timer.due, lang, timer.timezone, with_day=True),
-                               minutes=int(late // 60), grace=int(self.grace_s // 60), next=nxt,
-                               label=label(timer))
-                    await self.outbox.say(timer.channel, None, text, key=f"timer-skip:{timer.id}:{timer.due}")
-                    await self.reports.tally(timer.group, "schedule_skipped")
-                return
+                return await self._not_this_time(claimed, following, lambda lang: say(
+                    lang, "sc_skipped", due=time_of(timer.due, lang, timer.timezone, with_day=True),
+                    minutes=int(late // 60), grace=int(self.grace_s // 60), label=label(timer),
+                    next=time_of(following, lang, timer.timezone, with_day=True) if following else "—"))
             may = await self._owner_may(timer)
             if may is None:  # Slack could not say who may: left claimed, tried again once its lease ends
                 return
             if not may:  # ended: it would run in the name of someone who may not
-                if await self.timers.complete(claimed):
-                    lang = await self.slack.lang(timer)
-                    await self.outbox.say(timer.channel, None, say(lang, "sc_ended_access", label=label(timer),
-                                                                   who=kit.who(timer.owner)),
-                                          key=f"timer-skip:{timer.id}:{timer.due}")
-                    await self.reports.tally(timer.group, "schedule_skipped")
-                return
+                return await self._not_this_time(claimed, None, lambda lang: say(
+                    lang, "sc_ended_access", label=label(timer), who=kit.who(timer.owner)))
             # Where OpsPilot is not, before the windows: a check that cannot run takes nobody's slot.
             if isinstance(await self.slack.access.bot_in(timer.channel, fresh=True), str):  # nothing shown
-                if await self.timers.complete(claimed, following):  # kept: it runs again once OpsPilot is back
-                    log.warning("schedule %s not run: OpsPilot cannot post in %s", timer.id, timer.channel)
-                    await self.reports.tally(timer.group, "schedule_skipped")
-                return
+                log.warning("schedule %s not run: OpsPilot cannot post in %s", timer.id, timer.channel)
+                return await self._not_this_time(claimed, following, None)  # kept: runs once OpsPilot is back
             if not await self._admitted(timer, "schedule"):
-                if await self.timers.complete(claimed, following):
-                    lang = await self.slack.lang(timer)
-                    await self.outbox.say(timer.channel, None, say(lang, "sc_skipped_limit", label=label(timer)),
-                                          key=f"timer-skip:{timer.id}:{timer.due}")
-                    await self.reports.tally(timer.group, "schedule_skipped")
-                return
+                return await self._not_this_time(claimed, following, lambda lang: say(
+                    lang, "sc_skipped_limit", label=label(timer)))
             await self.slack.meta.put(HANDED, timer.request_id, {"at": str(now)})
         await self.dispatch(Check(channel=timer.channel, thread_ts=None, user=timer.owner, timer=timer.id,
                                   due=timer.due, request_id=timer.request_id, question=redact(timer.question),
@@ -207,6 +193,17 @@ class Firer:
         if await self.timers.complete(claimed, following):
             await self.reports.tally(timer.group, "schedule_fired")
 
+    async def _not_this_time(self, claimed: Claimed, following: int | None,
+                             line: Callable[[str], str] | None) -> None:
+        """A schedule's occurrence not run: completed (waiting for ``following``; None: the schedule ends), its
+        ``line`` said in the channel in its language, once per occurrence, and counted."""
+        timer = claimed.timer
+        if not await self.timers.complete(claimed, following):
+            return  # changed since the claim (cancelled, or fired by another): theirs to say
+        if line is not None:
+            await self.outbox.say(timer.channel, None, line(await self.slack.lang(timer)),
+                                  key=f"timer-skip:{timer.id}:{timer.due}")
+        await self.reports.tally(timer.group, "schedule_skipped")
 
 
 @dataclass

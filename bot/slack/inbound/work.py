@@ -200,13 +200,13 @@ class Executor:
             if isinstance(item, Converse) and await self.engine.handled(
                     thread_key(item.channel, str(item.thread_ts)), item.request_id):
                 return  # the same message, taken meanwhile by another worker: nothing to tell
-            if isinstance(item, Converse) and item.timer is not None and self.followups is not None:
-                return await self.followups.not_run(item.timer)  # nobody sent it: nobody to ask to send it again
+            if (turn := self._followup(item)) is not None:
+                return await turn[0].not_run(turn[1])  # nobody sent it: nobody to ask to send it again
             await self.outbox.tell(item.channel, item.user, say(await self._lang(item), "still_working"),
                                    item.thread_ts)
         except NotYours:  # a reply in a thread whose card waits for someone else: the card stays as it is
-            if isinstance(item, Converse) and item.timer is not None and self.followups is not None:
-                return await self.followups.not_run(item.timer)
+            if (turn := self._followup(item)) is not None:
+                return await turn[0].not_run(turn[1])
             await self.outbox.tell(item.channel, item.user, say(await self._lang(item), "card_waits"), item.thread_ts)
         except EngineError as exc:
             await self._timer_ended(item)
@@ -238,18 +238,25 @@ class Executor:
             await self.outbox.store_down(item.channel, say(lang, key), ref=ref, thread_ts=item.thread_ts,
                                          user=None if isinstance(item, Converse) else item.user, lang=lang)
 
+    def _followup(self, item: WorkItem) -> tuple[FollowupTurns, Timer] | None:
+        """The follow-up ``item`` is a turn of, with what tells its thread about it; None for anything else."""
+        if isinstance(item, Converse) and item.timer is not None and self.followups is not None:
+            return self.followups, item.timer
+        return None
+
     async def _timer_ended(self, item: WorkItem) -> None:
         """A follow-up's turn that ended in an error: its announcement says whether it ran (its question taken) or
         not — never left "pending" with a Cancel that no longer cancels anything."""
-        if not isinstance(item, Converse) or item.timer is None or self.followups is None:
+        if (turn := self._followup(item)) is None:
             return
+        turns, timer = turn
         try:
-            if await self.engine.handled(thread_key(item.channel, str(item.thread_ts)), item.request_id):
-                await self.followups.ran(item.timer, self.followups.clock())
+            if await self.engine.handled(thread_key(item.channel, str(item.thread_ts)), timer.request_id):
+                await turns.ran(timer, turns.clock())
             else:
-                await self.followups.not_run(item.timer, "fu_skipped_failed")
+                await turns.not_run(timer, "fu_skipped_failed")
         except StoreError as exc:  # the store away: the follow-up's record says what it can once it is back
-            log.warning("follow-up %s: its announcement not updated: %s", item.timer.id, exc)
+            log.warning("follow-up %s: its announcement not updated: %s", timer.id, exc)
 
     async def give_up(self, item: WorkItem, ref: str) -> None:
         """Say that ``item`` could not be done (every try failed): in the thread for a question or a check, to the
@@ -281,12 +288,12 @@ class Executor:
             # A follow-up (nobody typed it) never answers a person's card in their stead; Investigate's presser may.
             return item.timer is None and (access is None or (await access.may_decline(item.user, ticket)).allowed)
 
-        turns = self.followups if item.timer is not None else None
-        started = turns.clock() if turns is not None else 0.0
+        turn = self._followup(item)
+        started = turn[0].clock() if turn is not None else 0.0
         await self.engine.ask(thread_id, item.text, user_id=item.user, request_id=item.request_id, context=context,
                               unattended=item.unattended, may_set_aside=may_set_aside)
-        if turns is not None and item.timer is not None:
-            await turns.ran(item.timer, started)
+        if turn is not None:
+            await turn[0].ran(turn[1], started)
 
     async def _carry_on(self, item: RunButton) -> None:
         """Resume a run whose worker died mid-read, saying so in its thread once this worker holds it; quiet when
@@ -313,8 +320,7 @@ class Executor:
                 continue  # answered already (the claim holds), expired, or no longer pending
 
     def _lang_without_store(self, item: WorkItem) -> str:
-        """The thread's language is in the store that is away: as this process last saw it, else as decided where
-        the question arrived, else the question's words or the clicked card's, else the configured one."""
+        """The thread's language with the store away: as last seen here, or decided on arrival, or from words."""
         known = known_lang(self.meta, item.channel, item.thread_ts) or (item.lang if isinstance(item, Converse)
                                                                         else None)
         return known or language_of(item.text if isinstance(item, Converse) else

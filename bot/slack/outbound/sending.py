@@ -4,6 +4,7 @@ next state, a removal; every Web API failure classified once — retry later, or
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
@@ -155,12 +156,9 @@ class Sender:
             if exc.error == "message_is_streaming" and f["kind"] == "stream":
                 if f.get("final"):  # the answer does not wait for the progress message's end
                     await self.put_then(thread, record)
-                try:
+                with contextlib.suppress(StreamRefused):  # it will not stop: its edit is dropped, as any refused one
                     await self.streams.stop_streaming(f["channel"], f["ts"], self.call)
-                except StreamRefused:  # it will not stop: its edit is dropped, as any refused one
-                    pass
-                else:
-                    raise Retry() from exc
+                    raise Retry() from exc  # stopped (or Slack failing the stop for now): edited on the next round
             log.error("Slack chat.update refused a message for good (%s): dropped", exc.error)
             self.metrics.inc("opspilot_outbox_dropped_total")
 
