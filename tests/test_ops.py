@@ -255,6 +255,29 @@ async def test_kubernetes_restart_patches_waits_and_compares_the_error_rate(fake
     assert sum(1 for r in fakes.requests if r[0] == "k8s_GET") >= 2
 
 
+async def test_a_restart_compared_on_partial_data_says_so(fakes: OpsFakes) -> None:
+    """Prometheus answered the error rate after the restart from part of its stores: "the error rate fell from
+    4.00% to 0.20%" was said as a sure thing."""
+    fakes.prom_series = {"error_rate": [0.01, 0.04]}
+    fakes.prom_after_restart = {"error_rate": 0.002}
+    fakes.prom_instant_warnings = ["partial response: store eu-1 unavailable"]
+    result = data(await run(live(fakes), "restart_service", confirmed_by="U", service_id="payments",
+                            environment="prod"))
+    assert result["error_rate_warnings"] == ["partial response: store eu-1 unavailable"]
+    assert result["verdict"] == ("restarted; the error rate fell from 4.00% to 0.20% (from partial data, Prometheus "
+                                 "warned: partial response: store eu-1 unavailable; not a sure comparison)")
+
+
+async def test_an_error_rate_given_as_a_percentage_is_not_compared(fakes: OpsFakes) -> None:
+    """A query giving 4 for 4% read as "the error rate fell from 400.00% to 20.00%"."""
+    fakes.prom_series = {"error_rate": [1, 4]}
+    fakes.prom_after_restart = {"error_rate": 0.2}
+    result = data(await run(live(fakes), "restart_service", confirmed_by="U", service_id="payments",
+                            environment="prod"))
+    assert str(result["error_rate_before"]).startswith("unavailable: the error_rate query returned 4, not a ratio")
+    assert result["verdict"] == "restarted; the error rate could not be compared"
+
+
 async def test_a_rollout_that_never_finishes_is_reported_unverified(fakes: OpsFakes) -> None:
     fakes.deployment_ready_after_polls = None
     result = data(await run(live(fakes), "restart_service", confirmed_by="U", service_id="payments",
@@ -358,3 +381,15 @@ async def test_prometheus_warnings_of_any_shape_are_read_or_left(fakes: OpsFakes
     found = data(await run(live(fakes), "query_metrics", service_id="payments", environment="prod",
                            metrics=["error_rate"], minutes=10))
     assert found["metrics"]["error_rate"].get("backend_warnings") == said, found
+
+
+def test_a_change_s_line_in_slack_says_its_figures_are_partial() -> None:
+    from bot.slack.outbound.outputs import output
+
+    body = {"ok": True, "data": {"rollout": "complete", "verdict": "restarted", "error_rate_before": 0.04,
+                                 "error_rate_after": 0.002, "error_rate_warnings": ["store `eu-1` unavailable"]}}
+    line = output("ok", None, body, "en")
+    assert "4.00% → 0.20%" in line and "partial data" in line and "eu-1" in line, line
+    assert "数据不完整" in output("ok", None, body, "zh")
+    del body["data"]["error_rate_warnings"]  # type: ignore[attr-defined]
+    assert "partial" not in output("ok", None, body, "en")

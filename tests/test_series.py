@@ -238,3 +238,37 @@ def test_points_returned_as_nan_at_the_edges_are_counted_once() -> None:
     start, step = values[0][0], 60.0
     fig = figures(describe(values, window=(start, start + 59 * step, step)))
     assert fig["gaps"] == 10 and fig["last_point_at"] == iso(values[49][0]), fig
+
+
+def test_a_clean_step_of_two_fifths_is_not_flat() -> None:
+    """p95 100 → 140 ms read "flat": a move within half the baseline was taken for noise, whatever its shape."""
+    assert describe(at([100.0] * 10 + [140.0] * 10)).trend == "steady high"
+    assert describe(at([100 + 40 * i / 29 for i in range(30)])).trend == "rising"
+    assert describe(at([100.0, 103, 101, 104, 102, 100, 103, 101])).trend == "flat"  # within a tenth: flat
+
+
+def test_a_jump_at_the_end_of_a_short_series_is_not_flat() -> None:
+    assert describe(at([1, 1, 5])).trend == "rising"
+
+
+def test_a_scrape_gap_in_a_steady_counter_is_no_spike() -> None:
+    """The increase across ten missing minutes read as one minute's: "spiked and recovered, peak 110"."""
+    steady = [(T0 + i * MIN, 10.0 * i) for i in range(40) if not 15 <= i < 25]
+    shape = describe(steady, counter=True)
+    assert shape.trend == "flat" and shape.maximum == 10 and shape.gaps == 10, gist("requests_total", shape)
+
+
+@pytest.mark.parametrize("tail", [[], [0, 0], [0, 0, 0]])
+def test_sparse_low_counts_are_elevated_not_steady_high_nor_back(tail: list[float]) -> None:
+    """Errors 0, 0, … then 1, 0, 0, 1, 0, 0, 0, 1…: "steady high since 09:20" because the last point was 1, or
+    "spiked and recovered" because the last two were 0."""
+    values = [0.0] * 20 + [1, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 1] + tail
+    shape = describe(at(values))
+    assert shape.trend == "elevated" and shape.recovered_at is None and shape.onset_at == T0 + 20 * MIN
+    assert "not back yet" in gist("errors", shape)
+
+
+def test_sparse_counts_that_stopped_for_longer_than_they_paused_are_back() -> None:
+    values = [0.0] * 20 + [1, 0, 0, 1, 0, 0, 0, 1] + [0.0] * 12
+    shape = describe(at(values))
+    assert shape.trend == "spiked and recovered" and shape.recovered_at == T0 + 28 * MIN

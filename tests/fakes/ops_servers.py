@@ -32,6 +32,7 @@ class OpsFakes:
     prom_series: dict[str, list[float]] = field(default_factory=dict)
     prom_after_restart: dict[str, float] = field(default_factory=dict)
     prom_raw: dict[str, Any] = field(default_factory=dict)
+    prom_instant_warnings: list[str] = field(default_factory=list)  # an instant query's "warnings" (partial data)
     prom_missing_labels: set[str] = field(default_factory=set)
     prom_refuse_counts: bool = False
     """`count(…)` queries answered 422 (too many samples), as a limited Prometheus answers them."""
@@ -158,7 +159,8 @@ class OpsFakes:
             if not series:
                 return web.json_response({"status": "success", "data": {"resultType": "vector", "result": []}})
             value = series[-1]
-        return web.json_response({"status": "success", "data": {"resultType": "vector", "result": [
+        warned = {"warnings": self.prom_instant_warnings} if self.prom_instant_warnings else {}
+        return web.json_response({"status": "success", **warned, "data": {"resultType": "vector", "result": [
             {"metric": {}, "value": [time.time(), str(value)]}]}})
 
     # --- Kubernetes -------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from core.envs import environment_name
 from tools.ops import toolbox_config as cfg
 from tools.ops.catalog import Service
-from tools.ops.metric_backends import MetricsBackend
+from tools.ops.metric_backends import MetricsBackend, Reading
 from tools.ops.restart import Rollout, followed
 from tools.ops.rollback import ChangeRequest, Plan, RollbackBackend, ScaleBackend, drift
 from tools.registry import ToolContext, ToolSpec, always, tool
@@ -114,6 +114,7 @@ class Changing:
                 "summary": plan.summary, "from": plan.side("from"), "to": plan.side("to"), "action": action,
                 "rollout": rollout.status, "rollout_detail": rollout.detail, "waited_s": rollout.waited_s,
                 "error_rate_before": before, "error_rate_after": after,
+                **({"error_rate_warnings": w} if (w := warnings_of(before, after)) else {}),
                 "verdict": verdict(what, rollout, before, after), "confirmed_by": ctx.confirmed_by}
 
     def specs(self) -> list[ToolSpec]:
@@ -177,21 +178,35 @@ class Changing:
 
 
 async def error_rate(metrics: MetricsBackend, service: Service, env: str) -> float | str | None:
-    """The symptom to re-check; a failure to read it is reported, not fatal to the change."""
+    """The symptom to re-check; a failure to read it is reported, not fatal to the change. A value read from
+    partial data keeps its backend's warnings (:class:`Reading`)."""
     if "error_rate" not in metrics.names:
         return None
     try:
         value = await metrics.current(service, env, "error_rate")
     except ToolError as exc:
         return f"unavailable: {exc.message}"
-    if value is not None and not math.isfinite(value):  # 0/0 with no traffic (NaN): no rate, never "nan%"
+    if value is None:
+        return None
+    if not math.isfinite(value):  # 0/0 with no traffic (NaN): no rate, never "nan%"
         return "unavailable: no requests to compute it from"
-    return round(value, 4) if value is not None else None
+    if not 0 <= value <= 1:  # a percentage (5 for 5%) would read as 500%
+        return (f"unavailable: the error_rate query returned {value:g}, not a ratio between 0 and 1 "
+                "(toolbox.metrics.queries.error_rate must divide errors by requests, not give a percentage)")
+    rounded = Reading(round(value, 4))
+    rounded.warnings = tuple(getattr(value, "warnings", ()))
+    return rounded
+
+
+def warnings_of(*rates: float | str | None) -> list[str]:
+    """What the backend warned about the error rates read (partial data), each once."""
+    return list(dict.fromkeys(w for r in rates for w in getattr(r, "warnings", ())))
 
 
 def verdict(what: tuple[str, str], rollout: Rollout, before: float | str | None,
             after: float | str | None) -> str:
-    """As a restart's verdict, for any change (``what``: ("rollback", "rolled back"), ("scaling", "scaled"))."""
+    """A change's verdict (``what``: ("restart", "restarted"), ("rollback", "rolled back"), ("scaling",
+    "scaled"))."""
     noun, done = what
     if rollout.status == "timed_out":
         return f"{noun} issued, but the rollout did not finish: it is NOT verified"
@@ -202,8 +217,10 @@ def verdict(what: tuple[str, str], rollout: Rollout, before: float | str | None,
     if rollout.status == "superseded":
         return f"{noun} issued and rolled out, but the Deployment no longer matches it: {rollout.detail}"
     if isinstance(before, float) and isinstance(after, float):
+        warned = warnings_of(before, after)
+        partial = f" (from partial data, Prometheus warned: {warned[0]}; not a sure comparison)" if warned else ""
         if f"{before:.2%}" == f"{after:.2%}":
-            return f"{done}; the error rate stayed at {after:.2%}"
+            return f"{done}; the error rate stayed at {after:.2%}{partial}"
         trend = "fell" if after < before else "rose"
-        return f"{done}; the error rate {trend} from {before:.2%} to {after:.2%}"
+        return f"{done}; the error rate {trend} from {before:.2%} to {after:.2%}{partial}"
     return f"{done}; the error rate could not be compared"

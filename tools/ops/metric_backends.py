@@ -26,6 +26,18 @@ class Points(list[tuple[float, float]]):
     warnings: tuple[str, ...] = ()
 
 
+class Reading(float):
+    """One value with what its backend warned about it (as :class:`Points`)."""
+
+    warnings: tuple[str, ...] = ()
+
+
+def _warnings(body: dict[str, Any]) -> tuple[str, ...]:
+    warned = body.get("warnings")
+    return tuple(w[:200] for w in (warned if isinstance(warned, list) else [warned])[:3]
+                 if isinstance(w, str) and w.strip())
+
+
 _SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
@@ -83,9 +95,7 @@ class PrometheusBackend:
             "end": f"{end:.3f}", "step": f"{self.step_s}s"})
         result = _one(_result(body, "matrix"), metric)
         points = Points()
-        warned = body.get("warnings")
-        points.warnings = tuple(w[:200] for w in (warned if isinstance(warned, list) else [warned])[:3]
-                                if isinstance(w, str) and w.strip())
+        points.warnings = _warnings(body)
         try:
             points.extend((float(t), _number(v)) for t, v in (result or {}).get("values") or [])
         except (TypeError, ValueError) as exc:
@@ -104,7 +114,9 @@ class PrometheusBackend:
             return None
         if not isinstance(value, list) or len(value) != 2:
             raise UpstreamError(f"Prometheus answered with a vector this client cannot read ({str(value)[:80]})")
-        return _number(value[1])
+        reading = Reading(_number(value[1]))
+        reading.warnings = _warnings(body)
+        return reading
 
 
 def _number(value: Any) -> float:

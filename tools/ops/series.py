@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from itertools import pairwise
@@ -23,8 +24,9 @@ HIGH_LEVEL = 0.7  # still near the peak
 AWAY_LEVEL = 0.5  # half-way to the peak has left the baseline, whatever its band (a two-level series' resolution
 # is its whole step: read as a band, a step up that stayed up never left, so it "spiked and recovered")
 TAIL_MOVE = 0.2  # how much the last stretch must move (as a share of the excursion) to be rising or falling
+INTERMITTENT_SHARE = 0.25  # a quarter of the points since the onset back inside the band: it comes and goes
 NOISE_FACTOR = 3.0  # an excursion within 3× the typical step-to-step jitter is noise
-RELATIVE_FLOOR = 0.5  # …or within half the baseline itself (0.04% → 0.06% errors is not news)
+RELATIVE_FLOOR = 0.1  # …or within a tenth of the baseline itself (a latency 100 → 140 ms is news; 100 → 105 is not)
 
 
 @dataclass(frozen=True)
@@ -82,15 +84,16 @@ def _gaps(times: list[float]) -> int:
 
 def _increases(points: Series) -> tuple[Series, int]:
     """A counter's per-step increases; a drop is a reset (the counter restarted from zero), as Prometheus'
-    ``increase()`` reads it."""
+    ``increase()`` reads it. An increase across missing steps is spread over them (the rate it kept), not read
+    as one step's: a scrape gap in a steady counter is no spike."""
     out: Series = []
     resets = 0
-    for (_, before), (t, after) in pairwise(points):
-        if after >= before:
-            out.append((t, after - before))
-        else:
-            resets += 1
-            out.append((t, after))
+    deltas = [b - a for (a, _), (b, _) in pairwise(points) if b > a]
+    step = statistics.median(deltas) if deltas else 0.0
+    for (was, before), (t, after) in pairwise(points):
+        grown = after - before if after >= before else after
+        resets += after < before
+        out.append((t, grown * step / (t - was) if step and t - was > 1.5 * step else grown))
     return out, resets
 
 
@@ -164,7 +167,10 @@ def describe(series: Series, *, counter: bool = False, window: tuple[float, floa
     excursion = max(up, down)
     # Jitter: the smaller of the quiet start's and the whole window's typical step, so that neither a ramp
     # nor a step caught in the first third passes for noise.
-    noise = NOISE_FACTOR * min(_typical_step(quiet), _typical_step(values))
+    # (A quiet start of one point has no jitter of its own to measure: the whole window's steps are all there is,
+    # but its largest, which may be the change itself.)
+    noise = NOISE_FACTOR * (min(_typical_step(quiet), _typical_step(values)) if len(quiet) > 1 else
+                            statistics.median(sorted(abs(b - a) for a, b in pairwise(values))[:-1] or [0.0]))
     if excursion <= max(noise, RELATIVE_FLOOR * abs(baseline), 1e-12):
         return replace(plain, trend="flat", baseline=baseline)
 
@@ -195,16 +201,28 @@ def describe(series: Series, *, counter: bool = False, window: tuple[float, floa
         # its peak "back"; noise after a spike can reach half-way and still be noise)
         return level(v) < HIGH_LEVEL and (not clear(v) or level(v) < BACK_LEVEL)
 
+    def inside(v: float) -> bool:  # back inside the baseline's band (never near the peak: see returned)
+        return level(v) < HIGH_LEVEL and not clear(v)
+
     recovered = None
     if returned(current):
         recovered = len(values) - 1
         while recovered > extreme + 1 and returned(values[recovered - 1]):
             recovered -= 1
+        if len(values) - recovered <= _longest_inside(values[onset:recovered], inside):
+            recovered = None  # it was back inside its band as long before, and left again: intermittent, not over
+    # An intermittent series (sparse low counts: 0, 1, 0, 0, 1…) ends on a high point or a low one by chance: it
+    # is neither "steady high" because its last point is high nor back because its last points are low.
+    since = values[onset:]
+    intermittent = recovered is None and _longest_inside(since, inside) >= 2 and \
+        sum(map(inside, since)) >= INTERMITTENT_SHARE * len(since)
     tail = values[max(onset, len(values) - max(3, len(values) // 3)):]
     move = sign * (tail[-1] - tail[0]) / excursion if len(tail) > 1 else 1.0
     away, back = ("rising", "falling") if sign > 0 else ("falling", "rising")
     if recovered is not None:
         trend = "spiked and recovered" if sign > 0 else "dipped and recovered"
+    elif intermittent:
+        trend = "elevated" if sign > 0 else "lowered"
     elif level(current) >= HIGH_LEVEL:
         # Near the peak: still climbing, or holding since it first got this far?
         reached = next(i for i in range(onset, len(values)) if level(values[i]) >= HIGH_LEVEL)
@@ -225,6 +243,15 @@ def describe(series: Series, *, counter: bool = False, window: tuple[float, floa
                    onset_after_gap=blind and onset < len(values) - 1 and bool(gaps),
                    extreme=values[extreme], extreme_at=times[extreme], onset_at=times[onset],
                    recovered_at=times[recovered] if recovered is not None else None)
+
+
+def _longest_inside(values: list[float], inside: Callable[[float], bool]) -> int:
+    """The longest run of points back inside the baseline's band in ``values``."""
+    longest = run = 0
+    for v in values:
+        run = run + 1 if inside(v) else 0
+        longest = max(longest, run)
+    return longest
 
 
 def _n(value: float) -> float:

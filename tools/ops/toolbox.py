@@ -15,7 +15,7 @@ from tools.ops import toolbox_config as cfg
 from tools.ops.catalog import Catalog, Service
 from tools.ops.change_summary import recent, releases
 from tools.ops.changes import Change, ChangeSource, DemoMade, FileChanges, HttpChanges
-from tools.ops.changing import Changing
+from tools.ops.changing import Changing, verdict, warnings_of
 from tools.ops.changing import error_rate as _error_rate
 from tools.ops.clock import Clock
 from tools.ops.docs import DocIndex
@@ -351,7 +351,8 @@ def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox
         return {"service_id": service.id, "environment": env, "backend": backend.name, "action": action,
                 "rollout": rollout.status, "rollout_detail": rollout.detail, "waited_s": rollout.waited_s,
                 "error_rate_before": before, "error_rate_after": after,
-                "verdict": _verdict(rollout.status, before, after), "confirmed_by": ctx.confirmed_by}
+                **({"error_rate_warnings": w} if (w := warnings_of(before, after)) else {}),
+                "verdict": verdict(("restart", "restarted"), rollout, before, after), "confirmed_by": ctx.confirmed_by}
 
     rollbacks = _actions(conf, conf.rollback, "rollback", changes, clock)  # planned from releases, not `made`
     scaling = _actions(conf, conf.scale, "scale", changes, clock)
@@ -364,18 +365,3 @@ def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox
     specs = [search_resource, search_docs, query_logs, query_metrics, recent_changes, restart_service,
              *changing.specs()]
     return Toolbox(specs, catalog, docs, logs, metrics, backend, changes, clock, rollbacks, scaling)
-
-
-def _verdict(rollout: str, before: float | str | None, after: float | str | None) -> str:
-    if rollout == "timed_out":
-        return "restart issued, but the rollout did not finish: it is NOT verified"
-    if rollout == "failed":
-        return "restart issued, but the job failed"
-    if rollout == "unknown":
-        return "restart issued; its progress could not be followed"
-    if isinstance(before, float) and isinstance(after, float):
-        if f"{before:.2%}" == f"{after:.2%}":
-            return f"restarted; the error rate stayed at {after:.2%}"
-        trend = "fell" if after < before else "rose"
-        return f"restarted; the error rate {trend} from {before:.2%} to {after:.2%}"
-    return "restarted; the error rate could not be compared"

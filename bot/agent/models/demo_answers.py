@@ -333,6 +333,15 @@ def unverified(rollout: object, zh: bool) -> str:
     return zh_words if zh else en_words
 
 
+def partial(d: dict[str, Any], zh: bool) -> str:
+    """That a change's before/after figures stand on part of the data (the backend warned), if they do."""
+    warned = d.get("error_rate_warnings") or []
+    if not warned:
+        return ""
+    text = str(warned[0])[:120].replace("`", "'")
+    return f"（数据不完整，Prometheus 警告：`{text}`）" if zh else f" (partial data, Prometheus warned: `{text}`)"
+
+
 def answer_restart(result: ToolResultMessage, zh: bool) -> str:
     body = data(result)
     if body.get("ok"):
@@ -345,6 +354,7 @@ def answer_restart(result: ToolResultMessage, zh: bool) -> str:
                       f"错误率从 {before:.2%} {'降到' if after < before else '升到'} {after:.2%}") if zh else
                      (f"the error rate stayed at {after:.2%}" if same else
                       f"the error rate {'fell' if after < before else 'rose'} from {before:.2%} to {after:.2%}"))
+            trend += partial(d, zh)
         what, where = f"`{d['service_id']}`", d["environment"]
         if rollout != "complete":  # issued, not verified: never "restarted"
             return (f"已发起重启 {what}（{where}），但{unverified(rollout, zh)}。_来源: restart_service_" if zh else

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from bot.agent.models.demo_answers import data, metric_part, ok_data, span, stamp, unverified
+from bot.agent.models.demo_answers import data, metric_part, ok_data, partial, span, stamp, unverified
 from bot.agent.models.demo_intent import Ask, window
 from core.messages import Message, ToolResultMessage
 
@@ -280,8 +280,8 @@ def restarts_part(results: list[ToolResultMessage], earlier: Sequence[Message], 
         d = data(ours[-1]).get("data") or {}
         before, after = d.get("error_rate_before"), d.get("error_rate_after")
         both = isinstance(before, float) and isinstance(after, float)
-        figures = (f"：错误率 {before:.1%} → {after:.1%}" if zh else f": error rate {before:.1%} → {after:.1%}") \
-            if both else ""
+        figures = (f"：错误率 {before:.1%} → {after:.1%}" if zh else f": error rate {before:.1%} → {after:.1%}") + \
+            partial(d, zh) if both else ""
         lines.append(f"  • 这个线程里通过 OpsPilot 重启过{figures}" if zh else
                      f"  • Restarted through OpsPilot in this thread{figures}")
     if any(w in question.lower() for w in _HELP):
@@ -351,8 +351,8 @@ def answer_change(result: ToolResultMessage, zh: bool) -> str:
     sid, env = d.get("service_id"), d.get("environment")
     where = f"`{sid}`（`{env}`）" if zh else f"`{sid}` in {env}"
     before, after = d.get("error_rate_before"), d.get("error_rate_after")
-    rates = (f"；错误率 {before:.2%} → {after:.2%}" if zh else f"; error rate {before:.2%} → {after:.2%}") \
-        if isinstance(before, float) and isinstance(after, float) else ""
+    rates = (f"；错误率 {before:.2%} → {after:.2%}" if zh else f"; error rate {before:.2%} → {after:.2%}") + \
+        partial(d, zh) if isinstance(before, float) and isinstance(after, float) else ""
     source = f"_来源：`{result.name}`_" if zh else f"_source: {result.name}_"
     if d.get("rollout") != "complete":  # issued, not verified: never "rolled back" or "scaled"
         how = unverified(d.get("rollout"), zh)

@@ -163,6 +163,8 @@ def _restart(data: dict[str, Any], lang: str) -> str:
     before, after = data.get("error_rate_before"), data.get("error_rate_after")
     if isinstance(before, int | float) and isinstance(after, int | float):
         text += say(lang, "out_error_rate", before=f"{before:.2%}", after=f"{after:.2%}")
+        if warned := data.get("error_rate_warnings"):  # the figures stand on part of the data
+            text += say(lang, "out_partial", warning=_code(str(warned[0]), 120))
     return text
 
 

@@ -55,6 +55,7 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
     "change_about": ("about {at}", "约 {at}"),
     "out_not_checked": (" (not checked: {sources})", "（未检查：{sources}）"),
     "out_error_rate": ("; error rate {before} → {after}", "；错误率 {before} → {after}"),
+    "out_partial": (" (partial data, Prometheus warned: {warning})", "（数据不完整，Prometheus 警告：{warning}）"),
     "dm_unknown": ("I could not check this conversation with Slack just now: try again in a moment.",
                    "刚才无法向 Slack 确认这个对话：请稍后再试。"),
     "not_my_dm": ("I am not in this conversation: ask me in a channel I am in, or in a direct message to me.",
