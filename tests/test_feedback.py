@@ -5,6 +5,7 @@ App Home and `opspilot stats` show them. Someone not allowed, a forged or malfor
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -350,7 +351,43 @@ async def test_home_does_not_say_none_when_it_read_only_others(redis_url: str, p
                 model="m", user="UIN"))
         home = ws.service.inbound.home
         assert home is not None
-        said = await home_lines(ws.store, home.visibility, "UOTHER", "en")
+        said = await home_lines(ws.store, home.visibility, home.people, "UOTHER", "en")
         assert f"None you can see among the latest {DOWN_READ} 👎." in said and "lately" not in said
+    finally:
+        await ws.stop()
+
+
+async def test_a_question_opspilot_composed_names_its_asker_on_home_and_in_the_handover(
+        redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    """The "Investigate with OpsPilot" shortcut's question is OpsPilot's own sentence ("<@UREQ> asked me to…"):
+    App Home's latest 👎 and the handover's topic escaped it as someone's words, so people read a raw "<@UREQ>"."""
+    from bot.demo.workspace import all_text
+
+    slack.profiles["UREQ"] = "Rita"
+    ws = await open_workspace(redis_url, prefix, slack)
+    try:
+        posted = slack.post_as_user(CHANNEL, "UALICE", "payments is throwing 500s since 10:02")
+        await ws.sender.action({"type": "message_action", "callback_id": "opspilot_investigate_message",
+                                "trigger_id": "sc-1", "team": {"id": "T0001"}, "user": {"id": "UREQ"},
+                                "channel": {"id": CHANNEL}, "message": {k: posted[k] for k in ("ts", "text", "user")},
+                                "response_url": slack.response_url(CHANNEL)})
+        await ws.settle()
+        answer = slack.thread(CHANNEL, posted["ts"])[-1]
+        down = next(b for b in buttons(answer) if b["action_id"] == "opspilot_feedback_down")
+        await ws.sender.action(block_action(user="UREQ", channel=CHANNEL, message=answer,
+                                            action_id=down["action_id"], value=down["value"]))
+        await ws.settle()
+        await ws.sender.action(view_submission(user="UREQ", view=slack.modals[-1]["view"],
+                                               values=picked("wrong_facts", "off")))
+        await ws.settle()
+        await ws.sender.event({"type": "app_home_opened", "user": "UREQ", "tab": "home", "channel": "D0HOME"})
+        await ws.sender.command({"command": "/opspilot", "text": "handover", "user_id": "UREQ", "channel_id": CHANNEL,
+                                 "team_id": "T0001", "trigger_id": "9.2", "response_url": slack.response_url(CHANNEL)})
+        await ws.settle()
+        home = json.dumps(slack.homes.get("UREQ"), ensure_ascii=False)
+        handover = next(all_text(m) for (c, _), m in slack.messages.items() if c == CHANNEL and "Handover" in all_text(m))
+        for where, text in (("home", home), ("handover", handover)):
+            assert "&lt;@UREQ&gt;" not in text and "@Rita asked me to investigate" in text, (where, text)
+            assert re.search(r"@Rita asked me to investigate[^“”]*…", text), (where, text)  # cut, and says so
     finally:
         await ws.stop()

@@ -33,6 +33,7 @@ from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.api_errors import SLACK_FAILURES, may_have_acted, slack_error
 from bot.slack.outbound.counters import Metrics
 from bot.slack.outbound.outbox import SlackOutbox
+from bot.slack.outbound.people import People
 from bot.slack.outbound.thread_meta import RUN, THREAD, channel_of, thread_key
 from bot.slack.outbound.words import language_of, say
 from core.redact import redact
@@ -239,7 +240,8 @@ def thread_url(entry: FeedbackEntry) -> str:
     return f"https://slack.com/archives/{channel}/p{ts.replace('.', '')}"
 
 
-async def home_lines(reports: Reports, visibility: Visibility, viewer: str, lang: str, count: int = 5) -> str:
+async def home_lines(reports: Reports, visibility: Visibility, people: People, viewer: str, lang: str,
+                     count: int = 5) -> str:
     """The latest 👎 someone may see on their Home tab: from conversations they can read in Slack, where they may use
     OpsPilot (a direct message's only to its person)."""
     lines, read = [], await reports.feedback.latest("down", DOWN_READ)  # deep: a busy channel's are not theirs
@@ -247,7 +249,7 @@ async def home_lines(reports: Reports, visibility: Visibility, viewer: str, lang
         if not await visibility.may_see(viewer, channel_of(entry.thread_id), person=entry.user):
             continue
         note = f": {kit.quoted(entry.note[:120])}" if entry.note else ""  # one line: never a forged entry
-        question = kit.quoted(entry.question[:80]) or "…"
+        question = kit.quoted(await people.quoted(entry.question, 80)) or "…"
         lines.append(f"• {kit.hhmm(entry.at)} — *{reason_words(lang, entry.reason)}*{note} — “{question}” — "
                      f"<{thread_url(entry)}|{say(lang, 'home_thread')}> — {kit.model_name(entry.model, lang)}")
         if len(lines) == count:

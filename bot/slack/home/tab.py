@@ -102,7 +102,7 @@ class Home:
                        *await self.timers(user, lang)]
         blocks += [{"type": "divider"}, kit.mrkdwn(f"*{say(lang, 'home_changes')}*"), *await self._changes(user, lang)]
         blocks += [{"type": "divider"}, kit.mrkdwn(f"*{say(lang, 'home_latest_down')}*"),
-                   kit.mrkdwn(await home_lines(self.reports, self.visibility, user, lang))]
+                   kit.mrkdwn(await home_lines(self.reports, self.visibility, self.people, user, lang))]
         return blocks[:100]  # Slack's limit for a Home view
 
     async def _not_allowed(self, lang: str = "en") -> str:

@@ -17,6 +17,7 @@ from bot.slack.incidents.document import run_state
 from bot.slack.incidents.incident import asked_in, calls_of
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.api_errors import SLACK_FAILURES
+from bot.slack.outbound.people import People
 from bot.slack.outbound.thread_meta import thread_key
 from bot.slack.outbound.words import say
 from state.memory import MemoryStore
@@ -52,8 +53,9 @@ class Entry:
 
 class Handover:
     def __init__(self, *, client: AsyncWebClient, store: RedisStore | MemoryStore, meta: MetaStore,
-                 followups: FollowUps | None = None) -> None:
+                 followups: FollowUps | None = None, people: People | None = None) -> None:
         self.client, self.store, self.meta, self.followups = client, store, meta, followups
+        self.people = people or People(client)
 
     async def entries(self, channel: str, since: float) -> list[Entry]:
         found = []
@@ -78,7 +80,7 @@ class Handover:
         pending: list[str] = []
         for e in entries:
             run, link = e.run, links[e.thread_ts]
-            subject = kit.quoted(e.topic[:80])
+            subject = kit.quoted(await self.people.quoted(e.topic, 80))
             unknown = any(c.error_code == "outcome_unknown" for c in calls_of(run))  # a change to check by hand
             state = run_state(run, lang, kit.who) + (f", {say(lang, 'ho_firing')}" if e.firing else "") + \
                 (f", {say(lang, 'st_unknown')}" if unknown else "")

@@ -72,3 +72,10 @@ class People:
             last = match.end()
         out.append(text[last:])
         return re.sub(r"[ \t]{2,}", " ", "".join(out)).strip()
+
+    async def quoted(self, text: str, limit: int) -> str:
+        """A stored question inside one of our lines (a list on Home, a handover): people as @name, never as the
+        raw ``<@U…>`` an escaped mention would show (a question OpsPilot composed names who asked), at most
+        ``limit`` characters, an ellipsis where it was cut. Still to be quoted (:func:`blocks.quoted`)."""
+        words = " ".join((await self.plain(text, me=None)).split())
+        return words if len(words) <= limit else words[:limit - 1].rstrip() + "…"
