@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
-import time
 from typing import TYPE_CHECKING, Any, cast
 
 from bot import exits, log_format, startup
 from bot.slack.outbound.words import say
-from core.text import inert
+from core.text import show
 
 if TYPE_CHECKING:
     from bot.config import Settings
@@ -59,6 +57,12 @@ def _add(sub: Any, name: str, common: argparse.ArgumentParser, short: str) -> ar
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=f"example:\n  {example}\n\nenvironment: {reads}"))
 
 
+def _at_least_0(value: str) -> int:
+    if not value.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of 0 or more")
+    return int(value)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="opspilot", description="OpsPilot, the ops assistant for on-call engineers")
     parser.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
@@ -77,16 +81,16 @@ def _parser() -> argparse.ArgumentParser:
     chat_cmd = _add(sub, "chat", common, "talk to OpsPilot in the terminal")
     chat_cmd.add_argument("--user", default="local-user", help="who you are (for confirmations and audit)")
     serve_cmd = _add(sub, "serve", common, "serve Slack: Socket Mode with SLACK_APP_TOKEN, otherwise HTTP on $PORT")
-    serve_cmd.add_argument("--workers", type=int, default=None,
+    serve_cmd.add_argument("--workers", type=_at_least_0, default=None,
                            help="worker processes beside the front (default: one per CPU the container may use, "
                                 "its CPU quota; at most 4; 0: one process)")
     serve_cmd.add_argument("--port", type=int, default=None,
                            help="HTTP port of the front (default: $PORT or 3000); workers use the next ones")
-    for cmd in (serve_cmd,):
-        cmd.add_argument("--demo-data", action="store_true", help="answer from the bundled demo data on purpose "
-                         "(without it, serve refuses to start when nothing points the toolbox at your systems)")
+    serve_cmd.add_argument("--demo-data", action="store_true", help="answer from the bundled demo data on purpose "
+                           "(without it, serve refuses to start when nothing points the toolbox at your systems)")
     worker_cmd = _add(sub, "worker", common, "run the engine for fronts elsewhere (reads the work queue in Redis)")
-    worker_cmd.add_argument("--port", type=int, default=None, help="serve /healthz and /metrics on this port")
+    worker_cmd.add_argument("--port", type=int, default=None,
+                            help="serve /healthz, /readyz and /metrics on this port (default: $PORT, else none)")
     demo_cmd = _add(sub, "demo", common, "a Slack-like channel in your browser, no Slack workspace needed")
     demo_cmd.add_argument("--port", type=int, default=None, help="default: $PORT or 3000")
     _add(sub, "tools", common, "every tool: where it comes from, read-only or a change, when a person confirms")
@@ -112,12 +116,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def show(line: str = "", **kw: Any) -> None:
-    """A line on an operator's terminal: what others wrote (a 👎 note, a question, a server's error) is shown
-    with its control characters as ``<U+001B>``, never obeyed (a hidden link, a cleared screen, a forged line)."""
-    print(inert(line), **kw)
-
-
 class _Version(argparse.Action):
     """``--version``, read from the installed package only when asked (importlib.metadata: ~15 ms a start)."""
 
@@ -134,86 +132,6 @@ def _version() -> str:
         return version("opspilot")
     except PackageNotFoundError:  # run from a checkout without installing
         return "unknown (not installed)"
-
-
-async def _stats(window: str, config: str | None) -> int:
-    settings = _settings(config)
-    from bot.assembly import open_store
-    from bot.slack.feedback.votes import thread_url
-    from bot.slack.outbound.thread_meta import channel_of
-
-    store = await open_store(settings, fallback=False)
-    try:
-        seconds = {"1h": 3600, "1d": 86400, "7d": 7 * 86400}[window]
-        s = await store.stats(seconds)
-        downs = [e for e in await store.feedback.latest("down", 10) if e.at >= s.since]
-        work, dead = await store.queue.stats(), await store.queue.dead_letters(5)
-    finally:
-        await store.close()
-    public = await _public_channels(settings, {channel_of(e.thread_id) for e in downs})
-    show(f"OpsPilot — last {window}, counted in whole hours since "  # the span the hour buckets really cover
-         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(s.since))}")
-    show(f"  runs                        {s.runs}")
-    show(f"  average steps per run       {s.avg_steps:.2f}")
-    show(f"  tool calls / failures       {s.get('tool_calls')} / {s.get('tool_failures')}"
-          f"  ({s.tool_failure_rate:.1%} failed)")
-    asked, resumed = s.get("interrupts"), s.get("resumed")  # answers count in their hour, questions in theirs
-    rate = f"{resumed / asked:.1%}" if asked >= resumed and asked else "none asked" if not resumed else \
-        "more answers than questions: asked before this window, or not counted (a process stopped first)"
-    show(f"  interrupts → resumed        {asked} → {resumed}  ({rate})")
-    show(f"  answers rated 👍 / 👎        {s.get('feedback_up')} / {s.get('feedback_down')}")
-    show(f"  follow-ups fired / skipped / cancelled     {s.get('followup_fired')} / {s.get('followup_skipped')} / "
-          f"{s.get('followup_cancelled')}")
-    show(f"  scheduled checks fired / skipped / cancelled  {s.get('schedule_fired')} / {s.get('schedule_skipped')} / "
-          f"{s.get('schedule_cancelled')}  (reported {s.get('schedule_reported')}, quiet {s.get('schedule_quiet')})")
-    print(f"  runs refused by limits      {s.get('refused_person')} per person / {s.get('refused_channel')} per "
-          "channel")
-    read, written, full = s.get("cache_read_tokens"), s.get("cache_write_tokens"), s.get("input_tokens")
-    total = read + written + full
-    show(f"  input tokens                {total}: {full} at full price, {read} read from the prompt cache "
-          f"({read / total if total else 0:.0%}), {written} written to it; output {s.get('output_tokens')}")
-    show(f"  work set aside (dead letters, 14 days)  {work.dead}"
-          + ("" if not dead else "  — newest first:"))
-    for d in dead:  # what it was and where, never its text (a person's words, shown to operators only in Slack)
-        show(f"    {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(d.at))}  {_work_label(d.body)}, "
-              f"{d.deliveries} tries: {inert(d.reason)[:160]}")
-    show("  stop reasons")
-    for reason, count in s.stop_reasons.items() or {"(none yet)": 0}.items():
-        show(f"    {reason:<24}  {count}")
-    show("  latest 👎 (newest first)" if downs else "  latest 👎: none")
-    for e in downs:
-        shown = channel_of(e.thread_id) in public  # a terminal has no reader: only what the workspace may read
-        note = f": {' '.join(e.note.split())[:100]}" if e.note and shown else ""
-        show(f"    {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(e.at))}  "
-              f"{say('en', 'reason_' + e.reason).lower()}{note} — by {e.user}, model {e.model}")
-        show(f"      asked: {' '.join(e.question.split())[:100]}" if shown else "      (private conversation)")
-        show(f"      {thread_url(e)}")
-    return 0
-
-
-async def _public_channels(settings: Settings, channels: set[str]) -> set[str]:
-    """Which of ``channels`` Slack says are public (``conversations.info`` with the bot token); none without one,
-    or while Slack does not answer: a private conversation's words never reach a terminal on a guess."""
-    if not settings.slack.bot_token or not channels:
-        return set()
-    from slack_sdk.web.async_client import AsyncWebClient
-
-    from bot.slack.inbound.visibility import Visibility
-
-    slack = Visibility(AsyncWebClient(token=settings.slack.bot_token, base_url=settings.slack.api_url, timeout=10))
-    return {c for c in channels if await slack.public(c)}
-
-
-def _work_label(body: str) -> str:
-    """A work item as a line of ``stats``: its kind and where it was (channel, thread), not what it said."""
-    try:
-        item = json.loads(body)
-    except ValueError:
-        return "unreadable item"
-    if not isinstance(item, dict):
-        return "unreadable item"
-    where = "/".join(str(item[k]) for k in ("channel", "thread_ts") if item.get(k))
-    return inert(f"{item.get('kind', '?')}{' in ' + where if where else ''}")
 
 
 async def _tools(config: str | None) -> int:
@@ -381,8 +299,12 @@ def _command(args: argparse.Namespace) -> int:
         if args.command == "worker":
             from bot.slack.serve import work
 
-            return asyncio.run(work(_settings(args.config), port=_port(args.port)))
-        return asyncio.run(_stats(args.window, args.config))
+            settings = _settings(args.config)  # $PORT or slack.port, when set, as the image's health check asks
+            given = "port" in settings.slack.model_fields_set
+            return asyncio.run(work(settings, port=_port(args.port) or (settings.slack.port if given else None)))
+        from bot.stats import stats
+
+        return asyncio.run(stats(_settings(args.config), args.window))
     except ConfigError as exc:
         print(f"opspilot: {exc}", file=sys.stderr)
         return exits.CONFIG

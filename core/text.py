@@ -111,3 +111,9 @@ def inert(text: str) -> str:
     a note or a question cannot hide a link, clear the screen or forge a line (``opspilot stats``, ``report``,
     ``check`` and the chat print through this)."""
     return "".join(f"<U+{ord(c):04X}>" if _control(c) else c for c in reveal(text))
+
+
+def show(line: str = "", **kw: Any) -> None:
+    """A line on an operator's terminal: what others wrote (a 👎 note, a question, a server's error) is shown
+    with its control characters as ``<U+001B>``, never obeyed (a hidden link, a cleared screen, a forged line)."""
+    print(inert(line), **kw)

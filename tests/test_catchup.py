@@ -152,3 +152,49 @@ async def test_a_run_cut_off_with_a_change_in_flight_still_waits_for_a_person(re
     finally:
         probe.release.set()
         await first.stop()
+
+
+async def test_a_second_resume_is_told_the_run_moved_on_never_to_send_it_again(redis_url: str, prefix: str,
+                                                                               slack: FakeSlack) -> None:
+    """A colleague's Resume while the resumed run went on was told "I am still working on the previous message …
+    send it again in a moment"; one pressed after the run finished got no word at all."""
+    from bot.demo.sender import block_action
+    from tests.slack_harness import progress_of
+
+    probe = Probe()
+    tools = toolkit(probe)
+    model = ScriptedModel([reply("", call("blocker", "b1")), reply("", call("blocker", "b2")),
+                           reply("resumed and finished")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, specs=[tools["blocker"]])
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "block", "65.1"))
+        await asyncio.wait_for(probe.started.setdefault("blocker", asyncio.Event()).wait(), 10)
+        await ws.store.journal.start(str(await ws.store.thread_run(thread_key(CHANNEL, "65.1"))), "b1")
+        for task in list(ws.service.inbound.tasks.running):  # its worker dies with the change in flight
+            task.cancel()
+        await until(lambda: not ws.service.inbound.tasks.running)
+        await ws.service.core.sweeps.sweep(now=time.time() + 600)
+        await ws.settle()
+        stalled = progress_of(slack, "65.1")
+        resume = next(b for b in buttons(stalled) if b["action_id"] == "opspilot_resume")
+        probe.started["blocker"].clear()
+
+        async def press(user: str) -> None:
+            await ws.sender.action(block_action(user=user, channel=CHANNEL, message=stalled,
+                                                action_id="opspilot_resume", value=resume["value"]))
+
+        await press("UREQ")
+        await asyncio.wait_for(probe.started["blocker"].wait(), 10)  # resumed: b2 running
+        await press("UBOB")
+        await until(lambda: slack.ephemeral_texts("UBOB"))
+        assert "someone resumed it a moment ago" in slack.ephemeral_texts("UBOB")[-1]
+        assert not any("send it again" in t for t in slack.ephemeral_texts("UBOB"))
+        probe.release.set()
+        await ws.settle()
+        assert any("resumed and finished" in all_text(m) for m in slack.thread(CHANNEL, "65.1"))
+        await press("UBOB")
+        await until(lambda: len(slack.ephemeral_texts("UBOB")) == 2)
+        assert "already finished: there is nothing to resume" in slack.ephemeral_texts("UBOB")[-1]
+    finally:
+        probe.release.set()
+        await ws.stop()

@@ -280,6 +280,26 @@ async def test_a_port_in_use_is_exit_3_everywhere(command: str, redis_url: str, 
     assert code == 3 and f"port {port} is in use" in err, err
 
 
+async def test_a_worker_serves_its_health_on_dollar_port(redis_url: str, prefix: str, tmp_path: Path) -> None:
+    """The image sets PORT and its health check asks $PORT: a worker without --port served nothing at all (here the
+    port is taken, so a worker that reads $PORT says so and exits 3)."""
+    port = free_port()
+    env = {"REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix, "SLACK_BOT_TOKEN": "xoxb-1", "PORT": str(port)}
+    with socket.socket() as squatter:
+        squatter.bind(("0.0.0.0", port))
+        squatter.listen()
+        code, _, err = await run_cli(["worker"], "", env, tmp_path)
+    assert code == 3 and f"port {port} is in use" in err, err
+
+
+def test_serve_refuses_a_negative_number_of_workers(capsys: pytest.CaptureFixture[str]) -> None:
+    from bot.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--workers", "-1"])
+    assert exited.value.code == 2 and "not a whole number of 0 or more" in capsys.readouterr().err
+
+
 def test_config_write_says_updated_only_when_it_changed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from bot.cli import main
 

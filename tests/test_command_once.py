@@ -13,7 +13,7 @@ import pytest
 
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
-from bot.slack.inbound.work import Delivery
+from bot.slack.inbound.work_items import Delivery
 from bot.slack.service import _reader
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
 

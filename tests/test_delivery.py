@@ -11,7 +11,8 @@ from bot.agent.models.scripted import ScriptedModel, reply
 from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text
-from bot.slack.inbound.work import Converse, Executor, WorkItem
+from bot.slack.inbound.work import Executor
+from bot.slack.inbound.work_items import Converse, WorkItem
 from bot.slack.inbound.worker import MAX_DELIVERIES, Worker
 from core.messages import Message
 from state.queue import Lane

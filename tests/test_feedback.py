@@ -385,7 +385,8 @@ async def test_a_question_opspilot_composed_names_its_asker_on_home_and_in_the_h
                                  "team_id": "T0001", "trigger_id": "9.2", "response_url": slack.response_url(CHANNEL)})
         await ws.settle()
         home = json.dumps(slack.homes.get("UREQ"), ensure_ascii=False)
-        handover = next(all_text(m) for (c, _), m in slack.messages.items() if c == CHANNEL and "Handover" in all_text(m))
+        handover = next(all_text(m) for (c, _), m in slack.messages.items()
+                        if c == CHANNEL and "Handover" in all_text(m))
         for where, text in (("home", home), ("handover", handover)):
             assert "&lt;@UREQ&gt;" not in text and "@Rita asked me to investigate" in text, (where, text)
             assert re.search(r"@Rita asked me to investigate[^“”]*…", text), (where, text)  # cut, and says so

@@ -11,7 +11,7 @@ from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.demo.sender import block_action, mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
-from bot.slack.inbound.work import Answer
+from bot.slack.inbound.work_items import Answer
 from core.messages import ToolResultMessage
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
 from tools import ops

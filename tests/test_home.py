@@ -101,3 +101,37 @@ async def test_home_lists_no_card_its_viewer_could_not_confirm_where_it_is(redis
         assert "confirm `restart_service`" not in home_text(slack, "UBOSS")
     finally:
         await ws.stop()
+
+
+async def test_a_cancel_on_home_refused_while_its_schedule_fires_says_why(redis_url: str, prefix: str,
+                                                                          slack: FakeSlack) -> None:
+    """Cancel pressed on App Home while the schedule was being fired was refused, and the tab was published again
+    with it still listed and no word why (in a channel the same press says it is running right now)."""
+    import json
+
+    ws = await open_workspace(redis_url, prefix, slack)
+    try:
+        await ws.sender.command({"command": "/opspilot", "text": 'schedule "0 9 * * *" UTC check payments errors',
+                                 "user_id": "UREQ", "channel_id": CHANNEL, "team_id": "T0001", "trigger_id": "9.7",
+                                 "response_url": slack.response_url(CHANNEL)})
+        await ws.settle()
+        assert ws.service.inbound.timers is not None
+        timers = ws.service.inbound.timers.slack.timers
+        [timer] = [t for t in await timers.every() if t.owner == "UREQ"]
+        await ws.sender.event({"type": "app_home_opened", "user": "UREQ", "tab": "home", "channel": "D0HOME"})
+        await ws.settle()
+        home = slack.homes["UREQ"]
+        cancel = next(b["accessory"] for b in home["blocks"] if (b.get("accessory") or {}).get("value") == timer.id)
+        assert [c.timer.id for c in await timers.claim(timer.due + 1, 60)] == [timer.id]  # being fired now
+        await ws.sender.action({"type": "block_actions", "team": {"id": "T0001"}, "user": {"id": "UREQ"},
+                                "api_app_id": "A0001", "trigger_id": "4.5.6",
+                                "container": {"type": "view", "view_id": "VHOME"},
+                                "view": {"id": "VHOME", "type": "home", "blocks": home["blocks"]},
+                                "actions": [{"type": "button", "action_id": cancel["action_id"], "block_id": "b",
+                                             "value": cancel["value"], "action_ts": f"{time.time():.6f}"}]})
+        await ws.settle()
+        assert await timers.get(timer.id) is not None  # not cancelled: it is under way
+        shown = json.dumps(slack.homes["UREQ"], ensure_ascii=False)
+        assert "This scheduled check is running right now" in shown, shown
+    finally:
+        await ws.stop()

@@ -12,7 +12,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
 
 from bot.slack.inbound.background import Background
-from bot.slack.inbound.work import Delivery
+from bot.slack.inbound.work_items import Delivery
 from bot.slack.service import _reader
 
 EVENT = {"type": "event_callback", "team_id": "T1", "api_app_id": "A1", "event_id": "Ev1", "event_time": 1,

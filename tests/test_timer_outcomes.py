@@ -16,7 +16,7 @@ from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
 from bot.run_limits import RunLimits
 from bot.slack.followups.buttons import CANCEL, RECHECK
-from bot.slack.inbound.work import Converse
+from bot.slack.inbound.work_items import Converse
 from tests.language_scan import english_runs
 from tests.slack_harness import CHANNEL, Workspace
 from tests.test_followups import restarted

@@ -12,7 +12,7 @@ import os
 import sys
 
 from bot.slack.followups.firing import HANDED
-from bot.slack.inbound.work import Converse
+from bot.slack.inbound.work_items import Converse
 from state import Keys, RedisStore, connect
 
 

@@ -18,7 +18,7 @@ from bot.agent.events import Event, LoopInterrupt, RunFinished, RunStalled
 from bot.agent.fallback import Fallback
 from bot.agent.outcome import pending_view
 from bot.agent.periodic import Periodic, claimed
-from bot.slack.inbound.work import AUTOMATIC, RunButton
+from bot.slack.inbound.work_items import AUTOMATIC, RunButton
 from bot.slack.outbound.thread_meta import THREAD
 from bot.slack.outbound.words import language_of
 from bot.slack.render import Renderer

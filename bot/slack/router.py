@@ -1,7 +1,7 @@
 """Slack → work: mentions, thread replies, DMs, the slash command and button clicks become work items.
 
 Listeners acknowledge first; this checks (dedupe, who may do what, the ticket a click opens) and hands a
-:data:`bot.slack.inbound.work.WorkItem` on — to this process's executor, or to the queue for the workers. It never
+:data:`bot.slack.inbound.work_items.WorkItem` on — to this process's executor, or to the queue for the workers. It never
 runs the engine's turns itself, and never renders a run (that is :mod:`bot.slack.render`)."""
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from bot.slack.inbound.background import Background
 from bot.slack.inbound.receipt import Receipt
 from bot.slack.inbound.run_gate import Admitted, Door, RunGate
 from bot.slack.inbound.thread_reader import render, rich_text
-from bot.slack.inbound.work import CLICK_LOST, STORE_DOWN, Answer, Converse, RunButton, WorkItem
+from bot.slack.inbound.work import CLICK_LOST, STORE_DOWN
+from bot.slack.inbound.work_items import Answer, Converse, RunButton, WorkItem
 from bot.slack.incidents.commands import IncidentCommands
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.counters import Metrics
@@ -90,8 +91,7 @@ class Inbound:
         channel, ts = str(event["channel"]), str(event["ts"])
         thread_ts = str(event.get("thread_ts") or ts)
         try:
-            await self._message(event, event_id, channel, ts, thread_ts, mentioned=mentioned,
-                                bot_user_id=bot_user_id)
+            await self._message(event, event_id, channel, ts, thread_ts, mentioned=mentioned, bot_user_id=bot_user_id)
         except StoreError as exc:  # Redis stayed away longer than the grace period
             ref = uuid.uuid4().hex[:8]
             log.error("message %s in %s dropped (ref %s): %s", ts, channel, ref, exc)
@@ -222,9 +222,9 @@ class Inbound:
                             thread_ts, value)
                 return await self._refuse(channel, user, _MISPLACED, thread_ts)
             return await self.timers.slack.click_recheck(user, value, channel, thread_ts)
-        await self.timers.slack.click_cancel(user, value, channel, thread_ts)
+        said = await self.timers.slack.click_cancel(user, value, channel, thread_ts)
         if (body.get("view") or {}).get("type") == "home" and self.home is not None:
-            await self.home.publish(user)  # the list without the one cancelled
+            await self.home.publish(user, notice=said)  # the list without the one cancelled, or why it is not
 
     async def _investigate(self, alert_ts: str, user: str, channel: str, thread_ts: str | None) -> None:
         verdict = await self.access.may_use(user, channel, direct=channel.startswith("D"))

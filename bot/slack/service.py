@@ -30,7 +30,8 @@ from bot.slack.inbound.gate import bolt_text
 from bot.slack.inbound.identity import Identity
 from bot.slack.inbound.run_gate import RunGate
 from bot.slack.inbound.thread_reader import ThreadReader
-from bot.slack.inbound.work import Delivery, Executor, NotYet, WorkItem
+from bot.slack.inbound.work import Executor
+from bot.slack.inbound.work_items import Delivery, NotYet, WorkItem
 from bot.slack.inbound.worker import Worker, attempts
 from bot.slack.outbound.counters import Metrics, retry_handlers
 from bot.slack.outbound.outbox import SlackOutbox

@@ -23,7 +23,7 @@ from bot.slack.alerts.parsing import Alert, parse
 from bot.slack.inbound.run_gate import RunGate
 from bot.slack.inbound.thread_log import log_alert
 from bot.slack.inbound.thread_reader import STATUS_NOTE, material, message_text, quote_thread
-from bot.slack.inbound.work import Converse, WorkItem
+from bot.slack.inbound.work_items import Converse, WorkItem
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.thread_meta import STORM, thread_key

@@ -165,13 +165,14 @@ class SlackFollowups:
 
     # --- clicks ------------------------------------------------------------------------------------------------
 
-    async def click_cancel(self, user: str, timer_id: str, channel: str, thread_ts: str | None) -> None:
+    async def click_cancel(self, user: str, timer_id: str, channel: str, thread_ts: str | None) -> str:
+        """Cancel a follow-up or a schedule from its button. Returns what was said to a click from App Home, which
+        has no channel to say it in (its list is published again with it), else ""."""
         timer = await self.timers.get(timer_id)
         if timer is None:
             lang = (await self.meta.get(THREAD, thread_key(channel, thread_ts))).get("lang", "en") \
                 if thread_ts else "en"
-            await self._tell(channel, user, say(lang, "fu_gone"), thread_ts)
-            return
+            return await self._tell(channel, user, say(lang, "fu_gone"), thread_ts)
         lang = await self.lang(timer)
         misplaced = bool(channel) and (channel != timer.channel or (thread_ts or None) != (timer.thread_ts or None))
         if misplaced or not await self.visibility.may_see(user, timer.channel, person=timer.owner):
@@ -179,22 +180,20 @@ class SlackFollowups:
             # who cannot read its conversation: nothing is done, and nothing about it is said.
             log.warning("cancel of %s %s by %s from %s refused: %s", timer.kind, timer.id, user, channel or "App Home",
                         "another conversation's button" if misplaced else f"they cannot read {timer.channel}")
-            return
+            return ""
         verdict = await self.access.may_use(user, timer.channel, direct=timer.channel.startswith("D"))
         if not verdict.allowed:
-            await self._tell(channel, user, verdict.words(lang), thread_ts)
-            return
+            return await self._tell(channel, user, verdict.words(lang), thread_ts)
         if timer.source == "config":
-            await self._tell(channel, user, say(lang, "sc_config"), thread_ts)
-            return
+            return await self._tell(channel, user, say(lang, "sc_config"), thread_ts)
         try:
             cancelled = await self.cancel(timer, user)
         except Firing:  # it is being fired: "cancelled" while its turn ran would be untrue
-            await self._tell(channel, user, say(lang, f"{'fu' if timer.kind == 'followup' else 'sc'}_firing"),
-                             thread_ts)
-            return
+            firing = f"{'fu' if timer.kind == 'followup' else 'sc'}_firing"
+            return await self._tell(channel, user, say(lang, firing), thread_ts)
         if not cancelled:  # another click cancelled it a moment ago: said, not silence
-            await self._tell(channel, user, say(lang, "fu_gone"), thread_ts)
+            return await self._tell(channel, user, say(lang, "fu_gone"), thread_ts)
+        return ""
 
     async def cancel(self, timer: Timer, user: str) -> bool:
         """Cancel ``timer`` (already checked: ``user`` may), and say so where it was announced."""
@@ -262,9 +261,13 @@ class SlackFollowups:
                 return key
             n += 1
 
-    async def _tell(self, channel: str, user: str, text: str, thread_ts: str | None) -> None:
-        if channel and channel != "None":  # a click in App Home has no channel: its list is published again
-            await self.outbox.tell(channel, user, text, thread_ts)
+    async def _tell(self, channel: str, user: str, text: str, thread_ts: str | None) -> str:
+        """Said to ``user`` where they clicked; a click in App Home has no channel: ``text`` is returned, for its
+        list published again."""
+        if not channel or channel == "None":
+            return text
+        await self.outbox.tell(channel, user, text, thread_ts)
+        return ""
 
     async def handover_lines(self, channel: str, lang: str | None = None) -> list[str]:
         """The channel's pending follow-ups, one line each (``/opspilot handover``): every one still to come,

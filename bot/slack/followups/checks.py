@@ -23,7 +23,7 @@ from bot.agent.engine_errors import EngineError, ThreadBusy
 from bot.agent.outcome import RunOutcome
 from bot.slack.followups.buttons import time_of
 from bot.slack.inbound.thread_reader import STATUS_NOTE
-from bot.slack.inbound.work import Check
+from bot.slack.inbound.work_items import Check
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.words import language_of, say

@@ -27,7 +27,8 @@ from bot.slack.followups.checks import Checks
 from bot.slack.followups.schedules import Schedules
 from bot.slack.inbound.access import AccessPolicy
 from bot.slack.inbound.run_gate import Admitted, Door, RunGate
-from bot.slack.inbound.work import Check, Converse, Executor, WorkItem
+from bot.slack.inbound.work import Executor
+from bot.slack.inbound.work_items import Check, Converse, WorkItem
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.thread_meta import thread_key

@@ -64,8 +64,12 @@ class Home:
         except StoreError as exc:  # the question itself went through: only the Home tab misses it
             log.warning("recent question of %s not remembered: %s", user, exc)
 
-    async def publish(self, user: str) -> None:
-        view = {"type": "home", "blocks": await self.blocks(user)}
+    async def publish(self, user: str, notice: str = "") -> None:
+        """``notice``: what a click on the tab itself came to, when it did not do what it asked (it has no
+        channel to be told in), at the top."""
+        blocks = await self.blocks(user)
+        view = {"type": "home", "blocks": [blocks[0], kit.mrkdwn(f":information_source: {notice}"), *blocks[1:]]
+                if notice else blocks}
         try:
             await self.client.views_publish(user_id=user, view=view)
         except SLACK_FAILURES as exc:

@@ -13,11 +13,8 @@ import math
 import uuid
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Annotated, Any, Literal, Protocol
+from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
-
-from bot.agent.decisions import Confirm, Decision, Decline, ProvideParams
 from bot.agent.engine import Engine
 from bot.agent.engine_errors import (
     AlreadyHandled,
@@ -33,6 +30,7 @@ from bot.agent.engine_errors import (
 from bot.slack.inbound.access import AccessPolicy
 from bot.slack.inbound.receipt import SLOW_S, Receipt, ended_as
 from bot.slack.inbound.thread_reader import ThreadReader
+from bot.slack.inbound.work_items import AUTOMATIC, Answer, Check, Converse, RunButton, WorkItem
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.counters import Metrics
 from bot.slack.outbound.outbox import SlackOutbox
@@ -48,97 +46,6 @@ log = logging.getLogger(__name__)
 STORE_DOWN, CLICK_LOST = "store_down", "click_lost"  # catalog keys: said in the asker's language
 
 
-class _Item(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    channel: str
-    thread_ts: str | None
-    user: str
-
-
-class Converse(_Item):
-    kind: Literal["converse"] = "converse"
-    text: str
-    request_id: str
-    ts: str | None = None
-    """The message's own ts, when it is a reply in a thread: the thread before it is read for the model."""
-    context: str = ""
-    """Quoted material that comes with the question (the alert or message it is about); already redacted."""
-    unattended: bool = False
-    """No person asked (an alert did): every change waits for a person's Confirm."""
-    lang: Literal["en", "zh"] | None = None
-    """A new thread's language, as decided where the question arrived (its words as typed, a colleague's name
-    aside; no words at all: the person's latest thread's). None: from ``text``."""
-    timer: Timer | None = None
-    """The follow-up this turn is an occurrence of: its announcement says "ran" once the turn has run, "not run"
-    when the thread was busy by then (a question taken meanwhile, a card waiting)."""
-
-
-class Answer(_Item):
-    kind: Literal["answer"] = "answer"
-    ticket: Ticket
-    decision: Literal["confirm", "submit", "decline"]
-    values: dict[str, str] = Field(default_factory=dict)
-    reason: str = ""
-    response_url: str = ""
-    """The click's: its card is closed through it (see :mod:`bot.slack.outbound.responses`)."""
-    card: dict[str, Any] = Field(default_factory=dict)
-    """The card as clicked (blocks, text): a receipt on it while recording waits for the store."""
-
-    def to_decision(self) -> Decision:
-        if self.decision == "confirm":
-            return Confirm()
-        if self.decision == "submit":
-            return ProvideParams(dict(self.values))
-        return Decline(self.reason)
-
-
-AUTOMATIC = "opspilot:auto"
-"""The ``user`` of a Resume nobody pressed: a run whose worker died while it only read, carried on by itself
-(see :mod:`bot.slack.catchup`)."""
-
-
-class RunButton(_Item):
-    kind: Literal["stop", "resume"]
-    run_id: str
-
-
-class Check(_Item):
-    """One occurrence of a scheduled check (see :mod:`bot.slack.followups.checks`): ``user`` is who set it up."""
-
-    kind: Literal["check"] = "check"
-    timer: str
-    due: int
-    request_id: str
-    question: str
-    label: str
-    """What it is, as lists show it: its name or question, its cron and time zone."""
-    quiet: bool = False
-    late_s: float = 0.0
-    timezone: str = "UTC"
-    """The schedule's: its times are said in it, as its other lines say them."""
-
-
-class NotYet(Exception):
-    """A stored request that could not be read just now (Slack or Redis away): left for a later round."""
-
-
-class Delivery(BaseModel):
-    """A Slack request exactly as a front received it (after its signature was checked), stored before it is
-    acknowledged; a worker reads it as the front would have and hands on what it means."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    kind: Literal["delivery"] = "delivery"
-    body: str
-    content_type: str
-    received_at: float
-
-
-WorkItem = Annotated[Converse | Answer | RunButton | Check, Field(discriminator="kind")]
-Stored = Annotated[Converse | Answer | RunButton | Check | Delivery, Field(discriminator="kind")]
-StoredAdapter: TypeAdapter[Stored] = TypeAdapter(Stored)
-WorkAdapter: TypeAdapter[WorkItem] = TypeAdapter(WorkItem)
 
 
 AGAIN: ContextVar[bool] = ContextVar("again", default=False)
@@ -185,17 +92,10 @@ class Executor:
                 await self._converse(item)
             elif isinstance(item, Answer):
                 await self._answer(item)
-            elif item.kind == "stop":
-                if (await self.engine.run_record(item.run_id)).status == "finished":
-                    # A Stop pressed as the run ended, before its button was taken back: say so.
-                    await self.outbox.tell(item.channel, item.user, say(await self._lang(item), "already_finished"),
-                                           item.thread_ts)
-                    return
-                await self.engine.cancel(item.run_id, by=item.user)
             elif item.user == AUTOMATIC:
                 await self._carry_on(item)
             else:
-                await self.engine.recover(item.run_id)
+                await self._button(item)
         except ThreadBusy:
             if isinstance(item, Converse) and await self.engine.handled(
                     thread_key(item.channel, str(item.thread_ts)), item.request_id):
@@ -294,6 +194,22 @@ class Executor:
                               unattended=item.unattended, may_set_aside=may_set_aside)
         if turn is not None:
             await turn[0].ran(turn[1], started)
+
+    async def _button(self, item: RunButton) -> None:
+        """Stop or Resume pressed by a person. A run that has ended, is waiting on its card, or is moving again
+        (a second Resume, a colleague's, a double click) is said as such: never silence, never "send it again"."""
+        status = (await self.engine.run_record(item.run_id)).status
+        if status == "finished" or (item.kind == "resume" and status == "paused"):
+            key = "already_finished" if item.kind == "stop" else f"resume_{status}"
+            return await self.outbox.tell(item.channel, item.user, say(await self._lang(item), key), item.thread_ts)
+        if item.kind == "stop":
+            await self.engine.cancel(item.run_id, by=item.user)
+            return
+        try:
+            await self.engine.recover(item.run_id)
+        except ThreadBusy:  # taken a moment ago: most likely resumed by someone else
+            await self.outbox.tell(item.channel, item.user, say(await self._lang(item), "resume_running"),
+                                   item.thread_ts)
 
     async def _carry_on(self, item: RunButton) -> None:
         """Resume a run whose worker died mid-read, saying so in its thread once this worker holds it; quiet when

@@ -18,7 +18,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from pydantic import ValidationError
 
 from bot.agent.periodic import cancelled
-from bot.slack.inbound.work import AGAIN, Delivery, Executor, NotYet, StoredAdapter, WorkAdapter, WorkItem
+from bot.slack.inbound.work import AGAIN, Executor
+from bot.slack.inbound.work_items import Delivery, NotYet, StoredAdapter, WorkAdapter, WorkItem
 from state import StoreError, StoreUnavailable
 from state.queue import Entry, Lane
 from state.store import WorkQueue

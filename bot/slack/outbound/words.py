@@ -40,6 +40,13 @@ _WORDS: dict[str, tuple[str, str]] = {
     "stopped_by": ("Stopped by {by} at {at}", "已被 {by} 于 {at} 停止"),
     "already_finished": ("This run has already finished: there is nothing to stop.",
                          "这次运行已经结束，没有可停止的。"),
+    "resume_finished": ("This run has already finished: there is nothing to resume (its answer is in the thread).",
+                        "这次运行已经结束，无需继续（答复在对话里）。"),
+    "resume_paused": ("This run is waiting for a person: answer its card in the thread.",
+                      "这次运行在等人处理：请在对话里回答它的卡片。"),
+    "resume_running": ("This run's thread is busy right now, most likely because someone resumed it a moment ago: "
+                       "its progress is in the thread.",
+                       "这个对话正在处理中，多半是刚才有人让这次运行继续了：进度见对话。"),
     "waiting_below": ("Waiting for a person: see the question below.", "等人处理：见下方的问题。"),
     # a paused (or interrupted) stretch once the run moved on: what it showed is past
     "answered_continued": ("Answered by {by} — continued below", "已由 {by} 回答，下文继续"),
