@@ -61,4 +61,8 @@ def read_yaml(path: Path | None) -> dict[str, Any]:
         return {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path} must be a mapping of settings (key: value), not {type(raw).__name__}")
+    odd = next((key for key in raw if not isinstance(key, str)), None)
+    if odd is not None or None in raw:  # YAML reads on/yes/true as booleans, 1 as a number, ~ as null
+        raise ConfigError(f"{path}: the key {odd!r} is not a setting name (YAML reads on, yes and true as booleans, "
+                          "numbers as numbers and ~ as null): quote it, or remove it")
     return raw

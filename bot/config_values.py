@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs, urlsplit
 
+from core.urls import safe_url
+
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")  # what state.client.connect takes
 
 
@@ -14,9 +16,9 @@ def http_url(value: str) -> str:
         parts = urlsplit(value)
         _ = parts.port
     except ValueError as exc:
-        raise ValueError(f"must be an http(s) URL: {value!r} is not a URL ({exc})") from exc
+        raise ValueError(f"must be an http(s) URL: {safe_url(value)!r} is not a URL ({exc})") from exc
     if not parts.scheme.startswith("http") or not parts.netloc:
-        raise ValueError(f"must be an http(s) URL, got {value!r}")
+        raise ValueError(f"must be an http(s) URL, got {safe_url(value)!r}")
     return value
 
 
@@ -25,8 +27,8 @@ def redis_url(value: str) -> str:
     value = value.strip()
     parts = urlsplit(value)
     if parts.scheme not in REDIS_SCHEMES:
-        raise ValueError(f"{value!r} is not a Redis URL: it must start with redis://, rediss:// (TLS) or unix:// "
-                         "(e.g. redis://localhost:6379/0), or redis+cluster:// for a Redis Cluster")
+        raise ValueError(f"{safe_url(value)!r} is not a Redis URL: it must start with redis://, rediss:// (TLS) or "
+                         "unix:// (e.g. redis://localhost:6379/0), or redis+cluster:// for a Redis Cluster")
     try:
         for node in parts.netloc.rpartition("@")[2].split(","):  # a cluster's URL names several host:port
             where = urlsplit(f"//{node}")
@@ -39,7 +41,7 @@ def redis_url(value: str) -> str:
         if parts.query and "cluster" not in parts.scheme:
             _options(parts.query)
     except ValueError as exc:
-        raise ValueError(f"{value!r} is not a Redis URL ({exc}): e.g. redis://localhost:6379/0") from exc
+        raise ValueError(f"{safe_url(value)!r} is not a Redis URL ({exc}): e.g. redis://localhost:6379/0") from exc
     return value
 
 

@@ -16,6 +16,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from bot.config import Settings
+from core.urls import hidden_options
 
 START, END = "<!-- reference:start -->", "<!-- reference:end -->"
 
@@ -153,7 +154,7 @@ def in_effect(settings: Settings) -> dict[str, Any]:
         if isinstance(value, str) and value and _SECRET.search(name) and not name.endswith("_env"):
             return "(set, hidden)"
         if isinstance(value, str):
-            return _PASSWORD.sub(r"\1***@", value)
+            return hidden_options(_PASSWORD.sub(r"\1***@", value)) if "://" in value else value
         return value
 
     return dict(hide(settings.model_dump(mode="json")))

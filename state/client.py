@@ -9,6 +9,8 @@ from urllib.parse import unquote, urlsplit
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
+from core.urls import safe_url as safe_url  # where it was first defined: importers keep it
+
 Client = aioredis.Redis | RedisCluster
 """What every store module talks to."""
 
@@ -51,12 +53,6 @@ def _cluster(url: str, *, timeout_s: float, max_connections: int) -> RedisCluste
         max_connections=max(256, 4 * max_connections), username=unquote(username) or None,
         password=unquote(password) or None, ssl=_CLUSTER_SCHEMES[parts.scheme],
     )
-
-
-def safe_url(url: str) -> str:
-    """The URL without its password (for logs and messages)."""
-    _, sep, tail = url.rpartition("@")
-    return f"{url.split('://', 1)[0]}://…@{tail}" if sep else url
 
 
 def refusal(exc: BaseException) -> str | None:

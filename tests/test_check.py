@@ -438,3 +438,89 @@ async def test_requests_without_the_code_label_are_said(env: FakeSlack, tmp_path
         assert "✓ Metrics (prometheus): answers" in capsys.readouterr().out
     finally:
         await fakes.server.stop()
+
+
+# --- the doctor never prints a secret, and tells a forbidden INFO from a refusal ---
+
+
+async def test_an_acl_user_without_info_is_not_a_refused_configuration(own_redis: OwnRedis, prefix: str) -> None:
+    """`+@all -@dangerous` (INFO is dangerous) runs OpsPilot fine: check said "serve would refuse" (exit 2) and never
+    tried the write it is there for."""
+    from bot.probes.redis_probe import redis_checks
+
+    redis.Redis.from_url(own_redis.url).acl_setuser("app", enabled=True, passwords=["+AppPw1"], keys=["*"],
+                                                    channels=["*"], commands=["+@all", "-@dangerous"])
+    checks = await redis_checks(f"redis://app:AppPw1@127.0.0.1:{own_redis.port}/0", prefix=prefix)
+    said = {c.name: c for c in checks}
+    assert not any(c.refused for c in checks), checks
+    assert said["Redis"].ok and "may not run INFO" in said["Redis"].says and "AppPw1" not in said["Redis"].says
+    assert "Redis writes" not in said  # the write was tried, and taken
+    assert said["Redis eviction and persistence"].status == "warn"
+
+
+async def test_a_wrong_password_is_not_called_missing_and_none_is_shown(own_redis: OwnRedis, prefix: str) -> None:
+    from bot.probes.redis_probe import redis_checks
+
+    redis.Redis.from_url(own_redis.url).acl_setuser("app", enabled=True, passwords=["+AppPw1"], keys=["*"],
+                                                    commands=["+@all"])
+    for url, word in ((f"redis://app:Wrong1@127.0.0.1:{own_redis.port}/0", "WRONGPASS"),
+                      (f"redis://127.0.0.1:{own_redis.port}/0?username=app&password=Wrong1", "WRONGPASS")):
+        [check] = await redis_checks(url, prefix=prefix)
+        assert check.refused and word in check.says and "Wrong1" not in check.says, check
+
+
+@pytest.mark.parametrize("url", ["redis://app:S3cretPw@host:6379/x", "redis://app:S3cretPw@host:99999/0",
+                                 "redis://host:6379/0?password=S3cretPw&socket_timeout=abc",
+                                 "redis://host:6379/0?password=S3cretPw&nonsense=1"])
+def test_a_redis_url_s_password_is_never_in_its_config_error(url: str, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from bot.cli import main
+
+    monkeypatch.setenv("REDIS_URL", url)
+    assert main(["config"]) == 2
+    err = capsys.readouterr().err
+    assert "is not a Redis URL" in err and "S3cretPw" not in err, err
+
+
+def test_config_hides_a_password_given_as_an_option(monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from bot.cli import main
+
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:6379/0?password=S3cretPw")
+    assert main(["config"]) == 0
+    out = capsys.readouterr().out
+    assert "password=***" in out and "S3cretPw" not in out
+
+
+@pytest.mark.parametrize("line", ["on: true", "1: 2", "~: x"])
+def test_a_key_yaml_reads_as_no_name_is_one_line_not_a_traceback(line: str, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from bot.cli import main
+
+    config = tmp_path / "opspilot.yml"
+    config.write_text(line + "\n", encoding="utf-8")
+    assert main(["--config", str(config), "config"]) == 2
+    err = capsys.readouterr().err
+    assert "is not a setting name" in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize(("error", "status"), [
+    ({"message": "You exceeded your current quota, please check your plan and billing details.",
+      "type": "insufficient_quota", "code": "insufficient_quota"}, "fail"),
+    ({"message": "Rate limit reached for requests", "type": "requests", "code": "rate_limit_exceeded"}, "warn")])
+async def test_an_account_out_of_credit_fails_a_rate_limit_only_warns(
+        error: dict[str, str], status: str, env: FakeSlack, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """OpenAI's 429 insufficient_quota lasts until billing is fixed and every run fails: it was "overloaded right
+    now … wait", a warning, and check said ready."""
+    fake = FakeOpenAI()
+    await fake.server.start()
+    fake.queue({"refuse": (429, error)})
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("OPENAI_BASE_URL", f"{fake.server.url}/v1")
+    try:
+        await _check(None, as_json=True)
+    finally:
+        await fake.server.stop()
+    model = next(c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "Model")
+    assert model["status"] == status, model

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 from bot.assembly import DEMO_DATA_FIX, build_toolbox, demo_data_problem, validate
 from bot.config import ConfigError, Settings
 from bot.probes import PROBE_S, Check, bounded
+from core.urls import safe_url
 from tools import ops
 from tools.ops.logs import LogQuery
 from tools.ops.metric_backends import PrometheusBackend
@@ -70,9 +71,10 @@ async def toolbox_checks(settings: Settings) -> list[Check]:
 
 def _probes(settings: Settings, toolbox: ops.Toolbox) -> list[Any]:
     conf = settings.toolbox
-    logs_fix = (f"check toolbox.logs.url ({conf.logs.url}) and its token_env: Loki must answer there"
+    logs_fix = (f"check toolbox.logs.url ({safe_url(str(conf.logs.url))}) and its token_env: Loki must answer there"
                 if conf.logs.backend == "loki" else "check toolbox.logs.dir: one file per service and environment")
-    metrics_fix = (f"check toolbox.metrics.url ({conf.metrics.url}) and its token_env: Prometheus must answer there"
+    metrics_fix = (f"check toolbox.metrics.url ({safe_url(str(conf.metrics.url))}) and its token_env: Prometheus "
+                   "must answer there"
                    if conf.metrics.backend == "prometheus" else "check toolbox.metrics.file")
     service = toolbox.catalog.services[0] if toolbox.catalog.services else None
     probes: list[Any] = []

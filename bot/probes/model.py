@@ -44,6 +44,10 @@ async def model_check(settings: Settings, timeout_s: float = SDK_TIMEOUT_S) -> C
         status = getattr(exc, "status_code", None)
         if isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__:
             says = f"{provider} ({name}) did not answer within {timeout_s:g}s"
+        elif status in (429, 402) and _billing(exc):  # out of credit: every run fails until billing is fixed
+            return Check("Model", False, f"{provider} ({name}) refuses requests: the account is out of credit or "
+                         f"quota ({getattr(exc, 'code', '') or 'billing'!s})", "add credit or raise the quota "
+                         "in the provider's billing settings, or use another key")
         elif status in (429, 500, 502, 503, 529):  # the provider's own trouble: the setup is not at fault
             return Check("Model", False, f"{provider} ({name}) is overloaded or failing right now (HTTP {status}): "
                          "runs will fail or wait until it recovers", "none in the config: wait, or see the "
@@ -64,3 +68,15 @@ async def model_check(settings: Settings, timeout_s: float = SDK_TIMEOUT_S) -> C
                      f"point {provider.upper()}_BASE_URL at the provider's API (a proxy's login page answers "
                      "otherwise)")
     return Check("Model", True, f"{provider} answers as {name}")
+
+
+def _billing(exc: BaseException) -> bool:
+    """A refusal for want of credit (OpenAI's 429 ``insufficient_quota``; Anthropic's "credit balance is too
+    low"), not a passing rate limit."""
+    body = getattr(exc, "body", None)
+    error = body.get("error", body) if isinstance(body, dict) else None
+    said = error if isinstance(error, dict) else {}
+    words = " ".join(str(v) for v in (said.get("code"), said.get("type"), said.get("message"),
+                                      getattr(exc, "code", None)) if v).lower()
+    return any(w in words for w in ("insufficient_quota", "billing", "credit balance", "quota exceeded"))
+

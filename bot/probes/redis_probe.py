@@ -44,7 +44,10 @@ async def _nodes(client: Client) -> dict[str, dict[str, Any]]:
 
 
 async def _node(client: Any, target: dict[str, Any]) -> dict[str, Any]:
-    info = dict(await client.info(**target))
+    try:
+        info = dict(await client.info(**target))
+    except NoPermissionError:  # an ACL user without INFO (+@all -@dangerous), as serve needs none: not known
+        return {"forbidden": True, "save": None}
     try:
         info["save"] = str((await client.config_get("save", **target)).get("save", ""))
     except ResponseError:
@@ -66,8 +69,9 @@ async def _written(client: Client, prefix: str) -> tuple[str, str] | None:
 
 def _failure(url: str, exc: BaseException) -> Check:
     if _refused_credentials(exc):
-        says = (f"refused the user or password in REDIS_URL at {safe_url(url)} (WRONGPASS)" if "@" in url
-                else f"asks for a password at {safe_url(url)} and REDIS_URL gives none (NOAUTH)")
+        asked = "NOAUTH" in str(exc) or "required" in str(exc).lower()  # no password given; else one refused
+        says = (f"asks for a password at {safe_url(url)} and REDIS_URL gives none (NOAUTH)" if asked
+                else f"refused the user or password in REDIS_URL at {safe_url(url)} (WRONGPASS)")
         return Check("Redis", False, says, "put the user and password Redis expects in REDIS_URL (redis://user:"
                      "password@host:port/0; requirepass or the ACL user on the server)", refused=True)
     if isinstance(exc, ResponseError):  # it answered: an error of the URL's making (a database it lacks…)
@@ -101,6 +105,9 @@ async def redis_checks(url: str, timeout_s: float = 3.0, prefix: str = "opspilot
     cluster = f", a Cluster of {len(nodes)} nodes" if state else ""
     checks = [Check("Redis", parts >= MIN_REDIS, f"{version} at {safe_url(url)}{cluster}",
                     f"Redis {'.'.join(map(str, MIN_REDIS))} or newer is needed (XAUTOCLAIM)")]
+    if info.get("forbidden"):
+        checks = [Check("Redis", True, f"answers at {safe_url(url)}{cluster}; this user may not run INFO, so its "
+                        f"version is not known (Redis {'.'.join(map(str, MIN_REDIS))} or newer is needed)")]
     if state and state != "ok":
         checks.append(Check("Redis Cluster", False, f"cluster_state is {state}: some slots have no reachable "
                             "primary, and every key there fails", "bring the failed primaries back or fail them "
@@ -119,6 +126,10 @@ def _per_node(nodes: dict[str, dict[str, Any]]) -> list[Check]:
 
     def where(name: str) -> str:
         return f" on {name}" if len(nodes) > 1 else ""
+
+    if any(i.get("forbidden") for i in nodes.values()):
+        return [Check("Redis eviction and persistence", False, "not known: this user may not run INFO",
+                      "make sure maxmemory-policy is noeviction and snapshots or AOF are on", required=False)]
 
     evicting = [(n, str(i.get("maxmemory_policy", "unknown"))) for n, i in nodes.items()
                 if str(i.get("maxmemory_policy", "unknown")) != "noeviction"]

@@ -85,6 +85,9 @@ class FakeOpenAI:
         if not self.replies:
             return web.json_response({"error": {"message": "fake: no reply queued"}}, status=500)
         choice = self.replies.pop(0)
+        if "refuse" in choice:  # an error answer, as the API sends it: {"refuse": (status, error object)}
+            status, error = choice["refuse"]
+            return web.json_response({"error": error}, status=status)
         return web.json_response({
             "id": f"chatcmpl-{next(_ids)}", "object": "chat.completion", "created": int(time.time()),
             "model": body["model"], "choices": [{"index": 0, **choice}],
