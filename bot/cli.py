@@ -34,7 +34,7 @@ _HELP = {
     "tools": ("Every tool the model may call: where it comes from, read-only or a change, when a person confirms.",
               "opspilot tools", ""),
     "check": ("Would serve start, and work? The configuration validated as serve validates it, then Redis, Slack, "
-              "the configured model, MCP servers and every toolbox backend probed read-only (each within 8 s, "
+              "the configured model, MCP servers and every toolbox backend probed read-only (each within 8–16 s, "
               "all within 20 s). Exit 0 ready, 1 a required check failed, 2 serve would refuse the configuration.",
               "opspilot check\n  opspilot check --json", _SLACK_ENV),
     "eval": ("Score investigations over incident scenarios (evals/), with the scripted model or a real one.",

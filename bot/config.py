@@ -340,6 +340,9 @@ def load_settings(path: str | None = None) -> Settings:
         raise ConfigError(describe_unparsed(exc, source, os.environ)) from exc
     if os.environ.get("OPSPILOT_MODEL"):
         settings.llm.name = os.environ["OPSPILOT_MODEL"]
+    for sdk in ("ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"):  # the SDKs read "" as a base URL: empty is unset here
+        if os.environ.get(sdk) == "":  # (docker-compose's ${OPENAI_BASE_URL:-} passes one on)
+            del os.environ[sdk]
     # Slack's own variable names, as every Slack app uses them.
     for env, attr in (("SLACK_BOT_TOKEN", "bot_token"), ("SLACK_SIGNING_SECRET", "signing_secret"),
                       ("SLACK_APP_TOKEN", "app_token"), ("SLACK_API_URL", "api_url")):

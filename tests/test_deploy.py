@@ -389,3 +389,21 @@ def test_the_dockerfile_is_clean_under_hadolint() -> None:
     bad = subprocess.run([hadolint, "--no-color", "-"], input="FROM python:latest\nRUN pip install redis\n",
                          capture_output=True, text=True, timeout=60, check=False)
     assert bad.returncode != 0 and "DL3007" in bad.stdout
+
+
+def test_compose_passes_the_model_s_base_urls_and_demo_data_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Set in .env, OPSPILOT_DEMO_DATA and OPENAI_BASE_URL never reached the containers (compose reads .env only
+    to fill in ${…}); passed on empty when unset, a base URL must count as unset, as the SDKs would take "" as one."""
+    from bot.config import load_settings
+
+    for service in opspilot_services().values():
+        env = service.get("environment") or {}
+        assert {"OPSPILOT_DEMO_DATA", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"} <= set(env), service
+    monkeypatch.setenv("OPENAI_BASE_URL", "")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "")
+    load_settings(None)
+    import anthropic
+    import openai
+
+    assert str(openai.AsyncOpenAI(api_key="x").base_url).startswith("https://api.openai.com")
+    assert str(anthropic.AsyncAnthropic(api_key="x").base_url).startswith("https://api.anthropic.com")

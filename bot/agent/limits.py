@@ -15,7 +15,8 @@ from core.stops import StopReason
 class Limits(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    max_steps: int = Field(8, ge=1, le=100, description="model calls per run")
+    max_steps: int = Field(8, ge=1, le=100, description="model steps per run (a run stopped by a limit makes one "
+                                                        "more call, for its summary)")
     max_wall_time_s: float = Field(180.0, gt=0, description="active time per run; waiting for a person is not counted")
     max_tool_fails_in_row: int = Field(4, ge=1, description="failed tool calls in a row before the run stops")
     identical_call_limit: int = Field(3, ge=2, description="the same call this many times in a row stops the run")
