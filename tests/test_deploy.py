@@ -260,7 +260,9 @@ def _reads(name: str, value: str, monkeypatch: pytest.MonkeyPatch) -> bool:
             settings = load_settings(None)
         except ConfigError as exc:  # read, and refused
             return str(exc)
-        return settings.model_dump(mode="json"), build_model(settings).label
+        model = build_model(settings)
+        return settings.model_dump(mode="json"), model.label, str(getattr(getattr(model, "_client", None),
+                                                                          "base_url", ""))
 
     before = outcome()
     monkeypatch.setenv(name, value)
@@ -282,9 +284,17 @@ def test_compose_and_the_manifests_set_only_variables_opspilot_reads(tmp_path: P
     for var in [v for v in list(os.environ) if v.startswith(("OPSPILOT_", "SLACK_"))] + [
             "REDIS_URL", "PORT", "ANTHROPIC_API_KEY", "OPENAI_API_KEY"]:
         monkeypatch.delenv(var, raising=False)
-    unread = [f"{n} ({where})" for n, where in names.items()
-              if not _reads(n, str(config) if n == "OPSPILOT_CONFIG" else "3999" if n == "PORT" else f"x-{n}",
-                            monkeypatch)]
+    unread = []
+    for n, where in names.items():
+        sdk = n.endswith("_BASE_URL")  # read by the model's SDK, once its key is set
+        if sdk:
+            monkeypatch.setenv(n.replace("BASE_URL", "API_KEY"), "sk-test")
+        value = str(config) if n == "OPSPILOT_CONFIG" else "3999" if n == "PORT" else \
+            "http://127.0.0.1:9/v1" if sdk else f"x-{n}"
+        if not _reads(n, value, monkeypatch):
+            unread.append(f"{n} ({where})")
+        if sdk:
+            monkeypatch.delenv(n.replace("BASE_URL", "API_KEY"))
     assert unread == []
     # The Secret's keys are the ones the Deployments and KEDA take, and each one a Deployment requires is there.
     refs = [e["valueFrom"]["secretKeyRef"] for _, c in containers() for e in c["env"] if "valueFrom" in e]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import (
@@ -69,9 +70,10 @@ async def _written(client: Client, prefix: str) -> tuple[str, str] | None:
 
 def _failure(url: str, exc: BaseException) -> Check:
     if _refused_credentials(exc):
-        asked = "NOAUTH" in str(exc) or "required" in str(exc).lower()  # no password given; else one refused
-        says = (f"asks for a password at {safe_url(url)} and REDIS_URL gives none (NOAUTH)" if asked
-                else f"refused the user or password in REDIS_URL at {safe_url(url)} (WRONGPASS)")
+        parts = urlsplit(url)  # a password in the URL or as an option was refused; none given was asked for
+        given = bool(parts.password) or "password=" in parts.query
+        says = (f"refused the user or password in REDIS_URL at {safe_url(url)} (WRONGPASS)" if given
+                else f"asks for a password at {safe_url(url)} and REDIS_URL gives none (NOAUTH)")
         return Check("Redis", False, says, "put the user and password Redis expects in REDIS_URL (redis://user:"
                      "password@host:port/0; requirepass or the ACL user on the server)", refused=True)
     if isinstance(exc, ResponseError):  # it answered: an error of the URL's making (a database it lacks…)
