@@ -15,6 +15,7 @@ from typing import Any
 
 from bot import exits
 from bot.config import Settings
+from bot.cpus import last_port
 from bot.probes import PROBE_S, TOTAL_S, Check, bounded
 from bot.probes.kube_probe import kubernetes_checks
 from bot.probes.redis_probe import MIN_REDIS, redis_checks
@@ -42,7 +43,17 @@ async def run(settings: Settings) -> list[Check]:
         bounded("Toolbox", lambda: toolbox_checks(settings), deadline_s=TOTAL_S - PROBE_S / 2,
                 fix="check the toolbox section and mcp_servers"),
     ]
-    return [c for found in await asyncio.gather(*probes) for c in found]
+    return [*_ports(settings), *(c for found in await asyncio.gather(*probes) for c in found)]
+
+
+def _ports(settings: Settings) -> list[Check]:
+    """The ports serve binds (the front's and one per worker by default), as serve refuses them: only when out of
+    range (whether one is free now says nothing of when serve starts)."""
+    port = settings.slack.port
+    if (last := last_port(port)) <= 65535:
+        return []
+    return [Check("Ports", False, f"serve would bind ports {port}–{last} (its front and {last - port} workers): "
+                  f"{last} is out of range", "set PORT (or --port) lower, or serve --workers fewer", refused=True)]
 
 
 def exit_code(checks: list[Check]) -> int:

@@ -61,3 +61,15 @@ def effective_cpus(root: Path = CGROUP) -> int:
     if quota is None:
         return cpus
     return max(1, min(cpus, math.floor(quota)))
+
+
+def default_workers() -> int:
+    """``serve``'s worker processes by default: one per CPU the container may use (its cgroup quota, not the
+    node's cores), up to four (each runs hundreds of runs concurrently)."""
+    return max(1, min(4, effective_cpus()))
+
+
+def last_port(port: int, workers: int | None = None) -> int:
+    """The highest port ``serve`` binds: the front's and one after it per worker."""
+    return port + (default_workers() if workers is None else workers)
+

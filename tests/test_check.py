@@ -524,3 +524,16 @@ async def test_an_account_out_of_credit_fails_a_rate_limit_only_warns(
         await fake.server.stop()
     model = next(c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "Model")
     assert model["status"] == status, model
+
+
+def test_check_refuses_the_ports_serve_would_refuse() -> None:
+    """PORT=65535: serve exits 2 (its workers take the ports after it), check said ready."""
+    from bot.check import _ports
+    from bot.config import Settings
+
+    settings = Settings()
+    settings.slack.port = 65535
+    [said] = _ports(settings)
+    assert said.refused and "65535" in said.says and "out of range" in said.says
+    settings.slack.port = 65530  # room for the front and up to four workers
+    assert _ports(settings) == []

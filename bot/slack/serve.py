@@ -27,19 +27,13 @@ from aiohttp import web
 from bot import exits, startup
 from bot.assembly import DEMO_DATA_FIX, demo_data_problem
 from bot.config import ConfigError, Settings
-from bot.cpus import effective_cpus
+from bot.cpus import last_port
 from bot.slack.inbound import tether
 from bot.slack.outbound.api_errors import TokenRefused
 from bot.slack.outbound.words import say
 from bot.slack.service import Role, SlackService, build_service
 
 log = logging.getLogger(__name__)
-
-
-def default_workers() -> int:
-    """One worker process per CPU the container may use (its cgroup quota, not the node's cores), up to four
-    (each runs hundreds of runs concurrently)."""
-    return max(1, min(4, effective_cpus()))
 
 
 class PortTaken(Exception):
@@ -298,8 +292,8 @@ def prepare(settings: Settings, *, workers: int | None = None, config: str | Non
     :class:`ForkedWorker`; an exit code when it cannot start."""
     if _demo_data_refused(settings):
         return exits.CONFIG
-    count = default_workers() if workers is None else workers
     port = settings.slack.port
+    count = last_port(port, workers) - port
     try:  # every port this front and its workers need, now: a port in use is one line, not workers crash-looping
         own, *theirs = claim_now([port, *range(port + 1, port + 1 + count)])
     except PortTaken as exc:
