@@ -537,3 +537,30 @@ def test_check_refuses_the_ports_serve_would_refuse() -> None:
     assert said.refused and "65535" in said.says and "out of range" in said.says
     settings.slack.port = 65530  # room for the front and up to four workers
     assert _ports(settings) == []
+
+
+async def test_a_slow_mcp_server_and_a_hung_backend_hide_no_other_line(env: FakeSlack, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """An MCP server slow to start and a Prometheus that never answers: the toolbox's whole report was replaced by
+    "did not answer within 16s", the demo-data refusal with it (check exited 1 while serve refused: 2)."""
+    opened: list[asyncio.StreamWriter] = []
+
+    async def accept_and_stay_silent(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        opened.append(writer)
+
+    hung = await asyncio.start_server(accept_and_stay_silent, "127.0.0.1", 0)
+    port = hung.sockets[0].getsockname()[1]
+    monkeypatch.delenv("OPSPILOT_DEMO_DATA")  # the bundled logs and changes: serve refuses them
+    (tmp_path / "opspilot.yml").write_text(
+        "mcp_servers:\n  - {name: slow, command: sleep, args: ['60'], startup_timeout_s: 30}\n"
+        f"toolbox:\n  metrics: {{backend: prometheus, url: 'http://127.0.0.1:{port}'}}\n")
+    try:
+        assert await _check(None) == 2  # as serve: refused for the demo data, whatever else hangs
+    finally:
+        for writer in opened:
+            writer.close()
+        hung.close()
+    out = capsys.readouterr().out
+    assert "✗ Data:" in out and "MCP server slow" in out, out
+    assert "✗ Metrics (prometheus)" in out or "✗ Toolbox: did not answer" in out, out

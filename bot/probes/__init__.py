@@ -15,6 +15,9 @@ PROBE_S = 8.0
 """One probe's deadline: the probes run side by side, so this bounds the whole run too."""
 TOTAL_S = 20.0
 """The whole check, start to verdict (an init container's or a CI gate's budget)."""
+STAGED_S = TOTAL_S - PROBE_S / 2
+"""The deadline of a probe in two stages: the model's (its SDK's import, then the request), the toolbox's (MCP
+servers start, then every backend is probed in the time left)."""
 
 
 @dataclass(frozen=True)

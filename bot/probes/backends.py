@@ -5,12 +5,14 @@ restart, rollback and scale targets, and the Kubernetes permissions each tool ne
 from __future__ import annotations
 
 import asyncio
+import functools
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
 from bot.assembly import DEMO_DATA_FIX, build_toolbox, demo_data_problem, validate
 from bot.config import ConfigError, Settings
-from bot.probes import PROBE_S, Check, bounded
+from bot.probes import PROBE_S, STAGED_S, Check, bounded
 from core.urls import safe_url
 from tools import ops
 from tools.ops.logs import LogQuery
@@ -28,19 +30,23 @@ def _rule_fix(problem: str) -> str:
     return "see docs/configuration.md for the key"
 
 
-async def toolbox_checks(settings: Settings) -> list[Check]:
+async def toolbox_checks(settings: Settings, checks: list[Check] | None = None) -> list[Check]:
+    """``checks``: where its lines go as they are found, so that a deadline over the whole keeps them."""
+    checks, started = [] if checks is None else checks, time.monotonic()
     try:
         toolbox = build_toolbox(settings)
     except ConfigError as exc:
-        return [Check("Config", False, str(exc), "fix the toolbox section (serve refuses to start with it)",
-                      refused=True)]
+        checks.append(Check("Config", False, str(exc), "fix the toolbox section (serve refuses to start with it)",
+                            refused=True))
+        return checks
     from tools.mcp import McpHub
 
     # Each server given at most one probe's time (serve waits its startup_timeout_s), and judged on its own line
     # afterwards: a slow one does not hide the others, nor the backends' lines after it.
     hub = McpHub([c.model_copy(update={"startup_timeout_s": min(c.startup_timeout_s, PROBE_S), "required": False})
                   for c in settings.mcp_servers]) if settings.mcp_servers else None
-    checks: list[Check] = []
+    if (demo := demo_data_problem(settings)) is not None:  # serve refuses this: so does check (before any wait)
+        checks.append(Check("Data", False, demo, DEMO_DATA_FIX, refused=True))
     try:
         extra: list[Any] = []
         if hub is not None:
@@ -49,19 +55,19 @@ async def toolbox_checks(settings: Settings) -> list[Check]:
         try:
             _, warnings = validate(settings, toolbox, extra)
         except ConfigError as exc:
-            return [*checks, Check("Config", False, str(exc), _rule_fix(str(exc)) + " (serve refuses to start "
-                                                                                   "with it)", refused=True)]
+            checks.append(Check("Config", False, str(exc), _rule_fix(str(exc)) + " (serve refuses to start with it)",
+                                refused=True))
+            return checks
         checks += [Check("Config", False, w, _rule_fix(w) + " (serve starts, and warns about it)",
                          required=False) for w in warnings]
-        if (demo := demo_data_problem(settings)) is not None:  # serve refuses this: so does check
-            checks.append(Check("Data", False, demo, DEMO_DATA_FIX, refused=True))
         parts = bundled(settings.toolbox) if settings.demo_data else []  # on purpose: said of what it covers
         checks.append(Check("Catalog", True, f"{len(toolbox.catalog.ids)} services, environments "
                                              f"{', '.join(toolbox.catalog.environments)}"
                                              + (f" (the bundled DEMO data for its {', '.join(parts)}, on purpose)"
                                                 if parts else "")))
-        for found in await asyncio.gather(*_probes(settings, toolbox)):
-            checks += found
+        left = STAGED_S - (time.monotonic() - started) - 0.5  # the backends get what MCP start-up left
+        for found in await asyncio.gather(*_probes(settings, toolbox, max(1.0, min(PROBE_S, left)))):
+            checks.extend(found)
     finally:
         if hub is not None:
             await hub.stop()
@@ -69,7 +75,8 @@ async def toolbox_checks(settings: Settings) -> list[Check]:
     return checks
 
 
-def _probes(settings: Settings, toolbox: ops.Toolbox) -> list[Any]:
+def _probes(settings: Settings, toolbox: ops.Toolbox, deadline_s: float = PROBE_S) -> list[Any]:
+    within = functools.partial(bounded, deadline_s=deadline_s)
     conf = settings.toolbox
     logs_fix = (f"check toolbox.logs.url ({safe_url(str(conf.logs.url))}) and its token_env: Loki must answer there"
                 if conf.logs.backend == "loki" else "check toolbox.logs.dir: one file per service and environment")
@@ -109,17 +116,17 @@ def _probes(settings: Settings, toolbox: ops.Toolbox) -> list[Any]:
             return [Check(f"Metrics ({conf.metrics.backend})", True,
                           f"answers for {service.id} in {env} ({', '.join(names)})")]
 
-        probes += [bounded(f"Logs ({conf.logs.backend})", logs, fix=logs_fix),
-                   bounded(f"Metrics ({conf.metrics.backend})", metrics, fix=metrics_fix)]
-        probes += [bounded(f"Change history ({source.name})", _changes(source, service, toolbox),
+        probes += [within(f"Logs ({conf.logs.backend})", logs, fix=logs_fix),
+                   within(f"Metrics ({conf.metrics.backend})", metrics, fix=metrics_fix)]
+        probes += [within(f"Change history ({source.name})", _changes(source, service, toolbox),
                            fix="check toolbox.changes") for source in toolbox.changes]
     for key in ("restart", "rollback", "scale"):
         url = getattr(getattr(conf, key, None), "url", None)
         if isinstance(url, str):
-            probes.append(bounded(f"{key.capitalize()} webhook", _reach(key, url), fix=f"check toolbox.{key}.url"))
+            probes.append(within(f"{key.capitalize()} webhook", _reach(key, url), fix=f"check toolbox.{key}.url"))
     from bot.probes.kube_probe import kubernetes_checks
 
-    probes.append(bounded("Kubernetes permissions", lambda: kubernetes_checks(toolbox),
+    probes.append(within("Kubernetes permissions", lambda: kubernetes_checks(toolbox),
                           fix="check the cluster API address and credentials in the toolbox section"))
     return probes
 
