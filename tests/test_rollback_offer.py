@@ -83,3 +83,27 @@ async def test_a_forged_or_lifted_offer_is_refused(ws: Workspace) -> None:
     assert not any(b["action_id"] == "opspilot_confirm" for ts in ("820.1", "830.1")
                    for m in ws.slack.thread(CHANNEL, ts) for b in buttons(m))
     assert ws.toolbox.rollbacks.done == []
+
+
+async def test_a_double_press_asks_once_and_the_offer_gives_its_button_up(ws: Workspace) -> None:
+    """Two presses a moment apart (a double click): the second asked again, set the first one's card aside
+    ("Answered in the thread instead") and made a second card; the button stayed under the answer for good."""
+    import asyncio
+
+    await ws.sender.event(mention(CHANNEL, "UREQ", "was it the deploy that broke orders in staging?", "801.1"))
+    await ws.settle()
+    [(answer, button)] = _offers(ws, "801.1")
+    presses = [block_action(user=user, channel=CHANNEL, message=copy.deepcopy(answer), action_id=ROLLBACK,
+                            value=str(button["value"])) for user in ("UREQ", "UREQ", "UBOB")]
+    for n, press in enumerate(presses):
+        press["actions"][0]["action_ts"] = str(float(presses[0]["actions"][0]["action_ts"]) + 0.3 * n)
+    await asyncio.gather(*(ws.sender.action(p) for p in presses[:2]))
+    await ws.settle()
+    await ws.sender.action(presses[2])  # a colleague, later, on a client that still showed the button
+    await ws.settle()
+    thread = ws.slack.thread(CHANNEL, "801.1")
+    cards = [m for m in thread if any(b["action_id"] == "opspilot_confirm" for b in buttons(m))]
+    assert len(cards) == 1 and not any("Answered in the thread" in all_text(m) for m in thread)
+    assert _offers(ws, "801.1") == []  # the answer no longer offers it, and says who asked
+    assert any("Rollback to 2026.12.01-4 asked by <@UREQ>" in all_text(m) for m in thread)
+    assert any("<@UREQ> already asked for this rollback" in t for t in ws.slack.ephemeral_texts("UBOB"))

@@ -34,7 +34,8 @@ from bot.slack.outbound.responses import respond
 from bot.slack.outbound.thread_meta import CARD, THREAD, channel_of, known_lang, thread_key
 from bot.slack.outbound.thread_start import ThreadStarts
 from bot.slack.outbound.words import language_of, say, signal
-from bot.slack.rollbacks.offer import ROLLBACK, parse, question
+from bot.slack.rollbacks.offer import ROLLBACK, parse
+from bot.slack.rollbacks.press import RollbackPress
 from core.redact import redact
 from state import StoreError, Ticket
 from state.store import MetaStore, Reports
@@ -68,6 +69,9 @@ class Inbound:
         self.timers: TimerParts | None = None
         self.gate: RunGate | None = None  # limits on how often runs start (set where the service wires them)
         self.tasks = Background()
+        self.rollbacks = RollbackPress(
+            meta=meta, outbox=outbox, dispatch=lambda item: self.dispatch(item), lang=lambda c, t: self._lang(c, t),
+            admit=lambda u, c, m, t: self._admit("rollback", u, c, m, t), give_back=self._give_back)
 
     # --- messages and the slash command ----------------------------------------------------------------
 
@@ -234,25 +238,15 @@ class Inbound:
         if not (admitted := await self._admit("investigate", user, channel, f"investigate:{channel}:{alert_ts}:{user}",
                                               thread_ts)):
             return
-        problem = await self.alerts.investigate(channel, alert_ts, user)
-        if problem and self.gate is not None:  # "already on it", "too old": nothing started, so nothing counts
-            await self.gate.give_back(admitted)
-        if problem:
+        if problem := await self.alerts.investigate(channel, alert_ts, user):
+            await self._give_back(admitted)  # "already on it", "too old": nothing started, so nothing counts
             await self.outbox.tell(channel, user, problem, thread_ts)
 
     async def _rollback(self, body: dict[str, Any], value: str, user: str, channel: str,
                         thread_ts: str | None) -> None:
-        """"Roll back to …": asks in the thread, in the presser's name; the rollback then waits on its card."""
         target = parse(value) or {"run": ""}  # a forged or damaged value names no run of this thread
-        if not await self._may_press(ROLLBACK, target["run"], user, channel, thread_ts):
-            return
-        press = str((body.get("actions") or [{}])[0].get("action_ts") or body.get("trigger_id") or "")
-        member = f"rollback:{channel}:{thread_ts}:{user}:{press}"
-        if not press or not await self.meta.first_time(member):  # the same press delivered again: once
-            return
-        if await self._admit("rollback", user, channel, member, thread_ts):
-            await self.dispatch(Converse(channel=channel, thread_ts=str(thread_ts), user=user, request_id=member,
-                                         text=question(target, user, await self._lang(channel, thread_ts))))
+        if await self._may_press(ROLLBACK, target["run"], user, channel, thread_ts):
+            await self.rollbacks(body, target, user, channel, thread_ts)
 
     async def on_home_opened(self, event: dict[str, Any]) -> None:
         if event.get("tab") == "home" and event.get("user") and self.home is not None:
@@ -269,6 +263,10 @@ class Inbound:
             return Admitted(member)
         lang = lang or await self._lang(channel, thread_ts, "", user)
         return await self.gate.admit(door, user=user, channel=channel, member=member, lang=lang, thread_ts=thread_ts)
+
+    async def _give_back(self, admitted: Admitted) -> None:
+        if self.gate is not None:
+            await self.gate.give_back(admitted)
 
     async def _lang(self, channel: str, thread_ts: str | None, asked: str = "", user: str = "") -> str:
         """The thread's; a new one's: configured, else the question's as typed, else the person's latest thread's."""

@@ -170,6 +170,11 @@ class SlackOutbox:
         """What a run shows in the thread (saved with its messages), if anything."""
         return await self.store.shown_state(_thread(channel, thread_ts), run_id)
 
+    async def key_at(self, channel: str, thread_ts: str, ts: str, prefix: str) -> str | None:
+        """The key of our message at ``ts`` in the thread (its record's), of those starting with ``prefix``."""
+        return next((r.key for r in await self.store.records(_thread(channel, thread_ts))
+                     if r.key.startswith(prefix) and r.get("ts") == ts), None)
+
     async def _put(self, channel: str, thread_ts: str | None, key: str, fields: dict[str, Any], *,
                    direct: bool = True, state: tuple[str, str] | None = None) -> int | None:
         """Record it; its version, or None when the store is down (then, with ``direct``, one attempt now)."""
