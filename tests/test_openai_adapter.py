@@ -64,9 +64,10 @@ async def test_parallel_calls_and_invalid_json_arguments(fake: FakeOpenAI, store
     codes = [json.loads(m["content"]).get("errorCode") for m in tool_messages]
     assert codes == [None, "validation_error", "validation_error"]
     assert probe.log == ["lookup_a"]
-    # The malformed arguments are sent back exactly as the model produced them.
+    # The malformed arguments are sent back as the model produced them, inside valid JSON: vLLM and SGLang parse
+    # every earlier call's arguments and refuse the whole request on one that is not (the thread's every later turn).
     assistant = next(m for m in messages if m["role"] == "assistant")
-    assert assistant["tool_calls"][1]["function"]["arguments"] == '{"q": "2"'
+    assert json.loads(assistant["tool_calls"][1]["function"]["arguments"]) == {"_unparsed": '{"q": "2"'}
     assert fake.requests[0]["tools"][0]["type"] == "function"
 
 

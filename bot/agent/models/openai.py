@@ -29,8 +29,17 @@ _NAMED = {"type": "function", "function": {"name": "{name}"}}
 
 
 def _arguments(call: ToolCall) -> str:
-    """As the model sent them when they did not parse (the runtime answered that), else as JSON."""
-    return call.raw_arguments if call.raw_arguments is not None else json.dumps(call.arguments, ensure_ascii=False)
+    """As JSON; arguments that did not parse (the runtime answered that) as an object holding what the model sent:
+    vLLM and SGLang parse every earlier call's arguments and refuse the whole request (400) on one that is not
+    JSON, which would end every later turn of the thread."""
+    if call.raw_arguments is None:
+        return json.dumps(call.arguments, ensure_ascii=False)
+    try:
+        parsed = json.loads(call.raw_arguments)
+    except ValueError:
+        parsed = None
+    return call.raw_arguments if isinstance(parsed, dict) else \
+        json.dumps({"_unparsed": call.raw_arguments}, ensure_ascii=False)
 
 
 def _message(turn: Turn) -> dict[str, Any]:
