@@ -141,3 +141,19 @@ async def test_a_guest_reads_a_public_channel_only_as_its_member(slack: FakeSlac
     slack.fault("error", "users.info")  # who is a guest cannot be told: public items are left out
     assert not await Visibility(AsyncWebClient(token=slack.token, base_url=slack.api_url)).readable(
         "UNEW", "C0PUBLIC")
+
+
+async def test_another_organisation_s_account_reads_a_public_channel_only_as_its_member(slack: FakeSlack) -> None:
+    """users.info answering user_not_found (another organisation's account) counted as a full member: App Home
+    showed it a public channel's waiting card, changes and 👎 notes. A Slack Connect account (another team id) the
+    same."""
+    slack.members["C0PUBLIC"] = {"UBOT", "UREQ", "UCONNECT2"}
+    slack.unknown_users.add("UFOREIGN")
+    slack.external_users.update({"UCONNECT": "T0THEIRS", "UCONNECT2": "T0THEIRS"})
+    seen = Visibility(AsyncWebClient(token=slack.token, base_url=slack.api_url))
+    assert await seen.readable("UREQ", "C0PUBLIC")  # this workspace's own member
+    assert not await seen.readable("UFOREIGN", "C0PUBLIC") and not await seen.readable("UCONNECT", "C0PUBLIC")
+    assert await seen.readable("UCONNECT2", "C0PUBLIC")  # a member of the shared channel reads it
+    slack.fault("error", "auth.test")  # whose workspace an account is cannot be told: left out
+    assert not await Visibility(AsyncWebClient(token=slack.token, base_url=slack.api_url)).readable(
+        "UANY", "C0PUBLIC")

@@ -60,10 +60,8 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods, WebhookMethods, Chan
         self._budget.update(TIERS)  # the streaming methods' rate tiers hold by default, as in Slack
         self.stream_timeout_s = 300.0
         self.streams_supported = True  # False: a workspace without the streaming methods (unknown_method)
-        self.members: dict[str, set[str]] = {}
-        """Channel members, where a test needs them (a stream's recipient must be one); unlisted: anyone."""
-        self.private: set[str] = set()
-        """Private channels (conversations.info's is_private; conversations.members lists who is in one)."""
+        self.members: dict[str, set[str]] = {}  # where a test needs them (a stream's recipient is one); else: anyone
+        self.private: set[str] = set()  # conversations.info's is_private (conversations.members: who is in one)
         self.absent: set[str] = set()  # channels the bot is not in: posts there are not_in_channel
         self.archived: set[str] = set()  # archived channels: members kept, every post is_archived
         self.statuses: dict[tuple[str, str], str] = {}
@@ -79,22 +77,17 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods, WebhookMethods, Chan
         app.router.add_routes(self.canvas_routes())
         self.canvases: dict[str, dict[str, Any]] = {}
         self.uploads: dict[str, dict[str, Any]] = {}
-        self.canvases_refused: str | None = None
-        """An error code every canvas call answers (a workspace without canvases); None: canvases work."""
-        self.upload_base_url: str | None = None
-        """Where ``/upload/…`` is served when not on this fake's own server (the demo)."""
+        self.canvases_refused: str | None = None  # an error every canvas call answers (a workspace without them)
+        self.upload_base_url: str | None = None  # where /upload/… is served when not on this server (the demo)
         self.team_id = TEAM
         self.webhooks: dict[str, dict[str, str]] = {}
-        self.profiles: dict[str, str] = {}
-        """Display names by user id, for users.info (anyone else: user_not_found)."""
-        self.user_timezones: dict[str, str] = {}
-        self.guests: set[str] = set()
-        """Guest accounts (users.info's ``is_restricted``): they read only the channels they are members of."""
-        """A person's time zone (users.info's ``tz``), where one is set."""
-        self.homes: dict[str, dict[str, Any]] = {}
-        """The App Home view published for each user."""
-        self.responses: list[dict[str, Any]] = []
-        """What was posted to a command's or an action's response_url."""
+        self.profiles: dict[str, str] = {}  # users.info's names by id (anyone else: a member with no name set)
+        self.unknown_users: set[str] = set()  # users.info: user_not_found (another organisation's, a deleted one)
+        self.external_users: dict[str, str] = {}  # Slack Connect accounts: id → their organisation's team id
+        self.user_timezones: dict[str, str] = {}  # users.info's tz, where one is set
+        self.guests: set[str] = set()  # users.info's is_restricted: they read only the channels they are in
+        self.homes: dict[str, dict[str, Any]] = {}  # the App Home view published for each user
+        self.responses: list[dict[str, Any]] = []  # what was posted to a command's or an action's response_url
         self._response_urls: dict[str, dict[str, Any]] = {}
         self.modals: list[dict[str, Any]] = []
         self.triggers: dict[str, str] = {}
@@ -362,12 +355,15 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods, WebhookMethods, Chan
 
     def _users_info(self, body: dict[str, Any]) -> dict[str, Any]:
         user = str(body.get("user"))
+        if user in self.unknown_users:
+            return {"ok": False, "error": "user_not_found"}
         guest = {"is_restricted": True} if user in self.guests else {}
+        about = {"id": user, "team_id": self.external_users.get(user, self.team_id), **guest}
         if user not in self.profiles:
-            return {"ok": True, "user": {"id": user, **guest}} if guest else {"ok": False, "error": "user_not_found"}
+            return {"ok": True, "user": about}
         name = self.profiles[user]
         zone = {"tz": self.user_timezones[user]} if user in self.user_timezones else {}
-        return {"ok": True, "user": {"id": user, "name": name.lower(), "real_name": name, **zone, **guest,
+        return {"ok": True, "user": {**about, "name": name.lower(), "real_name": name, **zone,
                                      "profile": {"display_name": name, "real_name": name}}}
 
     def _usergroups_users_list(self, body: dict[str, Any]) -> dict[str, Any]:

@@ -53,6 +53,7 @@ class Visibility:
         self._cache: dict[str, tuple[float, Conversation | None]] = {}
         self._guests: dict[str, tuple[float, bool]] = {}
         self._joined: dict[str, tuple[float, frozenset[str] | None]] = {}  # public channels' members, for guests
+        self._team_id: str | None = None
 
     async def conversation(self, channel: str) -> Conversation | None:
         """What Slack says the conversation is (and a private one's members); None when it cannot be told."""
@@ -89,17 +90,34 @@ class Visibility:
         try:
             info: Any = await retried("users.info", lambda: self.client.users_info(user=user), attempts=2)
             about = info.get("user") or {}
-            guest = bool(about.get("is_restricted") or about.get("is_ultra_restricted"))
+            theirs, ours = str(about.get("team_id") or ""), await self._team() if about.get("team_id") else ""
+            if ours is None:
+                return None  # whether the account is this workspace's is not known: left out
+            # Another organisation's account (Slack Connect) reads only what it is a member of, as a guest does.
+            guest = bool(about.get("is_restricted") or about.get("is_ultra_restricted") or about.get("is_stranger")
+                         or (theirs and theirs != ours))
         except _UNKNOWN as exc:
             if "user_not_found" not in slack_error(exc):
                 log.warning("whether %s is a guest is not known (%s): public items are left out", user,
                             slack_error(exc))
                 return None
-            guest = False  # no such account to restrict (it cannot have clicked in Slack)
+            guest = True  # no account of this workspace (another organisation's): only what it is a member of
         if len(self._guests) >= self.max_size:
             self._guests.clear()
         self._guests[user] = (time.monotonic() + self.ttl_s, guest)
         return guest
+
+    async def _team(self) -> str | None:
+        """This workspace's team id (auth.test, once); None while Slack does not say."""
+        if self._team_id is None:
+            try:
+                answer: Any = await retried("auth.test", self.client.auth_test, attempts=2)
+            except _UNKNOWN as exc:
+                log.warning("this workspace's team is not known (%s): other accounts' items are left out",
+                            slack_error(exc))
+                return None
+            self._team_id = str(answer.get("team_id") or "")
+        return self._team_id
 
     async def _public_members(self, channel: str) -> frozenset[str] | None:
         cached = self._joined.get(channel)
