@@ -88,3 +88,58 @@ async def test_cancel_from_another_instance_through_redis(store: RedisStore) -> 
     out = await asyncio.wait_for(asking, 5)
     assert out.stop_reason == "cancelled"
     assert violations(await store.load_transcript("t")) == []
+
+
+class _SlowFinish(RedisStore):
+    """A Redis that takes half a second over the write that finishes a run (a busy one may)."""
+
+    entered = asyncio.Event()
+
+    async def commit(self, write: object) -> int:  # type: ignore[override]
+        if getattr(getattr(write, "run", None), "status", "") == "finished" and not self.entered.is_set():
+            self.entered.set()
+            await asyncio.sleep(0.5)
+        return await super().commit(write)  # type: ignore[arg-type]
+
+
+async def test_a_stop_or_the_deadline_during_the_final_save_changes_nothing(store: RedisStore) -> None:
+    """A Stop (or the wall-time deadline) landing while the complete answer was being saved finished the run a
+    second time: the answer shown was edited into "Stopped at …", and the record's stop reason flipped."""
+    from bot.agent.limits import Limits
+    from state.records import FinishTrace
+
+    slow = _SlowFinish(store.client, keys=store.keys, ttls=store.ttls)
+    slow.entered = asyncio.Event()
+    tools = toolkit(Probe())
+    model = ScriptedModel([reply("", call("lookup_a", "a1")), reply("payments is healthy (lookup_a).")])
+    h = make_harness(model, slow, [tools["lookup_a"]])
+    asking = asyncio.create_task(h.engine.ask("t1", "is payments ok?", user_id="U1"))
+    await slow.entered.wait()
+    run_id = h.of("run_started")[0].run_id
+    await h.engine.cancel(run_id, by="U1")
+    out = await asking
+    record = await store.load_run(run_id)
+    assert out.stop_reason == record.stop_reason == "final_answer"
+    assert [e.stop_reason for e in h.of("run_finished")] == ["final_answer"]
+    assert [e.stop_reason for e in record.trace if isinstance(e, FinishTrace)] == ["final_answer"]
+
+    slow.entered = asyncio.Event()  # the deadline now, instead of a Stop
+    model = ScriptedModel([reply("", call("lookup_a", "a2")), reply("payments is healthy (lookup_a)."),
+                           reply("summary")], latency_s=0.1)
+    h = make_harness(model, slow, [tools["lookup_a"]], limits=Limits(max_wall_time_s=0.4))
+    out = await h.engine.ask("t2", "is payments ok?", user_id="U1")
+    assert out.stop_reason == "final_answer" and [e.stop_reason for e in h.of("run_finished")] == ["final_answer"]
+
+
+async def test_a_limit_whose_summary_the_deadline_cuts_is_still_that_limit(store: RedisStore) -> None:
+    """The step limit reached with little wall time left: the deadline cut its summary, and the run was recorded
+    and shown as "Stopped: out of time"."""
+    from bot.agent.limits import Limits
+
+    tools = toolkit(Probe())
+    model = ScriptedModel([reply("", call("lookup_a", q="1")), reply("", call("lookup_b", q="2")),
+                           reply("A is 1 and B is 2 so far."), reply("A is 1 and B is 2 so far.")], latency_s=0.3)
+    h = make_harness(model, store, [tools["lookup_a"], tools["lookup_b"]],
+                     limits=Limits(max_steps=2, max_wall_time_s=0.75))
+    out = await h.engine.ask("t", "check A and B", user_id="U1")
+    assert out.stop_reason == "max_steps", out

@@ -15,15 +15,7 @@ from typing import Any
 
 from bot.agent.decisions import Answers, CancelRun
 from bot.agent.deps import RunDeps
-from bot.agent.events import (
-    CallDecided,
-    Event,
-    LoopInterrupt,
-    ModelStep,
-    RunFinished,
-    ToolCallEvent,
-    ToolResultEvent,
-)
+from bot.agent.events import CallDecided, Event, LoopInterrupt, ModelStep, RunFinished, ToolCallEvent, ToolResultEvent
 from bot.agent.fallback import Fallback, ran
 from bot.agent.lease import Lease
 from bot.agent.limits import call_digest, should_stop
@@ -66,6 +58,7 @@ class Run:
         self.lease = lease
         self.cancel_requested = False
         self.stopped_by: str | None = None
+        self.stopping: StopReason | None = None  # the limit that stopped it, while its summary is asked for
         self._messages: list[Message] = []
         self._counters: Counter[str] = Counter()
         self._tokens: list[str] = []
@@ -149,6 +142,7 @@ class Run:
             await asyncio.shield(saving)
         except asyncio.CancelledError:
             await saving
+            self.flush_events()  # what it wrote is told (it may be the turn's end): a Stop after it changes nothing
             raise
         finally:
             if saving.done() and not saving.cancelled() and saving.exception() is None and release is not None \
@@ -332,8 +326,13 @@ class Run:
         await self.commit(final=True)
         return self.outcome()
 
+    @property
+    def ended(self) -> bool:  # the turn's last write made: a Stop or the deadline landing in it changes nothing
+        return self.record.status in ("finished", "paused") and self._committed_status == self.record.status
+
     async def stop_early(self, reason: StopReason) -> RunOutcome:
         """A limit stopped the run: every call still gets its result, the user still gets a summary."""
+        self.stopping = self.stopping or reason  # the deadline cutting its summary short does not make it a timeout
         because = STOP_WORDING[reason].because
         await self.answer_dangling("cancelled", reason, f"not finished: the run stopped because {because}")
         try:
