@@ -7,6 +7,7 @@ from typing import Literal
 
 StopReason = Literal[
     "final_answer",
+    "cut_off",
     "interrupted",
     "max_steps",
     "timeout",
@@ -33,6 +34,8 @@ class StopWording:
 
 STOP_WORDING: dict[StopReason, StopWording] = {
     "final_answer": StopWording("Done", "it finished", "done"),
+    "cut_off": StopWording("Answer cut off at the model's output limit", "its answer reached the model's output limit",
+                           "warning"),
     "interrupted": StopWording("Ended without an answer to my question", "nobody answered its question",
                                "expired"),
     "max_steps": StopWording("Stopped at the step limit", "it reached its step limit", "warning"),

@@ -267,3 +267,16 @@ async def test_odd_tool_input_is_an_observation_not_the_end_of_the_run(fake: Fak
     assert result["is_error"] == (not isinstance(given, dict))
     if result["is_error"]:
         assert json.loads(result["content"])["errorCode"] == "validation_error"
+
+
+async def test_an_answer_cut_off_at_the_output_limit_is_never_done(fake: FakeAnthropic, store: RedisStore) -> None:
+    """stop_reason max_tokens on the answer: it stopped mid-sentence ("…the payments deploy at 09:1") under ✅ Done."""
+    from bot.slack.outbound.words import headline
+
+    cut = "Root cause: the payments deploy at 09:1"
+    fake.queue(tool_use(("lookup_a", {"q": "deploys"})), text(cut, stop="max_tokens"))
+    h = make_harness(model_for(fake), store, [toolkit(Probe())["lookup_a"]])
+    out = await h.engine.ask("t", "why is payments failing?", user_id="U1")
+    assert out.stop_reason == "cut_off" and out.answer == cut  # shown as it came, said to be cut
+    assert headline("en", "cut_off") == "Answer cut off: it reached the model's output limit"
+    assert "截断" in headline("zh", "cut_off")

@@ -126,3 +126,13 @@ async def test_the_output_token_limit_goes_by_the_name_each_endpoint_knows(caplo
     finally:
         await openai_like.server.stop()
         await compatible.server.stop()
+
+
+async def test_an_answer_cut_off_at_the_output_limit_is_never_done(fake: FakeOpenAI, store: RedisStore) -> None:
+    from tests.toolkit import Probe, toolkit
+
+    fake.queue(tool_calls(("lookup_a", {"q": "deploys"})), text("Root cause: the payments deploy at 09:1",
+                                                               finish="length"))
+    h = make_harness(model_for(fake), store, [toolkit(Probe())["lookup_a"]])
+    out = await h.engine.ask("t", "why is payments failing?", user_id="U1")
+    assert out.stop_reason == "cut_off"

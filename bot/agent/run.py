@@ -314,6 +314,9 @@ class Run:
 
     async def finish(self, reason: StopReason, answer: str, fallback: Fallback | None = None) -> RunOutcome:
         r = self.record
+        last = next((e for e in reversed(r.trace) if isinstance(e, StepTrace)), None)
+        if reason == "final_answer" and last is not None and last.model_stop == "max_tokens":
+            reason = "cut_off"  # the answer stopped mid-sentence at the output limit: never "Done"
         # The record keeps a preview; the whole answer is the transcript's last message.
         r.status, r.stop_reason, r.answer = "finished", reason, preview(answer)
         r.stopped_by, r.fallback = self.stopped_by, fallback.model_dump(mode="json") if fallback else None

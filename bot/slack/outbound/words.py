@@ -300,6 +300,7 @@ _WORDS: dict[str, tuple[str, str]] = {
 
 _HEADLINES: dict[StopReason, tuple[str, str]] = {
     "final_answer": ("Done", "完成"),
+    "cut_off": ("Answer cut off: it reached the model's output limit", "答复被截断：达到了模型的输出上限"),
     "interrupted": ("Ended without an answer to my question", "没有人回答我的问题，已结束"),
     "max_steps": ("Stopped at the step limit", "达到步数上限，已停止"),
     "timeout": ("Stopped: out of time", "超时，已停止"),
