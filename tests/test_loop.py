@@ -252,3 +252,15 @@ async def test_a_call_id_the_model_repeats_is_made_new_to_the_thread(store: Redi
     assert ids == ["call_0", "call_0_2", "call_0_3"]
     results = [(m.call_id, body(m)["data"]) for m in transcript if isinstance(m, ToolResultMessage)]
     assert results == [("call_0", {"a": "1"}), ("call_0_2", {"b": "2"}), ("call_0_3", {"a": "3"})]
+
+
+async def test_a_step_of_several_calls_made_again_and_again_is_a_loop(store: RedisStore) -> None:
+    """[lookup_a q=1, lookup_b q=1] asked step after step never made one call repeat in a row: it ran to the step
+    limit (8 steps) instead of stopping as a loop after 3."""
+    tools = toolkit(Probe())
+    same = [reply("", call("lookup_a", q="1"), call("lookup_b", q="1")) for _ in range(8)]
+    model = ScriptedModel([*same, reply("summary: the same two lookups again")])
+    h = make_harness(model, store, [tools["lookup_a"], tools["lookup_b"]],
+                     limits=Limits(identical_call_limit=3, max_steps=10))
+    out = await h.engine.ask("t", "loop")
+    assert out.stop_reason == "loop_detected" and sum(1 for _ in h.of("tool_call")) == 6

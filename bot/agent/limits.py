@@ -39,14 +39,25 @@ def identical_streak(recent: Sequence[str]) -> int:
     return streak
 
 
+def repeated_steps(steps: Sequence[frozenset[str]]) -> int:
+    """How many steps in a row, up to the last, asked for exactly the same calls: a step of several calls made
+    again and again is a loop as one call is (its calls alternate, so no one call repeats in a row)."""
+    streak = 0
+    for calls in reversed(steps):
+        if calls != steps[-1]:
+            break
+        streak += 1
+    return streak
+
+
 def should_stop(*, step: int, active_s: float, fail_streak: int, recent_calls: Sequence[str],
-                limits: Limits) -> StopReason | None:
+                limits: Limits, steps: Sequence[frozenset[str]] = ()) -> StopReason | None:
     if step >= limits.max_steps:
         return "max_steps"
     if active_s >= limits.max_wall_time_s:
         return "timeout"
     if fail_streak >= limits.max_tool_fails_in_row:
         return "too_many_fails"
-    if identical_streak(recent_calls) >= limits.identical_call_limit:
+    if max(identical_streak(recent_calls), repeated_steps(steps)) >= limits.identical_call_limit:
         return "loop_detected"
     return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -87,9 +87,12 @@ class Run:
         return max(self.deps.limits.max_wall_time_s - self.active_s(), 0.0)
 
     def limit_reached(self) -> StopReason | None:
-        r = self.record
-        return should_stop(step=r.step, active_s=self.active_s(), fail_streak=r.fail_streak,
-                           recent_calls=r.recent_calls, limits=self.deps.limits)
+        r, steps = self.record, defaultdict[int, set[str]](set)
+        for e in r.trace:  # the calls of each step (run, or answered: a person's decision counts as its call)
+            if isinstance(e, CallTrace) and e.status != "interrupted":
+                steps[e.step].add(e.args_digest)
+        return should_stop(step=r.step, active_s=self.active_s(), fail_streak=r.fail_streak, limits=self.deps.limits,
+                           recent_calls=r.recent_calls, steps=[frozenset(steps[n]) for n in sorted(steps)])
 
     def count(self, name: str, n: int = 1) -> None:
         self._counters[name] += n
