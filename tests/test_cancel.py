@@ -143,3 +143,24 @@ async def test_a_limit_whose_summary_the_deadline_cuts_is_still_that_limit(store
                      limits=Limits(max_steps=2, max_wall_time_s=0.75))
     out = await h.engine.ask("t", "check A and B", user_id="U1")
     assert out.stop_reason == "max_steps", out
+
+
+async def test_calls_answered_by_a_stop_are_in_the_trace(store: RedisStore) -> None:
+    """A Stop mid-batch left results {a1: ok, c1: outcome_unknown} in the transcript and no call rows in the run's
+    trace: `opspilot report`'s counts and the handover's "outcome unknown" flag read the trace."""
+    from state.records import CallTrace
+
+    probe = Probe()
+    fast, slow = toolkit(probe), toolkit(probe, slow_s=5)
+    model = ScriptedModel([reply("", call("lookup_a", "a1"), call("change", "c1", target="payments"))])
+    h = make_harness(model, store, [fast["lookup_a"], slow["change"]])
+    asking = asyncio.create_task(h.engine.ask("t1", "check then change staging", user_id="U1"))
+    await asyncio.wait_for(probe.started.setdefault("change", asyncio.Event()).wait(), 10)
+    run_id = h.of("run_started")[0].run_id
+    await h.engine.cancel(run_id, by="U1")
+    await asking
+    record = await store.load_run(run_id)
+    traced = {c.call_id: c.error_code or c.status for c in record.trace if isinstance(c, CallTrace)}
+    results = {m.call_id: m.error_code or m.status for m in await store.load_transcript("t1")
+               if isinstance(m, ToolResultMessage)}
+    assert traced == results and set(results) == {"a1", "c1"}, (traced, results)

@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.stops import StopReason
+from state.records import CallTrace
 
 
 class Limits(BaseModel):
@@ -48,6 +49,15 @@ def repeated_steps(steps: Sequence[frozenset[str]]) -> int:
             break
         streak += 1
     return streak
+
+
+def steps_of(trace: Sequence[object]) -> list[frozenset[str]]:
+    """The calls of each step of a run's trace (run, or answered: a person's decision counts as its call)."""
+    steps: dict[int, set[str]] = {}
+    for e in trace:
+        if isinstance(e, CallTrace) and e.status != "interrupted":
+            steps.setdefault(e.step, set()).add(e.args_digest)
+    return [frozenset(steps[n]) for n in sorted(steps)]
 
 
 def should_stop(*, step: int, active_s: float, fail_streak: int, recent_calls: Sequence[str],

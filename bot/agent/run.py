@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,7 +18,7 @@ from bot.agent.deps import RunDeps
 from bot.agent.events import CallDecided, Event, LoopInterrupt, ModelStep, RunFinished, ToolCallEvent, ToolResultEvent
 from bot.agent.fallback import Fallback, ran
 from bot.agent.lease import Lease
-from bot.agent.limits import call_digest, should_stop
+from bot.agent.limits import call_digest, should_stop, steps_of
 from bot.agent.models.base import AUTO, NONE, Completion, ModelError, ToolChoice
 from bot.agent.outcome import RunOutcome, audit_entry, pending_view, preview
 from bot.agent.prompt import STOP_INSTRUCTION
@@ -52,18 +52,13 @@ OUTCOME_UNKNOWN = "the change was started and may or may not have completed; che
 class Run:
     def __init__(self, deps: RunDeps, record: RunRecord, transcript: list[Message],
                  memo: ThreadMemo | None = None, lease: Lease | None = None, *, stored: bool = True) -> None:
-        self.deps = deps
-        self.record = record
-        self.transcript = transcript
-        self.lease = lease
+        self.deps, self.record, self.transcript, self.lease = deps, record, transcript, lease
         self.cancel_requested = False
         self.stopped_by: str | None = None
         self.stopping: StopReason | None = None  # the limit that stopped it, while its summary is asked for
         self._messages: list[Message] = []
         self._counters: Counter[str] = Counter()
-        self._tokens: list[str] = []
-        self._audit: list[dict[str, str]] = []
-        self._outbox: list[Event] = []
+        self._tokens, self._audit, self._outbox = list[str](), list[dict[str, str]](), list[Event]()
         # Results announced live during a batch, kept so an interrupted batch loses none of them.
         self._finished_calls: dict[str, Observation] = {}
         self._answer = ""
@@ -87,12 +82,9 @@ class Run:
         return max(self.deps.limits.max_wall_time_s - self.active_s(), 0.0)
 
     def limit_reached(self) -> StopReason | None:
-        r, steps = self.record, defaultdict[int, set[str]](set)
-        for e in r.trace:  # the calls of each step (run, or answered: a person's decision counts as its call)
-            if isinstance(e, CallTrace) and e.status != "interrupted":
-                steps[e.step].add(e.args_digest)
+        r = self.record
         return should_stop(step=r.step, active_s=self.active_s(), fail_streak=r.fail_streak, limits=self.deps.limits,
-                           recent_calls=r.recent_calls, steps=[frozenset(steps[n]) for n in sorted(steps)])
+                           recent_calls=r.recent_calls, steps=steps_of(r.trace))
 
     def count(self, name: str, n: int = 1) -> None:
         self._counters[name] += n
@@ -382,10 +374,17 @@ class Run:
             finished = self._finished_calls.pop(call.id, None)
             if finished is not None and finished.result is not None:
                 self.append(finished.result)  # it completed before the batch was interrupted
+                self._traced(call, finished.result.status, finished.result.error_code, finished.latency_ms)
             elif call.id in journaled:  # audited with what it started with (a form's environment), not the model's
                 self.answer(call, "error", "outcome_unknown", OUTCOME_UNKNOWN, journaled[call.id] or None)
             else:
                 self.answer(call, status, code, message)
+
+    def _traced(self, call: ToolCall, status: str, code: str | None, latency_ms: float = 0.0) -> None:
+        # the row of a call answered without running to its end (a Stop, a limit, a repair), as observe writes it
+        self.record.trace.append(CallTrace(step=self.record.step, call_id=call.id, tool=call.name, status=status,
+                                           args_digest=call_digest(call.name, call.arguments), error_code=code,
+                                           latency_ms=round(latency_ms, 2)))
 
     def answer(self, call: ToolCall, status: ResultStatus, code: str, message: str,
                arguments: dict[str, Any] | None = None) -> None:
@@ -394,6 +393,7 @@ class Run:
         self.append(result)
         self.count("tool_calls")
         self._audit_change(call, arguments or call.arguments, result, self.record.approvals.pop(call.id, None))
+        self._traced(call, status, code)
         self.emit(ToolResultEvent, step=self.record.step, call_id=call.id, tool=call.name, status=status,
                   error_code=code, summary=message, latency_ms=0.0,
                   data={"ok": False, "errorCode": code, "message": message})
