@@ -20,6 +20,7 @@ from bot.demo.workspace import all_text
 from bot.slack.followups.buttons import time_of
 from bot.slack.followups.checks import status_of
 from bot.slack.followups.schedules import config_timer
+from bot.slack.inbound.work_items import Check
 from state.timer_store import Timer
 from tests.slack_harness import CHANNEL, Workspace
 from tests.test_timers import Clock, open_at, tick
@@ -163,14 +164,29 @@ async def test_a_check_that_proposes_a_change_is_stopped_and_its_report_says_so(
     clock = Clock(SAT_0700_EST)
     ws = await open_at(redis_url, prefix, slack, clock, model=model)
     try:
+        seen: list[Check] = []
+        checks = ws.service.executor.checks
+        assert checks is not None
+
+        async def keep(item: Check) -> None:  # the occurrence's work item, to read it again below
+            seen.append(item)
+            await checks(item)
+
+        ws.service.executor.checks = keep
         await command(ws, 'schedule "*/30 * * * *" UTC payments recent errors --quiet')
         clock.now = (await only_schedule(ws)).due
         assert await tick(ws) == 1
         await ws.settle()
-        assert ws.toolbox.restarts.done == []
+        assert ws.toolbox.restarts.done == [] and len(seen) == 1
         report = all_text(roots(slack)[-1])
         assert "It proposed `restart_service`, which needs a person: nothing was changed" in report
         assert not await ws.service.core.engine.under_way(f"check:{(await only_schedule(ws)).id}")
+        # Read again (its worker died after the report was recorded, before acknowledging the item): the report
+        # was rewritten from the run it cancelled, "Stopped at …", its proposal gone.
+        assert ws.service.executor.checks is not None
+        await ws.service.executor.checks(seen[0])
+        await ws.settle()
+        assert all_text(roots(slack)[-1]) == report and not roots(slack)[-1].get("edits")
     finally:
         await ws.stop()
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from typing import Literal
 
 from bot.agent.engine import Engine
@@ -32,6 +33,8 @@ from state.store import MetaStore, Reports
 from state.timer_store import TimerStore
 
 log = logging.getLogger(__name__)
+
+REPORTED = "check-reported"  # a check occurrence whose report is recorded (meta kind, by request id)
 
 STATUS_INSTRUCTION = ("(This is a scheduled check: nobody is waiting in a thread. Look with your read-only tools "
                       "and answer briefly with the evidence. End with a last line of its own: `Status: OK` when "
@@ -65,6 +68,8 @@ class Checks:
         """Never raises: what went wrong is said in the channel (an outage only in the log)."""
         lang = language_of(item.question, self.language)
         try:
+            if (await self.meta.get(REPORTED, item.request_id)).get("at"):
+                return  # read again after its report was recorded (its worker died before acknowledging it)
             outcome = await self._run(item, lang)
         except ThreadBusy:
             await self._failed(item, lang, say(lang, "sc_busy"))
@@ -77,6 +82,8 @@ class Checks:
             return
         try:
             await self._report(item, lang, outcome)
+            # Read again, it would report the run it cancelled (a change proposed) as "Stopped", the proposal gone.
+            await self.meta.put(REPORTED, item.request_id, {"at": f"{time.time():.0f}"})
         except StoreError as exc:
             log.error("scheduled check %s (due %s) ran, its report was not recorded: %s", item.timer, item.due, exc)
 
