@@ -4,6 +4,7 @@ second time (its worker died before acknowledging it), start one thread, one run
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -104,3 +105,38 @@ async def test_a_slow_slack_does_not_hold_a_command(ws: Workspace) -> None:
     await ws.settle()
     assert loop.time() - started < 30
     assert sorted(all_text(m).split(": ", 1)[1] for m in roots(ws)) == ["orders errors", "payments errors"]
+
+
+class _Killed(BaseException):
+    """The worker process dies here."""
+
+
+async def test_a_cancel_read_again_after_its_worker_died_says_it_once(ws: Workspace) -> None:
+    """`/opspilot schedules cancel <id>` whose worker died after the schedule was cancelled and before its line was
+    said: read again, the line never came and the person was told there is no such schedule."""
+    read = _reader(lambda: ws.service.bolt)
+    make = Delivery(body=urlencode(command(ws, 'schedule "0 9 * * *" UTC payments nightly errors', "t-make")),
+                    content_type="application/x-www-form-urlencoded", received_at=time.time())
+    await read(make, "1700000000000-1")
+    await ws.settle()
+    [timer] = [t for t in await ws.store.timers.every() if t.kind == "schedule"]
+    cancel = Delivery(body=urlencode(command(ws, f"schedules cancel {timer.id}", "t-cancel")),
+                      content_type="application/x-www-form-urlencoded", received_at=time.time())
+    outbox, said = ws.service.outbox, ws.service.outbox.say
+
+    async def dies(*args: Any, **kw: Any) -> None:  # the process is killed as it was to say it
+        raise _Killed
+
+    outbox.say = dies  # type: ignore[method-assign]
+    with contextlib.suppress(_Killed, Exception):  # however the reader takes its listener's death
+        await read(cancel, "1700000000000-2")
+        await ws.settle()
+    outbox.say = said  # type: ignore[method-assign]
+    assert await ws.store.timers.get(timer.id) is None  # cancelled, its line never said
+    for _ in range(2):  # another worker reads the unacknowledged request again (twice: said once)
+        await read(cancel, "1700000000000-2")
+        await ws.settle()
+    lines = [all_text(m) for m in roots(ws) if "cancelled the scheduled check" in all_text(m)]
+    assert len(lines) == 1, lines
+    told = ws.slack.ephemeral_texts("UREQ")
+    assert not any("There is no scheduled check" in t for t in told) and "cancelled already, by <@UREQ>" in told[-1]

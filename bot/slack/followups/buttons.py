@@ -31,6 +31,8 @@ from state.timer_store import Firing, Timer, TimerStore
 
 log = logging.getLogger(__name__)
 
+CANCELLED = "timer-cancelled"  # a cancelled follow-up or schedule, kept (meta kind, by timer id): see cancel
+
 CANCEL = "opspilot_timer_cancel"
 RECHECK = "opspilot_recheck"
 RECHECK_MINUTES = 10
@@ -172,6 +174,8 @@ class SlackFollowups:
         if timer is None:
             lang = (await self.meta.get(THREAD, thread_key(channel, thread_ts))).get("lang", "en") \
                 if thread_ts else "en"
+            if (by := await self.cancelled_before(timer_id, user, channel)) is not None:
+                return await self._tell(channel, user, say(lang, "fu_cancelled_by", by=kit.who(by)), thread_ts)
             return await self._tell(channel, user, say(lang, "fu_gone"), thread_ts)
         lang = await self.lang(timer)
         misplaced = bool(channel) and (channel != timer.channel or (thread_ts or None) != (timer.thread_ts or None))
@@ -199,8 +203,27 @@ class SlackFollowups:
         """Cancel ``timer`` (already checked: ``user`` may), and say so where it was announced."""
         if await self.timers.cancel(timer.id, unless_firing=True) is None:  # (Firing: it is under way)
             return False
-        lang = await self.lang(timer)
+        # Kept, so that the cancel read again (its worker died before it was said) says it, not "no such check".
+        await self.meta.put(CANCELLED, timer.id, {"by": user, "timer": timer.model_dump_json()})
         await self.reports.tally(timer.group, f"{timer.kind}_cancelled")
+        await self._said_cancelled(timer, user)
+        return True
+
+    async def cancelled_before(self, timer_id: str, user: str, channel: str) -> str | None:
+        """Who cancelled ``timer_id`` (of ``channel``), when it was cancelled and is gone, its line said again (once:
+        keyed) in case its cancel stopped before saying it; None when nothing of it is known."""
+        gone = await self.meta.get(CANCELLED, timer_id)
+        if not gone.get("timer"):
+            return None
+        timer = Timer.model_validate_json(gone["timer"])
+        if (channel and timer.channel != channel) or not await self.visibility.may_see(user, timer.channel,
+                                                                                      person=timer.owner):
+            return None  # another conversation's id (forged, or seen elsewhere): nothing about it is said
+        await self._said_cancelled(timer, gone.get("by") or user)
+        return gone.get("by") or user
+
+    async def _said_cancelled(self, timer: Timer, user: str) -> None:
+        lang = await self.lang(timer)
         if timer.kind == "followup":
             await self._log(timer, "cancelled", self.clock(), by=user)
             await self._show(timer, say(lang, "fu_cancelled", due=time_of(timer.due, lang), by=kit.who(user),
@@ -208,8 +231,8 @@ class SlackFollowups:
         else:
             await self.outbox.say(timer.channel, None, say(lang, "sc_cancelled", by=kit.who(user),
                                                            cron=kit.escape(timer.cron), tz=kit.escape(timer.timezone),
-                                                           question=kit.quoted(timer.question)))
-        return True
+                                                           question=kit.quoted(timer.question)),
+                                  key=f"schedule-cancelled:{timer.id}")
 
     async def click_recheck(self, user: str, run_id: str, channel: str, thread_ts: str | None) -> None:
         thread_id = thread_key(channel, str(thread_ts))

@@ -167,6 +167,9 @@ class Schedules:
 
     async def _cancel(self, channel: str, user: str, timer_id: str, lang: str) -> None:
         timer = await self.timers.get(timer_id) if timer_id else None
+        if timer is None and timer_id and (by := await self.slack.cancelled_before(timer_id, user, channel)):
+            await self.outbox.tell(channel, user, say(lang, "fu_cancelled_by", by=kit.who(by)))  # not "no such"
+            return
         if timer is None or timer.kind != "schedule" or timer.channel != channel:
             await self.outbox.tell(channel, user, say(lang, "sc_unknown", id=kit.escape(timer_id or "?")))
             return

@@ -42,6 +42,7 @@ TIMER_WORDS: dict[str, tuple[str, str]] = {
                           "(who may use it, or where, changed since it was asked for): {question}",
                           ":no_entry_sign: {due} 的跟进没有运行：{who} 已不能在这里使用 OpsPilot"
                           "（安排之后，可使用的人或频道有了变化）：{question}"),
+    "fu_cancelled_by": ("It was cancelled already, by {by}.", "它已经被 {by} 取消了。"),
     "fu_gone": ("That follow-up is no longer pending (it ran, or was cancelled).",
                 "这个跟进已不在等待中（已运行或已取消）。"),
     "fu_recheck": ("Re-check in {minutes} min", "{minutes} 分钟后复查"),
