@@ -140,3 +140,26 @@ async def test_a_cancel_read_again_after_its_worker_died_says_it_once(ws: Worksp
     assert len(lines) == 1, lines
     told = ws.slack.ephemeral_texts("UREQ")
     assert not any("There is no scheduled check" in t for t in told) and "cancelled already, by <@UREQ>" in told[-1]
+
+
+async def test_a_summary_asked_once_and_read_twice_shares_one_file(ws: Workspace) -> None:
+    """A workspace without canvases: "@OpsPilot summarize" read a second time (its worker died after the file was
+    shared, before acknowledging the stored event) made a second model call and shared a second file."""
+    import json
+
+    from bot.demo.sender import mention
+    from tests.slack_harness import restarted
+
+    await restarted(ws)
+    ws.slack.canvases_refused = "canvas_disabled_user_team"  # a free plan: summaries are files
+    read = _reader(lambda: ws.service.bolt)
+    event = mention(CHANNEL, "UOTHER", "summarize", "100.5", thread_ts="100.1")
+    envelope = {"token": "legacy", "team_id": "T0001", "api_app_id": "A0001", "type": "event_callback",
+                "event_id": "EvSUMMARY", "event_time": int(time.time()),
+                "event": {"event_ts": event.get("ts"), **event},
+                "authorizations": [{"team_id": "T0001", "user_id": "UBOT", "is_bot": True}]}
+    item = Delivery(body=json.dumps(envelope), content_type="application/json", received_at=time.time())
+    for _ in range(2):  # the first reading's worker died before acknowledging it: another reads it again
+        await read(item, "1700000000000-7")
+        await ws.settle()
+    assert len([m for m in ws.slack.thread(CHANNEL, "100.1") if m.get("files")]) == 1

@@ -367,3 +367,23 @@ async def test_a_declined_change_is_not_an_open_failure(ws: Workspace) -> None:
     await ws.settle()
     doc = next(iter(ws.slack.canvases.values()))["markdown"]
     assert "`declined_by_user`" not in doc, doc
+
+
+async def test_a_lost_reply_on_the_edit_of_an_existing_canvas_is_not_called_unmade(ws: Workspace) -> None:
+    """canvases.edit acted and its replies were lost: the note said Slack "did not confirm whether the canvas was
+    made", of a canvas made long ago and still there. A replace is the same edit made again: it is tried again."""
+    await restarted(ws)
+    await ws.sender.event(mention(CHANNEL, "UOTHER", "summarize", "100.5", thread_ts="100.1"))
+    await ws.settle()
+    assert len(ws.slack.canvases) == 1
+    ws.slack.fault("lost", "canvases.edit", times=2)  # acted, its reply lost (the SDK's own retry's too)
+    await ws.sender.event(mention(CHANNEL, "UOTHER", "summarize", "100.7", thread_ts="100.1"))
+    await ws.settle(60)
+    notes = [all_text(m) for m in ws.slack.thread(CHANNEL, "100.1") if m.get("bot") and "事件总结" in all_text(m)]
+    assert not any("是否已创建" in n for n in notes), notes  # (the demo incident's thread is Chinese)
+    assert any("事件总结已更新到频道的画布标签页" in n for n in notes), notes
+    ws.slack.fault("lost", "canvases.edit", times=10)  # Slack never confirms it: said as an update, not a canvas
+    await ws.sender.event(mention(CHANNEL, "UOTHER", "summarize", "100.9", thread_ts="100.1"))
+    await ws.settle(60)
+    notes = [all_text(m) for m in ws.slack.thread(CHANNEL, "100.1") if m.get("bot") and "事件总结" in all_text(m)]
+    assert any("没有确认这次更新" in n for n in notes) and not any("是否已创建" in n for n in notes), notes

@@ -25,7 +25,7 @@ from bot.slack.inbound.thread_reader import ThreadReader
 from bot.slack.incidents.document import Links, render
 from bot.slack.incidents.incident import Incident, gather
 from bot.slack.incidents.narrative import THREAD_CHARS, write
-from bot.slack.outbound.api_errors import SLACK_FAILURES, may_have_acted, slack_error
+from bot.slack.outbound.api_errors import SLACK_FAILURES, may_have_acted, retried, slack_error
 from bot.slack.outbound.markdown import code
 from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.words import language_of, say
@@ -116,6 +116,10 @@ class Summaries:
             if error not in CANVAS_UNAVAILABLE:
                 log.warning("summary of %s: canvas failed (%s)", thread_id, error)
                 key = "inc_unconfirmed" if may_have_acted(exc) else "inc_failed"
+                if may_have_acted(exc) and (await self.meta.get(CANVAS, thread_id)).get("canvas_id"):  # an edit
+                    await self.outbox.say(incident.channel, incident.thread_ts, say(
+                        lang, "inc_edit_unconfirmed", why=error, link=f"<#{incident.channel}>"), key=note)
+                    return
                 await self.outbox.say(incident.channel, incident.thread_ts, say(
                     lang, key, why=error, what=say(lang, "inc_what_canvas"), link=f"<#{incident.channel}>"), key=note)
                 return
@@ -146,9 +150,9 @@ class Summaries:
         known, making = await self._known(incident.thread_id)
         try:
             if known:
-                try:
-                    await self.client.canvases_edit(canvas_id=known, changes=[
-                        {"operation": "replace", "document_content": content}])
+                try:  # a replace is the same edit made again: tried again while Slack's failure is transient
+                    await retried("canvases.edit", lambda: self.client.canvases_edit(canvas_id=known, changes=[
+                        {"operation": "replace", "document_content": content}]), attempts=3)
                     return "updated"
                 except SlackApiError as exc:
                     if slack_error(exc) != "canvas_not_found":  # deleted by someone: make a new one

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -25,6 +26,8 @@ from state.redis import RedisStore
 from state.store import MetaStore, Reports
 
 log = logging.getLogger(__name__)
+
+SUMMARIZED = "summarized"  # a summary request whose summary is published (meta kind, by request): once
 
 SHORTCUT = "opspilot_summarize_incident"
 _SUMMARIZE = re.compile(r"^\s*(?:please\s+)?(?:summari[sz]e|summary|总结|汇总|小结)(?:\s+(?:this|it|这个|一下))?"
@@ -64,11 +67,15 @@ class IncidentCommands:
     async def _summarize(self, user: str, channel: str, thread_ts: str, member: str, *, asked: str = "",
                          in_thread: bool = True) -> None:
         """A summary within the windows; one with nothing to summarise (no model call) gives its slot back."""
+        if (await self.meta.get(SUMMARIZED, member)).get("at"):
+            return  # read again after it was published (its worker died before acknowledging it): once
         admitted = await self._admit("summarize", user, channel, thread_ts if in_thread else None, member)
         if not admitted or self.summaries is None:
             return
         made = await self.summaries.summarize(channel, thread_ts, user, asked=asked, in_thread=in_thread)
-        if not made and self.gate is not None:
+        if made:  # a file shared again, or a second model call, would be the same summary twice
+            await self.meta.put(SUMMARIZED, member, {"at": f"{time.time():.0f}"})
+        elif self.gate is not None:
             await self.gate.give_back(admitted)
 
     async def _admit(self, door: Door, user: str, channel: str, thread_ts: str | None,

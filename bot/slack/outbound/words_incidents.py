@@ -81,6 +81,10 @@ INCIDENT_WORDS: dict[str, tuple[str, str]] = {
     "inc_canvas_title": ("Incident: {title}", "事件：{title}"),
     "inc_in_canvas": ("Incident summary {how} in the channel's canvas tab: {link}",
                       "事件总结已{how}到频道的画布标签页：{link}"),
+    "inc_edit_unconfirmed": ("The incident summary's canvas is in the channel's canvas tab ({link}); Slack did not "
+                             "confirm its update ({why}): it may still show the earlier summary.",
+                             "事件总结的画布在频道的画布标签页（{link}）；Slack 没有确认这次更新（{why}）："
+                             "它可能还是之前的总结。"),
     "inc_created": ("created", "创建"),
     "inc_updated": ("updated", "更新"),
     "inc_as_file": ("Incident summary (as a file: canvases are not available here — {why}).",
