@@ -353,7 +353,7 @@ async def _figures(soak: Soak, scale: Scale, wall_s: float) -> dict[str, Any]:
             "outcome_p95_s": ended[int(0.95 * (len(ended) - 1))] if ended else float("nan"),
             "streams_open": len(soak.slack.unstopped_streams()), "keys_without_ttl": untimed, "dead_letters": dead,
             "worker_kills": soak.kills, "front_kills": soak.front_kills, "undelivered": soak.undelivered,
-            "wall_s": wall_s, "alert_threads": storm.detail(soak.slack, soak.alerts)} | \
+            "wall_s": wall_s, "alert_threads": storm.detail(soak.slack, soak.alerts, soak.clicked, soak.ended)} | \
         storm.figures(soak.slack, soak.alerts, answers)
 
 

@@ -65,12 +65,26 @@ def figures(slack: LocalSlack, alerts: list[tuple[str, str]], answers: dict[str,
             "storm_notices": notices}
 
 
-def detail(slack: LocalSlack, alerts: list[tuple[str, str]]) -> str:
-    """Each alert message and what its thread shows (the outbox keys of OpsPilot's messages there, buttons): what
-    to read when a storm's figures are off."""
+def detail(slack: LocalSlack, alerts: list[tuple[str, str]], clicked: dict[str, float] | None = None,
+           ended: dict[str, float] | None = None) -> str:
+    """Each alert message and what its thread shows (the outbox keys of OpsPilot's messages there, buttons), then
+    each confirmed card that never showed its outcome: what to read when a soak's figures are off."""
     lines = []
     for ts, name in alerts:
         shown = [str(((m.get("metadata") or {}).get("event_payload") or {}).get("key") or "")[:40] or
                  ",".join(b["action_id"] for b in buttons(m)) or "-" for m in slack.thread(ALERTS, ts)[1:]]
         lines.append(f"{name} {ts}: {' '.join(shown) or 'nothing'}")
+    return "\n".join([*lines, *(cards(slack, clicked, ended or {}).splitlines() if clicked else [])])
+
+
+def cards(slack: LocalSlack, clicked: dict[str, float], ended: dict[str, float]) -> str:
+    """Each confirmed card that never showed its outcome: what it shows now (its text, buttons, edits)."""
+    lines = []
+    for ts in clicked:
+        if ts in ended:
+            continue
+        card = next((m for (_, at), m in slack.messages.items() if at == ts), {})
+        lines.append(f"card {ts}: {all_text(card)[:120]!r} buttons={[b['action_id'] for b in buttons(card)]} "
+                     f"edits={card.get('edits')}")
     return "\n".join(lines)
+
