@@ -356,3 +356,40 @@ async def test_while_a_confirmed_change_runs_the_progress_is_not_waiting(redis_u
     finally:
         release.set()
         await ws.stop()
+
+
+async def test_a_decision_whose_worker_died_before_showing_it_still_closes_its_card(ws: Workspace) -> None:
+    """A Confirm recorded by a worker that died before its event was shown: the click, done again by another
+    worker, was "already handled" by its own clicker and returned quietly, and the card kept its buttons for good
+    (the restart had run)."""
+    from bot.agent.decisions import Confirm
+    from tests.conftest import make_harness
+
+    card = await ask_restart(ws)
+    done: list[Any] = []
+    handing = ws.service.inbound.dispatch
+
+    async def held(item: Any) -> None:  # the click reaches the queue; the worker that takes it is another process
+        done.append(item)
+
+    ws.service.inbound.dispatch = held
+    await ws.sender.action(confirm(card, "UAPPROVER"))
+    await ws.settle()
+    ws.service.inbound.dispatch = handing
+    [answer] = [item for item in done if item.kind == "answer"]
+    # That worker records the decision and runs the restart; its events die with it (nobody renders them).
+    elsewhere = make_harness(ws.service.core.engine.deps.model, ws.service.core.store, toolbox=ws.toolbox)
+    await elsewhere.engine.answer(await elsewhere.engine.ticket(answer.ticket.pending.token), Confirm(),
+                                  by="UAPPROVER")
+    assert len(ws.toolbox.restarts.done) == 1
+    assert any(b["action_id"] == "opspilot_confirm" for b in buttons(ws.slack.messages[(CHANNEL, card["ts"])]))
+    assert ws.service.executor is not None
+    again = AGAIN.set(True)  # the queue hands the click to another worker
+    try:
+        await ws.service.executor(answer)
+    finally:
+        AGAIN.reset(again)
+    await ws.settle()
+    shown = ws.slack.messages[(CHANNEL, card["ts"])]
+    assert buttons(shown) == [] and "<@UAPPROVER>" in all_text(shown), all_text(shown)
+    assert len(ws.toolbox.restarts.done) == 1 and ws.slack.ephemeral_texts("UAPPROVER") == []

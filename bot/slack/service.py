@@ -237,6 +237,7 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
                         model_note=core.model.label if core.model.scripted else "")
     renderer.rechecks = timers.slack.recheck_minutes if timers is not None else 0
     renderer.rollbacks = "rollback_service" in core.engine.deps.registry
+    executor.close_card = renderer.close_card  # a decision whose worker died before its card was closed
     if role != "front":  # runs happen where the engine works: the front only hands work on
         core.bus.subscribe_looking_ahead(renderer)  # a burst of progress shown once
         core.bus.subscribe(feedback)  # which model wrote each answer, for the ratings it gets

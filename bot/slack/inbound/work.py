@@ -8,8 +8,10 @@ their run's state — a queue entry whose worker died is simply done again by an
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
@@ -27,6 +29,7 @@ from bot.agent.engine_errors import (
     StoreLostMidRun,
     ThreadBusy,
 )
+from bot.agent.events import CallDecided
 from bot.slack.inbound.access import AccessPolicy
 from bot.slack.inbound.receipt import SLOW_S, Receipt, ended_as
 from bot.slack.inbound.thread_reader import ThreadReader
@@ -34,6 +37,7 @@ from bot.slack.inbound.work_items import AUTOMATIC, Answer, Check, Converse, Run
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.counters import Metrics
 from bot.slack.outbound.outbox import SlackOutbox
+from bot.slack.outbound.progress_words import card_ending
 from bot.slack.outbound.responses import usable
 from bot.slack.outbound.thread_meta import CARD, THREAD, known_lang, thread_key
 from bot.slack.outbound.words import language_of, say
@@ -81,6 +85,8 @@ class Executor:
         self.checks: Callable[[Check], Awaitable[None]] | None = None
         """Runs a scheduled check's occurrence (it says itself what went wrong, and never raises)."""
         self.followups: FollowupTurns | None = None
+        self.close_card: Callable[[str, Callable[[str], str]], Awaitable[None]] | None = None
+        """Brings a question's card to its final state (:meth:`bot.slack.render.Renderer.close_card`)."""
 
     async def __call__(self, item: WorkItem) -> None:
         if isinstance(item, Check):
@@ -195,6 +201,20 @@ class Executor:
         if turn is not None:
             await turn[0].ran(turn[1], started)
 
+    async def _closed(self, item: Answer, at: float) -> None:
+        """The card of a decision its worker recorded and died before showing (that event is lost with it)."""
+        p = item.ticket.pending
+        try:
+            pending = (await self.engine.run_record(item.ticket.run_id)).pending
+        except EngineError:  # its run is gone: nothing to say of the card
+            return
+        if self.close_card is None or any(q.token == p.token for q in pending):
+            return  # not decided (its clicker cut off before it was recorded): the card stays, to be pressed again
+        kind = {"confirm": "confirmed", "submit": "submitted", "decline": "declined"}[item.decision]
+        decided = CallDecided(run_id=item.ticket.run_id, thread_id=item.ticket.thread_id, seq=0, call_id=p.call.id,
+                              tool=p.call.name, token=p.token, decision=kind, by=item.user, values=item.values, at=at)
+        await self.close_card(p.token, functools.partial(card_ending, decided))
+
     async def _button(self, item: RunButton) -> None:
         """Stop or Resume pressed by a person. A run that has ended, is waiting on its card, or is moving again
         (a second Resume, a colleague's, a double click) is said as such: never silence, never "send it again"."""
@@ -277,6 +297,7 @@ class Executor:
             if exc.holder == item.user:  # redelivered after its worker died: finish what it left
                 await self._siblings(item)
                 if AGAIN.get():  # the same click done again: "already handled" about one's only click is not true
+                    await self._closed(item, time.time() - exc.age_s)
                     return False
             lang = await self._lang(item)
             # How it ended, as its card says it ("answered in the thread instead" is not "handled by Alice").
