@@ -187,9 +187,11 @@ async def _warn_if_evicting(store: RedisStore) -> None:
                     "transcripts and the outbox go with them. Set maxmemory-policy noeviction.", policy)
 
 
-async def open_store(settings: Settings, *, fallback: bool, wait_s: float = 0.0) -> RedisStore | MemoryStore:
+async def open_store(settings: Settings, *, fallback: bool, wait_s: float = 0.0,
+                     reading: bool = False) -> RedisStore | MemoryStore:
     """Redis when it answers; otherwise (if allowed) the in-process store, which is not durable. ``wait_s``: how long
-    a Redis out of reach is asked again (a pod starting in an outage waits, rather than crash-looping)."""
+    a Redis out of reach is asked again (a pod starting in an outage waits, rather than crash-looping).
+    ``reading``: only read from it (``stats``, ``report``: a replica answers them), so no key layout is migrated."""
     keys, ttls = Keys(settings.key_prefix), Ttls(thread_s=settings.thread_ttl_s, interrupt_s=settings.interrupt_ttl_s)
     store = RedisStore(connect(settings.redis_url, timeout_s=2.0), keys=keys, ttls=ttls,
                        outage_grace_s=settings.redis_outage_grace_s)
@@ -206,7 +208,8 @@ async def open_store(settings: Settings, *, fallback: bool, wait_s: float = 0.0)
                             safe_url(settings.redis_url), exc, pause, deadline - time.monotonic())
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 8.0)
-        await store.migrate()
+        if not reading:
+            await store.migrate()
         await _warn_if_evicting(store)
         return store
     except StoreError as exc:

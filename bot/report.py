@@ -43,7 +43,7 @@ async def report(settings: Settings, thread: str, *, tz: str | None = None, use_
         print("opspilot report: no model is configured (no API key): the records only", file=sys.stderr)
         model = None
     try:
-        store = await open_store(settings, fallback=False)
+        store = await open_store(settings, fallback=False, reading=True)
         try:
             incident = await gather(store, store.meta, store, channel, ts, language=settings.slack.language)
             narrative = await write(model, incident, []) if model is not None and not incident.empty else None

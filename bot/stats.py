@@ -17,7 +17,7 @@ async def stats(settings: Settings, window: str) -> int:
     from bot.slack.feedback.votes import thread_url
     from bot.slack.outbound.thread_meta import channel_of
 
-    store = await open_store(settings, fallback=False)
+    store = await open_store(settings, fallback=False, reading=True)
     try:
         seconds = {"1h": 3600, "1d": 86400, "7d": 7 * 86400}[window]
         s = await store.stats(seconds)

@@ -564,3 +564,20 @@ async def test_a_slow_mcp_server_and_a_hung_backend_hide_no_other_line(env: Fake
     out = capsys.readouterr().out
     assert "✗ Data:" in out and "MCP server slow" in out, out
     assert "✗ Metrics (prometheus)" in out or "✗ Toolbox: did not answer" in out, out
+
+
+def test_stats_reads_a_replica(own_redis: OwnRedis, monkeypatch: pytest.MonkeyPatch,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    """`opspilot stats` only reads, yet it migrated the key layout (exit 2, "refused") and then made the work
+    stream's group (READONLY, exit 3 "wait and retry", for good) on a read-only replica."""
+    from bot.cli import main
+
+    replica = redis.Redis.from_url(own_redis.url)
+    replica.replicaof("127.0.0.1", "6379")  # a replica of the tests' Redis: it refuses every write
+    try:
+        monkeypatch.setenv("REDIS_URL", own_redis.url)
+        monkeypatch.setenv("OPSPILOT_KEY_PREFIX", "stats-on-a-replica")
+        assert main(["stats"]) == 0, capsys.readouterr().err
+        assert "runs" in capsys.readouterr().out
+    finally:
+        replica.replicaof("NO", "ONE")
