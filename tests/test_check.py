@@ -581,3 +581,34 @@ def test_stats_reads_a_replica(own_redis: OwnRedis, monkeypatch: pytest.MonkeyPa
         assert "runs" in capsys.readouterr().out
     finally:
         replica.replicaof("NO", "ONE")
+
+
+@pytest.mark.parametrize(("status", "body", "said"), [
+    (404, "<html>Not Found</html>", "the token could not be checked"),
+    (200, '{"ok": true}', "is not Slack's Web API")])
+async def test_what_answers_at_slack_api_url_but_is_not_slack_is_not_blamed_on_the_token(
+        status: int, body: str, said: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A proxy's page was "refused by Slack (http_404) — fix: copy the Bot User OAuth Token"; an {"ok": true} stub
+    was "valid for workspace None"."""
+    from aiohttp import web
+
+    from bot.config import Settings
+    from bot.probes.slack import slack_checks
+
+    async def answer(_: web.Request) -> web.Response:
+        return web.Response(status=status, text=body, content_type="text/html" if "<" in body else "application/json")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", port := free_port())
+    await site.start()
+    try:
+        settings = Settings()
+        settings.slack.bot_token, settings.slack.api_url = "xoxb-1", f"http://127.0.0.1:{port}/api/"
+        settings.slack.signing_secret = "s"
+        token = next(c for c in await slack_checks(settings) if c.name == "Slack token")
+    finally:
+        await runner.cleanup()
+    assert not token.ok and not token.refused and said in token.says and "OAuth" not in token.fix, token

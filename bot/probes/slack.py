@@ -33,8 +33,9 @@ async def slack_checks(settings: Settings) -> list[Check]:
     try:
         answer = await client.auth_test()
     except SlackApiError as exc:
+        said = exc.response.data.get("error") if isinstance(exc.response.data, dict) else None
         if (slack_error(exc) not in TOKEN_REFUSED and exc.response.status_code >= 500) or \
-                not isinstance(exc.response.data, dict):  # Slack's trouble (or not Slack): not the token's
+                not isinstance(said, str) or not said:  # Slack's trouble, or not Slack (no error of its own)
             return [Check("Slack token", False, f"Slack answered auth.test with HTTP {exc.response.status_code} "
                           f"({slack_error(exc)}): the token could not be checked",
                           "check status.slack.com, or SLACK_API_URL if you set one"), *secretless]
@@ -44,6 +45,9 @@ async def slack_checks(settings: Settings) -> list[Check]:
     except Exception as exc:  # unreachable, a timeout: said, not raised
         return [Check("Slack token", False, f"Slack did not answer ({type(exc).__name__})",
                       "check the network path to Slack (or SLACK_API_URL)"), *secretless]
+    if not answer.get("team_id"):  # what answered is not Slack's auth.test (a proxy, a stub)
+        return [Check("Slack token", False, "auth.test answered without a workspace: what answers at "
+                      f"{slack.api_url} is not Slack's Web API", "check SLACK_API_URL (or unset it)"), *secretless]
     checks = [Check("Slack token", True, f"valid for workspace {answer.get('team')} ({answer.get('team_id')})")]
     granted = {s.strip() for s in str(answer.headers.get("x-oauth-scopes", "")).split(",") if s.strip()}
     wanted = manifest_scopes()
