@@ -244,7 +244,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("serve", "worker"):  # a server's start-up: see bot.startup
         startup.begin()
     try:
-        return _command(args)
+        code = _command(args)
+        sys.stdout.flush()  # here, not at exit: a reader gone meanwhile (`| head`) is caught below
+        return code
+    except BrokenPipeError:  # `opspilot check --json | head`: the reader left, which is no error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (Python flushes stdout at exit)
+        return exits.OK
     finally:
         startup.ready()  # one that stopped before it served (or an in-process caller) collects again
 

@@ -375,3 +375,4 @@ async def test_the_command_line_imports_no_engine_before_a_command_needs_it() ->
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, err.decode()[-2000:]
     assert out.decode().split() == []
+
