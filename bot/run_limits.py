@@ -15,7 +15,9 @@ class RunLimits(BaseModel):
     per_channel: int = Field(20, ge=0, description="runs that may start in one channel (or DM) in any "
                                                    "per_channel_window_s")
     per_channel_window_s: int = Field(60, ge=1, description="the window of per_channel, in seconds")
-    schedule_min_interval_s: int = Field(900, ge=0, description="a schedule may not fire more often than this")
+    schedule_min_interval_s: int = Field(900, ge=0, description="a schedule made with /opspilot schedule may not "
+                                                               "fire more often than this (the config's own "
+                                                               "schedules are the operator's: not bound)")
     schedules_per_person: int = Field(10, ge=0, description="schedules one person may keep, across all "
                                                             "channels and DMs")
     followups_per_person: int = Field(6, ge=0, description="follow-ups one person may have pending, across all "
