@@ -417,3 +417,16 @@ def test_compose_passes_the_model_s_base_urls_and_demo_data_on(monkeypatch: pyte
 
     assert str(openai.AsyncOpenAI(api_key="x").base_url).startswith("https://api.openai.com")
     assert str(anthropic.AsyncAnthropic(api_key="x").base_url).startswith("https://api.anthropic.com")
+
+
+def test_every_metric_has_its_help_and_its_line_in_the_docs() -> None:
+    """About 25 metrics, about 10 of them named anywhere an operator reads: each one the code emits has a `# HELP`
+    of its own (not its name again) and its row in docs/deployment.md."""
+    from bot.slack.outbound.counters import _HELP
+
+    emitted = {m for path in (ROOT / "bot").rglob("*.py")
+               for m in re.findall(r'"(opspilot_[a-z_]+)"', path.read_text(encoding="utf-8"))
+               if m.endswith(("_total", "_pending", "_letters", "_length", "_seconds", "_undelivered"))}
+    assert emitted and emitted <= set(_HELP), sorted(emitted - set(_HELP))
+    page = (ROOT / "docs" / "deployment.md").read_text(encoding="utf-8")
+    assert all(f"| `{name}` | {help_} |" in page for name, help_ in _HELP.items())
