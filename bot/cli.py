@@ -45,7 +45,8 @@ _HELP = {
     "report": ("A thread's incident summary (timeline, changes with requester, approver and verification, state, "
                "open questions) as Markdown, from Redis. The records part needs no model.",
                "opspilot report --thread C0OPS:1718000000.000100 --tz Asia/Shanghai", ""),
-    "stats": ("Runs, steps, failure and resume rates and stop reasons, from Redis.", "opspilot stats --window 7d", ""),
+    "stats": ("Runs, steps, failure and resume rates and stop reasons, from Redis (a 👎's words only for a channel "
+              "Slack says is public: with SLACK_BOT_TOKEN).", "opspilot stats --window 7d", "SLACK_BOT_TOKEN"),
 }
 
 
