@@ -16,7 +16,12 @@ _NOT_WORDS = re.compile(r"<[^>\n]*>|https?://\S+|:[a-z0-9_+'-]+:|`[^`]*`", re.I)
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_./-]*")
 # What the asker quotes (an error string, a log line, a blockquote): data, not their words — unless it is all there
 # is to go by.
-_QUOTED = re.compile(r'"[^"\n]*"|“[^”\n]*”|「[^」\n]*」|^[ \t]*(?:&gt;|>).*$', re.M)
+_QUOTED = re.compile(r'"[^"\n]*"|“[^”\n]*”|「[^」\n]*」|^[ \t]*(?:&gt;|>).*$'
+                     # what follows "log:", "this:", "error:"… to the line's end; a log line (a level or a date first)
+                     r"|\b(?:logs?|errors?|this|says|said|message|output|trace|shows|showing|got|returns|returned|"
+                     r"reads|following)[ \t]*:[^\n]*"
+                     r"|^[ \t]*(?:\[?\d{4}-\d\d-\d\d|(?:ERROR|WARN(?:ING)?|INFO|FATAL|DEBUG|CRITICAL)\b).*$",
+                     re.M | re.I)
 _WORD = re.compile(r"[A-Za-z]+")
 # Chinese grammar that no name carries: a sentence-final particle ending a run of Chinese ("又 down 了", "失败了"),
 # 的 standing alone between names ("payments 的 deploy"), and the phrases people ask with.

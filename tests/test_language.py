@@ -153,6 +153,11 @@ def test_one_earlier_call_is_one() -> None:
     # ... but a name or a number beside a quote says no language: the quote speaks (the review)
     ("order-service 「一直在重启」", "zh"), ("api-gateway “502 报错”", "zh"), ('"支付服务挂了" 502', "zh"),
     ("&gt; 支付服务连接数据库超时\n+1", "zh"),
+    # A log pasted after "log:" / "this:", or a log line (a level or a date first), is data too: these English
+    # questions started Chinese threads (the probe)
+    ("why is checkout failing for payments? log: 支付回调失败，订单状态未更新，请人工核对", "en"),
+    ("payments is throwing this:\n2026-12-07 10:01:02 ERROR 数据库连接池已耗尽，等待超时 3000ms", "en"),
+    ("error: 支付失败了怎么办", "zh"), ("日志: ERROR timeout 帮我看看", "zh"),
 ])
 def test_the_language_of_a_question_is_that_of_its_own_words(text: str, lang: str | None) -> None:
     assert signal(text) == lang
