@@ -380,3 +380,27 @@ async def test_a_process_starting_in_an_outage_waits_for_redis(redis_url: str) -
         await store.close()
         server = await back
         server.close()
+
+
+async def test_a_click_lost_in_an_outage_is_told_in_the_thread_s_language(own_redis: OwnRedis, prefix: str,
+                                                                           slack: FakeSlack) -> None:
+    """An English thread whose answer quotes the (Chinese) payments runbook: 👎 pressed while Redis was away was
+    told "无法记录这次操作…", the clicked answer's words weighed rather than the thread's language."""
+    from bot.demo.sender import block_action, mention
+
+    ws = await open_workspace(own_redis.url, prefix, slack, outage_grace_s=1.0, language="auto")
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "look at the payment service's recent errors", "52.1"))
+        await ws.settle()
+        answer = next(m for m in slack.thread(CHANNEL, "52.1")
+                      if any(b["action_id"] == "opspilot_feedback_down" for b in buttons(m)))
+        down = next(b for b in buttons(answer) if b["action_id"] == "opspilot_feedback_down")
+        own_redis.stop()
+        await ws.sender.action(block_action(user="UREQ", channel=CHANNEL, message=answer, action_id=down["action_id"],
+                                            value=down["value"]))
+        await until(lambda: bool(slack.ephemeral_texts("UREQ")), 30)
+        assert "could not record this" in slack.ephemeral_texts("UREQ")[-1], slack.ephemeral_texts("UREQ")
+    finally:
+        if own_redis.proc is None:
+            own_redis.start()
+        await ws.stop()

@@ -212,8 +212,8 @@ class Inbound:
         except StoreError as exc:
             ref = uuid.uuid4().hex[:8]
             log.error("click %s by %s dropped (ref %s): %s", action_id, user, ref, exc)
-            # The thread's language is in the store that is away: the clicked message (ours) is in it.
-            lang = language_of(kit.shown(body.get("message") or {}), self.access.config.language)
+            lang = known_lang(self.meta, channel, thread_ts) or language_of(  # the store is away: as this process
+                kit.shown(body.get("message") or {}), self.access.config.language)  # knew it, else the message's
             await self.outbox.store_down(channel, say(lang, CLICK_LOST), ref=ref, thread_ts=thread_ts, user=user,
                                          lang=lang)
 
