@@ -197,3 +197,21 @@ async def test_the_investigate_shortcut_speaks_the_message_s_language(ws: Worksp
     await ws.settle()
     shown = "\n".join(all_text(m) for m in ws.slack.thread(CHANNEL, posted["ts"]) if m.get("bot"))
     assert ":white_check_mark: 完成" in shown and "Done" not in shown, shown
+
+
+def test_why_a_run_failed_is_said_in_the_thread_s_language() -> None:
+    """A Chinese thread's answer read "模型出错，已停止 —— `the model service is rate limiting us; try again shortly`":
+    OpsPilot's own English reason, quoted."""
+    from bot.agent.fallback import Fallback
+    from bot.slack.outbound.outputs import fallback_answer
+
+    def said(why: str, code: str, lang: str) -> str:
+        return fallback_answer(Fallback(kind="failed", reason="model_error", why=why, code=code), lang)
+
+    assert "模型服务正在限流" in said("the model service is rate limiting us; try again shortly", "rate_limited", "zh")
+    assert "模型服务返回了 HTTP `503`" in said("the model service answered with HTTP 503", "api_error", "zh")
+    assert "发生了内部错误（编号 `ab12cd34`）" in said("an internal error occurred (ref ab12cd34)", "internal_error",
+                                                    "zh")
+    assert "the model service answered with HTTP `503`" in said("the model service answered with HTTP 503",
+                                                                  "api_error", "en")
+    assert "`something else`" in said("something else", "", "zh")  # a reason OpsPilot does not word: quoted

@@ -105,7 +105,7 @@ class Engine:
                 await self._repair(run)  # is gone, so it is closed out first
                 if not run.record.pending:  # said as what it is (a restart, a deploy), not an internal error
                     await run.fail("worker_lost", "its worker stopped, or lost the state store, before it finished; "
-                                   "the newer message in this thread is answered with what it found")
+                                   "the newer message in this thread is answered with what it found", "worker_lost")
                     run = None
             if run is not None:  # paused: the message answers its open questions, through the tool path
                 await claim_all(run.record, by := user_id or "user", self.deps.store.locks,
@@ -315,7 +315,7 @@ class Engine:
                 log.info("run %s: model error %s", run.id, exc)
             else:
                 log.warning("run %s: model error %s", run.id, exc)
-            return await run.fail("model_error", exc.public)
+            return await run.fail("model_error", exc.public, exc.kind)
         except StoreError as exc:  # the run is under way: never "not taken" (a taker of its lease goes on: no word)
             if not isinstance(exc, errors.StoreLostMidRun | LeaseLost):
                 raise errors.StoreLostMidRun(str(exc), run.id, applied=settled) from exc
@@ -323,7 +323,7 @@ class Engine:
         except Exception:
             ref = uuid.uuid4().hex[:8]
             log.exception("run %s failed with an internal error (ref %s)", run.id, ref)
-            return await run.fail("internal_error", f"an internal error occurred (ref {ref})")
+            return await run.fail("internal_error", f"an internal error occurred (ref {ref})", "internal_error")
 
     async def _watch_cancels(self) -> None:
         """Another instance may ask, through the store, to cancel a run running here. One watcher per

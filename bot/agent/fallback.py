@@ -41,6 +41,9 @@ class Fallback(BaseModel):
     reason: StopReason
     at: str = ""
     why: str = ""
+    code: str = ""
+    """Which failure ``why`` is (a model error's kind, ``internal_error``, ``worker_lost``), for front ends to say it
+    in the thread's language; ``why`` is its English (the transcript's), with any reference or status in it."""
     summary: str = ""
     ran: tuple[Ran, ...] = ()
 

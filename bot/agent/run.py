@@ -186,8 +186,7 @@ class Run:
             step=self.record.step, model_latency_ms=round(completion.latency_ms, 2),
             asked_for_tools=bool(assistant.tool_calls), model_stop=completion.stop,
             input_tokens=u.input_tokens, output_tokens=u.output_tokens, cache_read_tokens=u.cache_read_tokens,
-            cache_write_tokens=u.cache_write_tokens,
-        ))
+            cache_write_tokens=u.cache_write_tokens))
         self.count("steps")
         for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"):
             if getattr(u, name):  # (a zero would still cost a write)
@@ -245,8 +244,7 @@ class Run:
                 questions.append(PendingCall(
                     call=call, token=new_token(self.record.run_id), interrupt_type=obs.interrupt.interrupt_type,
                     reason=obs.interrupt.reason, payload=obs.interrupt.payload, arguments=obs.arguments,
-                    step=step, created_at=now, expires_at=now + self.deps.interrupt_ttl_s,
-                ))
+                    step=step, created_at=now, expires_at=now + self.deps.interrupt_ttl_s))
                 self.count("interrupts")
                 status, code = "interrupted", None
             else:
@@ -342,10 +340,12 @@ class Run:
             summary = ""
         return await self._fall_back(Fallback(kind="early", reason=reason, summary=summary, ran=ran(self.transcript)))
 
-    async def fail(self, reason: StopReason, public: str) -> RunOutcome:
-        """The model (or our code) failed: no more model calls, a plain readable answer."""
+    async def fail(self, reason: StopReason, public: str, code: str = "") -> RunOutcome:
+        """The model (or our code) failed: no more model calls, a plain readable answer (``code``: which failure,
+        for front ends to word it in the thread's language; ``public`` is its English)."""
         await self.answer_dangling("cancelled", reason, f"not finished: {public}")
-        return await self._fall_back(Fallback(kind="failed", reason=reason, why=public, ran=ran(self.transcript)))
+        return await self._fall_back(Fallback(kind="failed", reason=reason, why=public, code=code,
+                                              ran=ran(self.transcript)))
 
     async def cancel(self, by: str | None = None) -> RunOutcome:
         await self.answer_dangling("cancelled", "cancelled", "cancelled by the user before it finished")

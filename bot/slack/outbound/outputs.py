@@ -6,11 +6,12 @@ written. The result is mrkdwn-safe once escaped (the progress message escapes it
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from bot.agent.fallback import Fallback, Ran
 from bot.slack.outbound.blocks import escape
-from bot.slack.outbound.words import headline, plural, say
+from bot.slack.outbound.words import catalog, headline, plural, say
 from tools.ops.series import story
 
 _QUOTE = 120  # characters of quoted data in one output (a task card's output holds 256)
@@ -204,6 +205,17 @@ def fallback_answer(fallback: Fallback, lang: str, stopped_by: str = "") -> str:
     elif fallback.kind == "early":
         head = headline(lang, fallback.reason)
     else:
-        head = say(lang, "failed_because", why=headline(lang, fallback.reason), detail=escape(_code(fallback.why, 200)))
+        head = say(lang, "failed_because", why=headline(lang, fallback.reason), detail=_failure(fallback, lang))
     body = escape(fallback.summary) if fallback.summary else what_ran(fallback.ran, lang)
     return f"_{head}{say(lang, 'period')}_\n\n{body}"
+
+
+def _failure(fallback: Fallback, lang: str) -> str:
+    """Why a run failed, in ``lang`` when its kind is one OpsPilot words (a reference or an HTTP status kept as data);
+    else its English, quoted."""
+    if f"why_{fallback.code}" not in catalog():
+        return escape(_code(fallback.why, 200))
+    found = re.search(r"\(ref ([0-9a-f]+)\)|HTTP (\d{3})", fallback.why)
+    detail = _code(found.group(1) or found.group(2)) if found else ""
+    return say(lang, f"why_{fallback.code}" + ("_detail" if detail else ""), detail=detail)
+

@@ -103,6 +103,24 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
     "ran_next": ("Ask me to continue, or narrow the question.", "可以让我继续，或者把问题问得更具体一些。"),
     "stopped_at": ("Stopped at {at}", "于 {at} 停止"),
     "failed_because": ("{why} — {detail}", "{why} —— {detail}"),
+    # why a run failed (bot.agent.fallback.Fallback.code), in the thread's language; its English is the transcript's
+    "why_unreachable": ("the model service could not be reached", "无法连接模型服务"),
+    "why_api_error": ("the model service failed", "模型服务出错"),
+    "why_api_error_detail": ("the model service answered with HTTP {detail}", "模型服务返回了 HTTP {detail}"),
+    "why_rate_limited": ("the model service is rate limiting us; try again shortly", "模型服务正在限流，请稍后再试"),
+    "why_truncated": ("the model's reply was cut off before its tool call was complete",
+                      "模型的回复在工具调用完整之前就被截断了"),
+    "why_refusal": ("the model declined to continue with this request", "模型拒绝继续这个请求"),
+    "why_context_window_exceeded": ("the conversation no longer fits the model's context",
+                                    "对话已超出模型的上下文长度"),
+    "why_bad_response": ("the model service answered with something that is not a reply",
+                         "模型服务返回的不是有效的回复"),
+    "why_bad_request": ("the model service rejected the request", "模型服务拒绝了这个请求"),
+    "why_internal_error": ("an internal error occurred", "发生了内部错误"),
+    "why_internal_error_detail": ("an internal error occurred (ref {detail})", "发生了内部错误（编号 {detail}）"),
+    "why_worker_lost": ("its worker stopped, or lost the state store, before it finished; the newer message in this "
+                        "thread is answered with what it found",
+                        "运行它的进程在完成前停止了，或与状态存储断开；这个对话里较新的消息会用它已查到的内容来回答"),
     "no_answer": ("(no answer)", "（没有回答）"),
     "colon": (": ", "："),  # before what follows a label (a form's answers)
     "semi": ("; ", "；"),  # between the parts of one output (metrics)
