@@ -20,7 +20,12 @@ if TYPE_CHECKING:  # imported when a timer is computed, not by every process at 
 
 
 class WhenError(ValueError):
-    """A crontab expression or time zone that cannot be used, in words a person can act on."""
+    """A crontab expression or time zone that cannot be used, in words a person can act on (English); ``kind``
+    (``zone``, ``cron``) and ``value`` let a front end say it in the person's language."""
+
+    def __init__(self, message: str, kind: str = "", value: str = "") -> None:
+        super().__init__(message)
+        self.kind, self.value = kind, value
 
 
 @functools.cache
@@ -37,7 +42,7 @@ def zone(name: str) -> ZoneInfo:
         except (ZoneInfoNotFoundError, ValueError, OSError):  # listed, yet its file cannot be read
             pass
     raise WhenError(f"unknown time zone {name!r} (use an IANA name such as UTC, Europe/Berlin or "
-                    "America/New_York)")
+                    "America/New_York)", "zone", name)
 
 
 def known_zone(name: str) -> bool:
@@ -99,7 +104,7 @@ def trigger(cron: str, timezone: str) -> CronTrigger:
                            day_of_week=weekdays(fields[4]), timezone=tz)
     except ValueError as exc:
         raise WhenError(f"{cron!r} is not a crontab expression (five fields: minute hour day-of-month month "
-                        f"day-of-week, e.g. \"0 9 * * 1-5\"): {exc}") from exc
+                        f"day-of-week, e.g. \"0 9 * * 1-5\"): {exc}", "cron", cron) from exc
 
 
 def problem(cron: str, timezone: str) -> str | None:

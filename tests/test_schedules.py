@@ -306,6 +306,12 @@ async def test_a_schedule_asked_in_chinese_is_answered_with_chinese_days(
         for text in [*created, *home]:
             assert not re.search(r"\b(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun|CST)\b", text), text
         assert any("下次 周一 09:00 UTC+8" in text for text in home), home
+        # A schedule that cannot be made is told why in Chinese too (the parser's English was quoted)
+        await command(ws, 'schedule "0 9 * * *" 北京时间 支付服务最近的报错')
+        await command(ws, 'schedule "0 9 * *" UTC 支付服务最近的报错')
+        told = ws.slack.ephemeral_texts("UREQ")[-2:]
+        assert "未知时区 `北京时间`" in told[0] and "不是 crontab 表达式" in told[1], told
+        assert not any(re.search(r"unknown time zone|is not a crontab", t) for t in told), told
     finally:
         await ws.stop()
 

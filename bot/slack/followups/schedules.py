@@ -127,8 +127,9 @@ class Schedules:
         now = self.clock()
         try:
             due = when.next_due(cron, timezone, now)
-        except when.WhenError as exc:  # the parser's English: quoted as it is where the thread is not
-            why = kit.escape(exc) if lang == "en" else f"`{kit.escape(exc)}`"
+        except when.WhenError as exc:  # the parser's English where the person's is English, else the catalog's
+            why = kit.escape(exc) if lang == "en" or not exc.kind else \
+                say(lang, f"sc_bad_{exc.kind}", value=kit.code(exc.value))
             await self.outbox.tell(channel, user, say(lang, "sc_bad", why=why))
             return
         if due is None:

@@ -85,6 +85,11 @@ TIMER_WORDS: dict[str, tuple[str, str]] = {
                 "`{id}` —— `{cron}`（{tz}）{quiet}，下次 {next}，由 {by} 设置：{question}"),
     "sc_cancelled": (":no_entry_sign: {by} cancelled the scheduled check `{cron}` ({tz}): {question}",
                      ":no_entry_sign: {by} 取消了计划检查 `{cron}`（{tz}）：{question}"),
+    "sc_bad_zone": ("unknown time zone {value} (use an IANA name such as UTC, Europe/Berlin or America/New_York)",
+                    "未知时区 {value}（请用 IANA 名称，例如 UTC、Asia/Shanghai 或 America/New_York）"),
+    "sc_bad_cron": ("{value} is not a crontab expression (five fields: minute hour day-of-month month day-of-week, "
+                    "e.g. `0 9 * * 1-5`)",
+                    "{value} 不是 crontab 表达式（五个字段：分 时 日 月 星期，例如 `0 9 * * 1-5`）"),
     "sc_unknown": ("There is no scheduled check `{id}` in this channel.", "本频道没有计划检查 `{id}`。"),
     "sc_config": ("That check comes from the configuration (`schedules:`): remove it there.",
                   "这个检查来自配置文件（`schedules:`）：请在那里删除。"),
