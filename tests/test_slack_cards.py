@@ -128,7 +128,7 @@ async def test_params_form_validates_then_resumes(ws: Workspace) -> None:
     await ws.sender.action(submit("moon"))  # a forged value: validated against the tool's model
     await ws.settle()
     stays = ws.slack.messages[(CHANNEL, form["ts"])]
-    assert buttons(stays) and "invalid values" in all_text(stays) and "environment" in all_text(stays)
+    assert buttons(stays) and "environment must be one of `prod`, `staging`" in all_text(stays), all_text(stays)
 
     nothing = block_action(user="UREQ", channel=CHANNEL, message=form, action_id="opspilot_submit", value=token,
                            state={"values": {"opspilot_field:environment": {
@@ -136,7 +136,7 @@ async def test_params_form_validates_then_resumes(ws: Workspace) -> None:
     await ws.sender.action(nothing)  # Submit with nothing chosen: refused on the form, not "submitted" and asked again
     await ws.settle()
     stays = ws.slack.messages[(CHANNEL, form["ts"])]
-    assert buttons(stays) and "environment: nothing chosen" in all_text(stays)
+    assert buttons(stays) and "Not accepted: choose environment" in all_text(stays), all_text(stays)
     assert not ws.toolbox.restarts.done
 
     await ws.sender.action(submit("staging"))

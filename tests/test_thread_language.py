@@ -14,7 +14,7 @@ import pytest
 from bot.agent.fallback import Fallback, Ran
 from bot.demo.sender import block_action, mention, message, view_submission
 from bot.demo.workspace import LocalSlack as FakeSlack
-from bot.demo.workspace import buttons
+from bot.demo.workspace import all_text, buttons
 from bot.slack.outbound.outputs import fallback_answer, output
 from bot.slack.outbound.words import catalog
 from tests.language_scan import chinese, english_runs, leaks, written
@@ -294,5 +294,22 @@ async def test_refusals_of_follow_ups_and_schedules_are_in_the_thread_s_language
     told = slack.ephemeral_texts("UREQ")
     assert any("已达每人上限" in t for t in told) and not any("UREQ" in t for t in told), told
     assert any("以后不会再触发" in t for t in told), told
-    found = leaks(told, "zh", proper=("environment",))
+    found = leaks(told, "zh", proper=("environment", "crontab"))  # a term of the trade, as Chinese engineers write it
     assert not found, found
+
+
+async def test_a_form_s_refusal_is_in_the_thread_s_language(redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    """A Chinese thread's form submitted with nothing chosen read "未接受：`invalid values: environment: nothing
+    chosen`": the engine's English sentence."""
+    ws = await open_workspace(redis_url, prefix, slack, language="auto", progress="update")
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "看看支付服务最近报错", "510.1"))
+        await ws.settle()
+        await ws.sender.event(message(CHANNEL, "UREQ", "重启一下", "510.2", thread_ts="510.1"))
+        await ws.settle()
+        empty = {"opspilot_field:environment": {"value": {"type": "static_select", "selected_option": None}}}
+        await _press(ws, "UREQ", "510.1", "opspilot_submit", values=empty)
+        shown = all_text(_with(ws.slack, "510.1", "opspilot_submit"))
+        assert "未接受：请选择环境" in shown and "nothing chosen" not in shown, shown
+    finally:
+        await ws.stop()

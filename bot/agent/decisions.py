@@ -108,12 +108,13 @@ def check_fits(pending: PendingCall, decision: Decision, registry: Registry) -> 
         raise InvalidDecision("this request asks for a confirmation, not values")
     asked = {f["name"]: f.get("choices") for f in pending.payload.get("fields", [])}
     if missing := [name for name in asked if decision.values.get(name) in (None, "")]:
-        raise InvalidDecision(f"invalid values: {', '.join(missing)}: nothing chosen")
+        raise InvalidDecision(f"invalid values: {', '.join(missing)}: nothing chosen", "missing", tuple(missing))
     for name, value in decision.values.items():
         if name not in asked:
             raise InvalidDecision(f"invalid values: {name} was not asked for")
         if asked[name] and value not in asked[name]:
-            raise InvalidDecision(f"invalid values: {name} must be one of {', '.join(map(str, asked[name]))}")
+            raise InvalidDecision(f"invalid values: {name} must be one of {', '.join(map(str, asked[name]))}",
+                                  "not_a_choice", (name,), tuple(map(str, asked[name])))
     spec = registry.get(pending.call.name)
     if spec is None:
         raise InvalidDecision(f"the tool {pending.call.name} is no longer available")

@@ -32,7 +32,13 @@ class RunNotFound(EngineError):
 
 
 class InvalidDecision(EngineError):
-    pass
+    """An answer that does not fit its question. ``code`` (``missing``, ``not_a_choice``) with the ``fields`` and
+    ``choices`` concerned lets a front end say it in the person's language; the message is its English."""
+
+    def __init__(self, message: str, code: str = "", fields: tuple[str, ...] = (),
+                 choices: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.code, self.fields, self.choices = code, fields, choices
 
 
 class ResumeRefused(EngineError):

@@ -327,10 +327,23 @@ class Executor:
             card = await self.meta.get(CARD, token)
             if card.get("channel"):  # the form stays, with the error shown, in the thread's language
                 lang, pending = str(card.get("lang") or "en"), ticket.pending
-                problem = say(lang, "form_invalid", problem=problem if lang == "en" else f"`{problem}`")
+                problem = say(lang, "form_invalid", problem=_unfit(exc, lang))
                 form = kit.params_form(token, pending.reason, pending.payload, error=problem, lang=lang,
                                        subject=kit.form_subject([pending.call.name], pending.arguments, lang))
                 await receipt.hold()  # a receipt on its way lands before the form it gives way to
                 await self.outbox.message(f"card:{token}", card["channel"], card.get("thread_ts"), problem, form)
                 return True
         return False
+
+
+def _unfit(exc: InvalidDecision, lang: str) -> str:
+    """Why a form's answer was not accepted, in ``lang`` where it is one OpsPilot words (else its English, quoted
+    in a Chinese form)."""
+    fields = say(lang, "and").join(kit.field_label(f, lang) for f in exc.fields)
+    if exc.code == "missing":
+        return say(lang, "form_missing", fields=fields)
+    if exc.code == "not_a_choice":
+        choices = ", ".join(f"`{kit.escape(c)}`" for c in exc.choices)
+        return say(lang, "form_not_a_choice", fields=fields, choices=choices)
+    return str(exc) if lang == "en" else f"`{kit.escape(str(exc))}`"
+

@@ -134,6 +134,8 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
     # forms: what is asked for, and what for (the tool's own reason is for the model)
     "form_choose": ("choose {fields}", "请选择 {fields}"),
     "form_invalid": ("Not accepted: {problem}", "未接受：{problem}"),
+    "form_missing": ("choose {fields}", "请选择{fields}"),
+    "form_not_a_choice": ("{fields} must be one of {choices}", "{fields}须为以下之一：{choices}"),
     # the bold ends before the full-width colon: Slack closes a marker only before a boundary
     "form_needed": ("*Needed:* {fields} — for {calls}{on}", "*需要*：{fields} —— 用于 {calls}{on}"),
     "field_environment": ("environment", "环境"),
