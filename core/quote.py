@@ -75,6 +75,19 @@ def quote(body: str, note: str) -> str:
     return f'<slack_thread_{key} note="{note}">\n{reveal(defuse(body))}\n</slack_thread_{key}>'
 
 
+_ATTACHED = re.compile(r"\n?\(Attached, not read: [^\n]*\.\)$")
+
+
+def attached(text: str, files: list[str]) -> str:
+    """``text`` with a note, for the model, of the files that came with it (it cannot read them)."""
+    return f"{text}\n(Attached, not read: {', '.join(files)}.)" if files else text
+
+
+def own_words(question: str) -> str:
+    """A question as its person wrote it, for a list that shows it: the note of files OpsPilot added left out."""
+    return _ATTACHED.sub("", question)
+
+
 _LAST_CLOSE = re.compile(rf"</(?:{'|'.join(TAGS)})(?:_[0-9a-f]{{16}})?>")
 
 

@@ -313,3 +313,32 @@ async def test_a_form_s_refusal_is_in_the_thread_s_language(redis_url: str, pref
         assert "未接受：请选择环境" in shown and "nothing chosen" not in shown, shown
     finally:
         await ws.stop()
+
+
+async def test_the_note_of_a_file_is_for_the_model_not_shown_as_the_person_s_words(redis_url: str, prefix: str,
+                                                                                   slack: FakeSlack) -> None:
+    """A Chinese question with a screenshot: OpsPilot's English "(Attached, not read: …)" was shown as part of the
+    person's question on their Chinese App Home and in the handover."""
+    import json
+    import time
+
+    ws = await open_workspace(redis_url, prefix, slack, language="auto", progress="update")
+    try:
+        event = mention(CHANNEL, "UREQ", "支付服务报错了，看看这个截图", "520.1")
+        event["files"] = [{"id": "F1", "name": "报错截图.png"}]
+        slack.post_as_user(CHANNEL, "UREQ", event["text"], ts="520.1")
+        await ws.sender.event(event)
+        await ws.settle()
+        transcript = await ws.store.load_transcript(f"slack:{CHANNEL}:520.1")
+        assert "Attached, not read: 报错截图.png" in transcript[0].content  # the model is told
+        await ws.sender.event({"type": "app_home_opened", "user": "UREQ", "channel": "D0HOME", "tab": "home",
+                               "event_ts": f"{time.time():.6f}"})
+        await ws.sender.command({"command": "/opspilot", "text": "handover", "user_id": "UREQ", "channel_id": CHANNEL,
+                                 "trigger_id": "ho-7", "response_url": slack.response_url()})
+        await ws.settle()
+        home = json.dumps(slack.homes["UREQ"], ensure_ascii=False)
+        handover = json.dumps(slack.responses + [m for m in slack.messages.values()], ensure_ascii=False)
+        assert "支付服务报错了，看看这个截图" in home and "Attached, not read" not in home, home
+        assert "Attached, not read" not in handover
+    finally:
+        await ws.stop()

@@ -36,6 +36,7 @@ from bot.slack.outbound.thread_start import ThreadStarts
 from bot.slack.outbound.words import language_of, say, signal
 from bot.slack.rollbacks.offer import ROLLBACK, parse
 from bot.slack.rollbacks.press import RollbackPress
+from core.quote import attached, own_words
 from core.redact import redact
 from state import StoreError, Ticket
 from state.store import MetaStore, Reports
@@ -132,16 +133,14 @@ class Inbound:
             return
         if mentioned and await self.incidents.on_mention(channel, thread_ts, ts, event["user"], text):
             return  # "@OpsPilot summarize" in a thread: a summary, not a question
-        if files:
-            text += f"\n(Attached, not read: {', '.join(files)}.)"
-        text = redact(text) or "hello"  # the queue is Redis too: no secret goes there
+        text = redact(attached(text, files)) or "hello"  # the queue is Redis too: no secret goes there
         door: Door = "dm" if direct else "mention" if mentioned else "reply"
         lang = await self._lang(channel, thread_ts, raw, event["user"])
         if not await self._admit(door, event["user"], channel, f"{channel}:{ts}", thread_ts, lang=lang):
             return
         await self.dispatch(Converse(channel=channel, thread_ts=thread_ts, user=event["user"], text=text,
                                      request_id=f"{channel}:{ts}", ts=ts, lang="zh" if lang == "zh" else "en"))
-        await self._asked(event["user"], channel, thread_ts, text)
+        await self._asked(event["user"], channel, thread_ts, own_words(text))  # their words: no note of ours
 
     async def on_command(self, command: dict[str, Any]) -> None:
         channel, user = command["channel_id"], command["user_id"]

@@ -14,7 +14,7 @@ from bot.slack.inbound.thread_log import AlertEvent, FollowupEvent, alert_events
 from bot.slack.outbound.thread_meta import THREAD, thread_key
 from bot.slack.outbound.words import Lang, language_of
 from core.messages import Message, ToolResultMessage, UserMessage
-from core.quote import split
+from core.quote import own_words, split
 from core.redact import redact
 from state.memory import MemoryStore
 from state.records import CallTrace, PendingCall, RunRecord
@@ -181,7 +181,7 @@ def asked_in(transcript: list[Message]) -> list[Asked]:
             continue
         parts = (m.request_id or "").split(":")
         ts = parts[1] if len(parts) > 1 else None
-        question = split(m.content)[1].strip()  # the question, not the thread material quoted before it
+        question = own_words(split(m.content)[1].strip())  # the question, not the thread quoted before it
         asked.append(Asked(_float(ts) or None, m.user_id or "", redact(" ".join(question.split()))[:300], ts,
                            automatic=(m.request_id or "").endswith(":alert")))
     return asked
