@@ -39,7 +39,7 @@ _ENGLISH = frozenset(_ENGLISH_WORDS.split())
 
 
 def signal(text: str) -> Lang | None:
-    """The language of the asker's own words, or None when there are none (a link, an emoji, a mention).
+    """The language of the asker's own words, or None when there are none (a link, an emoji, a mention, names alone).
     Chinese grammar ("帮我 rollback 一下 payments", "payments 的 deploy 失败了") is Chinese, whatever English is
     pasted beside it; otherwise Chinese characters with no English sentence words around them are Chinese ("重启
     payment-service", "api-gateway 502 报错"), and English sentence words with a few Chinese characters are an
@@ -52,8 +52,8 @@ def signal(text: str) -> Lang | None:
     han = len(_CJK.findall(words))
     tokens = _TOKEN.findall(words)
     english = sum(1 for t in tokens if _WORD.fullmatch(t) and t.lower() in _ENGLISH)
-    if not han:
-        return "en" if any(_WORD.search(t) for t in tokens) else None
+    if not han:  # names alone ("payments 502", "OOM", "api-gateway") speak no language: the person's goes
+        return "en" if english else None
     if _ZH_GRAMMAR.search(words) or not english:
         return "zh"
     return "zh" if han > 4 * english else "en"

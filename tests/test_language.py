@@ -158,6 +158,8 @@ def test_one_earlier_call_is_one() -> None:
     ("why is checkout failing for payments? log: 支付回调失败，订单状态未更新，请人工核对", "en"),
     ("payments is throwing this:\n2026-12-07 10:01:02 ERROR 数据库连接池已耗尽，等待超时 3000ms", "en"),
     ("error: 支付失败了怎么办", "zh"), ("日志: ERROR timeout 帮我看看", "zh"),
+    # Names alone speak no language (a Chinese person's "payments 502" started an English thread): theirs goes
+    ("payments 502", None), ("OOM", None), ("api-gateway", None), ("payments down", "en"),
 ])
 def test_the_language_of_a_question_is_that_of_its_own_words(text: str, lang: str | None) -> None:
     assert signal(text) == lang
