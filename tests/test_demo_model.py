@@ -251,3 +251,19 @@ def test_an_alerts_question_names_its_service_not_a_word_before_it() -> None:
     question = "An alert fired (quoted above). It is about service `billing` and environment `prod`. Investigate it"
     assert _named(question, read(question)) == "billing"
     assert _named("why is the ledger service slow?", read("why is the ledger service slow?")) == "ledger"
+
+
+async def test_a_run_stopped_at_its_limit_lists_what_ran_in_the_thread_s_language(redis_url: str, prefix: str,
+                                                                                 slack: FakeSlack) -> None:
+    """The demo model took the stop instruction for a new question: a Chinese thread stopped at its step limit read
+    "_达到步数上限，已停止。_ Looking up the service and the runbooks in parallel."."""
+    from bot.agent.limits import Limits
+    from bot.agent.models.demo import demo_model
+
+    ws = await open_workspace(redis_url, prefix, slack, model=demo_model(), language="auto", limits=Limits(max_steps=1))
+    try:
+        answer = await ask(ws, "看看支付服务最近报错", "600.1")
+        assert "达到步数上限" in answer and "Looking up" not in answer and "同时查找" not in answer, answer
+        assert not english_runs(answer), answer
+    finally:
+        await ws.stop()

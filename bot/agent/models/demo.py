@@ -30,6 +30,7 @@ from bot.agent.models.demo_checks import with_followups
 from bot.agent.models.demo_intent import Ask, environment, read, request_words, window, window_note
 from bot.agent.models.demo_narrative import MARKER, demo_narrative
 from bot.agent.models.scripted import ScriptedModel
+from bot.agent.prompt import STOP_INSTRUCTION
 from core.language import signal
 from core.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from core.quote import split as _split
@@ -210,6 +211,8 @@ def demo_reply(messages: Sequence[Message], tools: Sequence[str]) -> AssistantMe
     content = messages[last_user].content if last_user >= 0 else ""
     if MARKER in content:  # an incident summary's narrative (bot/slack/incidents/narrative.py)
         return AssistantMessage(content=demo_narrative(content))
+    if content.startswith(STOP_INSTRUCTION.split("(", 1)[0]):  # a stopped run's summary: none of its own (its
+        return AssistantMessage(content="")  # answer lists what ran, in the thread's language), never a new plan
     quoted, question = _split(content)
     text = question.strip()
     # The thread's language: this question's, else an earlier one's (a Chinese thread stays Chinese).
