@@ -321,3 +321,45 @@ async def test_a_stop_control_whose_deletion_answer_was_lost_is_not_an_error(
         assert not [r for r in caplog.records if "refused a message for good" in r.getMessage()]
     finally:
         await ws.stop()
+
+
+async def test_a_stalled_stream_whose_run_then_ends_gives_up_its_resume_and_shows_its_end(
+        redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    """A run whose worker died mid-change stalled (its stream stopped with Resume); a newer message then closed it
+    ("Stopped partway…", the change's outcome unknown). In stream mode its end went to the stopped stream: the
+    Resume stayed live on a finished run, and the closing answer was never shown."""
+    import time
+
+    from bot.demo.sender import message
+
+    probe = Probe()
+    tools = toolkit(probe, slow_s=1000)
+    model = ScriptedModel([reply("Change it.", call("change", "c1", target="payments")), reply("NEWER ANSWER")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, progress="stream", specs=[tools["change"]])
+    try:
+        await ws.sender.event(ask(slack, "change it", "740.1"))
+        await until(lambda: bool(stop_buttons(slack, "740.1")), 20)
+        await asyncio.wait_for(probe.started.setdefault("change", asyncio.Event()).wait(), 20)
+        await ws.store.journal.start(str(await ws.store.thread_run(f"slack:{CHANNEL}:740.1")), "c1")
+        for task in list(ws.service.inbound.tasks.running):  # the worker dies mid-change
+            task.cancel()
+        await until(lambda: not ws.service.inbound.tasks.running)
+        await ws.service.core.sweeps.sweep(now=time.time() + 600)
+        await ws.settle()
+
+        def bot() -> list[dict[str, Any]]:
+            return [m for m in slack.thread(CHANNEL, "740.1") if m.get("bot")]
+
+        def shown(m: dict[str, Any]) -> str:
+            return all_text(m) + str((m.get("stream") or {}).get("markdown") or "")
+
+        assert any(b["action_id"] == "opspilot_resume" for m in bot() for b in buttons(m))
+        newer = slack.post_as_user(CHANNEL, "UREQ", "what about orders?", thread_ts="740.1")
+        await ws.sender.event(message(CHANNEL, "UREQ", "what about orders?", newer["ts"], thread_ts="740.1"))
+        await ws.settle()
+        assert not any(b["action_id"] == "opspilot_resume" for m in bot() for b in buttons(m))
+        assert any("Stopped partway" in shown(m) for m in bot()) and any("outcome unknown" in shown(m) for m in bot())
+        assert not slack.unstopped_streams()
+    finally:
+        probe.release.set()
+        await ws.stop()

@@ -247,10 +247,11 @@ class Renderer:
         Streamed progress is one stream per stretch of work: a pause or the end stops it (``end``: what it
         stops with), and work after a pause streams on in a new message below the question's card."""
         streamed = state.get("mode") == "stream"
-        if streamed and state.get("closed") and end is None:  # moving again after a pause
-            await self._close_out(run_id, state)
+        if streamed and state.get("closed"):  # moving again after a pause, or ending after one it never left (a
+            await self._close_out(run_id, state, ended=end is not None)  # stall): its end goes in a stretch below
             state["seg"], state["closed"] = state["seg"] + 1, False
-            self._status(state, say(str(state.get("lang") or "en"), "status_working"))
+            if end is None:
+                self._status(state, say(str(state.get("lang") or "en"), "status_working"))
         if streamed and end is not None:
             state["closed"] = True
             self._status(state, "")
@@ -275,14 +276,14 @@ class Renderer:
             control=(say(lang, "stop_note"), [{"type": "actions", "block_id": "opspilot_run", "elements": [stop]}]),
             final=state["closed"], final_md=end.md, final_blocks=end.blocks, then=end.then, state=saved)
 
-    async def _close_out(self, run_id: str, state: dict[str, Any]) -> None:
+    async def _close_out(self, run_id: str, state: dict[str, Any], ended: bool = False) -> None:
         """The stretch that stopped at a pause (or a stall), now that the run moved on: edited (chat.update on
         the stopped stream) to say who answered, so it no longer reads "Waiting for a person"."""
         lang, seg = str(state.get("lang") or "en"), state["seg"]
         answers: list[list[str]] = state.pop("answers", [])
         people = say(lang, "comma").join(dict.fromkeys(_who(by) for _, by in answers if kit.is_user(by)))
         if not answers:
-            header = say(lang, "resumed_continued")
+            header = say(lang, "ended_below" if ended else "resumed_continued")
         elif any(decision == "cancelled" for decision, _ in answers) and people:
             header = say(lang, "stopped_continued", by=people)
         elif people:

@@ -52,6 +52,7 @@ _WORDS: dict[str, tuple[str, str]] = {
     "answered_continued": ("Answered by {by} — continued below", "已由 {by} 回答，下文继续"),
     "expired_continued": ("Nobody answered in time — continued below", "无人及时回答，下文继续"),
     "stopped_continued": ("Stopped by {by} — continued below", "已被 {by} 停止，见下文"),
+    "ended_below": ("It ended without moving again — see below", "之后没有继续运行，已结束，见下文"),
     "resumed_continued": ("Resumed — continued below", "已恢复运行，下文继续"),
     "stop_note": ("Working on it: Stop ends this run.", "正在处理：按“停止”结束这次运行。"),
     # the thread's status line ("OpsPilot is looking into it…") until the stream shows the steps
