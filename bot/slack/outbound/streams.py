@@ -287,8 +287,9 @@ class Streams:
     def status(self, channel: str, thread_ts: str, text: str) -> None:
         """Show (``""``: clear) the thread's status. Cosmetic, so not durable: the latest wins, one try each;
         skipped when its budget is spent (a burst), so it never costs a message its place."""
-        if not self.status_available or self.mode == "update" or self.pacer.ready_in("assistant.threads.setStatus"):
-            return
+        if not self.status_available or self.mode == "update" or \
+                (text and self.pacer.ready_in("assistant.threads.setStatus")):
+            return  # a clear is never skipped: a "working…" left after the answer would say what is not so
         where = (channel, thread_ts)
         self._status_want[where] = text
         if where not in self._status_tasks:
@@ -297,8 +298,10 @@ class Streams:
     async def _set_status(self, where: tuple[str, str]) -> None:
         try:
             while where in self._status_want and self.status_available:
-                text = self._status_want.pop(where)
                 await self.pacer.wait("assistant.threads.setStatus")
+                text = self._status_want.pop(where, None)  # the latest, read once its slot is granted
+                if text is None:
+                    continue
                 try:
                     await self.client.assistant_threads_setStatus(channel_id=where[0], thread_ts=where[1], status=text)
                 except Exception as exc:
