@@ -363,3 +363,37 @@ async def test_a_stalled_stream_whose_run_then_ends_gives_up_its_resume_and_show
     finally:
         probe.release.set()
         await ws.stop()
+
+
+async def test_a_resumed_run_s_answer_says_its_model_not_the_stall(redis_url: str, prefix: str,
+                                                                    slack: FakeSlack) -> None:
+    """Stalled (its worker died mid-change), then Resumed and finished: the stall's note replaced the run's model
+    note for good, so the answer carried "This stopped partway…" and no longer said which model wrote it."""
+    import time
+
+    probe = Probe()
+    tools = toolkit(probe, slow_s=1000)
+    model = ScriptedModel([reply("Change it.", call("change", "c1", target="payments")), reply("RESUMED ANSWER")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, progress="stream", specs=[tools["change"]])
+    try:
+        await ws.sender.event(ask(slack, "change it", "750.1"))
+        await asyncio.wait_for(probe.started.setdefault("change", asyncio.Event()).wait(), 20)
+        await ws.store.journal.start(str(await ws.store.thread_run(f"slack:{CHANNEL}:750.1")), "c1")
+        for task in list(ws.service.inbound.tasks.running):  # the worker dies mid-change
+            task.cancel()
+        await until(lambda: not ws.service.inbound.tasks.running)
+        await ws.service.core.sweeps.sweep(now=time.time() + 600)
+        await ws.settle()
+        stalled = next(m for m in slack.thread(CHANNEL, "750.1")
+                       if any(b["action_id"] == "opspilot_resume" for b in buttons(m)))
+        resume = next(b for b in buttons(stalled) if b["action_id"] == "opspilot_resume")
+        await ws.sender.action(block_action(user="UREQ", channel=CHANNEL, message=stalled,
+                                            action_id="opspilot_resume", value=resume["value"]))
+        await ws.settle()
+        final = next(m for m in slack.thread(CHANNEL, "750.1")
+                     if "RESUMED ANSWER" in all_text(m) + str((m.get("stream") or {}).get("markdown") or ""))
+        text = all_text(final) + " " + " ".join(str(b) for b in final.get("blocks", []))
+        assert "stopped partway" not in text and "scripted" in text, text
+    finally:
+        probe.release.set()
+        await ws.stop()

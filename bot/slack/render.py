@@ -111,8 +111,8 @@ class Renderer:
             return  # not a Slack thread (e.g. the terminal chat sharing the engine)
         leave = False  # a run that pauses or ends may continue on any instance: its state lives in the store
         lang = str(state.get("lang") or "en")
-        if event.type != "run_stalled":
-            state["resumable"] = False  # it moves again: the Resume button has done its job
+        if event.type != "run_stalled":  # it moves again: Resume has done its job, and the stall's note goes
+            state["resumable"], state["note"] = False, state.pop("model_note", state.get("note"))
         if event.type == "model_step":
             state["step"] = event.step
             if event.asked_for_tools and event.text.strip() and not state.get("plan"):
@@ -146,6 +146,7 @@ class Renderer:
                     line["status"], line["detail"] = "waiting", kit.gate(pending.reason, pending.payload, lang) \
                         if pending.interrupt_type == "confirm_risky" else kit.form_ask(pending.payload, lang)
         elif event.type == "run_stalled":
+            state.setdefault("model_note", state.get("note") or "")  # (which model: said again once it moves)
             state.update(header=f":warning: {say(lang, 'interrupted')}", stoppable=False, resumable=True,
                          note=say(lang, "interrupted_note"))
             leave = _close_lines(state, lang)
