@@ -323,29 +323,35 @@ async def test_a_stop_control_whose_deletion_answer_was_lost_is_not_an_error(
         await ws.stop()
 
 
+async def _stalled(redis_url: str, prefix: str, slack: FakeSlack, probe: Probe, then: str, ts: str) -> Any:
+    """A stream-mode run whose worker died mid-change, parked as stalled by the sweep (its next reply: ``then``)."""
+    import time
+
+    tools = toolkit(probe, slow_s=1000)
+    model = ScriptedModel([reply("Change it.", call("change", "c1", target="payments")), reply(then)])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, progress="stream", specs=[tools["change"]])
+    await ws.sender.event(ask(slack, "change it", ts))
+    await until(lambda: bool(stop_buttons(slack, ts)), 20)
+    await asyncio.wait_for(probe.started.setdefault("change", asyncio.Event()).wait(), 20)
+    await ws.store.journal.start(str(await ws.store.thread_run(f"slack:{CHANNEL}:{ts}")), "c1")
+    for task in list(ws.service.inbound.tasks.running):  # the worker dies mid-change
+        task.cancel()
+    await until(lambda: not ws.service.inbound.tasks.running)
+    await ws.service.core.sweeps.sweep(now=time.time() + 600)
+    await ws.settle()
+    return ws
+
+
 async def test_a_stalled_stream_whose_run_then_ends_gives_up_its_resume_and_shows_its_end(
         redis_url: str, prefix: str, slack: FakeSlack) -> None:
     """A run whose worker died mid-change stalled (its stream stopped with Resume); a newer message then closed it
     ("Stopped partway…", the change's outcome unknown). In stream mode its end went to the stopped stream: the
     Resume stayed live on a finished run, and the closing answer was never shown."""
-    import time
-
     from bot.demo.sender import message
 
     probe = Probe()
-    tools = toolkit(probe, slow_s=1000)
-    model = ScriptedModel([reply("Change it.", call("change", "c1", target="payments")), reply("NEWER ANSWER")])
-    ws = await open_workspace(redis_url, prefix, slack, model=model, progress="stream", specs=[tools["change"]])
+    ws = await _stalled(redis_url, prefix, slack, probe, "NEWER ANSWER", "740.1")
     try:
-        await ws.sender.event(ask(slack, "change it", "740.1"))
-        await until(lambda: bool(stop_buttons(slack, "740.1")), 20)
-        await asyncio.wait_for(probe.started.setdefault("change", asyncio.Event()).wait(), 20)
-        await ws.store.journal.start(str(await ws.store.thread_run(f"slack:{CHANNEL}:740.1")), "c1")
-        for task in list(ws.service.inbound.tasks.running):  # the worker dies mid-change
-            task.cancel()
-        await until(lambda: not ws.service.inbound.tasks.running)
-        await ws.service.core.sweeps.sweep(now=time.time() + 600)
-        await ws.settle()
 
         def bot() -> list[dict[str, Any]]:
             return [m for m in slack.thread(CHANNEL, "740.1") if m.get("bot")]
@@ -369,21 +375,9 @@ async def test_a_resumed_run_s_answer_says_its_model_not_the_stall(redis_url: st
                                                                     slack: FakeSlack) -> None:
     """Stalled (its worker died mid-change), then Resumed and finished: the stall's note replaced the run's model
     note for good, so the answer carried "This stopped partway…" and no longer said which model wrote it."""
-    import time
-
     probe = Probe()
-    tools = toolkit(probe, slow_s=1000)
-    model = ScriptedModel([reply("Change it.", call("change", "c1", target="payments")), reply("RESUMED ANSWER")])
-    ws = await open_workspace(redis_url, prefix, slack, model=model, progress="stream", specs=[tools["change"]])
+    ws = await _stalled(redis_url, prefix, slack, probe, "RESUMED ANSWER", "750.1")
     try:
-        await ws.sender.event(ask(slack, "change it", "750.1"))
-        await asyncio.wait_for(probe.started.setdefault("change", asyncio.Event()).wait(), 20)
-        await ws.store.journal.start(str(await ws.store.thread_run(f"slack:{CHANNEL}:750.1")), "c1")
-        for task in list(ws.service.inbound.tasks.running):  # the worker dies mid-change
-            task.cancel()
-        await until(lambda: not ws.service.inbound.tasks.running)
-        await ws.service.core.sweeps.sweep(now=time.time() + 600)
-        await ws.settle()
         stalled = next(m for m in slack.thread(CHANNEL, "750.1")
                        if any(b["action_id"] == "opspilot_resume" for b in buttons(m)))
         resume = next(b for b in buttons(stalled) if b["action_id"] == "opspilot_resume")
