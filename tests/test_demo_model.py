@@ -186,6 +186,9 @@ async def test_questions_about_changes_are_answered_or_honestly_declined(ws: Wor
     ("订单服务的发版回滚了吗？", None, {"rollback", "changes"}),
     ("what changed for payments in the last hour?", None, {"changes"}),
     ("what happened at 09:11?", None, {"time"}),
+    # Not doing it is no request (the demo asked "which environment?" to "never mind, no need to restart")
+    ("算了，不用重启了", None, {"restarts"}), ("别回滚 orders", None, {"rollback"}),
+    ("支付特别慢，重启一下", "restart", set()),
 ])
 def test_only_an_imperative_asks_for_a_change(text: str, change: str | None, topics: set[str]) -> None:
     ask = read(text)

@@ -26,6 +26,8 @@ _IMPERATIVE_EN = {
 }
 _IMPERATIVE_ZH = {"restart": re.compile(r"重启"), "rollback": re.compile(r"回滚|回退"),
                   "scale": re.compile(r"扩容|缩容|扩到|缩到|加副本|加实例")}
+# Not doing it: "不用重启了", "别回滚", "不要扩容", "算了" (never mind) — no request, whatever verb follows.
+_ZH_NOT = re.compile(r"不用|不要|(?:^|[，,。；;\s])别|无需|不必|算了|先不|暂不|取消")
 _ZH_QUESTION = re.compile(r"[吗呢？?]|几次|多少|有没有|是否|了没|没有|是不是|什么时候|哪次|为什么|有用|效果|帮助")
 _ROLLBACK_Q = re.compile(r"roll(?:ed|ing)?\s*back|rollbacks?|revert(?:ed)?|回滚|回退", re.I)
 _RESTARTS_Q = re.compile(r"restart(?:s|ed|ing)?|bounced|reboot(?:s|ed)?|重启", re.I)
@@ -91,7 +93,7 @@ def _change(text: str) -> Change | None:
     for kind, pattern in _IMPERATIVE_EN.items():
         if pattern.search(plain):
             return kind  # type: ignore[return-value]
-    if re.search(r"[\u3400-\u9fff]", plain) and not _ZH_QUESTION.search(plain):
+    if re.search(r"[\u3400-\u9fff]", plain) and not _ZH_QUESTION.search(plain) and not _ZH_NOT.search(plain):
         for kind, pattern in _IMPERATIVE_ZH.items():
             if pattern.search(plain):
                 return kind  # type: ignore[return-value]
