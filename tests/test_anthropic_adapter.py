@@ -174,6 +174,13 @@ async def test_overloaded_is_retried_by_the_sdk_and_a_final_failure_is_a_readabl
     out = await h.engine.ask("t", "two")
     assert out.stop_reason == "model_error" and "HTTP 500" in out.answer
     assert h.of("run_finished")[-1].stop_reason == "model_error"
+    # The step that failed has its row in the trace: how long it took and why (it had none).
+    from state.records import StepTrace
+
+    record = await store.load_run(out.run_id)
+    assert record is not None
+    [failed] = [e for e in record.trace if isinstance(e, StepTrace)]
+    assert failed.model_stop == "error:api_error" and failed.model_latency_ms > 0
 
 
 async def test_unreachable_api_is_a_readable_stop(store: RedisStore) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 from bot.agent.models.scripted import ScriptedModel, call, reply
 from bot.agent.transcript import violations
@@ -135,14 +136,27 @@ async def test_a_limit_whose_summary_the_deadline_cuts_is_still_that_limit(store
     """The step limit reached with little wall time left: the deadline cut its summary, and the run was recorded
     and shown as "Stopped: out of time"."""
     from bot.agent.limits import Limits
+    from bot.agent.models.base import AUTO, ToolChoice
+
+    class FirstSummaryHangs(ScriptedModel):
+        """Steps at once; the first summary (no tools offered) outlasts the run's wall time (a slow provider)."""
+
+        hung = False
+
+        async def complete(self, messages: Any, tools: Any, *, tool_choice: ToolChoice | None = None,
+                           max_tokens: int | None = None) -> Any:
+            if tool_choice is not None and tool_choice.mode == "none" and not self.hung:
+                self.hung = True
+                await asyncio.sleep(60)  # cut by the run's deadline, long before this
+            return await super().complete(messages, tools, tool_choice=tool_choice or AUTO, max_tokens=max_tokens)
 
     tools = toolkit(Probe())
-    model = ScriptedModel([reply("", call("lookup_a", q="1")), reply("", call("lookup_b", q="2")),
-                           reply("A is 1 and B is 2 so far."), reply("A is 1 and B is 2 so far.")], latency_s=0.3)
+    model = FirstSummaryHangs([reply("", call("lookup_a", q="1")), reply("", call("lookup_b", q="2")),
+                               reply("A is 1 and B is 2 so far.")])
     h = make_harness(model, store, [tools["lookup_a"], tools["lookup_b"]],
-                     limits=Limits(max_steps=2, max_wall_time_s=0.75))
+                     limits=Limits(max_steps=2, max_wall_time_s=5))
     out = await h.engine.ask("t", "check A and B", user_id="U1")
-    assert out.stop_reason == "max_steps", out
+    assert model.hung and out.stop_reason == "max_steps", out
 
 
 async def test_calls_answered_by_a_stop_are_in_the_trace(store: RedisStore) -> None:

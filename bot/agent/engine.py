@@ -301,14 +301,14 @@ class Engine:
                 async with asyncio.timeout(run.remaining_s()):
                     return await react_loop(run)
             except TimeoutError:
-                return run.outcome() if run.ended else await run.stop_early(run.stopping or "timeout")
+                return run.outcome() if run.ended() else await run.stop_early(run.stopping or "timeout")
         except asyncio.CancelledError:
             if not run.cancel_requested:
                 raise  # the process is going down: the lease lapses and recovery answers the calls
             current = asyncio.current_task()
             if current is not None:
                 current.uncancel()
-            return run.outcome() if run.ended else await asyncio.shield(run.cancel())
+            return run.outcome() if run.ended() else await asyncio.shield(run.cancel())
         except ModelError as exc:
             if exc.kind in ("unreachable", "api_error"):  # the provider's outage (a 429 is not one): told once
                 MODEL.failed(exc)

@@ -11,6 +11,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from typing import Any
 
 from bot.agent.decisions import Answers, CancelRun
@@ -127,8 +128,8 @@ class Run:
         # write (no command of their own), so a process killed -9 loses at most those seconds, not its turn's.
         counted, self._counters = dict(self._counters), Counter()
         write = Write(run=self.record, messages=self._messages, counters=counted, new_tokens=self._tokens,
-                      audit=self._audit, status_changed=changed,
-                      release_lease=release, lease_owner=owner, was=self._committed_status)
+                      audit=self._audit, status_changed=changed, release_lease=release, lease_owner=owner,
+                      was=self._committed_status)
         self._messages, self._tokens, self._audit = [], [], []
         self._committed_status = self.record.status
         # A Stop arriving meanwhile waits for this write: what it sent must not be sent twice, nor half.
@@ -160,8 +161,7 @@ class Run:
         tools = self.deps.registry.definitions()
         budget = self.deps.context_budget_tokens
         for attempt in range(2):
-            context = sendable(self.transcript, self.memo, turn_start=self._turn_start, budget=budget,
-                               run_id=self.id)
+            context = sendable(self.transcript, self.memo, turn_start=self._turn_start, budget=budget, run_id=self.id)
             messages: list[Message] = [SystemMessage(content=self.deps.system_prompt), *context]
             if instruction:
                 messages.append(UserMessage(content=instruction))
@@ -178,24 +178,25 @@ class Run:
     async def think(self) -> AssistantMessage:
         """One model call. Its reply (and the calls it asks for) is durable before any call runs."""
         self.record.step += 1
-        completion = await self.complete(AUTO)
+        started = time.monotonic()
+        try:
+            completion = await self.complete(AUTO)
+        except ModelError as exc:  # the step that ended the run keeps its row: how long it took, and why
+            took = round((time.monotonic() - started) * 1000, 2)
+            self.record.trace.append(StepTrace(step=self.record.step, asked_for_tools=False, model_latency_ms=took,
+                                               model_stop=f"error:{exc.kind}"))
+            raise
         assistant = received(completion.message, self.transcript, self.memo)  # no secret; ids new to the thread
         self.append(assistant)
-        u = completion.usage
-        self.record.trace.append(StepTrace(
-            step=self.record.step, model_latency_ms=round(completion.latency_ms, 2),
-            asked_for_tools=bool(assistant.tool_calls), model_stop=completion.stop,
-            input_tokens=u.input_tokens, output_tokens=u.output_tokens, cache_read_tokens=u.cache_read_tokens,
-            cache_write_tokens=u.cache_write_tokens))
+        tokens, latency = asdict(completion.usage), round(completion.latency_ms, 2)
+        self.record.trace.append(StepTrace(step=self.record.step, model_latency_ms=latency, **tokens,
+                                           asked_for_tools=bool(assistant.tool_calls), model_stop=completion.stop))
         self.count("steps")
-        for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"):
-            if getattr(u, name):  # (a zero would still cost a write)
-                self.count(name, getattr(u, name))
-        self.emit(ModelStep, step=self.record.step, latency_ms=round(completion.latency_ms, 2),
-                  asked_for_tools=bool(assistant.tool_calls), stop=completion.stop,
-                  text=assistant.content if assistant.tool_calls else "",
-                  input_tokens=u.input_tokens, output_tokens=u.output_tokens, cache_read_tokens=u.cache_read_tokens,
-                  cache_write_tokens=u.cache_write_tokens)
+        for name, n in tokens.items():
+            if n:  # (a zero would still cost a write)
+                self.count(name, n)
+        self.emit(ModelStep, step=self.record.step, latency_ms=latency, asked_for_tools=bool(assistant.tool_calls),
+                  stop=completion.stop, text=assistant.content if assistant.tool_calls else "", **tokens)
         if any((spec := self.deps.registry.get(c.name)) is not None and spec.mutating for c in assistant.tool_calls):
             # A change's call is durable before it runs. Read-only calls are saved with their results (one write
             # per step): if this worker dies meanwhile, the step is thought again and nothing was changed.
@@ -322,7 +323,6 @@ class Run:
         await self.commit(final=True)
         return self.outcome()
 
-    @property
     def ended(self) -> bool:  # the turn's last write made: a Stop or the deadline landing in it changes nothing
         return self.record.status in ("finished", "paused") and self._committed_status == self.record.status
 
