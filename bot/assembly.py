@@ -20,6 +20,7 @@ from bot.agent.sweeps import Sweeps
 from bot.config import ConfigError, Settings, environment_problems
 from bot.config_errors import suggest
 from bot.followup_tool import Followups, followup_tool
+from core.envs import environment_name
 from state import Keys, MemoryStore, RedisStore, StoreError, Ttls, connect
 from state.client import refusal, safe_url
 from state.store import MetaStore, Outbox, Reports, Store, WorkQueue
@@ -118,6 +119,13 @@ def loosened(settings: Settings, environments: list[str], registry: Registry,
     by default (a change there runs with no person's confirmation), and an approvers rule the gate never reaches
     outside an alert's run (it reads as protection that is not there)."""
     warnings: list[str] = []
+    folded = {n for e in environments if (n := environment_name(e))}
+    for name in registry.names():  # a default rule the catalog never matches asks in every environment: said
+        rule = getattr(registry.get(name), "needs_confirmation", None)
+        if isinstance(rule, InEnvironments) and rule.field == "environment" and not rule.environments & folded:
+            warnings.append(f"{name} asks for a person's confirmation in every environment: its rule names "
+                            f"{', '.join(sorted(rule.environments))}, which the catalog has none of "
+                            f"({', '.join(environments)}); set tools.{name}.confirm_in to the ones that need it")
     for name in settings.tools:
         spec, before = registry.get(name), defaults.get(name)
         dropped = [e for e in environments if spec is not None and before is not None

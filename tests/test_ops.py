@@ -393,3 +393,30 @@ def test_a_change_s_line_in_slack_says_its_figures_are_partial() -> None:
     assert "数据不完整" in output("ok", None, body, "zh")
     del body["data"]["error_rate_warnings"]  # type: ignore[attr-defined]
     assert "partial" not in output("ok", None, body, "en")
+
+
+async def test_a_catalog_without_prod_asks_for_every_restart_and_says_so(tmp_path: Path) -> None:
+    """A catalog calling its production `production`: restart_service's built-in confirm_in("prod") never matched,
+    so a restart there ran with nobody's confirmation, and neither serve nor `opspilot check` said a word."""
+    from bot.assembly import validate
+    from bot.config import Settings
+    from core.messages import ToolCall
+    from state import MemoryStore
+    from tools.ops import toolbox_config as cfg
+    from tools.registry import ToolContext
+    from tools.runtime import execute_one
+
+    (tmp_path / "catalog.yml").write_text("services:\n  - id: payments\n    name: Payment Service\n"
+                                          "    environments: [production, staging]\n", encoding="utf-8")
+    conf = cfg.OpsConfig(catalog=tmp_path / "catalog.yml")
+    toolbox = ops.build(conf)
+    registry, warnings = validate(Settings(toolbox=conf), toolbox)
+    assert any("restart_service asks for a person's confirmation in every environment" in w
+               and "tools.restart_service.confirm_in" in w for w in warnings), warnings
+    for env in ("production", "staging"):
+        ctx = ToolContext(run_id="r1", thread_id="t", user_id="UREQ", call_id=f"c-{env}")
+        obs = await execute_one(ToolCall(id=f"c-{env}", name="restart_service",
+                                         arguments={"service_id": "payments", "environment": env}),
+                                registry=registry, ctx=ctx, journal=MemoryStore().journal)
+        assert obs.interrupt is not None and obs.interrupt.interrupt_type == "confirm_risky", env
+    assert toolbox.restarts.done == []

@@ -78,6 +78,8 @@ class InEnvironments:
         value = environment_name(raw)
         if value is None:
             return True  # a look-alike or hidden character: asked about, never waved through
+        if self.known is not None and not self.environments & self.known:
+            return True  # a rule none of whose environments exists ("prod" in a catalog saying "production"): every one
         return value in self.environments or (self.known is not None and bool(value) and value not in self.known)
 
 
