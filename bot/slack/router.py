@@ -283,7 +283,9 @@ class Inbound:
         await self.outbox.tell(channel, user, words, thread_ts)
 
     async def on_shortcut(self, body: dict[str, Any]) -> None:
-        """"Investigate with OpsPilot" on any message: a run in that message's thread, about it."""
+        """"Investigate with OpsPilot" on any message: a run in that message's thread, about it — unattended, as
+        the Investigate button's: the question is ours and the message (an alert's text) drives it, so any change it
+        leads to waits for a person's Confirm."""
         user, channel = str(body["user"]["id"]), str((body.get("channel") or {}).get("id"))
         message = body.get("message") or {}
         ts = str(message.get("ts") or "")
@@ -302,7 +304,7 @@ class Inbound:
         await self.dispatch(Converse(
             channel=channel, thread_ts=thread_ts, user=user, context=context, lang="zh" if lang == "zh" else "en",
             text=f"<@{user}> asked me to investigate the message quoted above: what is wrong, and what to do?",
-            request_id=f"{channel}:{ts}:shortcut:{trigger}"))
+            request_id=f"{channel}:{ts}:shortcut:{trigger}", unattended=True))
 
     async def _run_button(self, action_id: str, run_id: str, user: str, channel: str, thread_ts: str | None) -> None:
         if await self._may_press(action_id, run_id, user, channel, thread_ts):
