@@ -25,7 +25,8 @@ from bot.agent.outcome import RunOutcome
 from bot.assembly import Assembly
 from bot.keyboard import Interrupted, Keyboard
 from bot.slack.outbound.audit import ran_a_change
-from bot.slack.outbound.blocks import field_label, form_ask, gate, plan_rows
+from bot.slack.outbound.blocks import field_label, form_ask, gate
+from bot.slack.outbound.change_card import plan_rows
 from bot.slack.outbound.outputs import fallback_answer
 from bot.slack.outbound.progress_words import model_note, status_word
 from bot.slack.outbound.words import Lang, headline, language_of, say

@@ -9,6 +9,7 @@ import asyncio
 from bot.demo.workspace import LocalSlack, all_text, buttons
 from bot.slack.inbound.receipt import Receipt
 from bot.slack.outbound import blocks as kit
+from bot.slack.outbound.change_card import confirm_card
 from bot.slack.outbound.responses import post_response
 from state import RedisStore, connect
 from state.meta_store import MemoryMeta
@@ -17,7 +18,7 @@ from tests.conftest import free_port, until
 
 
 def _card(slack: LocalSlack) -> dict:
-    blocks = kit.confirm_card("tok-1", "restarts payments", {"tool": "restart_service", "target": "payments",
+    blocks = confirm_card("tok-1", "restarts payments", {"tool": "restart_service", "target": "payments",
                                                              "environment": "prod"})
     answer = slack._chat_postMessage({"channel": "C1", "text": "Confirmation needed", "blocks": blocks})
     return dict(answer["message"])

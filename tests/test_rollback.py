@@ -397,7 +397,7 @@ async def test_the_card_shows_what_else_a_rollback_takes_back_and_when_a_revisio
     """Across a config-only revision the card said revision 3 → 2, images 1.4.1 → 1.4.1, change cause unknown →
     unknown ("unknown" in English on a Chinese card), and never that env FEATURE_X goes away; a ReplicaSet a rollback
     reused was "Deployed" when first created, days before."""
-    from bot.slack.outbound.blocks import plan_rows
+    from bot.slack.outbound.change_card import plan_rows
 
     sim = Rollouts("payments-api:1.4.0", "2026-11-20T08:00:00Z")
     sim.set_image("payments-api:1.4.1", "2026-11-28T08:00:00Z")

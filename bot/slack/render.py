@@ -21,6 +21,7 @@ from bot.slack.followups.buttons import recheck_button
 from bot.slack.inbound.access import AccessPolicy
 from bot.slack.inbound.receipt import Receipt
 from bot.slack.outbound import blocks as kit
+from bot.slack.outbound import change_card
 from bot.slack.outbound.audit import audit_line, ran_a_change
 from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.outputs import fallback_answer, output
@@ -305,7 +306,7 @@ class Renderer:
             who = await self.access.who_may_confirm(
                 self.people, tool=pending.tool, environment=pending.environment,
                 requester=state.get("requester"), channel=state["channel"], lang=lang)
-            card = kit.confirm_card(pending.token, pending.reason, pending.payload, lang, who=who,
+            card = change_card.confirm_card(pending.token, pending.reason, pending.payload, lang, who=who,
                                     confirmable=self.access.confirmable(pending.tool, pending.environment,
                                                                         state.get("requester")))
             fallback = f"{say(lang, 'confirmation_needed')} — {kit.gate(pending.reason, pending.payload, lang)}"
@@ -314,7 +315,7 @@ class Renderer:
             fallback = f"{say(lang, 'need_more')} — {kit.form_ask(pending.payload, lang)}"
             card = kit.params_form(pending.token, pending.reason, pending.payload, subject=subject, lang=lang)
         tools = [pending.tool, *(s.tool for s in siblings)]
-        summary = kit.card_summary(pending.interrupt_type, pending.reason, pending.payload, lang, tools,
+        summary = change_card.card_summary(pending.interrupt_type, pending.reason, pending.payload, lang, tools,
                                    pending.arguments)
         for sibling in siblings:  # no card of its own: closing it is a no-op, the shared form shows the answer
             await self.meta.put(CARD, sibling.token, {"run_id": run_id, "call_id": sibling.call_id,

@@ -14,14 +14,13 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from typing import Any, get_args
+from typing import Any
 
 from bot.agent.models.base import DEMO_LABEL
 from bot.slack.outbound.markdown import TICK
-from bot.slack.outbound.words import has_word, plural, say
+from bot.slack.outbound.words import plural, say
 from core.split import split
-from core.text import hides_any, reveal
-from tools.registry import Provenance
+from core.text import reveal
 
 SECTION_TEXT = 3000
 MESSAGE_TEXT = 40_000
@@ -136,86 +135,11 @@ def fallback_text(text: str) -> str:
 
 # --- interrupts ---------------------------------------------------------------------------------------
 
-def _what_runs(payload: dict[str, Any], lang: str = "en") -> str:
-    args = payload.get("arguments") or {}
-    shown = ", ".join(f"{escape(k)}=`{escape(v)}`" for k, v in args.items() if v not in (None, ""))
-    lines = [f"*{say(lang, 'tool')}:* `{escape(payload.get('tool'))}`"]
-    if payload.get("target"):
-        lines.append(f"*{say(lang, 'target')}:* `{escape(payload['target'])}`")
-    if payload.get("environment"):
-        lines.append(f"*{say(lang, 'environment')}:* `{escape(payload['environment'])}`")
-    lines.append(f"*{say(lang, 'arguments')}:* {shown or say(lang, 'none')}")
-    if hides_any([payload.get("tool"), payload.get("target"), payload.get("environment"), args]):
-        lines.append(f":warning: {say(lang, 'hidden_chars')}")
-    # Only the payload's provenance is said: an older payload's bare ``destructive: true`` also stood for an
-    # unannotated tool, so it is left unsaid rather than guessed.
-    provenance = payload.get("provenance")
-    if isinstance(provenance, str) and provenance in get_args(Provenance):
-        icon = {"server_destructive": ":rotating_light:", "unannotated": ":grey_question:"}.get(
-            provenance, ":information_source:")
-        lines.append(f"{icon} {say(lang, 'provenance_' + provenance)}")
-    lines += plan_lines(payload, lang)
-    if payload.get("model_reason"):
-        lines.append(f"*{say(lang, 'model_reason')}:* {escape(payload['model_reason'])}")
-    return "\n".join(lines)
-
-
-def plan_rows(payload: dict[str, Any], lang: str) -> list[tuple[str, str, str]]:
-    """What the change will do (``ToolSpec.plan``) as (label, from, to): the card shows it before anyone
-    confirms — a rollback's revision, images, change cause and when each was deployed; a scale's replicas."""
-    plan = payload.get("plan")
-    changes = plan.get("changes") if isinstance(plan, dict) else None
-    rows = []
-    for change in changes if isinstance(changes, list) else []:
-        if not isinstance(change, dict) or not change.get("field"):
-            continue
-        key = f"plan_{change['field']}"
-        label = say(lang, key) if has_word(key) else str(change["field"])
-        old, new = (say(lang, "plan_unknown") if v == "unknown" else v
-                    for v in (str(change.get(side) or "—") for side in ("from", "to")))
-        rows.append((label, old, new))
-    return rows[:8]
-
-
-def plan_lines(payload: dict[str, Any], lang: str) -> list[str]:
-    rows = plan_rows(payload, lang)
-    if not rows:
-        return []
-    return [f"*{say(lang, 'plan_will_change')}:*"] + [
-        f"• *{escape(label)}:* `{escape(_cut(old, 120))}` → `{escape(_cut(new, 120))}`" for label, old, new in rows]
-
-
 def gate(reason: str, payload: dict[str, Any], lang: str) -> str:
     """The card's headline: the gate's own words in the thread's language (the tool is named, not quoted)."""
     if payload.get("tool") and payload.get("environment"):
         return say(lang, "gate", tool=escape(payload["tool"]), env=escape(payload["environment"]))
     return escape(reason)
-
-
-def confirm_card(token: str, reason: str, payload: dict[str, Any], lang: str = "en",
-                 who: list[str] | None = None, confirmable: bool = True) -> list[Block]:
-    """The card asking for a change: what would run, who may confirm it (``who``: said before anyone clicks),
-    Confirm and Cancel; Cancel only where nobody may ever confirm it (``confirmable``: no button nobody can use)."""
-    env = str(payload.get("environment") or "")
-    text = say(lang, "live_change", tool=escape(payload.get("tool")), target=escape(payload.get("target")),
-               env=escape(env or "n/a"))
-    dialog = {
-        "title": {"type": "plain_text", "text": say(lang, "run_this")},
-        "text": {"type": "mrkdwn", "text": _cut(text, 300)},
-        "confirm": {"type": "plain_text", "text": say(lang, "confirm")},
-        "deny": {"type": "plain_text", "text": say(lang, "back")},
-        "style": "danger",
-    }
-    return [
-        mrkdwn(f":warning: *{say(lang, 'confirmation_needed')}* — {gate(reason, payload, lang)}"),
-        mrkdwn(_what_runs(payload, lang)),
-        *([mrkdwn("\n".join(f":bust_in_silhouette: {line}" for line in who))] if who else []),
-        {"type": "actions", "block_id": "opspilot_decide", "elements": [
-            *([button(say(lang, "confirm"), "opspilot_confirm", token, style="danger", confirm=dialog)]
-              if confirmable else []),
-            button(say(lang, "cancel"), "opspilot_decline", token),
-        ]},
-    ]
 
 
 def params_form(token: str, reason: str, payload: dict[str, Any], error: str | None = None,
@@ -295,15 +219,6 @@ def form_values(state: dict[str, Any]) -> dict[str, str]:
 def decided_card(summary: str, outcome: str) -> list[Block]:
     """A card after its decision: what it was about and who decided, with no buttons left."""
     return [mrkdwn(summary), context(outcome)]
-
-
-def card_summary(interrupt_type: str, reason: str, payload: dict[str, Any], lang: str = "en",
-                 tools: list[str] | None = None, arguments: dict[str, Any] | None = None) -> str:
-    """What a card asks, kept once it is decided: the change and where, or the fields and what for."""
-    if interrupt_type == "confirm_risky":
-        return f"*{say(lang, 'confirmation')}* — {gate(reason, payload, lang)}\n{_what_runs(payload, lang)}"
-    calls, on = _calls_on(tools or [str(payload.get("tool") or "?")], arguments or {}, lang)
-    return say(lang, "form_needed", fields=form_fields(payload, lang), calls=calls, on=on)
 
 
 # --- the progress message ---------------------------------------------------------------------------------

@@ -133,6 +133,7 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
     "demo_model_name": ("the scripted demo model", "脚本化的演示模型"),
     # forms: what is asked for, and what for (the tool's own reason is for the model)
     "form_choose": ("choose {fields}", "请选择 {fields}"),
+    "more_chars": ("({n} more characters not shown)", "（另有 {n} 个字符未显示）"),
     "form_invalid": ("Not accepted: {problem}", "未接受：{problem}"),
     "form_missing": ("choose {fields}", "请选择{fields}"),
     "form_not_a_choice": ("{fields} must be one of {choices}", "{fields}须为以下之一：{choices}"),
