@@ -168,6 +168,14 @@ def test_a_huge_alert_is_read_in_linear_time() -> None:
         alert = parse(large)
         assert alert is not None and alert.service == "payments"
         assert time.process_time() - start < max(50 * base, 0.5)  # linear: ~10×; quadratic was ~100×
+    for title in ("[FIRING:1] ", "ALERT firing: "):  # a title line of unclosed "(": every one tried again, ~2 s
+        small, large = ({"text": title + "(" * n + "\n• service: payments"} for n in (4_000, 40_000))
+        start = time.process_time()
+        parse(small)
+        base = time.process_time() - start
+        start = time.process_time()
+        parse(large)
+        assert time.process_time() - start < max(50 * base, 0.5), title
 
 
 def test_an_alert_laid_out_in_blocks_is_read() -> None:
