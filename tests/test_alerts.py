@@ -316,3 +316,24 @@ async def test_investigate_pressed_while_the_pressers_own_card_waits_investigate
         assert not any("not taken up" in t for t in slack.ephemeral_texts("UONCALL"))
     finally:
         await ws.stop()
+
+
+async def test_alerts_refused_for_a_busy_channel_do_not_use_up_the_storm_budget(redis_url: str, prefix: str,
+                                                                                 slack: FakeSlack) -> None:
+    """The channel's run limit full: each further alert was offered the button ("many runs just now"), yet counted
+    in the source's max_runs window; after one real run and two busy refusals the 4th announced a storm."""
+    from bot.run_limits import RunLimits
+
+    ws = await open_workspace(redis_url, prefix, slack, model=ScriptedModel(lambda m, t: reply("Looked.")), specs=[],
+                              alert_sources=[source(max_runs=3)],
+                              run_limits=RunLimits(per_person=0, per_channel=1, per_channel_window_s=60))
+    slack.deliver = ws.sender.event
+    try:
+        hook = slack.add_webhook(ALERTS)
+        for i in range(4):
+            await fire(slack, hook, notification("firing", name=f"Alert{i}"))
+            await ws.settle()
+        assert (await ws.store.stats(3600)).runs == 1  # the channel's limit let one through
+        assert not [m for m in slack.called("chat.postMessage") if "Many alerts at once" in str(m.get("text"))]
+    finally:
+        await ws.stop()

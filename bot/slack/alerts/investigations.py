@@ -111,6 +111,8 @@ class Alerts:
                                                             minutes=f"{source.rate_window_s / 60:g}"))
         if self.gate is not None and not await self.gate.admit("alert", user="", channel=channel, lang=lang,
                                                                member=f"alert:{channel}:{ts}", thread_ts=ts):
+            # Nothing ran: its slot in the storm's budget goes back (busy refusals made a storm of one run)
+            await self.meta.withdraw(f"alert-runs:{source.channel}", f"{channel}:{ts}")
             return await self._offer(channel, ts, lang, say(lang, "alert_busy"))
         await self.dispatch(self._converse(alert, channel, ts, context, requester=_source_id(event), lang=lang))
 
