@@ -200,3 +200,12 @@ def test_typed_text_beside_a_footer_is_read() -> None:
         {"type": "context", "elements": [{"type": "mrkdwn", "text": "Sent with Workflow Builder"}]}]}
     assert message_text(message) == f"{body}\nSent with Workflow Builder"
     assert message_text({**message, "text": ""}).startswith(body)
+
+
+def test_a_chinese_template_s_recovery_is_a_resolution_of_the_same_alert() -> None:
+    """"【恢复】…" was read as firing (its 告警级别: critical a firing word, 恢复 none), in a group of its own: a
+    second investigation started for an alert that had just recovered, and "已恢复" was never said."""
+    firing = parse({"text": "【告警】支付服务错误率过高\n告警级别: critical\n服务: payments"})
+    recovered = parse({"text": "【恢复】支付服务错误率过高\n告警级别: critical\n服务: payments"})
+    assert firing is not None and recovered is not None
+    assert (firing.status, recovered.status) == ("firing", "resolved") and firing.group == recovered.group

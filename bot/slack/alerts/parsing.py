@@ -22,7 +22,10 @@ from typing import Any, Literal
 from bot.slack.inbound.thread_reader import message_text
 
 _TITLE = re.compile(r"\[(FIRING|RESOLVED)(?::(\d+))?(?:,\s*RESOLVED:\d+)?\]\s*(.+)", re.I)
-_GENERIC_STATUS = re.compile(r"\b(resolved|recovered|firing|triggered|alerting|critical|warning)\b", re.I)
+_GENERIC_STATUS = re.compile(r"\b(resolved|recovered|firing|triggered|alerting|critical|warning)\b"
+                             r"|(已恢复|恢复|已解除|解除|已解决|告警|报警|触发)", re.I)  # a Chinese template's too
+_RESOLUTION = {"resolved", "recovered", "已恢复", "恢复", "已解除", "解除", "已解决"}
+"""A status word that says it is over: it wins over a severity word beside it ("【恢复】… 告警级别: critical")."""
 # "name: value", "• *name:* `value`", " - name = value": bullets, bold and code marks around either part.
 # The value is the rest of the line, trimmed in code: a lazy value before trailing spaces was cubic in a run of them
 # (2,500 spaces held the event loop 13 s).
@@ -113,12 +116,12 @@ def parse(message: dict[str, Any], *, services: Collection[str] = (),
         group = _no_trailing_parens(re.sub(r"[*_`:|]", " ", titled.group(3))).strip() or \
             (common.group(1) if common else "")
     else:
-        generic = next((m for m in map(_GENERIC_STATUS.search, lines[:3]) if m), None)
-        if generic is None:
+        said = {m.group(0).lower() for line in lines[:3] for m in _GENERIC_STATUS.finditer(line)}
+        if not said:
             return None
-        status = "resolved" if generic.group(1).lower() in ("resolved", "recovered") else "firing"
+        status = "resolved" if said & _RESOLUTION else "firing"
         title, count, named = lines[0].strip(), 1, False
-        group = _no_trailing_parens(re.sub(r"[*_`:|]", " ", _GENERIC_STATUS.sub("", lines[0])))
+        group = _no_trailing_parens(re.sub(r"[*_`:|【】\[\]]", " ", _GENERIC_STATUS.sub("", lines[0])))
     words = [v.strip(",") for v in values]
     return Alert(
         status, title[:300], " ".join(group.lower().split())[:200] or title, count, labels, annotations,
