@@ -317,3 +317,16 @@ async def test_a_run_quiet_for_long_but_held_by_its_live_worker_is_not_lost(stor
     probe.release.set()
     out = await asyncio.wait_for(running, 10)
     assert out.status == "finished" and out.answer == "done"
+
+
+async def test_a_catalog_s_own_spelling_of_an_environment_is_known() -> None:
+    """A catalog saying `Prod` (the config's rules folded, the catalog's list not): a change there was refused as
+    "not an environment I know (known: Prod, staging)" and nobody could confirm it."""
+    from bot.config import SlackConfig
+    from bot.slack.inbound.access import AccessPolicy
+
+    config = SlackConfig(bot_token="xoxb-x", signing_secret="s",
+                         approvers={"restart_service": {"staging": {"users": ["UBOSS"]}}})
+    access = AccessPolicy(config, client=None, environments=["Prod", "staging"])  # type: ignore[arg-type]
+    verdict = await access.may_confirm("UOPS", "restart_service", "Prod", "UREQ")
+    assert verdict.allowed and "not an environment I know" not in verdict.words("en")

@@ -80,7 +80,10 @@ class AccessPolicy:
         return users
 
     def known(self, environment: str) -> bool:
-        return self.environments is None or not environment or environment in self.environments
+        """Whether the catalog has it, both folded as the rules are (a catalog saying ``Prod`` has ``prod``)."""
+        if self.environments is None or not environment:
+            return True
+        return environment_name(environment) in {environment_name(e) for e in self.environments}
 
     def unmatched(self, tool: str, environment: str) -> bool:
         """Rules exist for ``tool`` but none can match ``environment``, which no catalog service has."""
