@@ -460,3 +460,25 @@ def test_a_rollback_before_a_config_only_release_is_a_change() -> None:
     values = Change(at=5_000.0, kind="deploy", source="ci", version="2026.12.02-2", images=("orders-api:4.2.0",),
                     description="helm values: DB_POOL_SIZE 50 -> 5")
     assert release_plan(request, [morning, values], None, open_ended=True).target["release"] == "2026.12.02-1"
+
+
+async def test_a_rollback_never_undoes_a_template_not_rolled_out_yet(fakes: OpsFakes) -> None:
+    """A colleague's `kubectl set image` the controller had not turned into a ReplicaSet yet: the plan took the
+    newest ReplicaSet as what runs, the re-read at Confirm agreed with the card, and the rollback replaced the new
+    template, unseen, reporting "rolled back" from revision 3."""
+    sim = Rollouts("payments-api:1.4.0", "2026-11-20T08:00:00Z")
+    sim.set_image("payments-api:1.4.1", "2026-11-28T08:00:00Z")
+    sim.set_image("payments-api:1.4.2", "2026-12-02T08:00:00Z")
+    fakes.simulate(sim)
+    toolbox = live(fakes)
+    try:
+        plan = (await card(toolbox, "rollback_service", service_id="payments", environment="prod"))["plan"]
+        sim.deployment["spec"]["template"]["spec"]["containers"][0]["image"] = "payments-api:1.5.0"
+        sim.deployment["metadata"]["generation"] += 1  # stored by the API server; the controller has not acted
+        obs = await call(toolbox, "rollback_service", confirmed_by="UAPPROVER", plan=plan, service_id="payments",
+                         environment="prod")
+        body = json.loads(obs.result.content)
+        assert body.get("errorCode") == "rollout_under_way", body
+        assert sim.deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "payments-api:1.5.0"
+    finally:
+        await toolbox.aclose()

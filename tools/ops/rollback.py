@@ -18,7 +18,7 @@ from tools.ops.kube import KubeClient
 from tools.ops.restart import Rollout, watch_rollout
 from tools.ops.rollouts import differences, images_of, template
 from tools.ops.series import iso
-from tools.tool_errors import InvalidArguments, NotFound, Refused
+from tools.tool_errors import Conflict, InvalidArguments, NotFound, Refused
 
 _REVISION = "deployment.kubernetes.io/revision"
 _CAUSE = "kubernetes.io/change-cause"
@@ -141,8 +141,13 @@ class KubernetesActions:
         if not revisions:
             raise NotFound(f"{where} has no rollout history (no ReplicaSets it owns)")
         now_tpl = template(deployment)
-        current = next((n for n in sorted(revisions, reverse=True) if template(revisions[n]) == now_tpl),
-                       max(revisions))
+        current = next((n for n in sorted(revisions, reverse=True) if template(revisions[n]) == now_tpl), None)
+        observed = (deployment.get("status") or {}).get("observedGeneration")
+        if current is None or (isinstance(observed, int) and observed < int(meta.get("generation") or 0)):
+            # A template written and not rolled out yet (`kubectl set image` a moment ago, a controller behind):
+            # "from" would be a revision that is not what runs, and the rollback would undo an edit nobody saw.
+            raise Conflict(f"a rollout of {where} is under way (its newest template has no ReplicaSet yet): wait "
+                           "for it (kubectl rollout status), then ask again", code="rollout_under_way")
         target = _target(req, revisions, current, where)
         if template(revisions[target]) == now_tpl:
             raise Refused(f"revision {target} of {where} is the template running now: a rollback to it would "
