@@ -209,3 +209,16 @@ def test_a_chinese_template_s_recovery_is_a_resolution_of_the_same_alert() -> No
     recovered = parse({"text": "【恢复】支付服务错误率过高\n告警级别: critical\n服务: payments"})
     assert firing is not None and recovered is not None
     assert (firing.status, recovered.status) == ("firing", "resolved") and firing.group == recovered.group
+
+
+def test_a_grouped_notification_of_two_services_names_neither_as_its_one() -> None:
+    """Two alerts of one group, payments and orders: read as about payments (the first listed), and a later
+    "restart it" proposed payments."""
+    grouped = {"username": "Alertmanager", "attachments": [{
+        "title": "[FIRING:2] HighErrorRate (prod critical)", "fallback": "[FIRING:2] HighErrorRate (prod critical)",
+        "text": "*Alert:* 5xx above 2% - `critical`\n*Details:*\n • *alertname:* `HighErrorRate`\n"
+                " • *service:* `payments`\n • *environment:* `prod`\n"
+                "*Alert:* 5xx above 2% - `critical`\n*Details:*\n • *alertname:* `HighErrorRate`\n"
+                " • *service:* `orders`\n • *environment:* `prod`\n"}]}
+    alert = parse(grouped)
+    assert alert is not None and alert.service is None and alert.environment == "prod"  # the same in both: kept

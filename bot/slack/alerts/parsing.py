@@ -144,6 +144,7 @@ def _word(words: list[str], vocabulary: Collection[str]) -> str | None:
 def _pairs(lines: list[str]) -> tuple[dict[str, str], dict[str, str]]:
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
+    differing: set[str] = set()
     section: dict[str, str] | None = None
     for line in lines:
         heading = _SECTIONS.get(line.strip(" *_:").lower())
@@ -158,8 +159,14 @@ def _pairs(lines: list[str]) -> tuple[dict[str, str], dict[str, str]]:
         if match and value.strip():
             name = match.group("name")
             target = section if section is not None else annotations if name.lower() in _ANNOTATIONS else labels
-            target.setdefault(name.lower() if target is labels else name, value.strip()[:300])
-    return labels, annotations
+            key, value = (name.lower() if target is labels else name), value.strip()[:300]
+            if target is labels and labels.get(key, value) != value:
+                differing.add(key)
+            target.setdefault(key, value)
+    # A grouped notification's labels that differ between its alerts (two services) describe none of them alone:
+    # "it" is not the first one listed.
+    return {k: v for k, v in labels.items() if k not in differing}, annotations
+
 
 def _no_trailing_parens(text: str) -> str:
     """``text`` without what closes its last line in "(…)", from that line's first "(" (as ``\\(.*\\)\\s*$`` reads it,
