@@ -337,3 +337,51 @@ async def test_alerts_refused_for_a_busy_channel_do_not_use_up_the_storm_budget(
         assert not [m for m in slack.called("chat.postMessage") if "Many alerts at once" in str(m.get("text"))]
     finally:
         await ws.stop()
+
+
+async def test_a_repeat_delivered_after_the_resolution_does_not_reopen_it(ws: Any, slack: FakeSlack) -> None:
+    """Fired (investigated), repeated, then resolved — the resolution's event delivered before the repeat's (Slack
+    keeps no order): the thread's last word was "Fired again", the log's latest event fired_again (the handover:
+    still firing)."""
+    from bot.slack.inbound.thread_log import alert_events
+    from tests.conftest import until
+
+    held: list[dict[str, Any]] = []
+
+    async def hold(event: dict[str, Any]) -> None:
+        held.append(event)
+
+    hook = slack.add_webhook(ALERTS)
+    async with aiohttp.ClientSession() as session:
+        await (await session.post(hook, json=notification("firing"))).release()
+        first = max((k for k in slack.messages if k[0] == ALERTS), key=lambda k: float(k[1]))[1]
+        await ws.settle()
+        slack.deliver = hold  # the next two are posted, their events held back
+        await (await session.post(hook, json=notification("firing", firing=1))).release()  # the repeat
+        await (await session.post(hook, json=notification("resolved"))).release()
+    await until(lambda: len(held) == 2)
+    repeat, resolved = sorted(held, key=lambda e: float(e["ts"]))
+    await ws.sender.event(resolved)  # delivered first
+    await ws.settle()
+    await ws.sender.event(repeat)  # Slack's retry of the repeat, later
+    await ws.settle()
+    notes = [all_text(m) for m in slack.thread(ALERTS, first)[1:]]
+    assert any("Resolved at" in n for n in notes) and not any("Fired again" in n for n in notes), notes
+    assert (await alert_events(ws.store.meta, ALERTS, first))[-1].kind == "resolved"
+
+
+async def test_an_offer_to_investigate_says_its_alert_resolved(redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    """After "Resolved at …" the offer still read "Want me to look into this alert?", its button live."""
+    ws = await open_workspace(redis_url, prefix, slack, model=ScriptedModel(lambda m, t: reply("Looked.")), specs=[],
+                              alert_sources=[source(mode="button")])
+    slack.deliver = ws.sender.event
+    try:
+        hook = slack.add_webhook(ALERTS)
+        ts = await fire(slack, hook, notification("firing"))
+        await ws.settle()
+        await fire(slack, hook, notification("resolved"))
+        await ws.settle()
+        [offer] = [m for m in slack.thread(ALERTS, ts) if buttons(m)]
+        assert "It resolved at" in all_text(offer) and "Want me to look into this alert?" not in all_text(offer)
+    finally:
+        await ws.stop()

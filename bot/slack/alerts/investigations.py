@@ -69,14 +69,18 @@ class Alerts:
         lang = known.get("lang") or language_of(message_text(event), self.config.language)
         when = kit.hhmm(self.clock(), self.clock())
         if alert.status == "resolved":
+            if float(ts) > float(known.get("resolved_ts") or 0):  # its latest: a repeat older than it is over too
+                await self.meta.put(ALERT, group, {"resolved_ts": ts, "resolved_at": when})
             if known.get("thread_ts"):
                 await log_alert(self.meta, channel, known["thread_ts"], "resolved", self.clock(), title=alert.title)
                 await self._note(channel, known["thread_ts"], f"{ts}:resolved" if edit else ts,
                                  ":white_check_mark: " + say(lang, "alert_resolved", at=when,
                                                              title=kit.code(alert.title)))  # the alert's words: data
-            else:  # before its firing (Slack keeps no order): that firing, when it comes, is over already
-                await self.meta.put(ALERT, group, {"resolved_ts": ts, "resolved_at": when})
+                if (await self.meta.get(ALERT, f"{channel}:{known['thread_ts']}")).get("offered"):
+                    await self._offer(channel, known["thread_ts"], lang, say(lang, "alert_offer_resolved", at=when))
             return
+        if float(known.get("resolved_ts") or 0) > float(ts) and known.get("thread_ts"):
+            return  # a repeat delivered after the resolution that followed it (Slack keeps no order): nothing new
         if float(known.get("resolved_ts") or 0) > float(ts) and not known.get("thread_ts"):
             await log_alert(self.meta, channel, ts, "fired", _posted_at(ts, self.clock()), title=alert.title)
             await log_alert(self.meta, channel, ts, "resolved", self.clock(), title=alert.title)
@@ -178,6 +182,7 @@ class Alerts:
     async def _offer(self, channel: str, ts: str, lang: str, text: str) -> None:
         blocks = [kit.mrkdwn(text), {"type": "actions", "elements": [
             kit.button(say(lang, "investigate"), INVESTIGATE, ts, style="primary")]}]
+        await self.meta.put(ALERT, f"{channel}:{ts}", {"offered": "1"})  # its resolution edits it (not a new one)
         await self.outbox.message(f"alert-offer:{ts}", channel, ts, text, blocks)
 
 

@@ -250,6 +250,8 @@ _WORDS: dict[str, tuple[str, str]] = {
                           "{at} 再次触发（{n} 条告警）。这个对话里已经排查过；需要重新排查请 @ 我。"),
     "alert_resolved": ("Resolved at {at}: {title}", "{at} 已恢复：{title}"),
     "alert_offer": ("Want me to look into this alert?", "要我排查这条告警吗？"),
+    "alert_offer_resolved": ("It resolved at {at}. Want me to look into it anyway?",
+                             "它已于 {at} 恢复。还要我排查吗？"),
     "alert_held": ("Not investigating automatically: more than {n} alerts in this channel in {minutes} min.",
                    "没有自动排查：这个频道 {minutes} 分钟内的告警超过 {n} 条。"),
     "alert_storm": ("Many alerts at once: I stopped investigating them automatically until {until} (limit {n} per "
