@@ -19,7 +19,7 @@ from bot.cli import main as opspilot
 from bot.demo.sender import SlackSender, block_action, mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
-from bot.slack.outbound.blocks import confirm_card
+from bot.slack.outbound.change_card import confirm_card
 from core.messages import ToolCall
 from state import RedisStore
 from tests.conftest import free_port, until
