@@ -222,3 +222,9 @@ def test_a_grouped_notification_of_two_services_names_neither_as_its_one() -> No
                 " • *service:* `orders`\n • *environment:* `prod`\n"}]}
     alert = parse(grouped)
     assert alert is not None and alert.service is None and alert.environment == "prod"  # the same in both: kept
+
+
+def test_grafana_s_resolved_count_is_read() -> None:
+    alert = parse({"text": "[FIRING:1, RESOLVED:1] PaymentsHighErrorRate (payments prod)"})
+    assert alert is not None and (alert.status, alert.count, alert.resolved) == ("firing", 1, 1)
+    assert alert.group == parse({"text": "[FIRING:2] PaymentsHighErrorRate (payments prod)"}).group  # type: ignore[union-attr]

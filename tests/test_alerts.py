@@ -385,3 +385,16 @@ async def test_an_offer_to_investigate_says_its_alert_resolved(redis_url: str, p
         assert "It resolved at" in all_text(offer) and "Want me to look into this alert?" not in all_text(offer)
     finally:
         await ws.stop()
+
+
+async def test_a_partial_resolution_is_not_said_to_fire_again(ws: Any, slack: FakeSlack) -> None:
+    """[FIRING:2] then [FIRING:1] (one of the two resolved, Alertmanager's send_resolved): the thread said ":repeat:
+    Fired again at … (1 firing)"."""
+    hook = slack.add_webhook(ALERTS)
+    ts = await fire(slack, hook, notification("firing", firing=2))
+    await ws.settle()
+    await fire(slack, hook, notification("firing", firing=1))
+    await ws.settle()
+    notes = [all_text(m) for m in slack.thread(ALERTS, ts)[1:]]
+    assert any("Partly resolved at" in n and "1 resolved, 1 still firing" in n for n in notes), notes
+    assert not any("Fired again" in n for n in notes), notes

@@ -96,12 +96,18 @@ class Alerts:
         if thread_ts != ts:
             log.info("alert %s in %s fired again: noted in thread %s", alert.group, channel, thread_ts)
             await log_alert(self.meta, channel, thread_ts, "fired_again", self.clock(), count=alert.count)
+            before = int(known.get("count") or 0)
+            await self.meta.put(ALERT, group, {"count": str(alert.count)})
+            if gone := alert.resolved or max(before - alert.count, 0):  # some resolved: the news, not a repeat
+                return await self._note(channel, thread_ts, ts, ":white_check_mark: " + say(
+                    lang, "alert_partly_resolved", at=when, n=alert.count, resolved=gone))
             await self._note(channel, thread_ts, ts, ":repeat: " + say(lang, "alert_fired_again", at=when,
                                                                        n=alert.count))
             return
         # Kept unquoted: each run quotes it afresh (a new nonce per request, the Investigate button's included).
         context = redact(material([event], ts, 1, self.config.thread_context_chars, here=channel))
         await self.meta.put(ALERT, group, {"thread_ts": ts, "title": alert.title[:300], "context": context,
+                                           "count": str(alert.count),
                                            "lang": lang, "label": alert.label(), "service": alert.service or "",
                                            "environment": alert.environment or ""})
         await self.meta.put(ALERT, f"{channel}:{ts}", {"group": group, "follow_up": source.follow_up})

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from bot.slack.inbound.thread_reader import message_text
 
-_TITLE = re.compile(r"\[(FIRING|RESOLVED)(?::(\d+))?(?:,\s*RESOLVED:\d+)?\]\s*(.+)", re.I)
+_TITLE = re.compile(r"\[(FIRING|RESOLVED)(?::(\d+))?(?:,\s*RESOLVED:(\d+))?\]\s*(.+)", re.I)
 _GENERIC_STATUS = re.compile(r"\b(resolved|recovered|firing|triggered|alerting|critical|warning)\b"
                              r"|(已恢复|恢复|已解除|解除|已解决|告警|报警|触发)", re.I)  # a Chinese template's too
 _RESOLUTION = {"resolved", "recovered", "已恢复", "恢复", "已解除", "解除", "已解决"}
@@ -62,6 +62,8 @@ class Alert:
     service: str | None = None
     environment: str | None = None
     severity: str | None = None
+    resolved: int = 0
+    """How many of the group resolved, where the title says (Grafana's ``[FIRING:1, RESOLVED:1]``)."""
 
     @property
     def key(self) -> str:
@@ -106,21 +108,22 @@ def parse(message: dict[str, Any], *, services: Collection[str] = (),
         status = "resolved" if titled.group(1).upper() == "RESOLVED" else "firing"
         title = titled.group(0).strip()
         count = int(titled.group(2) or 1)
-        head = re.sub(r"[*`|]", " ", titled.group(3))
+        head = re.sub(r"[*`|]", " ", titled.group(4))
+        resolved = int(titled.group(3) or 0)
         common = re.search(r"\(([^()]*)\)\s*$", head)
         values = head[:common.start()].split() + common.group(1).split() if common else head.split()
         # The default subject: group label values (alertname first), then the other common values in brackets.
         first = values[0] if values else ""
         named = bool(_ALERT_NAME.fullmatch(first)) and (common is not None or bool(re.search(r"[a-z][A-Z]|_", first)))
         # Common labels change with the count: they are not part of the group (unless they are all there is).
-        group = _no_trailing_parens(re.sub(r"[*_`:|]", " ", titled.group(3))).strip() or \
+        group = _no_trailing_parens(re.sub(r"[*_`:|]", " ", titled.group(4))).strip() or \
             (common.group(1) if common else "")
     else:
         said = {m.group(0).lower() for line in lines[:3] for m in _GENERIC_STATUS.finditer(line)}
         if not said:
             return None
         status = "resolved" if said & _RESOLUTION else "firing"
-        title, count, named = lines[0].strip(), 1, False
+        title, count, named, resolved = lines[0].strip(), 1, False, 0
         group = _no_trailing_parens(re.sub(r"[*_`:|【】\[\]]", " ", _GENERIC_STATUS.sub("", lines[0])))
     words = [v.strip(",") for v in values]
     return Alert(
@@ -128,7 +131,7 @@ def parse(message: dict[str, Any], *, services: Collection[str] = (),
         name=_label(labels, _NAME_LABELS) or (words[0] if named else None),
         service=_label(labels, _SERVICE_LABELS) or _word(words, set(services)),
         environment=_label(labels, _ENV_LABELS) or _word(words, ENVIRONMENTS | set(environments)),
-        severity=_label(labels, _SEVERITY_LABELS) or _word(words, SEVERITIES))
+        severity=_label(labels, _SEVERITY_LABELS) or _word(words, SEVERITIES), resolved=resolved)
 
 
 def _label(labels: dict[str, str], names: tuple[str, ...]) -> str | None:

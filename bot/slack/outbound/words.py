@@ -249,6 +249,8 @@ _WORDS: dict[str, tuple[str, str]] = {
                           "fresh look.",
                           "{at} 再次触发（{n} 条告警）。这个对话里已经排查过；需要重新排查请 @ 我。"),
     "alert_resolved": ("Resolved at {at}: {title}", "{at} 已恢复：{title}"),
+    "alert_partly_resolved": ("Partly resolved at {at}: {resolved} resolved, {n} still firing.",
+                              "{at} 部分恢复：{resolved} 条已恢复，{n} 条仍在告警。"),
     "alert_offer": ("Want me to look into this alert?", "要我排查这条告警吗？"),
     "alert_offer_resolved": ("It resolved at {at}. Want me to look into it anyway?",
                              "它已于 {at} 恢复。还要我排查吗？"),
