@@ -264,10 +264,9 @@ _WORDS: dict[str, tuple[str, str]] = {
     "alert_taken": ("Investigating, as {who} asked: see this thread.", "正在排查（{who} 发起）：请看这个对话。"),
     "alert_too_old": ("I no longer have this alert (it is too old); mention me in its thread instead.",
                       "这条告警太久了，我已经没有它的记录；请在它的对话里 @ 我。"),
-    "rollback_on_it": ("{who} already asked for this rollback: its card is in this thread.",
-                       "{who} 已经要求了这次回滚：确认卡片在这个对话里。"),
-    "rollback_taken": ("Rollback to {release} asked by {who}: it waits on its card below.",
-                       "{who} 要求回滚到 {release}：等待下方卡片确认。"),
+    "rollback_on_it": ("{who} already asked for this rollback: see this thread.",
+                       "{who} 已经要求了这次回滚：请看这个对话。"),
+    "rollback_taken": ("Rollback to {release} asked by {who}: see below.", "{who} 已要求回滚到 {release}：见下文。"),
     "alert_on_it": ("I am already on it: see this thread.", "我已经在排查了：请看这个对话。"),
     # feedback on an answer: the 👎 form, its refusals and thanks, and the latest 👎 on App Home
     "fb_title": ("What was wrong?", "哪里不对？"),
