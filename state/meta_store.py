@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 
 from state.client import Client
-from state.guard import HSET_WITH_TTL, retried, text
+from state.guard import HSET_WITH_TTL, RELEASE_IF_HELD, retried, text
 from state.keys import Keys, Renewals, Ttls
 from state.store import Admission
 
@@ -69,6 +69,7 @@ class RedisMeta:
         self.client, self.keys, self.ttls, self.grace_s = client, keys, ttls, outage_grace_s
         self._admit = client.register_script(_ADMIT)
         self._claim = client.register_script(_CLAIM)
+        self._unclaim = client.register_script(RELEASE_IF_HELD)
         self._put = client.register_script(HSET_WITH_TTL)
         self._remember = client.register_script(_REMEMBER)
         self.renewals = Renewals()
@@ -97,6 +98,10 @@ class RedisMeta:
     async def claim(self, name: str, holder: str, ttl_s: int) -> str:
         keys, args = [self.keys.claimed(name)], [holder, str(max(ttl_s, 1))]
         return str(text(await retried("claiming", self.grace_s, lambda: self._claim(keys=keys, args=args))))
+
+    async def unclaim(self, name: str, holder: str) -> None:
+        keys = [self.keys.claimed(name)]
+        await retried("letting go of a claim", self.grace_s, lambda: self._unclaim(keys=keys, args=[holder]))
 
     async def remember(self, name: str, value: str, *, keep: int) -> None:
         key = self.keys.meta("list", name)
@@ -170,6 +175,10 @@ class MemoryMeta:
             return held
         self._claims[name] = (holder, now + max(ttl_s, 1))
         return holder
+
+    async def unclaim(self, name: str, holder: str) -> None:
+        if self._claims.get(name, ("", 0.0))[0] == holder:
+            del self._claims[name]
 
     async def withdraw(self, name: str, member: str) -> None:
         self._windows[name].pop(member, None)

@@ -288,6 +288,9 @@ class MetaStore(Protocol):
         """``holder`` holds ``name`` for ``ttl_s`` unless someone does already: whoever holds it (one script, so
         claimers at the same moment all read the one winner; a retry after a lost reply reads itself)."""
 
+    async def unclaim(self, name: str, holder: str) -> None:
+        """Let go of ``name`` if ``holder`` still holds it (what it was claimed for did not happen)."""
+
     async def count(self, name: str, ttl_s: int) -> int:
         """Adds one to a counter that lives ``ttl_s`` from its first count; its new value (rate limits)."""
 

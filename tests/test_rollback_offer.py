@@ -107,3 +107,30 @@ async def test_a_double_press_asks_once_and_the_offer_gives_its_button_up(ws: Wo
     assert _offers(ws, "801.1") == []  # the answer no longer offers it, and says who asked
     assert any("Rollback to 2026.12.01-4 asked by <@UREQ>" in all_text(m) for m in thread)
     assert any("<@UREQ> already asked for this rollback" in t for t in ws.slack.ephemeral_texts("UBOB"))
+
+
+async def test_a_press_the_thread_does_not_take_leaves_the_offer_as_it_was(redis_url: str, prefix: str,
+                                                                          slack: FakeSlack) -> None:
+    """Pressed while the thread's card waits on someone else: the question is not taken, so the answer keeps its
+    button and says nobody asked, and a later press is asked again — not told "already asked" for 7 days."""
+    from bot.demo.sender import message
+
+    ws = await open_workspace(redis_url, prefix, slack, language="auto",
+                              approvers={"restart_service": {"prod": {"users": ["UBOSS"]}}})
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "was it the deploy that broke orders in staging?", "802.1"))
+        await ws.settle()
+        [(answer, button)] = _offers(ws, "802.1")
+        await ws.sender.event(message(CHANNEL, "UBOB", "restart orders in prod", "802.5", thread_ts="802.1"))
+        await ws.settle()
+        await _press(ws, answer, button)
+        thread = ws.slack.thread(CHANNEL, "802.1")
+        assert len(_offers(ws, "802.1")) == 1  # the button is still there
+        assert not any("asked by" in all_text(m) for m in thread)
+        assert any("waiting for an answer on its card" in t for t in ws.slack.ephemeral_texts("UREQ"))
+        await _press(ws, answer, button, user="UCAROL")  # later: asked (and refused) again, not "already asked"
+        carol = ws.slack.ephemeral_texts("UCAROL")
+        assert carol and not any("already asked" in t for t in carol)
+        assert any("waiting for an answer on its card" in t for t in carol)
+    finally:
+        await ws.stop()

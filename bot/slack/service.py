@@ -40,6 +40,7 @@ from bot.slack.outbound.people import People
 from bot.slack.outbound.streams import Streams
 from bot.slack.outbound.thread_meta import KnownThreads
 from bot.slack.render import Renderer
+from bot.slack.rollbacks.press import Offers
 from bot.slack.router import Inbound
 from state import RedisStore, StoreError
 from state.meta_store import DEDUPE_MARK
@@ -191,6 +192,7 @@ async def build_service(settings: Settings, *, socket_mode: bool = False, fallba
     access = AccessPolicy(slack, client, environments=core.toolbox.catalog.environments)
     executor = Executor(engine=core.engine, meta=meta, outbox=outbox, metrics=metrics, reader=reader,
                         language=slack.language, access=access)
+    executor.offers = Offers(meta=meta, outbox=outbox)
     queue = core.queue
     worker = Worker(queue=queue, executor=executor, reclaim_after_s=settings.sweeps.stale_after_s) \
         if role == "worker" else None

@@ -20,6 +20,21 @@ class _Item(BaseModel):
     user: str
 
 
+class Offered(BaseModel):
+    """A "Roll back to …" press on its way to being asked (:mod:`bot.slack.rollbacks.press`): the offer it claimed,
+    and the answer that showed it, edited only once the question is taken as a turn."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    claim: str
+    """The offer's claim, held by this press's request id; let go when the question is not taken."""
+    run: str
+    release: str
+    answer_ts: str
+    text: str = ""
+    blocks: list[dict[str, Any]] = Field(default_factory=list)
+
+
 class Converse(_Item):
     kind: Literal["converse"] = "converse"
     text: str
@@ -36,6 +51,8 @@ class Converse(_Item):
     timer: Timer | None = None
     """The follow-up this turn is an occurrence of: its announcement says "ran" once the turn has run, "not run"
     when the thread was busy by then (a question taken meanwhile, a card waiting)."""
+    offered: Offered | None = None
+    """The rollback offer this question was pressed on: taken once the turn runs, given back when it does not."""
 
 
 class Answer(_Item):

@@ -94,6 +94,9 @@ class KnownThreads:
     async def claim(self, name: str, holder: str, ttl_s: int) -> str:
         return await self.meta.claim(name, holder, ttl_s)
 
+    async def unclaim(self, name: str, holder: str) -> None:
+        await self.meta.unclaim(name, holder)
+
     async def count(self, name: str, ttl_s: int) -> int:
         return await self.meta.count(name, ttl_s)
 

@@ -1,19 +1,23 @@
-""""Roll back to …" pressed: the offer is taken once — by the first press of anyone, a double click included —
-its button leaves the answer (which then says who asked), and the question goes to the thread in the presser's
-name, where the rollback waits on its card. A later press is told who asked already."""
+""""Roll back to …" pressed: the offer is claimed once — by the first press of anyone, a double click included —
+and the question goes to the thread in the presser's name, where the rollback waits on its card. Once the
+question is taken as a turn (:class:`Offers`, on the worker that runs it) the button leaves the answer, which then
+says who asked; a question the thread does not take (busy, its card someone else's) gives the claim back and
+leaves the button as it was. A press while the claim is held is told who asked already."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bot.slack.inbound.run_gate import Admitted
-from bot.slack.inbound.work_items import Converse, WorkItem
+from bot.slack.inbound.work_items import Converse, Offered, WorkItem
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.words import say
 from bot.slack.rollbacks.offer import question
 from state.store import MetaStore
+from state.store_errors import StoreError
 
 OFFER_S = 7 * 24 * 3600  # as long as the answer's thread is kept
 
@@ -36,27 +40,47 @@ class RollbackPress:
         if not (admitted := await self.admit(user, channel, member, thread_ts)):
             return
         lang = await self.lang(channel, thread_ts)
-        holder = await self.meta.claim(f"rollback-offer:{channel}:{thread_ts}:{target['run']}", member, OFFER_S)
-        if holder != member:  # pressed before: one question per offer (it gave its button up then)
+        claim = f"rollback-offer:{channel}:{thread_ts}:{target['run']}"
+        holder = await self.meta.claim(claim, member, OFFER_S)
+        if holder != member:  # pressed before: one question per offer (taken, or on its way to the thread)
             await self.give_back(admitted)
             first = holder.split(":")[3] if holder.count(":") >= 4 else ""
             await self.outbox.tell(channel, user, say(lang, "rollback_on_it", who=kit.who(first or user)), thread_ts)
             return
-        await self.dispatch(Converse(channel=channel, thread_ts=str(thread_ts), user=user, request_id=member,
-                                     text=question(target, user, lang)))
-        await self._taken(body, target, user, channel, thread_ts, lang)
+        message = body.get("message") or {}
+        offered = Offered(claim=claim, run=target["run"], release=target["release"],
+                          answer_ts=str(message.get("ts") or ""), text=str(message.get("text") or ""),
+                          blocks=[b for b in message.get("blocks") or [] if isinstance(b, dict)])
+        try:
+            await self.dispatch(Converse(channel=channel, thread_ts=str(thread_ts), user=user, request_id=member,
+                                         text=question(target, user, lang), offered=offered))
+        except BaseException:  # not handed on: nobody asked, so the offer stays free
+            with contextlib.suppress(StoreError):
+                await self.meta.unclaim(claim, member)
+            raise
 
-    async def _taken(self, body: dict[str, Any], target: dict[str, str], user: str, channel: str,
-                     thread_ts: str | None, lang: str) -> None:
+
+class Offers:
+    """What a rollback question's turn does to its offer (:attr:`bot.slack.inbound.work.Executor.offers`)."""
+
+    def __init__(self, *, meta: MetaStore, outbox: SlackOutbox) -> None:
+        self.meta, self.outbox = meta, outbox
+
+    async def taken(self, item: Converse, lang: str) -> None:
         """The answer that offered it, edited: its button gone, who asked said in its place (the edit is the
         answer's own outbox record, so it is made once, whichever instance delivers it)."""
-        message = body.get("message") or {}
-        key = await self.outbox.key_at(channel, str(thread_ts), str(message.get("ts") or ""),
-                                       f"answer:{target['run']}:")
+        if (offered := item.offered) is None:
+            return
+        key = await self.outbox.key_at(item.channel, str(item.thread_ts), offered.answer_ts,
+                                       f"answer:{offered.run}:")
         if key is None:  # not the answer's own message (already checked: a forged value acts on nothing)
             return
-        blocks = [b for b in message.get("blocks") or [] if isinstance(b, dict)
-                  and b.get("block_id") != f"rollback:{target['run']}"]
-        taken = say(lang, "rollback_taken", who=kit.who(user), release=kit.escape(target["release"]))
+        blocks = [b for b in offered.blocks if b.get("block_id") != f"rollback:{offered.run}"]
+        taken = say(lang, "rollback_taken", who=kit.who(item.user), release=kit.escape(offered.release))
         blocks.append(kit.context(taken))
-        await self.outbox.message(key, channel, thread_ts, str(message.get("text") or ""), blocks)
+        await self.outbox.message(key, item.channel, item.thread_ts, offered.text, blocks)
+
+    async def not_taken(self, item: Converse) -> None:
+        """The thread did not take the question: the offer is free again, its button where it was."""
+        if item.offered is not None:
+            await self.meta.unclaim(item.offered.claim, item.request_id)
