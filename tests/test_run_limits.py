@@ -18,7 +18,7 @@ from bot.demo.workspace import buttons
 from bot.followup_tool import followup_tool
 from bot.run_limits import UNLIMITED, RunLimits
 from bot.slack.outbound.thread_meta import thread_key
-from tests.slack_harness import CHANNEL, Workspace, open_workspace
+from tests.slack_harness import CHANNEL, Workspace, ask_restart, open_workspace
 from tests.test_alerts import ALERTS, fire, notification, source
 from tests.test_followups import results
 from tests.test_timers import Clock, open_at
@@ -313,3 +313,78 @@ async def test_handovers_are_limited_like_runs(person: Workspace) -> None:
     assert len(posted) == 2, posted
     assert len(told(ws, "UREQ", CHANNEL)) == 1
     assert 'opspilot_runs_refused_total{door="handover",scope="person"} 2' in await metrics(ws)
+
+
+async def test_a_question_its_thread_does_not_take_gives_its_slot_back(redis_url: str, prefix: str,
+                                                                      slack: FakeSlack) -> None:
+    """Replies in a thread whose card waits on someone else ("not taken up") started nothing: the person's next
+    question is taken, not refused with "you have started 2 runs"."""
+    ws = await open_workspace(redis_url, prefix, slack, run_limits=limits(per_person=2, per_person_window_s=600),
+                              approvers={"restart_service": {"*": {"users": ["UAPPROVER"]}}})
+    try:
+        await ask_restart(ws, thread="500.1")  # UREQ's: a card waits on UAPPROVER
+        for n in (1, 2):
+            await ws.sender.event(message(CHANNEL, "UOTHER", f"what is going on? {n}", f"500.1{n}0",
+                                          thread_ts="500.1"))
+            await ws.settle()
+        assert sum("not taken up" in e["text"] for e in slack.ephemerals if e["user"] == "UOTHER") == 2
+        before = (await ws.store.stats(3600)).runs
+        await ws.sender.event(mention(CHANNEL, "UOTHER", "payments errors?", "501.1"))
+        await ws.settle()
+        assert told(ws, "UOTHER") == []
+        assert (await ws.store.stats(3600)).runs == before + 1
+    finally:
+        await ws.stop()
+
+
+async def test_investigate_its_thread_does_not_take_leaves_the_offer(redis_url: str, prefix: str,
+                                                                    slack: FakeSlack) -> None:
+    """Investigate pressed while the alert's thread waits on someone else's card: nothing investigates, so the
+    offer keeps its button and says nobody is on it, a later press is asked again (not "already on it"), and the
+    presser's slot is given back."""
+    ws = await open_workspace(redis_url, prefix, slack, alert_sources=[source(mode="button")],
+                              approvers={"restart_service": {"*": {"users": ["UAPPROVER"]}}},
+                              run_limits=limits(per_person=1, per_person_window_s=600))
+    slack.deliver = ws.sender.event
+    try:
+        alert_ts = await fire(slack, slack.add_webhook(ALERTS), notification("firing"))
+        await ws.settle()
+        offer = next(m for m in slack.thread(ALERTS, alert_ts) if buttons(m))
+        await ws.sender.event(mention(ALERTS, "UONCALL", "restart payments in prod", "900.5", thread_ts=alert_ts))
+        await ws.settle()
+        for _ in range(2):
+            await ws.sender.action(block_action(user="UB", channel=ALERTS, message=offer,
+                                                action_id="opspilot_investigate", value=alert_ts))
+            await ws.settle()
+        said = [e["text"] for e in slack.ephemerals if e["user"] == "UB"]
+        assert len(said) == 2 and all("not taken up" in text for text in said)  # neither "already on it" nor limited
+        thread = slack.thread(ALERTS, alert_ts)
+        assert not any("Investigating, as" in str(m.get("text")) for m in thread)
+        assert any(b["action_id"] == "opspilot_investigate" for m in thread for b in buttons(m))
+    finally:
+        await ws.stop()
+
+
+async def test_a_refusal_under_a_chinese_alert_is_chinese(redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    """An offered alert has no thread record yet: the refusal speaks the alert's language, as its offer does."""
+    head = "[FIRING:1] PaymentsHighErrorRate payments (prod critical)"
+    chinese = {"username": "Alertmanager", "attachments": [{
+        "title": head, "fallback": head, "color": "danger",
+        "text": "*Labels:*\n• alertname: `PaymentsHighErrorRate`\n• service: `payments`\n• environment: `prod`\n"
+                "*Annotations:*\n• summary: 支付服务五分钟内错误率超过百分之二，请尽快排查处理"}]}
+    ws = await open_workspace(redis_url, prefix, slack, language="auto", alert_sources=[source(mode="button")],
+                              run_limits=limits(per_person=1, per_person_window_s=600))
+    slack.deliver = ws.sender.event
+    try:
+        await ws.sender.event(mention(CHANNEL, "UZH", "payments errors?", "610.1"))  # takes UZH's one slot
+        await ws.settle()
+        alert_ts = await fire(slack, slack.add_webhook(ALERTS), chinese)
+        await ws.settle()
+        offer = next(m for m in slack.thread(ALERTS, alert_ts) if buttons(m))
+        await ws.sender.action(block_action(user="UZH", channel=ALERTS, message=offer,
+                                            action_id="opspilot_investigate", value=alert_ts))
+        await ws.settle()
+        [refusal] = [e["text"] for e in slack.ephemerals if e["user"] == "UZH" and e["channel"] == ALERTS]
+        assert "次运行" in refusal and "You have" not in refusal
+    finally:
+        await ws.stop()

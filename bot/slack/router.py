@@ -61,10 +61,7 @@ class Inbound:
         self.people = people or People(access.client)
         self.alerts = alerts
         self.alert_source = access.config.alert_source
-        self.meta = meta
-        self.outbox = outbox
-        self.access = access
-        self.dispatch = dispatch
+        self.meta, self.outbox, self.access, self.dispatch = meta, outbox, access, dispatch
         self.incidents = IncidentCommands(engine=engine, meta=meta, outbox=outbox, access=access, reports=reports)
         self.starts = ThreadStarts(client=outbox.client, pacer=outbox.pacer, meta=meta, metrics=outbox.metrics)
         self.timers: TimerParts | None = None
@@ -136,10 +133,11 @@ class Inbound:
         text = redact(attached(text, files)) or "hello"  # the queue is Redis too: no secret goes there
         door: Door = "dm" if direct else "mention" if mentioned else "reply"
         lang = await self._lang(channel, thread_ts, raw, event["user"])
-        if not await self._admit(door, event["user"], channel, f"{channel}:{ts}", thread_ts, lang=lang):
+        if not (admitted := await self._admit(door, event["user"], channel, f"{channel}:{ts}", thread_ts, lang=lang)):
             return
-        await self.dispatch(Converse(channel=channel, thread_ts=thread_ts, user=event["user"], text=text,
-                                     request_id=f"{channel}:{ts}", ts=ts, lang="zh" if lang == "zh" else "en"))
+        await self.dispatch(Converse(channel=channel, thread_ts=thread_ts, user=event["user"], text=text, ts=ts,
+                                     request_id=f"{channel}:{ts}", lang="zh" if lang == "zh" else "en",
+                                     slots=admitted.slots()))
         await self._asked(event["user"], channel, thread_ts, own_words(text))  # their words: no note of ours
 
     async def on_command(self, command: dict[str, Any]) -> None:
@@ -234,10 +232,11 @@ class Inbound:
         if not verdict.allowed or self.alerts is None or thread_ts != alert_ts:
             return await self._refuse(channel, user, verdict if not verdict.allowed else _MISPLACED, thread_ts)
         # One start per presser: given back when it starts nothing, it never takes another presser's slot with it.
+        lang = await self.alerts.language(channel, alert_ts)  # the alert's, which a new thread has no record of
         if not (admitted := await self._admit("investigate", user, channel, f"investigate:{channel}:{alert_ts}:{user}",
-                                              thread_ts)):
+                                              thread_ts, lang=lang)):
             return
-        if problem := await self.alerts.investigate(channel, alert_ts, user):
+        if problem := await self.alerts.investigate(channel, alert_ts, user, admitted.slots()):
             await self._give_back(admitted)  # "already on it", "too old": nothing started, so nothing counts
             await self.outbox.tell(channel, user, problem, thread_ts)
 
@@ -298,13 +297,13 @@ class Inbound:
             await self._refuse(channel, user, verdict, thread_ts, reply=str(body.get("response_url") or ""))
             return
         lang = await self._lang(channel, thread_ts, str(message.get("text") or ""), user)  # theirs, not our template's
-        if not await self._admit("shortcut", user, channel, f"shortcut:{trigger}", thread_ts, lang=lang):
+        if not (admitted := await self._admit("shortcut", user, channel, f"shortcut:{trigger}", thread_ts, lang=lang)):
             return
         context = redact(render([message], ts, 1, self.access.config.thread_context_chars, here=channel))
         await self.dispatch(Converse(
             channel=channel, thread_ts=thread_ts, user=user, context=context, lang="zh" if lang == "zh" else "en",
             text=f"<@{user}> asked me to investigate the message quoted above: what is wrong, and what to do?",
-            request_id=f"{channel}:{ts}:shortcut:{trigger}", unattended=True))
+            request_id=f"{channel}:{ts}:shortcut:{trigger}", unattended=True, slots=admitted.slots()))
 
     async def _run_button(self, action_id: str, run_id: str, user: str, channel: str, thread_ts: str | None) -> None:
         if await self._may_press(action_id, run_id, user, channel, thread_ts):

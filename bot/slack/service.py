@@ -28,6 +28,7 @@ from bot.slack.inbound.access import AccessPolicy
 from bot.slack.inbound.background import FAILED
 from bot.slack.inbound.gate import bolt_text
 from bot.slack.inbound.identity import Identity
+from bot.slack.inbound.offers import Offers
 from bot.slack.inbound.run_gate import RunGate
 from bot.slack.inbound.thread_reader import ThreadReader
 from bot.slack.inbound.work import Executor
@@ -40,7 +41,6 @@ from bot.slack.outbound.people import People
 from bot.slack.outbound.streams import Streams
 from bot.slack.outbound.thread_meta import KnownThreads
 from bot.slack.render import Renderer
-from bot.slack.rollbacks.press import Offers
 from bot.slack.router import Inbound
 from state import RedisStore, StoreError
 from state.meta_store import DEDUPE_MARK

@@ -12,8 +12,10 @@ Once investigated, the thread is the colleagues' too: OpsPilot answers there onl
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
@@ -23,18 +25,22 @@ from bot.slack.alerts.parsing import Alert, parse
 from bot.slack.inbound.run_gate import RunGate
 from bot.slack.inbound.thread_log import log_alert
 from bot.slack.inbound.thread_reader import STATUS_NOTE, material, message_text, quote_thread
-from bot.slack.inbound.work_items import Converse, WorkItem
+from bot.slack.inbound.work_items import Converse, Offered, Slots, WorkItem
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.thread_meta import STORM, thread_key
 from bot.slack.outbound.words import language_of, say
 from core.redact import redact
+from state.meta_store import DEDUPE_MARK
 from state.store import MetaStore
+from state.store_errors import StoreError
 
 log = logging.getLogger(__name__)
 
 ALERT = "slack-alert"  # meta kind: per channel and alert group, the thread investigating it
 INVESTIGATE = "opspilot_investigate"
+OFFER_S = 7 * 24 * 3600
+"""An Investigate press holds its alert's offer this long (as long as the thread is kept), once its run started."""
 CLAIM_MIN_S = 60
 """An alert group's claim holds this long even with no dedupe window: the run it starts is under way only once a
 worker takes it, and a repeat before then would start another."""
@@ -136,26 +142,40 @@ class Alerts:
             (s.follow_up for s in self.config.alert_sources if s.channel == channel), "mention")
         return policy == "all"
 
-    async def investigate(self, channel: str, alert_ts: str, user: str) -> str | None:
+    async def language(self, channel: str, alert_ts: str) -> str:
+        """The language of the alert posted at ``alert_ts`` (its thread's, once investigated)."""
+        group = (await self.meta.get(ALERT, f"{channel}:{alert_ts}")).get("group", "")
+        known = await self.meta.get(ALERT, group) if group else {}
+        return known.get("lang") or language_of("", self.config.language)
+
+    async def investigate(self, channel: str, alert_ts: str, user: str, slots: Slots | None = None) -> str | None:
         """Someone pressed Investigate under an alert: its run starts, with that person as the requester, as
-        unattended as an automatic one.
+        unattended as an automatic one. The offer is claimed now (a second press is told "already on it") and says
+        who asked once the worker's turn takes the question (:mod:`bot.slack.inbound.offers`); a thread that does
+        not take it (busy, a card waiting on someone else) leaves the offer as it was.
         Returns what to tell them when it does not."""
         group = (await self.meta.get(ALERT, f"{channel}:{alert_ts}")).get("group", "")
         known = await self.meta.get(ALERT, group) if group else {}
         lang = known.get("lang") or language_of("", self.config.language)
         if not known.get("context"):
             return say(lang, "alert_too_old")
-        if not await self.meta.first_time(f"investigate:{channel}:{alert_ts}"):
+        # This delivery's own: read again (its worker died) it holds the claim still; a double click does not.
+        holder = f"investigate:{channel}:{alert_ts}:{user}:{DEDUPE_MARK.get() or uuid.uuid4().hex}"
+        offered = Offered(kind="investigate", claim=f"investigate:{channel}:{alert_ts}", holder=holder)
+        if await self.meta.claim(offered.claim, holder, OFFER_S) != holder:
             return say(lang, "alert_on_it")
         alert = Alert("firing", known.get("title", "an alert"), group, service=known.get("service") or None,
                       environment=known.get("environment") or None)
         # An alert's run all the same (unattended): the question is the alert's, not theirs — a change its text
         # asks for (or a model obeying it) waits for a person's Confirm, and what no person asked for (a rollback,
         # a follow-up) is an alert run's to refuse, as when it starts by itself.
-        await self.dispatch(self._converse(alert, channel, alert_ts, known["context"], requester=user, lang=lang))
-        # The offer says what happened, its button gone: pressed again it would only say "already on it".
-        taken = say(lang, "alert_taken", who=kit.who(user))
-        await self.outbox.message(f"alert-offer:{alert_ts}", channel, alert_ts, taken, [kit.mrkdwn(taken)])
+        item = self._converse(alert, channel, alert_ts, known["context"], requester=user, lang=lang)
+        try:
+            await self.dispatch(item.model_copy(update={"offered": offered, "slots": slots}))
+        except BaseException:  # not handed on: nobody is on it, so the offer stays free
+            with contextlib.suppress(StoreError):
+                await self.meta.unclaim(offered.claim, holder)
+            raise
         return None
 
     def _converse(self, alert: Alert, channel: str, ts: str, context: str, *, requester: str, lang: str) -> Converse:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bot.run_limits import RunLimits
+from bot.slack.inbound.work_items import Slots
 from bot.slack.outbound.counters import Metrics
 from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.thread_meta import thread_key
@@ -44,6 +45,10 @@ class Admitted:
 
     def __bool__(self) -> bool:
         return True
+
+    def slots(self) -> Slots:
+        """What a question carries to its worker, which gives them back if its thread does not take it."""
+        return Slots(member=self.member, windows=self.counted)
 
 
 class RunGate:

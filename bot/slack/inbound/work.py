@@ -8,7 +8,6 @@ their run's state — a queue entry whose worker died is simply done again by an
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import math
@@ -69,8 +68,8 @@ class FollowupTurns(Protocol):
     async def not_run(self, timer: Timer, key: str = ...) -> None: ...
 
 
-class OfferTurns(Protocol):
-    """What a rollback question's turn does to its offer (:class:`bot.slack.rollbacks.press.Offers`)."""
+class StartOutcomes(Protocol):
+    """What a question's turn does to its offer and its run windows (:class:`bot.slack.inbound.offers.Offers`)."""
 
     async def taken(self, item: Converse, lang: str) -> None: ...
 
@@ -94,7 +93,7 @@ class Executor:
         self.checks: Callable[[Check], Awaitable[None]] | None = None
         """Runs a scheduled check's occurrence (it says itself what went wrong, and never raises)."""
         self.followups: FollowupTurns | None = None
-        self.offers: OfferTurns | None = None
+        self.offers: StartOutcomes | None = None
         self.close_card: Callable[[str, Callable[[str], str]], Awaitable[None]] | None = None
         """Brings a question's card to its final state (:meth:`bot.slack.render.Renderer.close_card`)."""
 
@@ -116,19 +115,19 @@ class Executor:
             if isinstance(item, Converse) and await self.engine.handled(
                     thread_key(item.channel, str(item.thread_ts)), item.request_id):
                 return  # the same message, taken meanwhile by another worker: nothing to tell
-            await self._not_taken(item)
+            await self._untaken(item)
             if (turn := self._followup(item)) is not None:
                 return await turn[0].not_run(turn[1])  # nobody sent it: nobody to ask to send it again
             await self.outbox.tell(item.channel, item.user, say(await self._lang(item), "still_working"),
                                    item.thread_ts)
         except NotYours:  # a reply in a thread whose card waits for someone else: the card stays as it is
-            await self._not_taken(item)
+            await self._untaken(item)
             if (turn := self._followup(item)) is not None:
                 return await turn[0].not_run(turn[1])
             await self.outbox.tell(item.channel, item.user, say(await self._lang(item), "card_waits"), item.thread_ts)
         except EngineError as exc:
             await self._timer_ended(item)
-            await self._offer_ended(item)
+            await self._untaken(item, errored=True)
             if isinstance(item, Converse):
                 log.warning("thread %s: %s", item.thread_ts, exc)
                 lang = await self._lang(item)  # the engine's reason is English, for operators: quoted
@@ -152,29 +151,24 @@ class Executor:
         except StoreError as exc:
             ref = uuid.uuid4().hex[:8]  # the operator gets the details, the person a reference to them
             log.error("%s dropped (ref %s): %s", item.kind, ref, exc)
-            with contextlib.suppress(StoreError):
-                await self._not_taken(item)
+            await self._untaken(item)
             lang = self._lang_without_store(item)
             key = STORE_DOWN if isinstance(item, Converse) else CLICK_LOST
             await self.outbox.store_down(item.channel, say(lang, key), ref=ref, thread_ts=item.thread_ts,
                                          user=None if isinstance(item, Converse) else item.user, lang=lang)
 
-    async def _not_taken(self, item: WorkItem) -> None:
-        if isinstance(item, Converse) and item.offered is not None and self.offers is not None:
-            await self.offers.not_taken(item)
-
-    async def _offer_ended(self, item: WorkItem) -> None:
-        """A rollback question's turn that ended in an error: its offer is taken if the question was (the answer
-        says who asked), free again if not."""
-        if not isinstance(item, Converse) or item.offered is None or self.offers is None:
+    async def _untaken(self, item: WorkItem, *, errored: bool = False) -> None:
+        """A question its thread may not have taken: if it did not, its offer is free again and its run windows get
+        their slot back; if it did and its turn then ``errored``, the offer says who asked."""
+        if not isinstance(item, Converse) or self.offers is None:
             return
         try:
-            if await self.engine.handled(thread_key(item.channel, str(item.thread_ts)), item.request_id):
-                await self.offers.taken(item, await self._lang(item))
-            else:
+            if not await self.engine.handled(thread_key(item.channel, str(item.thread_ts)), item.request_id):
                 await self.offers.not_taken(item)
+            elif errored:
+                await self.offers.taken(item, await self._lang(item))
         except StoreError as exc:
-            log.warning("rollback offer in thread %s left as it was: %s", item.thread_ts, exc)
+            log.warning("the offer and run windows of %s left as they were: %s", item.request_id, exc)
 
     def _followup(self, item: WorkItem) -> tuple[FollowupTurns, Timer] | None:
         """The follow-up ``item`` is a turn of, with what tells its thread about it; None for anything else."""
@@ -232,7 +226,7 @@ class Executor:
                               unattended=item.unattended, may_set_aside=may_set_aside)
         if turn is not None:
             await turn[0].ran(turn[1], started)
-        if item.offered is not None and self.offers is not None:
+        if self.offers is not None:
             await self.offers.taken(item, lang)
 
     async def _closed(self, item: Answer, at: float) -> None:

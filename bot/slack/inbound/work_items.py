@@ -20,17 +20,30 @@ class _Item(BaseModel):
     user: str
 
 
-class Offered(BaseModel):
-    """A "Roll back to …" press on its way to being asked (:mod:`bot.slack.rollbacks.press`): the offer it claimed,
-    and the answer that showed it, edited only once the question is taken as a turn."""
+class Slots(BaseModel):
+    """The run windows a start was counted in (:class:`bot.slack.inbound.run_gate.Admitted`): given back when the
+    thread does not take its question (busy, its card someone else's), so that a start that started nothing counts
+    for nothing."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    member: str
+    windows: tuple[str, ...] = ()
+
+
+class Offered(BaseModel):
+    """The offer a question was pressed on — a "Roll back to …" under an answer, an alert's Investigate — claimed by
+    the press and shown as taken only once the question is taken as a turn (:mod:`bot.slack.inbound.offers`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["rollback", "investigate"] = "rollback"
     claim: str
-    """The offer's claim, held by this press's request id; let go when the question is not taken."""
-    run: str
-    release: str
-    answer_ts: str
+    """The offer's claim, held by ``holder``; let go when the question is not taken."""
+    holder: str
+    run: str = ""
+    release: str = ""
+    answer_ts: str = ""
     text: str = ""
     blocks: list[dict[str, Any]] = Field(default_factory=list)
 
@@ -52,7 +65,8 @@ class Converse(_Item):
     """The follow-up this turn is an occurrence of: its announcement says "ran" once the turn has run, "not run"
     when the thread was busy by then (a question taken meanwhile, a card waiting)."""
     offered: Offered | None = None
-    """The rollback offer this question was pressed on: taken once the turn runs, given back when it does not."""
+    """The offer this question was pressed on: taken once the turn runs, free again when it does not."""
+    slots: Slots | None = None
 
 
 class Answer(_Item):

@@ -1,8 +1,8 @@
 """"Roll back to …" pressed: the offer is claimed once — by the first press of anyone, a double click included —
 and the question goes to the thread in the presser's name, where the rollback waits on its card. Once the
-question is taken as a turn (:class:`Offers`, on the worker that runs it) the button leaves the answer, which then
-says who asked; a question the thread does not take (busy, its card someone else's) gives the claim back and
-leaves the button as it was. A press while the claim is held is told who asked already."""
+question is taken as a turn (:mod:`bot.slack.inbound.offers`, on the worker that runs it) the button leaves the
+answer, which then says who asked; a question the thread does not take (busy, its card someone else's) gives the
+claim back and leaves the button as it was. A press while the claim is held is told who asked already."""
 
 from __future__ import annotations
 
@@ -48,39 +48,14 @@ class RollbackPress:
             await self.outbox.tell(channel, user, say(lang, "rollback_on_it", who=kit.who(first or user)), thread_ts)
             return
         message = body.get("message") or {}
-        offered = Offered(claim=claim, run=target["run"], release=target["release"],
+        offered = Offered(claim=claim, holder=member, run=target["run"], release=target["release"],
                           answer_ts=str(message.get("ts") or ""), text=str(message.get("text") or ""),
                           blocks=[b for b in message.get("blocks") or [] if isinstance(b, dict)])
         try:
             await self.dispatch(Converse(channel=channel, thread_ts=str(thread_ts), user=user, request_id=member,
-                                         text=question(target, user, lang), offered=offered))
+                                         text=question(target, user, lang), offered=offered,
+                                         slots=admitted.slots()))
         except BaseException:  # not handed on: nobody asked, so the offer stays free
             with contextlib.suppress(StoreError):
                 await self.meta.unclaim(claim, member)
             raise
-
-
-class Offers:
-    """What a rollback question's turn does to its offer (:attr:`bot.slack.inbound.work.Executor.offers`)."""
-
-    def __init__(self, *, meta: MetaStore, outbox: SlackOutbox) -> None:
-        self.meta, self.outbox = meta, outbox
-
-    async def taken(self, item: Converse, lang: str) -> None:
-        """The answer that offered it, edited: its button gone, who asked said in its place (the edit is the
-        answer's own outbox record, so it is made once, whichever instance delivers it)."""
-        if (offered := item.offered) is None:
-            return
-        key = await self.outbox.key_at(item.channel, str(item.thread_ts), offered.answer_ts,
-                                       f"answer:{offered.run}:")
-        if key is None:  # not the answer's own message (already checked: a forged value acts on nothing)
-            return
-        blocks = [b for b in offered.blocks if b.get("block_id") != f"rollback:{offered.run}"]
-        taken = say(lang, "rollback_taken", who=kit.who(item.user), release=kit.escape(offered.release))
-        blocks.append(kit.context(taken))
-        await self.outbox.message(key, item.channel, item.thread_ts, offered.text, blocks)
-
-    async def not_taken(self, item: Converse) -> None:
-        """The thread did not take the question: the offer is free again, its button where it was."""
-        if item.offered is not None:
-            await self.meta.unclaim(item.offered.claim, item.request_id)
