@@ -129,13 +129,16 @@ end
 redis.call('SET', KEYS[4], ARGV[6], 'EX', 300)
 return 1
 """
-# KEYS: records, due index, group, done marker. ARGV: id, "1" to leave one being fired, this attempt's id. Returns
-# the record removed, MINE (this attempt removed it already: a retry after a lost reply), nil, or
-# FIRING: claimed (its due index holds its lease's end, past its own due time), its turn may be under way.
+# KEYS: records, due index, group, done marker. ARGV: id, "1" to leave one being fired, this attempt's id, who
+# cancels, how long that is kept. Returns the record removed, MINE (this attempt removed it already: a retry after a
+# lost reply), nil, or FIRING: claimed (its due index holds its lease's end, past its own due time), its turn may be
+# under way. The done marker keeps who cancelled it and the record, written with the removal: a canceller that dies
+# right after still leaves who cancelled what (see TimerStore.cancelled).
 _CANCEL = """
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then
-  if redis.call('GET', KEYS[4]) == ARGV[3] then return 'MINE' end
+  local done = redis.call('GET', KEYS[4])
+  if done and string.sub(done, 1, #ARGV[3] + 1) == ARGV[3] .. '\\n' then return 'MINE' end
   return false
 end
 if ARGV[2] == '1' then
@@ -145,7 +148,7 @@ end
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('SREM', KEYS[3], ARGV[1])
-redis.call('SET', KEYS[4], ARGV[3], 'EX', 300)
+redis.call('SET', KEYS[4], ARGV[3] .. '\\n' .. ARGV[4] .. '\\n' .. raw, 'EX', ARGV[5])
 return raw
 """
 
@@ -163,7 +166,10 @@ class TimerStore(Protocol):
         """Done with the claimed occurrence: removed (``next_due`` None) or waiting for ``next_due``. False if it
         changed since the claim (cancelled, or fired by another after this claim's lease ran out)."""
 
-    async def cancel(self, timer_id: str, *, unless_firing: bool = False) -> Timer | None:
+    async def cancelled(self, timer_id: str) -> tuple[str, Timer] | None:
+        """Who cancelled ``timer_id`` and the timer as it was, kept as long as a thread; None if it was not."""
+
+    async def cancel(self, timer_id: str, *, unless_firing: bool = False, by: str = "") -> Timer | None:
         """Removed; the timer as it was, or None if there was none (fired, or cancelled already). ``unless_firing``:
         :class:`Firing` when it is being fired (claimed: its turn may be under way), and kept."""
 
@@ -223,12 +229,19 @@ class RedisTimers:
                                  uuid.uuid4().hex]
         return bool(await retried("completing a timer", self.grace_s, lambda: self._complete(keys=keys, args=args)))
 
-    async def cancel(self, timer_id: str, *, unless_firing: bool = False) -> Timer | None:
+    async def cancelled(self, timer_id: str) -> tuple[str, Timer] | None:
+        key = self.keys.timer_done(_shard(timer_id), timer_id)
+        done = str(text(await retried("reading a timer's end", self.grace_s, lambda: self.client.get(key))) or "")
+        _, by, raw = [*done.split("\n", 2), "", ""][:3]
+        timer = _parse(raw) if raw else None
+        return (by, timer) if timer is not None else None
+
+    async def cancel(self, timer_id: str, *, unless_firing: bool = False, by: str = "") -> Timer | None:
         current = await self.get(timer_id)
         if current is None:
             return None
         keys = [*self._keys(_shard(timer_id), current.group), self.keys.timer_done(_shard(timer_id), timer_id)]
-        args = [timer_id, "1" if unless_firing else "", uuid.uuid4().hex]
+        args = [timer_id, "1" if unless_firing else "", uuid.uuid4().hex, by, self.ttls.thread_s]
         raw = await retried("cancelling a timer", self.grace_s, lambda: self._cancel(keys=keys, args=args))
         if text(raw) == "FIRING":
             raise Firing(timer_id)
@@ -259,6 +272,7 @@ class MemoryTimers:
     def __init__(self) -> None:
         self._records: dict[str, str] = {}
         self._scores: dict[str, float] = {}
+        self._cancelled: dict[str, tuple[str, str]] = {}  # id → who cancelled it, the record
 
     async def add(self, timer: Timer, *, limit: int = 0) -> Added:
         if timer.id in self._records:
@@ -294,12 +308,19 @@ class MemoryTimers:
             self._scores[tid] = next_due
         return True
 
-    async def cancel(self, timer_id: str, *, unless_firing: bool = False) -> Timer | None:
+    async def cancelled(self, timer_id: str) -> tuple[str, Timer] | None:
+        by, raw = self._cancelled.get(timer_id, ("", ""))
+        timer = _parse(raw) if raw else None
+        return (by, timer) if timer is not None else None
+
+    async def cancel(self, timer_id: str, *, unless_firing: bool = False, by: str = "") -> Timer | None:
         timer = _parse(self._records.get(timer_id))
         if unless_firing and timer is not None and self._scores.get(timer_id, 0) > timer.due:
             raise Firing(timer_id)
         self._scores.pop(timer_id, None)
-        return _parse(self._records.pop(timer_id, None))
+        if (raw := self._records.pop(timer_id, None)) is not None:
+            self._cancelled[timer_id] = (by, raw)
+        return _parse(raw)
 
     async def pending(self, group: str) -> list[Timer]:
         return [t for t in await self.every() if t.group == group]

@@ -138,6 +138,31 @@ async def test_cancel_from_the_announcement_stops_it_and_says_who(redis_url: str
         await ws.stop()
 
 
+async def test_a_cancel_whose_worker_died_after_removing_the_timer_is_finished_by_the_next_press(
+        redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    """The store removed the timer for UREQ's Cancel and the worker died before recording or saying it: pressed
+    again, the cancel is said (who, in the announcement, in the thread's record, counted) — not "no longer pending
+    (it ran, or was cancelled)" under an announcement that stays "scheduled" with a live Cancel for good."""
+    ws = await open_at(redis_url, prefix, slack, Clock())
+    try:
+        thread_id = await asked(ws)
+        timer = await schedule(ws, thread_id)
+        announcement = copy.deepcopy(slack.thread(CHANNEL, "500.1")[-1])
+        assert await ws.store.timers.cancel(timer.id, unless_firing=True, by="UREQ") is not None  # then it died
+        await ws.sender.action(block_action(user="UMATE", channel=CHANNEL, message=announcement, action_id=CANCEL,
+                                            value=timer.id))
+        await ws.settle()
+        assert any("cancelled already, by <@UREQ>" in t for t in slack.ephemeral_texts("UMATE"))
+        shown = slack.messages[(CHANNEL, announcement["ts"])]
+        assert "cancelled by <@UREQ>" in all_text(shown) and buttons(shown) == []
+        events = [e.kind for e in await followup_events(ws.service.timers.slack.meta, CHANNEL, "500.1")
+                  if e.timer_id == timer.id]
+        assert events == ["scheduled", "cancelled"]
+        assert (await ws.store.stats(3600)).get("followup_cancelled") == 1
+    finally:
+        await ws.stop()
+
+
 async def test_app_home_lists_your_follow_ups_with_cancel(ws: Workspace) -> None:
     ws.slack.private.add(CHANNEL)  # a private channel: UOUT is not in it
     ws.slack.members[CHANNEL] = {"UREQ", "UAPPROVER"}

@@ -201,26 +201,37 @@ class SlackFollowups:
 
     async def cancel(self, timer: Timer, user: str) -> bool:
         """Cancel ``timer`` (already checked: ``user`` may), and say so where it was announced."""
-        if await self.timers.cancel(timer.id, unless_firing=True) is None:  # (Firing: it is under way)
+        # The store keeps who cancelled it with the removal itself: a worker dying right after leaves that known.
+        if await self.timers.cancel(timer.id, unless_firing=True, by=user) is None:  # (Firing: it is under way)
             return False
+        await self._recorded(timer, user)
+        return True
+
+    async def _recorded(self, timer: Timer, user: str) -> None:
         # Kept, so that the cancel read again (its worker died before it was said) says it, not "no such check".
         await self.meta.put(CANCELLED, timer.id, {"by": user, "timer": timer.model_dump_json()})
         await self.reports.tally(timer.group, f"{timer.kind}_cancelled")
         await self._said_cancelled(timer, user)
-        return True
 
     async def cancelled_before(self, timer_id: str, user: str, channel: str) -> str | None:
         """Who cancelled ``timer_id`` (of ``channel``), when it was cancelled and is gone, its line said again (once:
         keyed) in case its cancel stopped before saying it; None when nothing of it is known."""
         gone = await self.meta.get(CANCELLED, timer_id)
-        if not gone.get("timer"):
+        if gone.get("timer"):
+            timer, by = Timer.model_validate_json(gone["timer"]), gone.get("by") or user
+        elif (ended := await self.timers.cancelled(timer_id)) is not None:
+            (by, timer), gone = ended, {}  # its canceller died before recording it: recorded now
+        else:
             return None
-        timer = Timer.model_validate_json(gone["timer"])
         if (channel and timer.channel != channel) or not await self.visibility.may_see(user, timer.channel,
                                                                                       person=timer.owner):
             return None  # another conversation's id (forged, or seen elsewhere): nothing about it is said
-        await self._said_cancelled(timer, gone.get("by") or user)
-        return gone.get("by") or user
+        by = by or user
+        if not gone:
+            await self._recorded(timer, by)
+        else:
+            await self._said_cancelled(timer, by)
+        return by
 
     async def _said_cancelled(self, timer: Timer, user: str) -> None:
         lang = await self.lang(timer)
