@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPError
 
 from tools.mcp.servers import McpServerConfig
 from tools.tool_errors import UpstreamError
@@ -26,6 +27,12 @@ log = logging.getLogger(__name__)
 State = Literal["starting", "up", "down", "stopped"]
 _PING_S = 10.0
 _BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
+_STOP_S = 5.0
+
+
+class ConnectionLost(UpstreamError):
+    """The connection went while a call was under way (or just before): what was asked may have been done, unlike
+    an error the server answered with, which means it was not."""
 
 
 class McpServer:
@@ -60,8 +67,9 @@ class McpServer:
         self.state = "stopped"
         if self._task is not None:
             self._task.cancel()
+            # Bounded: a cancellation swallowed inside the SDK's transport must not hold shutdown for ever.
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+                await asyncio.wait({self._task}, timeout=_STOP_S)
         self._errlog.close()
 
     def health(self) -> dict[str, Any]:
@@ -73,12 +81,18 @@ class McpServer:
         if session is None or self.state != "up":
             raise UpstreamError(f"MCP server {self.name!r} is not connected ({self.error or self.state})")
         try:
-            result = await asyncio.wait_for(session.call_tool(tool, arguments), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                result = await session.call_tool(tool, arguments)
         except TimeoutError:
             raise
-        except Exception as exc:
+        except MCPError as exc:
             self._broken.set()  # the connection may be gone: reopen it
+            if exc.code == types.CONNECTION_CLOSED:
+                raise ConnectionLost(f"MCP server {self.name!r} closed the connection during the call") from exc
             raise UpstreamError(f"MCP server {self.name!r} failed: {_reason(exc)}") from exc
+        except Exception as exc:  # a transport's own error (a dropped HTTP stream): the call may have gone through
+            self._broken.set()
+            raise ConnectionLost(f"MCP server {self.name!r} failed: {_reason(exc)}") from exc
         if not isinstance(result, types.CallToolResult):
             raise UpstreamError(f"MCP server {self.name!r} answered {type(result).__name__}, not a tool result")
         return result
@@ -112,10 +126,11 @@ class McpServer:
 
     async def _watch(self, session: ClientSession) -> None:
         """Return when the connection is gone: a failed call said so, or a ping did not come back."""
-        while True:
+        while not self._stopping:
             self._broken.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._broken.wait(), _PING_S)
+            with contextlib.suppress(TimeoutError):  # asyncio.timeout: a cancellation is never dropped (wait_for's is)
+                async with asyncio.timeout(_PING_S):
+                    await self._broken.wait()
             try:
                 await asyncio.wait_for(session.send_ping(), 5.0)
             except Exception as exc:

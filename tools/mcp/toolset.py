@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -21,13 +22,14 @@ from pydantic import BaseModel, ConfigDict, create_model, model_validator
 from referencing import Registry
 
 from tools.mcp.servers import ConfirmIn, McpServerConfig
-from tools.mcp.session import McpServer
+from tools.mcp.session import ConnectionLost, McpServer
 from tools.registry import ConfirmPolicy, Provenance, ToolContext, ToolSpec, always, confirm_in, never
-from tools.tool_errors import ToolError, ToolTimeout
+from tools.tool_errors import OutcomeUnknown, ToolError, ToolTimeout
 
 log = logging.getLogger(__name__)
 
 SEPARATOR = "__"
+_VALID_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # Anthropic's and OpenAI's: ASCII only
 
 
 class McpToolError(ToolError):
@@ -110,7 +112,7 @@ def specs(server: McpServer) -> list[ToolSpec]:
 def _spec(server: McpServer, tool: types.Tool) -> ToolSpec | None:
     config = server.config
     name = f"{config.name}{SEPARATOR}{tool.name}"
-    if len(name) > 64 or not all(c.isalnum() or c in "_-" for c in name):
+    if not _VALID_NAME.fullmatch(name):  # the providers' rule: one name outside it fails every request
         log.warning("MCP tool %r of %s left out: %r is not a valid tool name", tool.name, config.name, name)
         return None
     try:
@@ -144,7 +146,8 @@ def _spec(server: McpServer, tool: types.Tool) -> ToolSpec | None:
     timeout_s = rule.timeout_s or config.timeout_s
     description = (tool.description or tool.title or tool.name).strip()
     return ToolSpec(name=name, description=f"{description}\n(from the MCP server {config.name!r})",
-                    args_model=model, func=_caller(server, tool.name, timeout_s), mutating=not read_only,
+                    args_model=model, func=_caller(server, tool.name, timeout_s, mutating=not read_only),
+                    mutating=not read_only,
                     needs_confirmation=_policy(rule.confirm) if not read_only else never,
                     timeout_s=timeout_s + 1.0, schema=schema, source=f"mcp:{config.name}", provenance=provenance)
 
@@ -167,12 +170,22 @@ def _policy(confirm: str | ConfirmIn) -> ConfirmPolicy:
     return never if confirm == "never" else always
 
 
-def _caller(server: McpServer, tool: str, timeout_s: float) -> Any:
+def _caller(server: McpServer, tool: str, timeout_s: float, *, mutating: bool) -> Any:
     async def call(args: BaseModel, ctx: ToolContext) -> Any:
         try:
             result = await server.call(tool, dict(args.model_extra or {}), timeout_s)
         except TimeoutError as exc:  # its own limit (the runtime's is a second longer): said as it is
+            if mutating:  # sent: the server may have done it and not answered yet
+                raise OutcomeUnknown(f"the change was sent to the MCP server {server.name!r}, which did not answer "
+                                     f"within {timeout_s:g}s: it may or may not have been carried out; check its "
+                                     "effect before retrying") from exc
             raise ToolTimeout(f"MCP server {server.name!r} did not answer within {timeout_s:g}s") from exc
+        except ConnectionLost as exc:
+            if mutating:
+                raise OutcomeUnknown(f"the change was sent to the MCP server {server.name!r}, whose connection was "
+                                     "lost before it answered: it may or may not have been carried out; check its "
+                                     "effect before retrying") from exc
+            raise
         return observation(result)
 
     return call
