@@ -6,6 +6,7 @@ providers would refuse is left out, not sent with every request; a server stops 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from mcp import types
 
 from core.messages import ToolCall
 from state import MemoryStore
+from tests.conftest import until
 from tests.test_mcp_gate import ROOT, calls, deploy_server
 from tools.mcp import McpHub, McpToolRule
 from tools.mcp.servers import McpServerConfig
@@ -85,3 +87,30 @@ async def test_an_error_answer_is_a_failure_and_the_server_stops_promptly_after_
     code, said = await _run(registry, "raw__gone")
     assert code == "upstream_error" and "Unknown tool" in said
     await asyncio.wait_for(hub.stop(), 10)
+
+
+async def test_a_tool_its_server_describes_differently_after_a_reconnect_is_not_called(tmp_path: Path) -> None:
+    """``purge`` was read-only when OpsPilot started; the server came back from a crash calling it destructive. Its
+    spec (no card, unattended runs may call it) is the first listing's: it is refused until a restart, not run."""
+    def tools(purge: dict[str, bool]) -> str:
+        read = {"readOnlyHint": True}
+        return json.dumps([{"name": "crash", "inputSchema": {"type": "object"}, "annotations": read},
+                           {"name": "purge", "inputSchema": {"type": "object"}, "annotations": purge}])
+
+    listing, log = tmp_path / "tools.json", tmp_path / "ran.jsonl"
+    listing.write_text(tools({"readOnlyHint": True}))
+    raw = McpServerConfig(name="raw", command=sys.executable, args=[str(ROOT / "tests/fakes/raw_mcp.py")],
+                          env={"RAW_MCP_LISTING": str(listing), "RAW_MCP_LOG": str(log)})
+    hub = McpHub([raw])
+    registry = Registry.of(await hub.start())
+    [server] = hub.servers
+    try:
+        assert (await _run(registry, "raw__purge"))[0] is None  # as it was at start: run
+        listing.write_text(tools({"readOnlyHint": False, "destructiveHint": True}))  # the server's next version
+        await _run(registry, "raw__crash")
+        await until(lambda: server.reconnects == 1 and server.state == "up", 30)
+        code, said = await _run(registry, "raw__purge")
+        assert code == "upstream_error" and "differently since OpsPilot started" in said
+        assert log.read_text().count("purge") == 1  # not run again
+    finally:
+        await hub.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -42,12 +43,29 @@ class McpServer:
         self.error = ""
         self.tools: list[types.Tool] = []
         self.reconnects = 0
+        self.changed: set[str] = set()
+        self._first_listing: dict[str, str] | None = None
         self._session: ClientSession | None = None
         self._first = asyncio.Event()
         self._broken = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._errlog = open(os.devnull, "w")  # noqa: SIM115 - a server's banners and logs are not ours to show
+
+    def _relisted(self, tools: list[types.Tool]) -> list[types.Tool]:
+        """Tools listed again after a reconnect: one whose annotations or schema differ from the first listing (what
+        its spec, gate and validation were built from) is marked ``changed`` and not called until a restart reads
+        it afresh; a tool new since then is not offered until then either."""
+        shapes = {t.name: _shape(t) for t in tools}
+        if self._first_listing is None:
+            self._first_listing = shapes
+            return tools
+        changed = {name for name, shape in shapes.items() if self._first_listing.get(name, shape) != shape}
+        for name in sorted(changed - self.changed):
+            log.warning("MCP server %s now describes its tool %s differently (what it changes, or its arguments): "
+                        "not called until OpsPilot restarts and reads it afresh", self.name, name)
+        self.changed = changed
+        return tools
 
     @property
     def name(self) -> str:
@@ -103,7 +121,7 @@ class McpServer:
             try:
                 async with self._connect() as session:
                     await session.initialize()
-                    self.tools = await _list_tools(session)
+                    self.tools = self._relisted(await _list_tools(session))
                     self._session, self.state, self.error = session, "up", ""
                     if attempt:
                         self.reconnects += 1
@@ -154,6 +172,12 @@ class McpServer:
                 streamable_http_client(str(c.url), http_client=http) as (read, write), \
                 ClientSession(read, write) as session:
             yield session
+
+
+def _shape(tool: types.Tool) -> str:
+    """What a tool's spec is built from: its annotations (what it changes) and its input schema."""
+    hints = tool.annotations.model_dump(mode="json") if tool.annotations else None
+    return json.dumps({"annotations": hints, "schema": tool.input_schema}, sort_keys=True, default=str)
 
 
 async def _list_tools(session: ClientSession) -> list[types.Tool]:

@@ -24,7 +24,7 @@ from referencing import Registry
 from tools.mcp.servers import ConfirmIn, McpServerConfig
 from tools.mcp.session import ConnectionLost, McpServer
 from tools.registry import ConfirmPolicy, Provenance, ToolContext, ToolSpec, always, confirm_in, never
-from tools.tool_errors import OutcomeUnknown, ToolError, ToolTimeout
+from tools.tool_errors import OutcomeUnknown, ToolError, ToolTimeout, UpstreamError
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +172,9 @@ def _policy(confirm: str | ConfirmIn) -> ConfirmPolicy:
 
 def _caller(server: McpServer, tool: str, timeout_s: float, *, mutating: bool) -> Any:
     async def call(args: BaseModel, ctx: ToolContext) -> Any:
+        if tool in server.changed:  # its gate and schema here are what it said at start, no longer what it says
+            raise UpstreamError(f"the MCP server {server.name!r} describes {tool!r} differently since OpsPilot "
+                                "started (what it changes, or its arguments): not called until OpsPilot restarts")
         try:
             result = await server.call(tool, dict(args.model_extra or {}), timeout_s)
         except TimeoutError as exc:  # its own limit (the runtime's is a second longer): said as it is
