@@ -288,6 +288,8 @@ class RedisOutbox:
 
 
 class MemoryOutbox:
+    grace_s = 0.0
+
     def __init__(self) -> None:
         self._threads: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
         self._due: dict[str, float] = {}

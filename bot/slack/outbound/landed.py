@@ -34,7 +34,7 @@ async def find_posted(call: Call, client: AsyncWebClient, record: OutboxRecord, 
         if f.get("thread_ts"):
             return lambda: client.conversations_replies(channel=channel, ts=f["thread_ts"],
                                                         include_all_metadata=True, limit=200, cursor=cursor)
-        since = float(f.get("attempted_at") or 0)
+        since = float(f.get("attempted_at") or f.get("put_at") or 0)
         oldest = f"{max(since - SKEW_S, 0):.6f}" if since else None  # recorded by an older version: newest first
         return lambda: client.conversations_history(channel=channel, oldest=oldest, include_all_metadata=True,
                                                     limit=200, cursor=cursor)

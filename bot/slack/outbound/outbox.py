@@ -135,7 +135,8 @@ class SlackOutbox:
         """A stopped stream's last word: its message edited to ``text``/``blocks`` (a stretch of work the run
         has moved on from)."""
         await self._put(channel, thread_ts, key, {"text": redact(text), "closed_out": True,
-                                                  "blocks": json.dumps(redact_blocks(blocks), ensure_ascii=False)})
+                                                  "blocks": json.dumps(redact_blocks(blocks), ensure_ascii=False)},
+                        direct=False)  # an edit of a stream: nothing to post on its own
 
     def status(self, channel: str, thread_ts: str, text: str) -> None:
         """The thread's "is working…" status, where Slack shows one (cosmetic: not recorded)."""
@@ -160,7 +161,7 @@ class SlackOutbox:
                                   "thread_ts": thread_ts, "user": user, "text": text,
                                   "blocks": json.dumps([kit.mrkdwn(text)], ensure_ascii=False)}
         with contextlib.suppress(Retry):
-            await self._send_direct(fields)
+            await self.sender.direct(fields)
 
     async def save_state(self, channel: str, thread_ts: str, run_id: str, state: str) -> None:
         """What a run shows, saved alone (no message changes with it)."""
@@ -178,6 +179,9 @@ class SlackOutbox:
     async def _put(self, channel: str, thread_ts: str | None, key: str, fields: dict[str, Any], *,
                    direct: bool = True, state: tuple[str, str] | None = None) -> int | None:
         """Record it; its version, or None when the store is down (then, with ``direct``, one attempt now)."""
+        started = time.time()
+        if direct and state is None and fields.get("kind") == "message":  # it may be sent directly, below
+            fields = {**fields, "put_at": round(started, 3)}
         try:
             put = await self.store.put(_thread(channel, thread_ts), key, fields, due=time.time(),
                                        # a card need not wait out a progress edit, nor a run's end (a stream's
@@ -187,26 +191,17 @@ class SlackOutbox:
         except StoreError as exc:
             if state is not None:  # a run's progress: nothing shown now; once the store is back, catch-up shows the
                 raise  # run once (a direct post now would be a second message, and its state would be lost)
-            if not direct:  # a clicked card: edited through its response URL, which needs no store
-                log.warning("outbox unavailable (%s): %s edited through its response URL only", exc, key)
+            if not direct:  # a clicked card (edited through its response URL, which needs no store) or a stream's edit
+                log.warning("outbox unavailable (%s): %s not recorded", exc, key)
                 return None
             # The store is down, so this cannot be kept for later: one direct attempt (typically the very
             # message that tells the user the store is down).
             log.warning("outbox unavailable (%s): sending %s directly, once", exc, key)
             with contextlib.suppress(Retry):
-                await self._send_direct(fields)
+                await self.sender.direct(fields, key=key, since=started)
             return None
         self._nudge(_thread(channel, thread_ts), put.due_by)
         return put.version
-
-    async def _send_direct(self, f: dict[str, Any]) -> None:
-        blocks = json.loads(f["blocks"]) if f.get("blocks") else None
-        if f["kind"] == "ephemeral":
-            await self.sender.call("chat.postEphemeral", f["channel"], lambda: self.client.chat_postEphemeral(
-                channel=f["channel"], user=f["user"], text=f["text"], thread_ts=f.get("thread_ts")))
-        else:
-            await self.sender.call("chat.postMessage", f["channel"], lambda: self.client.chat_postMessage(
-                channel=f["channel"], thread_ts=f.get("thread_ts"), text=f["text"], blocks=blocks))
 
     # --- delivery ------------------------------------------------------------------------------------
 

@@ -71,6 +71,31 @@ class Sender:
         bound.hold, bound.delivered = hold, []
         return bound
 
+    async def direct(self, f: dict[str, Any], *, key: str = "", since: float = 0.0) -> None:
+        """Sent now, past the store. A message that has a record (``key``): its put may have landed, only its reply
+        lost, and the record delivered meanwhile — looked for first, and marked with its key, so that a record that
+        lands later finds this post (:mod:`bot.slack.outbound.landed`) instead of posting it again."""
+        if f.get("kind") not in ("ephemeral", "message") or not f.get("channel"):
+            log.warning("%s not sent directly: not a message of its own", key or "a message")
+            return
+        blocks = json.loads(f["blocks"]) if f.get("blocks") else None
+        if f["kind"] == "ephemeral":  # leaves no trace to look for: the one repeat the outbox allows
+            await self.call("chat.postEphemeral", f["channel"], lambda: self.client.chat_postEphemeral(
+                channel=f["channel"], user=f["user"], text=f["text"], thread_ts=f.get("thread_ts")))
+            return
+        record = OutboxRecord(key, 0, 0, 0, {**f, "attempted_at": since})
+        if key and await find_posted(self.call, self.client, record, self.metrics) is not None:
+            return
+        metadata = {"event_type": METADATA_TYPE, "event_payload": {"key": key}} if key else None
+        await self.call("chat.postMessage", f["channel"], lambda: self.client.chat_postMessage(
+            channel=f["channel"], thread_ts=f.get("thread_ts"), text=f["text"], blocks=blocks, metadata=metadata))
+
+    def _late(self, f: dict[str, Any]) -> bool:
+        """A message first sent an outage's grace or more after it was put: its put may have given up (its reply
+        lost, or Redis stalled) and sent it directly meanwhile, marked with its key (:meth:`direct`)."""
+        grace = self.store.grace_s
+        return bool(grace) and bool(f.get("put_at")) and time.time() - float(f["put_at"]) >= grace
+
     async def save_delivered(self, thread: str) -> None:
         """Save what this round sent so far (see :attr:`delivered`)."""
         while self.delivered:
@@ -121,7 +146,8 @@ class Sender:
                 await self._update(thread, record, blocks)
             ts = f["ts"]
         else:
-            landed = await find_posted(self.call, self.client, record, self.metrics) if f.get("attempted") else None
+            landed = await find_posted(self.call, self.client, record, self.metrics) \
+                if f.get("attempted") or self._late(f) else None
             if landed is None:
                 await self.turn("chat.postMessage", f["channel"])  # before it counts as attempted
                 # The first attempt's time stays: a look in the channel reads from just before it.
