@@ -84,9 +84,13 @@ def change_line(change: dict[str, Any], zh: bool, dated: bool = False) -> str:
     about = change.get("description") or ", ".join(str(i) for i in change.get("images") or [])
     tail = (f" — `{str(about)[:80]}`" if about else "") + \
         (f"（来源 `{change.get('source')}`）" if zh else f" (source: `{change.get('source')}`)")
+    # A time the source did not record exactly is said as such (a reused ReplicaSet keeps none of the rollback's).
+    zh_when, en_when = {"unknown": ("{} UTC 之后的某个时间", "at an unknown time after {} UTC"),
+                        "approximate": ("约 {} UTC", "at about {} UTC")}.get(str(change.get("time")),
+                                                                            ("{} UTC", "at {} UTC"))
     if zh:
-        return f"{kind_word(change, zh)} `{change.get('version') or change.get('kind')}`，{when} UTC{tail}"
-    return f"`{what}` at {when} UTC{tail}"
+        return f"{kind_word(change, zh)} `{change.get('version') or change.get('kind')}`，{zh_when.format(when)}{tail}"
+    return f"`{what}` {en_when.format(when)}{tail}"
 
 
 def _day(found: dict[str, Any]) -> str:
@@ -298,10 +302,14 @@ def _helped(results: list[ToolResultMessage], service: str, recorded: list[dict[
                 "  • There is no restart to judge: none in this thread and none in the change history.")
     if "current" not in rate:
         return "  • 无法判断：读不到错误率。" if zh else "  • Can't tell: I could not read the error rate."
-    at = stamp(recorded[0].get("at")) if recorded else None
-    back = stamp(rate.get("recovered_at"))
+    at = stamp(recorded[0].get("at")) if recorded and recorded[0].get("time") is None else None  # exact times only
+    back, onset = stamp(rate.get("recovered_at")), stamp(rate.get("onset_at"))
     now = metric_part(rate, "错误率" if zh else "error rate", "%", zh)
-    if at is not None and back is not None and back >= at:
+    # Credited only with a recovery from errors that began before it: a rise after the restart is not its doing.
+    if at is not None and onset is not None and onset > at:
+        return (f"  • 谈不上有没有用：报错是重启之后 {span(onset - at, zh)}才开始的。" if zh else
+                f"  • Not something it could help with: the errors began {span(onset - at, zh)} after the restart.")
+    if at is not None and back is not None and back >= at and onset is not None and onset <= at:
         return (f"  • 看起来有用：{now}，重启后 {span(back - at, zh)} 回到基线。" if zh else
                 f"  • It looks like it: {now}, back to its baseline {span(back - at, zh)} after the restart.")
     if rate.get("trend") in ("steady high", "rising", "elevated"):
