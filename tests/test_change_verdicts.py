@@ -15,6 +15,7 @@ from core.messages import ToolResultMessage
 from tests.test_changes import toolbox
 from tests.test_ops import data, run
 from tools.ops import toolbox_config as cfg
+from tools.ops.series import describe, figures
 from tools.ops.verdict import judge
 
 RISE = {"trend": "steady high", "current": 0.2, "baseline": 0.001, "peak": 0.2, "onset_at": "2026-12-02T09:10:06Z"}
@@ -96,6 +97,17 @@ def test_a_deploy_before_the_first_metric_point_has_no_baseline_before_it() -> N
                                                                                 None)
     read_from_before = {**rate, "first_point_at": "2026-12-02T08:30:00Z"}
     assert judge({"changes": [deploy, BEFORE]}, read_from_before, None).kind == "yes"
+
+
+def test_a_flat_rate_read_from_after_the_deploy_is_no_sign_of_nothing() -> None:
+    """8 % all the metric window long (read from 09:01), the deploy at 08:30: it was "No sign of it: the error rate
+    did not clearly rise", of a rate before the deploy nobody read. The tool's figures carry where they begin."""
+    deploy = {**DEPLOY, "at": "2026-12-02T08:30:00Z"}
+    flat = {"trend": "flat", "current": 0.08, "baseline": 0.08, "first_point_at": "2026-12-02T09:01:00Z"}
+    verdict = judge({"changes": [deploy]}, flat, None)
+    assert (verdict.kind, verdict.hidden, verdict.change) == ("incomplete", "before_data", deploy)
+    assert judge({"changes": [{**deploy, "at": "2026-12-02T09:20:00Z"}]}, flat, None).kind == "no_rise"
+    assert "first_point_at" in figures(describe([(1_796_000_000.0 + 60 * i, 0.08) for i in range(10)]))
 
 
 def test_a_deploy_within_the_metrics_step_before_the_onset_cannot_be_told_from_it() -> None:

@@ -271,8 +271,9 @@ def figures(shape: Shape) -> dict[str, Any]:
         key = "peak" if shape.direction == "up" else "low"
         assert shape.extreme is not None
         out.update({key: _n(shape.extreme), f"{key}_at": iso(shape.extreme_at), "onset_at": iso(shape.onset_at),
-                    "recovered_at": iso(shape.recovered_at), "first_point_at": iso(shape.first_at),
-                    "step_s": _n(shape.step_s)})
+                    "recovered_at": iso(shape.recovered_at), "step_s": _n(shape.step_s)})
+    if shape.first_at is not None:  # what came before it was not read, whatever its shape
+        out["first_point_at"] = iso(shape.first_at)
     if shape.gaps:
         out["gaps"] = shape.gaps
     if shape.last_at is not None:

@@ -157,6 +157,10 @@ def judge(changes: dict[str, Any] | None, rate: dict[str, Any] | None, logs: dic
     if found is None:
         if (rate or {}).get("trend") in (None, "no data", "single point"):
             return Verdict("no_data", listed, unread=unread + cut)
+        first = stamp((rate or {}).get("first_point_at")) if (rate or {}).get("first_point_at") else None
+        if listed and first is not None and listed[0][0] < first:  # no rise after it is not what was read
+            t, c = listed[0]
+            return Verdict("incomplete", listed, None, "", c, t, unread=unread + cut, hidden="before_data")
         return Verdict("no_rise" if listed else nothing, listed, unread=unread + cut)
     began, how = found
     if (rate or {}).get("onset_after_gap") and how != "first error log line":  # it began somewhere in a gap

@@ -122,6 +122,12 @@ def deploy_verdict(results: list[ToolResultMessage], service: str, zh: bool) -> 
     if not v.changes:
         lines.append(f"  • 最近 {window} 分钟内没有变更记录{unread}" if zh else
                      f"  • No change recorded in the last {window} min{unread}")
+    if v.began is None and v.hidden == "before_data":
+        name = _name(v.change or {})
+        lines.append(f"  • 无法判断：{name} 在我读到的第一个指标数据点之前，不知道它之前的错误率。" if zh else
+                     f"  • Can't tell: {name} came before the first metric point I read, so the error rate before "
+                     "it is not known.")
+        return lines
     if v.began is None:
         lines.append({
             "no_data": ("  • 无法判断：这段时间的错误率数据不足。",
