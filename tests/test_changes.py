@@ -17,6 +17,7 @@ from tests.fakes.rollouts import Rollouts
 from tests.test_ops import data, error_code, run
 from tools import ops
 from tools.ops import toolbox_config as cfg
+from tools.ops.verdict import judge
 
 NOW = "2026-12-02T10:00:00Z"
 
@@ -111,6 +112,32 @@ async def test_deploy_events_url_filtered_here_too(fakes: OpsFakes) -> None:
     assert found["changes"][0]["images"] == ["payments-api:7.8.1"] and found["unreadable_records"] == 2
     sent = next(r[2] for r in fakes.requests if r[0] == "changes")
     assert sent == {"service": "payments", "environment": "prod", "since": "2026-12-02T09:00:00Z", "until": NOW}
+
+
+async def test_a_paged_answer_is_not_read_as_the_whole_history(fakes: OpsFakes, tmp_path: Path) -> None:
+    """``{"items": [], "has_more": true}`` was "nothing changed": the first page alone, read as all of it."""
+    fakes.change_events = {"items": [], "has_more": True, "next": "/hooks/changes?page=2"}  # type: ignore[assignment]
+    source = cfg.HttpChanges(backend="http", url=f"{fakes.url}/hooks/changes", token_env="OPS_TOKEN")
+    events = tmp_path / "changes.jsonl"
+    events.write_text("")
+    found = data(await run(toolbox(cfg.FileChanges(file=events), source), "recent_changes", service_id="payments",
+                           environment="prod", minutes=60))
+    assert found["changes"] == [] and "one page of several" in found["unavailable"][0]["message"]
+
+
+async def test_a_deploy_its_event_says_failed_is_said_so_and_not_blamed(fakes: OpsFakes) -> None:
+    fakes.change_events = [{"at": "2026-12-02T09:50:30Z", "service": "payments", "environment": "prod",
+                            "version": "2026.12.02-2", "conclusion": "failure"},
+                           {"at": "2026-12-02T09:40:00Z", "service": "payments", "environment": "prod",
+                            "version": "2026.12.02-1", "status": "succeeded"}]
+    source = cfg.HttpChanges(backend="http", url=f"{fakes.url}/hooks/changes", token_env="OPS_TOKEN")
+    found = data(await run(toolbox(source), "recent_changes", service_id="payments", environment="prod",
+                           minutes=60))
+    assert [c.get("status") for c in found["changes"]] == ["failure", None]
+    assert "2026.12.02-2 [failure]" in found["summary"]
+    rise = {"trend": "steady high", "current": 0.2, "baseline": 0.001, "peak": 0.2, "onset_at": "2026-12-02T09:50:36Z"}
+    verdict = judge(found, rise, None)
+    assert (verdict.kind, verdict.hidden) == ("incomplete", "failed")
 
 
 async def test_sources_merge_and_a_failed_one_is_said(fakes: OpsFakes, tmp_path: Path) -> None:

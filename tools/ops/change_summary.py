@@ -37,6 +37,7 @@ def _line(change: Change, dated: bool = False) -> str:
         what = f"scale to {change.to_version}"
     else:
         what = " ".join(p for p in (_LABELS.get(change.kind, change.kind), change.version) if p)
+    what += f" [{change.status}]" if change.status else ""  # its own word that it did not succeed
     if detail := _detail(change):
         return f"{what} ({detail[:80]}) at {when} UTC"
     extra = change.description or (", ".join(change.images) if change.images else "")

@@ -53,6 +53,9 @@ class Change:
     """What differs from the previous revision, by name ("env LOG_LEVEL changed") — never a value."""
     dated: str | None = None
     """``approximate`` or ``unknown`` when ``at`` is not the exact time the change took effect."""
+    status: str | None = None
+    """How the event says it ended, when it says it did not succeed (``failed``, ``cancelled``…): whether any of it
+    took effect is not known."""
 
     def record(self) -> dict[str, Any]:
         out: dict[str, Any] = {"at": iso(self.at), "kind": self.kind, "version": self.version,
@@ -61,7 +64,7 @@ class Change:
                                "from_images": list(self.from_images), "images": list(self.images),
                                "changed": list(self.changed), "time": self.dated,
                                "environment": self.environment, "url": self.url, "note": self.note,
-                               "source": self.source}
+                               "status": self.status, "source": self.source}
         return {k: v for k, v in out.items() if v not in (None, [], "")}
 
 
@@ -137,7 +140,18 @@ def from_record(record: Any, service: Service, environment: str, source: str) ->
                   description=_text(_first(record, ("description", "summary", "message", "title"))),
                   author=_text(_first(record, ("author", "by", "user", "actor")), 100),
                   images=tuple(str(i)[:200] for i in images if isinstance(i, str))[:10],
-                  environment=_text(env, 50), url=_text(record.get("url"), 500))
+                  environment=_text(env, 50), url=_text(record.get("url"), 500), status=_unsuccessful(record))
+
+
+_UNSUCCESSFUL = ("fail", "error", "cancel", "abort", "timed_out", "timeout", "rejected", "skipped")
+
+
+def _unsuccessful(record: dict[str, Any]) -> str | None:
+    """A CI event's own word that it did not succeed (GitHub's ``conclusion: failure``, GitLab's ``status:
+    canceled``, Argo's ``phase: Error``); None when it says nothing of the kind."""
+    said = _first(record, ("status", "state", "result", "conclusion", "outcome", "phase"))
+    word = str(said).strip().lower()[:40] if isinstance(said, str) else ""
+    return word if any(w in word for w in _UNSUCCESSFUL) else None
 
 
 def _collect(records: Iterable[Any], service: Service, environment: str, source: str) -> Found:
@@ -198,6 +212,10 @@ class HttpChanges(Scoped):
         body = await self.http.get("", {"service": service.id, "environment": environment,
                                         "since": iso(start) or "", "until": iso(end) or ""})
         if isinstance(body, dict):
+            if any(body.get(k) not in (None, False, "", [], {}) for k in ("has_more", "next", "next_page",
+                                                                         "next_cursor", "nextPageToken")):
+                raise ToolError(f"{self.http.name} answered one page of several (it says there is more): OpsPilot "
+                                "reads the window whole, in one answer", code="upstream_error")
             body = next((body[k] for k in ("changes", "events", "items") if isinstance(body.get(k), list)), None)
         if not isinstance(body, list):
             raise ToolError(f"{self.http.name} answered without a list of changes", code="upstream_error")

@@ -169,6 +169,12 @@ def deploy_verdict(results: list[ToolResultMessage], service: str, zh: bool) -> 
         lines.append(f"  • 无法判断：{name} 在我读到的第一个指标数据点之前，不知道它之前的错误率。" if zh else
                      f"  • Can't tell: {name} came before the first metric point I read, so the error rate before "
                      "it is not known.")
+    elif v.kind == "incomplete" and v.hidden == "failed":
+        status = (v.change or {}).get("status")
+        lines.append(f"  • 无法判断：{name} 的记录说它没有成功（`{status}`），不知道它有没有部分生效；报错在它之后 "
+                     f"{span(gap, zh)}开始。" if zh else
+                     f"  • Can't tell: {name} is recorded as not successful (`{status}`), so whether any of it took "
+                     f"effect is not known; the errors began {span(gap, zh)} after it.")
     elif v.kind == "incomplete" and v.hidden == "resolution":
         lines.append(f"  • 无法判断：{name} 距报错开始只有 {span(gap, zh)}，在指标的一个数据间隔之内"
                      "（报错可能在它之前就开始了）。" if zh else

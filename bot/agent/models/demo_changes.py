@@ -80,7 +80,7 @@ def change_line(change: dict[str, Any], zh: bool, dated: bool = False) -> str:
     at = stamp(change.get("at"))
     when = (datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S" if dated else "%H:%M:%S")
             if at is not None else "?")
-    what = " ".join(str(x) for x in (change.get("kind"), change.get("version")) if x)
+    what = " ".join(str(x) for x in (change.get("kind"), change.get("version"), change.get("status")) if x)
     about = change.get("description") or ", ".join(str(i) for i in change.get("images") or [])
     tail = (f" — `{str(about)[:80]}`" if about else "") + \
         (f"（来源 `{change.get('source')}`）" if zh else f" (source: `{change.get('source')}`)")
@@ -89,7 +89,9 @@ def change_line(change: dict[str, Any], zh: bool, dated: bool = False) -> str:
                         "approximate": ("约 {} UTC", "at about {} UTC")}.get(str(change.get("time")),
                                                                             ("{} UTC", "at {} UTC"))
     if zh:
-        return f"{kind_word(change, zh)} `{change.get('version') or change.get('kind')}`，{zh_when.format(when)}{tail}"
+        status = f"（`{change['status']}`）" if change.get("status") else ""
+        return (f"{kind_word(change, zh)} `{change.get('version') or change.get('kind')}`{status}，"
+                f"{zh_when.format(when)}{tail}")
     return f"`{what}` {en_when.format(when)}{tail}"
 
 
