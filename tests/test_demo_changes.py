@@ -58,3 +58,31 @@ def test_a_change_s_time_is_said_as_exactly_as_its_source_recorded_it(time: str 
               **({"time": time} if time else {})}
     assert change_line(change, zh=False).startswith(en)
     assert change_line(change, zh=True).startswith(zh)
+
+
+HISTORY = (
+    '{"at": "2026-12-01T14:02:00Z", "service": "orders", "environment": "staging", "kind": "deploy", '
+    '"version": "2026.12.01-4"}\n'
+    '{"at": "2026-12-02T09:10:01Z", "service": "orders", "environment": "staging", "kind": "deploy", '
+    '"version": "2026.12.02-1"}\n'
+    '{"at": "2026-12-02T09:13:30Z", "service": "orders", "environment": "staging", "kind": "rollback", '
+    '"version": "2026.12.01-4"}\n')
+
+
+@pytest.mark.parametrize(("later", "said"), [
+    ('{"at": "2026-12-02T09:40:00Z", "service": "orders", "environment": "staging", "kind": "undo", '
+     '"version": "2026.12.02-1"}', "`2026.12.02-1` is back: the rollback before this one was undone."),
+    ('{"at": "2026-12-02T09:40:00Z", "service": "orders", "environment": "staging", "kind": "deploy", '
+     '"version": "2026.12.02-2"}', "Since then: `deploy 2026.12.02-2` at 2026-12-02 09:40:00 UTC"),
+])
+async def test_a_rollback_followed_by_another_release_is_not_the_end_of_the_story(tmp_path: Path, later: str,
+                                                                                said: str) -> None:
+    """Rolled back at 09:13, then rolled back again (to the very release rolled back) or redeployed at 09:40: it
+    was "Yes" and nothing more, as if the rollback's release still ran."""
+    changes = tmp_path / "changes.jsonl"
+    changes.write_text(HISTORY + later + "\n")
+    answer = await _answer("was the orders deploy in staging rolled back?", changes)
+    assert said in answer, answer
+    changes.write_text(HISTORY)
+    alone = await _answer("was the orders deploy in staging rolled back?", changes)
+    assert "is back" not in alone and "Since then" not in alone

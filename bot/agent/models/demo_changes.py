@@ -240,6 +240,7 @@ def rollback_part(results: list[ToolResultMessage], service: str, zh: bool) -> l
                 f"; the last change: {change_line(last, zh, dated=True)}"
         return [head, line + ("。" if zh else ".")]
     lines = [head] + [f"  • 是：{_line(c, found, zh)}" if zh else f"  • Yes: {_line(c, found, zh)}" for c in backs[:2]]
+    lines += _since(changes, backs, zh)
     metrics = ok_data(results, "query_metrics", service)
     rate = ((metrics or {}).get("metrics") or {}).get("error_rate") or {}
     back, rolled = stamp(rate.get("recovered_at")), stamp(backs[0].get("at"))
@@ -251,6 +252,24 @@ def rollback_part(results: list[ToolResultMessage], service: str, zh: bool) -> l
                      else f"  • The error rate was back to its baseline by {str(rate['recovered_at'])[11:16]}, "
                           f"{span(back - rolled, zh)} after the rollback.")
     return lines
+
+
+def _since(changes: list[dict[str, Any]], backs: list[dict[str, Any]], zh: bool) -> list[str]:
+    """What came after a rollback: not the end of the story when a later release, or a rollback of the rollback,
+    put something else — maybe the very release rolled back — in place again."""
+    latest = changes[0]
+    version = latest.get("version") or latest.get("to_version")
+    if not version:
+        return []
+    if latest is backs[0]:  # the newest change is a rollback itself: is it the undoing of the one before?
+        undone = len(backs) > 1 and any(c.get("version") == version and c.get("kind") != "rollback"
+                                        for c in changes[changes.index(backs[1]):])
+        if not undone:
+            return []
+        return [f"  • `{version}` 又回来了：这次回滚撤销了之前那次。" if zh else
+                f"  • `{version}` is back: the rollback before this one was undone."]
+    return [f"  • 之后：{change_line(latest, zh, dated=True)}——记录里最后上线的是 `{version}`。" if zh else
+            f"  • Since then: {change_line(latest, zh, dated=True)} — `{version}` is the release recorded last."]
 
 
 def restarts_part(results: list[ToolResultMessage], earlier: Sequence[Message], service: str, question: str,
