@@ -315,6 +315,12 @@ def environment_problems(settings: Settings, known: list[str], tools: list[str] 
 def load_settings(path: str | None = None) -> Settings:
     file = config_path(path)
     data = read_yaml(file)
+    for key, value in data.items():  # merged with the environment's, a section that is no mapping would be lost
+        field = Settings.model_fields.get(key)
+        kind = field.annotation if field is not None else None
+        if isinstance(kind, type) and issubclass(kind, BaseModel) and not isinstance(value, dict | None):
+            raise ConfigError(f"invalid configuration ({file}): {key}: must be a mapping of settings (key: value), "
+                              f"not {type(value).__name__}")
     if problem := unknown_variables(os.environ, Settings.model_fields):
         raise ConfigError(f"invalid configuration (environment): {problem}")
 

@@ -66,6 +66,18 @@ def test_a_bad_value_names_its_key(tmp_path: Path) -> None:
         load_settings(write(tmp_path, "- just\n- a list\n"))
 
 
+@pytest.mark.parametrize("section", ["slack:\n  - allowed_users: [UALICE]\n", "toolbox: catalog.yml\n"])
+def test_a_section_that_is_no_mapping_is_refused_whatever_the_environment_sets(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, section: str) -> None:
+    """With OPSPILOT_SLACK__SIGNING_SECRET set (as documented), the environment's slack section replaced the file's
+    list without a word: its allowed_users gone, so anyone could use OpsPilot."""
+    monkeypatch.setenv("OPSPILOT_SLACK__SIGNING_SECRET", "s3cret")
+    monkeypatch.setenv("OPSPILOT_TOOLBOX__DATA_DIR", str(tmp_path))
+    name = section.split(":", 1)[0]
+    with pytest.raises(ConfigError, match=rf"{name}: must be a mapping of settings \(key: value\), not"):
+        load_settings(write(tmp_path, section))
+
+
 def test_model_choice_follows_the_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     assert build_model(load_settings()).scripted
     assert "scripted" in build_model(load_settings()).label
