@@ -73,6 +73,15 @@ MALFORMED: dict[str, tuple[bytes, str]] = {
     "files not objects": _events(_mention(files=[1])),
     "rich text not objects": _events(_mention(text="", blocks=[{"type": "rich_text", "elements": [1]}])),
     "attachments not objects": _events(_mention(attachments=["x"])),
+    # An edit is read as the message it now is (an alert edited to say "resolved"): checked as one.
+    "an edit's bot_profile a string": _events(_mention(subtype="message_changed", message={"ts": "1.0",
+                                                                                         "bot_profile": "x"})),
+    "an edit's attachments not objects": _events(_mention(subtype="message_changed", message={"ts": "1.0",
+                                                                                            "attachments": [1]})),
+    "an edit without ts": _events(_mention(subtype="message_changed", message={"text": "resolved"})),
+    "an edit's ts not a timestamp": _events(_mention(subtype="message_changed", message={"ts": "abc"})),
+    "a ts past any clock": _events(_mention(ts="9" * 30)),
+    "a ts in other digits": _events(_mention(ts="١٧١٢٣٤٥٦٧٨.٠٠٠٢")),
     "home tab user a number": _events({"type": "app_home_opened", "user": 5, "tab": "home"}),
     "authorizations not objects": _events(_mention(), authorizations=[1]),
     "team a number": _events(_mention(), team=1),
@@ -94,6 +103,7 @@ MALFORMED: dict[str, tuple[bytes, str]] = {
     "view without callback_id": _form(_VIEW | {"view": {"type": "modal"}}),
     "shortcut callback_id a number": _form(_SHORTCUT | {"callback_id": 3}),
     "shortcut message a list": _form(_SHORTCUT | {"message": [1]}),
+    "shortcut message ts past any clock": _form(_SHORTCUT | {"message": {"ts": "9" * 30}}),
     "message shortcut channel null": _form(_SHORTCUT | {"channel": None}),  # it was read as channel "None"
     "message shortcut channel without id": _form(_SHORTCUT | {"channel": {}}),
     "legacy buttons without actions": _form({"type": "interactive_message", "callback_id": "c"}),

@@ -12,8 +12,9 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-Ts = Annotated[str, StringConstraints(pattern=r"^\d+(\.\d+)?$")]
-"""A Slack timestamp (``1712345678.000200``): history compares them as numbers."""
+Ts = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,11}(\.[0-9]{1,9})?$")]
+"""A Slack timestamp (``1712345678.000200``): history compares them as numbers, and clocks read them (ASCII digits
+only, and a time a clock can show)."""
 
 
 class _Shape(BaseModel):
@@ -90,12 +91,19 @@ class Event(_Shape):
     tokens: dict[str, Any] | None = None
 
 
+class Edited(Message):
+    """A ``message_changed`` event's message, read as a posted one (an alert edited to say "resolved")."""
+
+    ts: Ts
+
+
 class Posted(Message):
     """``message`` and ``app_mention``: what inbound.on_message and the alerts read."""
 
     channel: str
     ts: Ts
     channel_type: str | None = None
+    message: Edited | None = None
 
 
 class HomeOpened(_Shape):
