@@ -152,6 +152,25 @@ async def test_a_person_s_schedules_are_capped_across_channels_and_dms(redis_url
         await ws.stop()
 
 
+async def test_a_person_s_schedules_made_at_once_are_capped_too(redis_url: str, prefix: str,
+                                                                 slack: FakeSlack) -> None:
+    """Eight commands at once in four channels each counted the person's schedules before any was added: all
+    eight were kept under a cap of two."""
+    import asyncio
+
+    ws = await open_at(redis_url, prefix, slack, Clock(), run_limits=limits(schedules_per_person=2))
+    try:
+        await asyncio.gather(*(ws.sender.command({
+            "command": "/opspilot", "text": f'schedule "0 9 * * *" UTC payments errors {i}', "user_id": "UREQ",
+            "channel_id": channel, "trigger_id": f"trig-at-once-{i}", "response_url": "https://x.test/r"})
+            for i, channel in enumerate([CHANNEL, "C0OTHER", "C0THIRD", "D0REQ"] * 2)))
+        await ws.settle()
+        kept = [t for t in await ws.store.timers.every() if t.kind == "schedule" and t.owner == "UREQ"]
+        assert len(kept) == 2
+    finally:
+        await ws.stop()
+
+
 async def test_a_person_s_follow_ups_are_capped_across_threads(redis_url: str, prefix: str,
                                                                slack: FakeSlack) -> None:
     def sched(minutes: int) -> Any:

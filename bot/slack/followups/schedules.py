@@ -8,6 +8,7 @@ a digest of what it says, so instances starting together agree, and an edited en
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -48,6 +49,12 @@ def config_timer(entry: ScheduleConfig, now: float) -> Timer | None:
     return Timer(id=f"{shard_of(group)}.c{digest}", kind="schedule", group=group, channel=entry.channel,
                  owner="config", question=entry.question, created_at=now, due=due, cron=entry.cron,
                  timezone=entry.timezone, quiet=entry.quiet_when_ok, source="config", name=entry.name)
+
+
+TURN_WAIT_S = 10.0
+"""How long a person's schedule command waits for another of theirs to be counted and added."""
+TURN_HOLD_S = 30
+"""A turn's hold, should its process die holding it."""
 
 
 class Schedules:
@@ -142,6 +149,29 @@ class Schedules:
                                                       minimum=duration(lang, self.limits.schedule_min_interval_s)))
             return
         cap = self.limits.schedules_per_person
+        # The count and the add below, one command of a person's at a time (commands at once in several channels
+        # all counted the same few and all added): the count spans shards, no one script can hold it.
+        turn = f"schedule-cap:{user}"
+        if cap and not await self._my_turn(turn, timer_id):
+            await self.outbox.tell(channel, user, say(lang, "sc_making"))
+            return
+        try:
+            await self._create_counted(channel, user, lang, cap, timer_id, group, question, now, due, cron, timezone,
+                                       quiet)
+        finally:
+            if cap:
+                await self.slack.meta.unclaim(turn, timer_id)
+
+    async def _my_turn(self, turn: str, timer_id: str) -> bool:
+        deadline = time.monotonic() + TURN_WAIT_S
+        while await self.slack.meta.claim(turn, timer_id, TURN_HOLD_S) != timer_id:
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
+
+    async def _create_counted(self, channel: str, user: str, lang: str, cap: int, timer_id: str, group: str,
+                              question: str, now: float, due: int, cron: str, timezone: str, quiet: bool) -> None:
         if cap and len([t for t in await self.timers.every() if t.kind == "schedule" and t.owner == user]) >= cap:
             await self.outbox.tell(channel, user, say(lang, "sc_person_full", n=cap))
             return

@@ -234,6 +234,8 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
                        "own channel.",
                        "未创建：你在各频道和私信中已有 {n} 个计划检查，已达上限。请先取消一个："
                        "在 OpsPilot 的主页（App Home）里，或在它所在的频道里用 `/opspilot schedules cancel <id>`。"),
+    "sc_making": ("Not scheduled yet: another of your schedules is being made at this moment. Send this one again in a "
+                "moment.", "暂未创建：你的另一个计划检查正在创建。请稍后再发一次。"),
     "fu_skipped_limit": (":warning: Follow-up due at {due} not run: too many runs had just started here or by its "
                          "owner (docs/security.md, limits). Ask me again: {question}",
                          ":warning: {due} 的跟进没有运行：刚才这里或其发起人启动的运行太多（见运行限制）。"
