@@ -86,3 +86,37 @@ async def test_a_rollback_followed_by_another_release_is_not_the_end_of_the_stor
     changes.write_text(HISTORY)
     alone = await _answer("was the orders deploy in staging rolled back?", changes)
     assert "is back" not in alone and "Since then" not in alone
+
+
+@pytest.mark.parametrize(("question", "at", "said"), [
+    ("what happened at 09:11?", "09:11", ""),
+    ("what happened at 09:11 UTC in prod?", "09:11", ""),
+    ("what happened at 9:11 pm?", "21:11", "9:11 pm"),
+    ("what happened at 12:30 am?", "00:30", "12:30 am"),
+    ("what happened at 17:11 UTC+8?", "09:11", "17:11 UTC+8"),
+    ("what happened at 9:11 PST?", "17:11", "9:11 PST"),
+    ("北京时间 17:11 发生了什么？", "09:11", "17:11（北京时间）"),
+    ("下午 5:11 出了什么事？", "17:11", "下午5:11"),
+])
+def test_a_time_is_read_in_the_zone_it_was_said_in(question: str, at: str, said: str) -> None:
+    """"9:11 pm" was 09:11 UTC and "北京时间 17:11" was 17:11 UTC: the wrong burst, or none, for the right one."""
+    from bot.agent.models.demo_intent import read
+
+    ask = read(question)
+    assert (ask.at, ask.said_at, ask.zone_unknown) == (at, said, "")
+
+
+async def test_a_zone_with_more_than_one_meaning_is_asked_about(tmp_path: Path) -> None:
+    changes = tmp_path / "changes.jsonl"
+    changes.write_text("")
+    answer = await _answer("what happened in staging at 17:11 CST?", changes)
+    assert "not which time zone `CST` means" in answer and "UTC*" not in answer
+
+
+async def test_the_burst_asked_about_in_beijing_time_is_found(tmp_path: Path) -> None:
+    """The bundled orders/staging burst began 09:11 UTC: 17:11 Beijing time."""
+    changes = tmp_path / "changes.jsonl"
+    changes.write_text('{"at": "2026-12-02T09:10:01Z", "service": "orders", "environment": "staging", '
+                       '"kind": "deploy", "version": "2026.12.02-1"}\n')
+    answer = await _answer("北京时间 17:11 staging 发生了什么？", changes)
+    assert "*09:11 UTC 前后*（即你问的 17:11（北京时间））" in answer and "`orders`（`staging`）09:11" in answer

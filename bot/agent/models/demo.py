@@ -226,6 +226,12 @@ def demo_reply(messages: Sequence[Message], tools: Sequence[str]) -> AssistantMe
     if text.lower() in ("", "hello", "hi", "help", "你好", "帮助"):
         return AssistantMessage(content=help_text(zh))
     ask = read(text)
+    if ask.zone_unknown:  # never read as UTC: 17:11 CST is 09:11 or 23:11 UTC
+        return AssistantMessage(content=(
+            f"我读到了时间 {ask.said_at}，但不确定 `{ask.zone_unknown}` 是哪个时区：请用 UTC 或带偏移量的时间再问一次"
+            "（例如 17:11 UTC+8）。" if zh else
+            f"I read the time {ask.said_at}, but not which time zone `{ask.zone_unknown}` means: ask again in UTC or "
+            "with an offset (for example 17:11 UTC+8)."))
     if results:
         return _after(results, messages[:last_user], ask, text, quoted, tools, zh, messages)
     service = _last_service(messages)

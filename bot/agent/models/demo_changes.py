@@ -128,6 +128,8 @@ def moment(ask: Ask, found: dict[str, Any]) -> float | None:
     hours, minutes = (int(x) for x in ask.at.split(":"))
     day = datetime.fromtimestamp(now, UTC).replace(hour=hours, minute=minutes, second=0, microsecond=0)
     at = day.timestamp() - (86400 if ask.yesterday else 0)
+    if ask.yesterday or ask.today:  # that day's time in another zone may fall on the day before or after in UTC
+        return at + ask.shift * 86400
     return at - 86400 if at > now else at
 
 
@@ -145,7 +147,8 @@ def wide_answer(results: Sequence[ToolResultMessage], ask: Ask, services: list[d
                 if isinstance(a, dict) and ":" in str(a.get("at", "")) and (today or asked is None)
                 and not ask.yesterday and abs(_minute(str(a["at"])[:5]) - _minute(ask.at)) * 60 <= NEAR_S]
         day = "" if today or asked is None else datetime.fromtimestamp(asked, UTC).strftime("%Y-%m-%d ")
-        lines.append(f"*{day}{ask.at} UTC 前后*" if zh else f"*Around {day}{ask.at} UTC*")
+        said = (f"（即你问的 {ask.said_at}）" if zh else f" ({ask.said_at} as asked)") if ask.said_at else ""
+        lines.append(f"*{day}{ask.at} UTC 前后*{said}" if zh else f"*Around {day}{ask.at} UTC*{said}")
         for sid, alert in near:
             lines.append(f"  • 告警：`{sid}`（`{alert.get('env')}`）{alert.get('at')} — `{alert.get('summary')}`"
                          " — _来源：服务目录_" if zh else
