@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.agent.events import ToolResultEvent
-from bot.agent.models.demo_changes import restarts_part, rollback_part
+from bot.agent.models.demo_history import restarts_part, rollback_part
 from bot.slack.rollbacks.offer import offer, remember
 from core.messages import ToolResultMessage
 from tests.test_changes import toolbox
@@ -153,6 +153,15 @@ def test_no_rollback_in_a_partial_list_is_not_no() -> None:
     none = "\n".join(restarts_part([result({"changes": [], "unavailable": [{"source": "ci"}]})], [], "gateway", "",
                                    True))
     assert "变更记录里最近 24 小时的重启：没有找到（没有查到：`ci`）" in none, none
+
+
+def test_one_restart_recorded_by_two_sources_is_one_restart() -> None:
+    """CI's event at 09:50:31 and Kubernetes' revision at 09:50:30 are one restart: it was "2"."""
+    restarts = [{"kind": "restart", "version": "2026.12.01-3", "at": "2026-12-02T09:50:31Z", "source": "ci"},
+                {"kind": "restart", "version": "revision 3", "at": "2026-12-02T09:50:30Z", "source": "kubernetes"},
+                {"kind": "restart", "version": "revision 2", "at": "2026-12-02T08:00:00Z", "source": "kubernetes"}]
+    said = "\n".join(restarts_part([result({"changes": restarts})], [], "gateway", "", False))
+    assert "last 24 h: 2 (3 records from different sources)" in said, said
 
 
 def read(tool: str, found: dict[str, Any]) -> ToolResultEvent:

@@ -21,12 +21,11 @@ from bot.agent.models.demo_changes import (
     answer_change,
     decline,
     listing,
-    restarts_part,
-    rollback_part,
     wide_answer,
     wide_calls,
 )
 from bot.agent.models.demo_checks import with_followups
+from bot.agent.models.demo_history import restarts_part, rollback_part
 from bot.agent.models.demo_intent import Ask, environment, read, request_words, window, window_note
 from bot.agent.models.demo_narrative import MARKER, demo_narrative
 from bot.agent.models.scripted import ScriptedModel
