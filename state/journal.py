@@ -35,9 +35,13 @@ class RedisJournal:
 
         return await retried("journaling a change", self.grace_s, attempt)
 
-    async def finish(self, run_id: str, call_id: str, status: str) -> None:
+    async def finish(self, run_id: str, call_id: str, status: str,
+                     arguments: Mapping[str, Any] | None = None) -> None:
         key = self.keys.journal(run_id)
-        mark = json.dumps({"state": "finished", "status": status, "at": time.time()})
+        # With what it ran with, still: a worker lost before the result was saved audits it as that, not as the
+        # model's call (a form's environment dropped).
+        mark = json.dumps({"state": "finished", "status": status, "at": time.time(),
+                           "arguments": dict(arguments or {})}, ensure_ascii=False, default=str)
         await retried("journaling a change", self.grace_s, lambda: self.client.hset(key, call_id, mark))
 
     async def abandon(self, run_id: str, call_id: str) -> None:
@@ -69,8 +73,11 @@ class MemoryJournal:
         self._arguments[run_id][call_id] = dict(arguments or {})
         return True
 
-    async def finish(self, run_id: str, call_id: str, status: str) -> None:
+    async def finish(self, run_id: str, call_id: str, status: str,
+                     arguments: Mapping[str, Any] | None = None) -> None:
         self._journals[run_id][call_id] = "finished"
+        if arguments is not None:
+            self._arguments[run_id][call_id] = dict(arguments)
 
     async def abandon(self, run_id: str, call_id: str) -> None:
         self._journals[run_id].pop(call_id, None)

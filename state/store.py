@@ -152,7 +152,8 @@ class Journal(Protocol):
     async def start(self, run_id: str, call_id: str, arguments: Mapping[str, Any] | None = None) -> bool:
         """Mark a mutating call started, with what it runs with; False if it had been started before."""
 
-    async def finish(self, run_id: str, call_id: str, status: str) -> None: ...
+    async def finish(self, run_id: str, call_id: str, status: str,
+                     arguments: Mapping[str, Any] | None = None) -> None: ...
 
     async def abandon(self, run_id: str, call_id: str) -> None:
         """It stopped to ask a person before changing anything: it may start again later."""

@@ -50,6 +50,11 @@ async def test_dedupe_and_journal(any_store: RedisStore | MemoryStore) -> None:
     assert await journal.start("r", "c") and not await journal.start("r", "c")
     await journal.finish("r", "c", "ok")
     assert await journal.states("r") == {"c": "finished"}
+    # A change that ran keeps what it ran with (a form's environment): a worker lost before its result was saved
+    # audits it as that, not as the model's call.
+    assert await journal.start("r", "d", {"service_id": "payments", "environment": "prod"})
+    await journal.finish("r", "d", "ok", {"service_id": "payments", "environment": "prod"})
+    assert (await journal.arguments("r"))["d"] == {"service_id": "payments", "environment": "prod"}
 
 
 def _kind(key: str) -> str:

@@ -36,7 +36,8 @@ class MutationJournal(Protocol):
     async def start(self, run_id: str, call_id: str, arguments: Mapping[str, Any] | None = None) -> bool:
         """True if this is the first start of this call (with what it runs with); False if it was started before."""
 
-    async def finish(self, run_id: str, call_id: str, status: str) -> None: ...
+    async def finish(self, run_id: str, call_id: str, status: str,
+                     arguments: Mapping[str, Any] | None = None) -> None: ...
 
     async def abandon(self, run_id: str, call_id: str) -> None:
         """The call stopped to ask a person before changing anything: it may start again later."""
@@ -224,7 +225,7 @@ async def execute_one(
         return done(error_result(call, "internal_error", message), arguments=plain_args)
     finally:
         if spec.mutating and status not in ("interrupted", "cancelled"):
-            await journal.finish(ctx.run_id, call.id, status)
+            await journal.finish(ctx.run_id, call.id, status, plain_args)
 
 
 OnObservation = Callable[[Observation], None]
