@@ -90,6 +90,10 @@ if not rec then
   rec = {version = 0, sent_version = 0, seq = redis.call('HINCRBY', KEYS[1], '~seq', 1)}
 end
 for k, v in pairs(cjson.decode(ARGV[2])) do rec[k] = v end
+if rec.direct_after and not rec.maybe_direct then  -- landed late: its writer may have given up and sent it directly
+  local now = redis.call('TIME')
+  if now[1] + now[2] / 1000000 - rec.put_at >= rec.direct_after / 2 then rec.maybe_direct = true end
+end
 rec.version = rec.version + 1
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(rec))
 if rec.seq == 1 and not cur or string.find(ARGV[8], 'h', 1, true) then redis.call('EXPIRE', KEYS[1], ARGV[5]) end
@@ -184,6 +188,8 @@ class RedisOutbox:
         keys = [self.keys.outbox(thread), self.keys.outbox_due(shard_of(thread))]
         if state is not None:
             keys.append(self.keys.outbox_state(thread))
+        if "put_at" in fields:  # it may be sent directly if this gives up: the script marks it if it lands late
+            fields = {**fields, "direct_after": self.grace_s}
         renew = "".join(mark for mark, k in zip("hds", keys, strict=False) if self.renewals.due(k))
         args: list[str | int] = [key, json.dumps(dict(fields), ensure_ascii=False), int(time.time() * 1000),
                                  repr(due), self.ttls.thread_s, thread, "LT" if urgent else "NX", renew,
@@ -288,8 +294,6 @@ class RedisOutbox:
 
 
 class MemoryOutbox:
-    grace_s = 0.0
-
     def __init__(self) -> None:
         self._threads: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
         self._due: dict[str, float] = {}

@@ -313,9 +313,6 @@ class MetaStore(Protocol):
 class Outbox(Protocol):
     """Per thread, in order: each message's desired state and what was delivered (see :mod:`state.outbox_store`)."""
 
-    grace_s: float
-    """How long a put keeps trying through an outage before it gives up (0: it never fails)."""
-
     async def put(self, thread: str, key: str, fields: Mapping[str, Any], *, due: float,
                   urgent: bool = False, state: tuple[str, str] | None = None) -> Put: ...
 

@@ -144,3 +144,19 @@ async def test_a_stream_closed_out_with_the_store_away_is_not_posted_on_its_own(
         assert slack.called("chat.postMessage") == []
     finally:
         await outbox.stop()
+
+
+async def test_a_backlog_delivered_late_without_an_outage_reads_no_history(redis_url: str, prefix: str,
+                                                                           slack: FakeSlack) -> None:
+    """Posts paced out past the outage grace (a busy channel) were each looked for in the channel's history first,
+    a rate-limited read per post, though nothing could have been sent directly."""
+    outbox = _outbox(slack, redis_url, prefix)
+    outbox.pacer = outbox.sender.pacer = Pacer(posts_per_second=2, post_burst=1)
+    outbox.start()
+    try:
+        for n in range(4):
+            await outbox.say("C1", "77.1", f"note {n}", key=f"note:{n}")
+        await until(lambda: sum("note" in all_text(m) for m in slack.thread("C1", "77.1")) == 4)
+        assert slack.called("conversations.replies") == [] and slack.called("conversations.history") == []
+    finally:
+        await outbox.stop()

@@ -134,3 +134,39 @@ async def test_a_press_the_thread_does_not_take_leaves_the_offer_as_it_was(redis
         assert any("waiting for an answer on its card" in t for t in carol)
     finally:
         await ws.stop()
+
+
+async def test_a_failure_to_mark_the_offer_taken_does_not_disown_its_question(ws: Workspace) -> None:
+    """The question was taken and its card posted; the store failed while the answer's button was being taken
+    away: the thread was told "I can't take questions right now … ask again", inviting a second rollback."""
+    from bot.slack.inbound.offers import Offers
+    from state import StoreError
+
+    class Failing(Offers):
+        async def taken(self, item: object, lang: str) -> None:
+            raise StoreError("Redis error while reading the outbox: gone")
+
+    executor = ws.service.executor
+    assert executor is not None and executor.offers is not None
+    executor.offers = Failing(meta=executor.meta, outbox=executor.outbox)
+    await ws.sender.event(mention(CHANNEL, "UREQ", "was it the deploy that broke orders in staging?", "803.1"))
+    await ws.settle()
+    [(answer, button)] = _offers(ws, "803.1")
+    await _press(ws, answer, button)
+    thread = ws.slack.thread(CHANNEL, "803.1")
+    assert any(b["action_id"] == "opspilot_confirm" for m in thread for b in buttons(m))
+    assert not any("state store is unavailable" in all_text(m) for m in thread)
+
+
+async def test_a_question_given_up_before_its_thread_took_it_frees_its_offer(ws: Workspace) -> None:
+    """Every try failed before the turn began: the offer stayed claimed for 7 days ("already asked")."""
+    from bot.slack.inbound.work_items import Converse, Offered
+
+    executor = ws.service.executor
+    assert executor is not None
+    claim, holder = "rollback-offer:C1:804.1:r1", "rollback:C1:804.1:UREQ:1.0"
+    assert await executor.meta.claim(claim, holder, 3600) == holder
+    item = Converse(channel=CHANNEL, thread_ts="804.1", user="UREQ", text="roll back", request_id=holder,
+                    offered=Offered(claim=claim, holder=holder, run="r1", release="2026.12.01-4"))
+    await executor.give_up(item, "ref1")
+    assert await executor.meta.claim(claim, "someone-else", 3600) == "someone-else"

@@ -381,3 +381,20 @@ async def test_a_schedule_where_opspilot_was_removed_runs_no_check(redis_url: st
         assert (await only_schedule(ws)).due > clock.now  # kept, for when OpsPilot is back
     finally:
         await ws.stop()
+
+
+async def test_a_schedule_the_config_removed_is_not_said_cancelled_by_whoever_asks(ws: Workspace) -> None:
+    """The config sync removed it (nobody pressed anything); `schedules cancel <id>` afterwards told the asker "it
+    was cancelled already, by you", and the channel "you cancelled the scheduled check"."""
+    schedules = ws.service.timers.schedules
+    schedules.configured = [ScheduleConfig(cron="0 8 * * 1-5", timezone="Europe/London", channel=CHANNEL.lower(),
+                                           question="gateway errors overnight")]
+    await schedules.sync()
+    kept = await only_schedule(ws)
+    schedules.configured = []
+    await schedules.sync()
+    posts = len(ws.slack.called("chat.postMessage"))
+    await command(ws, f"schedules cancel {kept.id}")
+    assert not any("cancelled already" in t for t in ws.slack.ephemeral_texts("UREQ"))
+    assert not any("cancel" in str(m.get("text")).lower() for m in ws.slack.called("chat.postMessage")[posts:])
+    assert not (await ws.store.stats(3600)).get("schedule_cancelled")

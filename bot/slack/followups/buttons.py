@@ -219,7 +219,7 @@ class SlackFollowups:
         gone = await self.meta.get(CANCELLED, timer_id)
         if gone.get("timer"):
             timer, by = Timer.model_validate_json(gone["timer"]), gone.get("by") or user
-        elif (ended := await self.timers.cancelled(timer_id)) is not None:
+        elif (ended := await self.timers.cancelled(timer_id)) is not None and ended[0]:
             (by, timer), gone = ended, {}  # its canceller died before recording it: recorded now
         else:
             return None

@@ -192,7 +192,9 @@ class Executor:
 
     async def give_up(self, item: WorkItem, ref: str) -> None:
         """Say that ``item`` could not be done (every try failed): in the thread for a question or a check, to the
-        person for a click. Keyed, so a second give-up of the same item edits the same message."""
+        person for a click. Keyed, so a second give-up of the same item edits the same message. A question its
+        thread never took leaves its offer and run windows free."""
+        await self._untaken(item, errored=True)
         try:
             lang = await self._lang(item)
         except StoreError:
@@ -226,8 +228,11 @@ class Executor:
                               unattended=item.unattended, may_set_aside=may_set_aside)
         if turn is not None:
             await turn[0].ran(turn[1], started)
-        if self.offers is not None:
-            await self.offers.taken(item, lang)
+        if self.offers is not None:  # taken: a failure to say so on the offer is no failure of the question
+            try:
+                await self.offers.taken(item, lang)
+            except StoreError as exc:
+                log.warning("the offer %s was taken, but could not say so: %s", item.request_id, exc)
 
     async def _closed(self, item: Answer, at: float) -> None:
         """The card of a decision its worker recorded and died before showing (that event is lost with it)."""

@@ -90,11 +90,11 @@ class Sender:
         await self.call("chat.postMessage", f["channel"], lambda: self.client.chat_postMessage(
             channel=f["channel"], thread_ts=f.get("thread_ts"), text=f["text"], blocks=blocks, metadata=metadata))
 
-    def _late(self, f: dict[str, Any]) -> bool:
-        """A message first sent an outage's grace or more after it was put: its put may have given up (its reply
-        lost, or Redis stalled) and sent it directly meanwhile, marked with its key (:meth:`direct`)."""
-        grace = self.store.grace_s
-        return bool(grace) and bool(f.get("put_at")) and time.time() - float(f["put_at"]) >= grace
+    @staticmethod
+    def _late(f: dict[str, Any]) -> bool:
+        """A message whose recording landed late (``maybe_direct``, marked by the put's script): its writer may have
+        given up on it and sent it directly meanwhile, marked with its key (:meth:`direct`)."""
+        return bool(f.get("maybe_direct"))
 
     async def save_delivered(self, thread: str) -> None:
         """Save what this round sent so far (see :attr:`delivered`)."""
