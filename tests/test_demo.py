@@ -100,3 +100,24 @@ async def test_report_reads_a_demo_thread_with_demo(redis_url: str, prefix: str,
     code, out, err = await run_cli([*args, "--demo"], "", env, tmp_path)
     assert code == 0, err
     assert out.startswith("# 事件总结：") and "看看支付服务最近报错" in out and "## 时间线" in out
+
+
+async def test_a_demo_started_again_investigates_the_alert_afresh(redis_url: str, prefix: str) -> None:
+    """The page's messages live in its process, the bot's records in Redis: started again within the hour, the
+    demo alert was only "Fired again … in this thread", a thread this page never had."""
+    from bot.demo.server import ALERTS
+
+    for _ in range(2):
+        demo = Demo(Settings(redis_url=redis_url, key_prefix=prefix), free_port())
+        server = await demo.start()
+        try:
+            async with aiohttp.ClientSession() as http, \
+                    http.post(f"{server.url}/demo/alert", json={"status": "firing"}) as answer:
+                assert (await answer.json())["ok"]
+            await until(lambda d=demo: any("Payment Service" in all_text(m) or "Fired again" in all_text(m)
+                                           for m in d.slack.messages.values() if m["channel"] == ALERTS), 60)
+            said = [all_text(m) for m in demo.slack.messages.values() if m["channel"] == ALERTS]
+            assert not any("Fired again" in text for text in said), said
+        finally:
+            await demo.close()
+            await server.stop()

@@ -28,6 +28,7 @@ from bot.demo.sender import SlackSender, view_submission
 from bot.demo.workspace import BOT_USER, TEAM, LocalSlack
 from bot.slack.serve import PortTaken
 from bot.slack.service import SlackService, build_service
+from state import RedisStore
 from state.client import safe_url
 
 log = logging.getLogger(__name__)
@@ -80,10 +81,24 @@ class Demo:
         """Listening on the port, the bot running; or :class:`PortTaken`, with what was opened closed again."""
         self.service = await build_service(self.settings, fallback_store=True)
         try:
+            await self._fresh(self.service)
             return await self._serve(self.service)
         except BaseException:
             await self.close()
             raise
+
+    async def _fresh(self, service: SlackService) -> None:
+        """A demo starts empty. Its page's messages live in this process only, so the records an earlier run left in
+        Redis (an alert investigated within the hour, cards waiting on Bob) would point at threads this page never
+        shows: "Fired again … in this thread" into a thread that is not there. Only the demo's own prefix is
+        cleared (``opspilot report --demo`` reads the last run's records until the next one starts)."""
+        store = service.core.store
+        if not isinstance(store, RedisStore):
+            return
+        pipe = store.client.pipeline(transaction=False)  # one key at a time: a Cluster's keys are in many slots
+        async for key in store.client.scan_iter(match=f"{self.settings.key_prefix}:*", count=1000):
+            pipe.delete(key)
+        await pipe.execute()
 
     async def _serve(self, service: SlackService) -> LocalServer:
         if service.timers is not None:  # "Re-check in 1 min": a follow-up the page shows while one watches
