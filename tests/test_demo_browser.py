@@ -357,3 +357,23 @@ async def test_the_demos_rollback_in_the_browser(demo_url: str, page: Page) -> N
     await page.get_by_test_id("dialog-confirm").click()
     await expect(thread.locator(".msg", has_text="已回滚 orders").last).to_be_visible()
     await expect(thread.locator(".msg", has_text="需要确认").last.get_by_role("button", name="确认")).to_have_count(0)
+
+
+async def test_a_message_posted_while_the_page_loads_is_shown(demo: Demo, demo_url: str, page: Page) -> None:
+    """The page read its snapshot, then opened its feed: a question asked between the two (a slow machine, a
+    reload mid-run) was never shown in that tab."""
+    from playwright.async_api import Route
+
+    async def late(route: Route) -> None:  # the feed connects late, as on a loaded machine
+        await asyncio.sleep(1.5)
+        await route.continue_()
+
+    await page.route("**/demo/feed", late)
+    snapshot = asyncio.Event()
+    page.on("response", lambda r: "/demo/state" in r.url and snapshot.set())
+    await page.goto(demo_url, wait_until="commit")
+    await asyncio.wait_for(snapshot.wait(), 30)  # asked right after the page read its snapshot
+    asked = {"user": "U0BOB", "channel": CHANNEL, "text": "@OpsPilot orders errors in staging"}
+    async with aiohttp.ClientSession() as http, http.post(f"{demo_url}/demo/say", json=asked) as answer:
+        root = (await answer.json())["ts"]
+    await page.wait_for_selector(f'#messages .msg[data-ts="{root}"]', timeout=30_000)

@@ -523,35 +523,63 @@ async function say(text, threadTs) {
   if (answer.ok && !threadTs) openThread(answer.ts);
 }
 
-async function start() {
+function apply(change) {
+  if (change.type === "message") state.messages.set(change.message.ts, change.message);
+  if (change.type === "deleted") state.messages.delete(change.ts);
+  if (change.type === "ephemeral") {  // the same one read in a snapshot and in the feed is shown once
+    const shown = JSON.stringify({ ...change.ephemeral, ephemeral: true });
+    if (!state.ephemerals.some((e) => JSON.stringify({ ...e, ephemeral: true }) === shown)) {
+      state.ephemerals.push({ ...change.ephemeral, ephemeral: true });
+    }
+  }
+  if (change.type === "modal" && change.modal.user === state.me) openModal(change.modal.view);
+  if (change.type === "canvas") {  // created or edited: its tab appears, an open canvas shows the new content
+    state.canvases.set(change.canvas.id, change.canvas);
+    renderCanvasTabs();
+    if (change.canvas.id === state.openCanvas) renderCanvas();
+    return false;
+  }
+  return true;
+}
+
+async function load() {
   const initial = await (await fetch("/demo/state")).json();
   state.users = initial.users;
   state.bot = initial.bot;
   state.channels = initial.channels;
-  state.channel = initial.channel.id;
-  for (const m of initial.messages) state.messages.set(m.ts, m);
+  state.channel = state.channel || initial.channel.id;
+  state.messages = new Map(initial.messages.map((m) => [m.ts, m]));
   for (const c of initial.canvases) state.canvases.set(c.id, c);
   state.ephemerals = initial.ephemerals;
   document.getElementById("model").innerHTML = `model: ${esc(initial.model)} ` +
     (initial.scripted ? '<span class="badge scripted" data-testid="scripted">SCRIPTED</span>' : "");
   document.getElementById("store").innerHTML = `store: ${esc(initial.store)} ` +
     (initial.store.includes("NOT durable") ? '<span class="badge volatile">NOT DURABLE</span>' : "");
-  renderUsers();
-  renderChannels();
-  render();
+}
+
+async function start() {
+  // The feed first, then the snapshot: a change made between the two is in the feed, applied after the snapshot
+  // (in the order it came); a reconnected feed reads the snapshot again (what it missed meanwhile).
+  let loaded = false;
+  const pending = [];
   const feed = new EventSource("/demo/feed");
   feed.onmessage = (event) => {
     const change = JSON.parse(event.data);
-    if (change.type === "message") state.messages.set(change.message.ts, change.message);
-    if (change.type === "deleted") state.messages.delete(change.ts);
-    if (change.type === "ephemeral") state.ephemerals.push({ ...change.ephemeral, ephemeral: true });
-    if (change.type === "modal" && change.modal.user === state.me) openModal(change.modal.view);
-    if (change.type === "canvas") {  // created or edited: its tab appears, an open canvas shows the new content
-      state.canvases.set(change.canvas.id, change.canvas);
-      renderCanvasTabs();
-      if (change.canvas.id === state.openCanvas) renderCanvas();
-      return;
-    }
+    if (!loaded) { pending.push(change); return; }
+    if (apply(change)) render();
+  };
+  await new Promise((resolve) => { feed.onopen = resolve; feed.onerror = resolve; });
+  await load();
+  loaded = true;
+  for (const change of pending.splice(0)) apply(change);
+  renderUsers();
+  renderChannels();
+  render();
+  feed.onopen = async () => {
+    loaded = false;
+    await load();
+    loaded = true;
+    for (const change of pending.splice(0)) apply(change);
     render();
   };
   document.getElementById("composer-form").addEventListener("submit", (event) => {
