@@ -178,3 +178,48 @@ async def test_calls_answered_by_a_stop_are_in_the_trace(store: RedisStore) -> N
     results = {m.call_id: m.error_code or m.status for m in await store.load_transcript("t1")
                if isinstance(m, ToolResultMessage)}
     assert traced == results and set(results) == {"a1", "c1"}, (traced, results)
+
+
+async def test_a_stop_mid_batch_counts_what_ran_and_times_what_it_cut_off(store: RedisStore) -> None:
+    """The calls that finished before a Stop are counted in the stats as any result is (`broken`'s failure too),
+    and the call the Stop cut off is traced with how long it ran, not 0 ms."""
+    from state.records import CallTrace
+
+    probe = Probe()
+    tools = toolkit(probe)
+    model = ScriptedModel([reply("", call("blocker", "b1"), call("broken", "x1"), call("lookup_a", "a1"))])
+    h = make_harness(model, store, [tools["blocker"], tools["broken"], tools["lookup_a"]])
+    asking = asyncio.create_task(h.engine.ask("t", "go"))
+    run_id = await _run_id(h)
+    for name in ("blocker", "lookup_a"):
+        await asyncio.wait_for(probe.started.setdefault(name, asyncio.Event()).wait(), 5)
+    before = await store.stats(3600)
+    await asyncio.sleep(0.2)  # the blocker has been running at least this long when the Stop cuts it off
+    await h.engine.cancel(run_id)
+    await asking
+    record = await store.load_run(run_id)
+    assert record is not None
+    rows = {row.call_id: row for row in record.trace if isinstance(row, CallTrace)}
+    assert rows["b1"].status == "cancelled" and rows["b1"].latency_ms >= 200
+    await store.flush_counts()
+    stats = await store.stats(3600)
+    assert stats.get("tool_calls") - before.get("tool_calls") == 3
+    assert stats.get("tool_failures") - before.get("tool_failures") >= 1
+
+
+async def test_a_model_call_cut_off_keeps_its_step_row(store: RedisStore) -> None:
+    """A Stop during the model call left no step row: the trace said one step fewer than the run made, and how
+    long the call took before it was cut off was nowhere."""
+    from state.records import StepTrace
+
+    model = ScriptedModel([reply("never")], latency_s=5)
+    h = make_harness(model, store, [])
+    asking = asyncio.create_task(h.engine.ask("t", "go"))
+    run_id = await _run_id(h)
+    await asyncio.sleep(0.2)
+    await h.engine.cancel(run_id)
+    await asking
+    record = await store.load_run(run_id)
+    assert record is not None
+    [row] = [row for row in record.trace if isinstance(row, StepTrace)]
+    assert row.model_stop == "cut_off" and row.model_latency_ms >= 200

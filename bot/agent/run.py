@@ -23,12 +23,12 @@ from bot.agent.limits import call_digest, should_stop, steps_of
 from bot.agent.models.base import AUTO, NONE, Completion, ModelError, ToolChoice
 from bot.agent.outcome import RunOutcome, audit_entry, pending_view, preview
 from bot.agent.prompt import STOP_INSTRUCTION
-from bot.agent.transcript import ThreadMemo, received, sendable, unanswered
+from bot.agent.thought import complete
+from bot.agent.transcript import ThreadMemo, received, unanswered
 from core.messages import (
     AssistantMessage,
     Message,
     ResultStatus,
-    SystemMessage,
     ToolCall,
     ToolResultMessage,
     UserMessage,
@@ -36,7 +36,6 @@ from core.messages import (
     one_line_summary,
     result_body,
 )
-from core.outages import outage
 from core.redact import redact
 from core.stops import STOP_WORDING, StopReason
 from state.keys import new_token
@@ -60,8 +59,9 @@ class Run:
         self._messages: list[Message] = []
         self._counters: Counter[str] = Counter()
         self._tokens, self._audit, self._outbox = list[str](), list[dict[str, str]](), list[Event]()
-        # Results announced live during a batch, kept so an interrupted batch loses none of them.
-        self._finished_calls: dict[str, Observation] = {}
+        # Results announced live during a batch, kept so an interrupted batch loses none of them; when each call of
+        # the batch began, so a call cut off (a Stop, a limit) is traced with how long it ran.
+        self._finished_calls, self._began = dict[str, Observation](), dict[str, float]()
         self._answer = ""
         self._segment_start = time.monotonic()
         # Kept as the transcript grows, so a step costs the same early and late in a long thread.
@@ -158,22 +158,8 @@ class Run:
     # --- Thought -------------------------------------------------------------------------------
 
     async def complete(self, tool_choice: ToolChoice, instruction: str | None = None) -> Completion:
-        tools = self.deps.registry.definitions()
-        budget = self.deps.context_budget_tokens
-        for attempt in range(2):
-            context = sendable(self.transcript, self.memo, turn_start=self._turn_start, budget=budget, run_id=self.id)
-            messages: list[Message] = [SystemMessage(content=self.deps.system_prompt), *context]
-            if instruction:
-                messages.append(UserMessage(content=instruction))
-            try:
-                completion = await self.deps.model.complete(messages, tools, tool_choice=tool_choice)
-                outage("the model").ok()  # if the provider was down, the log says it is back
-                return completion
-            except ModelError as exc:
-                if exc.kind != "context_window_exceeded" or attempt:
-                    raise
-                budget //= 2  # our token estimate was too generous for this model: try once with less
-        raise AssertionError("unreachable")
+        return await complete(self.deps, self.transcript, self.memo, turn_start=self._turn_start, run_id=self.id,
+                              tool_choice=tool_choice, instruction=instruction)
 
     async def think(self) -> AssistantMessage:
         """One model call. Its reply (and the calls it asks for) is durable before any call runs."""
@@ -181,10 +167,12 @@ class Run:
         started = time.monotonic()
         try:
             completion = await self.complete(AUTO)
-        except ModelError as exc:  # the step that ended the run keeps its row: how long it took, and why
-            took = round((time.monotonic() - started) * 1000, 2)
+        except (ModelError, asyncio.CancelledError, TimeoutError) as exc:  # the step that ended the run keeps its
+            took = round((time.monotonic() - started) * 1000, 2)  # row: how long it took, and why (a Stop, a limit)
+            why = f"error:{exc.kind}" if isinstance(exc, ModelError) else "cut_off"
             self.record.trace.append(StepTrace(step=self.record.step, asked_for_tools=False, model_latency_ms=took,
-                                               model_stop=f"error:{exc.kind}"))
+                                               model_stop=why))
+            self.count("steps")  # a model call made, as record.step counts it
             raise
         assistant = received(completion.message, self.transcript, self.memo)  # no secret; ids new to the thread
         self.append(assistant)
@@ -209,6 +197,7 @@ class Run:
                   stated_reason: str = "") -> Batch:
         """Run a batch: the model's new calls, or calls a person has just decided (announced when proposed)."""
         for call in calls:
+            self._began[call.id] = time.monotonic()
             if decisions is None or call.id not in decisions:
                 spec = self.deps.registry.get(call.name)
                 self.emit(ToolCallEvent, step=self.record.step, call_id=call.id, tool=call.name,
@@ -233,7 +222,6 @@ class Run:
         """Write one result per call id (or park it as a question), update the limit counters, commit.
         Returns the questions this batch raised: the loop pauses on them."""
         step = step or self.record.step
-        keep = self.deps.limits.identical_call_limit * 2
         questions: list[PendingCall] = []
         for obs in batch.observations:
             call = obs.call
@@ -251,20 +239,26 @@ class Run:
             else:
                 self.append(obs.result)
                 status, code = obs.result.status, obs.result.error_code
-                if obs.result.failed:  # a person's decline is their decision: four of them are no failure streak
-                    self.record.fail_streak += 1
-                    self.count("tool_failures")
-                elif status == "ok":
-                    self.record.fail_streak = 0
-                self.record.recent_calls = [*self.record.recent_calls, digest][-keep:]
-                self._audit_change(call, obs.arguments, obs.result, self.record.approvals.pop(call.id, None))
-                self.count("tool_calls")  # once, with its result (a call that asked a person is counted when run)
+                self._book(call, digest, obs.arguments, obs.result)
             self.record.trace.append(CallTrace(step=step, call_id=call.id, tool=call.name, args_digest=digest,
                                                status=status, error_code=code, latency_ms=round(obs.latency_ms, 2)))
         self.record.pending.extend(questions)
         self._tokens.extend(q.token for q in questions)
         await self.commit()
         return questions
+
+    def _book(self, call: ToolCall, digest: str, arguments: dict[str, Any], result: ToolResultMessage) -> None:
+        """A result counted as every result is, whoever wrote it: the failure streak (a person's decline is their
+        decision, no failure), the loop rule's recent calls, a change's audit, the stats (a call that asked a person
+        is counted when it runs)."""
+        if result.failed:
+            self.record.fail_streak += 1
+            self.count("tool_failures")
+        elif result.status == "ok":
+            self.record.fail_streak = 0
+        self.record.recent_calls = [*self.record.recent_calls, digest][-self.deps.limits.identical_call_limit * 2:]
+        self._audit_change(call, arguments, result, self.record.approvals.pop(call.id, None))
+        self.count("tool_calls")
 
     def _audit_change(self, call: ToolCall, arguments: dict[str, Any], result: ToolResultMessage,
                       approved_by: str | None) -> None:
@@ -374,6 +368,8 @@ class Run:
             finished = self._finished_calls.pop(call.id, None)
             if finished is not None and finished.result is not None:
                 self.append(finished.result)  # it completed before the batch was interrupted
+                self._book(call, call_digest(call.name, finished.arguments or call.arguments), finished.arguments,
+                           finished.result)
                 self._traced(call, finished.result.status, finished.result.error_code, finished.latency_ms)
             elif call.id in journaled:  # audited with what it started with (a form's environment), not the model's
                 self.answer(call, "error", "outcome_unknown", OUTCOME_UNKNOWN, journaled[call.id] or None)
@@ -391,9 +387,10 @@ class Run:
         """Write a synthetic result for a call that did not (or may not have) run."""
         result = error_result(call, code, message, status=status)
         self.append(result)
-        self.count("tool_calls")
-        self._audit_change(call, arguments or call.arguments, result, self.record.approvals.pop(call.id, None))
-        self._traced(call, status, code)
+        self._book(call, call_digest(call.name, arguments or call.arguments), arguments or call.arguments, result)
+        began = self._began.get(call.id)  # how long it ran before it was cut off (none: it never began here)
+        took = round((time.monotonic() - began) * 1000, 2) if began is not None else 0.0
+        self._traced(call, status, code, took)
         self.emit(ToolResultEvent, step=self.record.step, call_id=call.id, tool=call.name, status=status,
-                  error_code=code, summary=message, latency_ms=0.0,
+                  error_code=code, summary=message, latency_ms=took,
                   data={"ok": False, "errorCode": code, "message": message})
