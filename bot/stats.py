@@ -25,7 +25,7 @@ async def stats(settings: Settings, window: str) -> int:
         work, dead = await store.queue.stats(), await store.queue.dead_letters(5)
     finally:
         await store.close()
-    public = await _public_channels(settings, {channel_of(e.thread_id) for e in downs})
+    kinds = await _kinds(settings, {channel_of(e.thread_id) for e in downs})
     show(f"OpsPilot — last {window}, counted in whole hours since "  # the span the hour buckets really cover
          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(s.since))}")
     show(f"  runs                        {s.runs}")
@@ -57,26 +57,30 @@ async def stats(settings: Settings, window: str) -> int:
         show(f"    {reason:<24}  {count}")
     show("  latest 👎 (newest first)" if downs else "  latest 👎: none")
     for e in downs:
-        shown = channel_of(e.thread_id) in public  # a terminal has no reader: only what the workspace may read
+        kind = kinds.get(channel_of(e.thread_id))
+        shown = kind == "public"  # a terminal has no reader: only what the workspace may read
         note = f": {' '.join(e.note.split())[:100]}" if e.note and shown else ""
         show(f"    {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(e.at))}  "
               f"{say('en', 'reason_' + e.reason).lower()}{note} — by {e.user}, model {e.model}")
-        show(f"      asked: {' '.join(e.question.split())[:100]}" if shown else "      (private conversation)")
+        show(f"      asked: {' '.join(e.question.split())[:100]}" if shown else "      (private conversation)"
+             if kind else "      (not shown: whether anyone may read that conversation is not known"
+             + (": Slack did not say)" if settings.slack.bot_token else ": set SLACK_BOT_TOKEN)"))
         show(f"      {thread_url(e)}")
     return 0
 
 
-async def _public_channels(settings: Settings, channels: set[str]) -> set[str]:
-    """Which of ``channels`` Slack says are public (``conversations.info`` with the bot token); none without one,
-    or while Slack does not answer: a private conversation's words never reach a terminal on a guess."""
+async def _kinds(settings: Settings, channels: set[str]) -> dict[str, str]:
+    """What Slack says each of ``channels`` is (``public``, ``private``, ``dm``: ``conversations.info`` with the bot
+    token); left out when that is not known (no token, Slack not answering): a private conversation's words never
+    reach a terminal on a guess, nor is a public one called private."""
     if not settings.slack.bot_token or not channels:
-        return set()
+        return {}
     from slack_sdk.web.async_client import AsyncWebClient
 
     from bot.slack.inbound.visibility import Visibility
 
     slack = Visibility(AsyncWebClient(token=settings.slack.bot_token, base_url=settings.slack.api_url, timeout=10))
-    return {c for c in channels if await slack.public(c)}
+    return {c: found.kind for c in channels if (found := await slack.conversation(c)) is not None}
 
 
 def _work_label(body: str) -> str:

@@ -137,7 +137,8 @@ async def test_home_and_stats_list_the_latest_thumbs_down_with_links(redis_url: 
         env = {"REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix}
         code, out, err = await run_cli(["stats", "--window", "1h"], "", env, tmp_path)
         assert code == 0, err
-        assert "(private conversation)" in out and "payments errors" not in out  # no Slack: public is not known
+        assert "payments errors" not in out and "(private conversation)" not in out  # no Slack: public is not known
+        assert "(not shown: whether anyone may read that conversation is not known: set SLACK_BOT_TOKEN)" in out
         code, out, err = await run_cli(["stats", "--window", "1h"], "", {
             **env, "SLACK_BOT_TOKEN": slack.token, "SLACK_API_URL": slack.api_url}, tmp_path)  # C0OPS is public
         assert code == 0, err
