@@ -19,7 +19,7 @@ from typing import Any, TextIO
 from rich.text import Text
 
 from bot.agent.decisions import Confirm, Decision, Decline, ProvideParams
-from bot.agent.engine_errors import EngineError
+from bot.agent.engine_errors import EngineError, InvalidDecision
 from bot.agent.events import Event, PendingView, RunFinished
 from bot.agent.outcome import RunOutcome
 from bot.assembly import Assembly
@@ -28,7 +28,7 @@ from bot.slack.outbound.audit import ran_a_change
 from bot.slack.outbound.blocks import field_label, form_ask, gate
 from bot.slack.outbound.change_card import plan_rows
 from bot.slack.outbound.outputs import fallback_answer
-from bot.slack.outbound.progress_words import model_note, status_word
+from bot.slack.outbound.progress_words import form_refusal, model_note, status_word
 from bot.slack.outbound.words import Lang, headline, language_of, say
 from bot.terminal import markup, printer
 from core.stops import STOP_WORDING
@@ -231,8 +231,10 @@ async def _settle(session: _Session, outcome: RunOutcome) -> RunOutcome | None:
             return None
         try:
             outcome = await app.engine.resume_token(pending.token, decision, by=session.user)
-        except EngineError as exc:
-            console.say(f"   ! {exc}", "error")
+        except EngineError as exc:  # a form's answer refused: said in the conversation's language, as on Slack's card
+            why = say(console.lang, "form_invalid", problem=form_refusal(exc, console.lang)) \
+                if isinstance(exc, InvalidDecision) else str(exc)
+            console.say(f"   ! {why}", "error")
             refreshed = await app.engine.run_record(outcome.run_id)
             if refreshed.status != "paused":  # answered or expired meanwhile: show where it ended
                 return RunOutcome(refreshed.run_id, refreshed.thread_id, refreshed.status, refreshed.stop_reason,

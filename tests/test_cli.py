@@ -76,6 +76,17 @@ async def test_chat_answers_questions_about_restarts_without_offering_one(redis_
     assert "Around 09:11 UTC" in out and "no service named" not in out
 
 
+async def test_chat_refuses_a_form_answer_in_the_conversation_s_language(redis_url: str, prefix: str,
+                                                                          tmp_path: Path) -> None:
+    """A Chinese conversation's every line is Chinese; its form's refusals were the engine's English ("invalid
+    values: environment: nothing chosen")."""
+    env = {"REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix}
+    code, out, err = await run_cli(["chat", "--user", "alice"], "重启 payments\n\n3\n2\n", env, tmp_path)
+    assert code == 0, err
+    assert "未接受：请选择环境" in out and "须为以下之一" in out, out
+    assert "invalid values" not in out and "nothing chosen" not in out
+
+
 async def test_chat_rolls_back_only_after_a_card_showing_from_and_to(redis_url: str, prefix: str,
                                                                     tmp_path: Path) -> None:
     env = {"REDIS_URL": redis_url, "OPSPILOT_KEY_PREFIX": prefix}

@@ -37,7 +37,7 @@ from bot.slack.inbound.work_items import AUTOMATIC, Answer, Check, Converse, Run
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.counters import Metrics
 from bot.slack.outbound.outbox import SlackOutbox
-from bot.slack.outbound.progress_words import card_ending
+from bot.slack.outbound.progress_words import card_ending, form_refusal
 from bot.slack.outbound.responses import usable
 from bot.slack.outbound.thread_meta import CARD, THREAD, known_lang, thread_key
 from bot.slack.outbound.words import language_of, say
@@ -360,23 +360,10 @@ class Executor:
             card = await self.meta.get(CARD, token)
             if card.get("channel"):  # the form stays, with the error shown, in the thread's language
                 lang, pending = str(card.get("lang") or "en"), ticket.pending
-                problem = say(lang, "form_invalid", problem=_unfit(exc, lang))
+                problem = say(lang, "form_invalid", problem=form_refusal(exc, lang))
                 form = kit.params_form(token, pending.reason, pending.payload, error=problem, lang=lang,
                                        subject=kit.form_subject([pending.call.name], pending.arguments, lang))
                 await receipt.hold()  # a receipt on its way lands before the form it gives way to
                 await self.outbox.message(f"card:{token}", card["channel"], card.get("thread_ts"), problem, form)
                 return True
         return False
-
-
-def _unfit(exc: InvalidDecision, lang: str) -> str:
-    """Why a form's answer was not accepted, in ``lang`` where it is one OpsPilot words (else its English, quoted
-    in a Chinese form)."""
-    fields = say(lang, "and").join(kit.field_label(f, lang) for f in exc.fields)
-    if exc.code == "missing":
-        return say(lang, "form_missing", fields=fields)
-    if exc.code == "not_a_choice":
-        choices = ", ".join(f"`{kit.escape(c)}`" for c in exc.choices)
-        return say(lang, "form_not_a_choice", fields=fields, choices=choices)
-    return str(exc) if lang == "en" else f"`{kit.escape(str(exc))}`"
-

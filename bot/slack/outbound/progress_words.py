@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bot.agent.engine_errors import InvalidDecision
 from bot.agent.events import CallDecided
 from bot.agent.models.base import DEMO_LABEL
 from bot.slack.outbound import blocks as kit
@@ -53,3 +54,15 @@ def model_note(label: str, lang: str) -> str:
     if not label:
         return ""
     return say(lang, "demo_model_note") if label == DEMO_LABEL else say(lang, "model_note", model=f"`{label}`")
+
+
+def form_refusal(exc: InvalidDecision, lang: str) -> str:
+    """Why a form's answer was not accepted, in ``lang`` where it is one OpsPilot words (else its English, quoted
+    in a Chinese form): Slack's card and the terminal's question say it alike."""
+    fields = say(lang, "and").join(kit.field_label(f, lang) for f in exc.fields)
+    if exc.code == "missing":
+        return say(lang, "form_missing", fields=fields)
+    if exc.code == "not_a_choice":
+        choices = ", ".join(f"`{kit.escape(c)}`" for c in exc.choices)
+        return say(lang, "form_not_a_choice", fields=fields, choices=choices)
+    return str(exc) if lang == "en" else f"`{kit.escape(str(exc))}`"
