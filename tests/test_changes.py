@@ -140,6 +140,18 @@ async def test_a_deploy_its_event_says_failed_is_said_so_and_not_blamed(fakes: O
     assert (verdict.kind, verdict.hidden) == ("incomplete", "failed")
 
 
+async def test_an_event_naming_no_environment_is_not_blamed_for_one(fakes: OpsFakes) -> None:
+    """An event with no environment was listed (unmarked) for prod and for staging, and blamed: "Yes … after it"."""
+    fakes.change_events = [{"at": "2026-12-02T09:50:30Z", "service": "payments", "version": "2026.12.02-9"}]
+    source = cfg.HttpChanges(backend="http", url=f"{fakes.url}/hooks/changes", token_env="OPS_TOKEN")
+    found = data(await run(toolbox(source), "recent_changes", service_id="payments", environment="prod",
+                           minutes=60))
+    assert found["changes"][0]["scope"] == "environment not stated"
+    assert "2026.12.02-9 [environment not stated]" in found["summary"]
+    rise = {"trend": "steady high", "current": 0.2, "baseline": 0.001, "peak": 0.2, "onset_at": "2026-12-02T09:51:00Z"}
+    assert (judge(found, rise, None).kind, judge(found, rise, None).hidden) == ("incomplete", "unscoped")
+
+
 async def test_sources_merge_and_a_failed_one_is_said(fakes: OpsFakes, tmp_path: Path) -> None:
     events = tmp_path / "changes.jsonl"
     events.write_text(json.dumps({"at": "2026-12-02T09:49:00Z", "service": "payments", "environment": "prod",

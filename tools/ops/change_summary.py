@@ -38,6 +38,7 @@ def _line(change: Change, dated: bool = False) -> str:
     else:
         what = " ".join(p for p in (_LABELS.get(change.kind, change.kind), change.version) if p)
     what += f" [{change.status}]" if change.status else ""  # its own word that it did not succeed
+    what += " [environment not stated]" if change.unscoped else ""
     if detail := _detail(change):
         return f"{what} ({detail[:80]}) at {when} UTC"
     extra = change.description or (", ".join(change.images) if change.images else "")

@@ -53,6 +53,8 @@ class Change:
     """What differs from the previous revision, by name ("env LOG_LEVEL changed") — never a value."""
     dated: str | None = None
     """``approximate`` or ``unknown`` when ``at`` is not the exact time the change took effect."""
+    unscoped: bool = False
+    """Its record names no environment: listed for every environment asked about, never known to be this one's."""
     status: str | None = None
     """How the event says it ended, when it says it did not succeed (``failed``, ``cancelled``…): whether any of it
     took effect is not known."""
@@ -64,7 +66,8 @@ class Change:
                                "from_images": list(self.from_images), "images": list(self.images),
                                "changed": list(self.changed), "time": self.dated,
                                "environment": self.environment, "url": self.url, "note": self.note,
-                               "status": self.status, "source": self.source}
+                               "status": self.status, "scope": "environment not stated" if self.unscoped else None,
+                               "source": self.source}
         return {k: v for k, v in out.items() if v not in (None, [], "")}
 
 
@@ -140,7 +143,8 @@ def from_record(record: Any, service: Service, environment: str, source: str) ->
                   description=_text(_first(record, ("description", "summary", "message", "title"))),
                   author=_text(_first(record, ("author", "by", "user", "actor")), 100),
                   images=tuple(str(i)[:200] for i in images if isinstance(i, str))[:10],
-                  environment=_text(env, 50), url=_text(record.get("url"), 500), status=_unsuccessful(record))
+                  environment=_text(env, 50), url=_text(record.get("url"), 500), status=_unsuccessful(record),
+                  unscoped=env is None)
 
 
 _UNSUCCESSFUL = ("fail", "error", "cancel", "abort", "timed_out", "timeout", "rejected", "skipped")

@@ -47,7 +47,8 @@ class Verdict:
     whose time is only known to be after its stamp), ``approximate`` (one stamped after the errors began that may
     have begun before them), ``gap`` (the metric has no points just before the errors: when they began is not
     known), ``before_data`` / ``resolution`` (see :func:`_blind`: ``change`` is the change it is about), ``failed``
-    (the change before the errors is recorded as not successful: whether any of it took effect is not known)."""
+    (the change before the errors is recorded as not successful: whether any of it took effect is not known),
+    ``unscoped`` (its record names no environment: whether it reached this one is not known)."""
 
 
 def onset(rate: dict[str, Any], logs: dict[str, Any] | None) -> tuple[float, str] | None:
@@ -176,7 +177,7 @@ def judge(changes: dict[str, Any] | None, rate: dict[str, Any] | None, logs: dic
         return Verdict("incomplete", dated, began, how, unread=unread + cut, hidden="cut")
     if before and began - before[0][0] <= TIE_S:
         t, c = before[0]
-        blind = "failed" if c.get("status") else _blind(rate or {}, t, began, how)
+        blind = "failed" if c.get("status") else "unscoped" if c.get("scope") else _blind(rate or {}, t, began, how)
         if blind:  # "the errors began after it, at its baseline before it" is not what the data shows
             return Verdict("incomplete", dated, began, how, c, t, unread=unread, hidden=blind)
         return Verdict("yes", listed, began, how, c, t,

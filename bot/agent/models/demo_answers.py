@@ -175,6 +175,11 @@ def deploy_verdict(results: list[ToolResultMessage], service: str, zh: bool) -> 
                      f"{span(gap, zh)}开始。" if zh else
                      f"  • Can't tell: {name} is recorded as not successful (`{status}`), so whether any of it took "
                      f"effect is not known; the errors began {span(gap, zh)} after it.")
+    elif v.kind == "incomplete" and v.hidden == "unscoped":
+        lines.append(f"  • 无法判断：报错在 {name} 之后 {span(gap, zh)}开始，但它的记录没有写明环境，"
+                     "不知道它是否部署到了这个环境。" if zh else
+                     f"  • Can't tell: the errors began {span(gap, zh)} after {name}, but its record names no "
+                     "environment, so whether it reached this one is not known.")
     elif v.kind == "incomplete" and v.hidden == "resolution":
         lines.append(f"  • 无法判断：{name} 距报错开始只有 {span(gap, zh)}，在指标的一个数据间隔之内"
                      "（报错可能在它之前就开始了）。" if zh else
