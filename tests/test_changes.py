@@ -127,13 +127,13 @@ async def test_a_paged_answer_is_not_read_as_the_whole_history(fakes: OpsFakes, 
 
 async def test_a_deploy_its_event_says_failed_is_said_so_and_not_blamed(fakes: OpsFakes) -> None:
     fakes.change_events = [{"at": "2026-12-02T09:50:30Z", "service": "payments", "environment": "prod",
-                            "version": "2026.12.02-2", "conclusion": "failure"},
+                            "version": "2026.12.02-2", "status": "completed", "conclusion": "failure"},
                            {"at": "2026-12-02T09:40:00Z", "service": "payments", "environment": "prod",
                             "version": "2026.12.02-1", "status": "succeeded"}]
     source = cfg.HttpChanges(backend="http", url=f"{fakes.url}/hooks/changes", token_env="OPS_TOKEN")
     found = data(await run(toolbox(source), "recent_changes", service_id="payments", environment="prod",
                            minutes=60))
-    assert [c.get("status") for c in found["changes"]] == ["failure", None]
+    assert [c.get("status") for c in found["changes"]] == ["failure", None]  # GitHub's status says "completed"
     assert "2026.12.02-2 [failure]" in found["summary"]
     rise = {"trend": "steady high", "current": 0.2, "baseline": 0.001, "peak": 0.2, "onset_at": "2026-12-02T09:50:36Z"}
     verdict = judge(found, rise, None)

@@ -121,3 +121,28 @@ async def test_a_demo_started_again_investigates_the_alert_afresh(redis_url: str
         finally:
             await demo.close()
             await server.stop()
+
+
+async def test_a_second_demo_refused_its_port_leaves_the_first_one_s_records(redis_url: str, prefix: str) -> None:
+    """Started again by mistake on the port the first holds: refused, after it had cleared the first one's runs."""
+    from bot.slack.serve import PortTaken
+    from state import connect
+
+    first = Demo(Settings(redis_url=redis_url, key_prefix=prefix), free_port())
+    server = await first.start()
+    client = connect(redis_url)
+    try:
+        asked = {"user": "U0ALICE", "text": "@OpsPilot 看看支付服务最近报错"}
+        async with aiohttp.ClientSession() as http, http.post(f"{server.url}/demo/say", json=asked) as r:
+            root = (await r.json())["ts"]
+        await until(lambda: len(first.slack.thread(CHANNEL, root)) > 1, 60)
+        kept = [key async for key in client.scan_iter(match=f"{prefix}-demo:*")]
+        assert kept
+        with pytest.raises(PortTaken):
+            await Demo(Settings(redis_url=redis_url, key_prefix=prefix), first.port).start()
+        assert [key async for key in client.scan_iter(match=f"{prefix}-demo:*")], "the first demo's records are gone"
+    finally:
+        await client.aclose()
+        await first.close()
+        await server.stop()
+

@@ -191,6 +191,25 @@ async def test_app_home_shows_what_waits_for_the_approver(demo_url: str, page: P
     await expect(home).to_contain_text("restart payments in prod")  # her recent question
 
 
+async def test_app_home_opens_the_thread_it_names_in_the_page(demo_url: str, page: Page) -> None:
+    """"open the thread" went to slack.com, in a new tab: the offline demo has no such place."""
+    await page.context.route("https://**/*", lambda route: route.fulfill(status=200, body="off the demo"))
+    await page.goto(demo_url)
+    await page.get_by_test_id("composer").fill("@OpsPilot restart payments in prod")
+    await page.get_by_test_id("composer").press("Enter")
+    await expect(page.get_by_test_id("thread").locator(".msg", has_text="Confirmation needed")).to_be_visible()
+    await page.locator("#close-thread").click()
+    await page.locator('[data-user="U0BOB"]').click()
+    await page.get_by_test_id("app-home").click()
+    link = page.get_by_test_id("home").get_by_role("link", name="open the thread").first
+    await expect(link).to_be_visible()
+    pages = len(page.context.pages)
+    await link.click()
+    thread = page.get_by_test_id("thread")
+    await expect(thread.locator(".msg", has_text="Confirmation needed")).to_be_visible()
+    assert len(page.context.pages) == pages
+
+
 async def say_in_thread(page: Page, text: str) -> None:
     await page.get_by_test_id("thread-composer").fill(text)
     await page.get_by_test_id("thread-composer").press("Enter")

@@ -81,7 +81,6 @@ class Demo:
         """Listening on the port, the bot running; or :class:`PortTaken`, with what was opened closed again."""
         self.service = await build_service(self.settings, fallback_store=True)
         try:
-            await self._fresh(self.service)
             return await self._serve(self.service)
         except BaseException:
             await self.close()
@@ -123,6 +122,11 @@ class Demo:
             await server.stop()
             raise PortTaken.at(self.port, exc) from exc
         self.port = server.port
+        try:
+            await self._fresh(service)  # only once the port is ours: a second demo refused it wipes nothing
+        except BaseException:
+            await server.stop()
+            raise
         self.hook = self.slack.add_webhook(ALERTS, base_url=server.url)
         # The local Slack's routes are served here, not on its own server: uploads go to this port.
         self.slack.upload_base_url = server.url

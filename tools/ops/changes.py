@@ -153,9 +153,12 @@ _UNSUCCESSFUL = ("fail", "error", "cancel", "abort", "timed_out", "timeout", "re
 def _unsuccessful(record: dict[str, Any]) -> str | None:
     """A CI event's own word that it did not succeed (GitHub's ``conclusion: failure``, GitLab's ``status:
     canceled``, Argo's ``phase: Error``); None when it says nothing of the kind."""
-    said = _first(record, ("status", "state", "result", "conclusion", "outcome", "phase"))
-    word = str(said).strip().lower()[:40] if isinstance(said, str) else ""
-    return word if any(w in word for w in _UNSUCCESSFUL) else None
+    for name in ("conclusion", "result", "outcome", "status", "state", "phase"):  # GitHub: status "completed" too
+        said = record.get(name)
+        word = said.strip().lower()[:40] if isinstance(said, str) else ""
+        if any(w in word for w in _UNSUCCESSFUL):
+            return word
+    return None
 
 
 def _collect(records: Iterable[Any], service: Service, environment: str, source: str) -> Found:

@@ -459,6 +459,19 @@ function channelName(id) { return (state.channels.find((c) => c.id === id) || { 
 
 function home() { return !document.getElementById("home").hidden; }
 
+// A link to a message of this page (App Home's "open the thread", a 👎's "the thread", a permalink) opens it here,
+// as Slack's client would: the demo has no slack.com to go to.
+function followPermalink(event) {
+  const link = event.target.closest && event.target.closest("a[href]");
+  const found = link && /\/archives\/([A-Z0-9]+)\/p(\d+)(\d{6})(?:\?thread_ts=([\d.]+))?/.exec(link.href);
+  if (!found || !state.channels.some((c) => c.id === found[1])) return;
+  event.preventDefault();
+  const ts = `${found[2]}.${found[3]}`;
+  const message = state.messages.get(ts);
+  switchChannel(found[1]);
+  openThread(found[4] || (message && message.thread_ts) || ts);
+}
+
 function switchChannel(id) {
   state.channel = id;
   state.openThread = null;
@@ -517,8 +530,12 @@ async function post(path, body) {
   return response.json();
 }
 
+let markReady;
+const ready = new Promise((resolve) => { markReady = resolve; });  // the first snapshot read: the channel known
+
 async function say(text, threadTs) {
   if (!text.trim()) return;
+  await ready;
   const answer = await post("/demo/say", { user: state.me, channel: state.channel, text, thread_ts: threadTs });
   if (answer.ok && !threadTs) openThread(answer.ts);
 }
@@ -550,7 +567,7 @@ async function load() {
   state.channel = state.channel || initial.channel.id;
   state.messages = new Map(initial.messages.map((m) => [m.ts, m]));
   for (const c of initial.canvases) state.canvases.set(c.id, c);
-  state.ephemerals = initial.ephemerals;
+  state.ephemerals = initial.ephemerals.map((e) => ({ ...e, ephemeral: true }));
   document.getElementById("model").innerHTML = `model: ${esc(initial.model)} ` +
     (initial.scripted ? '<span class="badge scripted" data-testid="scripted">SCRIPTED</span>' : "");
   document.getElementById("store").innerHTML = `store: ${esc(initial.store)} ` +
@@ -558,6 +575,7 @@ async function load() {
 }
 
 async function start() {
+  wire();  // typing and clicking work at once, before the feed and the snapshot come
   // The feed first, then the snapshot: a change made between the two is in the feed, applied after the snapshot
   // (in the order it came); a reconnected feed reads the snapshot again (what it missed meanwhile).
   let loaded = false;
@@ -572,6 +590,7 @@ async function start() {
   await load();
   loaded = true;
   for (const change of pending.splice(0)) apply(change);
+  markReady();
   renderUsers();
   renderChannels();
   render();
@@ -582,6 +601,9 @@ async function start() {
     for (const change of pending.splice(0)) apply(change);
     render();
   };
+}
+
+function wire() {
   document.getElementById("composer-form").addEventListener("submit", (event) => {
     event.preventDefault();
     const box = document.getElementById("composer");
@@ -599,14 +621,14 @@ async function start() {
       if (event.key === "Enter" && !event.shiftKey) { event.preventDefault(); event.target.form.requestSubmit(); }
     });
   }
+  document.addEventListener("click", followPermalink);
   document.getElementById("close-thread").addEventListener("click", () => { state.openThread = null; render(); });
   document.getElementById("close-canvas").addEventListener("click", closeCanvas);
   document.getElementById("home-link").addEventListener("click", openHome);
   document.getElementById("fire-alert").addEventListener("click", () => post("/demo/alert", { status: "firing" }));
   document.getElementById("resolve-alert").addEventListener("click", () => post("/demo/alert", { status: "resolved" }));
-  document.getElementById("composer").value = "@OpsPilot ";
-  for (const e of state.ephemerals) e.ephemeral = true;
-  render();
+  const composer = document.getElementById("composer");
+  if (!composer.value) composer.value = "@OpsPilot ";  // not over what someone typed while the page loaded
 }
 
 start();
