@@ -97,6 +97,11 @@ async def test_a_rollback_followed_by_another_release_is_not_the_end_of_the_stor
     ("what happened at 9:11 PST?", "17:11", "9:11 PST"),
     ("北京时间 17:11 发生了什么？", "09:11", "17:11（北京时间）"),
     ("下午 5:11 出了什么事？", "17:11", "下午5:11"),
+    ("what happened at 17:11 MSK?", "14:11", "17:11 MSK"),
+    ("what happened at 17:11 (UTC+8)?", "09:11", "17:11 UTC+8"),
+    ("what happened at UTC+8 17:11?", "09:11", "UTC+8 17:11"),
+    ("what happened at 2026-12-02T17:11+08:00?", "09:11", "T17:11+08:00"),
+    ("at 10:30 IT says the deploy broke it", "10:30", ""),  # a capital word after a time is no zone
 ])
 def test_a_time_is_read_in_the_zone_it_was_said_in(question: str, at: str, said: str) -> None:
     """"9:11 pm" was 09:11 UTC and "北京时间 17:11" was 17:11 UTC: the wrong burst, or none, for the right one."""
@@ -104,6 +109,21 @@ def test_a_time_is_read_in_the_zone_it_was_said_in(question: str, at: str, said:
 
     ask = read(question)
     assert (ask.at, ask.said_at, ask.zone_unknown) == (at, said, "")
+
+
+@pytest.mark.parametrize(("question", "now", "meant"), [
+    ("what happened today at 01:00 UTC+8?", "2026-12-07T20:00:00Z", "2026-12-07T17:00:00Z"),  # 12-08 in UTC+8
+    ("what happened today at 9:11 am PST?", "2026-12-08T03:00:00Z", "2026-12-07T17:11:00Z"),  # 12-07 in PST
+    ("what happened yesterday at 01:00 UTC+8?", "2026-12-07T20:00:00Z", "2026-12-06T17:00:00Z"),
+    ("what happened at 09:11?", "2026-12-02T10:00:00Z", "2026-12-02T09:11:00Z"),
+    ("what happened at 14:02?", "2026-12-02T10:00:00Z", "2026-12-01T14:02:00Z"),  # the last 14:02 before now
+])
+def test_today_and_yesterday_are_the_asker_s_in_the_zone_said(question: str, now: str, meant: str) -> None:
+    from bot.agent.models.demo_changes import moment
+    from bot.agent.models.demo_intent import read
+    from tools.ops.changes import timestamp
+
+    assert moment(read(question), {"window": {"to": now}}) == timestamp(meant)
 
 
 async def test_a_zone_with_more_than_one_meaning_is_asked_about(tmp_path: Path) -> None:

@@ -120,15 +120,18 @@ def unseen(found: dict[str, Any], zh: bool) -> str:
 
 
 def moment(ask: Ask, found: dict[str, Any]) -> float | None:
-    """The time asked about, on the day it last was before the data's now (14:02 asked at 10:00 is yesterday's)."""
+    """The time asked about, on the day it last was before the data's now (14:02 asked at 10:00 is yesterday's);
+    "today" and "yesterday" are the asker's, in the zone the time was said in."""
     now = stamp((found.get("window") or {}).get("to"))
     if ask.at is None or now is None:
         return None
     hours, minutes = (int(x) for x in ask.at.split(":"))
-    day = datetime.fromtimestamp(now, UTC).replace(hour=hours, minute=minutes, second=0, microsecond=0)
-    at = day.timestamp() - (86400 if ask.yesterday else 0)
-    if ask.yesterday or ask.today:  # that day's time in another zone may fall on the day before or after in UTC
-        return at + ask.shift * 86400
+    offset = ask.offset_min * 60
+    local_day = datetime.fromtimestamp(now + offset, UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    local_time = ((hours * 60 + minutes) * 60 + offset) % 86400
+    at = local_day.timestamp() + local_time - offset - (86400 if ask.yesterday else 0)
+    if ask.today or ask.yesterday:
+        return at
     return at - 86400 if at > now else at
 
 

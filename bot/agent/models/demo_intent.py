@@ -35,12 +35,18 @@ _CHANGES_Q = re.compile(r"deploy(?:s|ed|ment)?|releases?d?|roll ?outs?|chang(?:e
                         r"发布|发版|上线|部署|变更|改动|改了什么|更新", re.I)
 _CAUSE_Q = re.compile(r"caus|because|\bbreak|broke|why|after|since|导致|引起|造成|因为|为什么|之后|以后|后", re.I)
 _TIME = re.compile(r"(?<![\d:])([01]?\d|2[0-3])[:：]([0-5]\d)(?![\d:])"
-                   r"(?:\s*([aApP])\.?[mM]\.?(?![a-zA-Z]))?"  # 9:11 pm
-                   r"(?:\s*(?:(UTC|GMT|utc|gmt|Z)(?![a-zA-Z])\s*(?:([+-])(\d{1,2})(?::?([0-5]\d))?)?"
-                   r"|([A-Z]{1,3}T)\b))?")  # a zone's abbreviation, as written: PST, CEST
+                   r"(?:\s*([aApP])\.?[mM]\.?(?![a-zA-Z]))?")  # 9:11 pm
+# A zone right after the time ("17:11 UTC+8", "(UTC+8)", "PST") or right before it ("UTC+8 17:11").
+_OFFSET = r"(?:UTC|GMT|utc|gmt)\s*([+-])\s*(\d{1,2})(?::?([0-5]\d))?"
+_AFTER = re.compile(r"\A\s*\(?\s*(?:" + _OFFSET + r"|(UTC|GMT|utc|gmt|Z)(?![a-zA-Z])|([A-Za-z]{2,5})\b)")
+_BEFORE = re.compile(_OFFSET + r"\s*\)?\s*\Z")
+_ISO = re.compile(r"T([01]\d|2[0-3]):([0-5]\d)(?::\d\d(?:\.\d+)?)?(Z|[+-]\d\d:?\d\d)(?![\d:])")
 _ZONES = {"pst": -8.0, "pdt": -7.0, "mst": -7.0, "mdt": -6.0, "est": -5.0, "edt": -4.0, "cet": 1.0, "cest": 2.0,
-          "eet": 2.0, "eest": 3.0, "jst": 9.0, "kst": 9.0, "sgt": 8.0, "hkt": 8.0, "msk": 3.0, "wib": 7.0}
-"""Zone abbreviations with one meaning; others (CST: China's or the US's? IST, BST) are asked about."""
+          "eet": 2.0, "eest": 3.0, "jst": 9.0, "kst": 9.0, "sgt": 8.0, "hkt": 8.0, "msk": 3.0, "wib": 7.0,
+          "aest": 10.0, "aedt": 11.0, "nzst": 12.0, "nzdt": 13.0}
+"""Zone abbreviations with one meaning."""
+_AMBIGUOUS = frozenset({"cst", "cdt", "ist", "bst", "ast", "adt", "gst", "sst", "pt", "et", "ct", "mt", "hst"})
+"""Zone abbreviations with more than one meaning (CST: China's or the US's?): asked about, never assumed UTC."""
 _ZH_EIGHT = re.compile(r"北京时间|中国时间|东八区")
 _ZH_PM = re.compile(r"(?:下午|晚上|傍晚)\s*$")
 
@@ -75,8 +81,8 @@ class Ask:
     minutes: int | None = None
     said_at: str = ""
     """The time as it was said, when that was not UTC ("17:11 UTC+8", "9:11 pm"): ``at`` is it in UTC."""
-    shift: int = 0
-    """Days the conversion to UTC moved it (-1: the day before, in UTC)."""
+    offset_min: int = 0
+    """The zone it was said in, in minutes east of UTC: "today at 01:00 UTC+8" is the asker's today."""
     zone_unknown: str = ""
     """A zone word the time came with that has no one meaning here ("CST"): asked about, never assumed UTC."""
     today: bool = False
@@ -170,7 +176,7 @@ def read(text: str) -> Ask:
             topics.add("restarts")
         if _CHANGES_Q.search(text):
             topics.add("changes")
-    at, said, shift, unknown = _clock(text)
+    at, said, offset_min, unknown = _clock(text)
     if at:
         topics.add("time")
     release = _RELEASE.search(text) if change == "rollback" else None
@@ -180,37 +186,52 @@ def read(text: str) -> Ask:
                release=release.group(1) if release else None,
                revision=int(revision.group(1) or revision.group(2)) if revision else None,
                replicas=int(replicas.group(1) or replicas.group(2)) if replicas else None,
-               at=at, said_at=said, shift=shift, zone_unknown=unknown, minutes=_minutes(text),
+               at=at, said_at=said, offset_min=offset_min, zone_unknown=unknown, minutes=_minutes(text),
                today=bool(_TODAY.search(text)), yesterday=bool(_YESTERDAY.search(text)),
                cause=bool(_CAUSE_Q.search(text)))
 
 
 def _clock(text: str) -> tuple[str | None, str, int, str]:
-    """The time a question names, in UTC (HH:MM); as said when it was not UTC; the days that moved it; a zone word
-    it came with that cannot be read one way."""
+    """The time a question names, in UTC (HH:MM); as said when it was not UTC; its zone's offset in minutes; a zone
+    word it came with that cannot be read one way."""
+    if iso := _ISO.search(text):  # 2026-12-02T17:11+08:00
+        zone = iso.group(3)
+        offset = 0 if zone == "Z" else (1 if zone[0] == "+" else -1) * (int(zone[1:3]) * 60 + int(zone[-2:]))
+        return _utc(int(iso.group(1)) * 60 + int(iso.group(2)), offset), (iso.group(0) if offset else ""), offset, ""
     found = _TIME.search(text)
     if found is None:
         return None, "", 0, ""
-    hours, minutes = int(found.group(1)), int(found.group(2))
-    half, utc, sign, off_h, off_m, word = found.group(3), found.group(4), found.group(5), found.group(6), \
-        found.group(7), (found.group(8) or "").lower()
+    hours, minutes, half = int(found.group(1)), int(found.group(2)), found.group(3)
     said = found.group(0).strip()
     if half and 1 <= hours <= 12:
         hours = hours % 12 + (12 if half.lower() == "p" else 0)
     elif _ZH_PM.search(text[:found.start()]) and hours < 12:  # 下午 5:11
         hours += 12
         said = f"{text[:found.start()].strip()[-2:]}{said}"
-    offset = 0.0
-    if utc and sign:
-        offset = (1 if sign == "+" else -1) * (int(off_h) + int(off_m or 0) / 60)
-    elif word:
-        if word not in _ZONES:
-            return None, said, 0, word.upper()
-        offset = _ZONES[word]
-    elif not utc and _ZH_EIGHT.search(text):
-        offset, said = 8.0, f"{said}（北京时间）"
+    offset = 0
+    after, before = _AFTER.match(text[found.end():]), _BEFORE.search(text[:found.start()])
+    if after and after.group(1):
+        offset = _minutes_east(after.group(1), after.group(2), after.group(3))
+        said = f"{said} {after.group(0).strip().lstrip('(').strip()}"
+    elif before:
+        offset = _minutes_east(before.group(1), before.group(2), before.group(3))
+        said = f"{before.group(0).strip().rstrip(')').strip()} {said}"
+    elif after and after.group(5) and after.group(5).lower() in _ZONES:
+        offset = round(_ZONES[after.group(5).lower()] * 60)
+        said = f"{said} {after.group(5)}"
+    elif after and after.group(5) and after.group(5).lower() in _AMBIGUOUS:
+        return None, f"{said} {after.group(5)}", 0, after.group(5).upper()
+    elif not (after and after.group(4)) and _ZH_EIGHT.search(text):
+        offset, said = 8 * 60, f"{said}（北京时间）"
     if not offset and not (half or hours != int(found.group(1))):
         return f"{hours:02d}:{minutes:02d}", "", 0, ""
-    total = hours * 60 + minutes - round(offset * 60)
-    shift, total = divmod(total, 24 * 60)
-    return f"{total // 60:02d}:{total % 60:02d}", said, shift, ""
+    return _utc(hours * 60 + minutes, offset), said, offset, ""
+
+
+def _minutes_east(sign: str, hours: str, minutes: str | None) -> int:
+    return (1 if sign == "+" else -1) * (int(hours) * 60 + int(minutes or 0))
+
+
+def _utc(local_minute: int, offset: int) -> str:
+    total = (local_minute - offset) % (24 * 60)
+    return f"{total // 60:02d}:{total % 60:02d}"
