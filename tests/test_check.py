@@ -64,6 +64,23 @@ async def test_failures_say_the_fix_and_exit_1(env: FakeSlack, own_redis: OwnRed
     assert "not ready: 2 required check(s) failed" in out
 
 
+async def test_snapshots_only_are_a_warning_that_says_what_a_crash_loses(
+        env: FakeSlack, own_redis: OwnRedis, capsys: pytest.CaptureFixture[str]) -> None:
+    """AOF off, RDB's save rules on: it was "✓ Redis persistence: RDB snapshots", though a crash goes back up to an
+    hour and a confirmed change could then be said never to have run."""
+    from bot.check import manifest_scopes
+
+    env.scopes = sorted(manifest_scopes())
+    server = redis.Redis.from_url(own_redis.url)
+    server.config_set("appendonly", "no")
+    server.config_set("save", "3600 1 300 100")
+    assert await _check(None) == 0  # a warning: the installation runs
+    out = capsys.readouterr().out
+    assert "! Redis persistence: RDB snapshots only (save 3600 1 300 100): a Redis crash loses what was written " \
+           "since the last snapshot, decisions and changes run included — fix: appendonly yes, appendfsync " \
+           "everysec" in out, out
+
+
 async def test_slack_refusing_the_token_and_redis_away(env: FakeSlack, monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-not-the-right-one")

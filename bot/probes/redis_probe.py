@@ -144,9 +144,15 @@ def _per_node(nodes: dict[str, dict[str, Any]]) -> list[Check]:
             and not i["save"]]
     unknown = [n for n, i in nodes.items() if str(i.get("aof_enabled", "0")) != "1" and i["save"] is None]
     save = next((i["save"] for i in nodes.values() if i["save"]), "")
-    if not lost and not unknown:
-        aof = all(str(i.get("aof_enabled", "0")) == "1" for i in nodes.values())
-        checks.append(Check("Redis persistence", True, "AOF on" if aof else f"RDB snapshots (save {save})"))
+    snapshots = [n for n, i in nodes.items() if str(i.get("aof_enabled", "0")) != "1"]
+    if not lost and not unknown and not snapshots:
+        checks.append(Check("Redis persistence", True, "AOF on"))
+    elif not lost and not unknown:
+        # A crash goes back to the last snapshot: a confirmation, a change's journal mark, a run that ran since are
+        # gone, and the card comes back as waiting (then "expired: nothing was run", which is not known).
+        checks.append(Check("Redis persistence", False, f"RDB snapshots only (save {save}){where(snapshots[0])}: a "
+                            "Redis crash loses what was written since the last snapshot, decisions and changes run "
+                            "included", "appendonly yes, appendfsync everysec (in redis.conf)", required=False))
     elif not lost:
         checks.append(Check("Redis persistence", False, "AOF off and the save rules cannot be read (CONFIG is "
                             "disabled)", "make sure the provider keeps snapshots or AOF", required=False))
