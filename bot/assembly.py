@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bot.agent.deps import RunDeps
 from bot.agent.engine import Engine, EngineOptions
@@ -183,16 +183,24 @@ def build_registry(settings: Settings, toolbox: ops.Toolbox, extra: Sequence[Too
 
 
 async def _warn_if_evicting(store: RedisStore) -> None:
-    """Loudly, at every start: an evicting Redis silently drops paused runs and transcripts."""
-    try:
-        raw = await store.client.info("memory")
-    except Exception:  # CONFIG/INFO forbidden by a provider: `opspilot check` says what it can
-        return
-    info = next(iter(raw.values())) if isinstance(raw, dict) and "maxmemory_policy" not in raw and raw else raw
-    policy = str((info or {}).get("maxmemory_policy", "noeviction")) if isinstance(info, dict) else "noeviction"
-    if policy != "noeviction":
-        log.warning("!!! Redis maxmemory-policy is %s: under memory pressure it EVICTS keys, and paused runs, "
-                    "transcripts and the outbox go with them. Set maxmemory-policy noeviction.", policy)
+    """Loudly, at every start: an evicting Redis silently drops paused runs and transcripts (on a Cluster, any
+    primary or replica of one: each holds its slots' keys)."""
+    from redis.asyncio.cluster import RedisCluster
+
+    client = store.client
+    targets: list[dict[str, Any]] = [{"target_nodes": n} for n in client.get_nodes()] \
+        if isinstance(client, RedisCluster) else [{}]
+    for target in targets:
+        try:
+            info = await client.info("memory", **target)
+        except Exception:  # CONFIG/INFO forbidden by a provider: `opspilot check` says what it can
+            return
+        policy = str(info.get("maxmemory_policy", "noeviction")) if isinstance(info, dict) else "noeviction"
+        if policy != "noeviction":
+            node = target["target_nodes"].name if target else "Redis"
+            log.warning("!!! Redis maxmemory-policy is %s (%s): under memory pressure it EVICTS keys, and paused runs, "
+                        "transcripts and the outbox go with them. Set maxmemory-policy noeviction.", policy, node)
+            return
 
 
 async def open_store(settings: Settings, *, fallback: bool, wait_s: float = 0.0,

@@ -118,6 +118,25 @@ async def test_every_start_warns_loudly_about_an_evicting_redis(own_redis: OwnRe
                for r in caplog.records)
 
 
+async def test_every_start_warns_about_an_evicting_node_of_a_cluster(cluster_url: str, prefix: str,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """Only the default node was asked: two primaries evicting, three starts, no word."""
+    from bot.assembly import open_store
+    from bot.config import Settings
+
+    nodes = [redis.Redis(host=host, port=int(port)) for host, port in
+             (n.rsplit(":", 1) for n in cluster_url.removeprefix("redis+cluster://").split(","))]
+    evicting = nodes[-1]
+    evicting.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        store = await open_store(Settings(redis_url=cluster_url, key_prefix=prefix), fallback=False)
+        await store.close()
+    finally:
+        evicting.config_set("maxmemory-policy", "noeviction")
+    assert any("maxmemory-policy is allkeys-lru" in r.getMessage() and r.levelname == "WARNING"
+               for r in caplog.records)
+
+
 async def test_scopes_granted_beyond_the_manifest_are_said_not_failed(env: FakeSlack,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """An app installed from an older manifest keeps scopes nothing uses any more: said, with the fix."""
