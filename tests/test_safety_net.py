@@ -197,6 +197,37 @@ async def test_an_outsider_cannot_confirm_stop_or_resume(redis_url: str, prefix:
         await ws.stop()
 
 
+async def test_a_stop_on_a_paused_run_is_refused_to_who_may_not_decline_its_card(redis_url: str, prefix: str,
+                                                                                 slack: FakeSlack) -> None:
+    """A bystander's Decline of a prod card is refused; their Stop on the paused run's progress turned the same card
+    down ("Cancelled: the run was stopped by @UBYSTANDER"). Whoever asked still may."""
+    probe = Probe()
+    tools = toolkit(probe)
+    model = ScriptedModel([reply("Changing.", call("change", "c1", target="payments", environment="prod")),
+                           reply("stopped")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, specs=[tools["change"]], progress="update",
+                              approvers={"change": {"prod": {"users": ["UBOSS"]}}})
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "change payments in prod", "1450.1"))
+        await ws.settle()
+        progress = progress_of(slack, "1450.1")
+        stop = next(b for b in buttons(progress) if b["action_id"] == "opspilot_stop")
+        for user in ("UBYSTANDER", "UREQ"):
+            await ws.sender.action(block_action(user=user, channel=CHANNEL, message=progress,
+                                                action_id="opspilot_stop", value=stop["value"]))
+            await ws.settle()
+            record = await ws.store.load_run(await ws.store.thread_run("slack:C0OPS:1450.1") or "")
+            assert record is not None
+            if user == "UBYSTANDER":
+                assert record.status == "paused" and len(record.pending) == 1
+                assert any("approver" in t for t in slack.ephemeral_texts("UBYSTANDER"))
+            else:
+                assert record.status == "finished" and record.stop_reason == "cancelled"
+        assert probe.count("change") == 0
+    finally:
+        await ws.stop()
+
+
 async def test_every_key_has_a_ttl_after_a_slack_flow_and_a_cancel_through_redis(
         redis_url: str, prefix: str, slack: FakeSlack, store: RedisStore) -> None:
     ws = await open_workspace(redis_url, prefix, slack)

@@ -251,10 +251,18 @@ class Executor:
     async def _button(self, item: RunButton) -> None:
         """Stop or Resume pressed by a person. A run that has ended, is waiting on its card, or is moving again
         (a second Resume, a colleague's, a double click) is said as such: never silence, never "send it again"."""
-        status = (await self.engine.run_record(item.run_id)).status
+        record = await self.engine.run_record(item.run_id)
+        status = record.status
         if status == "finished" or (item.kind == "resume" and status == "paused"):
             key = "already_finished" if item.kind == "stop" else f"resume_{status}"
             return await self.outbox.tell(item.channel, item.user, say(await self._lang(item), key), item.thread_ts)
+        if item.kind == "stop" and status == "paused" and self.access is not None:
+            # A Stop turns its cards down: only who may decline each of them (else Stop got round Decline's rule)
+            for pending in record.pending:
+                verdict = await self.access.may_decline(item.user, await self.engine.ticket(pending.token))
+                if not verdict.allowed:
+                    words = verdict.words(await self._lang(item))
+                    return await self.outbox.tell(item.channel, item.user, words, item.thread_ts)
         if item.kind == "stop":
             await self.engine.cancel(item.run_id, by=item.user)
             return
