@@ -198,3 +198,29 @@ async def test_a_second_resume_is_told_the_run_moved_on_never_to_send_it_again(r
     finally:
         probe.release.set()
         await ws.stop()
+
+
+async def test_a_declined_change_shown_from_its_record_is_one_declined_line(
+        redis_url: str, prefix: str, slack: FakeSlack, store: RedisStore) -> None:
+    """Shown late, from its record: a declined call was two lines ("interrupted", then ":x: failed"), and a change of
+    unknown outcome ":x: failed" — what the live progress says neither of."""
+    from bot.agent.decisions import Decline
+
+    thread_id = thread_key(CHANNEL, "62.1")
+    await store.meta.put(THREAD, thread_id, {"channel": CHANNEL, "thread_ts": "62.1", "lang": "en"})
+    tools = toolkit(Probe())
+    model = ScriptedModel([reply("Changing.", call("change", "c1", target="payments", environment="prod")),
+                           reply("Left it alone.")])
+    engine = make_harness(model, store, [tools["change"]]).engine
+    paused = await engine.ask(thread_id, "change payments in prod", user_id="UREQ", request_id="62.1")
+    await engine.resume_token(paused.pending[0].token, Decline("no"), by="UREQ")
+    ws = await open_workspace(redis_url, prefix, slack, model=ScriptedModel([]), role="worker")
+    try:
+        assert ws.service.catchup is not None
+        await ws.service.catchup.show_unshown(now=float("inf"))
+        await ws.settle()
+        progress = next(t for t in await _bot_texts(slack, "62.1") if "change:" in t)
+        lines = [line for line in progress.splitlines() if line.startswith("change:")]
+        assert len(lines) == 1 and "declined" in lines[0] and "failed" not in lines[0], progress
+    finally:
+        await ws.stop()

@@ -22,7 +22,7 @@ from bot.slack.inbound.work_items import AUTOMATIC, RunButton
 from bot.slack.outbound.thread_meta import THREAD
 from bot.slack.outbound.words import language_of
 from bot.slack.render import Renderer
-from core.messages import AssistantMessage
+from core.messages import DECLINED, AssistantMessage
 from state.records import CallTrace, RunRecord
 from state.store import MetaStore
 
@@ -91,7 +91,11 @@ class CatchUp:
 async def replay(renderer: Renderer, record: RunRecord, answer: str) -> bool:
     """Show a run's pause or end from its record, as its own events would have (see :class:`CatchUp`); every
     message keeps its outbox key, so what did get out is edited to the same state, never posted twice."""
-    calls = [(e.call_id, e.tool, e.status) for e in record.trace if isinstance(e, CallTrace)]
+    # Each call as it ended (its last row: a call that asked a person has its "interrupted" row first), worded as the
+    # live result would be: a person's no is "declined", a change that may have run is "unknown", never "failed".
+    last = {e.call_id: e for e in record.trace if isinstance(e, CallTrace)}
+    calls = [(e.call_id, e.tool, {DECLINED: "declined", "outcome_unknown": "unknown"}.get(e.error_code or "", e.status))
+             for e in last.values()]
     if not await renderer.progress_of(record.run_id, record.thread_id, language_of(record.text, renderer.language),
                                       record.user_id, calls):
         return False
