@@ -36,6 +36,8 @@ class Asked:
     ts: str | None
     automatic: bool = False
     """The question OpsPilot asks itself for an alert (not anyone's words)."""
+    shortcut: bool = False
+    """The question OpsPilot composed for the Investigate shortcut on a message (automatic too)."""
 
 
 @dataclass(frozen=True)
@@ -137,7 +139,7 @@ async def gather(store: RedisStore | MemoryStore, meta: MetaStore, reports: Repo
     entries = [e for run in runs for e in await reports.read_audit(AUDIT_DEPTH, run_id=run.run_id)]
     changes = sorted((_change(e, results.get(e.get("call_id", ""))) for e in entries), key=lambda c: c.at)
     alerts = await alert_events(meta, channel, thread_ts)
-    asked = asked_in(transcript)
+    asked = asked_in(transcript, {r.request_id: r.created_at for r in runs if r.request_id})
     group = (await meta.get(ALERT, f"{channel}:{thread_ts}")).get("group")
     known = await meta.get(ALERT, group) if group else {}
     title = known.get("label") or known.get("title", "")
@@ -173,17 +175,23 @@ def _data(content: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def asked_in(transcript: list[Message]) -> list[Asked]:
-    """What people (and OpsPilot, for an alert) asked in a thread, oldest first."""
+def asked_in(transcript: list[Message], started: dict[str, float] | None = None) -> list[Asked]:
+    """What people (and OpsPilot, for an alert or a shortcut) asked in a thread, oldest first. A person's question is
+    dated by its message; one OpsPilot composed (its request id names the alert or message it is about) by when its
+    run began, from ``started`` (request id → the run's start): the press, not the alert's own time."""
     asked = []
     for m in transcript:
         if not isinstance(m, UserMessage):
             continue
-        parts = (m.request_id or "").split(":")
+        request = m.request_id or ""
+        parts = request.split(":")
         ts = parts[1] if len(parts) > 1 else None
+        shortcut = ":shortcut:" in request
+        automatic = request.endswith(":alert") or shortcut
+        at = (started or {}).get(request) if automatic else _float(ts) or None
         question = own_words(split(m.content)[1].strip())  # the question, not the thread quoted before it
-        asked.append(Asked(_float(ts) or None, m.user_id or "", redact(" ".join(question.split()))[:300], ts,
-                           automatic=(m.request_id or "").endswith(":alert")))
+        asked.append(Asked(at, m.user_id or "", redact(" ".join(question.split()))[:300], ts, automatic=automatic,
+                           shortcut=shortcut))
     return asked
 
 

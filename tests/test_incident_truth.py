@@ -1,0 +1,54 @@
+"""What a summary says of who asked and when, from the records: a question OpsPilot composed (the Investigate
+shortcut's, an alert's) is never shown as the presser's words, and an investigation begins when its run began —
+the press — not at the time of the message or alert it is about."""
+
+from __future__ import annotations
+
+import copy
+
+from bot.demo.sender import block_action, mention
+from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.demo.workspace import buttons
+from bot.slack.incidents.incident import gather
+from bot.slack.outbound.thread_meta import thread_key
+from tests.slack_harness import CHANNEL, open_workspace
+from tests.test_alerts import ALERTS, fire, notification, source
+
+
+async def test_the_shortcut_s_question_is_not_shown_as_the_presser_s_words(redis_url: str, prefix: str,
+                                                                          slack: FakeSlack) -> None:
+    ws = await open_workspace(redis_url, prefix, slack)
+    try:
+        posted = slack.post_as_user(CHANNEL, "UALICE", "payments is throwing 500s since 10:02")
+        await ws.sender.action({"type": "message_action", "callback_id": "opspilot_investigate_message",
+                                "trigger_id": "sc-1", "team": {"id": "T0001"}, "user": {"id": "UREQ"},
+                                "channel": {"id": CHANNEL}, "message": {k: posted[k] for k in ("ts", "text", "user")},
+                                "response_url": slack.response_url(CHANNEL)})
+        await ws.settle()
+        await ws.sender.event(mention(CHANNEL, "UOTHER", "summarize", "9999.5", thread_ts=posted["ts"]))
+        await ws.settle()
+        canvas = next(iter(slack.canvases.values()))
+        assert "quoted above" not in canvas["markdown"] and "<@UREQ>" not in canvas["markdown"]
+        assert "quoted above" not in str(canvas.get("title"))
+        assert "Investigation of a message started by" in canvas["markdown"]
+    finally:
+        await ws.stop()
+
+
+async def test_an_investigation_begins_when_it_was_pressed_not_when_its_alert_fired(redis_url: str, prefix: str,
+                                                                                   slack: FakeSlack) -> None:
+    ws = await open_workspace(redis_url, prefix, slack, alert_sources=[source(mode="button")])
+    slack.deliver = ws.sender.event
+    try:
+        ts = await fire(slack, slack.add_webhook(ALERTS), notification("firing"))
+        await ws.settle()
+        [offer] = [m for m in slack.thread(ALERTS, ts) if buttons(m)]
+        await ws.sender.action(block_action(user="UONCALL", channel=ALERTS, message=copy.deepcopy(offer),
+                                            action_id="opspilot_investigate", value=ts))
+        await ws.settle()
+        run = await ws.store.load_run(await ws.store.thread_run(thread_key(ALERTS, ts)) or "")
+        assert run is not None
+        [asked] = (await gather(ws.store, ws.store.meta, ws.store, ALERTS, ts)).asked
+        assert asked.automatic and asked.at == run.created_at != float(ts)
+    finally:
+        await ws.stop()
