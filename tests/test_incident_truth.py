@@ -52,3 +52,21 @@ async def test_an_investigation_begins_when_it_was_pressed_not_when_its_alert_fi
         assert asked.automatic and asked.at == run.created_at != float(ts)
     finally:
         await ws.stop()
+
+
+async def test_a_partial_resolution_is_not_called_fired_again(redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    """3 firing, then 1: the thread said "Partly resolved", the summary "Alert fired again (1 firing)"."""
+    from bot.slack.incidents.document import render
+
+    ws = await open_workspace(redis_url, prefix, slack, alert_sources=[source()])
+    slack.deliver = ws.sender.event
+    try:
+        hook = slack.add_webhook(ALERTS)
+        ts = await fire(slack, hook, notification("firing", firing=3))
+        await ws.settle()
+        await fire(slack, hook, notification("firing", firing=1))
+        await ws.settle()
+        doc = render(await gather(ws.store, ws.store.meta, ws.store, ALERTS, ts), None)
+        assert "fired again" not in doc and "Alert partly resolved (1 still firing)" in doc
+    finally:
+        await ws.stop()

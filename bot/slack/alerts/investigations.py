@@ -101,10 +101,12 @@ class Alerts:
                                           ttl_s=max(source.dedupe_window_s, CLAIM_MIN_S))
         if thread_ts != ts:
             log.info("alert %s in %s fired again: noted in thread %s", alert.group, channel, thread_ts)
-            await log_alert(self.meta, channel, thread_ts, "fired_again", self.clock(), count=alert.count)
             before = int(known.get("count") or 0)
+            gone = alert.resolved or max(before - alert.count, 0)  # some resolved: the news, not a repeat
+            await log_alert(self.meta, channel, thread_ts, "partly_resolved" if gone else "fired_again", self.clock(),
+                            count=alert.count)
             await self.meta.put(ALERT, group, {"count": str(alert.count)})
-            if gone := alert.resolved or max(before - alert.count, 0):  # some resolved: the news, not a repeat
+            if gone:
                 return await self._note(channel, thread_ts, ts, ":white_check_mark: " + say(
                     lang, "alert_partly_resolved", at=when, n=alert.count, resolved=gone))
             await self._note(channel, thread_ts, ts, ":repeat: " + say(lang, "alert_fired_again", at=when,

@@ -11,7 +11,7 @@ from typing import Any, Literal, TypeVar, get_args
 
 from state.store import MetaStore
 
-AlertKind = Literal["fired", "fired_again", "resolved"]
+AlertKind = Literal["fired", "fired_again", "partly_resolved", "resolved"]
 FollowupKind = Literal["scheduled", "ran", "skipped", "cancelled"]
 KEEP = 200
 T = TypeVar("T")

@@ -114,7 +114,8 @@ def _events(incident: Incident, mention: Mention) -> list[tuple[float, str, str 
     events: list[tuple[float, str, str | None]] = []
     for a in incident.alerts:
         what = say(lang, "inc_alert_fired", title=code(a.title)) if a.kind == "fired" else \
-            say(lang, "inc_alert_again", n=a.count) if a.kind == "fired_again" else say(lang, "inc_alert_resolved")
+            say(lang, "inc_alert_again", n=a.count) if a.kind == "fired_again" else \
+            say(lang, "inc_alert_partly", n=a.count) if a.kind == "partly_resolved" else say(lang, "inc_alert_resolved")
         events.append((a.at, what, incident.thread_ts if a.kind == "fired" else None))
     for q in incident.asked:
         if q.at:

@@ -26,6 +26,7 @@ INCIDENT_WORDS: dict[str, tuple[str, str]] = {
                          "模型未能撰写“影响”和“下一步”（{why}）；记录是完整的。"),
     "inc_alert_fired": ("Alert fired: {title}", "告警触发：{title}"),
     "inc_alert_again": ("Alert fired again ({n} firing)", "告警再次触发（{n} 条告警）"),
+    "inc_alert_partly": ("Alert partly resolved ({n} still firing)", "告警部分恢复（仍有 {n} 条在触发）"),
     "inc_alert_resolved": ("Alert resolved", "告警已恢复"),
     "inc_asked": ("{who} asked: {text}", "{who} 提问：{text}"),
     "inc_run": ("Investigation {status}: {steps}, {calls}{failed}", "调查{status}：{steps}，{calls}{failed}"),
