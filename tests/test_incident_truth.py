@@ -70,3 +70,34 @@ async def test_a_partial_resolution_is_not_called_fired_again(redis_url: str, pr
         assert "fired again" not in doc and "Alert partly resolved (1 still firing)" in doc
     finally:
         await ws.stop()
+
+
+async def test_a_handover_keeps_an_earlier_run_s_unknown_change_open(redis_url: str, prefix: str,
+                                                                    slack: FakeSlack) -> None:
+    """A change cut off after it started, then one more question answered in the thread: the handover filed the
+    thread under "Answered" (it read the latest run only) while its summary listed the change as open."""
+    import asyncio
+    from typing import Any
+
+    from bot.agent.models.scripted import ScriptedModel, call, reply
+    from tests.toolkit import Change
+    from tools import ToolContext, tool
+
+    @tool(description="A change that outlives its limit after starting.", mutating=True, timeout_s=0.2, args=Change)
+    async def slow_change(args: Change, ctx: ToolContext) -> dict[str, Any]:
+        await asyncio.sleep(5)
+        return {}
+
+    model = ScriptedModel([reply("", call("slow_change", "s1", target="api", environment="staging")),
+                           reply("It may or may not have gone through."), reply("Nothing else.")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, specs=[slow_change])
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "change api", "500.1"))
+        await ws.settle()
+        await ws.sender.event(mention(CHANNEL, "UREQ", "thanks, anything else?", "500.2", thread_ts="500.1"))
+        await ws.settle()
+        text = await ws.service.inbound.incidents.handover.text(CHANNEL, 4, "en")
+        open_part, answered = text.split("*Pending confirmations*")[0], text.split("*Answered")[1]
+        assert "change api" not in answered and "outcome unknown" in open_part, text
+    finally:
+        await ws.stop()

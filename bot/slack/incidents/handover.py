@@ -24,7 +24,7 @@ from state.memory import MemoryStore
 from state.records import RunRecord
 from state.redis import RedisStore
 from state.store import MetaStore
-from state.threads import threads_with_prefix
+from state.threads import runs_of_thread, threads_with_prefix
 
 DEFAULT_HOURS, MAX_HOURS = 12, 168
 FollowUps = Callable[[str, str], Awaitable[list[str]]]
@@ -49,6 +49,17 @@ class Entry:
     firing: bool
     topic: str
     """What the thread is about: its alert's names, else its first question (not the latest "restart it")."""
+    unknown: bool = False
+    """A change of unknown outcome in any of its runs, not done since: to check by hand."""
+
+
+async def _unresolved(store: RedisStore | MemoryStore, thread_id: str) -> bool:
+    """Whether a change of unknown outcome in any of the thread's runs was not done since (the same call, the same
+    arguments, run to its end after it), as the summary's open questions have it."""
+    calls = [c for run in await runs_of_thread(store, thread_id) for c in calls_of(run)]
+    return any(c.error_code == "outcome_unknown" and not any(
+        later.status == "ok" and (later.tool, later.args_digest) == (c.tool, c.args_digest) for later in calls[i + 1:])
+               for i, c in enumerate(calls))
 
 
 class Handover:
@@ -67,7 +78,8 @@ class Handover:
             latest = max([run.updated_at if run else 0.0, *(e.at for e in events)])
             if run is not None and latest >= since:
                 found.append(Entry(thread_ts, run, bool(events) and events[-1].kind != "resolved",
-                                   await self._topic(channel, thread_ts, thread_id) or run.text))
+                                   await self._topic(channel, thread_ts, thread_id) or run.text,
+                                   await _unresolved(self.store, thread_id)))
         return sorted(found, key=lambda e: e.run.updated_at, reverse=True)
 
     async def text(self, channel: str, hours: int, lang: str, now: float | None = None) -> str:
@@ -81,7 +93,7 @@ class Handover:
         for e in entries:
             run, link = e.run, links[e.thread_ts]
             subject = kit.quoted(await self.people.quoted(e.topic, 80))
-            unknown = any(c.error_code == "outcome_unknown" for c in calls_of(run))  # a change to check by hand
+            unknown = e.unknown  # a change to check by hand, whichever of the thread's runs made it
             state = run_state(run, lang, kit.who) + (f", {say(lang, 'ho_firing')}" if e.firing else "") + \
                 (f", {say(lang, 'st_unknown')}" if unknown else "")
             line = f"• <{link}|{subject}> — {state} ({kit.hhmm(run.updated_at, now)})" if link else \
