@@ -36,6 +36,12 @@ from state.timer_store import RedisTimers
 
 _PLAIN_ID = re.compile(r"[A-Za-z0-9._:-]+")
 
+AUDIT_SKEW_S = 300.0
+"""How far a run's audit entries may lie outside its record's times (Redis's clock stamps their ids, ours the run)."""
+AUDIT_RUN_MAX = 20_000
+"""The most entries read from a shard's stream for one run's time window."""
+
+
 class RedisStore:
     durable = True
 
@@ -301,10 +307,14 @@ class RedisStore:
 
     async def read_audit(self, count: int = 100, *, run_id: str | None = None) -> list[dict[str, str]]:
         """The newest ``count`` audit entries, newest first; with ``run_id``, that run's (its shard is searched)."""
+        window: tuple[str, str] | None = None
         if run_id is not None:
             run = await self.load_run(run_id)
             streams = [self.keys.audit(shard_of(run.thread_id))] if run else []
             depth = max(count, 2000)
+            if run is not None:  # its entries were written while it ran: read there, whatever came after (ids are ms)
+                window = (str(int((run.created_at - AUDIT_SKEW_S) * 1000)),
+                          str(int((run.updated_at + AUDIT_SKEW_S) * 1000)))
         else:
             streams = [self.keys.audit(shard) for shard in all_shards()]
             depth = count
@@ -312,7 +322,10 @@ class RedisStore:
         async with guard("reading the audit stream"):
             pipe = self.client.pipeline(transaction=False)
             for stream in streams:
-                pipe.xrevrange(stream, count=depth)
+                if window is not None and stream != self.keys.legacy("audit"):
+                    pipe.xrevrange(stream, max=window[1], min=window[0], count=AUDIT_RUN_MAX)
+                else:
+                    pipe.xrevrange(stream, count=depth)
             parts: list[list[Any]] = await pipe.execute()
         rows = sorted((row for part in parts for row in part or []), key=lambda row: _entry_order(row[0]),
                       reverse=True)

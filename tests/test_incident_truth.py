@@ -101,3 +101,32 @@ async def test_a_handover_keeps_an_earlier_run_s_unknown_change_open(redis_url: 
         assert "change api" not in answered and "outcome unknown" in open_part, text
     finally:
         await ws.stop()
+
+
+async def test_a_summary_finds_its_changes_behind_newer_audit_entries(redis_url: str, prefix: str,
+                                                                       slack: FakeSlack) -> None:
+    """2000 newer decided changes of other threads in the same audit shard hid the thread's restart: "No change was
+    made through OpsPilot" beside "restart_service ×1"."""
+    import json
+    import time
+
+    from bot.slack.incidents.document import render
+    from state.keys import shard_of
+    from tests.slack_harness import restarted
+
+    ws = await open_workspace(redis_url, prefix, slack, language="en")
+    try:
+        await restarted(ws)
+        stream = ws.store.keys.audit(shard_of(f"slack:{CHANNEL}:100.1"))
+        pipe = ws.store.client.pipeline(transaction=False)
+        for i in range(2000):  # other threads of the same shard, later: their own decided changes
+            pipe.xadd(stream, {"at": f"{time.time():.3f}", "run_id": f"other-{i}", "thread_id": f"slack:C0X:{i}.1",
+                               "call_id": f"c{i}", "tool": "scale_service",
+                               "arguments": json.dumps({"service_id": "x"}),
+                               "requested_by": "UX", "approved_by": "", "status": "error",
+                               "error_code": "declined_by_user", "result": "", "rollout": ""})
+        await pipe.execute()
+        doc = render(await gather(ws.store, ws.store.meta, ws.store, CHANNEL, "100.1"), None)
+        assert "No change was made through OpsPilot" not in doc and "UAPPROVER" in doc
+    finally:
+        await ws.stop()
