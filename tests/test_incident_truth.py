@@ -130,3 +130,29 @@ async def test_a_summary_finds_its_changes_behind_newer_audit_entries(redis_url:
         assert "No change was made through OpsPilot" not in doc and "UAPPROVER" in doc
     finally:
         await ws.stop()
+
+
+async def test_an_earlier_thread_of_an_alert_learns_its_group_resolved(redis_url: str, prefix: str,
+                                                                      slack: FakeSlack) -> None:
+    """Repeated past the dedupe window, an alert opens a new thread; the group's resolution was logged there only,
+    and the first thread's summary and the handover kept saying "still firing" for good."""
+    from bot.slack.incidents.document import render
+
+    ws = await open_workspace(redis_url, prefix, slack, alert_sources=[source()])
+    slack.deliver = ws.sender.event
+    try:
+        hook = slack.add_webhook(ALERTS)
+        first = await fire(slack, hook, notification("firing"))
+        await ws.settle()
+        async for key in ws.store.client.scan_iter(match=f"{ws.store.keys.prefix}:claimed:alert:*"):
+            await ws.store.client.delete(key)  # the dedupe window (the claim's TTL) has passed
+        second = await fire(slack, hook, notification("firing"))
+        await ws.settle()
+        assert first != second
+        await fire(slack, hook, notification("resolved"))
+        await ws.settle()
+        doc = render(await gather(ws.store, ws.store.meta, ws.store, ALERTS, first), None)
+        assert "still firing" not in doc and "has not resolved" not in doc
+        assert "alert still firing" not in await ws.service.inbound.incidents.handover.text(ALERTS, 4, "en")
+    finally:
+        await ws.stop()

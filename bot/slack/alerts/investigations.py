@@ -23,7 +23,7 @@ from bot.agent.engine import Engine
 from bot.config import AlertSource, SlackConfig
 from bot.slack.alerts.parsing import Alert, parse
 from bot.slack.inbound.run_gate import RunGate
-from bot.slack.inbound.thread_log import log_alert
+from bot.slack.inbound.thread_log import alert_events, log_alert
 from bot.slack.inbound.thread_reader import STATUS_NOTE, material, message_text, quote_thread
 from bot.slack.inbound.work_items import Converse, Offered, Slots, WorkItem
 from bot.slack.outbound import blocks as kit
@@ -41,6 +41,8 @@ ALERT = "slack-alert"  # meta kind: per channel and alert group, the thread inve
 INVESTIGATE = "opspilot_investigate"
 OFFER_S = 7 * 24 * 3600
 """An Investigate press holds its alert's offer this long (as long as the thread is kept), once its run started."""
+THREADS_KEPT = 8
+"""An alert group's threads remembered, newest last (each one's summary learns the group resolved)."""
 CLAIM_MIN_S = 60
 """An alert group's claim holds this long even with no dedupe window: the run it starts is under way only once a
 worker takes it, and a repeat before then would start another."""
@@ -78,7 +80,12 @@ class Alerts:
             if float(ts) > float(known.get("resolved_ts") or 0):  # its latest: a repeat older than it is over too
                 await self.meta.put(ALERT, group, {"resolved_ts": ts, "resolved_at": when})
             if known.get("thread_ts"):
-                await log_alert(self.meta, channel, known["thread_ts"], "resolved", self.clock(), title=alert.title)
+                # Every thread the group had (a repeat past the dedupe window opens a new one): none is left
+                # "still firing" in its summary or the handover once the group resolved.
+                for earlier in dict.fromkeys([*known.get("threads", "").split(","), known["thread_ts"]]):
+                    said = await alert_events(self.meta, channel, earlier) if earlier != known["thread_ts"] else []
+                    if earlier and not (said and said[-1].kind == "resolved"):  # an older one resolved already
+                        await log_alert(self.meta, channel, earlier, "resolved", self.clock(), title=alert.title)
                 await self._note(channel, known["thread_ts"], f"{ts}:resolved" if edit else ts,
                                  ":white_check_mark: " + say(lang, "alert_resolved", at=when,
                                                              title=kit.code(alert.title)))  # the alert's words: data
@@ -114,7 +121,10 @@ class Alerts:
             return
         # Kept unquoted: each run quotes it afresh (a new nonce per request, the Investigate button's included).
         context = redact(material([event], ts, 1, self.config.thread_context_chars, here=channel))
-        await self.meta.put(ALERT, group, {"thread_ts": ts, "title": alert.title[:300], "context": context,
+        threads = ",".join([*[t for t in known.get("threads", "").split(",") if t][-(THREADS_KEPT - 2):],
+                            *([known["thread_ts"]] if known.get("thread_ts") else []), ts])
+        await self.meta.put(ALERT, group, {"thread_ts": ts, "threads": threads, "title": alert.title[:300],
+                                           "context": context,
                                            "count": str(alert.count),
                                            "lang": lang, "label": alert.label(), "service": alert.service or "",
                                            "environment": alert.environment or ""})
