@@ -25,6 +25,7 @@ from state.client import connect
 from state.keys import Keys, Ttls
 from state.outbox_store import RedisOutbox
 from tests.conftest import _answers_ping, free_port, until
+from tests.test_turn_start import LosingProxy
 
 TEXT = "Something went wrong: this question could not be done."
 
@@ -39,42 +40,9 @@ def _shown(slack: FakeSlack) -> int:
     return sum(TEXT in all_text(m) for m in slack.thread("C1", "77.1"))
 
 
-class DeafProxy:
-    """A TCP hop to Redis that, while ``deaf``, passes every request on and drops the connection instead of the
-    reply: each try is applied, none is answered."""
-
-    def __init__(self, upstream_port: int) -> None:
-        self.upstream_port, self.deaf = upstream_port, False
-        self.server: asyncio.Server | None = None
-
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return int(self.server.sockets[0].getsockname()[1])
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
-
-        async def upstream() -> None:
-            while data := await reader.read(65536):
-                up_writer.write(data)
-                await up_writer.drain()
-
-        async def downstream() -> None:
-            while (data := await up_reader.read(65536)) and not self.deaf:
-                writer.write(data)
-                await writer.drain()
-
-        pumps = [asyncio.create_task(upstream()), asyncio.create_task(downstream())]
-        await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
-        for pump in pumps:
-            pump.cancel()
-        writer.close()
-        up_writer.close()
-
-
 async def test_a_recording_whose_replies_were_lost_is_not_sent_twice(redis_url: str, prefix: str,
                                                                     slack: FakeSlack) -> None:
-    proxy = DeafProxy(int(redis_url.rsplit(":", 1)[1].split("/")[0]))
+    proxy = LosingProxy(int(redis_url.rsplit(":", 1)[1].split("/")[0]))
     port = await proxy.start()
     cut = _outbox(slack, f"redis://127.0.0.1:{port}/{redis_url.rsplit('/', 1)[1]}", prefix, timeout_s=0.3)
     other = _outbox(slack, redis_url, prefix)  # another instance, which delivers what landed

@@ -39,10 +39,11 @@ async def second(redis_url: str, prefix: str, store: RedisStore) -> AsyncIterato
 
 class LosingProxy:
     """A TCP hop to Redis that, once armed, lets the next EVALSHA through and loses its reply (the connection
-    drops): what a network blip does to a write that Redis applied."""
+    drops): what a network blip does to a write that Redis applied. While ``deaf``, it loses every reply: each try
+    is applied, none is answered."""
 
     def __init__(self, upstream_port: int) -> None:
-        self.upstream_port, self.armed, self.lost = upstream_port, False, 0
+        self.upstream_port, self.armed, self.deaf, self.lost = upstream_port, False, False, 0
         self.server: asyncio.Server | None = None
 
     async def start(self) -> int:
@@ -63,7 +64,7 @@ class LosingProxy:
 
         async def downstream() -> None:
             while data := await up_reader.read(65536):
-                if doomed.is_set():
+                if doomed.is_set() or self.deaf:
                     self.lost += 1
                     break
                 writer.write(data)
