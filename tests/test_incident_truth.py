@@ -156,3 +156,25 @@ async def test_an_earlier_thread_of_an_alert_learns_its_group_resolved(redis_url
         assert "alert still firing" not in await ws.service.inbound.incidents.handover.text(ALERTS, 4, "en")
     finally:
         await ws.stop()
+
+
+def test_a_stalled_run_is_open_and_a_card_past_its_expiry_is_not_waiting() -> None:
+    """"Open questions: none on record" beside a run that waits for Resume; "Waiting for confirmation … expires" for
+    a card whose expiry passed while OpsPilot was away (not closed yet)."""
+    from bot.slack.incidents.document import render
+    from bot.slack.incidents.incident import Incident
+    from core.messages import ToolCall
+    from state.records import PendingCall, RunRecord
+
+    card = PendingCall(call=ToolCall(id="c1", name="restart_service", arguments={"service_id": "payments"}),
+                       token="t1", interrupt_type="confirm_risky", reason="prod", payload={},
+                       arguments={"service_id": "payments", "environment": "prod"}, step=1, created_at=1000.0,
+                       expires_at=1900.0)
+    paused = RunRecord(run_id="r1", thread_id="slack:C1:1.1", user_id="UREQ", text="restart", status="paused",
+                       pending=[card], created_at=1000.0, updated_at=1000.0)
+    stalled = RunRecord(run_id="r2", thread_id="slack:C1:1.1", user_id="UREQ", text="look", status="stalled",
+                        created_at=2000.0, updated_at=2100.0)
+    incident = Incident("C1", "1.1", "en", "payments", [], [], [paused, stalled], [], [])
+    doc = render(incident, None, now=5000.0)
+    assert "Waiting for confirmation" not in doc and "Not answered: `restart_service`" in doc, doc
+    assert "stopped partway (its worker stopped): it waits for someone to press Resume" in doc

@@ -66,7 +66,7 @@ def render(incident: Incident, narrative: Narrative | None, *, tz: str | None = 
     if narrative is not None and narrative.impact:
         out += [f"## {say(lang, 'inc_impact')}", "", *_models(narrative, narrative.impact, lang)]
     out += [f"## {say(lang, 'inc_done')}", "", *_done(incident, mention), ""]
-    out += [f"## {say(lang, 'inc_state')}", "", *_state(incident, mention), ""]
+    out += [f"## {say(lang, 'inc_state')}", "", *_state(incident, mention, now or time.time()), ""]
     out += [f"## {say(lang, 'inc_open')}", "", *(_open(incident) or [say(lang, "inc_open_none")]), ""]
     if narrative is not None and narrative.next_steps:
         out += [f"## {say(lang, 'inc_next')}", "", *_models(narrative, narrative.next_steps, lang)]
@@ -91,7 +91,7 @@ def _models(narrative: Narrative, text: str, lang: str) -> list[str]:
 def facts(incident: Incident, mention: Mention = plain_mention) -> str:
     """The records part as plain lines, for the model to write the narrative from (not to repeat)."""
     lines = [f"{_utc(at)} {what}" for at, what, _ in _events(incident, mention)]
-    lines += ["", *_done(incident, mention), *_state(incident, mention), *_open(incident)]
+    lines += ["", *_done(incident, mention), *_state(incident, mention, time.time()), *_open(incident)]
     return redact("\n".join(lines))
 
 
@@ -150,7 +150,7 @@ def _done(incident: Incident, mention: Mention) -> list[str]:
     return lines
 
 
-def _state(incident: Incident, mention: Mention) -> list[str]:
+def _state(incident: Incident, mention: Mention, now: float) -> list[str]:
     lang, lines = incident.lang, []
     if incident.alerts:
         last = incident.alerts[-1]
@@ -159,8 +159,9 @@ def _state(incident: Incident, mention: Mention) -> list[str]:
     if incident.runs:
         run = incident.runs[-1]
         lines.append("- " + say(lang, "inc_latest_run", status=run_state(run, lang, mention), at=_utc(run.updated_at)))
-    for p in incident.pending:
-        lines.append("- " + say(lang, "inc_pending", what=_what(p.call.call.name, p.call.arguments),
+    for p in incident.pending:  # one past its expiry that OpsPilot has not closed yet (it was away) is not waiting
+        key = "inc_pending" if p.call.expires_at > now else "inc_pending_lapsed"
+        lines.append("- " + say(lang, key, what=_what(p.call.call.name, p.call.arguments),
                                 who=mention(p.requester), at=_utc(p.call.created_at), until=_utc(p.call.expires_at)))
     for f in incident.followups_pending:
         lines.append("- " + say(lang, "inc_fu_pending", due=_utc(f.due), by=mention(f.by),
@@ -188,6 +189,8 @@ def _open(incident: Incident) -> list[str]:
         if run.status == "finished" and run.stop_reason not in (None, "final_answer"):
             lines.append("- " + say(lang, "inc_open_stopped", at=_utc(run.created_at),
                                     reason=headline(lang, run.stop_reason)))
+        elif run.status == "stalled":  # its worker stopped: it waits for someone's Resume
+            lines.append("- " + say(lang, "inc_open_stalled", at=_utc(run.created_at)))
     if incident.alert_firing:
         lines.append("- " + say(lang, "inc_open_firing"))
     return lines

@@ -75,6 +75,10 @@ INCIDENT_WORDS: dict[str, tuple[str, str]] = {
                          "{what}：已开始，结果未知，请人工核实。"),
     "inc_open_unverified": ("{what}: done but not verified ({why}).", "{what}：已执行但未验证（{why}）。"),
     "inc_open_failed": ("{what}: did not succeed ({why}).", "{what}：未成功（{why}）。"),
+    "inc_open_stalled": ("The investigation at {at} stopped partway (its worker stopped): it waits for someone to "
+                         "press Resume.", "{at} 的调查中途停止了（处理它的进程停止了）：等待有人点“继续”。"),
+    "inc_pending_lapsed": ("Not answered: {what}, asked by {who} at {at}, expired {until} (not closed yet).",
+                           "未答复：{what}，由 {who} 于 {at} 提出，已于 {until} 过期（尚未关闭）。"),
     "inc_open_stopped": ("The investigation at {at} ended without an answer: {reason}.",
                          "{at} 的调查没有得出答复就结束了：{reason}。"),
     "inc_open_firing": ("The alert has not resolved.", "告警尚未恢复。"),
