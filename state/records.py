@@ -104,6 +104,8 @@ class RunRecord(_Record):
     text: str
     request_id: str | None = None
     """The front end's id of the latest message this run took (a redelivered message is recognised)."""
+    first_request_id: str | None = None
+    """The id of the message that started it (a reply taken later changes ``request_id``, never this)."""
     status: RunStatus = "running"
     step: int = 0
     active_ms: float = 0.0
@@ -148,6 +150,8 @@ def dump_run(run: RunRecord) -> str:
     body = run.model_dump(mode="json", exclude_defaults=True,
                           exclude={"trace", "recent_calls", "run_id"} if finished else {"trace"})
     body["schema_version"] = SCHEMA_VERSION
+    if body.get("first_request_id") == body.get("request_id"):  # (most runs take one message: no bytes for it)
+        body.pop("first_request_id", None)
     if "active_ms" in body:
         body["active_ms"] = round(run.active_ms, 1)  # shown to the tenth; the clock's noise below that
     body["created_at"], body["updated_at"] = round(run.created_at, 3), round(run.updated_at, 3)  # to the ms
@@ -219,6 +223,7 @@ def parse_run(key: str, raw: str, trace: Sequence[Any] = ()) -> RunRecord:
             rows[-1] = ["finish", *last[1:]]
         body["trace"] = [_unrow(row) for row in rows]
     body.setdefault("run_id", key.rpartition(":run:")[2])  # a finished run's id is its key's
+    body.setdefault("first_request_id", body.get("request_id"))  # kept only where they differ (dump_run)
     try:
         record = RunRecord.model_validate(body)
         record.trace.extend(TraceAdapter.validate_json(row) for row in trace)

@@ -178,3 +178,59 @@ def test_a_stalled_run_is_open_and_a_card_past_its_expiry_is_not_waiting() -> No
     doc = render(incident, None, now=5000.0)
     assert "Waiting for confirmation" not in doc and "Not answered: `restart_service`" in doc, doc
     assert "stopped partway (its worker stopped): it waits for someone to press Resume" in doc
+
+
+async def test_an_alert_s_question_stays_dated_after_a_reply_continues_its_run(redis_url: str, prefix: str,
+                                                                              slack: FakeSlack) -> None:
+    """A reply in the thread continues the paused run and becomes its latest request: the alert's question, dated
+    by the run that took it, was then dated by nothing and left the timeline."""
+    from bot.agent.models.scripted import ScriptedModel, call, reply
+    from tests.toolkit import Probe, toolkit
+
+    tools = toolkit(Probe())
+    model = ScriptedModel([reply("Changing.", call("change", "c1", target="payments", environment="prod")),
+                           reply("ok, only reading then")])
+    ws = await open_workspace(redis_url, prefix, slack, model=model, specs=[tools["change"]],
+                              alert_sources=[source(mode="button")],
+                              approvers={"change": {"prod": {"users": ["UBOSS"]}}})
+    slack.deliver = ws.sender.event
+    try:
+        ts = await fire(slack, slack.add_webhook(ALERTS), notification("firing"))
+        await ws.settle()
+        [offer] = [m for m in slack.thread(ALERTS, ts) if buttons(m)]
+        await ws.sender.action(block_action(user="UONCALL", channel=ALERTS, message=copy.deepcopy(offer),
+                                            action_id="opspilot_investigate", value=ts))
+        await ws.settle()
+        started = await ws.store.load_run(await ws.store.thread_run(thread_key(ALERTS, ts)) or "")
+        assert started is not None and started.status == "paused"
+        await ws.sender.event(mention(ALERTS, "UONCALL", "no, don't change anything", "9999000001.1", thread_ts=ts))
+        await ws.settle()
+        [alert_question] = [a for a in (await gather(ws.store, ws.store.meta, ws.store, ALERTS, ts)).asked
+                            if a.automatic]
+        assert alert_question.at == started.created_at
+    finally:
+        await ws.stop()
+
+
+async def test_an_alert_group_remembers_its_last_threads_each_once(redis_url: str, prefix: str,
+                                                                   slack: FakeSlack) -> None:
+    """Each thread was kept twice in the group's list, so only about half of the last eight learnt it resolved."""
+    from bot.slack.alerts.investigations import THREADS_KEPT
+    from bot.slack.inbound.thread_log import alert_events
+
+    ws = await open_workspace(redis_url, prefix, slack, alert_sources=[source()])
+    slack.deliver = ws.sender.event
+    try:
+        hook = slack.add_webhook(ALERTS)
+        threads = []
+        for _ in range(THREADS_KEPT - 1):
+            threads.append(await fire(slack, hook, notification("firing")))
+            await ws.settle()
+            async for key in ws.store.client.scan_iter(match=f"{ws.store.keys.prefix}:claimed:alert:*"):
+                await ws.store.client.delete(key)  # the dedupe window has passed: the next repeat opens a thread
+        await fire(slack, hook, notification("resolved"))
+        await ws.settle()
+        for ts in threads:
+            assert (await alert_events(ws.store.meta, ALERTS, ts))[-1].kind == "resolved", ts
+    finally:
+        await ws.stop()

@@ -396,4 +396,4 @@ def _new_record(thread_id: str, text: str, user_id: str | None, unattended: bool
     """A new run, running. ``first_event``: event numbers taken already (see :meth:`Run.announce`)."""
     return RunRecord(run_id=new_run_id(thread_id), thread_id=thread_id, user_id=user_id, text=preview(redact(text)),
                      created_at=(now := time.time()), updated_at=now, unattended=unattended, request_id=request_id,
-                     event_seq=first_event)
+                     first_request_id=request_id, event_seq=first_event)

@@ -121,8 +121,8 @@ class Alerts:
             return
         # Kept unquoted: each run quotes it afresh (a new nonce per request, the Investigate button's included).
         context = redact(material([event], ts, 1, self.config.thread_context_chars, here=channel))
-        threads = ",".join([*[t for t in known.get("threads", "").split(",") if t][-(THREADS_KEPT - 2):],
-                            *([known["thread_ts"]] if known.get("thread_ts") else []), ts])
+        had = [*known.get("threads", "").split(","), known.get("thread_ts", ""), ts]
+        threads = ",".join(list(dict.fromkeys(t for t in had if t))[-THREADS_KEPT:])
         await self.meta.put(ALERT, group, {"thread_ts": ts, "threads": threads, "title": alert.title[:300],
                                            "context": context,
                                            "count": str(alert.count),

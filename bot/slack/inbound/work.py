@@ -258,8 +258,10 @@ class Executor:
             return await self.outbox.tell(item.channel, item.user, say(await self._lang(item), key), item.thread_ts)
         if item.kind == "stop" and status == "paused" and self.access is not None:
             # A Stop turns its cards down: only who may decline each of them (else Stop got round Decline's rule)
-            for pending in record.pending:
-                verdict = await self.access.may_decline(item.user, await self.engine.ticket(pending.token))
+            for pending in record.pending:  # (from the record: a card's ticket key may have lapsed before it did)
+                ticket = Ticket(run_id=record.run_id, thread_id=record.thread_id, requester=record.user_id,
+                                pending=pending)
+                verdict = await self.access.may_decline(item.user, ticket)
                 if not verdict.allowed:
                     words = verdict.words(await self._lang(item))
                     return await self.outbox.tell(item.channel, item.user, words, item.thread_ts)

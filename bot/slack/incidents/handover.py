@@ -20,6 +20,7 @@ from bot.slack.outbound.api_errors import SLACK_FAILURES
 from bot.slack.outbound.people import People
 from bot.slack.outbound.thread_meta import thread_key
 from bot.slack.outbound.words import say
+from core.messages import UserMessage
 from state.memory import MemoryStore
 from state.records import RunRecord
 from state.redis import RedisStore
@@ -53,10 +54,13 @@ class Entry:
     """A change of unknown outcome in any of its runs, not done since: to check by hand."""
 
 
-async def _unresolved(store: RedisStore | MemoryStore, thread_id: str) -> bool:
+async def _unresolved(store: RedisStore | MemoryStore, thread_id: str, latest: RunRecord) -> bool:
     """Whether a change of unknown outcome in any of the thread's runs was not done since (the same call, the same
-    arguments, run to its end after it), as the summary's open questions have it."""
-    calls = [c for run in await runs_of_thread(store, thread_id) for c in calls_of(run)]
+    arguments, run to its end after it), as the summary's open questions have it. The thread's other runs are
+    listed (a scan) only where its first question was not the latest run's: most threads have one run."""
+    asked = [m.request_id for m in await store.load_transcript(thread_id) if isinstance(m, UserMessage)]
+    earlier = bool(asked) and asked[0] not in (latest.first_request_id, latest.request_id)
+    calls = [c for run in (await runs_of_thread(store, thread_id) if earlier else [latest]) for c in calls_of(run)]
     return any(c.error_code == "outcome_unknown" and not any(
         later.status == "ok" and (later.tool, later.args_digest) == (c.tool, c.args_digest) for later in calls[i + 1:])
                for i, c in enumerate(calls))
@@ -79,7 +83,7 @@ class Handover:
             if run is not None and latest >= since:
                 found.append(Entry(thread_ts, run, bool(events) and events[-1].kind != "resolved",
                                    await self._topic(channel, thread_ts, thread_id) or run.text,
-                                   await _unresolved(self.store, thread_id)))
+                                   await _unresolved(self.store, thread_id, run)))
         return sorted(found, key=lambda e: e.run.updated_at, reverse=True)
 
     async def text(self, channel: str, hours: int, lang: str, now: float | None = None) -> str:

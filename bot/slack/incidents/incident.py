@@ -139,7 +139,7 @@ async def gather(store: RedisStore | MemoryStore, meta: MetaStore, reports: Repo
     entries = [e for run in runs for e in await reports.read_audit(AUDIT_DEPTH, run_id=run.run_id)]
     changes = sorted((_change(e, results.get(e.get("call_id", ""))) for e in entries), key=lambda c: c.at)
     alerts = await alert_events(meta, channel, thread_ts)
-    asked = asked_in(transcript, {r.request_id: r.created_at for r in runs if r.request_id})
+    asked = asked_in(transcript, {i: r.created_at for r in runs for i in (r.first_request_id, r.request_id) if i})
     group = (await meta.get(ALERT, f"{channel}:{thread_ts}")).get("group")
     known = await meta.get(ALERT, group) if group else {}
     title = known.get("label") or known.get("title", "")
@@ -188,7 +188,8 @@ def asked_in(transcript: list[Message], started: dict[str, float] | None = None)
         ts = parts[1] if len(parts) > 1 else None
         shortcut = ":shortcut:" in request
         automatic = request.endswith(":alert") or shortcut
-        at = (started or {}).get(request) if automatic else _float(ts) or None
+        # (a run kept from before runs knew their first request: dated as before, by the message it is about)
+        at = (started or {}).get(request) or _float(ts) or None if automatic else _float(ts) or None
         question = own_words(split(m.content)[1].strip())  # the question, not the thread quoted before it
         asked.append(Asked(at, m.user_id or "", redact(" ".join(question.split()))[:300], ts, automatic=automatic,
                            shortcut=shortcut))
