@@ -234,3 +234,28 @@ async def test_an_alert_group_remembers_its_last_threads_each_once(redis_url: st
             assert (await alert_events(ws.store.meta, ALERTS, ts))[-1].kind == "resolved", ts
     finally:
         await ws.stop()
+
+
+async def test_a_rollback_press_is_not_shown_as_the_presser_s_words(redis_url: str, prefix: str,
+                                                                   slack: FakeSlack) -> None:
+    """The question a "Roll back to …" press composes ("<@UREQ> pressed …") was a person's words with no time: left
+    off the timeline, a raw mention where it showed."""
+    from bot.slack.incidents.document import render
+    from bot.slack.rollbacks.offer import ROLLBACK
+
+    ws = await open_workspace(redis_url, prefix, slack, language="auto")
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "was it the deploy that broke orders in staging?", "805.1"))
+        await ws.settle()
+        [(answer, button)] = [(m, b) for m in slack.thread(CHANNEL, "805.1") for b in buttons(m)
+                              if b["action_id"] == ROLLBACK]
+        await ws.sender.action(block_action(user="UREQ", channel=CHANNEL, message=copy.deepcopy(answer),
+                                            action_id=ROLLBACK, value=str(button["value"])))
+        await ws.settle()
+        incident = await gather(ws.store, ws.store.meta, ws.store, CHANNEL, "805.1")
+        [pressed] = [a for a in incident.asked if a.rollback]
+        assert pressed.automatic and pressed.at is not None and pressed.ts == "805.1"
+        doc = render(incident, None)
+        assert "Rollback asked for by @UREQ" in doc and 'pressed "Roll back' not in doc
+    finally:
+        await ws.stop()

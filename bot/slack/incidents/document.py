@@ -270,6 +270,8 @@ def _cell(text: str) -> str:
 def _asked(q: Asked, lang: str, mention: Mention) -> str:
     if q.shortcut:  # the question OpsPilot composed for the shortcut: not the presser's words
         return say(lang, "inc_message_investigated_by", who=mention(q.user))
+    if q.rollback:  # the question a "Roll back to …" press composed
+        return say(lang, "inc_rollback_pressed", who=mention(q.user))
     if q.automatic:  # the question OpsPilot asked itself for an alert: not anyone's words
         return say(lang, "inc_alert_investigated_by", who=mention(q.user)) if is_user(q.user) else \
             say(lang, "inc_alert_investigated")

@@ -38,6 +38,8 @@ class Asked:
     """The question OpsPilot asks itself for an alert (not anyone's words)."""
     shortcut: bool = False
     """The question OpsPilot composed for the Investigate shortcut on a message (automatic too)."""
+    rollback: bool = False
+    """The question OpsPilot composed for a "Roll back to …" press (automatic too)."""
 
 
 @dataclass(frozen=True)
@@ -186,13 +188,15 @@ def asked_in(transcript: list[Message], started: dict[str, float] | None = None)
         request = m.request_id or ""
         parts = request.split(":")
         ts = parts[1] if len(parts) > 1 else None
-        shortcut = ":shortcut:" in request
-        automatic = request.endswith(":alert") or shortcut
+        shortcut, rollback = ":shortcut:" in request, request.startswith("rollback:")
+        if rollback:  # rollback:<channel>:<thread ts>:<user>:<press>: the thread it was pressed in
+            ts = parts[2] if len(parts) > 2 else None
+        automatic = request.endswith(":alert") or shortcut or rollback
         # (a run kept from before runs knew their first request: dated as before, by the message it is about)
         at = (started or {}).get(request) or _float(ts) or None if automatic else _float(ts) or None
         question = own_words(split(m.content)[1].strip())  # the question, not the thread quoted before it
         asked.append(Asked(at, m.user_id or "", redact(" ".join(question.split()))[:300], ts, automatic=automatic,
-                           shortcut=shortcut))
+                           shortcut=shortcut, rollback=rollback))
     return asked
 
 

@@ -38,6 +38,8 @@ INCIDENT_WORDS: dict[str, tuple[str, str]] = {
     "inc_runs_one": ("{n} investigation", "{n} 次调查"),
     "inc_alert_investigated": ("Investigation of the alert started", "开始排查告警"),
     "inc_alert_investigated_by": ("Investigation of the alert started by {who}", "{who} 发起了告警排查"),
+    "inc_rollback_pressed": ("Rollback asked for by {who} (the Roll back button under an answer)",
+                             "{who} 按下了答复下方的“回滚”按钮"),
     "inc_message_investigated_by": ("Investigation of a message started by {who} (the Investigate shortcut)",
                                     "{who} 用“排查”快捷方式发起了对一条消息的排查"),
     "inc_failed_calls": (", {n} failed", "，其中 {n} 次失败"),
