@@ -11,8 +11,19 @@ from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import buttons
 from bot.slack.incidents.incident import gather
 from bot.slack.outbound.thread_meta import thread_key
-from tests.slack_harness import CHANNEL, open_workspace
+from tests.slack_harness import CHANNEL, Workspace, open_workspace
 from tests.test_alerts import ALERTS, fire, notification, source
+
+
+async def _investigated(ws: Workspace) -> str:
+    """An alert fired in button mode, and UONCALL pressed Investigate under it: its ts."""
+    ts = await fire(ws.slack, ws.slack.add_webhook(ALERTS), notification("firing"))
+    await ws.settle()
+    [offer] = [m for m in ws.slack.thread(ALERTS, ts) if buttons(m)]
+    await ws.sender.action(block_action(user="UONCALL", channel=ALERTS, message=copy.deepcopy(offer),
+                                        action_id="opspilot_investigate", value=ts))
+    await ws.settle()
+    return ts
 
 
 async def test_the_shortcut_s_question_is_not_shown_as_the_presser_s_words(redis_url: str, prefix: str,
@@ -40,12 +51,7 @@ async def test_an_investigation_begins_when_it_was_pressed_not_when_its_alert_fi
     ws = await open_workspace(redis_url, prefix, slack, alert_sources=[source(mode="button")])
     slack.deliver = ws.sender.event
     try:
-        ts = await fire(slack, slack.add_webhook(ALERTS), notification("firing"))
-        await ws.settle()
-        [offer] = [m for m in slack.thread(ALERTS, ts) if buttons(m)]
-        await ws.sender.action(block_action(user="UONCALL", channel=ALERTS, message=copy.deepcopy(offer),
-                                            action_id="opspilot_investigate", value=ts))
-        await ws.settle()
+        ts = await _investigated(ws)
         run = await ws.store.load_run(await ws.store.thread_run(thread_key(ALERTS, ts)) or "")
         assert run is not None
         [asked] = (await gather(ws.store, ws.store.meta, ws.store, ALERTS, ts)).asked
@@ -195,12 +201,7 @@ async def test_an_alert_s_question_stays_dated_after_a_reply_continues_its_run(r
                               approvers={"change": {"prod": {"users": ["UBOSS"]}}})
     slack.deliver = ws.sender.event
     try:
-        ts = await fire(slack, slack.add_webhook(ALERTS), notification("firing"))
-        await ws.settle()
-        [offer] = [m for m in slack.thread(ALERTS, ts) if buttons(m)]
-        await ws.sender.action(block_action(user="UONCALL", channel=ALERTS, message=copy.deepcopy(offer),
-                                            action_id="opspilot_investigate", value=ts))
-        await ws.settle()
+        ts = await _investigated(ws)
         started = await ws.store.load_run(await ws.store.thread_run(thread_key(ALERTS, ts)) or "")
         assert started is not None and started.status == "paused"
         await ws.sender.event(mention(ALERTS, "UONCALL", "no, don't change anything", "9999000001.1", thread_ts=ts))

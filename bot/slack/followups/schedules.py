@@ -148,19 +148,21 @@ class Schedules:
                                                       every=duration(lang, every),
                                                       minimum=duration(lang, self.limits.schedule_min_interval_s)))
             return
-        cap = self.limits.schedules_per_person
-        # The count and the add below, one command of a person's at a time (commands at once in several channels
-        # all counted the same few and all added): the count spans shards, no one script can hold it.
+        timer = Timer(id=timer_id, kind="schedule", group=group, channel=channel, owner=user,
+                      question=question[:QUESTION_CHARS], created_at=now, due=due, cron=cron, timezone=timezone,
+                      quiet=quiet, source="command")
+        if not self.limits.schedules_per_person:
+            return await self._add(timer, lang)
+        # The count and the add, one command of a person's at a time (commands at once in several channels all
+        # counted the same few and all added): the count spans shards, no one script can hold it.
         turn = f"schedule-cap:{user}"
-        if cap and not await self._my_turn(turn, timer_id):
+        if not await self._my_turn(turn, timer_id):
             await self.outbox.tell(channel, user, say(lang, "sc_making"))
             return
         try:
-            await self._create_counted(channel, user, lang, cap, timer_id, group, question, now, due, cron, timezone,
-                                       quiet)
+            await self._add(timer, lang)
         finally:
-            if cap:
-                await self.slack.meta.unclaim(turn, timer_id)
+            await self.slack.meta.unclaim(turn, timer_id)
 
     async def _my_turn(self, turn: str, timer_id: str) -> bool:
         deadline = time.monotonic() + TURN_WAIT_S
@@ -170,17 +172,15 @@ class Schedules:
             await asyncio.sleep(0.05)
         return True
 
-    async def _create_counted(self, channel: str, user: str, lang: str, cap: int, timer_id: str, group: str,
-                              question: str, now: float, due: int, cron: str, timezone: str, quiet: bool) -> None:
+    async def _add(self, timer: Timer, lang: str) -> None:
+        """Keep ``timer`` within the person's, the run windows' and the channel's limits, and announce it."""
+        channel, user, cap = timer.channel, timer.owner, self.limits.schedules_per_person
         if cap and len([t for t in await self.timers.every() if t.kind == "schedule" and t.owner == user]) >= cap:
             await self.outbox.tell(channel, user, say(lang, "sc_person_full", n=cap))
             return
-        timer = Timer(id=timer_id, kind="schedule", group=group, channel=channel, owner=user,
-                      question=question[:QUESTION_CHARS], created_at=now, due=due, cron=cron, timezone=timezone,
-                      quiet=quiet, source="command")
         admitted = None
         if self.gate is not None and not (admitted := await self.gate.admit(
-                "scheduling", user=user, channel=channel, member=f"schedule:{timer_id}", lang=lang)):
+                "scheduling", user=user, channel=channel, member=f"schedule:{timer.id}", lang=lang)):
             return  # told why, and when to try again
         if await self.timers.add(timer, limit=PER_CHANNEL) == "full":
             if self.gate is not None:

@@ -20,7 +20,7 @@ from bot.slack.outbound.api_errors import SLACK_FAILURES
 from bot.slack.outbound.people import People
 from bot.slack.outbound.thread_meta import thread_key
 from bot.slack.outbound.words import say
-from core.messages import UserMessage
+from core.messages import Message, UserMessage
 from state.memory import MemoryStore
 from state.records import RunRecord
 from state.redis import RedisStore
@@ -54,11 +54,12 @@ class Entry:
     """A change of unknown outcome in any of its runs, not done since: to check by hand."""
 
 
-async def _unresolved(store: RedisStore | MemoryStore, thread_id: str, latest: RunRecord) -> bool:
+async def _unresolved(store: RedisStore | MemoryStore, thread_id: str, latest: RunRecord,
+                      transcript: list[Message]) -> bool:
     """Whether a change of unknown outcome in any of the thread's runs was not done since (the same call, the same
     arguments, run to its end after it), as the summary's open questions have it. The thread's other runs are
     listed (a scan) only where its first question was not the latest run's: most threads have one run."""
-    asked = [m.request_id for m in await store.load_transcript(thread_id) if isinstance(m, UserMessage)]
+    asked = [m.request_id for m in transcript if isinstance(m, UserMessage)]
     earlier = bool(asked) and asked[0] not in (latest.first_request_id, latest.request_id)
     calls = [c for run in (await runs_of_thread(store, thread_id) if earlier else [latest]) for c in calls_of(run)]
     return any(c.error_code == "outcome_unknown" and not any(
@@ -81,9 +82,10 @@ class Handover:
             events = await alert_events(self.meta, channel, thread_ts)
             latest = max([run.updated_at if run else 0.0, *(e.at for e in events)])
             if run is not None and latest >= since:
+                transcript = await self.store.load_transcript(thread_id)
                 found.append(Entry(thread_ts, run, bool(events) and events[-1].kind != "resolved",
-                                   await self._topic(channel, thread_ts, thread_id) or run.text,
-                                   await _unresolved(self.store, thread_id, run)))
+                                   await self._topic(channel, thread_ts, transcript) or run.text,
+                                   await _unresolved(self.store, thread_id, run, transcript)))
         return sorted(found, key=lambda e: e.run.updated_at, reverse=True)
 
     async def text(self, channel: str, hours: int, lang: str, now: float | None = None) -> str:
@@ -123,12 +125,12 @@ class Handover:
                  f"*{say(lang, 'ho_answered', n=len(answered))}*", *answered]
         return "\n".join(parts)
 
-    async def _topic(self, channel: str, thread_ts: str, thread_id: str) -> str:
+    async def _topic(self, channel: str, thread_ts: str, transcript: list[Message]) -> str:
         group = (await self.meta.get(ALERT, f"{channel}:{thread_ts}")).get("group")
         alert = await self.meta.get(ALERT, group) if group else {}
         if alert.get("label") or alert.get("title"):
             return str(alert.get("label") or alert.get("title"))
-        people = [a for a in asked_in(await self.store.load_transcript(thread_id)) if not a.automatic]
+        people = [a for a in asked_in(transcript) if not a.automatic]
         return people[0].text if people else ""
 
     async def _link(self, channel: str, ts: str) -> str:

@@ -90,12 +90,6 @@ class Sender:
         await self.call("chat.postMessage", f["channel"], lambda: self.client.chat_postMessage(
             channel=f["channel"], thread_ts=f.get("thread_ts"), text=f["text"], blocks=blocks, metadata=metadata))
 
-    @staticmethod
-    def _late(f: dict[str, Any]) -> bool:
-        """A message whose recording landed late (``maybe_direct``, marked by the put's script): its writer may have
-        given up on it and sent it directly meanwhile, marked with its key (:meth:`direct`)."""
-        return bool(f.get("maybe_direct"))
-
     async def save_delivered(self, thread: str) -> None:
         """Save what this round sent so far (see :attr:`delivered`)."""
         while self.delivered:
@@ -146,8 +140,9 @@ class Sender:
                 await self._update(thread, record, blocks)
             ts = f["ts"]
         else:
+            # Attempted before, or recorded late (its put may have given up and sent it directly: see `direct`).
             landed = await find_posted(self.call, self.client, record, self.metrics) \
-                if f.get("attempted") or self._late(f) else None
+                if f.get("attempted") or f.get("maybe_direct") else None
             if landed is None:
                 await self.turn("chat.postMessage", f["channel"])  # before it counts as attempted
                 # The first attempt's time stays: a look in the channel reads from just before it.
