@@ -117,7 +117,8 @@ class RunRecord(_Record):
     unattended: bool = False
     """Started by an alert, not by a person: every change it proposes needs a person's confirmation."""
     approvals: dict[str, str] = Field(default_factory=dict)
-    """Who confirmed each decided call not yet answered (call id → user), for the audit, whatever happens."""
+    """Who confirmed or declined each decided call not yet answered (call id → user), for the audit, whatever
+    happens."""
     answer: str = ""
     stopped_by: str | None = None
     """Who pressed Stop, when someone did (shown with the answer, also when it is shown late)."""

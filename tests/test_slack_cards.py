@@ -15,6 +15,7 @@ from bot.demo.sender import block_action, mention, message
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
 from bot.slack.inbound.work import AGAIN
+from bot.slack.outbound.audit import audit_line
 from core.messages import ToolResultMessage
 from tests.conftest import until
 from tests.slack_harness import CHANNEL, QUESTION, Workspace, ask_restart, card_of, confirm, open_workspace
@@ -274,6 +275,10 @@ async def test_the_requester_can_cancel_their_own_request(ws: Workspace) -> None
     assert buttons(closed) == [] and "Declined by <@UREQ>" in all_text(closed)
     assert ws.toolbox.restarts.done == []
     assert "The restart did not run" in all_text(ws.slack.thread(CHANNEL, "100.1")[-1])
+    # the audit keeps who turned it down, as it keeps who approves (nobody approved this one)
+    [entry] = await ws.store.read_audit()
+    assert (entry["approved_by"], entry["declined_by"], entry["error_code"]) == ("", "UREQ", "declined_by_user")
+    assert "declined by <@UREQ>" in audit_line(entry, "en") and "拒绝人 <@UREQ>" in audit_line(entry, "zh")
 
 
 async def test_a_card_s_token_on_another_message_of_its_thread_acts_on_nothing(ws: Workspace) -> None:

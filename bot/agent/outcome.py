@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.agent.events import PendingView
-from core.messages import ToolCall, ToolResultMessage, result_body
+from core.messages import DECLINED, ToolCall, ToolResultMessage, result_body
 from core.stops import StopReason
 from state.records import PendingCall, RunRecord
 
@@ -36,17 +36,20 @@ def pending_view(p: PendingCall) -> PendingView:
 
 
 def audit_entry(record: RunRecord, call: ToolCall, arguments: dict[str, Any], result: ToolResultMessage,
-                approved_by: str | None) -> dict[str, str]:
-    """A decided change (run, failed, declined, expired, unknown) as the audit stream keeps it. ``rollout``: how a
-    change that was issued went, where its tool followed it (``complete``, ``failed``, ``timed_out``,
-    ``unknown``): an issued change is "done" only once it was seen through."""
+                decided_by: str | None) -> dict[str, str]:
+    """A decided change (run, failed, declined, expired, unknown) as the audit stream keeps it, with the person who
+    confirmed it (``approved_by``) or turned it down (``declined_by``). ``rollout``: how a change that was issued
+    went, where its tool followed it (``complete``, ``failed``, ``timed_out``, ``unknown``): an issued change is
+    "done" only once it was seen through."""
     data = result_body(result.content).get("data") if result.status == "ok" else None
     rollout = data.get("rollout") if isinstance(data, dict) else None
+    declined = result.error_code == DECLINED
     return {
         "at": f"{time.time():.3f}", "run_id": record.run_id, "thread_id": record.thread_id,
         "call_id": call.id, "tool": call.name,
         "arguments": json.dumps(arguments or call.arguments, ensure_ascii=False, sort_keys=True),
-        "requested_by": record.user_id or "", "approved_by": approved_by or "",
+        "requested_by": record.user_id or "", "approved_by": "" if declined else decided_by or "",
+        "declined_by": decided_by or "" if declined else "",
         "status": result.status, "error_code": result.error_code or "", "result": result.content[:500],
         "rollout": rollout if isinstance(rollout, str) else "",
     }

@@ -261,11 +261,11 @@ class Run:
         self.count("tool_calls")
 
     def _audit_change(self, call: ToolCall, arguments: dict[str, Any], result: ToolResultMessage,
-                      approved_by: str | None) -> None:
+                      decided_by: str | None) -> None:
         """Every change that was decided (run, failed, declined, expired, unknown) goes to the audit stream."""
         spec = self.deps.registry.get(call.name)
         if spec is not None and spec.mutating and result.status != "skipped":
-            self._audit.append(audit_entry(self.record, call, arguments, result, approved_by))
+            self._audit.append(audit_entry(self.record, call, arguments, result, decided_by))
 
     # --- a person's answers --------------------------------------------------------------------
 
@@ -274,7 +274,7 @@ class Run:
         decided = {p.token for p, _ in answers.decided}
         self.record.pending = [p for p in self.record.pending if p.token not in decided]
         for pending, decision in answers.decided:
-            if decision.kind == "confirmed":  # kept in the record: a crash mid-change must not lose who approved
+            if decision.kind in ("confirmed", "declined"):  # kept: a crash mid-change must not lose who decided
                 self.record.approvals[pending.call.id] = answers.by
             values = {k: str(v) for k, v in getattr(decision, "values", {}).items()}
             self.emit(CallDecided, call_id=pending.call.id, tool=pending.call.name, token=pending.token,

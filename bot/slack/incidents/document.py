@@ -200,8 +200,9 @@ def _open(incident: Incident) -> list[str]:
 
 def _change_line(c: Change, lang: str, mention: Mention) -> str:
     people = say(lang, "requested_by", by=mention(c.requested_by) if c.requested_by else "?")
-    if c.approved_by:
-        people += say(lang, "sep") + say(lang, "approved_by", by=mention(c.approved_by))
+    for person, words in ((c.approved_by, "approved_by"), (c.declined_by, "declined_by_person")):
+        if person:
+            people += say(lang, "sep") + say(lang, words, by=mention(person))
     error = c.entry.get("error_code") or ""  # a tool's own code (an MCP server's): data unless a plain word
     entry = c.entry if re.fullmatch(r"[a-z0-9_]*", error) else {**c.entry, "error_code": code(error)}
     line = f"{_what(c.tool, c.arguments)} — {people} — {_unescape(outcome(entry, lang))}"

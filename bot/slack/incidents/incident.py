@@ -53,6 +53,7 @@ class Change:
     arguments: dict[str, Any]
     requested_by: str
     approved_by: str
+    declined_by: str
     status: str
     error_code: str
     result: dict[str, Any]
@@ -162,6 +163,7 @@ def _change(entry: dict[str, str], result: ToolResultMessage | None) -> Change:
     return Change(at=_float(entry.get("at")), run_id=entry.get("run_id", ""), tool=entry.get("tool", "?"),
                   arguments=arguments if isinstance(arguments, dict) else {},
                   requested_by=entry.get("requested_by", ""), approved_by=entry.get("approved_by", ""),
+                  declined_by=entry.get("declined_by", ""),
                   status=entry.get("status", ""), error_code=entry.get("error_code", ""),
                   result=_data(result.content if result is not None else entry.get("result", "")), entry=entry)
 

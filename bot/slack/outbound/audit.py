@@ -42,8 +42,9 @@ def audit_line(entry: dict[str, str], lang: str) -> str:
     if rest:
         what += say(lang, "audit_with", args=say(lang, "comma").join(rest))
     people = say(lang, "requested_by", by=who(entry.get("requested_by") or "?"))
-    if entry.get("approved_by"):
-        people += say(lang, "sep") + say(lang, "approved_by", by=who(entry["approved_by"]))
+    for field, words in (("approved_by", "approved_by"), ("declined_by", "declined_by_person")):
+        if entry.get(field):
+            people += say(lang, "sep") + say(lang, words, by=who(entry[field]))
     return f"• {what} — {people} — {outcome(entry, lang)}"
 
 

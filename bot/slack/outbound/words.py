@@ -231,6 +231,7 @@ _WORDS: dict[str, tuple[str, str]] = {
     "chat_confirm": ("confirm? [y/N] ", "确认执行？[y/N] "),
     "requested_by": ("requested by {by}", "发起人 {by}"),
     "approved_by": ("approved by {by}", "批准人 {by}"),
+    "declined_by_person": ("declined by {by}", "拒绝人 {by}"),
     # an audit line: what ran where (the order each language reads it in), then how it ended
     "audit_on_in": ("`{tool}` on `{target}` in `{env}`", "在 `{env}` 对 `{target}` 执行 `{tool}`"),
     "audit_on": ("`{tool}` on `{target}`", "对 `{target}` 执行 `{tool}`"),
