@@ -20,6 +20,8 @@ from pydantic import BaseModel, Field
 
 from bot import when
 from state.keys import shard_of
+from state.meta_store import one_at_a_time
+from state.store import MetaStore
 from state.timer_store import Timer, TimerStore, new_timer_id
 from tools import ToolContext, tool
 from tools.registry import ToolSpec
@@ -28,6 +30,9 @@ from tools.tool_errors import ToolError
 log = logging.getLogger(__name__)
 
 MIN_MINUTES, MAX_MINUTES, PER_THREAD = 1, 240, 3
+TURN_WAIT_S, TURN_HOLD_S = 10.0, 30
+"""How long a follow-up waits for another of its person's to be counted and added; the turn's hold, should its
+process die holding it."""
 QUESTION_CHARS = 500
 
 
@@ -62,6 +67,8 @@ class Followups:
     """Told of each new follow-up (the Slack front announces it in its thread, with Cancel)."""
     per_person: int = 0
     """At most this many pending per person across threads (``slack.limits.followups_per_person``; 0: none)."""
+    meta: MetaStore | None = None
+    """Where a person's follow-ups are counted and added one at a time (their timers span shards)."""
 
     async def schedule(self, *, thread_id: str, owner: str | None, after_minutes: int, question: str,
                        source: str, unattended: bool = False, key: str | None = None) -> tuple[Timer, bool]:
@@ -86,13 +93,15 @@ class Followups:
         timer = Timer(id=timer_id, kind="followup", group=thread_id, channel=where[0], thread_ts=where[1],
                       owner=owner, question=question, created_at=now, due=when.once(after_minutes * 60, now),
                       source=source)
-        if self.per_person and not (key and await self.timers.get(timer_id)):  # (a repeat is not a new one)
-            mine = [t for t in await self.timers.every() if t.kind == "followup" and t.owner == owner]
-            if len(mine) >= self.per_person:
-                raise Refused("too_many_followups_for_person",
-                              f"{owner} already has {len(mine)} follow-ups pending across threads; at most "
-                              f"{self.per_person} are allowed per person. Nothing was scheduled: cancel one first.")
-        added = await self.timers.add(timer, limit=PER_THREAD)
+        if self.per_person and self.meta is not None:
+            async with one_at_a_time(self.meta, f"followup-cap:{owner}", timer_id, hold_s=TURN_HOLD_S,
+                                     wait_s=TURN_WAIT_S) as turn:
+                if not turn:
+                    raise Refused("busy", "Another follow-up of this person's is being scheduled right now. Nothing "
+                                          "was scheduled: try again in a moment.")
+                added = await self._add(timer, owner, repeat=bool(key))
+        else:
+            added = await self._add(timer, owner, repeat=bool(key))
         if added == "full":
             pending = await self.timers.pending(thread_id)
             times = ", ".join(when.local(t.due) for t in pending)
@@ -111,6 +120,17 @@ class Followups:
             except Exception:  # the follow-up is kept either way; only its announcement is missing
                 log.exception("follow-up %s not announced", timer.id)
         return kept, added != "exists"
+
+
+    async def _add(self, timer: Timer, owner: str, repeat: bool) -> str:
+        """Keep ``timer`` within the person's and the thread's caps: "added", "exists" or "full"."""
+        if self.per_person and not (repeat and await self.timers.get(timer.id)):  # (a repeat is not a new one)
+            mine = [t for t in await self.timers.every() if t.kind == "followup" and t.owner == owner]
+            if len(mine) >= self.per_person:
+                raise Refused("too_many_followups_for_person",
+                              f"{owner} already has {len(mine)} follow-ups pending across threads; at most "
+                              f"{self.per_person} are allowed per person. Nothing was scheduled: cancel one first.")
+        return await self.timers.add(timer, limit=PER_THREAD)
 
 
 class FollowupArgs(BaseModel):

@@ -3,16 +3,18 @@ message or card is) and first-time markers for event dedupe. Every key carries a
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from contextvars import ContextVar
 
 from state.client import Client
 from state.guard import HSET_WITH_TTL, RELEASE_IF_HELD, retried, text
 from state.keys import Keys, Renewals, Ttls
-from state.store import Admission
+from state.store import Admission, MetaStore
 
 # A sliding window in one script (both keys share a hash tag: one slot of a Redis Cluster). A member already in
 # the window was admitted before (a retry after a lost reply). Refused: when a slot frees, and whether this is the
@@ -209,3 +211,21 @@ class MemoryMeta:
         if first:
             self._held[name] = now + window_s
         return Admission(False, min(starts.values(), default=now) + window_s, first, told_until=self._held[name])
+
+
+@asynccontextmanager
+async def one_at_a_time(meta: MetaStore, name: str, holder: str, *, hold_s: int, wait_s: float) -> AsyncIterator[bool]:
+    """Whether ``holder`` got the turn ``name`` within ``wait_s`` (kept ``hold_s`` at most, should its process die
+    holding it): for a count and an add that no one script can hold, such as a person's timers, which span shards
+    (at once in several threads, each counted the same few and all added)."""
+    deadline = time.monotonic() + wait_s
+    while True:  # another process holds it: nothing here to be woken by, so look again shortly
+        mine = await meta.claim(name, holder, hold_s) == holder
+        if mine or time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(0.05)
+    try:
+        yield mine
+    finally:
+        if mine:
+            await meta.unclaim(name, holder)

@@ -195,6 +195,28 @@ async def test_a_person_s_follow_ups_are_capped_across_threads(redis_url: str, p
         await ws.stop()
 
 
+async def test_a_person_s_follow_ups_asked_at_once_are_capped_too(redis_url: str, prefix: str,
+                                                                   slack: FakeSlack) -> None:
+    """Three follow-ups asked in one batch (read-only calls run at once) each counted none pending before any was
+    kept: all three were kept under a cap of two."""
+    def sched(minutes: int) -> Any:
+        return call("schedule_followup", after_minutes=minutes, question="is payments holding?")
+
+    model = ScriptedModel([reply("", sched(10), sched(20), sched(30)), reply("Re-checks.")])
+    ws = await open_at(redis_url, prefix, slack, Clock(), model=model, specs=[],
+                       run_limits=limits(followups_per_person=2))
+    assert ws.service.core.followups is not None
+    ws.service.core.engine.deps.registry.add(followup_tool(ws.service.core.followups))
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "re-check payments three times", "301.1"))
+        await ws.settle()
+        kept = [t for t in await ws.store.timers.every() if t.kind == "followup" and t.owner == "UREQ"]
+        codes = [r.get("errorCode") for r in results(await ws.store.load_transcript(thread_key(CHANNEL, "301.1")))]
+        assert len(kept) == 2 and codes.count("too_many_followups_for_person") == 1, codes
+    finally:
+        await ws.stop()
+
+
 async def test_a_personal_window_on_a_redis_cluster(cluster_url: str, prefix: str, slack: FakeSlack) -> None:
     ws = await open_workspace(cluster_url, prefix, slack, run_limits=limits(per_person=1, per_person_window_s=600))
     try:

@@ -59,7 +59,8 @@ async def test_a_declined_change_names_the_person_and_stop_on_a_waiting_card_say
         await ws.settle()
         answer = all_text(slack.thread(CHANNEL, "810.1")[-1])
         assert "The restart did not run: declined in Slack by Alice." in answer, answer
-        assert "U0" not in answer.split("*Audit*")[0] and "UAPPROVER" not in answer
+        prose, audit = answer.split("*Audit*")  # the prose names people as the model may; the audit mentions them
+        assert "U0" not in prose and "UAPPROVER" not in prose and "declined by <@UAPPROVER>" in audit, answer
 
         await ws.sender.event(message(CHANNEL, "UREQ", "restart it in prod", "810.3", thread_ts="810.1"))
         await ws.settle()
@@ -82,11 +83,11 @@ async def test_the_audit_list_says_each_change_in_words_in_the_threads_language(
     cases = [  # (the question, whose language the thread speaks; the first run's audit; the second's)
         ("change payments", [
             "• `change` on `payments` in `prod` — requested by <@UREQ>, approved by <@UBOB> — done",
-            "• `change` on `orders` in `prod` — requested by <@UREQ> — declined: not run"],
+            "• `change` on `orders` in `prod` — requested by <@UREQ>, declined by <@UBOB> — declined: not run"],
             "• `change` on `cart` in `prod` — requested by <@UREQ> — not run: the run stopped first"),
         ("改一下 payments", [
             "• 在 `prod` 对 `payments` 执行 `change` — 发起人 <@UREQ>，批准人 <@UBOB> — 已完成",
-            "• 在 `prod` 对 `orders` 执行 `change` — 发起人 <@UREQ> — 已拒绝，未执行"],
+            "• 在 `prod` 对 `orders` 执行 `change` — 发起人 <@UREQ>，拒绝人 <@UBOB> — 已拒绝，未执行"],
             "• 在 `prod` 对 `cart` 执行 `change` — 发起人 <@UREQ> — 未执行：运行先停止了"),
     ]
     for n, (question, first, stopped) in enumerate(cases):

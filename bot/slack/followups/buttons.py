@@ -267,7 +267,8 @@ class SlackFollowups:
                 thread_id=thread_id, owner=user, after_minutes=self.recheck_minutes,
                 question=say(lang, "fu_recheck_question"), source="button", key=key)
         except Refused as exc:  # its message is the model's (English, with ids): people get the catalog's words
-            named = {"too_many_followups_for_person": "fu_refused_person", "too_many_followups": "fu_refused_thread"}
+            named = {"too_many_followups_for_person": "fu_refused_person", "too_many_followups": "fu_refused_thread",
+                     "busy": "fu_refused_busy"}
             n = self.followups.per_person if exc.code == "too_many_followups_for_person" else PER_THREAD
             words = say(lang, named[exc.code], n=n) if exc.code in named else \
                 say(lang, "fu_refused", why=kit.escape(exc) if lang == "en" else f"`{kit.escape(exc)}`")

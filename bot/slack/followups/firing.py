@@ -236,6 +236,6 @@ def wire(*, core: Assembly, settings: Settings, outbox: SlackOutbox, access: Acc
                              language=settings.slack.language, timers=followups.timers)
     firer = Firer(timers=followups.timers, slack=slack, engine=core.engine, outbox=outbox, reports=core.reports,
                   dispatch=dispatch, misfire_grace_s=settings.misfire_grace_s, clock=clock, on_start=schedules.sync)
-    followups.per_person = settings.slack.limits.followups_per_person
+    followups.per_person, followups.meta = settings.slack.limits.followups_per_person, core.meta
     schedules.limits = settings.slack.limits
     return TimerParts(slack, schedules, firer)

@@ -8,7 +8,6 @@ a digest of what it says, so instances starting together agree, and an edited en
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
@@ -26,6 +25,7 @@ from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.words import language_of, say, signal
 from state.keys import shard_of
+from state.meta_store import one_at_a_time
 from state.timer_store import Firing, Timer, TimerStore, new_timer_id
 
 log = logging.getLogger(__name__)
@@ -153,24 +153,12 @@ class Schedules:
                       quiet=quiet, source="command")
         if not self.limits.schedules_per_person:
             return await self._add(timer, lang)
-        # The count and the add, one command of a person's at a time (commands at once in several channels all
-        # counted the same few and all added): the count spans shards, no one script can hold it.
-        turn = f"schedule-cap:{user}"
-        if not await self._my_turn(turn, timer_id):
-            await self.outbox.tell(channel, user, say(lang, "sc_making"))
-            return
-        try:
+        # The count and the add, one command of a person's at a time
+        async with one_at_a_time(self.slack.meta, f"schedule-cap:{user}", timer_id, hold_s=TURN_HOLD_S,
+                                 wait_s=TURN_WAIT_S) as mine:
+            if not mine:
+                return await self.outbox.tell(channel, user, say(lang, "sc_making"))
             await self._add(timer, lang)
-        finally:
-            await self.slack.meta.unclaim(turn, timer_id)
-
-    async def _my_turn(self, turn: str, timer_id: str) -> bool:
-        deadline = time.monotonic() + TURN_WAIT_S
-        while await self.slack.meta.claim(turn, timer_id, TURN_HOLD_S) != timer_id:
-            if time.monotonic() > deadline:
-                return False
-            await asyncio.sleep(0.05)
-        return True
 
     async def _add(self, timer: Timer, lang: str) -> None:
         """Keep ``timer`` within the person's, the run windows' and the channel's limits, and announce it."""

@@ -55,6 +55,8 @@ TIMER_WORDS: dict[str, tuple[str, str]] = {
                              "如果想让我再看一次，请在线程里问我。"),
     "fu_handover": ("{due}, asked by {by}: {question}", "{due}，{by} 请求：{question}"),
     "fu_refused": ("No follow-up scheduled: {why}", "没有安排跟进：{why}"),
+    "fu_refused_busy": ("No follow-up scheduled: another of your follow-ups is being scheduled at this moment. Press "
+                        "again in a moment.", "没有安排跟进：你的另一个跟进正在安排。请稍后再按一次。"),
     "fu_refused_person": ("No follow-up scheduled: you already have {n} pending across threads, the most one person "
                           "may have. Cancel one first (App Home lists them).",
                           "没有安排跟进：你已有 {n} 个跟进在等待（各对话合计），已达每人上限。"
