@@ -72,7 +72,7 @@ def announcement_key(timer_id: str) -> str:
 
 def label(timer: Timer) -> str:
     """A schedule as lists show it: its name (or question), cron and time zone."""
-    return f"{kit.escape(timer.name or timer.question)} (`{kit.escape(timer.cron)}` {kit.escape(timer.timezone)})"
+    return f"{kit.escape(timer.name or timer.question)} ({kit.code(timer.cron)} {kit.escape(timer.timezone)})"
 
 
 class SlackFollowups:
@@ -271,7 +271,7 @@ class SlackFollowups:
                      "busy": "fu_refused_busy"}
             n = self.followups.per_person if exc.code == "too_many_followups_for_person" else PER_THREAD
             words = say(lang, named[exc.code], n=n) if exc.code in named else \
-                say(lang, "fu_refused", why=kit.escape(exc) if lang == "en" else f"`{kit.escape(exc)}`")
+                say(lang, "fu_refused", why=kit.escape(exc) if lang == "en" else kit.code(exc))
             await self._give_back(admitted)
             await self._tell(channel, user, words, thread_ts)
             return

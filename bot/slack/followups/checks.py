@@ -118,7 +118,7 @@ class Checks:
         if self.timers is not None and await self.timers.get(item.timer) is None:
             text += "\n\n" + say(lang, "sc_report_cancelled")  # its "cancelled" line is above: this ran before it
         if proposed:
-            text += "\n\n:raised_hand: " + say(lang, "sc_wants_change", tool=kit.escape(", ".join(proposed)))
+            text += "\n\n:raised_hand: " + say(lang, "sc_wants_change", tool=kit.bare(", ".join(proposed)))
         for i, blocks in enumerate(kit.split_answer(text)):
             await self.outbox.message(f"{STATUS_NOTE}check:{item.timer}:{item.due}:{i}", item.channel, None,
                                       kit.fallback_text(text if i == 0 else body), blocks)

@@ -56,6 +56,6 @@ class Reminders:
             if where and await self.meta.first_time(f"remind:{pending.token}"):
                 minutes = max(int((pending.expires_at - now) // 60), 1)
                 who = f"<@{ticket.requester}> " if ticket.requester else ""
-                text = say(str(where.get("lang") or "en"), "reminder", who=who, tool=kit.escape(pending.call.name),
+                text = say(str(where.get("lang") or "en"), "reminder", who=who, tool=kit.bare(pending.call.name),
                            minutes=minutes)  # in the thread's language
                 await self.outbox.say(where["channel"], where["thread_ts"], text, key=f"remind:{pending.token}")

@@ -134,7 +134,7 @@ class Home:
             target = "/".join(str(pending.arguments[k]) for k in ("service_id", "environment")
                               if pending.arguments.get(k))
             thread_ts = ticket.thread_id.rsplit(":", 1)[-1]
-            lines.append(say(lang, "home_wait_line", what=what, tool=kit.escape(pending.call.name),
+            lines.append(say(lang, "home_wait_line", what=what, tool=kit.bare(pending.call.name),
                              on=say(lang, "ran_on", target=kit.escape(target)) if target else "",
                              who=kit.who(ticket.requester or "?"), at=kit.hhmm(pending.expires_at),
                              link=thread_link(channel, thread_ts, say(lang, "home_open_thread"))))

@@ -11,7 +11,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.config import Approvers, SlackConfig
 from bot.slack.outbound.api_errors import SLACK_FAILURES, retried, slack_error
-from bot.slack.outbound.blocks import escape, is_user
+from bot.slack.outbound.blocks import bare, escape, is_user
 from bot.slack.outbound.people import People
 from bot.slack.outbound.words import say
 from core.envs import environment_name
@@ -208,14 +208,15 @@ class AccessPolicy:
     async def may_confirm(self, user: str, tool: str, environment: str | None, requester: str | None) -> Verdict:
         env = environment_name(environment or "")
         if env is None:  # the runtime refuses such a name before any card; a stored one is still not judged
-            return refusal("no_env", tool=tool, env=environment or "", known=", ".join(self.environments or []))
+            return refusal("no_env", tool=bare(tool), env=bare(environment or ""),
+                           known=", ".join(self.environments or []))
         if requester and user == requester and self.two_person(env):
-            return refusal("no_own_approval", tool=tool, env=env)
+            return refusal("no_own_approval", tool=bare(tool), env=bare(env))
         if self.unmatched(tool, env):
             known = ", ".join(self.environments or [])
-            return refusal("no_env", tool=tool, env=env, known=known)
+            return refusal("no_env", tool=bare(tool), env=bare(env), known=known)
         if self.unnamed(tool, env):
-            return refusal("no_env_unknown", tool=tool)
+            return refusal("no_env_unknown", tool=bare(tool))
         rule = self.approvers_for(tool, env)
         if rule is None:
             return ALLOW  # no approvers configured for this tool in this known environment: anyone who may use it
@@ -224,7 +225,7 @@ class AccessPolicy:
         unread = [g for g in rule.usergroups if g in self._unread]
         if unread:
             return refusal("no_group_read")
-        return refusal("no_approver_in" if env else "no_approver", tool=tool, env=env)
+        return refusal("no_approver_in" if env else "no_approver", tool=bare(tool), env=bare(env))
 
     async def may_decline(self, user: str, ticket: Ticket) -> Verdict:
         """Who may turn a card down, by its button or by a reply in its thread that sets it aside: whoever asked
@@ -240,19 +241,19 @@ class AccessPolicy:
         :meth:`may_confirm` and :meth:`may_change_in` apply to the click, from the config as it stands."""
         env = environment_name(environment or "")
         if env is None:
-            return [say(lang, "unknown_env_confirms", env=escape(environment or ""),
+            return [say(lang, "unknown_env_confirms", env=bare(environment or ""),
                         known=", ".join(self.environments or []))]
         rule = self.approvers_for(tool, env)
         if self.unmatched(tool, env):
-            lines = [say(lang, "unknown_env_confirms", env=escape(env), known=", ".join(self.environments or []))]
+            lines = [say(lang, "unknown_env_confirms", env=bare(env), known=", ".join(self.environments or []))]
         elif self.unnamed(tool, env):
-            lines, requester = [say(lang, "unnamed_env_confirms", tool=escape(tool))], None
+            lines, requester = [say(lang, "unnamed_env_confirms", tool=bare(tool))], None
         elif rule is None:
             lines = [say(lang, "anyone_confirms")]
         elif not rule.users and not rule.usergroups:
-            lines = [say(lang, "nobody_confirms", tool=escape(tool), env=escape(env or "*"))]
+            lines = [say(lang, "nobody_confirms", tool=bare(tool), env=bare(env or "*"))]
         elif not self.confirmable(tool, env, requester) and requester:  # the requester was the only approver
-            lines = [say(lang, "only_requester_confirms", tool=escape(tool), env=escape(env),
+            lines = [say(lang, "only_requester_confirms", tool=bare(tool), env=bare(env),
                          name=escape(await people.name(requester)))]
             requester = None  # said: not again as the two-person rule's "someone else must confirm"
         else:
@@ -270,7 +271,7 @@ class AccessPolicy:
                 lines = [say(lang, "who_confirms", names=names)]
         if requester and is_user(requester) and self.two_person(env):
             name = escape(await people.name(requester))
-            lines.append(say(lang, "two_person", env=escape(env), name=name) if env else
+            lines.append(say(lang, "two_person", env=bare(env), name=name) if env else
                          say(lang, "two_person_unnamed", name=name))
         where = self.may_change_in(channel, direct=channel.startswith("D"))
         if not where.allowed:

@@ -131,11 +131,11 @@ class Executor:
             if isinstance(item, Converse):
                 log.warning("thread %s: %s", item.thread_ts, exc)
                 lang = await self._lang(item)  # the engine's reason is English, for operators: quoted
-                why = kit.escape(exc) if lang == "en" else f"`{kit.escape(exc)}`"
+                why = kit.escape(exc) if lang == "en" else kit.code(exc)
                 await self.outbox.say(item.channel, str(item.thread_ts), say(lang, "could_not_start", why=why))
             else:
                 lang = await self._lang(item)
-                why = kit.escape(exc) if lang == "en" else f"`{kit.escape(exc)}`"
+                why = kit.escape(exc) if lang == "en" else kit.code(exc)
                 await self.outbox.tell(item.channel, item.user, say(lang, "nothing_changed", why=why), item.thread_ts)
         except LeaseLost as exc:  # it could not renew in time and another worker took the thread: that one goes on
             log.warning("%s in thread %s stopped here: %s", item.kind, item.thread_ts, exc)

@@ -110,8 +110,8 @@ class Handover:
             for p in run.pending:
                 target = p.arguments.get("service_id") or p.arguments.get("service") or ""
                 env = p.environment or ""
-                what = f"`{kit.escape(p.call.name)}`" + (f" `{kit.escape(target)}`" if target else "") + \
-                    (f" @ `{kit.escape(env)}`" if env else "")
+                what = kit.code(p.call.name) + (f" {kit.code(target)}" if target else "") + \
+                    (f" @ {kit.code(env)}" if env else "")
                 asker = say(lang, "requested_by", by=kit.who(run.user_id or "?"))
                 pending.append(f"• {what} — {asker} — {kit.hhmm(p.created_at, now)} → {kit.hhmm(p.expires_at, now)}"
                                + (f" — <{link}|↗>" if link else ""))

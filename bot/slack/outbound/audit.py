@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from bot.slack.outbound.blocks import escape, who
+from bot.slack.outbound.blocks import bare, code, escape, who
 from bot.slack.outbound.outputs import rollout_words
 from bot.slack.outbound.words import say
 
@@ -28,16 +28,16 @@ def ran_a_change(entries: Iterable[Mapping[str, Any]]) -> bool:
 def audit_line(entry: dict[str, str], lang: str) -> str:
     """``• `restart_service` on `payments` in `prod` — requested by @Ann, approved by @Bob — done``."""
     args = _arguments(entry.get("arguments") or "")
-    tool = escape(entry.get("tool") or "?")
+    tool = bare(entry.get("tool") or "?")
     target = next((str(args[k]) for k in _TARGET_KEYS if args.get(k) not in (None, "")), "")
     env = str(args.get("environment") or "")
     if target and env:
-        what = say(lang, "audit_on_in", tool=tool, target=escape(target), env=escape(env))
+        what = say(lang, "audit_on_in", tool=tool, target=bare(target), env=bare(env))
     elif target or env:
-        what = say(lang, "audit_on" if target else "audit_in", tool=tool, target=escape(target), env=escape(env))
+        what = say(lang, "audit_on" if target else "audit_in", tool=tool, target=bare(target), env=bare(env))
     else:
         what = f"`{tool}`"
-    rest = [f"{escape(k)}=`{escape(_cut(str(v)))}`" for k, v in args.items()
+    rest = [f"{escape(k)}={code(_cut(str(v)))}" for k, v in args.items()
             if k not in (*_TARGET_KEYS, "environment") and v not in (None, "")]
     if rest:
         what += say(lang, "audit_with", args=say(lang, "comma").join(rest))

@@ -59,8 +59,13 @@ def quoted(text: object) -> str:
 
 def code(text: object) -> str:
     """Quoted data (an alert's title, a tool's words) as an inline code span: shown as written, in no language."""
-    shown = " ".join(str(text).replace("`", "'").split())
-    return f"`{escape(shown)}`"
+    return f"`{bare(text)}`"
+
+
+def bare(text: object) -> str:
+    """What :func:`code` shows between its backticks, for a catalog sentence that puts a value in a code span of
+    its own (`` `{env}` ``): a backtick in the value would close the span and let the rest pass as our words."""
+    return escape(" ".join(str(text).replace("`", "'").split()))
 
 
 def model_name(label: str, lang: str, quote: Callable[[str], str] = code) -> str:
@@ -138,7 +143,7 @@ def fallback_text(text: str) -> str:
 def gate(reason: str, payload: dict[str, Any], lang: str) -> str:
     """The card's headline: the gate's own words in the thread's language (the tool is named, not quoted)."""
     if payload.get("tool") and payload.get("environment"):
-        return say(lang, "gate", tool=escape(payload["tool"]), env=escape(payload["environment"]))
+        return say(lang, "gate", tool=bare(payload["tool"]), env=bare(payload["environment"]))
     return escape(reason)
 
 
@@ -181,7 +186,7 @@ _FIELDS = {"field_environment", "field_service_id"}
 
 def form_fields(payload: dict[str, Any], lang: str) -> str:
     names = [str(f.get("name")) for f in payload.get("fields", [])]
-    return say(lang, "and").join(field_label(n, lang) if f"field_{n}" in _FIELDS else f"`{escape(n)}`"
+    return say(lang, "and").join(field_label(n, lang) if f"field_{n}" in _FIELDS else code(n)
                                  for n in names)
 
 
@@ -198,8 +203,8 @@ def form_subject(tools: list[str], arguments: dict[str, Any], lang: str = "en") 
 
 def _calls_on(tools: list[str], arguments: dict[str, Any], lang: str) -> tuple[str, str]:
     target = "/".join(str(arguments[k]) for k in ("service_id", "environment") if arguments.get(k))
-    calls = say(lang, "and").join(f"`{escape(t)}`" for t in tools)
-    return calls, say(lang, "on", target=escape(target)) if target else ""
+    calls = say(lang, "and").join(code(t) for t in tools)
+    return calls, say(lang, "on", target=bare(target)) if target else ""
 
 
 def form_values(state: dict[str, Any]) -> dict[str, str]:
@@ -280,7 +285,7 @@ def progress_blocks(state: dict[str, Any]) -> list[Block]:
     for line in lines[-40:]:
         icon = _ICONS.get(line["status"], ":grey_question:")
         detail = f" — {escape(line['detail'])}" if line.get("detail") else ""
-        body.append(f"{icon} `{escape(line['tool'])}`{detail}")
+        body.append(f"{icon} {code(line['tool'])}{detail}")
     if len(lines) > 40:
         body.insert(0, plural(lang, "earlier_calls", len(lines) - 40))
     if body:

@@ -16,6 +16,7 @@ from bot.slack.outbound.blocks import (
     Block,
     _calls_on,
     _cut,
+    bare,
     button,
     code,
     escape,
@@ -99,8 +100,8 @@ def confirm_card(token: str, reason: str, payload: dict[str, Any], lang: str = "
     """The card asking for a change: what would run, who may confirm it (``who``: said before anyone clicks),
     Confirm and Cancel; Cancel only where nobody may ever confirm it (``confirmable``: no button nobody can use)."""
     env = str(payload.get("environment") or "")
-    text = say(lang, "live_change", tool=escape(payload.get("tool")), target=escape(payload.get("target")),
-               env=escape(env or "n/a"))
+    text = say(lang, "live_change", tool=bare(payload.get("tool")), target=bare(payload.get("target")),
+               env=bare(env or "n/a"))
     dialog = {
         "title": {"type": "plain_text", "text": say(lang, "run_this")},
         "text": {"type": "mrkdwn", "text": _cut(text, 300)},

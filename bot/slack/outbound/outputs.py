@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from bot.agent.fallback import Fallback, Ran
-from bot.slack.outbound.blocks import escape
+from bot.slack.outbound.blocks import bare, escape
 from bot.slack.outbound.words import catalog, headline, plural, say
 from tools.ops.series import story
 
@@ -187,12 +187,12 @@ def ran_line(call: Ran, lang: str) -> str:
     words = say(lang, outcome) if outcome else say(lang, "audit_failed", code=code) if call.outcome == "failed" \
         else say(lang, "audit_issued", how=rollout_words(call.code, lang)) if call.outcome == "issued" else code
     on = say(lang, "ran_on", target=escape(call.target)) if call.target else ""
-    return say(lang, "ran_line", tool=escape(call.tool), on=on, outcome=escape(words))
+    return say(lang, "ran_line", tool=bare(call.tool), on=on, outcome=escape(words))
 
 
 def what_ran(calls: tuple[Ran, ...], lang: str) -> str:
     lines = "\n".join(ran_line(c, lang) for c in calls) or say(lang, "ran_none")
-    warnings = "".join("\n" + say(lang, "ran_warning", tool=escape(c.tool)) for c in calls if c.outcome == "unknown")
+    warnings = "".join("\n" + say(lang, "ran_warning", tool=bare(c.tool)) for c in calls if c.outcome == "unknown")
     return f"{say(lang, 'ran_title')}\n{lines}{warnings}\n{say(lang, 'ran_next')}"
 
 

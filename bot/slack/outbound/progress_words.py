@@ -15,7 +15,7 @@ from bot.slack.outbound.words import say
 def card_ending(event: CallDecided, lang: str = "en") -> str:
     """A question card's final words: who decided what, and when."""
     by, at = f"<@{event.by}>", kit.hhmm(event.at)
-    chosen = say(lang, "colon") + say(lang, "comma").join(f"{kit.escape(kit.field_label(k, lang))} = `{kit.escape(v)}`"
+    chosen = say(lang, "colon") + say(lang, "comma").join(f"{kit.escape(kit.field_label(k, lang))} = {kit.code(v)}"
                                                          for k, v in event.values.items()) \
         if event.values else ""
     person = bool(event.by) and kit.who(event.by or "").startswith("<@")
@@ -63,6 +63,6 @@ def form_refusal(exc: InvalidDecision, lang: str) -> str:
     if exc.code == "missing":
         return say(lang, "form_missing", fields=fields)
     if exc.code == "not_a_choice":
-        choices = ", ".join(f"`{kit.escape(c)}`" for c in exc.choices)
+        choices = ", ".join(kit.code(c) for c in exc.choices)
         return say(lang, "form_not_a_choice", fields=fields, choices=choices)
-    return str(exc) if lang == "en" else f"`{kit.escape(str(exc))}`"
+    return str(exc) if lang == "en" else kit.code(exc)
