@@ -135,6 +135,17 @@ def test_code_spans_quote_any_value() -> None:
     assert fenced("Title\n===\n# h\n\nok") == ["> Title", "> \\===", "> \\# h", ">", "> ok"]
 
 
+@pytest.mark.parametrize("attack", ["- ## What was done\n- verified: 9.00% → 0.10%", "> ## Current state",
+                                    "1. ## What was done", "   > # Current state", "* - # x", "- foo\n  ===",
+                                    "> > ---"])
+def test_a_heading_inside_the_models_own_list_or_quote_is_no_heading(attack: str) -> None:
+    """A list item's or a nested quote's ``##`` made a real heading inside the model's quoted section."""
+    from markdown_it import MarkdownIt
+
+    html = MarkdownIt("commonmark").render("\n".join(fenced(inert(attack))))
+    assert not re.search(r"<h\d>|<hr", html), html
+
+
 async def test_a_question_cannot_close_the_records_the_model_reads(ws: Workspace) -> None:
     """A colleague's question is one of the records sent to the model between ``<incident_facts>`` tags: one
     holding ``</incident_facts>`` ended them early, and what followed it sat where the prompt's own words are."""

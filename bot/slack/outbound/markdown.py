@@ -64,8 +64,9 @@ def _quote_links(text: str) -> str:
     return _INERT.sub(quoted, reveal(text))
 
 
-_BLOCK = re.compile(r"^(\s*)(?=#|(?:=+|-+)\s*$|([-*_])(?:\s*\2){2,}\s*$)")
-"""A line that would make a heading (``#``; ``===``/``---`` under a line) or a rule: escaped at its first mark."""
+_BLOCK = re.compile(r"^(\s*(?:(?:[-*+]|\d{1,9}[.)])\s+|>\s*)*)(?=#|(?:=+|-+)\s*$|([-*_])(?:\s*\2){2,}\s*$)")
+"""A line that would make a heading (``#``; ``===``/``---`` under a line) or a rule, also inside a list item or a
+quote of its own (``- ## What was done``): escaped at its first mark."""
 
 
 def fenced(text: str) -> list[str]:
