@@ -221,3 +221,24 @@ async def test_a_reply_from_someone_who_may_not_decline_leaves_the_card_open(red
         assert probe.count("change") == 1
     finally:
         await ws.stop()
+
+
+async def test_rollbacks_and_scaling_fall_under_a_restart_s_approvers_unless_they_have_their_own(
+        redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    """A config written before rollback and scaling existed names who may confirm a restart in prod: the riskier
+    changes were left to anyone ("Who may confirm: anyone …"), and a bystander scaled prod."""
+    slack.profiles = {"UBOSS": "Boss"}
+    ws = await open_workspace(redis_url, prefix, slack, approvers={"restart_service": {"prod": {"users": ["UBOSS"]}}})
+    try:
+        await ws.sender.event(mention(CHANNEL, "UREQ", "scale payments in prod to 6", "900.1"))
+        await ws.settle()
+        card = card_of(slack, "900.1")
+        assert "Who may confirm: Boss" in all_text(card), all_text(card)
+        token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
+        for user in ("UBYSTANDER", "UBOSS"):
+            await ws.sender.action(block_action(user=user, channel=CHANNEL, message=card,
+                                                action_id="opspilot_confirm", value=token))
+            await ws.settle()
+            assert len(ws.toolbox.scaling.done) == (user == "UBOSS"), user
+    finally:
+        await ws.stop()

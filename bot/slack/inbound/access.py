@@ -41,6 +41,8 @@ def refusal(key: str, **values: str) -> Verdict:
 
 
 ALLOW = Verdict(True)
+LIKE_A_RESTART = {"rollback_service": "restart_service", "scale_service": "restart_service"}
+"""Changes to a running service that fall under ``restart_service``'s approvers where they have none of their own."""
 INFO_S = 3.0
 """How long a command waits for Slack to say whether OpsPilot is in the channel: past it, not known (let through)."""
 _LISTED = 10  # people (and groups) named before "N more"
@@ -79,6 +81,11 @@ class AccessPolicy:
         self._groups[usergroup] = (time.monotonic() + self.cache_s, users)
         return users
 
+    def rules(self, tool: str) -> dict[str, Approvers]:
+        """``tool``'s approvers rules; a rollback's or a scaling's are a restart's unless it has its own (a config
+        written before they existed must not leave the riskier changes to anyone)."""
+        return self.config.approvers.get(tool) or self.config.approvers.get(LIKE_A_RESTART.get(tool, ""), {})
+
     def known(self, environment: str) -> bool:
         """Whether the catalog has it, both folded as the rules are (a catalog saying ``Prod`` has ``prod``)."""
         if self.environments is None or not environment:
@@ -87,13 +94,13 @@ class AccessPolicy:
 
     def unmatched(self, tool: str, environment: str) -> bool:
         """Rules exist for ``tool`` but none can match ``environment``, which no catalog service has."""
-        rules = self.config.approvers.get(tool) or {}
+        rules = self.rules(tool)
         return bool(rules) and environment not in rules and "*" not in rules and not self.known(environment)
 
     def unnamed(self, tool: str, environment: str) -> bool:
         """The call names no environment (an MCP tool on ``confirm: always`` that leaves it to its server), yet
         who may confirm ``tool`` depends on one: its approvers are set per environment. Fails closed."""
-        return not environment and any(e != "*" for e in self.config.approvers.get(tool) or {})
+        return not environment and any(e != "*" for e in self.rules(tool))
 
     def confirmable(self, tool: str, environment: str | None, requester: str | None) -> bool:
         """Whether anyone at all may confirm ``tool`` in ``environment`` under the config (False: a card shows no
@@ -195,7 +202,7 @@ class AccessPolicy:
 
     def approvers_for(self, tool: str, environment: str | None) -> Approvers | None:
         """Who may confirm ``tool`` in ``environment``; None: no rule (anyone allowed to use the bot)."""
-        rules = self.config.approvers.get(tool, {})
+        rules = self.rules(tool)
         return rules.get(environment_name(environment or "") or "*") or rules.get("*")
 
     def two_person(self, environment: str | None) -> bool:
