@@ -115,9 +115,12 @@ class SlackConfig(BaseModel):
     api_url: str = Field("https://slack.com/api/", description="SLACK_API_URL")
     port: int = Field(3000, ge=1, le=65535, description="PORT, HTTP mode")
     allowed_channels: list[str] = Field(default_factory=list, description="empty: any channel")
-    allowed_users: list[str] = Field(default_factory=list, description="empty (and no groups): anyone")
+    allowed_users: list[str] = Field(default_factory=list, description="empty (and no groups): anyone of this "
+                                     "workspace (see allow_outsiders)")
     allowed_usergroups: list[str] = Field(default_factory=list, description="members of these groups (S…) may "
                                           "use OpsPilot too")
+    allow_outsiders: bool = Field(False, description="with no allowed_users or groups: guests and other "
+                                  "organisations' accounts (Slack Connect) may use OpsPilot and confirm changes too")
     approvers: dict[str, dict[str, Approvers]] = Field(
         default_factory=dict, description="tool -> environment ('*' for any) -> who may confirm")
     two_person_rule: list[str] = Field(default_factory=list,

@@ -9,10 +9,11 @@ from pathlib import Path
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.demo.sender import mention
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.slack.inbound.visibility import Visibility
 from bot.slack.outbound.thread_meta import thread_key
-from tests.slack_harness import CHANNEL, Workspace, ask_restart, confirm
+from tests.slack_harness import CHANNEL, Workspace, ask_restart, confirm, open_workspace
 from tests.test_cli import run_cli
 from tests.test_feedback import answered, picked, rate, submit
 from tests.test_home import home_text, opened
@@ -157,3 +158,36 @@ async def test_another_organisation_s_account_reads_a_public_channel_only_as_its
     slack.fault("error", "auth.test")  # whose workspace an account is cannot be told: left out
     assert not await Visibility(AsyncWebClient(token=slack.token, base_url=slack.api_url)).readable(
         "UANY", "C0PUBLIC")
+
+
+async def test_guests_and_other_organisations_accounts_start_nothing_and_confirm_nothing(
+        redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    """A Slack Connect account's mention started a run in a shared channel, and a guest confirmed a prod restart
+    someone else asked for, where nobody was named (App Home already treated both as outsiders). Named in
+    ``allowed_users``, or with ``allow_outsiders``, they may."""
+    slack.external_users["UEXT"] = "T0OTHERORG"
+    slack.guests.add("UGUEST")
+    ws = await open_workspace(redis_url, prefix, slack)
+    try:
+        await ws.sender.event(mention(CHANNEL, "UEXT", "what's wrong with payments?", "300.1"))
+        await ws.settle()
+        assert (await ws.store.stats(3600)).runs == 0
+        assert any("other organisations' accounts may not use OpsPilot" in t for t in slack.ephemeral_texts("UEXT"))
+        card = await ask_restart(ws)
+        await ws.sender.action(confirm(card, "UGUEST"))
+        await ws.settle()
+        assert ws.toolbox.restarts.done == [] and slack.ephemeral_texts("UGUEST")
+        await ws.sender.action(confirm(card, "UAPPROVER"))  # this workspace's own member
+        await ws.settle()
+        assert len(ws.toolbox.restarts.done) == 1
+    finally:
+        await ws.stop()
+    for config in ({"allowed_users": ["UEXT"]}, {"allow_outsiders": True}):
+        ws = await open_workspace(redis_url, f"{prefix}-{len(config)}-{config.get('allow_outsiders')}", slack,
+                                  **config)
+        try:
+            await ws.sender.event(mention(CHANNEL, "UEXT", "what's wrong with payments?", "301.1"))
+            await ws.settle()
+            assert (await ws.store.stats(3600)).runs == 1, config
+        finally:
+            await ws.stop()

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.config import Approvers, SlackConfig
+from bot.slack.inbound.accounts import Accounts
 from bot.slack.outbound.api_errors import SLACK_FAILURES, retried, slack_error
 from bot.slack.outbound.blocks import bare, escape, is_user
 from bot.slack.outbound.people import People
@@ -62,6 +63,7 @@ class AccessPolicy:
         self._dms: dict[str, bool] = {}  # whether a D… conversation is OpsPilot's own (it never changes)
         self._inside: dict[str, float] = {}  # channels OpsPilot was seen in, until when that is kept
         self._unread: set[str] = set()  # groups Slack would not list, with nothing cached to fall back on
+        self.accounts = Accounts(client, ttl_s=cache_s)
 
     async def members(self, usergroup: str) -> frozenset[str]:
         cached = self._groups.get(usergroup)
@@ -132,6 +134,11 @@ class AccessPolicy:
             if user in c.allowed_users or await self._in_any_group(user, c.allowed_usergroups):
                 return ALLOW
             return refusal("no_user")
+        # Nobody is named: anyone of this workspace, not a guest or another organisation's account (a shared
+        # channel's), who would otherwise read our systems and confirm our changes. Not known (Slack failing): let
+        # through, as a member — Slack failing mid-incident must not lock the on-call out.
+        if not c.allow_outsiders and await self.accounts.outsider(user):
+            return refusal("outsider")
         return ALLOW
 
     async def may_start(self, user: str, channel: str) -> Verdict:

@@ -3,8 +3,9 @@
 One rule for every list that shows items from many conversations (App Home's cards, questions, follow-ups,
 schedules, changes and 👎 notes; the handover; summaries; ``opspilot stats``):
 
-- a **public channel**'s items: anyone allowed to use OpsPilot there, but a guest (``is_restricted``,
-  ``is_ultra_restricted``: they read only the channels they were invited to) only where they are a member;
+- a **public channel**'s items: anyone allowed to use OpsPilot there, but a guest or another organisation's account
+  (``bot.slack.inbound.accounts``: they read only the channels they were invited to; named in
+  ``slack.allowed_users`` or let in by ``slack.allow_outsiders``) only where they are a member;
 - a **private channel**'s items: its members only (``conversations.members``, every page);
 - a **direct message**'s items: its one person — the one the item records (who asked, rated, set it up), since
   OpsPilot's DMs have one person in them; no ``im:read`` scope needed;
@@ -24,6 +25,7 @@ from typing import Any, Literal
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.inbound.access import AccessPolicy
+from bot.slack.inbound.accounts import Accounts
 from bot.slack.outbound.api_errors import SLACK_FAILURES, retried, slack_error
 
 log = logging.getLogger(__name__)
@@ -51,9 +53,8 @@ class Visibility:
                  max_size: int = 5000) -> None:
         self.client, self.access, self.ttl_s, self.max_size = client, access, ttl_s, max_size
         self._cache: dict[str, tuple[float, Conversation | None]] = {}
-        self._guests: dict[str, tuple[float, bool]] = {}
+        self.accounts = access.accounts if access is not None else Accounts(client, ttl_s=ttl_s)
         self._joined: dict[str, tuple[float, frozenset[str] | None]] = {}  # public channels' members, for guests
-        self._team_id: str | None = None
 
     async def conversation(self, channel: str) -> Conversation | None:
         """What Slack says the conversation is (and a private one's members); None when it cannot be told."""
@@ -79,45 +80,8 @@ class Visibility:
             return bool(person) and user == person
         if found.kind == "private":
             return user in found.members
-        guest = await self._guest(user)
+        guest = await self.accounts.outsider(user)
         return guest is False or (guest is True and user in (await self._public_members(channel) or ()))
-
-    async def _guest(self, user: str) -> bool | None:
-        """Whether ``user`` is a guest account; None when Slack cannot say (left out: never shown on a guess)."""
-        cached = self._guests.get(user)
-        if cached and cached[0] > time.monotonic():
-            return cached[1]
-        try:
-            info: Any = await retried("users.info", lambda: self.client.users_info(user=user), attempts=2)
-            about = info.get("user") or {}
-            theirs, ours = str(about.get("team_id") or ""), await self._team() if about.get("team_id") else ""
-            if ours is None:
-                return None  # whether the account is this workspace's is not known: left out
-            # Another organisation's account (Slack Connect) reads only what it is a member of, as a guest does.
-            guest = bool(about.get("is_restricted") or about.get("is_ultra_restricted") or about.get("is_stranger")
-                         or (theirs and theirs != ours))
-        except _UNKNOWN as exc:
-            if "user_not_found" not in slack_error(exc):
-                log.warning("whether %s is a guest is not known (%s): public items are left out", user,
-                            slack_error(exc))
-                return None
-            guest = True  # no account of this workspace (another organisation's): only what it is a member of
-        if len(self._guests) >= self.max_size:
-            self._guests.clear()
-        self._guests[user] = (time.monotonic() + self.ttl_s, guest)
-        return guest
-
-    async def _team(self) -> str | None:
-        """This workspace's team id (auth.test, once); None while Slack does not say."""
-        if self._team_id is None:
-            try:
-                answer: Any = await retried("auth.test", self.client.auth_test, attempts=2)
-            except _UNKNOWN as exc:
-                log.warning("this workspace's team is not known (%s): other accounts' items are left out",
-                            slack_error(exc))
-                return None
-            self._team_id = str(answer.get("team_id") or "")
-        return self._team_id
 
     async def _public_members(self, channel: str) -> frozenset[str] | None:
         cached = self._joined.get(channel)

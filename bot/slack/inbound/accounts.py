@@ -1,0 +1,60 @@
+"""Whose account a Slack user is: this workspace's own member, or an outsider — a guest (``is_restricted``,
+``is_ultra_restricted``: invited to a few channels) or another organisation's account (Slack Connect: its
+``team_id`` is not ours, or ``users.info`` does not know it). Asked of ``users.info`` and cached per process."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack.outbound.api_errors import SLACK_FAILURES, retried, slack_error
+
+log = logging.getLogger(__name__)
+
+TTL_S = 60.0
+MAX_SIZE = 5000
+
+
+class Accounts:
+    def __init__(self, client: AsyncWebClient, *, ttl_s: float = TTL_S, max_size: int = MAX_SIZE) -> None:
+        self.client, self.ttl_s, self.max_size = client, ttl_s, max_size
+        self._outsiders: dict[str, tuple[float, bool]] = {}
+        self._team_id: str | None = None
+
+    async def outsider(self, user: str) -> bool | None:
+        """Whether ``user`` is a guest or another organisation's account; None when Slack cannot say now."""
+        cached = self._outsiders.get(user)
+        if cached and cached[0] > time.monotonic():
+            return cached[1]
+        try:
+            info: Any = await retried("users.info", lambda: self.client.users_info(user=user), attempts=2)
+            about = info.get("user") or {}
+            theirs, ours = str(about.get("team_id") or ""), await self._team() if about.get("team_id") else ""
+            if ours is None:
+                return None  # whether the account is this workspace's is not known
+            outsider = bool(about.get("is_restricted") or about.get("is_ultra_restricted")
+                            or about.get("is_stranger") or (theirs and theirs != ours))
+        except SLACK_FAILURES as exc:
+            if "user_not_found" not in slack_error(exc):
+                log.warning("whether %s is a guest or another organisation's account is not known (%s)", user,
+                            slack_error(exc))
+                return None
+            outsider = True  # no account of this workspace: another organisation's
+        if len(self._outsiders) >= self.max_size:
+            self._outsiders.clear()
+        self._outsiders[user] = (time.monotonic() + self.ttl_s, outsider)
+        return outsider
+
+    async def _team(self) -> str | None:
+        """This workspace's team id (auth.test, once); None while Slack does not say."""
+        if self._team_id is None:
+            try:
+                answer: Any = await retried("auth.test", self.client.auth_test, attempts=2)
+            except SLACK_FAILURES as exc:
+                log.warning("this workspace's team is not known (%s)", slack_error(exc))
+                return None
+            self._team_id = str(answer.get("team_id") or "")
+        return self._team_id
