@@ -25,6 +25,8 @@ AWAY_LEVEL = 0.5  # half-way to the peak has left the baseline, whatever its ban
 # is its whole step: read as a band, a step up that stayed up never left, so it "spiked and recovered")
 TAIL_MOVE = 0.2  # how much the last stretch must move (as a share of the excursion) to be rising or falling
 INTERMITTENT_SHARE = 0.25  # a quarter of the points since the onset back inside the band: it comes and goes
+RECOVERY_POINTS = 3  # a stretch back inside the band this long, and twice any pause around it, is a recovery: what
+# follows it is a new excursion, not the same one "not back yet"
 NOISE_FACTOR = 3.0  # an excursion within 3× the typical step-to-step jitter is noise
 RELATIVE_FLOOR = 0.1  # …or within a tenth of the baseline itself (a latency 100 → 140 ms is news; 100 → 105 is not)
 
@@ -57,6 +59,15 @@ class Shape:
     """The first point's time: nothing is known of the series before it (a change before it has no "before")."""
     step_s: float = 0.0
     """The spacing of its points: an onset is only known to within one step before ``onset_at``."""
+    excursions: int = 1
+    """How many times it left its baseline and came back before the excursion described (``onset_at``, ``extreme``)
+    began, plus that one: 2 or more when it recovered and left again."""
+    earlier_onset_at: float | None = None
+    """When the first of the earlier excursions began (``excursions`` > 1)."""
+    earlier_recovered_at: float | None = None
+    """When it was last back before the excursion described began."""
+    earlier_extreme: float | None = None
+    earlier_extreme_at: float | None = None
 
     @property
     def changed(self) -> bool:
@@ -190,9 +201,7 @@ def describe(series: Series, *, counter: bool = False, window: tuple[float, floa
         return sign * (v - baseline) > band
 
     extreme = max(range(len(values)), key=lambda i: level(values[i]))
-    onset = extreme  # the start of the stretch outside the band that leads to the extreme (an earlier blip is not)
-    while onset > 0 and clear(values[onset - 1]):
-        onset -= 1
+    onset = _start(extreme, values, clear)  # of the stretch outside the band that leads to the extreme (not a blip)
     if onset > 0:  # the baseline is what came before the change, not a fixed share of the window
         baseline = statistics.median(values[:onset])
         excursion = max(sign * (v - baseline) for v in values)
@@ -204,6 +213,23 @@ def describe(series: Series, *, counter: bool = False, window: tuple[float, floa
     def inside(v: float) -> bool:  # back inside the baseline's band (never near the peak: see returned)
         return level(v) < HIGH_LEVEL and not clear(v)
 
+    # Back inside the band for a while, then away again: "now" and "when did it begin" are the excursion under way's,
+    # the earlier ones (at least half-way to the peak: a blip is no excursion) said as recovered.
+    far = next((i for i, v in enumerate(values) if clear(v) and level(v) >= AWAY_LEVEL), extreme)
+    first = _start(far, values, clear)
+    backs = [b for b in _recoveries(values, first, inside)
+             if any(level(v) >= AWAY_LEVEL for v in values[b[1]:])]
+    earlier: dict[str, Any] = {}
+    if backs:
+        ended, start = backs[-1]
+        went = sum(any(level(v) >= AWAY_LEVEL for v in values[a:b])  # the excursions before, each recovered
+                   for a, b in zip([first, *(end for _, end in backs)], [a for a, _ in backs], strict=False))
+        top = max(range(first, ended), key=lambda i: level(values[i]))
+        excursion = max(sign * (v - baseline) for v in values[start:])  # the one under way is its own scale
+        extreme = max(range(start, len(values)), key=lambda i: level(values[i]))
+        onset = max(start, _start(extreme, values, clear))
+        earlier = {"excursions": 1 + went, "earlier_onset_at": times[first], "earlier_recovered_at": times[ended],
+                   "earlier_extreme": values[top], "earlier_extreme_at": times[top]}
     recovered = None
     if returned(current):
         recovered = len(values) - 1
@@ -242,7 +268,33 @@ def describe(series: Series, *, counter: bool = False, window: tuple[float, floa
     return replace(plain, trend=trend, baseline=baseline, direction="up" if sign > 0 else "down",
                    onset_after_gap=blind and onset < len(values) - 1 and bool(gaps),
                    extreme=values[extreme], extreme_at=times[extreme], onset_at=times[onset],
-                   recovered_at=times[recovered] if recovered is not None else None)
+                   recovered_at=times[recovered] if recovered is not None else None, **earlier)
+
+
+def _start(i: int, values: list[float], clear: Callable[[float], bool]) -> int:
+    """The first point of the stretch outside the band that leads to ``values[i]``."""
+    while i > 0 and clear(values[i - 1]):
+        i -= 1
+    return i
+
+
+def _recoveries(values: list[float], start: int, inside: Callable[[float], bool]) -> list[tuple[int, int]]:
+    """The stretches back inside the band after ``start`` that were recoveries, not pauses (first, after last):
+    at least ``RECOVERY_POINTS`` long and twice any shorter one — the longest of a series that comes and goes
+    (0, 1, 0, 0, 1, 0, 0, 0, 1…) is no recovery. The stretch running to the window's end is not one of them."""
+    runs: list[tuple[int, int]] = []
+    i = start
+    while i < len(values):
+        j = i
+        while j < len(values) and inside(values[j]):
+            j += 1
+        if i < j < len(values):
+            runs.append((i, j))
+        i = j + 1
+    lengths = sorted((b - a for a, b in runs), reverse=True)
+    cut = next((n for n, m in zip(lengths, [*lengths[1:], 0], strict=False)
+                if n >= RECOVERY_POINTS and n >= 2 * m), None)
+    return [(a, b) for a, b in runs if cut is not None and b - a >= cut]
 
 
 def _longest_inside(values: list[float], inside: Callable[[float], bool]) -> int:
@@ -272,6 +324,10 @@ def figures(shape: Shape) -> dict[str, Any]:
         assert shape.extreme is not None
         out.update({key: _n(shape.extreme), f"{key}_at": iso(shape.extreme_at), "onset_at": iso(shape.onset_at),
                     "recovered_at": iso(shape.recovered_at), "step_s": _n(shape.step_s)})
+    if shape.excursions > 1 and shape.earlier_extreme is not None:  # what came and went before the one described
+        out.update({"excursions": shape.excursions, "earlier_onset_at": iso(shape.earlier_onset_at),
+                    f"earlier_{key}": _n(shape.earlier_extreme), f"earlier_{key}_at": iso(shape.earlier_extreme_at),
+                    "earlier_recovered_at": iso(shape.earlier_recovered_at)})
     if shape.first_at is not None:  # what came before it was not read, whatever its shape
         out["first_point_at"] = iso(shape.first_at)
     if shape.gaps:
@@ -317,7 +373,18 @@ def gist(name: str, shape: Shape) -> str:
         line = f"{shape.trend} since {hhmm(shape.onset_at)}"
     else:  # on its way back (or part way): when it left the baseline, and that it is not back yet
         line = f"{shape.trend}, not back yet: began {hhmm(shape.onset_at)}"
-    return f"{head}, {line} ({base}){_gaps_note(shape)}"
+    return f"{head}, {_earlier(shape)}{line} ({base}){_gaps_note(shape)}"
+
+
+def _earlier(shape: Shape) -> str:
+    """``spiked at 09:21 (peak 0.05 at 09:21), back by 09:24, then ``: the excursions before the one described."""
+    if shape.excursions < 2 or shape.earlier_onset_at is None or shape.earlier_recovered_at is None \
+            or shape.earlier_extreme is None or shape.earlier_extreme_at is None:
+        return ""
+    went, what = ("spiked", "peak") if shape.direction == "up" else ("dipped", "low")
+    times = f" {shape.excursions - 1} times from" if shape.excursions > 2 else " at"
+    return (f"{went}{times} {hhmm(shape.earlier_onset_at)} ({what} {_n(shape.earlier_extreme):g} at "
+            f"{hhmm(shape.earlier_extreme_at)}), back by {hhmm(shape.earlier_recovered_at)}, then ")
 
 
 def _gaps_note(shape: Shape) -> str:

@@ -292,8 +292,9 @@ def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox
         """Key metrics of a service in one environment over a window (error rate, p95 latency in ms, restarts).
         Per metric: current value, baseline (before any change), peak (or low) and when, onset (when it
         clearly left the baseline, UTC) and recovery time if it came back, and a trend word from those facts
-        (flat, rising, falling, steady high, spiked and recovered…), with the query used. Compare onset_at with
-        recent_changes to tell whether a change preceded a problem."""
+        (flat, rising, falling, steady high, spiked and recovered…), with the query used. When it came back and
+        rose again, these are the rise under way's; excursions, earlier_onset_at and earlier_recovered_at tell
+        the ones before it. Compare onset_at with recent_changes to tell whether a change preceded a problem."""
         service, env = service_and_env(args, "read the metrics")
         names = args.metrics or metrics.names
         unknown = [n for n in names if n not in metrics.names]

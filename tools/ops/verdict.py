@@ -48,7 +48,8 @@ class Verdict:
     have begun before them), ``gap`` (the metric has no points just before the errors: when they began is not
     known), ``before_data`` / ``resolution`` (see :func:`_blind`: ``change`` is the change it is about), ``failed``
     (the change before the errors is recorded as not successful: whether any of it took effect is not known),
-    ``unscoped`` (its record names no environment: whether it reached this one is not known)."""
+    ``unscoped`` (its record names no environment: whether it reached this one is not known), ``recurring`` (see
+    :func:`_again`)."""
 
 
 def onset(rate: dict[str, Any], logs: dict[str, Any] | None) -> tuple[float, str] | None:
@@ -142,6 +143,25 @@ def _unordered(dated: tuple[tuple[float, dict[str, Any]], ...], began: float) ->
     return False
 
 
+def _again(rate: dict[str, Any], listed: tuple[tuple[float, dict[str, Any]], ...],
+           began: float) -> float | str | None:
+    """The error rate had risen and come back before the rise under way (``began``): that rise is the errors'
+    start (None) when a change came while it was back, or none came before it; the first rise's onset when the
+    last change before them came before that one too (the errors have come and gone since); ``recurring`` — not
+    one start to tie to a change — when the change came during an earlier rise, or it has risen and recovered
+    twice or more without one."""
+    first, back = stamp(rate.get("earlier_onset_at")), stamp(rate.get("earlier_recovered_at"))
+    count = rate.get("excursions")
+    if not isinstance(count, int) or count < 2 or first is None or back is None:
+        return None
+    last = next((t for t, _ in listed if t <= began), None)
+    if last is None:
+        return None
+    if last >= back:
+        return "recurring" if count > 2 else None
+    return first if last < first else "recurring"
+
+
 def judge(changes: dict[str, Any] | None, rate: dict[str, Any] | None, logs: dict[str, Any] | None) -> Verdict:
     """``changes``: recent_changes' data; ``rate``: query_metrics' error_rate figures; ``logs``: query_logs' data."""
     if changes is None:
@@ -165,6 +185,12 @@ def judge(changes: dict[str, Any] | None, rate: dict[str, Any] | None, logs: dic
             return Verdict("incomplete", listed, None, "", c, t, unread=unread + cut, hidden="before_data")
         return Verdict("no_rise" if listed else nothing, listed, unread=unread + cut)
     began, how = found
+    again = _again(rate or {}, listed, began)
+    if again == "recurring":
+        t, c = next((t, c) for t, c in listed if t <= began)
+        return Verdict("incomplete", dated, began, how, c, t, unread=unread, hidden="recurring")
+    if isinstance(again, float):  # coming and going since its first rise, with no change in between
+        began, how = again, "error rate first clearly above its baseline"
     if (rate or {}).get("onset_after_gap") and how != "first error log line":  # it began somewhere in a gap
         return Verdict("incomplete", dated, began, how, unread=unread, hidden="gap")
     before = [(t, c) for t, c in listed if t <= began]

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bot.agent.models.base import DEMO_LABEL
-from bot.agent.models.demo_answers import answer_lookup, answer_restart, cannot_see, deploy_verdict
+from bot.agent.models.demo_answers import answer_lookup, answer_restart, cannot_see
 from bot.agent.models.demo_answers import data as _data
 from bot.agent.models.demo_answers import ok_data as _ok_data
 from bot.agent.models.demo_changes import (
@@ -28,6 +28,7 @@ from bot.agent.models.demo_checks import with_followups
 from bot.agent.models.demo_history import restarts_part, rollback_part
 from bot.agent.models.demo_intent import Ask, environment, read, request_words, window, window_note
 from bot.agent.models.demo_narrative import MARKER, demo_narrative
+from bot.agent.models.demo_verdict import deploy_verdict
 from bot.agent.models.scripted import ScriptedModel
 from bot.agent.prompt import STOP_INSTRUCTION
 from core.language import signal

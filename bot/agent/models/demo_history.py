@@ -49,6 +49,11 @@ def rollback_part(results: list[ToolResultMessage], service: str, zh: bool) -> l
         lines.append(f"  • 回滚后 {span(back - rolled, zh)}，错误率在 {by} 回到基线。" if zh
                      else f"  • The error rate was back to its baseline by {str(rate['recovered_at'])[11:16]}, "
                           f"{span(back - rolled, zh)} after the rollback.")
+    elif (was := _came_back(rate, rolled)) is not None and backs[0].get("time") != "unknown":
+        by, again = str(rate["earlier_recovered_at"])[11:16], str(rate["onset_at"])[11:16]
+        lines.append(f"  • 回滚后 {span(was, zh)}，错误率在 {by} 回到基线，但 {again} 又升高了。" if zh
+                     else f"  • The error rate was back to its baseline by {by}, {span(was, zh)} after the rollback, "
+                          f"but rose again at {again}.")
     return lines
 
 
@@ -142,6 +147,11 @@ def _helped(results: list[ToolResultMessage], service: str, recorded: list[dict[
     back, onset = stamp(rate.get("recovered_at")), stamp(rate.get("onset_at"))
     now = metric_part(rate, "错误率" if zh else "error rate", "%", zh)
     # Credited only with a recovery from errors that began before it: a rise after the restart is not its doing.
+    if at is not None and (was := _came_back(rate, at)) is not None:
+        again = str(rate["onset_at"])[11:16]
+        return (f"  • 起初有用：重启后 {span(was, zh)} 回到基线，但 {again} 又升高了：{now}。" if zh
+                else f"  • It looked like it at first: back to its baseline {span(was, zh)} after the restart, but "
+                     f"the errors came back at {again}: {now}.")
     if at is not None and onset is not None and onset > at:
         return (f"  • 谈不上有没有用：报错是重启之后 {span(onset - at, zh)}才开始的。" if zh else
                 f"  • Not something it could help with: the errors began {span(onset - at, zh)} after the restart.")
@@ -151,3 +161,15 @@ def _helped(results: list[ToolResultMessage], service: str, recorded: list[dict[
     if rate.get("trend") in ("steady high", "rising", "elevated"):
         return f"  • 没有：{now}，仍未回到基线。" if zh else f"  • No: {now} — still not back to its baseline."
     return f"  • 现在：{now}。" if zh else f"  • Now: {now}."
+
+
+def _came_back(rate: dict[str, Any], at: float | None) -> float | None:
+    """How long after ``at`` the error rate was back at its baseline, when it was under way at ``at`` and came back
+    after it, then rose again (tools.ops.series: the rise under way is ``onset_at``, the one before it earlier_*):
+    a rise after it is not its doing, and neither is it undone by one."""
+    first, back, again = (stamp(rate.get(k)) for k in ("earlier_onset_at", "earlier_recovered_at", "onset_at"))
+    if rate.get("excursions") != 2 or at is None or first is None or back is None or again is None \
+            or not first <= at <= back < again:  # (with more, which one was under way at ``at`` is not kept)
+        return None
+    return back - at
+

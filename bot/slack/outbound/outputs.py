@@ -102,6 +102,11 @@ def _metric(name: str, fig: dict[str, Any], lang: str) -> str:
     told = story(fig)  # the same rule as the tool's summary and the demo model's answer
     line = say(lang, "out_metric", name=shown, value=value, trend=word) if told == "plain" else \
         say(lang, f"out_metric_{told}", name=shown, value=value, trend=word, onset=onset, back=back)
+    if isinstance(fig.get("excursions"), int) and fig["excursions"] > 1 and fig.get("earlier_recovered_at"):
+        went = say(lang, "metric_went_up" if "peak" in fig else "metric_went_down")
+        first, last = str(fig.get("earlier_onset_at") or "")[11:16], str(fig["earlier_recovered_at"])[11:16]
+        line += say(lang, "out_metric_earlier", went=went, onset=first, back=last) if fig["excursions"] == 2 else \
+            say(lang, "out_metric_earlier_many", went=went, n=fig["excursions"] - 1, onset=first, back=last)
     # What the figures stand on: a value that is not now's, points that are missing.
     if fig.get("last_point_at"):
         line += say(lang, "out_metric_stale", at=str(fig["last_point_at"])[11:16])

@@ -33,6 +33,12 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
     "out_metric_since": ("{name} {value}, {trend} since {onset}", "{name} {value}，{onset} 起{trend}"),
     "out_metric_not_back": ("{name} {value}, {trend}, not back yet: began {onset}",
                             "{name} {value}，{trend}，尚未恢复：{onset} 开始"),
+    # before the excursion under way, it had come back (tools.ops.series: excursions, earlier_*)
+    "out_metric_earlier": ("; earlier: {went} at {onset}, back by {back}", "；此前 {onset} 曾{went}，{back} 已恢复"),
+    "out_metric_earlier_many": ("; earlier: {went} {n} times from {onset}, last back by {back}",
+                                "；此前自 {onset} 起曾{went} {n} 次，最近一次 {back} 已恢复"),
+    "metric_went_up": ("spiked", "升高"),
+    "metric_went_down": ("dipped", "下降"),
     "out_changes": ("{n} changes in {minutes} min: {listed}", "{minutes} 分钟内 {n} 次变更：{listed}"),
     "out_changes_one": ("{n} change in {minutes} min: {listed}", "{minutes} 分钟内 {n} 次变更：{listed}"),
     # a change's kind (tools.ops.rollouts and CI/CD records); rollback and scale are followed by their target

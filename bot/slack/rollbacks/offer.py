@@ -36,7 +36,8 @@ def remember(state: dict[str, Any], event: ToolResultEvent) -> None:
     elif event.tool == "query_metrics":
         rate = (data.get("metrics") or {}).get("error_rate")
         if isinstance(rate, dict):
-            facts["rate"] = {k: rate.get(k) for k in ("onset_at", "peak", "trend") if k in rate}
+            keep = ("onset_at", "peak", "trend", "excursions", "earlier_onset_at", "earlier_recovered_at")
+            facts["rate"] = {k: rate.get(k) for k in keep if k in rate}
     else:
         firsts = [str(p.get("first_seen")) for p in data.get("patterns") or [] if isinstance(p, dict)
                   and p.get("first_seen")]
