@@ -83,10 +83,10 @@ def test_a_dip_is_described_as_a_dip() -> None:
     assert figures(shape)["low"] == 20 and "peak" not in figures(shape)
 
 
-def test_a_counter_reset_is_read_as_an_increase() -> None:
+def test_a_counter_reset_is_a_step_not_known() -> None:
     shape = describe(at([10, 20, 30, 5, 15, 25]), counter=True)
-    assert shape.resets == 1 and shape.minimum == 5 and shape.maximum == 10  # no negative increase
-    assert figures(shape)["counter_resets"] == 1
+    assert shape.resets == 1 and shape.minimum == 10 and shape.maximum == 10  # neither negative nor 5
+    assert figures(shape)["counter_resets"] == 1 and shape.gaps == 1
 
 
 def test_the_demo_incident_is_described_truthfully() -> None:

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from itertools import pairwise
 from typing import Any
 
-Series = list[tuple[float, float]]
+from tools.ops.samples import Series, edges, increases, missing
 
 # A level is a point's distance from the baseline as a share of the whole excursion (0 = baseline, 1 = peak).
 BAND_MADS = 3.0  # a point this many robust standard deviations (1.4826 × MAD) off the baseline has left it
@@ -82,32 +82,6 @@ def hhmm(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%H:%M")
 
 
-def _gaps(times: list[float]) -> int:
-    """Missing steps: intervals longer than 1.5× the usual step, counted in steps."""
-    if len(times) < 3:
-        return 0
-    deltas = [b - a for a, b in pairwise(times) if b > a]
-    if not deltas:
-        return 0
-    step = statistics.median(deltas)
-    return sum(round(d / step) - 1 for d in deltas if d > 1.5 * step)
-
-
-def _increases(points: Series) -> tuple[Series, int]:
-    """A counter's per-step increases; a drop is a reset (the counter restarted from zero), as Prometheus'
-    ``increase()`` reads it. An increase across missing steps is spread over them (the rate it kept), not read
-    as one step's: a scrape gap in a steady counter is no spike."""
-    out: Series = []
-    resets = 0
-    deltas = [b - a for (a, _), (b, _) in pairwise(points) if b > a]
-    step = statistics.median(deltas) if deltas else 0.0
-    for (was, before), (t, after) in pairwise(points):
-        grown = after - before if after >= before else after
-        resets += after < before
-        out.append((t, grown * step / (t - was) if step and t - was > 1.5 * step else grown))
-    return out, resets
-
-
 def _typical_step(values: list[float]) -> float:
     steps = [abs(b - a) for a, b in pairwise(values)]
     return statistics.median(steps) if steps else 0.0  # one point: no jitter to measure
@@ -134,30 +108,17 @@ def _before_step(head: list[float], quiet: list[float]) -> list[float]:
     return [v for v in head if abs(v - start) <= spread] or head
 
 
-def _edges(times: list[float], finite: list[float],
-           window: tuple[float, float, float] | None) -> tuple[int, float | None]:
-    """Steps missing before the first point and after the last within ``window`` (start, end, step) — points
-    returned as NaN are counted once, as such, not here — and the last finite point's time when the window's end
-    is two steps or more past it."""
-    if window is None or not times:
-        return 0, None
-    start, end, step = window
-    before = int((times[0] - start) / step + 0.5) if times[0] - start > 1.5 * step else 0  # the first is at start
-    after = int((end - times[-1]) / step + 0.5) if end - times[-1] >= 2 * step else 0
-    last = finite[-1] if finite else None
-    return before + after, last if last is not None and end - last >= 2 * step else None
-
-
 def describe(series: Series, *, counter: bool = False, window: tuple[float, float, float] | None = None) -> Shape:
     """``window``: (start, end, step) the series was asked for, so that points missing at its edges count too
     (a target down for the last ten minutes left no gap between points, and its last value read as now's)."""
     ordered = sorted(series)
-    edge, last_at = _edges([t for t, _ in ordered], [t for t, v in ordered if math.isfinite(v)], window)
-    gaps = _gaps([t for t, _ in ordered]) + sum(1 for _, v in ordered if not math.isfinite(v)) + edge
+    edge, last_at = edges([t for t, _ in ordered], [t for t, v in ordered if math.isfinite(v)], window)
+    gaps = missing([t for t, _ in ordered]) + sum(1 for _, v in ordered if not math.isfinite(v)) + edge
     points = [(t, v) for t, v in ordered if math.isfinite(v)]
     resets = 0
     if counter:
-        points, resets = _increases(points)
+        points, resets = increases(points)
+        gaps += resets  # the step across each reset: its increase is not known
     if not points:
         return Shape("no data", 0, gaps=gaps, resets=resets)
     times, values = [t for t, _ in points], [v for _, v in points]
