@@ -1,5 +1,5 @@
 """A raw counter (``*_total``) as query_metrics reads it: its increases per step, a reset's step unknown (the count
-before the restart is lost with it) — through the metric tool over
+before the restart is lost with it), and a first sample that is no increase yet — through the metric tool over
 fixtures, and where its figures are said (the tool's summary, the task card's line)."""
 
 from __future__ import annotations
@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from bot.slack.outbound.outputs import output
 from tests.test_ops import data, run
@@ -37,3 +39,14 @@ async def test_a_counter_reset_is_a_step_not_known_not_a_dip(tmp_path: Path) -> 
     assert found["summary"].startswith("errors_total 10 (flat)"), found["summary"]
     line = output("ok", None, {"ok": True, "data": found}, "en")
     assert "dipped" not in line and "(flat)" in line, line
+
+
+@pytest.mark.parametrize(("lang", "said"), [("en", "`errors_total`: a single point, no increase yet"),
+                                            ("zh", "`errors_total`：只有一个数据点，还没有增量")])
+async def test_a_counter_s_first_sample_is_a_single_point_not_no_data(tmp_path: Path, lang: str, said: str) -> None:
+    """One sample of a counter has no increase yet: it read "no data"."""
+    found = await read(tmp_path, [7])
+    fig = found["metrics"]["errors_total"]
+    assert (fig["trend"], fig["points"]) == ("single point", 1) and "no data" not in json.dumps(fig), fig
+    assert found["summary"] == "errors_total: a single point (a counter's first sample: no increase yet)", found
+    assert output("ok", None, {"ok": True, "data": found}, lang) == said

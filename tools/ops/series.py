@@ -115,12 +115,14 @@ def describe(series: Series, *, counter: bool = False, window: tuple[float, floa
     edge, last_at = edges([t for t, _ in ordered], [t for t, v in ordered if math.isfinite(v)], window)
     gaps = missing([t for t, _ in ordered]) + sum(1 for _, v in ordered if not math.isfinite(v)) + edge
     points = [(t, v) for t, v in ordered if math.isfinite(v)]
-    resets = 0
+    resets, sampled = 0, points
     if counter:
         points, resets = increases(points)
         gaps += resets  # the step across each reset: its increase is not known
-    if not points:
-        return Shape("no data", 0, gaps=gaps, resets=resets)
+    if not points:  # a counter's first sample is there, with no increase yet: not "no data"
+        one = counter and len(sampled) == 1
+        return Shape("single point" if one else "no data", int(one), gaps=gaps, resets=resets, last_at=last_at,
+                     first_at=sampled[0][0] if one else None)
     times, values = [t for t, _ in points], [v for _, v in points]
     current = values[-1]
     spacing = window[2] if window is not None else \
@@ -274,7 +276,9 @@ def _n(value: float) -> float:
 def figures(shape: Shape) -> dict[str, Any]:
     """The shape as the tool's result: every fact with its time."""
     if shape.current is None:
-        return {"points": 0, "trend": shape.trend, "note": "no data in this window", "gaps": shape.gaps}
+        note = "one sample of a counter: no increase yet" if shape.points else "no data in this window"
+        return {"points": shape.points, "trend": shape.trend, "note": note, "gaps": shape.gaps,
+                **({"first_point_at": iso(shape.first_at)} if shape.first_at is not None else {})}
     out: dict[str, Any] = {"current": _n(shape.current), "trend": shape.trend, "points": shape.points}
     if shape.baseline is not None:
         out["baseline"] = _n(shape.baseline)
@@ -321,7 +325,8 @@ def gist(name: str, shape: Shape) -> str:
     """One line from the same facts: ``error_rate 0.043, steady high since 09:42 (baseline 0.002, peak 0.044 at
     09:56)``."""
     if shape.current is None:
-        return f"{name}: no data"
+        return f"{name}: a single point (a counter's first sample: no increase yet)" if shape.points else \
+            f"{name}: no data"
     head = f"{name} {_n(shape.current):g}"
     if not shape.changed or shape.extreme is None or shape.extreme_at is None or shape.onset_at is None:
         return f"{head} ({shape.trend}){_gaps_note(shape)}"

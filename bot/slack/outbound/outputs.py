@@ -95,8 +95,8 @@ def trend(word: str, lang: str) -> str:
 
 def _metric(name: str, fig: dict[str, Any], lang: str) -> str:
     shown = _code(name, 40)
-    if "current" not in fig:
-        return say(lang, "out_metric_none", name=shown)
+    if "current" not in fig:  # a counter's first sample has no increase yet: not "no data"
+        return say(lang, "out_metric_single" if fig.get("points") else "out_metric_none", name=shown)
     value, word = _n(fig["current"]), trend(str(fig.get("trend", "")), lang)
     onset, back = str(fig.get("onset_at") or "")[11:16], str(fig.get("recovered_at") or "")[11:16]
     told = story(fig)  # the same rule as the tool's summary and the demo model's answer

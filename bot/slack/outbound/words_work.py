@@ -24,6 +24,7 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
     "out_no_logs": ("no error lines in {minutes} min", "{minutes} 分钟内没有错误日志"),
     "out_metric": ("{name} {value} ({trend})", "{name} {value}（{trend}）"),
     "out_metric_none": ("{name}: no data", "{name}：无数据"),
+    "out_metric_single": ("{name}: a single point, no increase yet", "{name}：只有一个数据点，还没有增量"),
     "out_metric_stale": (" — last point at {at}, none since", "——最后一个数据点在 {at}，之后没有数据"),
     "out_metric_gaps": (" ({n} missing points)", "（缺 {n} 个数据点）"),
     "out_metric_gaps_one": (" (1 missing point)", "（缺 1 个数据点）"),
