@@ -217,3 +217,20 @@ def test_why_a_run_failed_is_said_in_the_thread_s_language() -> None:
     assert "the model service answered with HTTP `503`" in said("the model service answered with HTTP 503",
                                                                   "api_error", "en")
     assert "`something else`" in said("something else", "", "zh")  # a reason OpsPilot does not word: quoted
+
+
+async def test_the_investigate_shortcut_s_question_is_shown_in_the_thread_s_language(ws: Workspace) -> None:
+    """The shortcut's composed question was English whatever the thread spoke: a Chinese thread's handover (and
+    App Home) showed "@Rita asked me to investigate the message quoted above…"."""
+    posted = ws.slack.post_as_user(CHANNEL, "ULI", "订单服务从 10:02 开始一直报 500，怎么回事？")
+    await ws.sender.action({"type": "message_action", "callback_id": "opspilot_investigate_message",
+                            "trigger_id": "5.6", "team": {"id": "T0001"}, "user": {"id": "UWANG"},
+                            "channel": {"id": CHANNEL}, "message": {k: posted[k] for k in ("ts", "text", "user")},
+                            "response_url": "https://hooks.slack.test/r"})
+    await ws.settle()
+    await ws.sender.command({"command": "/opspilot", "text": "handover", "user_id": "UWANG", "channel_id": CHANNEL,
+                             "team_id": "T0001", "trigger_id": "9.6", "response_url": "https://hooks.slack.test/r"})
+    await ws.settle()
+    handover = next(all_text(m) for (c, _), m in ws.slack.messages.items()
+                    if c == CHANNEL and f"<#{CHANNEL}>" in all_text(m))  # (the handover: in its asker's language)
+    assert "请我调查上面引用的消息" in handover and "asked me to investigate" not in handover, handover

@@ -302,7 +302,7 @@ class Inbound:
         context = redact(render([message], ts, 1, self.access.config.thread_context_chars, here=channel))
         await self.dispatch(Converse(
             channel=channel, thread_ts=thread_ts, user=user, context=context, lang="zh" if lang == "zh" else "en",
-            text=f"<@{user}> asked me to investigate the message quoted above: what is wrong, and what to do?",
+            text=say(lang, "shortcut_question", user=user),
             request_id=f"{channel}:{ts}:shortcut:{trigger}", unattended=True, slots=admitted.slots()))
 
     async def _run_button(self, action_id: str, run_id: str, user: str, channel: str, thread_ts: str | None) -> None:

@@ -38,6 +38,12 @@ INCIDENT_WORDS: dict[str, tuple[str, str]] = {
     "inc_runs_one": ("{n} investigation", "{n} 次调查"),
     "inc_alert_investigated": ("Investigation of the alert started", "开始排查告警"),
     "inc_alert_investigated_by": ("Investigation of the alert started by {who}", "{who} 发起了告警排查"),
+    # the questions OpsPilot composes for a press (the model reads them; App Home and the handover show them)
+    "shortcut_question": ("<@{user}> asked me to investigate the message quoted above: what is wrong, and what to do?",
+                          "<@{user}> 请我调查上面引用的消息：出了什么问题，该怎么处理？"),
+    "rollback_question": ("<@{user}> pressed \"Roll back to {release}\": roll back {service} in {environment} to "
+                          "release {release}", "<@{user}> 按下了「回滚到 {release}」：把 {service}（{environment}）"
+                          "回滚到版本 {release}"),
     "inc_rollback_pressed": ("Rollback asked for by {who} (the Roll back button under an answer)",
                              "{who} 按下了答复下方的“回滚”按钮"),
     "inc_message_investigated_by": ("Investigation of a message started by {who} (the Investigate shortcut)",

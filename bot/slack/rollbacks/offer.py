@@ -77,8 +77,4 @@ def parse(value: str) -> dict[str, str] | None:
 def question(target: dict[str, str], user: str, lang: str = "en") -> str:
     """What pressing the button asks, in the person's name and the thread's language (the model proposes; the card
     decides)."""
-    if lang == "zh":
-        return (f"<@{user}> 按下了「回滚到 {target['release']}」：把 {target['service']}（{target['environment']}）"
-                f"回滚到版本 {target['release']}")
-    return (f"<@{user}> pressed \"Roll back to {target['release']}\": roll back {target['service']} in "
-            f"{target['environment']} to release {target['release']}")
+    return say(lang, "rollback_question", user=user, **target)
