@@ -270,3 +270,27 @@ async def test_a_run_stopped_at_its_limit_lists_what_ran_in_the_thread_s_languag
         assert not english_runs(answer), answer
     finally:
         await ws.stop()
+
+
+@pytest.mark.parametrize(("question", "said"), [
+    ("支付服务生产环境扩容 2 个副本", "扩容 2 个副本"), ("给支付服务生产环境扩容，加 2 个实例", "加 2 个实例"),
+    ("支付服务生产环境缩容 1 个副本", "缩容 1 个副本"), ("scale payments in prod up by 2 replicas", "by 2"),
+    ("scale payments in prod by 2 to handle traffic", "by 2"),
+])
+async def test_scaling_by_an_amount_asks_for_the_total_never_proposes_the_amount_as_one(
+        ws: Workspace, question: str, said: str) -> None:
+    """"扩容 2 个副本" (add 2) was read as "scale to 2": a prod card reading 3 → 2, a scale-down asked as a scale-up."""
+    answer = await ask(ws, question, "730.1")
+    thread = ws.slack.thread(CHANNEL, "730.1")
+    assert not any(b["action_id"] == "opspilot_confirm" for m in thread for b in buttons(m)), answer
+    assert said in answer and ("一共要多少个副本" if "副本" in said or "实例" in said else "how many replicas in all")\
+        in answer, answer
+    assert read(question).replicas is None
+
+
+@pytest.mark.parametrize(("question", "replicas"), [
+    ("把 payments 扩容到 6 个副本", 6), ("支付服务生产环境缩容至 2 个实例", 2), ("支付服务扩容为 5 个副本", 5),
+    ("scale payments in prod to 4 replicas", 4), ("scale payments up by 2 to 5 replicas", 5),
+])
+def test_a_scale_to_a_count_is_read_as_that_count(question: str, replicas: int) -> None:
+    assert read(question).change == "scale" and read(question).replicas == replicas

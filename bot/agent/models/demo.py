@@ -337,6 +337,12 @@ def _change(service: str, ask: Ask, text: str, quoted: str, messages: Sequence[M
     """A rollback (to the release or revision named, else the previous one) or a scale, as asked."""
     args = _change_args(service, text, quoted, messages)
     if ask.change == "scale":
+        if ask.replicas_by:  # an amount, not the total: the current count is not read here, so not guessed at
+            return AssistantMessage(content=(
+                f"“{ask.replicas_by}”是在现有副本数上增减，我在这里看不到 {service} 现在有几个副本：一共要多少个副本？"
+                f"例如“把 {service} 扩容到 6 个副本”。" if zh else
+                f"\"{ask.replicas_by}\" is a change from the current count, which I can't see here: how many "
+                f"replicas in all? For example: \"scale {service} in prod to 6 replicas\"."))
         if ask.replicas is None:
             return AssistantMessage(content="扩缩容到多少个副本？例如“把 payments 扩容到 6 个副本”。" if zh else
                                     "Scale to how many replicas? For example: \"scale payments in prod to 6 "

@@ -62,7 +62,11 @@ _LAST = re.compile(r"(?:last|past|previous)\s+(?:(\d+|" + "|".join(sorted(_EN_NU
                    r"最近\s*(\d+|[一二两三四五六七八九十半]+)?\s*(?:个)?\s*(半)?\s*(分钟|小时|天|周|星期)", re.I)
 _RELEASE = re.compile(r"(?:to|到)\s*(?:release|version|版本)?\s*`?(\d[\w.:-]*\d|[a-z][\w-]*:[\w.-]+)`?", re.I)
 _REVISION = re.compile(r"revision\s*(\d+)|第\s*(\d+)\s*(?:个)?版", re.I)
-_REPLICAS = re.compile(r"(?:to|到)\s*(\d+)\s*(?:replicas?|pods?|instances?)?|(\d+)\s*(?:个)?(?:副本|实例)", re.I)
+# A count to scale to says "to" (到, 至, 为, 成); one without ("扩容 2 个副本", "加 2 个实例", "up by 2") is an amount
+# to add or remove, never the total: the current count is not known here, so the total is asked for.
+_REPLICAS = re.compile(r"(?:\bto|到|至|为|成)\s*(\d+)\s*(?:replicas?|pods?|instances?)?", re.I)
+_REPLICAS_BY = re.compile(r"\b(?:by|add|remove)\s+\d+(?:\s*(?:replicas?|pods?|instances?)\b)?|"
+                          r"(?:扩容|缩容|增加|减少|加|减|多|少)?\s*\d+\s*个?\s*(?:副本|实例)", re.I)
 _TODAY = re.compile(r"\btoday\b|今天|今日", re.I)
 _YESTERDAY = re.compile(r"\byesterday\b|昨天|昨日", re.I)
 _ZH_NUMBERS = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9, "十": 10,
@@ -92,6 +96,8 @@ class Ask:
     """A rollback's target as named: "to release 2026.12.01-4", "回滚到 2026.12.01-4"."""
     revision: int | None = None
     replicas: int | None = None
+    replicas_by: str = ""
+    """An amount to scale by, as said ("扩容 2 个副本", "by 2"), when no count to scale to was said."""
 
     @property
     def about_changes(self) -> bool:
@@ -182,10 +188,11 @@ def read(text: str) -> Ask:
     release = _RELEASE.search(text) if change == "rollback" else None
     revision = _REVISION.search(text) if change == "rollback" else None
     replicas = _REPLICAS.search(text) if change == "scale" else None
+    by = _REPLICAS_BY.search(text) if change == "scale" and not replicas else None
     return Ask(change=change, topics=frozenset(topics), environment=environment(text),
                release=release.group(1) if release else None,
                revision=int(revision.group(1) or revision.group(2)) if revision else None,
-               replicas=int(replicas.group(1) or replicas.group(2)) if replicas else None,
+               replicas=int(replicas.group(1)) if replicas else None, replicas_by=by.group(0).strip() if by else "",
                at=at, said_at=said, offset_min=offset_min, zone_unknown=unknown, minutes=_minutes(text),
                today=bool(_TODAY.search(text)), yesterday=bool(_YESTERDAY.search(text)),
                cause=bool(_CAUSE_Q.search(text)))
