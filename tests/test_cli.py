@@ -50,7 +50,7 @@ async def test_chat_plays_the_opspilot_scenario_on_redis(redis_url: str, prefix:
     assert "docs/payments-db-timeouts.md" in out and "83× timeout acquiring connection from pool" in out
     assert "错误率 4.3% (持续偏高" in out  # the question is Chinese: so is the answer's wording, trend words too
     # "restart it in prod" is answered in the conversation's language, its first question's.
-    assert "错误率从 4.30% 降到 0.30%" in out
+    assert "错误率从 4.3% 降到 0.30%" in out
     # The restart is gated, confirmed, executed and reported.
     assert "restart_service 会改动 prod，需要有人确认" in out and "确认执行？[y/N]" in out  # the conversation's words
     assert "已重启 payments（prod），滚动发布已完成" in out

@@ -128,7 +128,7 @@ async def test_the_whole_scenario_in_the_browser(demo_url: str, page: Page) -> N
     await expect(thread.locator(".msg", has_text="需要确认")).to_have_count(0)
     answer = thread.locator(".msg", has_text="已重启 payments（prod）")  # backticks render as <code>
     await expect(answer).to_be_visible()
-    await expect(answer).to_contain_text("错误率从 4.30% 降到 0.30%")
+    await expect(answer).to_contain_text("错误率从 4.3% 降到 0.30%")
     await expect(answer).to_contain_text("批准人 @Bob")
 
     ARTIFACTS.mkdir(exist_ok=True)

@@ -74,12 +74,12 @@ async def test_a_direct_restart_goes_straight_to_the_confirm_card(ws: Workspace,
 
 @pytest.mark.parametrize(("lang", "question", "restart", "expected"), [
     ("en", "look at the payment service's recent errors", "restart it in prod",
-     ["*Follow-up on payments (prod)*: error rate now 0.3% (spiked and recovered)",
-      "  • Before the restart: 4.3% (`restart_service`)", "  • Right after the restart: 0.3% (`restart_service`)",
-      "Better than before the restart: 4.3% → 0.3%."]),
+     ["*Follow-up on payments (prod)*: error rate now 0.30% (spiked and recovered)",
+      "  • Before the restart: 4.3% (`restart_service`)", "  • Right after the restart: 0.30% (`restart_service`)",
+      "Better than before the restart: 4.3% → 0.30%."]),
     ("zh", "看看支付服务最近报错", "重启它（生产环境）",
-     ["*跟进 payments（prod）*：错误率现在 0.3%（曾飙升，已恢复）", "  • 重启前：4.3%（`restart_service`）",
-      "  • 重启刚完成时：0.3%（`restart_service`）", "比重启前好：4.3% → 0.3%。"]),
+     ["*跟进 payments（prod）*：错误率现在 0.30%（曾飙升，已恢复）", "  • 重启前：4.3%（`restart_service`）",
+      "  • 重启刚完成时：0.30%（`restart_service`）", "比重启前好：4.3% → 0.30%。"]),
 ])
 async def test_a_follow_up_after_a_restart_compares_now_with_before_it_in_the_threads_language(
         redis_url: str, prefix: str, slack: FakeSlack, lang: str, question: str, restart: str,

@@ -245,7 +245,7 @@ async def test_a_re_check_after_a_restart_outlives_opspilot_and_compares_with_be
         # The demo's restart lived in the process that went down, so the rate is back where it was before it:
         # now is compared with the figure from before the restart, and the verdict follows from those two numbers.
         assert "Follow-up on payments (prod)*: error rate now 4.3%" in text
-        assert "Before the restart: 4.3% (`restart_service`)" in text and "Right after the restart: 0.3%" in text
+        assert "Before the restart: 4.3% (`restart_service`)" in text and "Right after the restart: 0.30%" in text
         assert text.endswith("The same as before the restart: 4.3% → 4.3%.")
     finally:
         await again.stop()

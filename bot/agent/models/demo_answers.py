@@ -9,13 +9,10 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from bot.agent.models.demo_figures import highest, percent, trend_word
 from core.messages import ToolResultMessage
 from tools.ops.series import story
 from tools.ops.verdict import stamp as stamp  # (re-exported for the demo model)
-
-_TRENDS_ZH = {"flat": "平稳", "rising": "上升", "falling": "下降", "steady high": "持续偏高", "steady low": "持续偏低",
-              "spiked and recovered": "曾飙升，已恢复", "dipped and recovered": "曾下跌，已恢复", "elevated": "偏高",
-              "lowered": "偏低", "single point": "只有一个数据点", "no data": "无数据"}
 
 
 def data(result: ToolResultMessage) -> dict[str, Any]:
@@ -53,17 +50,13 @@ def span(seconds: float, zh: bool) -> str:
     return f"{round(minutes / 60)} 小时" if zh else f"{round(minutes / 60)} h"
 
 
-def trend_word(word: str, zh: bool) -> str:
-    return _TRENDS_ZH.get(word, word) if zh else word
-
-
 def metric_part(figures: dict[str, Any], label: str, unit: str, zh: bool) -> str:
     """``error rate 0.0% (spiked and recovered: peak 13.0% at 09:13, began 09:11, back by 09:15)`` — told by
     the same rule as the Slack line and the tool's summary (tools.ops.series.story)."""
     pct = unit == "%"
 
     def show(v: float) -> str:
-        return f"{v:.1%}" if pct else f"{v:.0f} {unit}"
+        return percent(v) if pct else f"{v:.0f} {unit}"
 
     text = f"{label} {show(figures['current'])} ({trend_word(str(figures['trend']), zh)}"
     key = "peak" if "peak" in figures else "low"
@@ -180,24 +173,30 @@ def _service_part(results: list[ToolResultMessage], c: dict[str, Any], zh: bool,
 
 
 def _comparison(results: list[ToolResultMessage], chosen: list[dict[str, Any]], zh: bool) -> list[str]:
-    rates = []
+    said, read = [], {}
     for c in chosen:
         rate = ((ok_data(results, "query_metrics", str(c["id"])) or {}).get("metrics") or {}).get("error_rate") or {}
         if "current" in rate:
-            rates.append((float(rate["current"]), f"{c['id']} {rate['current']:.1%} ({trend_word(rate['trend'], zh)})"))
+            read[str(c["id"])] = float(rate["current"])
+            said.append(f"{c['id']} {percent(float(rate['current']))} ({trend_word(rate['trend'], zh)})")
         else:
-            rates.append((-1.0, f"{c['id']}: {'没有读到' if zh else 'not read'}"))
-    if sum(1 for r, _ in rates if r >= 0) < 2:
+            said.append(f"{c['id']}: {'没有读到' if zh else 'not read'}")
+    if len(read) < 2:
         return []
-    highest = max(rates)[1].split()[0]
+    top = highest(read)  # on the figures as written: two that read alike are not ranked
+    if len(top) == len(read):
+        ranked = f"都是 {percent(read[top[0]])}，一样" if zh else f"{'both' if len(top) == 2 else 'all'} " \
+            f"{percent(read[top[0]])}: the same"
+    else:
+        ranked = f"{'、'.join(top)} 最高" if zh else f"{' and '.join(top)} {'is' if len(top) == 1 else 'are'} highest"
     envs = [str((ok_data(results, "query_metrics", str(c["id"])) or {}).get("environment") or "?") for c in chosen]
     if len(set(envs)) == 1:  # like with like, and which one, since the question may not have said
         where = f"（都在 `{envs[0]}`）" if zh else f" (both in {envs[0]})"
     else:
         where = ("（环境不同：" if zh else " (not the same environment: ") + ", ".join(
             f"{c['id']} {e}" for c, e in zip(chosen, envs, strict=True)) + ("）" if zh else ")")
-    return [f"*对比*{where}：错误率 {' vs '.join(t for _, t in rates)}；{highest} 最高。" if zh else
-            f"*Comparison*{where}: error rate {' vs '.join(t for _, t in rates)}; {highest} is highest."]
+    return [f"*对比*{where}：错误率 {' vs '.join(said)}；{ranked}。" if zh else
+            f"*Comparison*{where}: error rate {' vs '.join(said)}; {ranked}."]
 
 
 def answer_lookup(results: list[ToolResultMessage], zh: bool, *, question: str = "",
@@ -261,11 +260,11 @@ def answer_restart(result: ToolResultMessage, zh: bool) -> str:
         before, after, rollout = d.get("error_rate_before"), d.get("error_rate_after"), d.get("rollout")
         trend = ""
         if isinstance(before, int | float) and isinstance(after, int | float):
-            same = f"{before:.2%}" == f"{after:.2%}"
-            trend = ((f"错误率保持在 {after:.2%}" if same else
-                      f"错误率从 {before:.2%} {'降到' if after < before else '升到'} {after:.2%}") if zh else
-                     (f"the error rate stayed at {after:.2%}" if same else
-                      f"the error rate {'fell' if after < before else 'rose'} from {before:.2%} to {after:.2%}"))
+            was, now = percent(before), percent(after)  # the words follow the figures as written
+            trend = ((f"错误率保持在 {now}" if was == now else
+                      f"错误率从 {was} {'降到' if after < before else '升到'} {now}") if zh else
+                     (f"the error rate stayed at {now}" if was == now else
+                      f"the error rate {'fell' if after < before else 'rose'} from {was} to {now}"))
             trend += partial(d, zh)
         what, where = f"`{d['service_id']}`", d["environment"]
         if rollout != "complete":  # issued, not verified: never "restarted"

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bot.agent.models.demo_answers import data, metric_part, ok_data, partial, span, stamp, unverified
+from bot.agent.models.demo_figures import percent
 from bot.agent.models.demo_intent import Ask, window
 from core.messages import ToolResultMessage
 
@@ -265,7 +266,8 @@ def answer_change(result: ToolResultMessage, zh: bool) -> str:
     sid, env = d.get("service_id"), d.get("environment")
     where = f"`{sid}`（`{env}`）" if zh else f"`{sid}` in {env}"
     before, after = d.get("error_rate_before"), d.get("error_rate_after")
-    rates = (f"；错误率 {before:.2%} → {after:.2%}" if zh else f"; error rate {before:.2%} → {after:.2%}") + \
+    rates = (f"；错误率 {percent(before)} → {percent(after)}" if zh else
+             f"; error rate {percent(before)} → {percent(after)}") + \
         partial(d, zh) if isinstance(before, float) and isinstance(after, float) else ""
     source = f"_来源：`{result.name}`_" if zh else f"_source: {result.name}_"
     if d.get("rollout") != "complete":  # issued, not verified: never "rolled back" or "scaled"

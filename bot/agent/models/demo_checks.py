@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bot.agent.models.demo_answers import data, ok_data, trend_word
+from bot.agent.models.demo_answers import data, ok_data
+from bot.agent.models.demo_figures import percent, shown, trend_word
 from core.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from core.quote import split
 
@@ -92,24 +93,24 @@ def _what(before: _Before, zh: bool) -> str:
 
 
 def _compare(now: float, before: _Before, zh: bool) -> str:
-    """Better, the same or worse, from the two numbers it names."""
-    same = abs(now - before.rate) < 0.0005
-    verdict = _VERDICTS[(zh, before.changed)][1 if same else 0 if now < before.rate else 2].format(
+    """Better, the same or worse, from the two numbers it names, as it writes them."""
+    was, is_ = shown(before.rate), shown(now)
+    verdict = _VERDICTS[(zh, before.changed)][1 if was == is_ else 0 if is_ < was else 2].format(
         what=_what(before, zh))
-    figures = f"{before.rate:.1%} → {now:.1%}"
+    figures = f"{percent(before.rate)} → {percent(now)}"
     return f"{verdict}：{figures}。" if zh else f"{verdict}: {figures}."
 
 
 def _lines(before: _Before, zh: bool) -> list[str]:
     if not before.changed:
-        return [f"  • 之前：{before.rate:.1%}（`{before.source}`）" if zh else
-                f"  • Earlier in this thread: {before.rate:.1%} (`{before.source}`)"]
+        return [f"  • 之前：{percent(before.rate)}（`{before.source}`）" if zh else
+                f"  • Earlier in this thread: {percent(before.rate)} (`{before.source}`)"]
     what = _what(before, zh)
-    lines = [f"  • {what}前：{before.rate:.1%}（`{before.source}`）" if zh else
-             f"  • Before {what}: {before.rate:.1%} (`{before.source}`)"]
+    lines = [f"  • {what}前：{percent(before.rate)}（`{before.source}`）" if zh else
+             f"  • Before {what}: {percent(before.rate)} (`{before.source}`)"]
     if before.after is not None:
-        lines.append(f"  • {what}刚完成时：{before.after:.1%}（`{before.change}`）" if zh else
-                     f"  • Right after {what}: {before.after:.1%} (`{before.change}`)")
+        lines.append(f"  • {what}刚完成时：{percent(before.after)}（`{before.change}`）" if zh else
+                     f"  • Right after {what}: {percent(before.after)} (`{before.change}`)")
     return lines
 
 
@@ -135,8 +136,8 @@ def follow_up(messages: Sequence[Message], last_user: int, tools: Sequence[str],
                                 f"Follow-up on {where}: I could not read the error rate this time.")
     now = float(rate["current"])
     trend = trend_word(str(rate.get("trend")), zh)
-    lines = [f"*跟进 {where}*：错误率现在 {now:.1%}（{trend}）— _来源：`query_metrics`_" if zh else
-             f"*Follow-up on {where}*: error rate now {now:.1%} ({trend}) — _source: `query_metrics`_"]
+    lines = [f"*跟进 {where}*：错误率现在 {percent(now)}（{trend}）— _来源：`query_metrics`_" if zh else
+             f"*Follow-up on {where}*: error rate now {percent(now)} ({trend}) — _source: `query_metrics`_"]
     before = _before(earlier, service)
     if before is None:
         lines.append("这个线程之前没有错误率可比。" if zh else "This thread had no earlier error rate to compare with.")

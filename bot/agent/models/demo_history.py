@@ -9,6 +9,7 @@ from typing import Any
 
 from bot.agent.models.demo_answers import data, metric_part, ok_data, partial, span, stamp
 from bot.agent.models.demo_changes import change_line, dated_line, unseen
+from bot.agent.models.demo_figures import percent
 from core.messages import Message, ToolResultMessage
 from tools.ops.verdict import SAME_DEPLOY_S
 
@@ -124,9 +125,9 @@ def restarts_part(results: list[ToolResultMessage], earlier: Sequence[Message], 
     if ours:
         d = data(ours[-1]).get("data") or {}
         before, after = d.get("error_rate_before"), d.get("error_rate_after")
-        both = isinstance(before, float) and isinstance(after, float)
-        figures = (f"：错误率 {before:.1%} → {after:.1%}" if zh else f": error rate {before:.1%} → {after:.1%}") + \
-            partial(d, zh) if both else ""
+        figures = (f"：错误率 {percent(before)} → {percent(after)}" if zh else
+                   f": error rate {percent(before)} → {percent(after)}") + \
+            partial(d, zh) if isinstance(before, float) and isinstance(after, float) else ""
         lines.append(f"  • 这个线程里通过 OpsPilot 重启过{figures}" if zh else
                      f"  • Restarted through OpsPilot in this thread{figures}")
     if any(w in question.lower() for w in _HELP):

@@ -1,0 +1,116 @@
+"""The demo model's figures say what the series say: a rate that is not zero never reads 0.0%, two services whose
+rates read alike are not ranked, and "the same" stands only beside two figures that read alike."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bot.demo.sender import block_action, mention, message
+from bot.demo.workspace import LocalSlack as FakeSlack
+from bot.demo.workspace import all_text, buttons
+from bot.slack.followups.buttons import RECHECK
+from bot.slack.outbound.thread_meta import thread_key
+from tests.language_scan import chinese, english_runs
+from tests.slack_harness import CHANNEL, Workspace, open_workspace
+from tests.test_timers import Clock, open_at, tick
+
+
+def _series(error_rate: list[float], p95: list[float] | None = None) -> dict[str, list[float]]:
+    return {"error_rate": error_rate, "p95_latency_ms": p95 or [150.0] * len(error_rate),
+            "restarts": [0.0] * len(error_rate)}
+
+
+def _metrics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, series: dict[str, object]) -> Path:
+    """A metrics fixture the app's own toolbox reads (as a deployment names one in its environment)."""
+    path = tmp_path / "metrics.yml"
+    path.write_text(yaml.safe_dump(series), encoding="utf-8")
+    monkeypatch.setenv("OPSPILOT_TOOLBOX__METRICS__BACKEND", "fixtures")
+    monkeypatch.setenv("OPSPILOT_TOOLBOX__METRICS__FILE", str(path))
+    return path
+
+
+@pytest.fixture
+async def flat(redis_url: str, prefix: str, slack: FakeSlack, tmp_path: Path,
+               monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Workspace]:
+    _metrics(tmp_path, monkeypatch, {
+        "orders": {"prod": _series([0.001] * 4)},
+        "gateway": {"prod": _series([0.0011, 0.001, 0.001, 0.001])},  # 0.1% both, as shown
+        "payments": {"staging": _series([0.0] * 40 + [0.0004] * 20)},  # 0.04%: not 0.0%
+    })
+    workspace = await open_workspace(redis_url, prefix, slack, language="auto")
+    yield workspace
+    await workspace.stop()
+
+
+async def _ask(ws: Workspace, text: str, ts: str) -> str:
+    await ws.sender.event(mention(CHANNEL, "UREQ", text, ts))
+    await ws.settle()
+    return all_text(ws.slack.thread(CHANNEL, ts)[-1])
+
+
+@pytest.mark.parametrize(("question", "said", "unsaid"), [
+    ("compare orders and gateway in prod", "both 0.10%: the same", "highest"),
+    ("对比一下 orders 和 gateway 生产环境的错误率", "都是 0.10%，一样", "最高"),
+])
+async def test_services_whose_rates_read_alike_are_not_ranked(flat: Workspace, question: str, said: str,
+                                                              unsaid: str) -> None:
+    """Orders and gateway both at 0.1% read "orders is highest" (the larger of two unrounded floats)."""
+    answer = await _ask(flat, question, "810.1")
+    assert said in answer and unsaid not in answer, answer
+
+
+@pytest.mark.parametrize(("question", "said"), [("check payments staging errors", "error rate 0.040% (steady high"),
+                                                ("看看支付服务预发环境的报错", "错误率 0.040% (持续偏高")])
+async def test_a_small_rate_is_never_shown_as_zero(flat: Workspace, question: str, said: str) -> None:
+    """0.04% read "error rate 0.0% (steady high: peak 0.0% …)"."""
+    answer = await _ask(flat, question, "820.1")
+    assert said in answer and "0.0%" not in answer, answer
+
+
+@pytest.mark.parametrize(("lang", "question", "restart", "expected"), [
+    ("en", "look at the payment service's recent errors", "restart it in prod",
+     ["Before the restart: 0.12% (`restart_service`)", "Right after the restart: 0.16% (`restart_service`)",
+      "Worse than before the restart: 0.12% → 0.16%."]),
+    ("zh", "看看支付服务最近报错", "重启它（生产环境）",
+     ["重启前：0.12%（`restart_service`）", "重启刚完成时：0.16%（`restart_service`）", "比重启前差：0.12% → 0.16%。"]),
+])
+async def test_a_follow_up_s_verdict_follows_the_figures_it_shows(
+        redis_url: str, prefix: str, slack: FakeSlack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lang: str,
+        question: str, restart: str, expected: list[str]) -> None:
+    """0.12% before the restart and 0.16% after it: the restart's answer said "rose", the follow-up "The same as
+    before the restart: 0.1% → 0.2%"."""
+    _metrics(tmp_path, monkeypatch, {"payments": {"prod": {
+        **_series([0.0012] * 60), "after_restart": _series([0.0012, 0.0016])}}})
+    clock = Clock()
+    ws = await open_at(redis_url, prefix, slack, clock, language="auto")
+    try:
+        await _ask(ws, question, "830.1")
+        await ws.sender.event(message(CHANNEL, "UREQ", restart, "830.2", thread_ts="830.1"))
+        await ws.settle()
+        card = next(m for m in ws.slack.thread(CHANNEL, "830.1") if any(
+            b["action_id"] == "opspilot_confirm" for b in buttons(m)))
+        token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
+        await ws.sender.action(block_action(user="UAPPROVER", channel=CHANNEL, message=copy.deepcopy(card),
+                                            action_id="opspilot_confirm", value=token))
+        await ws.settle()
+        answer = ws.slack.thread(CHANNEL, "830.1")[-1]
+        assert ("从 0.12% 升到 0.16%" if lang == "zh" else "rose from 0.12% to 0.16%") in all_text(answer)
+        run_id = next(b["value"] for b in buttons(answer) if b["action_id"] == RECHECK)
+        await ws.sender.action(block_action(user="UREQ", channel=CHANNEL, message=copy.deepcopy(answer),
+                                            action_id=RECHECK, value=run_id))
+        await ws.settle()
+        [timer] = await ws.store.timers.pending(thread_key(CHANNEL, "830.1"))
+        clock.now = timer.due
+        assert await tick(ws) == 1
+        await ws.settle()
+        follow_up = ws.slack.thread(CHANNEL, "830.1")[-1]["text"]
+        assert ("0.16%" in follow_up.splitlines()[0]) and follow_up.splitlines()[1:] == \
+            [f"  • {line}" for line in expected[:2]] + expected[2:], follow_up
+        assert (english_runs(follow_up) if lang == "zh" else chinese(follow_up)) == [], follow_up
+    finally:
+        await ws.stop()
