@@ -1,5 +1,6 @@
 """The demo model's figures say what the series say: a rate that is not zero never reads 0.0%, two services whose
-rates read alike are not ranked, and "the same" stands only beside two figures that read alike."""
+rates read alike are not ranked, "the same" stands only beside two figures that read alike, and an error rate that
+could not be read is said, and is no "Status: OK"."""
 
 from __future__ import annotations
 
@@ -10,14 +11,22 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bot.agent.models.demo import demo_model
 from bot.demo.sender import block_action, mention, message
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
 from bot.slack.followups.buttons import RECHECK
+from bot.slack.followups.checks import STATUS_INSTRUCTION, status_of
 from bot.slack.outbound.thread_meta import thread_key
+from state import RedisStore
+from tests.conftest import make_harness
 from tests.language_scan import chinese, english_runs
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
 from tests.test_timers import Clock, open_at, tick
+from tools import ops
+from tools.ops.toolbox_config import FixtureMetrics, OpsConfig
+
+NAN = float("nan")
 
 
 def _series(error_rate: list[float], p95: list[float] | None = None) -> dict[str, list[float]]:
@@ -114,3 +123,22 @@ async def test_a_follow_up_s_verdict_follows_the_figures_it_shows(
         assert (english_runs(follow_up) if lang == "zh" else chinese(follow_up)) == [], follow_up
     finally:
         await ws.stop()
+
+
+@pytest.mark.parametrize(("question", "said"), [("check payments staging errors and latency", "error rate: no data"),
+                                                ("看看支付服务预发环境的报错和延迟", "错误率：无数据")])
+async def test_a_check_that_could_not_read_the_error_rate_is_not_ok(store: RedisStore, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    question: str, said: str) -> None:
+    """No error rate at all (every point NaN) while p95 went 150 → 1500 ms ended "Status: OK": with --quiet,
+    nothing would have been posted."""
+    path = _metrics(tmp_path, monkeypatch, {"payments": {"staging": _series([NAN] * 60, [150.0] * 40 + [1500.0] * 20)}})
+    toolbox = ops.build(OpsConfig(metrics=FixtureMetrics(file=path)))
+    harness = make_harness(demo_model(), store, toolbox=toolbox)
+    try:
+        outcome = await harness.engine.ask("check:t-1", f"{question}\n\n{STATUS_INSTRUCTION}", user_id="USCHED",
+                                           unattended=True)
+    finally:
+        await toolbox.aclose()
+    answer = outcome.answer or ""
+    assert said in answer and status_of(answer)[0] == "attention", answer

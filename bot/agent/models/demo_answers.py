@@ -163,6 +163,8 @@ def _service_part(results: list[ToolResultMessage], c: dict[str, Any], zh: bool,
         parts = []
         if "current" in m.get("error_rate", {}):
             parts.append(metric_part(m["error_rate"], "错误率" if zh else "error rate", "%", zh))
+        else:  # said, never left out: an answer without it reads as if nothing were wrong
+            parts.append("错误率：无数据" if zh else "error rate: no data")
         if "current" in m.get("p95_latency_ms", {}):
             parts.append(metric_part(m["p95_latency_ms"], "p95", "ms", zh))
         if parts:

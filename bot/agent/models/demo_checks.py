@@ -4,8 +4,8 @@ A follow-up ("Follow-up requested by … at …: is it holding?") looks at the s
 answers with its error rate now beside the one from before the thread's last change (and the one right after it),
 each with its source, and says from those two numbers whether it is better, the same or worse — in the thread's
 language. A scheduled check's answer ends with the status line its question asks
-for: ``Status: ATTENTION`` when a tool failed, an error log pattern showed up or the error rate is above 1%,
-else ``Status: OK``.
+for: ``Status: ATTENTION`` when a tool failed, an error log pattern showed up or the error rate is above 1% or
+could not be read, else ``Status: OK``.
 """
 
 from __future__ import annotations
@@ -154,7 +154,8 @@ def _status(messages: Sequence[Message], last_user: int) -> str:
         if r.name == "query_logs" and found.get("patterns"):
             worrying = True
         rate = ((found.get("metrics") or {}).get("error_rate") or {}).get("current")
-        if r.name == "query_metrics" and isinstance(rate, int | float) and rate > ATTENTION_RATE:
+        # An error rate that could not be read is no "all well": with --quiet, nothing would be posted at all.
+        if r.name == "query_metrics" and (not isinstance(rate, int | float) or rate > ATTENTION_RATE):
             worrying = True
     return "Status: ATTENTION" if worrying else "Status: OK"
 
