@@ -25,8 +25,8 @@ _QUOTED = re.compile(r'"[^"\n]*"|“[^”\n]*”|「[^」\n]*」|^[ \t]*(?:&gt;|
 _WORD = re.compile(r"[A-Za-z]+")
 # Chinese grammar that no name carries: a sentence-final particle ending a run of Chinese ("又 down 了", "失败了"),
 # 的 standing alone between names ("payments 的 deploy"), and the phrases people ask with.
-_ZH_GRAMMAR = re.compile(r"[了吗呢吧啊嘛](?![\u3400-\u9fff])|(?<![\u3400-\u9fff])的(?![\u3400-\u9fff])|帮我|帮忙|一下|"
-                         r"看下|看看|这个|那个|什么|怎么|是不是|能不能|有没有|请问")
+_ZH_GRAMMAR = re.compile(r"[了吗呢吧啊嘛](?![\u3400-\u9fff])|(?<![\u3400-\u9fff])的(?![\u3400-\u9fff])|"
+                         r"[帮幫]我|[帮幫]忙|一下|看下|看看|这个|那个|什么|怎么|是不是|能不能|有没有|请问")
 _ENGLISH_WORDS = """
 a an the is are was were be been being am do does did done has have had not no yes and or but if then than so
 of to in on at for from with by about since after before into onto over under until while during why what when
@@ -36,6 +36,13 @@ rollback scale deploy find tell give get see any all some again now down up stil
 hello hey happened happening going broken failing keeps returning seeing isn doesn don
 """
 _ENGLISH = frozenset(_ENGLISH_WORDS.split())
+# Command words: English when they stand without Chinese ("help", "status", "stop"), but no weight against Chinese
+# naming them ("payments status 异常" is Chinese: an on-call engineer's term, not an English sentence).
+_COMMAND_WORDS = """
+help status stop cancel start list retry resume pause summary summarize summarise handover schedule schedules
+confirm approve decline ack acknowledge investigate
+"""
+_COMMANDS = frozenset(_COMMAND_WORDS.split())
 
 
 def signal(text: str) -> Lang | None:
@@ -44,7 +51,8 @@ def signal(text: str) -> Lang | None:
     pasted beside it; otherwise Chinese characters with no English sentence words around them are Chinese ("重启
     payment-service", "api-gateway 502 报错"), and English sentence words with a few Chinese characters are an
     English sentence naming something ("why is 在线支付 returning 500s?"), unless the Chinese outweighs them four
-    characters to a word. A name's parts are never words ("us-east-1" holds no "us")."""
+    characters to a word. A name's parts are never words ("us-east-1" holds no "us"); a command word with no Chinese
+    beside it is English ("help", "payments status")."""
     words = _NOT_WORDS.sub(" ", text)
     own = _QUOTED.sub(" ", words)
     if _CJK.search(own) or any(_WORD.fullmatch(t) and t.lower() in _ENGLISH for t in _TOKEN.findall(own)):
@@ -53,7 +61,7 @@ def signal(text: str) -> Lang | None:
     tokens = _TOKEN.findall(words)
     english = sum(1 for t in tokens if _WORD.fullmatch(t) and t.lower() in _ENGLISH)
     if not han:  # names alone ("payments 502", "OOM", "api-gateway") speak no language: the person's goes
-        return "en" if english else None
+        return "en" if english or any(t.lower() in _COMMANDS for t in tokens) else None
     if _ZH_GRAMMAR.search(words) or not english:
         return "zh"
     return "zh" if han > 4 * english else "en"

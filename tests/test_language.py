@@ -160,6 +160,10 @@ def test_one_earlier_call_is_one() -> None:
     ("error: 支付失败了怎么办", "zh"), ("日志: ERROR timeout 帮我看看", "zh"),
     # Names alone speak no language (a Chinese person's "payments 502" started an English thread): theirs goes
     ("payments 502", None), ("OOM", None), ("api-gateway", None), ("payments down", "en"),
+    # A command word alone is English ("help" from a person whose threads are Chinese got Chinese), but it tips no
+    # Chinese message naming it; Traditional Chinese asks with 幫我 as Simplified does with 帮我
+    ("help", "en"), ("status", "en"), ("stop", "en"), ("cancel", "en"), ("payments status", "en"),
+    ("payments status 异常", "zh"), ("api-gateway stop 了", "zh"), ("幫我 check payments", "zh"),
 ])
 def test_the_language_of_a_question_is_that_of_its_own_words(text: str, lang: str | None) -> None:
     assert signal(text) == lang
@@ -186,6 +190,19 @@ async def test_a_new_thread_speaks_its_asker_s_words_or_else_their_latest_thread
     roots = "\n".join(all_text(m) for (c, _), m in ws.slack.messages.items() if c == CHANNEL
                       and m.get("thread_ts") is None)
     assert f"交接：<#{CHANNEL}>" in roots and "Handover:" not in roots, roots
+
+
+@pytest.mark.parametrize(("question", "said"), [("help", "I'm OpsPilot"), ("幫助", "我是 OpsPilot"),
+                                                ("幫我", "我是 OpsPilot"), ("帮助", "我是 OpsPilot")])
+async def test_help_is_answered_in_the_language_it_was_asked_in(ws: Workspace, question: str, said: str) -> None:
+    """"help" from a person whose last thread was Chinese was answered in Chinese; 幫助 (Traditional) was taken
+    for a question about a service."""
+    await ws.sender.event(mention(CHANNEL, "UZH", "看看支付服务最近报错", "1700.1"))
+    await ws.settle()
+    await ws.sender.event(mention(CHANNEL, "UZH", question, "1800.1"))
+    await ws.settle()
+    answer = all_text(ws.slack.thread(CHANNEL, "1800.1")[-1])
+    assert said in answer and "search_resource" not in answer, answer
 
 
 async def test_the_investigate_shortcut_speaks_the_message_s_language(ws: Workspace) -> None:

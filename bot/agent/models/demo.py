@@ -223,7 +223,7 @@ def demo_reply(messages: Sequence[Message], tools: Sequence[str]) -> AssistantMe
     results = [m for m in since if isinstance(m, ToolResultMessage)]
     if not tools:
         return AssistantMessage(content="(scripted demo model) I stop here.")
-    if text.lower() in ("", "hello", "hi", "help", "你好", "帮助"):
+    if text.lower() in ("", "hello", "hi", "help", "你好", "帮助", "幫助", "帮我", "幫我"):  # (Traditional too)
         return AssistantMessage(content=help_text(zh))
     ask = read(text)
     if ask.zone_unknown:  # never read as UTC: 17:11 CST is 09:11 or 23:11 UTC
