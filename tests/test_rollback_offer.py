@@ -170,3 +170,46 @@ async def test_a_question_given_up_before_its_thread_took_it_frees_its_offer(ws:
                     offered=Offered(claim=claim, holder=holder, run="r1", release="2026.12.01-4"))
     await executor.give_up(item, "ref1")
     assert await executor.meta.claim(claim, "someone-else", 3600) == "someone-else"
+
+
+_CHANGES = {"service_id": "orders", "environment": "prod", "changes": [
+    {"at": "2026-12-02T09:40:00Z", "kind": "deploy", "version": "2026.12.02-1", "source": "ci"},
+    {"at": "2026-12-02T08:00:00Z", "kind": "deploy", "version": "2026.12.01-4", "source": "ci"}]}
+_RATE = {"onset_at": "2026-12-02T09:50:00Z", "peak": 0.05, "trend": "rising", "points": 30,
+         "first_point_at": "2026-12-02T09:00:00Z", "step_s": 60}
+
+
+def _offered(rate: dict[str, object]) -> object:
+    from bot.agent.events import ToolResultEvent
+    from bot.slack.rollbacks.offer import offer, remember
+
+    state: dict[str, object] = {}
+    for i, (tool, data) in enumerate((("recent_changes", _CHANGES), ("query_metrics", {
+            "service_id": "orders", "environment": "prod", "metrics": {"error_rate": rate}}))):
+        remember(state, ToolResultEvent(run_id="r", thread_id="t", seq=i, step=1, call_id=f"c{i}", tool=tool,
+                                        status="ok", error_code=None, summary="", latency_ms=1.0,
+                                        data={"ok": True, "data": data}))
+    return offer(state, "r", "en")
+
+
+@pytest.mark.parametrize("blind", [{"first_point_at": "2026-12-02T09:45:00Z"},  # the rate before the deploy unread
+                                   {"step_s": 900},  # the deploy within the onset's one step: order not known
+                                   {"onset_after_gap": True}])  # the errors began somewhere in a gap
+def test_the_button_is_offered_only_where_the_answer_s_verdict_is_yes(blind: dict[str, object]) -> None:
+    """The offer kept only some of the rate's figures: where the answer said "can't tell" (the metric blind to
+    when the errors began), the button still offered "Roll back to …"."""
+    from tools.ops.verdict import judge
+
+    assert judge(_CHANGES, _RATE, None).kind == "yes" and _offered(_RATE) is not None
+    assert judge(_CHANGES, {**_RATE, **blind}, None).kind != "yes"  # what the answer says
+    assert _offered({**_RATE, **blind}) is None
+
+
+def test_every_rate_figure_the_verdict_reads_is_one_the_offer_keeps() -> None:
+    import re
+    from pathlib import Path
+
+    from tools.ops import verdict
+
+    read = set(re.findall(r'rate(?: or \{\})?\)?\.get\("(\w+)"\)', Path(verdict.__file__).read_text(encoding="utf-8")))
+    assert read and read <= set(verdict.RATE_FIGURES), read - set(verdict.RATE_FIGURES)

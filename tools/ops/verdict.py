@@ -63,6 +63,10 @@ def onset(rate: dict[str, Any], logs: dict[str, Any] | None) -> tuple[float, str
     return began, "error rate first clearly above its baseline"
 
 
+RATE_FIGURES = ("onset_at", "peak", "trend", "first_point_at", "step_s", "onset_after_gap", "excursions",
+                "earlier_onset_at", "earlier_recovered_at")
+"""Every figure of the error rate's a verdict reads: whoever keeps a rate to judge it later keeps these."""
+
 SAME_DEPLOY_S = 30.0
 """Two sources' records of one deploy (CI's release, Kubernetes' revision) land within seconds of each other."""
 

@@ -12,7 +12,7 @@ from typing import Any
 from bot.agent.events import ToolResultEvent
 from bot.slack.outbound import blocks as kit
 from bot.slack.outbound.words import say
-from tools.ops.verdict import judge
+from tools.ops.verdict import RATE_FIGURES, judge
 
 ROLLBACK = "opspilot_rollback"
 _READS = ("recent_changes", "query_metrics", "query_logs")
@@ -36,8 +36,7 @@ def remember(state: dict[str, Any], event: ToolResultEvent) -> None:
     elif event.tool == "query_metrics":
         rate = (data.get("metrics") or {}).get("error_rate")
         if isinstance(rate, dict):
-            keep = ("onset_at", "peak", "trend", "excursions", "earlier_onset_at", "earlier_recovered_at")
-            facts["rate"] = {k: rate.get(k) for k in keep if k in rate}
+            facts["rate"] = {k: rate.get(k) for k in RATE_FIGURES if k in rate}  # the answer's verdict, not a part
     else:
         firsts = [str(p.get("first_seen")) for p in data.get("patterns") or [] if isinstance(p, dict)
                   and p.get("first_seen")]
