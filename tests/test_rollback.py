@@ -207,6 +207,22 @@ async def test_scale_refusals_come_before_any_card(fakes: OpsFakes, service: str
     assert not patches(fakes)
 
 
+@pytest.mark.parametrize(("tool", "arguments"), [("scale_service", {"replicas": True}),
+                                                  ("scale_service", {"replicas": "6"}),
+                                                  ("scale_service", {"replicas": 6.0}),
+                                                  ("rollback_service", {"to_revision": True}),
+                                                  ("rollback_service", {"to_revision": " 2 "})])
+async def test_a_count_that_is_not_a_whole_number_is_refused_before_any_card(fakes: OpsFakes, tool: str,
+                                                                            arguments: dict[str, object]) -> None:
+    """``replicas: true`` made a prod card for 3 → 1, ``to_revision: true`` one back to revision 1 (the oldest):
+    a confused call is refused, not read as a plausible change."""
+    three_releases(fakes)
+    toolbox = live(fakes, scale_bounds={"payments": {"prod": {"min": 1, "max": 6}}})
+    obs = await call(toolbox, tool, service_id="payments", environment="prod", **arguments)
+    assert obs.interrupt is None and error_code(obs) == "validation_error", obs
+    assert not patches(fakes)
+
+
 def test_default_bounds_are_one_to_ten_and_min_may_not_pass_max() -> None:
     assert cfg.OpsConfig().scale_bounds["*"]["*"] == cfg.Bounds(min=1, max=10)
     with pytest.raises(ValueError, match="min"):

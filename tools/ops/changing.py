@@ -33,7 +33,8 @@ class _Args(BaseModel):
 class RollbackArgs(_Args):
     service_id: str = Field(min_length=1, description="the service id from search_resource")
     environment: str | None = Field(None, description="where to roll back")
-    to_revision: int | None = Field(None, ge=1, description="the Kubernetes revision to go back to "
+    # strict: true, "6" or 6.5 is a confused call, not revision 1 or 6 (a card for a change nobody meant)
+    to_revision: int | None = Field(None, ge=1, strict=True, description="the Kubernetes revision to go back to "
                                     "(recent_changes: 'revision 5'); default: the previous one")
     to_release: str | None = Field(None, min_length=1, max_length=200,
                                    description="or the release to go back to, as recent_changes shows it: a "
@@ -44,7 +45,7 @@ class RollbackArgs(_Args):
 class ScaleArgs(_Args):
     service_id: str = Field(min_length=1, description="the service id from search_resource")
     environment: str | None = Field(None, description="where to scale")
-    replicas: int = Field(ge=0, le=1000, description="the number of replicas wanted")
+    replicas: int = Field(ge=0, le=1000, strict=True, description="the number of replicas wanted")
     reason: str = Field("", max_length=500, description="why, in one sentence")
 
 
