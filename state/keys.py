@@ -247,6 +247,11 @@ class Keys:
         """One shard's part of the audit stream (readers merge the shards by entry id)."""
         return f"{self.prefix}:{{{shard}}}:audit"
 
+    def patterns(self) -> tuple[str, str]:
+        """SCAN patterns that match every key of this prefix: most start with it, the work stream's lanes and dead
+        letters with its name in a hash tag (``{opspilot:work}:quick``)."""
+        return f"{self.prefix}:*", f"{{{self.queue()}}}:*"
+
     def legacy(self, name: str) -> str:
         """A key of the layout before shards (``index:paused``, ``audit``, ``outbox-due``…), read to migrate."""
         return f"{self.prefix}:{name}"

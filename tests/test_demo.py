@@ -105,12 +105,18 @@ async def test_report_reads_a_demo_thread_with_demo(redis_url: str, prefix: str,
 async def test_a_demo_started_again_investigates_the_alert_afresh(redis_url: str, prefix: str) -> None:
     """The page's messages live in its process, the bot's records in Redis: started again within the hour, the
     demo alert was only "Fired again … in this thread", a thread this page never had."""
-    from bot.demo.server import ALERTS
+    from redis.asyncio import Redis
 
-    for _ in range(2):
+    from bot.demo.server import ALERTS, demo_prefix
+    from state.keys import Keys
+
+    redis, keys = Redis.from_url(redis_url), Keys(demo_prefix(prefix))
+    for attempt in range(2):
         demo = Demo(Settings(redis_url=redis_url, key_prefix=prefix), free_port())
         server = await demo.start()
         try:
+            if attempt:  # the earlier run's quick lane (a Stop it never read) and dead letters are gone too
+                assert not await redis.exists(keys.queue("quick"), keys.dead_letters())
             async with aiohttp.ClientSession() as http, \
                     http.post(f"{server.url}/demo/alert", json={"status": "firing"}) as answer:
                 assert (await answer.json())["ok"]
@@ -121,6 +127,9 @@ async def test_a_demo_started_again_investigates_the_alert_afresh(redis_url: str
         finally:
             await demo.close()
             await server.stop()
+        await redis.xadd(keys.queue("quick"), {"item": "{}"})
+        await redis.xadd(keys.dead_letters(), {"item": "{}"})
+    await redis.aclose()
 
 
 async def test_a_second_demo_refused_its_port_leaves_the_first_one_s_records(redis_url: str, prefix: str) -> None:

@@ -95,8 +95,9 @@ class Demo:
         if not isinstance(store, RedisStore):
             return
         pipe = store.client.pipeline(transaction=False)  # one key at a time: a Cluster's keys are in many slots
-        async for key in store.client.scan_iter(match=f"{self.settings.key_prefix}:*", count=1000):
-            pipe.delete(key)
+        for pattern in store.keys.patterns():
+            async for key in store.client.scan_iter(match=pattern, count=1000):
+                pipe.delete(key)
         await pipe.execute()
 
     async def _serve(self, service: SlackService) -> LocalServer:
