@@ -19,8 +19,6 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, get_args
 
-import aiohttp
-from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -34,6 +32,7 @@ from bot.slack.outbound.api_errors import SLACK_FAILURES, may_have_acted, slack_
 from bot.slack.outbound.counters import Metrics
 from bot.slack.outbound.outbox import SlackOutbox
 from bot.slack.outbound.people import People
+from bot.slack.outbound.permalinks import permalink
 from bot.slack.outbound.thread_meta import RUN, THREAD, channel_of, thread_key
 from bot.slack.outbound.words import language_of, say
 from core.redact import redact
@@ -195,9 +194,10 @@ class Feedback:
     async def _store(self, run: RunRecord, rating: Rating, reason: Reason, note: str, where: dict[str, str]) -> None:
         channel, thread_ts, user, lang = where["channel"], where["thread_ts"], where["user"], where["lang"]
         model = (await self.meta.get(RUN, run.run_id)).get("model") or "unknown"
+        link = await permalink(self.client, channel, where["message_ts"])
         entry = FeedbackEntry.of(run_id=run.run_id, thread_id=run.thread_id, rating=rating, reason=reason,
                                  note=redact(note.strip()), question=redact(run.text), answer=redact(run.answer),
-                                 model=model, user=user, link=await self._permalink(channel, where["message_ts"]))
+                                 model=model, user=user, link=link)
         if not await self.reports.feedback.add(entry):
             await self.outbox.tell(channel, user, say(lang, "rated"), thread_ts)
             return
@@ -208,15 +208,6 @@ class Feedback:
         else:
             words = say(lang, "thanks_reason", reason=reason_words(lang, reason).lower())
         await self.outbox.tell(channel, user, words, thread_ts)
-
-    async def _permalink(self, channel: str, ts: str) -> str:
-        try:
-            return str((await self.client.chat_getPermalink(channel=channel, message_ts=ts)).get("permalink") or "")
-        except SlackApiError as exc:
-            log.warning("no permalink for %s/%s: %s", channel, ts, slack_error(exc))
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            log.warning("no permalink for %s/%s: %s", channel, ts, type(exc).__name__)
-        return ""
 
     async def _run(self, run_id: str, channel: str, thread_ts: str | None) -> RunRecord | str:
         """The run, if it is one of this thread's (a run id lifted from another thread's message is not); else

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
 
 from bot import when
 from bot.followup_tool import PER_THREAD, Followups, Refused, keyed_id
@@ -21,9 +20,9 @@ from bot.slack.inbound.run_gate import Admitted, RunGate
 from bot.slack.inbound.thread_log import FollowupKind, followup_events, log_followup
 from bot.slack.inbound.visibility import Visibility
 from bot.slack.outbound import blocks as kit
-from bot.slack.outbound.api_errors import SLACK_FAILURES, slack_error
 from bot.slack.outbound.audit import ran_a_change
 from bot.slack.outbound.outbox import SlackOutbox
+from bot.slack.outbound.permalinks import permalink
 from bot.slack.outbound.thread_meta import THREAD, thread_key
 from bot.slack.outbound.words import language_of, say
 from state.store import MetaStore, Reports
@@ -312,22 +311,11 @@ class SlackFollowups:
         lines = []
         for timer in await self.timers.every():
             if timer.kind == "followup" and timer.channel == channel:
-                link = await self._permalink(timer.channel, timer.thread_ts)
+                link = await permalink(self.access.client, timer.channel, timer.thread_ts)
                 line = say(lang, "fu_handover", due=time_of(timer.due, lang), by=kit.who(timer.owner),
                            question=kit.quoted(timer.question))
                 lines.append(line + (f" — <{link}|{say(lang, 'home_open_thread')}>" if link else ""))
         return lines
-
-    async def _permalink(self, channel: str, ts: str | None) -> str:
-        """A thread's link as Slack gives it (right on Enterprise Grid and in the local Slack); "" when it cannot."""
-        if not ts:
-            return ""
-        try:
-            answer: Any = await self.access.client.chat_getPermalink(channel=channel, message_ts=ts)
-        except SLACK_FAILURES as exc:
-            log.info("no permalink for %s/%s: %s", channel, ts, slack_error(exc))
-            return ""
-        return str(answer.get("permalink") or "")
 
     # --- App Home ----------------------------------------------------------------------------------------------
 
@@ -340,7 +328,7 @@ class SlackFollowups:
         blocks: list[kit.Block] = []
         for timer in mine:
             if timer.kind == "followup":
-                link = await self._permalink(timer.channel, timer.thread_ts)
+                link = await permalink(self.access.client, timer.channel, timer.thread_ts)
                 where = f"<{link}|{say(lang, 'home_thread')}>" if link else say(lang, "home_thread")
                 line = say(lang, "home_followup", due=time_of(timer.due, lang, with_day=True), thread=where,
                            question=kit.quoted(timer.question))

@@ -28,6 +28,7 @@ from bot.slack.incidents.narrative import THREAD_CHARS, write
 from bot.slack.outbound.api_errors import SLACK_FAILURES, may_have_acted, retried, slack_error
 from bot.slack.outbound.markdown import code
 from bot.slack.outbound.outbox import SlackOutbox
+from bot.slack.outbound.permalinks import permalink
 from bot.slack.outbound.words import language_of, say
 from core.text import reveal
 from state.memory import MemoryStore
@@ -198,18 +199,10 @@ class Summaries:
         for ts in dict.fromkeys(wanted):
             if len(by_ts) >= MAX_EVIDENCE:
                 break
-            link = await self._permalink(incident.channel, ts)
+            link = await permalink(self.client, incident.channel, ts)
             if link:
                 by_ts[ts] = link
         return Links(thread=by_ts.get(incident.thread_ts, ""), by_ts=by_ts)
-
-    async def _permalink(self, channel: str, ts: str) -> str:
-        try:
-            answer: Any = await self.client.chat_getPermalink(channel=channel, message_ts=ts)
-        except SLACK_FAILURES as exc:  # a deleted message is no evidence: left out, not made up
-            log.info("no permalink for %s/%s: %s", channel, ts, slack_error(exc))
-            return ""
-        return str(answer.get("permalink") or "")
 
     async def _tz(self, channel: str, user: str) -> str | None:
         """The timeline's second column: the channel's time zone (``slack.channel_timezones``: Slack channels have

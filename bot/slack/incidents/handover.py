@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -16,8 +15,8 @@ from bot.slack.inbound.thread_log import alert_events
 from bot.slack.incidents.document import run_state
 from bot.slack.incidents.incident import asked_in, calls_of
 from bot.slack.outbound import blocks as kit
-from bot.slack.outbound.api_errors import SLACK_FAILURES
 from bot.slack.outbound.people import People
+from bot.slack.outbound.permalinks import permalink
 from bot.slack.outbound.thread_meta import thread_key
 from bot.slack.outbound.words import say
 from core.messages import Message, UserMessage
@@ -92,7 +91,7 @@ class Handover:
         now = now or time.time()
         since = now - hours * 3600
         entries = await self.entries(channel, since)
-        links = {e.thread_ts: await self._link(channel, e.thread_ts) for e in entries}
+        links = {e.thread_ts: await permalink(self.client, channel, e.thread_ts) for e in entries}
         open_: list[str] = []
         answered: list[str] = []
         pending: list[str] = []
@@ -132,11 +131,4 @@ class Handover:
             return str(alert.get("label") or alert.get("title"))
         people = [a for a in asked_in(transcript) if not a.automatic]
         return people[0].text if people else ""
-
-    async def _link(self, channel: str, ts: str) -> str:
-        try:
-            answer: Any = await self.client.chat_getPermalink(channel=channel, message_ts=ts)
-        except SLACK_FAILURES:
-            return ""
-        return str(answer.get("permalink") or "")
 
