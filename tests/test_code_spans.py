@@ -69,3 +69,15 @@ def test_no_code_span_is_built_around_an_escaped_value_by_hand() -> None:
     found = [f"{p}:{n}" for p in Path("bot").rglob("*.py")
              for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if hand_built.search(line)]
     assert not found, found
+
+
+async def test_a_refusal_quotes_the_environment_it_was_asked_for_inside_its_span() -> None:
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    from bot.config import SlackConfig
+    from bot.slack.inbound.access import AccessPolicy
+
+    access = AccessPolicy(SlackConfig(bot_token="xoxb-x", signing_secret="s"), AsyncWebClient(token="x"),
+                          environments=["prod", "staging"])
+    verdict = await access.may_confirm("UREQ", "restart_service", FORGED, "UREQ")
+    assert not verdict.allowed and not live(verdict.words("en")), verdict.words("en")

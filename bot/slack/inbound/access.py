@@ -38,7 +38,9 @@ class Verdict:
 
 
 def refusal(key: str, **values: str) -> Verdict:
-    return Verdict(False, key, tuple(values.items()))
+    """Its values as they are, hidden characters included (the outbox shows those, at the one choke point), but
+    never a backtick: the catalog puts them in code spans (`` `{env}` ``) that one would close."""
+    return Verdict(False, key, tuple((k, v.replace("`", "'")) for k, v in values.items()))
 
 
 ALLOW = Verdict(True)
@@ -222,15 +224,14 @@ class AccessPolicy:
     async def may_confirm(self, user: str, tool: str, environment: str | None, requester: str | None) -> Verdict:
         env = environment_name(environment or "")
         if env is None:  # the runtime refuses such a name before any card; a stored one is still not judged
-            return refusal("no_env", tool=bare(tool), env=bare(environment or ""),
-                           known=", ".join(self.environments or []))
+            return refusal("no_env", tool=tool, env=environment or "", known=", ".join(self.environments or []))
         if requester and user == requester and self.two_person(env):
-            return refusal("no_own_approval", tool=bare(tool), env=bare(env))
+            return refusal("no_own_approval", tool=tool, env=env)
         if self.unmatched(tool, env):
             known = ", ".join(self.environments or [])
-            return refusal("no_env", tool=bare(tool), env=bare(env), known=known)
+            return refusal("no_env", tool=tool, env=env, known=known)
         if self.unnamed(tool, env):
-            return refusal("no_env_unknown", tool=bare(tool))
+            return refusal("no_env_unknown", tool=tool)
         rule = self.approvers_for(tool, env)
         if rule is None:
             return ALLOW  # no approvers configured for this tool in this known environment: anyone who may use it
@@ -239,7 +240,7 @@ class AccessPolicy:
         unread = [g for g in rule.usergroups if g in self._unread]
         if unread:
             return refusal("no_group_read")
-        return refusal("no_approver_in" if env else "no_approver", tool=bare(tool), env=bare(env))
+        return refusal("no_approver_in" if env else "no_approver", tool=tool, env=env)
 
     async def may_decline(self, user: str, ticket: Ticket) -> Verdict:
         """Who may turn a card down, by its button or by a reply in its thread that sets it aside: whoever asked
