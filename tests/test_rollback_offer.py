@@ -63,6 +63,10 @@ async def test_a_yes_verdict_offers_the_previous_release_and_the_card_gates_it(w
     await ws.settle()
     assert len(ws.toolbox.rollbacks.done) == 1
     assert ws.toolbox.rollbacks.done[0]["to_release"] == "2026.12.01-4"
+    # the audit line says what now runs, not only the request (a default rollback names no release at all)
+    [line] = [line for m in ws.slack.thread(CHANNEL, "800.1") for line in all_text(m).splitlines()
+              if line.startswith("• ") and "`rollback_service`" in line and "<@UAPPROVER>" in line]
+    assert "`orders staging: 2026.12.02-1 (orders-api:4.2.0) → 2026.12.01-4 (orders-api:4.1.9)`" in line, line
 
 
 async def test_errors_before_the_deploy_offer_no_rollback(ws: Workspace) -> None:

@@ -52,4 +52,7 @@ def audit_entry(record: RunRecord, call: ToolCall, arguments: dict[str, Any], re
         "declined_by": decided_by or "" if declined else "",
         "status": result.status, "error_code": result.error_code or "", "result": result.content[:500],
         "rollout": rollout if isinstance(rollout, str) else "",
+        # what a change with a plan did (revision 3 → 2, replicas 3 → 6): its arguments may not say (the previous
+        # revision by default), and the stored result is cut
+        "plan": plan[:300] if isinstance(plan := data.get("summary") if isinstance(data, dict) else None, str) else "",
     }

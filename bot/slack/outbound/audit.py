@@ -41,6 +41,8 @@ def audit_line(entry: dict[str, str], lang: str) -> str:
             if k not in (*_TARGET_KEYS, "environment") and v not in (None, "")]
     if rest:
         what += say(lang, "audit_with", args=say(lang, "comma").join(rest))
+    if entry.get("plan"):
+        what += say(lang, "paren", text=code(entry["plan"]))
     people = say(lang, "requested_by", by=who(entry.get("requested_by") or "?"))
     for field, words in (("approved_by", "approved_by"), ("declined_by", "declined_by_person")):
         if entry.get(field):
