@@ -193,7 +193,8 @@ async def _warn_if_evicting(store: RedisStore) -> None:
     for target in targets:
         try:
             info = await client.info("memory", **target)
-        except Exception:  # CONFIG/INFO forbidden by a provider: `opspilot check` says what it can
+        except Exception as exc:  # CONFIG/INFO forbidden by a provider: `opspilot check` says what it can
+            log.info("Redis's eviction policy not read (%s): `opspilot check` says what it can", exc)
             return
         policy = str(info.get("maxmemory_policy", "noeviction")) if isinstance(info, dict) else "noeviction"
         if policy != "noeviction":

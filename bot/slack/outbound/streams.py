@@ -240,9 +240,11 @@ class Streams:
                            refusals=True)
             except StreamRefused:  # not streaming (never a stream of ours): left alone; Slack failing for now or
                 continue  # its budget busy: raised, and the round comes back (paced, it must not skip the stray)
-            with contextlib.suppress(Exception):  # stopped, so it was ours: it must not show its steps twice
+            try:  # stopped, so it was ours: it must not show its steps twice
                 await call("chat.delete", channel, lambda t=ts: self.client.chat_delete(channel=channel, ts=t),
                            refusals=True)
+            except Exception as exc:  # whatever it was, said: steps shown twice then have a reason in the log
+                log.warning("a stray stream %s/%s was stopped but not deleted: %s", channel, ts, exc)
             self.metrics.inc("opspilot_streams_strays_stopped_total")
 
     def _open_now(self) -> int:
@@ -310,6 +312,8 @@ class Streams:
                     if code in UNSUPPORTED or code in ("channel_not_found", "invalid_arguments"):
                         log.info("assistant.threads.setStatus is not available here (%s): no status", code)
                         self.status_available = False
+                    else:  # a status is a nicety: never the run's failure, but never silent either
+                        log.warning("assistant.threads.setStatus failed: %s", code or repr(exc))
         finally:
             self._status_tasks.pop(where, None)
 
