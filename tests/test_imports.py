@@ -105,3 +105,10 @@ def test_one_name_per_idea_no_basename_twice() -> None:
 def test_no_module_over_400_lines() -> None:
     long = {name: n for name, path in modules() if (n := len(path.read_text(encoding="utf-8").splitlines())) > 400}
     assert long == {}
+
+
+def test_every_module_is_on_the_architecture_map() -> None:
+    """A newcomer finds a module from docs/architecture.md: one the map does not name is one they cannot find."""
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    missing = [name for name, path in modules() if path.name != "__init__.py" and path.stem not in page]
+    assert missing == []
