@@ -26,7 +26,7 @@ from state.client import refusal, safe_url
 from state.store import MetaStore, Outbox, Reports, Store, WorkQueue
 from tools import ops
 from tools.mcp import McpHub, McpStartupError
-from tools.ops.toolbox import bundled
+from tools.ops.toolbox import bundled, demo_actions
 from tools.plugins import PluginError, load_plugins
 from tools.registry import ConfirmPolicy, InEnvironments, Registry, ToolSpec, always, never
 from tools.tool_errors import ToolError
@@ -101,6 +101,30 @@ def demo_data_problem(settings: Settings) -> str | None:
         return None
     return (f"the toolbox would answer from the bundled demo data (examples/demo, fictional, on a replayed clock), "
             f"not your systems: its {', '.join(parts)}")
+
+
+def demo_actions_problem(settings: Settings) -> tuple[str, str] | None:
+    """Why ``serve``/``worker`` must not start, and the fix: a confirmed restart, rollback or scale would run the
+    demo backends (the config sets none of its own) and be reported done while nothing changed — unless
+    ``demo_data`` says that is the point."""
+    parts = [] if settings.demo_data else demo_actions(settings.toolbox)
+    if not parts:
+        return None
+    conf = settings.toolbox  # restart set fixes what follows it; a rollback or scale set to the demo is named
+    named = [p for p in parts if p == "restart" or getattr(conf, p) is not None]
+    return (f"{', '.join(f'{p}_service' for p in parts)} would use the demo backends: a confirmed change is recorded "
+            "and reported done, and nothing in your systems changes",
+            f"set {' and '.join(f'toolbox.{p}' for p in named)} (backend: kubernetes or webhook; docs/configuration.md)"
+            ", or pass --demo-data (OPSPILOT_DEMO_DATA=1) to use the demo backends on purpose")
+
+
+def demo_note(settings: Settings) -> str:
+    """What serve's banner says of ``--demo-data``: the demo data, and the changing tools it leaves on the demo."""
+    if not settings.demo_data:
+        return ""
+    acting = demo_actions(settings.toolbox)
+    return "; answering from the bundled DEMO data (--demo-data), not your systems" + (
+        f"; {', '.join(acting)} recorded, not done (the demo backends)" if acting else "")
 
 
 def asks(policy: ConfirmPolicy, environment: str) -> bool | None:

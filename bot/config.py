@@ -263,7 +263,8 @@ class Settings(BaseSettings):
     schedules: list[ScheduleConfig] = Field(default_factory=list,
                                             description="scheduled checks (see docs/slack.md, Follow-ups)")
     demo_data: bool = Field(False, description="or `serve --demo-data`: serve and worker may answer from the bundled "
-                            "demo data (fictional; a replayed clock); without it they refuse to start on it")
+                            "demo data (fictional; a replayed clock) and run the demo restart, rollback and scale "
+                            "backends (recorded, not done); without it they refuse to start on either")
     misfire_grace_s: int = Field(600, ge=0, description="a follow-up or check missed while OpsPilot was down runs "
                                  "late within this; later, it is skipped with a line saying so")
 

@@ -648,3 +648,33 @@ async def test_what_answers_at_slack_api_url_but_is_not_slack_is_not_blamed_on_t
     finally:
         await runner.cleanup()
     assert not token.ok and not token.refused and said in token.says and "OAuth" not in token.fix, token
+
+
+async def test_the_demo_restart_rollback_and_scale_are_demo_data_too(env: FakeSlack, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """An installation's own data with no toolbox.restart: check said ready with no word on changes, while every
+    confirmed restart, rollback and scale ran the demo backends and was reported done (nothing was changed)."""
+    import shutil
+
+    from tools import ops
+
+    env.scopes = sorted(manifest_scopes())
+    monkeypatch.delenv("OPSPILOT_DEMO_DATA")
+    shutil.copytree(ops.DEMO_DATA, tmp_path / "data")
+    (tmp_path / "opspilot.yml").write_text(f"toolbox:\n  data_dir: {tmp_path / 'data'}\n")
+    assert await _check(None) == 2  # as serve: refused
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("✗ Restart, rollback, scale:"))
+    assert "recorded and reported done" in line and "fix: set toolbox.restart" in line, line
+    assert "✗ Data:" not in out, out  # the files are the installation's own
+    monkeypatch.setenv("OPSPILOT_DEMO_DATA", "1")  # on purpose: said, not refused
+    await _check(None)
+    assert "✓ Restart, rollback, scale: the demo backends, on purpose" in capsys.readouterr().out
+    monkeypatch.delenv("OPSPILOT_DEMO_DATA")
+    (tmp_path / "opspilot.yml").write_text(f"toolbox:\n  data_dir: {tmp_path / 'data'}\n  rollback: {{backend: demo}}\n"
+                                           "  restart: {backend: webhook, url: 'http://127.0.0.1:9/restart'}\n")
+    await _check(None)
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("✗ Rollback:"))
+    assert "fix: set toolbox.rollback" in line and "scale" not in line, line  # a webhook restart: scale refused

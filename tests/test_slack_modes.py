@@ -179,6 +179,31 @@ async def test_serve_refuses_the_demo_data_unless_asked(slack: FakeSlack, redis_
         await asyncio.wait_for(proc.wait(), 60)
 
 
+async def test_serve_refuses_the_demo_restarts_unless_asked(slack: FakeSlack, redis_url: str, prefix: str,
+                                                            tmp_path: Path) -> None:
+    """Own data and no toolbox.restart: serve started with nothing in its banner, and a confirmed prod restart ran
+    the demo backend ("Restarted payments in prod: the rollout completed") while nothing was restarted."""
+    import shutil
+
+    from tools import ops
+
+    shutil.copytree(ops.DEMO_DATA, tmp_path / "data")
+    (tmp_path / "opspilot.yml").write_text(f"toolbox:\n  data_dir: {tmp_path / 'data'}\n")
+    env = _serve_env(slack, redis_url, prefix, free_port()) | {"OPSPILOT_DEMO_DATA": "0"}
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", "serve", "--workers", "0", env=env,
+                                                cwd=tmp_path, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    try:
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        if proc.returncode is None:  # it started: not left serving after the test
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 2, err.decode()
+    assert "restart_service, rollback_service, scale_service would use the demo backends" in err.decode(), err
+    assert "set toolbox.restart" in err.decode() and "Traceback" not in err.decode()
+
+
 def _children(pid: int) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():

@@ -10,14 +10,14 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from bot.assembly import DEMO_DATA_FIX, build_toolbox, demo_data_problem, validate
+from bot.assembly import DEMO_DATA_FIX, build_toolbox, demo_actions_problem, demo_data_problem, validate
 from bot.config import ConfigError, Settings
 from bot.probes import PROBE_S, STAGED_S, Check, bounded
 from core.urls import safe_url
 from tools import ops
 from tools.ops.logs import LogQuery
 from tools.ops.metric_backends import PrometheusBackend
-from tools.ops.toolbox import bundled
+from tools.ops.toolbox import bundled, demo_actions
 from tools.ops.toolbox_config import DEFAULT_QUERIES
 from tools.tool_errors import ToolError
 
@@ -47,6 +47,11 @@ async def toolbox_checks(settings: Settings, checks: list[Check] | None = None) 
                   for c in settings.mcp_servers]) if settings.mcp_servers else None
     if (demo := demo_data_problem(settings)) is not None:  # serve refuses this: so does check (before any wait)
         checks.append(Check("Data", False, demo, DEMO_DATA_FIX, refused=True))
+    acting = demo_actions(settings.toolbox)  # the changing tools' demo backends: demo data as much as its files are
+    if acting:
+        name, refusal = ", ".join(acting).capitalize(), demo_actions_problem(settings)
+        checks.append(Check(name, False, *refusal, refused=True) if refusal else
+                      Check(name, True, "the demo backends, on purpose (--demo-data): recorded, not done"))
     try:
         extra: list[Any] = []
         if hub is not None:

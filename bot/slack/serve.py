@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from bot import exits, startup
-from bot.assembly import DEMO_DATA_FIX, demo_data_problem
+from bot.assembly import DEMO_DATA_FIX, demo_actions_problem, demo_data_problem, demo_note
 from bot.config import ConfigError, Settings
 from bot.cpus import last_port
 from bot.slack.inbound import tether
@@ -253,14 +253,12 @@ async def _supervise(index: int, argv: list[str], stopping: asyncio.Event, sock:
 
 def _demo_data_refused(settings: Settings, who: str = "opspilot") -> bool:
     """Production never answers from the demo data by accident (a missing opspilot.yml): said, and not started."""
-    problem = demo_data_problem(settings)
+    problem, acting = demo_data_problem(settings), demo_actions_problem(settings)
     if problem:
         print(f"{who}: not starting: {problem}: {DEMO_DATA_FIX}", file=sys.stderr)
-    return problem is not None
-
-
-def _demo_note(settings: Settings) -> str:
-    return "; answering from the bundled DEMO data (--demo-data), not your systems" if settings.demo_data else ""
+    if acting:
+        print(f"{who}: not starting: {acting[0]}: {acting[1]}", file=sys.stderr)
+    return bool(problem or acting)
 
 
 @dataclass
@@ -356,7 +354,7 @@ async def serve(settings: Settings, front: Front) -> int:
     if count == 0:  # nothing forked
         return await _run(settings, "all", front.own, f"OpsPilot is serving Slack ({mode}), one process; /healthz, "
                                                       f"/readyz and /metrics on port {port}; model: {{model}}"
-                                                      f"{_demo_note(settings)}")
+                                                      f"{demo_note(settings)}")
     stopping = asyncio.Event()
     keepers = [asyncio.create_task(_supervise(i, argv, stopping, sock, forked))
                for i, (argv, sock, forked) in enumerate(zip(front.argvs, front.theirs, front.forked, strict=True))]
@@ -364,7 +362,7 @@ async def serve(settings: Settings, front: Front) -> int:
         code = await _run(settings, "front", front.own, f"OpsPilot is serving Slack ({mode}) with {count} worker "
                                                         f"process(es) on ports {port + 1}–{port + count}; /healthz, "
                                                         f"/readyz and /metrics on port {port}; model: {{model}}"
-                                                        f"{_demo_note(settings)}", stopping,
+                                                        f"{demo_note(settings)}", stopping,
                           lambda: _tell(front.said))
     finally:
         _tell(front.said)
@@ -388,4 +386,4 @@ async def work(settings: Settings, *, port: int | None = None) -> int:
         return exits.UNAVAILABLE
     where = f"; /healthz, /readyz and /metrics on port {port}" if port else ""
     return await _run(settings, "worker", sock, f"OpsPilot worker {os.getpid()} is reading the work queue{where}; "
-                                                f"model: {{model}}{_demo_note(settings)}", stopping)
+                                                f"model: {{model}}{demo_note(settings)}", stopping)

@@ -203,6 +203,15 @@ def bundled(conf: cfg.OpsConfig) -> list[str]:
     return [part for part, path in files.items() if path.resolve().is_relative_to(demo)]
 
 
+def demo_actions(conf: cfg.OpsConfig) -> list[str]:
+    """The changing tools (restart, rollback, scale) the config leaves on the demo backends, which record a confirmed
+    change and report it done while nothing changes: restart unset is the demo, and rollback and scale follow it."""
+    follows = isinstance(conf.restart, cfg.DemoRestarts)
+    return (["restart"] if follows else []) + [
+        what for what in ("rollback", "scale") if isinstance(getattr(conf, what), cfg.DemoActions)
+        or (getattr(conf, what) is None and follows)]
+
+
 def build(conf: cfg.OpsConfig | None = None, *, restarts: Any = None) -> Toolbox:
     conf = conf or cfg.OpsConfig()
     data = conf.data_dir or DEMO_DATA

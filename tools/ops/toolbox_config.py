@@ -206,7 +206,8 @@ class OpsConfig(_Section):
         default_factory=FixtureMetrics, description="where query_metrics reads series")
     restart: Annotated[DemoRestarts | KubernetesRestarts | WebhookRestarts, Field(discriminator="backend")] = Field(
         default_factory=DemoRestarts, description="what restart_service does (confirmed by a person in prod; "
-        "tools.restart_service.confirm_in says where)")
+        "tools.restart_service.confirm_in says where). Unset: the demo, which serve and worker refuse without "
+        "--demo-data")
     rollback: ActionBackend | None = Field(
         None, description="what rollback_service does (confirmed by a person in every environment; "
         "tools.rollback_service.confirm_in narrows it). Unset: the restart backend's "
