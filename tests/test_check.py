@@ -678,3 +678,20 @@ async def test_the_demo_restart_rollback_and_scale_are_demo_data_too(env: FakeSl
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("✗ Rollback:"))
     assert "fix: set toolbox.rollback" in line and "scale" not in line, line  # a webhook restart: scale refused
+
+
+async def test_no_model_key_says_the_scripted_model_reads_the_configured_systems(
+        env: FakeSlack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Own systems and no key: check said the scripted model answers from "demo data only", while it read the
+    configured (production) Loki and proposed restarts there."""
+    import shutil
+
+    from tools import ops
+
+    env.scopes = sorted(manifest_scopes())
+    shutil.copytree(ops.DEMO_DATA, tmp_path / "data")
+    (tmp_path / "opspilot.yml").write_text(f"toolbox:\n  data_dir: {tmp_path / 'data'}\n"
+                                           "  restart: {backend: webhook, url: 'http://127.0.0.1:9/restart'}\n")
+    await _check(None)
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("! Model:"))
+    assert "demo data only" not in line and "reading the systems configured here" in line, line

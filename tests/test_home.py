@@ -30,6 +30,9 @@ async def test_home_shows_what_waits_for_each_person(redis_url: str, prefix: str
         boss = home_text(slack, "UBOSS")
         assert "*Waiting for you*" in boss and "confirm `restart_service` on payments/prod" in boss
         assert "*No model key" in boss.split("*Waiting for you*")[0]  # said first: these are demo answers
+        # …read from the systems configured (production's, in production): it said "the demo data only, not your
+        # systems" while it read the configured Loki and proposed restarts there
+        assert "not from your systems" not in boss and "reading the systems configured here" in boss
         assert "asked by <@UREQ>" in boss and f"/archives/{CHANNEL}/p" in boss
         await opened(ws, "UREQ")
         requester = home_text(slack, "UREQ")

@@ -25,10 +25,10 @@ _WORDS: dict[str, tuple[str, str]] = {
     "step": ("step {n}", "第 {n} 步"),
     "waiting": ("Waiting for you", "等你处理"),
     "stop": ("Stop", "停止"),
-    "no_model_key": ("No model key (ANTHROPIC_API_KEY or OPENAI_API_KEY): the scripted demo model answers, from the "
-                     "demo data only, not from your systems.",
-                     "没有配置模型密钥（ANTHROPIC_API_KEY 或 OPENAI_API_KEY）：由脚本化的演示模型回答，只用演示数据，"
-                     "不是你们系统的数据。"),
+    "no_model_key": ("No model key (ANTHROPIC_API_KEY or OPENAI_API_KEY): the scripted demo model answers, "
+                     "rule-based (not an LLM), reading the systems configured here; the changes it proposes are real.",
+                     "没有配置模型密钥（ANTHROPIC_API_KEY 或 OPENAI_API_KEY）：由脚本化的演示模型按规则回答"
+                     "（不是大模型），读取的是这里配置的系统；它提出的变更是真实的。"),
     "resume": ("Resume", "继续"),
     "earlier_calls": ("… {n} earlier calls", "…… 之前还有 {n} 个调用"),
     "earlier_calls_one": ("… 1 earlier call", "…… 之前还有 1 个调用"),
