@@ -695,3 +695,22 @@ async def test_no_model_key_says_the_scripted_model_reads_the_configured_systems
     await _check(None)
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("! Model:"))
     assert "demo data only" not in line and "reading the systems configured here" in line, line
+
+
+async def test_the_runbooks_folder_is_checked(env: FakeSlack, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """toolbox.docs_dir naming a folder that is not there (a typo, an unmounted volume): check said ready with no
+    word on runbooks, and every search_docs at serve found nothing."""
+    env.scopes = sorted(manifest_scopes())
+    (tmp_path / "opspilot.yml").write_text(f"toolbox:\n  docs_dir: {tmp_path / 'runbooks-typo'}\n")
+    assert await _check(None) == 1
+    out = capsys.readouterr().out
+    assert f"✗ Runbooks: {tmp_path / 'runbooks-typo'} is not a folder" in out and "fix: " in out, out
+    (tmp_path / "runbooks").mkdir()
+    (tmp_path / "runbooks" / "payments-db-timeouts.md").write_text("# Payments\n## Timeouts\nraise the pool\n")
+    (tmp_path / "opspilot.yml").write_text(f"toolbox:\n  docs_dir: {tmp_path / 'runbooks'}\n")
+    assert await _check(None) == 0  # a warning: search works, two runbooks the catalog names are not there
+    line = next(x for x in capsys.readouterr().out.splitlines() if "Runbooks:" in x)
+    assert line.startswith(f"! Runbooks: 1 Markdown file(s) in {tmp_path / 'runbooks'}; "), line
+    missing = line.split("not found there: ", 1)[1].split(" — fix:")[0]
+    assert missing == "deploy-5xx-rollback.md, gateway-rate-limits.md", line

@@ -1,6 +1,6 @@
 """The toolbox as serve would build it, validated as serve validates it (:func:`bot.assembly.validate`), then
-every configured backend asked one read-only question: logs, metrics, each change source, the reachability of
-restart, rollback and scale targets, and the Kubernetes permissions each tool needs."""
+every configured backend asked one read-only question: the runbooks folder, logs, metrics, each change source, the
+reachability of restart, rollback and scale targets, and the Kubernetes permissions each tool needs."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 from bot.assembly import DEMO_DATA_FIX, build_toolbox, demo_actions_problem, demo_data_problem, validate
 from bot.config import ConfigError, Settings
 from bot.probes import PROBE_S, STAGED_S, Check, bounded
+from bot.probes.runbooks import runbooks_checks
 from core.urls import safe_url
 from tools import ops
 from tools.ops.logs import LogQuery
@@ -89,7 +90,7 @@ def _probes(settings: Settings, toolbox: ops.Toolbox, deadline_s: float = PROBE_
                    "must answer there"
                    if conf.metrics.backend == "prometheus" else "check toolbox.metrics.file")
     service = toolbox.catalog.services[0] if toolbox.catalog.services else None
-    probes: list[Any] = []
+    probes: list[Any] = [within("Runbooks", lambda: runbooks_checks(toolbox), fix="check toolbox.docs_dir")]
     if service is not None:
         env = service.environments[0]
 
