@@ -714,3 +714,37 @@ async def test_the_runbooks_folder_is_checked(env: FakeSlack, tmp_path: Path,
     assert line.startswith(f"! Runbooks: 1 Markdown file(s) in {tmp_path / 'runbooks'}; "), line
     missing = line.split("not found there: ", 1)[1].split(" — fix:")[0]
     assert missing == "deploy-5xx-rollback.md, gateway-rate-limits.md", line
+
+
+async def test_an_mcp_server_url_s_credentials_are_never_printed(env: FakeSlack, tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """An MCP server's url with a password and a token in it: check printed it verbatim in its warning, which also
+    said "it is retried in the background" (check retries nothing)."""
+    from aiohttp import web
+
+    async def refuse(_: web.Request) -> web.Response:
+        return web.Response(status=401)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", refuse)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    refusing = runner.addresses[0][1]  # answers 401: the SDK's error quotes the url it asked
+    port = free_port()  # nothing listens: it does not start
+    (tmp_path / "opspilot.yml").write_text("mcp_servers:\n" + "".join(
+        f"  - {{name: {name}, url: 'http://mcpuser:MCPPASS@127.0.0.1:{at}/mcp?token=MCPKEY', startup_timeout_s: 2}}\n"
+        for name, at in (("remote", port), ("other", refusing))))
+    try:
+        with caplog.at_level("WARNING"):  # as serve and check log (INFO is -v: httpx's own lines then)
+            await _check(None)
+    finally:
+        await runner.cleanup()
+    said = capsys.readouterr()
+    assert "MCP server other: down" in said.out, said.out
+    everything = said.out + said.err + caplog.text
+    assert "MCP server remote" in said.out and "MCPPASS" not in everything and "MCPKEY" not in everything, everything
+    assert f"http://…@127.0.0.1:{port}/mcp?token=***" in caplog.text, caplog.text  # which server, still
+    assert "retried in the background" not in caplog.text, caplog.text

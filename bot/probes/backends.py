@@ -45,7 +45,7 @@ async def toolbox_checks(settings: Settings, checks: list[Check] | None = None) 
     # Each server given at most one probe's time (serve waits its startup_timeout_s), and judged on its own line
     # afterwards: a slow one does not hide the others, nor the backends' lines after it.
     hub = McpHub([c.model_copy(update={"startup_timeout_s": min(c.startup_timeout_s, PROBE_S), "required": False})
-                  for c in settings.mcp_servers]) if settings.mcp_servers else None
+                  for c in settings.mcp_servers], retried=False) if settings.mcp_servers else None
     if (demo := demo_data_problem(settings)) is not None:  # serve refuses this: so does check (before any wait)
         checks.append(Check("Data", False, demo, DEMO_DATA_FIX, refused=True))
     acting = demo_actions(settings.toolbox)  # the changing tools' demo backends: demo data as much as its files are

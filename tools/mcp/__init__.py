@@ -42,7 +42,10 @@ class McpStartupError(Exception):
 
 
 class McpHub:
-    def __init__(self, configs: Sequence[McpServerConfig]) -> None:
+    def __init__(self, configs: Sequence[McpServerConfig], *, retried: bool = True) -> None:
+        """``retried``: False where the hub is stopped right after its start (``opspilot check``), so a server that
+        did not start is not said to be retried."""
+        self.retried = retried
         names = [c.name for c in configs]
         duplicates = {n for n in names if names.count(n) > 1}
         if duplicates:
@@ -76,7 +79,8 @@ class McpHub:
             if server.config.required:
                 await self.stop()
                 raise McpStartupError(message)
-            log.warning("%s; its tools are not available (it is retried in the background)", message)
+            log.warning("%s; its tools are not available%s", message,
+                        " (it is retried in the background)" if self.retried else "")
         return tools
 
     def health(self) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from mcp import types
 from pydantic import BaseModel, ConfigDict, create_model, model_validator
 from referencing import Registry
 
+from core.urls import safe_url
 from tools.mcp.servers import ConfirmIn, McpServerConfig
 from tools.mcp.session import ConnectionLost, McpServer
 from tools.registry import ConfirmPolicy, Provenance, ToolContext, ToolSpec, always, confirm_in, never
@@ -224,4 +225,5 @@ def observation(result: types.CallToolResult) -> Any:
 
 
 def describe(config: McpServerConfig) -> str:
-    return f"{config.command} {' '.join(config.args)}".strip() if config.command else str(config.url)
+    """The server as logs and messages name it: a url without the user, password or token it may carry."""
+    return f"{config.command} {' '.join(config.args)}".strip() if config.command else safe_url(str(config.url))
