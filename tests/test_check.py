@@ -621,7 +621,11 @@ def test_stats_reads_a_replica(own_redis: OwnRedis, monkeypatch: pytest.MonkeyPa
 
 @pytest.mark.parametrize(("status", "body", "said"), [
     (404, "<html>Not Found</html>", "the token could not be checked"),
-    (200, '{"ok": true}', "is not Slack's Web API")])
+    (200, '{"ok": true}', "is not Slack's Web API"),
+    # unreadable JSON was "failed unexpectedly: AttributeError: 'ClientResponse' object has no attribute 'data'";
+    # a login page answering 200 was "Slack answered auth.test with HTTP 200 … check status.slack.com"
+    (200, '{"foo": [1,2', "is not Slack's Web API"),
+    (200, "<html><body>Login</body></html>", "is not Slack's Web API")])
 async def test_what_answers_at_slack_api_url_but_is_not_slack_is_not_blamed_on_the_token(
         status: int, body: str, said: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A proxy's page was "refused by Slack (http_404) — fix: copy the Bot User OAuth Token"; an {"ok": true} stub

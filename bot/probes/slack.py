@@ -33,10 +33,17 @@ async def slack_checks(settings: Settings) -> list[Check]:
     try:
         answer = await client.auth_test()
     except SlackApiError as exc:
-        said = exc.response.data.get("error") if isinstance(exc.response.data, dict) else None
-        if (slack_error(exc) not in TOKEN_REFUSED and exc.response.status_code >= 500) or \
+        # A body that is not JSON leaves the SDK's raw response here (no .data, its status as .status).
+        data = getattr(exc.response, "data", None)
+        status = int(getattr(exc.response, "status_code", None) or getattr(exc.response, "status", 0) or 0)
+        said = data.get("error") if isinstance(data, dict) else None
+        if 200 <= status < 300 and not said:  # a success that is no Slack answer: a proxy's page, a broken stub
+            return [Check("Slack token", False, f"auth.test answered HTTP {status} with no Slack answer: what "
+                          f"answers at {slack.api_url} is not Slack's Web API", "check SLACK_API_URL (or unset it)"),
+                    *secretless]
+        if (slack_error(exc) not in TOKEN_REFUSED and status >= 500) or \
                 not isinstance(said, str) or not said:  # Slack's trouble, or not Slack (no error of its own)
-            return [Check("Slack token", False, f"Slack answered auth.test with HTTP {exc.response.status_code} "
+            return [Check("Slack token", False, f"Slack answered auth.test with HTTP {status} "
                           f"({slack_error(exc)}): the token could not be checked",
                           "check status.slack.com, or SLACK_API_URL if you set one"), *secretless]
         return [Check("Slack token", False, f"refused by Slack ({slack_error(exc)})",
