@@ -752,3 +752,42 @@ async def test_an_mcp_server_url_s_credentials_are_never_printed(env: FakeSlack,
     assert "MCP server remote" in said.out and "MCPPASS" not in everything and "MCPKEY" not in everything, everything
     assert f"http://…@127.0.0.1:{port}/mcp?token=***" in caplog.text, caplog.text  # which server, still
     assert "retried in the background" not in caplog.text, caplog.text
+
+
+async def test_the_model_is_asked_as_serve_asks_it(env: FakeSlack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The probe asked for 1 token with no tools: llm.max_tokens above the model's output limit, or an endpoint
+    without tool calling, said ✓ Model while every call serve makes was refused (400)."""
+    from tests.fakes.anthropic_api import FakeAnthropic
+    from tests.fakes.anthropic_api import text as anthropic_text
+
+    env.scopes = sorted(manifest_scopes())
+    anthropic = FakeAnthropic(max_output=64000)
+    await anthropic.server.start()
+    anthropic.queue(anthropic_text("pong"))
+    (tmp_path / "opspilot.yml").write_text("llm: {max_tokens: 100000}\n")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", anthropic.server.url)
+    try:
+        assert await _check(None) == 1
+    finally:
+        await anthropic.server.stop()
+    out = capsys.readouterr().out
+    assert "✗ Model: anthropic (claude-sonnet-4-5) refused a request as serve sends it" in out and \
+        "maximum allowed number of output tokens" in out and "fix: check llm.max_tokens" in out, out
+    assert anthropic.requests[0]["max_tokens"] == 100000 and anthropic.requests[0]["tools"], anthropic.requests
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    openai = FakeOpenAI(tools=False)
+    await openai.server.start()
+    openai.queue(text("pong"))
+    (tmp_path / "opspilot.yml").write_text("llm: {provider: openai, name: served-model}\n")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("OPENAI_BASE_URL", f"{openai.server.url}/v1")
+    try:
+        assert await _check(None) == 1
+    finally:
+        await openai.server.stop()
+    out = capsys.readouterr().out
+    assert "✗ Model: openai (served-model) refused a request as serve sends it" in out and \
+        "--enable-auto-tool-choice" in out, out

@@ -1,5 +1,6 @@
-"""The model serve would use (provider and name as configured, empty variables unset): one tiny request with
-a short timeout and no retries — the SDKs' defaults would wait 10 minutes, three times."""
+"""The model serve would use (provider and name as configured, empty variables unset): one short request shaped
+as serve's (its max_tokens, one tool), with a short timeout and no retries — the SDKs' defaults would wait 10
+minutes, three times."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from bot.config import ConfigError, Settings
 from bot.probes import PROBE_S, Check
 
 SDK_TIMEOUT_S = PROBE_S - 1.0  # inside the probe's own deadline, so the SDK's words (not a cut) are reported
+_PING = [{"role": "user", "content": "Reply with the one word: pong."}]  # short: the budget is serve's
+_TOOL = {"name": "noop", "description": "Does nothing.", "input_schema": {"type": "object", "properties": {}}}
 
 
 async def model_check(settings: Settings, timeout_s: float = SDK_TIMEOUT_S) -> Check:
@@ -28,7 +31,9 @@ async def model_check(settings: Settings, timeout_s: float = SDK_TIMEOUT_S) -> C
         import anthropic
 
         client: Any = anthropic.AsyncAnthropic(timeout=timeout_s, max_retries=0)
-        ask = client.messages.create(model=name, max_tokens=1, messages=[{"role": "user", "content": "ping"}])
+        # serve's max_tokens and a tool: a budget above the model's limit, or tools refused, fail every run
+        ask = client.messages.create(model=name, max_tokens=settings.llm.max_tokens, messages=_PING, tools=[_TOOL],
+                                     tool_choice={"type": "auto"})
     else:
         import openai
 
@@ -36,8 +41,10 @@ async def model_check(settings: Settings, timeout_s: float = SDK_TIMEOUT_S) -> C
         field = settings.llm.token_field
         if field == "auto":  # as OpenAIModel chooses it
             field = "max_completion_tokens" if client.base_url.host == "api.openai.com" else "max_tokens"
-        ask = client.chat.completions.create(model=name, messages=[{"role": "user", "content": "ping"}],
-                                             **{field: 16})
+        tool = {"type": "function", "function": {"name": _TOOL["name"], "description": _TOOL["description"],
+                                                 "parameters": _TOOL["input_schema"]}}
+        ask = client.chat.completions.create(model=name, messages=_PING, tools=[tool], tool_choice="auto",
+                                             **{field: settings.llm.max_tokens})
     try:
         async with asyncio.timeout(timeout_s + 0.5):  # the SDK's own timeout is per read: this bounds the whole
             answer = await ask
@@ -53,8 +60,13 @@ async def model_check(settings: Settings, timeout_s: float = SDK_TIMEOUT_S) -> C
             return Check("Model", False, f"{provider} ({name}) is overloaded or failing right now (HTTP {status}): "
                          "runs will fail or wait until it recovers", "none in the config: wait, or see the "
                          "provider's status page", required=False)
+        elif status == 400:  # it answered, and refused what serve sends: every run would be refused the same
+            return Check("Model", False, f"{provider} ({name}) refused a request as serve sends it (max_tokens "
+                         f"{settings.llm.max_tokens}, with tools): {type(exc).__name__}: {str(exc)[:240]}",
+                         "check llm.max_tokens against the model's output limit, llm.name, and that the endpoint "
+                         "takes tools (vLLM: --enable-auto-tool-choice)")
         else:
-            says = f"{provider} ({name}) did not answer a one-token request ({type(exc).__name__}: {str(exc)[:120]})"
+            says = f"{provider} ({name}) did not answer a short request ({type(exc).__name__}: {str(exc)[:120]})"
         return Check("Model", False, says, "check the key, llm.name (or OPSPILOT_MODEL) and the network path to "
                                            f"the provider ({provider.upper()}_BASE_URL if you use one)")
     finally:  # its connections, now: left to the garbage collector, it closes itself on whatever loop runs then

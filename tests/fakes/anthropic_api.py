@@ -152,7 +152,9 @@ class PromptCache:
 
 
 class FakeAnthropic:
-    def __init__(self) -> None:
+    def __init__(self, *, max_output: int | None = None) -> None:
+        self.max_output = max_output
+        """The model's output limit: a larger ``max_tokens`` gets the API's 400, as a real model's limit does."""
         self.replies: list[Reply] = []
         self.requests: list[dict[str, Any]] = []
         self.rejections: list[str] = []
@@ -173,6 +175,9 @@ class FakeAnthropic:
         body = await request.json()
         self.requests.append(body)
         problem = violations(body)
+        if problem is None and self.max_output is not None and body["max_tokens"] > self.max_output:
+            problem = (f"max_tokens: {body['max_tokens']} > {self.max_output}, which is the maximum allowed number "
+                       f"of output tokens for {body.get('model')}")
         if problem is not None:
             self.rejections.append(problem)
             return web.json_response(error(400, "invalid_request_error", problem)[1], status=400)

@@ -53,11 +53,15 @@ def violations(body: dict[str, Any]) -> str | None:
 
 class FakeOpenAI:
     """``new_models``: models that take only ``max_completion_tokens`` (OpenAI's newer ones); ``compatible``: a
-    compatible server (older vLLM, Ollama) that knows only ``max_tokens``."""
+    compatible server (older vLLM, Ollama) that knows only ``max_tokens``; ``max_output``: the model's output limit
+    (more is the API's 400); ``tools``: False for a server started without tool calling (vLLM's 400 on any tools)."""
 
-    def __init__(self, *, new_models: frozenset[str] = frozenset(), compatible: bool = False) -> None:
+    def __init__(self, *, new_models: frozenset[str] = frozenset(), compatible: bool = False,
+                 max_output: int | None = None, tools: bool = True) -> None:
         self.new_models = new_models
         self.compatible = compatible
+        self.max_output = max_output
+        self.tools = tools
         self.replies: list[dict[str, Any]] = []
         self.requests: list[dict[str, Any]] = []
         self.rejections: list[str] = []
@@ -79,6 +83,12 @@ class FakeOpenAI:
                        "Use 'max_completion_tokens' instead.")
         if self.compatible and "max_completion_tokens" in body:
             problem = "Unrecognized request argument supplied: max_completion_tokens"
+        asked = body.get("max_completion_tokens", body.get("max_tokens"))
+        if self.max_output is not None and isinstance(asked, int) and asked > self.max_output:
+            problem = (f"max_tokens is too large: {asked}. This model supports at most {self.max_output} completion "
+                       f"tokens, whereas you provided {asked}.")
+        if not self.tools and body.get("tools"):
+            problem = '"auto" tool choice requires --enable-auto-tool-choice and --tool-parser to be set'
         if problem is not None:
             self.rejections.append(problem)
             return web.json_response({"error": {"message": problem, "type": "invalid_request_error"}}, status=400)
