@@ -791,3 +791,24 @@ async def test_the_model_is_asked_as_serve_asks_it(env: FakeSlack, tmp_path: Pat
     out = capsys.readouterr().out
     assert "✗ Model: openai (served-model) refused a request as serve sends it" in out and \
         "--enable-auto-tool-choice" in out, out
+
+
+async def test_a_custom_model_endpoint_failing_is_not_ready(env: FakeSlack, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """OPENAI_BASE_URL at an endpoint that always answers 500 (a broken vLLM, a proxy): said "overloaded or failing
+    right now" as a warning, and ready, as if it were the provider's passing outage."""
+    env.scopes = sorted(manifest_scopes())
+    fake = FakeOpenAI()
+    await fake.server.start()
+    fake.queue({"refuse": (500, {"message": "internal error", "type": "server_error"})})
+    (tmp_path / "opspilot.yml").write_text("llm: {provider: openai, name: served-model}\n")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("OPENAI_BASE_URL", f"{fake.server.url}/v1")
+    try:
+        assert await _check(None) == 1
+    finally:
+        await fake.server.stop()
+    out = capsys.readouterr().out
+    assert f"✗ Model: openai (served-model) answered HTTP 500 at {fake.server.url}/v1" in out and \
+        "fix: check OPENAI_BASE_URL" in out, out

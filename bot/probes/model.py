@@ -10,8 +10,10 @@ from typing import Any
 from bot.assembly import model_choice
 from bot.config import ConfigError, Settings
 from bot.probes import PROBE_S, Check
+from core.urls import safe_url
 
 SDK_TIMEOUT_S = PROBE_S - 1.0  # inside the probe's own deadline, so the SDK's words (not a cut) are reported
+_OWN_HOSTS = ("api.anthropic.com", "api.openai.com")  # the providers' own APIs: a 5xx there is their outage
 _PING = [{"role": "user", "content": "Reply with the one word: pong."}]  # short: the budget is serve's
 _TOOL = {"name": "noop", "description": "Does nothing.", "input_schema": {"type": "object", "properties": {}}}
 
@@ -56,6 +58,11 @@ async def model_check(settings: Settings, timeout_s: float = SDK_TIMEOUT_S) -> C
             return Check("Model", False, f"{provider} ({name}) refuses requests: the account is out of credit or "
                          f"quota ({getattr(exc, 'code', '') or 'billing'!s})", "add credit or raise the quota "
                          "in the provider's billing settings, or use another key")
+        elif status in (500, 502, 503, 529) and client.base_url.host not in _OWN_HOSTS:
+            # an endpoint of this installation's choosing (a proxy, a vLLM): failing is its fault, not an outage
+            return Check("Model", False, f"{provider} ({name}) answered HTTP {status} at "
+                         f"{safe_url(str(client.base_url))}: every run fails while it does",
+                         f"check {provider.upper()}_BASE_URL and the server behind it (its log)")
         elif status in (429, 500, 502, 503, 529):  # the provider's own trouble: the setup is not at fault
             return Check("Model", False, f"{provider} ({name}) is overloaded or failing right now (HTTP {status}): "
                          "runs will fail or wait until it recovers", "none in the config: wait, or see the "
