@@ -334,7 +334,11 @@ async def test_opspilot_check_asks_the_api_server_what_each_tool_may_do(fakes: O
     await toolbox.aclose()
     assert [(c.name, c.ok) for c in checks] == [("Kubernetes permissions (restart_service)", True),
                                                 ("Kubernetes permissions (rollback_service)", True),
-                                                ("Kubernetes permissions (scale_service)", True)]
+                                                ("Kubernetes permissions (scale_service)", True),
+                                                ("Kubernetes deployments", False)]
+    # RBAC grants on a name whether or not it exists: the API server has payments-api only, the catalog names more
+    assert "not found: orders (orders/orders-api), gateway (edge/gateway)" in checks[3].says, checks[3].says
+    assert checks[3].status == "warn"
     asked = [r[2] for r in fakes.requests if r[0] == "k8s_access_review"]
     assert {"namespace": "payments", "verb": "patch", "group": "apps", "resource": "deployments",
             "subresource": "scale", "name": "payments-api"} in asked

@@ -1,11 +1,18 @@
 """Kubernetes permissions: whether the configured credentials may do what each tool needs, on each service in
-the catalog (SelfSubjectAccessReview, as ``kubectl auth can-i``): a missing grant is found now, not mid-incident."""
+the catalog (SelfSubjectAccessReview, as ``kubectl auth can-i``): a missing grant is found now, not mid-incident.
+And whether each Deployment the catalog names is there at all (RBAC grants on a name that does not exist)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from bot.probes import Check
 from tools import ops
-from tools.tool_errors import ToolError
+from tools.tool_errors import NotFound, PermissionDenied, ToolError
+
+if TYPE_CHECKING:  # the client library is imported only where Kubernetes is configured
+    from tools.ops.catalog import Service
+    from tools.ops.kube import KubeClient
 
 _NEEDS: dict[str, list[tuple[str, str, str | None]]] = {  # verb, resource, subresource — as rbac.yaml grants
     "restart_service": [("get", "deployments", None), ("patch", "deployments", None)],
@@ -54,4 +61,27 @@ async def kubernetes_checks(toolbox: ops.Toolbox) -> list[Check]:
         checks.append(Check(f"Kubernetes permissions ({name})", not missing,
                             "missing: " + "; ".join(missing[:6]) if missing else f"granted on {len(placed)} services",
                             "grant them as deploy/kubernetes/rbac.yaml does"))
-    return checks
+    return checks + await _deployments(users[0][1], placed)
+
+
+async def _deployments(kube: KubeClient, placed: list[Service]) -> list[Check]:
+    """Each Deployment the catalog names, read (GET, as a restart's first step): a typo or a renamed one fails
+    every change to that service, whatever RBAC grants on its name. A warning: the other services still work."""
+    absent: list[str] = []
+    for service in placed:
+        if service.kubernetes is None:  # (placed: never; said for the type checker)
+            continue
+        ns, name = service.kubernetes.namespace, service.kubernetes.deployment
+        try:
+            await kube.deployment(ns, name)
+        except NotFound:
+            absent.append(f"{service.id} ({ns}/{name})")
+        except PermissionDenied:  # said by the permissions lines
+            continue
+        except ToolError as exc:
+            return [Check("Kubernetes deployments", False, exc.message,
+                          "check the cluster API address and credentials in the toolbox section", required=False)]
+    return [Check("Kubernetes deployments", not absent,
+                  f"not found: {', '.join(absent[:6])}{'…' if len(absent) > 6 else ''}: every change to them fails"
+                  if absent else f"all {len(placed)} found",
+                  "correct kubernetes: {namespace, deployment} of these services in the catalog", required=False)]
