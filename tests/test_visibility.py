@@ -191,3 +191,4 @@ async def test_guests_and_other_organisations_accounts_start_nothing_and_confirm
             assert (await ws.store.stats(3600)).runs == 1, config
         finally:
             await ws.stop()
+
