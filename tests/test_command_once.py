@@ -163,3 +163,29 @@ async def test_a_summary_asked_once_and_read_twice_shares_one_file(ws: Workspace
         await read(item, "1700000000000-7")
         await ws.settle()
     assert len([m for m in ws.slack.thread(CHANNEL, "100.1") if m.get("files")]) == 1
+
+
+@pytest.mark.parametrize("kind", ["limited", "error", "reset"])
+async def test_one_429_or_5xx_on_the_thread_s_first_post_does_not_drop_the_question(ws: Workspace,
+                                                                                    kind: str) -> None:
+    """The first post was tried once: one 429 (Retry-After: 1) or one 5xx mid-incident and the question was
+    dropped ("send the command again"), nothing ran. Tried again — a post that may have landed only once it was
+    looked for — it starts one thread and one run."""
+    ws.slack.fault(kind, "chat.postMessage", times=1, status=503)
+    await ws.sender.command(command(ws, "payments recent errors", f"again-{kind}"))
+    await ws.settle()
+    assert (await ws.store.stats(3600)).runs == 1
+    assert len([m for m in roots(ws) if "asked" in all_text(m)]) == 1, [all_text(m) for m in roots(ws)]
+    assert not ws.slack.responses  # nobody was told to send it again
+
+
+@pytest.mark.parametrize("kind", ["error", "reset", "text"])
+async def test_a_reply_only_a_response_url_can_carry_survives_one_failure(ws: Workspace, kind: str) -> None:
+    """`/opspilot` where OpsPilot is not in the channel: its only word goes through the command's response_url,
+    tried once — one 5xx or dropped connection and the person was never told."""
+    ws.slack.absent.add("C0NOTIN")
+    ws.slack.fault(kind, "response_url", times=1, status=503)
+    await ws.sender.command({**command(ws, "payments errors", f"url-{kind}"), "channel_id": "C0NOTIN"})
+    await ws.settle()
+    told = [str(r.get("text")) for r in ws.slack.responses]
+    assert len(told) == 1 and "not in this channel" in told[0], told

@@ -6,6 +6,7 @@ uses within 30 minutes; after that (404 ``used_url`` / ``expired_url``) the call
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -22,7 +23,8 @@ from state.outbox_store import OutboxRecord
 from state.store import Outbox
 
 log = logging.getLogger(__name__)
-_TRIES = 3  # attempts through a click's response URL (it serves 5 uses) before chat.update
+_TRIES = 3  # attempts through a response URL (it serves 5 uses): a click's before chat.update, an answer's
+RESPOND_BACKOFF_S = 0.5
 
 
 class ResponseFailed(Exception):
@@ -101,13 +103,20 @@ async def replace_original(url: str, text: str, blocks: list[Block], *,
 
 
 async def respond(response_url: str, text: str) -> None:
-    """An ephemeral answer through a command's or a shortcut's ``response_url`` (works where the bot cannot post)."""
+    """An ephemeral answer through a command's or a shortcut's ``response_url`` (works where the bot cannot post):
+    the only word the person gets, so a 5xx, a 429 or a dropped connection is tried again, within the URL's five
+    uses (an ephemeral leaves no trace to look for: one whose reply was lost may show twice, never none)."""
     if not usable(response_url):
         return
-    try:
-        await post_response(response_url, {"response_type": "ephemeral", "text": text})
-    except ResponseFailed as exc:
-        log.warning("response_url did not take the answer: %s", exc.error)
+    for attempt in range(_TRIES):
+        try:
+            await post_response(response_url, {"response_type": "ephemeral", "text": text})
+            return
+        except ResponseFailed as exc:
+            if not exc.transient or attempt + 1 == _TRIES:
+                log.warning("response_url did not take the answer: %s", exc.error)
+                return
+            await asyncio.sleep(RESPOND_BACKOFF_S * 2 ** attempt)
 
 
 @contextlib.asynccontextmanager

@@ -9,13 +9,21 @@ message that is there.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack.outbound.api_errors import SLACK_FAILURES, may_have_acted, retried, slack_error
+from bot.slack.outbound.api_errors import (
+    SLACK_FAILURES,
+    may_have_acted,
+    rate_limited,
+    retried,
+    retry_after,
+    slack_error,
+)
 from bot.slack.outbound.counters import Metrics
 from bot.slack.outbound.landed import METADATA_TYPE, find_posted
 from bot.slack.outbound.pacer import Pacer
@@ -26,6 +34,9 @@ from state.store import MetaStore
 log = logging.getLogger(__name__)
 
 KIND = "command-thread"
+TRIES = 3
+BACKOFF_S = 1.0
+MAX_WAIT_S = 10.0  # a longer Retry-After: given up and said (the person sends it again), not held in a worker
 
 
 class ThreadStarts:
@@ -42,19 +53,33 @@ class ThreadStarts:
         if kept.get("attempted_at") and (landed := await self._landed(channel, key, since)):
             return await self._kept(key, landed), ""
         await self.meta.put(KIND, key, {"attempted_at": f"{since:.6f}"})  # before it may land
-        await self.pacer.wait("chat.postMessage", channel)
-        try:
-            answer = await self.client.chat_postMessage(
-                channel=channel, text=redact(text),
-                metadata={"event_type": METADATA_TYPE, "event_payload": {"key": key}})
-        except SLACK_FAILURES as exc:
-            self.metrics.inc("opspilot_slack_api_errors_total", method="chat.postMessage")
-            if not may_have_acted(exc):
-                return None, slack_error(exc)  # refused: nothing was posted
-            log.warning("the thread of command %s: no answer from Slack (%s); looking for it", key, slack_error(exc))
-            landed = await self._landed(channel, key, since)
-            return (await self._kept(key, landed), "") if landed else (None, "unconfirmed")
-        return await self._kept(key, str(answer["ts"])), ""
+        # A 429 or a 5xx mid-incident must not drop the question: tried again (a 429 after its Retry-After, a post
+        # that may have landed only once it was looked for and not found), then given up as said.
+        for attempt in range(1, TRIES + 1):
+            await self.pacer.wait("chat.postMessage", channel)
+            try:
+                answer = await self.client.chat_postMessage(
+                    channel=channel, text=redact(text),
+                    metadata={"event_type": METADATA_TYPE, "event_payload": {"key": key}})
+            except SLACK_FAILURES as exc:
+                self.metrics.inc("opspilot_slack_api_errors_total", method="chat.postMessage")
+                if not may_have_acted(exc):
+                    wait = retry_after(exc) or BACKOFF_S
+                    limited = rate_limited(exc) or slack_error(exc) == "ratelimited"
+                    if limited and attempt < TRIES and wait <= MAX_WAIT_S:
+                        await asyncio.sleep(wait)
+                        continue
+                    return None, slack_error(exc)  # refused: nothing was posted
+                log.warning("the thread of command %s: no answer from Slack (%s); looking for it", key,
+                            slack_error(exc))
+                if landed := await self._landed(channel, key, since):
+                    return await self._kept(key, landed), ""
+                if attempt < TRIES:
+                    await asyncio.sleep(BACKOFF_S * 2 ** (attempt - 1))
+                    continue
+                return None, "unconfirmed"
+            return await self._kept(key, str(answer["ts"])), ""
+        raise AssertionError("unreachable")  # the loop returns
 
     async def _kept(self, key: str, ts: str) -> str:
         await self.meta.put(KIND, key, {"ts": ts})
