@@ -192,3 +192,16 @@ async def test_guests_and_other_organisations_accounts_start_nothing_and_confirm
         finally:
             await ws.stop()
 
+
+
+async def test_a_sibling_workspace_s_member_of_our_enterprise_grid_is_one_of_ours(slack: FakeSlack) -> None:
+    """On Enterprise Grid a channel shared across the organisation's workspaces holds members whose team id is a
+    sibling's: they were refused as "other organisations' accounts". Another organisation's stays an outsider."""
+    from bot.slack.inbound.accounts import Accounts
+
+    slack.enterprise = "E0OURS"
+    slack.external_users.update({"USIBLING": "T0SIBLING", "UCONNECT": "T0THEIRS"})
+    slack.grid_users.update({"USIBLING": "E0OURS", "UCONNECT": "E0THEIRS"})
+    accounts = Accounts(AsyncWebClient(token=slack.token, base_url=slack.api_url))
+    assert await accounts.outsider("USIBLING") is False and await accounts.outsider("UREQ") is False
+    assert await accounts.outsider("UCONNECT") is True

@@ -84,6 +84,8 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods, WebhookMethods, Chan
         self.profiles: dict[str, str] = {}  # users.info's names by id (anyone else: a member with no name set)
         self.unknown_users: set[str] = set()  # users.info: user_not_found (another organisation's, a deleted one)
         self.external_users: dict[str, str] = {}  # Slack Connect accounts: id → their organisation's team id
+        self.enterprise = ""  # this workspace's Enterprise Grid organisation (auth.test's enterprise_id), if any
+        self.grid_users: dict[str, str] = {}  # users.info's enterprise_user.enterprise_id, by user id
         self.user_timezones: dict[str, str] = {}  # users.info's tz, where one is set
         self.guests: set[str] = set()  # users.info's is_restricted: they read only the channels they are in
         self.homes: dict[str, dict[str, Any]] = {}  # the App Home view published for each user
@@ -300,7 +302,8 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods, WebhookMethods, Chan
 
     def _auth_test(self, body: dict[str, Any]) -> dict[str, Any]:
         answer = {"ok": True, "url": "https://fake.slack.test/", "team": "Fake", "user": "opspilot",
-                  "team_id": TEAM, "user_id": self.bot_user, "bot_id": "B0001", "is_enterprise_install": False}
+                  "team_id": TEAM, "user_id": self.bot_user, "bot_id": "B0001", "is_enterprise_install": False,
+                  "enterprise_id": self.enterprise or None}
         return {k: v for k, v in answer.items() if v is not None}
 
     def _chat_postMessage(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -358,7 +361,9 @@ class LocalSlack(StreamMethods, ViewMethods, CanvasMethods, WebhookMethods, Chan
         if user in self.unknown_users:
             return {"ok": False, "error": "user_not_found"}
         guest = {"is_restricted": True} if user in self.guests else {}
-        about = {"id": user, "team_id": self.external_users.get(user, self.team_id), **guest}
+        grid = {"enterprise_user": {"id": user, "enterprise_id": self.grid_users[user]}} if user in self.grid_users \
+            else {}
+        about = {"id": user, "team_id": self.external_users.get(user, self.team_id), **guest, **grid}
         if user not in self.profiles:
             return {"ok": True, "user": about}
         name = self.profiles[user]

@@ -1,6 +1,7 @@
 """Whose account a Slack user is: this workspace's own member, or an outsider — a guest (``is_restricted``,
 ``is_ultra_restricted``: invited to a few channels) or another organisation's account (Slack Connect: its
-``team_id`` is not ours, or ``users.info`` does not know it). Asked of ``users.info`` and cached per process."""
+``team_id`` is not ours nor one of our Enterprise Grid organisation's, or ``users.info`` does not know it).
+Asked of ``users.info`` and cached per process."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ class Accounts:
     def __init__(self, client: AsyncWebClient, *, ttl_s: float = TTL_S, max_size: int = MAX_SIZE) -> None:
         self.client, self.ttl_s, self.max_size = client, ttl_s, max_size
         self._outsiders: dict[str, tuple[float, bool]] = {}
-        self._team_id: str | None = None
+        self._ours: tuple[str, str] | None = None
 
     async def outsider(self, user: str) -> bool | None:
         """Whether ``user`` is a guest or another organisation's account; None when Slack cannot say now."""
@@ -32,11 +33,15 @@ class Accounts:
         try:
             info: Any = await retried("users.info", lambda: self.client.users_info(user=user), attempts=2)
             about = info.get("user") or {}
-            theirs, ours = str(about.get("team_id") or ""), await self._team() if about.get("team_id") else ""
+            theirs = str(about.get("team_id") or "")
+            ours = await self._org() if theirs else ("", "")
             if ours is None:
                 return None  # whether the account is this workspace's is not known
+            # On Enterprise Grid a member of a sibling workspace of the same organisation is one of ours
+            grid = str((about.get("enterprise_user") or {}).get("enterprise_id") or "")
+            foreign = bool(theirs) and theirs != ours[0] and not (ours[1] and grid == ours[1])
             outsider = bool(about.get("is_restricted") or about.get("is_ultra_restricted")
-                            or about.get("is_stranger") or (theirs and theirs != ours))
+                            or about.get("is_stranger") or foreign)
         except SLACK_FAILURES as exc:
             if "user_not_found" not in slack_error(exc):
                 log.warning("whether %s is a guest or another organisation's account is not known (%s)", user,
@@ -48,13 +53,14 @@ class Accounts:
         self._outsiders[user] = (time.monotonic() + self.ttl_s, outsider)
         return outsider
 
-    async def _team(self) -> str | None:
-        """This workspace's team id (auth.test, once); None while Slack does not say."""
-        if self._team_id is None:
+    async def _org(self) -> tuple[str, str] | None:
+        """This workspace's team id and its Enterprise Grid organisation's ("" when none): auth.test, once; None
+        while Slack does not say."""
+        if self._ours is None:
             try:
                 answer: Any = await retried("auth.test", self.client.auth_test, attempts=2)
             except SLACK_FAILURES as exc:
                 log.warning("this workspace's team is not known (%s)", slack_error(exc))
                 return None
-            self._team_id = str(answer.get("team_id") or "")
-        return self._team_id
+            self._ours = str(answer.get("team_id") or ""), str(answer.get("enterprise_id") or "")
+        return self._ours
