@@ -562,6 +562,27 @@ async def test_an_account_out_of_credit_fails_a_rate_limit_only_warns(
     assert model["status"] == status, model
 
 
+async def test_anthropic_s_out_of_credit_400_is_said_as_billing_not_as_max_tokens(
+        env: FakeSlack, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Anthropic answers an account out of credit with a 400: the probe's 400 branch said to fix llm.max_tokens
+    and tool support."""
+    from bot.config import Settings
+    from bot.probes.model import model_check
+    from tests.fakes.anthropic_api import FakeAnthropic, error
+
+    fake = FakeAnthropic()
+    await fake.server.start()
+    fake.queue(error(400, "invalid_request_error", "Your credit balance is too low to access the Anthropic API. "
+                     "Please go to Plans & Billing to upgrade or purchase credits."))
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.server.url)
+    try:
+        check = await model_check(Settings())
+    finally:
+        await fake.server.stop()
+    assert not check.ok and "out of credit" in check.says and "max_tokens" not in check.fix, check
+
+
 def test_check_refuses_the_ports_serve_would_refuse() -> None:
     """PORT=65535: serve exits 2 (its workers take the ports after it), check said ready."""
     from bot.check import _ports

@@ -54,7 +54,7 @@ async def model_check(settings: Settings, timeout_s: float = SDK_TIMEOUT_S) -> C
         status = getattr(exc, "status_code", None)
         if isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__:
             says = f"{provider} ({name}) did not answer within {timeout_s:g}s"
-        elif status in (429, 402) and _billing(exc):  # out of credit: every run fails until billing is fixed
+        elif status in (400, 402, 429) and _billing(exc):  # out of credit (Anthropic: a 400): until billing is fixed
             return Check("Model", False, f"{provider} ({name}) refuses requests: the account is out of credit or "
                          f"quota ({getattr(exc, 'code', '') or 'billing'!s})", "add credit or raise the quota "
                          "in the provider's billing settings, or use another key")
