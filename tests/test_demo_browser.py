@@ -253,7 +253,7 @@ async def test_a_summary_becomes_the_channels_canvas_and_a_second_one_edits_it(d
     change = body.locator("li", has_text="发起人")  # what was done: the restart, one line
     await expect(change).to_have_count(1)
     await expect(change.locator("code").first).to_have_text("restart_service")
-    for part in ("发起人 @Alice", "批准人 @Bob", "错误率 4.30% → 0.30%"):  # from the records, in Chinese
+    for part in ("发起人 @Alice", "批准人 @Bob", "错误率 4.3% → 0.30%"):  # from the records, in Chinese
         await expect(change).to_contain_text(part)
     await expect(body.locator(".mention", has_text="@Bob").first).to_be_visible()
     await expect(body).not_to_contain_text("![](")  # mentions, tables and code rendered, not shown raw

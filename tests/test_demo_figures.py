@@ -142,3 +142,18 @@ async def test_a_check_that_could_not_read_the_error_rate_is_not_ok(store: Redis
         await toolbox.aclose()
     answer = outcome.answer or ""
     assert said in answer and status_of(answer)[0] == "attention", answer
+
+
+def test_a_change_s_verdict_and_its_step_line_write_the_rate_as_the_answer_does() -> None:
+    """1.21% before and 1.24% after: the tool said "rose from 1.21% to 1.24%" and the step line "1.21% → 1.24%",
+    while the answer right below said the error rate "stayed at 1.2%"."""
+    from bot.slack.outbound.outputs import output
+    from tools.ops.changing import verdict
+    from tools.ops.restart import Rollout
+
+    said = verdict(("restart", "restarted"), Rollout("complete", ""), 0.0121, 0.0124)
+    assert said == "restarted; the error rate stayed at 1.2%", said
+    line = output("ok", None, {"ok": True, "data": {"rollout": "complete", "error_rate_before": 0.0121,
+                                                    "error_rate_after": 0.0124, "verdict": said}}, "en",
+                  "restart_service")
+    assert "1.2% → 1.2%" in line and "1.21%" not in line, line

@@ -22,6 +22,7 @@ from bot.slack.followups.buttons import CANCEL
 from bot.slack.incidents.canvas import thread_of
 from bot.slack.incidents.incident import gather
 from bot.slack.incidents.narrative import write
+from core.figures import percent
 from tests.slack_harness import CHANNEL, QUESTION, Workspace, ask_restart, confirm, open_workspace, restarted
 from tests.test_alerts import ALERTS, fire, notification, source
 from tests.test_cli import run_cli
@@ -36,7 +37,7 @@ async def ws(redis_url: str, prefix: str, slack: FakeSlack) -> AsyncIterator[Wor
 
 
 def rate(value: float) -> str:
-    return f"{value:.2%}"
+    return percent(value)  # the one way a rate is written (core.figures)
 
 
 async def summary_command(ws: Workspace, text: str, trigger: str) -> None:

@@ -250,7 +250,7 @@ async def test_kubernetes_restart_patches_waits_and_compares_the_error_rate(fake
     assert "kubectl.kubernetes.io/restartedAt" in patch[2]["spec"]["template"]["metadata"]["annotations"]
     assert result["rollout"] == "complete" and result["action"]["generation"] == 8
     assert (result["error_rate_before"], result["error_rate_after"]) == (0.04, 0.002)
-    assert result["verdict"] == "restarted; the error rate fell from 4.00% to 0.20%"
+    assert result["verdict"] == "restarted; the error rate fell from 4.0% to 0.20%"
     assert result["confirmed_by"] == "UAPPROVER"
     assert sum(1 for r in fakes.requests if r[0] == "k8s_GET") >= 2
 
@@ -264,7 +264,7 @@ async def test_a_restart_compared_on_partial_data_says_so(fakes: OpsFakes) -> No
     result = data(await run(live(fakes), "restart_service", confirmed_by="U", service_id="payments",
                             environment="prod"))
     assert result["error_rate_warnings"] == ["partial response: store eu-1 unavailable"]
-    assert result["verdict"] == ("restarted; the error rate fell from 4.00% to 0.20% (from partial data, Prometheus "
+    assert result["verdict"] == ("restarted; the error rate fell from 4.0% to 0.20% (from partial data, Prometheus "
                                  "warned: partial response: store eu-1 unavailable; not a sure comparison)")
 
 
@@ -332,7 +332,7 @@ async def test_restart_is_gated_in_prod_and_the_demo_verifies() -> None:
     gated = await run(toolbox, "restart_service", service_id="payments", environment="prod")
     assert gated.interrupt is not None and gated.interrupt.interrupt_type == "confirm_risky"
     done = data(await run(toolbox, "restart_service", confirmed_by="U", service_id="payments", environment="prod"))
-    assert done["verdict"] == "restarted; the error rate fell from 4.30% to 0.30%"
+    assert done["verdict"] == "restarted; the error rate fell from 4.3% to 0.30%"
     assert len(toolbox.restarts.done) == 1
 
 
@@ -389,7 +389,7 @@ def test_a_change_s_line_in_slack_says_its_figures_are_partial() -> None:
     body = {"ok": True, "data": {"rollout": "complete", "verdict": "restarted", "error_rate_before": 0.04,
                                  "error_rate_after": 0.002, "error_rate_warnings": ["store `eu-1` unavailable"]}}
     line = output("ok", None, body, "en")
-    assert "4.00% → 0.20%" in line and "partial data" in line and "eu-1" in line, line
+    assert "4.0% → 0.20%" in line and "partial data" in line and "eu-1" in line, line
     assert "数据不完整" in output("ok", None, body, "zh")
     del body["data"]["error_rate_warnings"]  # type: ignore[attr-defined]
     assert "partial" not in output("ok", None, body, "en")

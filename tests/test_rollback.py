@@ -92,7 +92,7 @@ async def test_rollback_to_the_previous_revision_shows_from_to_then_does_exactly
     assert done["from"]["revision"] == "3" and done["to"]["revision"] == "2" and done["backend"] == "kubernetes"
     assert done["rollout"] == "complete" and done["confirmed_by"] == "UAPPROVER"
     assert (done["error_rate_before"], done["error_rate_after"]) == (0.05, 0.004)
-    assert done["verdict"] == "rolled back; the error rate fell from 5.00% to 0.40%"
+    assert done["verdict"] == "rolled back; the error rate fell from 5.0% to 0.40%"
 
 
 async def test_rollback_to_a_named_revision_or_release(fakes: OpsFakes) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.envs import environment_name
+from core.figures import percent, shown
 from tools.ops import toolbox_config as cfg
 from tools.ops.catalog import Service
 from tools.ops.metric_backends import MetricsBackend, Reading
@@ -220,8 +221,8 @@ def verdict(what: tuple[str, str], rollout: Rollout, before: float | str | None,
     if isinstance(before, float) and isinstance(after, float):
         warned = warnings_of(before, after)
         partial = f" (from partial data, Prometheus warned: {warned[0]}; not a sure comparison)" if warned else ""
-        if f"{before:.2%}" == f"{after:.2%}":
-            return f"{done}; the error rate stayed at {after:.2%}{partial}"
+        if shown(before) == shown(after):  # as written: "stayed" never beside two figures that differ
+            return f"{done}; the error rate stayed at {percent(after)}{partial}"
         trend = "fell" if after < before else "rose"
-        return f"{done}; the error rate {trend} from {before:.2%} to {after:.2%}{partial}"
+        return f"{done}; the error rate {trend} from {percent(before)} to {percent(after)}{partial}"
     return f"{done}; the error rate could not be compared"

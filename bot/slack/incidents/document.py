@@ -23,6 +23,7 @@ from bot.slack.outbound.audit import outcome
 from bot.slack.outbound.blocks import is_user, model_name
 from bot.slack.outbound.markdown import code, fenced
 from bot.slack.outbound.words import headline, plural, say
+from core.figures import percent
 from core.messages import DECLINED
 from core.redact import redact
 from state.records import CallTrace, RunRecord
@@ -243,7 +244,7 @@ def run_state(run: RunRecord, lang: str, mention: Mention = plain_mention) -> st
 
 
 def _rate(value: object) -> str:
-    return f"{value:.2%}" if isinstance(value, int | float) else code(value) if value is not None else "?"
+    return percent(value) if isinstance(value, int | float) else code(value) if value is not None else "?"
 
 
 def _zone(tz: str | None) -> ZoneInfo | None:

@@ -12,6 +12,7 @@ from typing import Any
 from bot.agent.fallback import Fallback, Ran
 from bot.slack.outbound.blocks import bare, escape
 from bot.slack.outbound.words import catalog, headline, plural, say
+from core.figures import percent
 from tools.ops.series import story
 
 _QUOTE = 120  # characters of quoted data in one output (a task card's output holds 256)
@@ -168,7 +169,7 @@ def _restart(data: dict[str, Any], lang: str) -> str:
     text = rollout_words(str(data.get("rollout")), lang)
     before, after = data.get("error_rate_before"), data.get("error_rate_after")
     if isinstance(before, int | float) and isinstance(after, int | float):
-        text += say(lang, "out_error_rate", before=f"{before:.2%}", after=f"{after:.2%}")
+        text += say(lang, "out_error_rate", before=percent(before), after=percent(after))
         if warned := data.get("error_rate_warnings"):  # the figures stand on part of the data
             text += say(lang, "out_partial", warning=_code(str(warned[0]), 120))
     return text
