@@ -54,6 +54,17 @@ def test_a_rise_after_a_recovery_is_the_one_described() -> None:
     assert "09:52 起；此前 09:21 曾升高，峰值 5.0%，09:24 已恢复" in zh and "尚未恢复" not in zh, zh
 
 
+def test_a_smaller_rise_after_a_recovery_is_the_one_described_too() -> None:
+    """A 10% spike back at 0.2% for 16 minutes, then 2–3% after a 09:38 deploy: the new rise was under half the
+    spike's peak, so the line said "elevated, not back yet: began 09:20" and the verdict "no: 18 min before"."""
+    values = [0.002 + (0.0001 if i % 2 else 0) for i in range(20)] + [0.10] * 4 + \
+        [0.002 + (0.0001 if i % 2 else 0) for i in range(16)] + [0.02 + i * 0.0005 for i in range(20)]
+    shape = describe(at(values))
+    assert shape.onset_at == T0 + 41 * MIN and shape.earlier_recovered_at == T0 + 25 * MIN, gist("error_rate", shape)
+    assert "not back yet" not in gist("error_rate", shape)
+    assert judge({"changes": [deploy("09:39")]}, figures(shape), None).kind == "yes"
+
+
 @pytest.mark.parametrize("values", [
     [0.0] * 20 + [1, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 1],  # comes and goes: no recovery
     [0.0] * 20 + [0.05] * 10 + [0.0] * 2 + [0.05] * 10,  # two points back is a pause, not a recovery

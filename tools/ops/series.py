@@ -180,8 +180,8 @@ def describe(series: Series, *, counter: bool = False, window: tuple[float, floa
     # the earlier ones (at least half-way to the peak: a blip is no excursion) said as recovered.
     far = next((i for i, v in enumerate(values) if clear(v) and level(v) >= AWAY_LEVEL), extreme)
     first = _start(far, values, clear)
-    backs = [b for b in _recoveries(values, first, inside)
-             if any(level(v) >= AWAY_LEVEL for v in values[b[1]:])]
+    backs = [b for b in _recoveries(values, first, inside)  # away again after: half-way, or held outside the band
+             if any(level(v) >= AWAY_LEVEL for v in values[b[1]:]) or _held(values[b[1]:], clear)]
     earlier: dict[str, Any] = {}
     if backs:
         ended, start = backs[-1]
@@ -258,6 +258,17 @@ def _recoveries(values: list[float], start: int, inside: Callable[[float], bool]
     cut = next((n for n, m in zip(lengths, [*lengths[1:], 0], strict=False)
                 if n >= RECOVERY_POINTS and n >= 2 * m), None)
     return [(a, b) for a, b in runs if cut is not None and b - a >= cut]
+
+
+def _held(values: list[float], clear: Callable[[float], bool]) -> bool:
+    """Whether ``values`` leave the baseline's band and stay out for ``RECOVERY_POINTS`` points in a row: a new rise,
+    however small beside an earlier spike (ten times the baseline is no blip because the spike was a hundred)."""
+    run = 0
+    for v in values:
+        run = run + 1 if clear(v) else 0
+        if run >= RECOVERY_POINTS:
+            return True
+    return False
 
 
 def _longest_inside(values: list[float], inside: Callable[[float], bool]) -> int:
