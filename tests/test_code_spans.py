@@ -81,3 +81,16 @@ async def test_a_refusal_quotes_the_environment_it_was_asked_for_inside_its_span
                           environments=["prod", "staging"])
     verdict = await access.may_confirm("UREQ", "restart_service", FORGED, "UREQ")
     assert not verdict.allowed and not live(verdict.words("en")), verdict.words("en")
+
+
+async def test_a_typed_schedule_id_is_echoed_inside_its_span(redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    ws = await open_workspace(redis_url, prefix, slack)
+    try:
+        await ws.sender.command({"command": "/opspilot", "text": f"schedules cancel {FORGED.replace(' ', '_')}",
+                                 "user_id": "UREQ", "channel_id": CHANNEL, "team_id": "T0001", "trigger_id": "sp-1",
+                                 "response_url": slack.response_url(CHANNEL)})
+        await ws.settle()
+        [told] = slack.ephemeral_texts("UREQ")
+        assert "no scheduled check" in told and not live(told.replace("_", " ")), told
+    finally:
+        await ws.stop()

@@ -240,7 +240,7 @@ class SlackFollowups:
                                         at=time_of(self.clock(), lang), question=kit.quoted(timer.question)))
         else:
             await self.outbox.say(timer.channel, None, say(lang, "sc_cancelled", by=kit.who(user),
-                                                           cron=kit.escape(timer.cron), tz=kit.escape(timer.timezone),
+                                                           cron=kit.bare(timer.cron), tz=kit.escape(timer.timezone),
                                                            question=kit.quoted(timer.question)),
                                   key=f"schedule-cancelled:{timer.id}")
 

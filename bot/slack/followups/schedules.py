@@ -109,7 +109,7 @@ class Schedules:
         mine = await self.timers.pending(group_of(channel))
         if not mine:
             return say(lang, "sc_none")
-        lines = [say(lang, "sc_line", id=t.id, cron=kit.escape(t.cron), tz=kit.escape(t.timezone),
+        lines = [say(lang, "sc_line", id=t.id, cron=kit.bare(t.cron), tz=kit.escape(t.timezone),
                      quiet=say(lang, "sc_quiet") if t.quiet else "",
                      next=time_of(t.due, lang, t.timezone, with_day=True),
                      by="config" if t.owner == "config" else kit.who(t.owner),
@@ -140,11 +140,11 @@ class Schedules:
             await self.outbox.tell(channel, user, say(lang, "sc_bad", why=why))
             return
         if due is None:
-            await self.outbox.tell(channel, user, say(lang, "sc_bad", why=say(lang, "sc_never", cron=kit.escape(cron))))
+            await self.outbox.tell(channel, user, say(lang, "sc_bad", why=say(lang, "sc_never", cron=kit.bare(cron))))
             return
         every = shortest_interval(cron, timezone, due)
         if every is not None and every < self.limits.schedule_min_interval_s:
-            await self.outbox.tell(channel, user, say(lang, "sc_too_often", cron=kit.escape(cron),
+            await self.outbox.tell(channel, user, say(lang, "sc_too_often", cron=kit.bare(cron),
                                                       every=duration(lang, every),
                                                       minimum=duration(lang, self.limits.schedule_min_interval_s)))
             return
@@ -179,7 +179,7 @@ class Schedules:
 
     async def _announce(self, timer: Timer, lang: str) -> None:
         await self.outbox.say(timer.channel, None, say(
-            lang, "sc_created", by=kit.who(timer.owner), cron=kit.escape(timer.cron), tz=kit.escape(timer.timezone),
+            lang, "sc_created", by=kit.who(timer.owner), cron=kit.bare(timer.cron), tz=kit.escape(timer.timezone),
             quiet=say(lang, "sc_quiet") if timer.quiet else "",
             next=time_of(timer.due, lang, timer.timezone, with_day=True),
             question=kit.quoted(timer.question), id=timer.id), key=f"schedule-made:{timer.id}")
@@ -190,7 +190,7 @@ class Schedules:
             await self.outbox.tell(channel, user, say(lang, "fu_cancelled_by", by=kit.who(by)))  # not "no such"
             return
         if timer is None or timer.kind != "schedule" or timer.channel != channel:
-            await self.outbox.tell(channel, user, say(lang, "sc_unknown", id=kit.escape(timer_id or "?")))
+            await self.outbox.tell(channel, user, say(lang, "sc_unknown", id=kit.bare(timer_id or "?")))
             return
         if timer.source == "config":
             await self.outbox.tell(channel, user, say(lang, "sc_config"))
@@ -201,7 +201,7 @@ class Schedules:
             await self.outbox.tell(channel, user, say(lang, "sc_firing"))
             return
         if not cancelled:
-            await self.outbox.tell(channel, user, say(lang, "sc_unknown", id=kit.escape(timer_id)))
+            await self.outbox.tell(channel, user, say(lang, "sc_unknown", id=kit.bare(timer_id)))
 
 
 SAMPLED = 200
