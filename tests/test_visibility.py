@@ -205,3 +205,21 @@ async def test_a_sibling_workspace_s_member_of_our_enterprise_grid_is_one_of_our
     accounts = Accounts(AsyncWebClient(token=slack.token, base_url=slack.api_url))
     assert await accounts.outsider("USIBLING") is False and await accounts.outsider("UREQ") is False
     assert await accounts.outsider("UCONNECT") is True
+
+
+async def test_while_users_info_fails_a_name_or_an_account_is_not_asked_again_on_every_question(
+        slack: FakeSlack) -> None:
+    """A failed lookup was not kept: while Slack hung, every question naming colleagues (and every first question
+    of a person) waited for users.info again, one name after another."""
+    from bot.slack.inbound.accounts import Accounts
+    from bot.slack.outbound.people import People
+
+    slack.fault("error", "users.info")
+    client = AsyncWebClient(token=slack.token, base_url=slack.api_url)
+    people, accounts = People(client), Accounts(client)
+    asked = []
+    for _ in range(2):
+        assert await people.plain("<@UANN> and <@UBOB>, can you check?", me=None) == "@UANN and @UBOB, can you check?"
+        assert await accounts.outsider("UCAROL") is None
+        asked.append(len(slack.called("users.info")))
+    assert asked[0] >= 3 and asked[1] == asked[0], asked  # the second question asked Slack nothing

@@ -139,17 +139,9 @@ class AccessPolicy:
         # Nobody is named: anyone of this workspace, not a guest or another organisation's account (a shared
         # channel's), who would otherwise read our systems and confirm our changes. Not known (Slack failing): let
         # through, as a member — Slack failing mid-incident must not lock the on-call out.
-        if not c.allow_outsiders and await self._outsider(user):
+        if not c.allow_outsiders and await self.accounts.outsider(user, within_s=INFO_S):  # hanging: not known
             return refusal("outsider")
         return ALLOW
-
-    async def _outsider(self, user: str) -> bool | None:
-        try:
-            async with asyncio.timeout(INFO_S):  # a hanging Slack must not hold every question: not known
-                return await self.accounts.outsider(user)
-        except TimeoutError:
-            log.warning("whether %s is a guest or another organisation's account is not known: Slack is slow", user)
-            return None
 
     async def may_start(self, user: str, channel: str) -> Verdict:
         """:meth:`may_use` for a door whose conversation Slack names, any direct message included (a command, a

@@ -5,6 +5,7 @@ Asked of ``users.info`` and cached per process."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -16,20 +17,31 @@ from bot.slack.outbound.api_errors import SLACK_FAILURES, retried, slack_error
 log = logging.getLogger(__name__)
 
 TTL_S = 60.0
+FAILED_S = 15.0  # not known (Slack failing): asked again after this long
 MAX_SIZE = 5000
 
 
 class Accounts:
     def __init__(self, client: AsyncWebClient, *, ttl_s: float = TTL_S, max_size: int = MAX_SIZE) -> None:
         self.client, self.ttl_s, self.max_size = client, ttl_s, max_size
-        self._outsiders: dict[str, tuple[float, bool]] = {}
+        self._outsiders: dict[str, tuple[float, bool | None]] = {}
         self._ours: tuple[str, str] | None = None
 
-    async def outsider(self, user: str) -> bool | None:
-        """Whether ``user`` is a guest or another organisation's account; None when Slack cannot say now."""
+    async def outsider(self, user: str, *, within_s: float | None = None) -> bool | None:
+        """Whether ``user`` is a guest or another organisation's account; None when Slack cannot say now (or not
+        ``within_s``: kept a few seconds, so that a hanging Slack is not waited for on every question)."""
         cached = self._outsiders.get(user)
         if cached and cached[0] > time.monotonic():
             return cached[1]
+        try:
+            async with asyncio.timeout(within_s):
+                return await self._ask(user)
+        except TimeoutError:
+            log.warning("whether %s is a guest or another organisation's account is not known: Slack is slow", user)
+            self._keep(user, None, FAILED_S)
+            return None
+
+    async def _ask(self, user: str) -> bool | None:
         try:
             info: Any = await retried("users.info", lambda: self.client.users_info(user=user), attempts=2)
             about = info.get("user") or {}
@@ -46,12 +58,16 @@ class Accounts:
             if "user_not_found" not in slack_error(exc):
                 log.warning("whether %s is a guest or another organisation's account is not known (%s)", user,
                             slack_error(exc))
+                self._keep(user, None, FAILED_S)
                 return None
             outsider = True  # no account of this workspace: another organisation's
+        self._keep(user, outsider, self.ttl_s)
+        return outsider
+
+    def _keep(self, user: str, outsider: bool | None, ttl_s: float) -> None:
         if len(self._outsiders) >= self.max_size:
             self._outsiders.clear()
-        self._outsiders[user] = (time.monotonic() + self.ttl_s, outsider)
-        return outsider
+        self._outsiders[user] = (time.monotonic() + ttl_s, outsider)
 
     async def _org(self) -> tuple[str, str] | None:
         """This workspace's team id and its Enterprise Grid organisation's ("" when none): auth.test, once; None

@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 
 _MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|([^>]*))?>")
 TTL_S = 3600.0
+FAILED_TTL_S = 30.0
 
 
 class People:
@@ -37,6 +38,8 @@ class People:
                 user = (await self.client.users_info(user=user_id)).get("user") or {}
         except SLACK_FAILURES as exc:  # a dropped connection (aiohttp) too, not only OSError
             log.info("users.info %s failed (%s): shown as its id", user_id, type(exc).__name__)
+            # kept a little: while Slack hangs, every question naming them must not wait for it again
+            self._names[user_id] = (user_id, time.monotonic() + FAILED_TTL_S)
             return user_id
         profile = user.get("profile") or {}
         name = str(profile.get("display_name") or profile.get("real_name") or user.get("real_name")
@@ -63,12 +66,15 @@ class People:
 
     async def plain(self, text: str, *, me: str | None) -> str:
         """``text`` with the bot's own mention removed and everyone else's written as @name."""
+        matches = list(_MENTION.finditer(text))
+        wanted = sorted({m.group(1) for m in matches if m.group(1) != me and not m.group(2)})
+        names = dict(zip(wanted, await asyncio.gather(*map(self.name, wanted)), strict=True))  # at once, not in turn
         out, last = [], 0
-        for match in _MENTION.finditer(text):
+        for match in matches:
             out.append(text[last:match.start()])
             user = match.group(1)
             if user != me:
-                out.append("@" + (match.group(2) or await self.name(user)))
+                out.append("@" + (match.group(2) or names[user]))
             last = match.end()
         out.append(text[last:])
         return re.sub(r"[ \t]{2,}", " ", "".join(out)).strip()
