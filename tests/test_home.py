@@ -138,3 +138,15 @@ async def test_a_cancel_on_home_refused_while_its_schedule_fires_says_why(redis_
         assert "This scheduled check is running right now" in shown, shown
     finally:
         await ws.stop()
+
+
+async def test_app_home_is_published_through_a_passing_slack_failure(redis_url: str, prefix: str,
+                                                                     slack: FakeSlack) -> None:
+    """views.publish answered 503 twice: the tab was left as it was (a refused Home click's only answer is in it)."""
+    ws = await open_workspace(redis_url, prefix, slack)
+    try:
+        slack.fault("error", "views.publish", times=2, status=503)
+        await opened(ws, "UREQ")
+        assert "Nothing is waiting for you" in home_text(slack, "UREQ")
+    finally:
+        await ws.stop()

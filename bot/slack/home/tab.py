@@ -19,7 +19,7 @@ from bot.slack.feedback import home_lines
 from bot.slack.inbound.access import AccessPolicy
 from bot.slack.inbound.visibility import Visibility
 from bot.slack.outbound import blocks as kit
-from bot.slack.outbound.api_errors import SLACK_FAILURES, slack_error
+from bot.slack.outbound.api_errors import SLACK_FAILURES, retried, slack_error
 from bot.slack.outbound.audit import audit_line
 from bot.slack.outbound.people import People
 from bot.slack.outbound.thread_meta import THREAD, channel_of, thread_key
@@ -70,8 +70,8 @@ class Home:
         blocks = await self.blocks(user)
         view = {"type": "home", "blocks": [blocks[0], kit.mrkdwn(f":information_source: {notice}"), *blocks[1:]]
                 if notice else blocks}
-        try:
-            await self.client.views_publish(user_id=user, view=view)
+        try:  # the whole view each time, so trying again is harmless; a refused click's only answer may be in it
+            await retried("views.publish", lambda: self.client.views_publish(user_id=user, view=view), attempts=4)
         except SLACK_FAILURES as exc:
             log.warning("App Home for %s not published: %s", user, slack_error(exc))
 
