@@ -36,6 +36,7 @@ from state.redis import RedisStore
 from state.store import MetaStore, Reports
 
 log = logging.getLogger(__name__)
+TZ_S = 3.0
 
 CANVAS = "slack-canvas"
 """Meta kind (``Keys.meta``, the thread's TTL): engine thread id → the canvas its summary is in."""
@@ -210,8 +211,10 @@ class Summaries:
         if channel in self.timezones:
             return self.timezones[channel]
         try:
-            answer: Any = await self.client.users_info(user=user)
-        except SLACK_FAILURES:
+            async with asyncio.timeout(TZ_S):  # a column's zone: never hold a summary for it
+                answer: Any = await self.client.users_info(user=user)
+        except SLACK_FAILURES as exc:
+            log.info("the asker's time zone is not known (%s): the timeline in UTC only", slack_error(exc))
             return None
         tz = (answer.get("user") or {}).get("tz")
         return str(tz) if tz else None
