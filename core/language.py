@@ -45,14 +45,21 @@ confirm approve decline ack acknowledge investigate
 _COMMANDS = frozenset(_COMMAND_WORDS.split())
 
 
+def _commands_only(own: str) -> bool:
+    """The asker's own words are command words and nothing else ("help", "status?", "stop please"): a command word
+    among names or in pasted data ("payments-api retry 502", "status=503" in a log line) says no language."""
+    said = [w.strip("?!.,;:").lower() for w in own.split()]
+    return bool(said) and all(w in _COMMANDS or w in _ENGLISH for w in said)
+
+
 def signal(text: str) -> Lang | None:
     """The language of the asker's own words, or None when there are none (a link, an emoji, a mention, names alone).
     Chinese grammar ("帮我 rollback 一下 payments", "payments 的 deploy 失败了") is Chinese, whatever English is
     pasted beside it; otherwise Chinese characters with no English sentence words around them are Chinese ("重启
     payment-service", "api-gateway 502 报错"), and English sentence words with a few Chinese characters are an
     English sentence naming something ("why is 在线支付 returning 500s?"), unless the Chinese outweighs them four
-    characters to a word. A name's parts are never words ("us-east-1" holds no "us"); a command word with no Chinese
-    beside it is English ("help", "payments status")."""
+    characters to a word. A name's parts are never words ("us-east-1" holds no "us"); command words alone are English
+    ("help", "status?"), beside a name or in a pasted log line they say nothing."""
     words = _NOT_WORDS.sub(" ", text)
     own = _QUOTED.sub(" ", words)
     if _CJK.search(own) or any(_WORD.fullmatch(t) and t.lower() in _ENGLISH for t in _TOKEN.findall(own)):
@@ -61,7 +68,7 @@ def signal(text: str) -> Lang | None:
     tokens = _TOKEN.findall(words)
     english = sum(1 for t in tokens if _WORD.fullmatch(t) and t.lower() in _ENGLISH)
     if not han:  # names alone ("payments 502", "OOM", "api-gateway") speak no language: the person's goes
-        return "en" if english or any(t.lower() in _COMMANDS for t in tokens) else None
+        return "en" if english or _commands_only(own) else None
     if _ZH_GRAMMAR.search(words) or not english:
         return "zh"
     return "zh" if han > 4 * english else "en"

@@ -162,7 +162,10 @@ def test_one_earlier_call_is_one() -> None:
     ("payments 502", None), ("OOM", None), ("api-gateway", None), ("payments down", "en"),
     # A command word alone is English ("help" from a person whose threads are Chinese got Chinese), but it tips no
     # Chinese message naming it; Traditional Chinese asks with 幫我 as Simplified does with 帮我
-    ("help", "en"), ("status", "en"), ("stop", "en"), ("cancel", "en"), ("payments status", "en"),
+    ("help", "en"), ("status?", "en"), ("stop", "en"), ("cancel", "en"), ("payments status", None),
+    # ... and a command word in a pasted log or alert line is data: a Chinese person's paste started English threads
+    ("ERROR payments-api upstream status=503", None), ("[FIRING:1] HighErrorRate payments-api status=critical", None),
+    ("HTTP 503 stop", None), ("payments-api retry 502", None),
     ("payments status 异常", "zh"), ("api-gateway stop 了", "zh"), ("幫我 check payments", "zh"),
 ])
 def test_the_language_of_a_question_is_that_of_its_own_words(text: str, lang: str | None) -> None:

@@ -142,10 +142,10 @@ _WORDS: dict[str, tuple[str, str]] = {
     "no_user": ("You are not on the list of people who may use OpsPilot (`slack.allowed_users` / "
                 "`slack.allowed_usergroups`).",
                 "你不在可以使用 OpsPilot 的名单里（`slack.allowed_users` / `slack.allowed_usergroups`）。"),
-    "outsider": ("Guests and other organisations' accounts may not use OpsPilot here. Ask an admin to name you in "
-                 "`slack.allowed_users` if you should.",
-                 "访客和其他组织的账号不能在这里使用 OpsPilot。如果你需要使用，"
-                 "请管理员把你加到 `slack.allowed_users`。"),
+    "outsider": ("Guests and other organisations' accounts may not use OpsPilot here. If you should, ask an admin "
+                 "to set `slack.allow_outsiders`.",
+                 "访客和其他组织的账号不能在这里使用 OpsPilot。如果你需要使用，请管理员设置 "
+                 "`slack.allow_outsiders`。"),
     "no_change_here": ("Changes can only be confirmed in {where}.", "变更只能在 {where} 确认。"),
     "no_own_approval": ("Two-person rule: the person who asked cannot approve a `{tool}` in `{env}`. Ask another "
                         "approver.", "双人规则：发起人不能批准自己在 `{env}` 的 `{tool}`。请另一位批准人确认。"),
