@@ -235,7 +235,9 @@ class SweepConfig(BaseModel):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="OPSPILOT_", env_nested_delimiter="__", extra="forbid")
+    # empty is unset: docker-compose's ${OPSPILOT_DEMO_DATA:-} passes "" on, which no bool reads
+    model_config = SettingsConfigDict(env_prefix="OPSPILOT_", env_nested_delimiter="__", extra="forbid",
+                                      env_ignore_empty=True)
 
     llm: LLMConfig = Field(default_factory=LLMConfig)
     limits: Limits = Field(default_factory=Limits)

@@ -419,6 +419,20 @@ def test_compose_passes_the_model_s_base_urls_and_demo_data_on(monkeypatch: pyte
     assert str(anthropic.AsyncAnthropic(api_key="x").base_url).startswith("https://api.anthropic.com")
 
 
+def test_compose_s_variables_passed_on_empty_are_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    """.env not setting OPSPILOT_DEMO_DATA: compose passes "" on, which no bool reads — check, serve and worker
+    exited 2 ("demo_data: Input should be a valid boolean") and every container restart-looped."""
+    from bot.config import load_settings
+
+    for service in opspilot_services().values():
+        for name in service.get("environment") or {}:
+            if name not in ("REDIS_URL", "SLACK_BOT_TOKEN"):  # (given values of their own there)
+                monkeypatch.setenv(name, "")
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-test")
+    settings = load_settings(None)
+    assert settings.demo_data is False
+
+
 def test_every_metric_has_its_help_and_its_line_in_the_docs() -> None:
     """About 25 metrics, about 10 of them named anywhere an operator reads: each one the code emits has a `# HELP`
     of its own (not its name again) and its row in docs/deployment.md."""
