@@ -347,6 +347,12 @@ async def test_opspilot_check_asks_the_api_server_what_each_tool_may_do(fakes: O
     scale = (await kubernetes_checks(viewer))[2]
     await viewer.aclose()
     assert not scale.ok and "patch deployments/scale payments/payments-api" in scale.says
+    monkeypatch.setenv("OPS_TOKEN", "nobody-s-token")  # refused outright: no Deployment read is "found"
+    refused = live(fakes)
+    deployments = (await kubernetes_checks(refused))[-1]
+    await refused.aclose()
+    assert deployments.name == "Kubernetes deployments" and not deployments.ok, deployments
+    assert "3 of 3 not read" in deployments.says and "found" not in deployments.says, deployments.says
 
 
 async def test_the_confirmation_config_applies_by_tool_name() -> None:

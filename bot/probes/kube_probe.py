@@ -67,7 +67,7 @@ async def kubernetes_checks(toolbox: ops.Toolbox) -> list[Check]:
 async def _deployments(kube: KubeClient, placed: list[Service]) -> list[Check]:
     """Each Deployment the catalog names, read (GET, as a restart's first step): a typo or a renamed one fails
     every change to that service, whatever RBAC grants on its name. A warning: the other services still work."""
-    absent: list[str] = []
+    absent, unread = [], 0
     for service in placed:
         if service.kubernetes is None:  # (placed: never; said for the type checker)
             continue
@@ -76,12 +76,18 @@ async def _deployments(kube: KubeClient, placed: list[Service]) -> list[Check]:
             await kube.deployment(ns, name)
         except NotFound:
             absent.append(f"{service.id} ({ns}/{name})")
-        except PermissionDenied:  # said by the permissions lines
+        except PermissionDenied:  # why is said by the permissions lines; never "found"
+            unread += 1
             continue
         except ToolError as exc:
             return [Check("Kubernetes deployments", False, exc.message,
                           "check the cluster API address and credentials in the toolbox section", required=False)]
-    return [Check("Kubernetes deployments", not absent,
-                  f"not found: {', '.join(absent[:6])}{'…' if len(absent) > 6 else ''}: every change to them fails"
-                  if absent else f"all {len(placed)} found",
-                  "correct kubernetes: {namespace, deployment} of these services in the catalog", required=False)]
+    if absent:
+        return [Check("Kubernetes deployments", False, f"not found: {', '.join(absent[:6])}"
+                      f"{'…' if len(absent) > 6 else ''}: every change to them fails",
+                      "correct kubernetes: {namespace, deployment} of these services in the catalog", required=False)]
+    if unread:
+        return [Check("Kubernetes deployments", False, f"{unread} of {len(placed)} not read: the credentials may not "
+                      "get them (see the permissions lines)", "grant them as deploy/kubernetes/rbac.yaml does",
+                      required=False)]
+    return [Check("Kubernetes deployments", True, f"all {len(placed)} found", "")]
