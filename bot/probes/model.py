@@ -26,7 +26,8 @@ async def model_check(settings: Settings, timeout_s: float = SDK_TIMEOUT_S) -> C
                      refused=True)
     if provider == "scripted":
         return Check("Model", False, "no key: the scripted demo model will answer, rule-based (not an LLM), "
-                     "reading the systems configured here (the changes it proposes are real)",
+                     "reading the systems configured here and proposing changes to them (whether a confirmed one "
+                     "runs: the restart, rollback and scale line)",
                      "set ANTHROPIC_API_KEY or OPENAI_API_KEY", required=False)
     # The SDK is imported first (seconds, on a loaded machine): only the request counts against the deadline.
     if provider == "anthropic":

@@ -26,9 +26,9 @@ _WORDS: dict[str, tuple[str, str]] = {
     "waiting": ("Waiting for you", "等你处理"),
     "stop": ("Stop", "停止"),
     "no_model_key": ("No model key (ANTHROPIC_API_KEY or OPENAI_API_KEY): the scripted demo model answers, "
-                     "rule-based (not an LLM), reading the systems configured here; the changes it proposes are real.",
+                     "rule-based (not an LLM), reading the systems configured here and proposing changes to them.",
                      "没有配置模型密钥（ANTHROPIC_API_KEY 或 OPENAI_API_KEY）：由脚本化的演示模型按规则回答"
-                     "（不是大模型），读取的是这里配置的系统；它提出的变更是真实的。"),
+                     "（不是大模型），读取这里配置的系统，并对它们提出变更。"),
     "resume": ("Resume", "继续"),
     "earlier_calls": ("… {n} earlier calls", "…… 之前还有 {n} 个调用"),
     "earlier_calls_one": ("… 1 earlier call", "…… 之前还有 1 个调用"),
