@@ -145,6 +145,22 @@ async def test_truncated_twice_ends_with_a_readable_message(fake: FakeAnthropic,
     assert out.stop_reason == "model_error" and "cut off" in out.answer and probe.log == []
 
 
+async def test_a_retry_past_the_model_s_output_limit_is_said_as_cut_off(fake: FakeAnthropic,
+                                                                          store: RedisStore) -> None:
+    """A tool call cut off at llm.max_tokens is retried with twice the room; above the model's output limit that
+    retry got a 400 and the run ended "the model service rejected the request" — the reply was cut off."""
+    fake.max_output = 150
+    probe = Probe()
+    tools = toolkit(probe)
+    fake.queue(tool_use(("lookup_a", {}), stop="max_tokens"))
+    h = make_harness(model_for(fake, max_tokens=100), store, [tools["lookup_a"]])
+
+    out = await h.engine.ask("t", "go")
+
+    assert [r["max_tokens"] for r in fake.requests] == [100, 200] and probe.log == []
+    assert out.stop_reason == "model_error" and "cut off" in out.answer and "rejected" not in out.answer, out.answer
+
+
 @pytest.mark.parametrize(("stop", "words"), [("refusal", "declined"),
                                              ("model_context_window_exceeded", "no longer fits")])
 async def test_refusal_and_context_overflow_end_readably(fake: FakeAnthropic, store: RedisStore,

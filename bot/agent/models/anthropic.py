@@ -16,7 +16,7 @@ from typing import Any, cast
 import anthropic
 
 from bot.agent.models import convert
-from bot.agent.models.base import AUTO, Completion, ToolChoice, Usage, label_of
+from bot.agent.models.base import AUTO, Completion, ModelError, ToolChoice, Usage, label_of
 from bot.agent.models.convert import Part, Result, Text
 from core.messages import AssistantMessage, Message, ToolCall
 from tools.registry import ToolDefinition
@@ -121,7 +121,12 @@ class AnthropicModel:
         retried_truncation = False
         continuations = 0
         while True:
-            response = await self._create(system, wire, tools, tool_choice, budget)
+            try:
+                response = await self._create(system, wire, tools, tool_choice, budget)
+            except ModelError as exc:  # the doubled room refused (past the model's output limit): as cut off as before
+                if retried_truncation and exc.kind == "bad_request":
+                    raise convert.truncated() from exc
+                raise
             usage = convert.add(usage, convert.usage_of(response.usage, _USAGE))
             turn_text = [b.text for b in response.content if b.type == "text" and b.text]
             turn_calls = [_call(b.id, b.name, b.input) for b in response.content if b.type == "tool_use"]

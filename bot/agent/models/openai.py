@@ -125,7 +125,9 @@ class OpenAIModel:
                     model=self.model, messages=cast(Any, to_wire(messages)), **kwargs,
                 )
             except openai.APIError as exc:
-                raise convert.classify_api_error(exc, openai, "OpenAI-compatible") from exc
+                failure = convert.classify_api_error(exc, openai, "OpenAI-compatible")
+                # the doubled room refused (past the model's output limit): as cut off as the first reply was
+                raise convert.truncated() if attempt and failure.kind == "bad_request" else failure from exc
             if not response.choices:
                 raise ModelError("bad_response", "the model service returned no choices")
             choice = response.choices[0]
