@@ -83,8 +83,9 @@ async def _deployments(kube: KubeClient, placed: list[Service]) -> list[Check]:
             return [Check("Kubernetes deployments", False, exc.message,
                           "check the cluster API address and credentials in the toolbox section", required=False)]
     if absent:
+        also = f"; {unread} more not read (see the permissions lines)" if unread else ""
         return [Check("Kubernetes deployments", False, f"not found: {', '.join(absent[:6])}"
-                      f"{'…' if len(absent) > 6 else ''}: every change to them fails",
+                      f"{'…' if len(absent) > 6 else ''}: every change to them fails{also}",
                       "correct kubernetes: {namespace, deployment} of these services in the catalog", required=False)]
     if unread:
         return [Check("Kubernetes deployments", False, f"{unread} of {len(placed)} not read: the credentials may not "

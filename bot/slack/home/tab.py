@@ -6,6 +6,7 @@ Every item about a conversation is listed only to people who can read it in Slac
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -19,7 +20,7 @@ from bot.slack.feedback import home_lines
 from bot.slack.inbound.access import AccessPolicy
 from bot.slack.inbound.visibility import Visibility
 from bot.slack.outbound import blocks as kit
-from bot.slack.outbound.api_errors import SLACK_FAILURES, retried, slack_error
+from bot.slack.outbound.api_errors import SLACK_FAILURES, may_have_acted, rate_limited, slack_error
 from bot.slack.outbound.audit import audit_line
 from bot.slack.outbound.people import People
 from bot.slack.outbound.thread_meta import THREAD, channel_of, thread_key
@@ -28,6 +29,7 @@ from state import StoreError
 from state.store import MetaStore, Reports
 
 log = logging.getLogger(__name__)
+PUBLISH_TRIES = 3
 
 RECENT = 5  # questions per person kept for the Home tab
 CHANGES_READ = 100
@@ -70,10 +72,18 @@ class Home:
         blocks = await self.blocks(user)
         view = {"type": "home", "blocks": [blocks[0], kit.mrkdwn(f":information_source: {notice}"), *blocks[1:]]
                 if notice else blocks}
-        try:  # the whole view each time, so trying again is harmless; a refused click's only answer may be in it
-            await retried("views.publish", lambda: self.client.views_publish(user_id=user, view=view), attempts=4)
-        except SLACK_FAILURES as exc:
-            log.warning("App Home for %s not published: %s", user, slack_error(exc))
+        for attempt in range(1, PUBLISH_TRIES + 1):  # a refused click's only answer may be in it
+            try:
+                await self.client.views_publish(user_id=user, view=view)
+                return
+            except SLACK_FAILURES as exc:
+                # the whole view each time: trying again is harmless — but not a 429 (the client waits those out
+                # itself) nor a timeout (it may still land: an older view over a newer one)
+                if attempt == PUBLISH_TRIES or rate_limited(exc) or not may_have_acted(exc) \
+                        or isinstance(exc, TimeoutError):
+                    log.warning("App Home for %s not published: %s", user, slack_error(exc))
+                    return
+                await asyncio.sleep(0.5 * attempt)
 
     async def language(self, user: str) -> str:
         """A Home tab speaks the configured language, else that of the person's latest question (English at first)."""

@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 _MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|([^>]*))?>")
 TTL_S = 3600.0
 FAILED_TTL_S = 30.0
+AT_ONCE = 8
 
 
 class People:
@@ -27,6 +28,7 @@ class People:
         self.max_size = max_size
         self._names: dict[str, tuple[str, float]] = {}
         self._groups: tuple[dict[str, str], float] = ({}, 0.0)
+        self._asking = asyncio.Semaphore(AT_ONCE)
 
     async def name(self, user_id: str) -> str:
         """The person's display name (else real name, else the id: users.info failing is not an error)."""
@@ -39,15 +41,22 @@ class People:
         except SLACK_FAILURES as exc:  # a dropped connection (aiohttp) too, not only OSError
             log.info("users.info %s failed (%s): shown as its id", user_id, type(exc).__name__)
             # kept a little: while Slack hangs, every question naming them must not wait for it again
-            self._names[user_id] = (user_id, time.monotonic() + FAILED_TTL_S)
+            self._keep(user_id, user_id, FAILED_TTL_S)
             return user_id
         profile = user.get("profile") or {}
         name = str(profile.get("display_name") or profile.get("real_name") or user.get("real_name")
                    or user.get("name") or user_id)
+        self._keep(user_id, name, TTL_S)
+        return name
+
+    def _keep(self, user_id: str, name: str, ttl_s: float) -> None:
         if len(self._names) >= self.max_size:
             self._names.clear()
-        self._names[user_id] = (name, time.monotonic() + TTL_S)
-        return name
+        self._names[user_id] = (name, time.monotonic() + ttl_s)
+
+    async def _bounded(self, user_id: str) -> str:
+        async with self._asking:  # a message naming hundreds asks a few at a time (users.info is rate limited)
+            return await self.name(user_id)
 
     async def group(self, group_id: str) -> str:
         """A user group's @handle (else its name, else the id). Written out, never ``<!subteam^…>``: that would
@@ -68,7 +77,7 @@ class People:
         """``text`` with the bot's own mention removed and everyone else's written as @name."""
         matches = list(_MENTION.finditer(text))
         wanted = sorted({m.group(1) for m in matches if m.group(1) != me and not m.group(2)})
-        names = dict(zip(wanted, await asyncio.gather(*map(self.name, wanted)), strict=True))  # at once, not in turn
+        names = dict(zip(wanted, await asyncio.gather(*map(self._bounded, wanted)), strict=True))  # at once
         out, last = [], 0
         for match in matches:
             out.append(text[last:match.start()])

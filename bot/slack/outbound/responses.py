@@ -105,7 +105,8 @@ async def replace_original(url: str, text: str, blocks: list[Block], *,
 async def respond(response_url: str, text: str) -> None:
     """An ephemeral answer through a command's or a shortcut's ``response_url`` (works where the bot cannot post):
     the only word the person gets, so a 5xx, a 429 or a dropped connection is tried again, within the URL's five
-    uses (an ephemeral leaves no trace to look for: one whose reply was lost may show twice, never none)."""
+    uses (an ephemeral leaves no trace to look for: one whose reply was lost may show twice, never none); a
+    timeout is not (it may still arrive)."""
     if not usable(response_url):
         return
     for attempt in range(_TRIES):
@@ -113,7 +114,8 @@ async def respond(response_url: str, text: str) -> None:
             await post_response(response_url, {"response_type": "ephemeral", "text": text})
             return
         except ResponseFailed as exc:
-            if not exc.transient or attempt + 1 == _TRIES:
+            # no answer in time: it may still be shown (and a worker must not wait three timeouts): not again
+            if not exc.transient or exc.error == "TimeoutError" or attempt + 1 == _TRIES:
                 log.warning("response_url did not take the answer: %s", exc.error)
                 return
             await asyncio.sleep(RESPOND_BACKOFF_S * 2 ** attempt)

@@ -14,6 +14,7 @@ import logging
 import time
 from typing import Any
 
+from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.outbound.api_errors import (
@@ -53,8 +54,9 @@ class ThreadStarts:
         if kept.get("attempted_at") and (landed := await self._landed(channel, key, since)):
             return await self._kept(key, landed), ""
         await self.meta.put(KIND, key, {"attempted_at": f"{since:.6f}"})  # before it may land
-        # A 429 or a 5xx mid-incident must not drop the question: tried again (a 429 after its Retry-After, a post
-        # that may have landed only once it was looked for and not found), then given up as said.
+        # A 429 or a 5xx Slack answered must not drop the question: tried again (a 429 after its Retry-After; a 5xx
+        # once the post was looked for after a pause and is surely not there). No answer at all (a timeout) is not
+        # tried again: the post may still be on its way, and a second one would show the question twice.
         for attempt in range(1, TRIES + 1):
             await self.pacer.wait("chat.postMessage", channel)
             try:
@@ -63,21 +65,24 @@ class ThreadStarts:
                     metadata={"event_type": METADATA_TYPE, "event_payload": {"key": key}})
             except SLACK_FAILURES as exc:
                 self.metrics.inc("opspilot_slack_api_errors_total", method="chat.postMessage")
+                last = attempt == TRIES
                 if not may_have_acted(exc):
                     wait = retry_after(exc) or BACKOFF_S
                     limited = rate_limited(exc) or slack_error(exc) == "ratelimited"
-                    if limited and attempt < TRIES and wait <= MAX_WAIT_S:
+                    if limited and not last and wait <= MAX_WAIT_S:
                         await asyncio.sleep(wait)
                         continue
                     return None, slack_error(exc)  # refused: nothing was posted
                 log.warning("the thread of command %s: no answer from Slack (%s); looking for it", key,
                             slack_error(exc))
-                if landed := await self._landed(channel, key, since):
-                    return await self._kept(key, landed), ""
-                if attempt < TRIES:
+                if not last and isinstance(exc, SlackApiError):  # Slack answered, failing: look after a pause
                     await asyncio.sleep(BACKOFF_S * 2 ** (attempt - 1))
-                    continue
-                return None, "unconfirmed"
+                landed = await self._landed(channel, key, since)
+                if landed:
+                    return await self._kept(key, landed), ""
+                if landed is None or last or not isinstance(exc, SlackApiError):
+                    return None, "unconfirmed"  # not known to be absent, or perhaps still on its way
+                continue
             return await self._kept(key, str(answer["ts"])), ""
         raise AssertionError("unreachable")  # the loop returns
 
@@ -86,13 +91,14 @@ class ThreadStarts:
         return ts
 
     async def _landed(self, channel: str, key: str, since: float) -> str | None:
+        """The post's ts; "" when it is surely not there; None when that could not be told (Slack failing)."""
         async def call(method: str, where: str | None, request: Any) -> Any:
             await self.pacer.wait(method, where)
             return await retried(method, request, attempts=3)  # one 5xx must not leave a posted question unanswered
 
         record = OutboxRecord(key, 0, 0, 0, {"channel": channel, "attempted_at": since})
         try:
-            return await find_posted(call, self.client, record, self.metrics)
+            return await find_posted(call, self.client, record, self.metrics) or ""
         except SLACK_FAILURES as exc:  # not known: said as such, never as "not posted"
             log.warning("could not look for the thread of command %s: %s", key, slack_error(exc))
             return None
