@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from bot.agent.models.demo import demo_model
-from bot.demo.sender import block_action, mention, message
+from bot.demo.sender import block_action, message
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
 from bot.slack.followups.buttons import RECHECK
@@ -22,6 +22,7 @@ from state import RedisStore
 from tests.conftest import make_harness
 from tests.language_scan import chinese, english_runs
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
+from tests.test_demo_model import ask
 from tests.test_timers import Clock, open_at, tick
 from tools import ops
 from tools.ops.toolbox_config import FixtureMetrics, OpsConfig
@@ -56,12 +57,6 @@ async def flat(redis_url: str, prefix: str, slack: FakeSlack, tmp_path: Path,
     await workspace.stop()
 
 
-async def _ask(ws: Workspace, text: str, ts: str) -> str:
-    await ws.sender.event(mention(CHANNEL, "UREQ", text, ts))
-    await ws.settle()
-    return all_text(ws.slack.thread(CHANNEL, ts)[-1])
-
-
 @pytest.mark.parametrize(("question", "said", "unsaid"), [
     ("compare orders and gateway in prod", "both 0.10%: the same", "highest"),
     ("对比一下 orders 和 gateway 生产环境的错误率", "都是 0.10%，一样", "最高"),
@@ -69,7 +64,7 @@ async def _ask(ws: Workspace, text: str, ts: str) -> str:
 async def test_services_whose_rates_read_alike_are_not_ranked(flat: Workspace, question: str, said: str,
                                                               unsaid: str) -> None:
     """Orders and gateway both at 0.1% read "orders is highest" (the larger of two unrounded floats)."""
-    answer = await _ask(flat, question, "810.1")
+    answer = await ask(flat, question, "810.1")
     assert said in answer and unsaid not in answer, answer
 
 
@@ -77,7 +72,7 @@ async def test_services_whose_rates_read_alike_are_not_ranked(flat: Workspace, q
                                                 ("看看支付服务预发环境的报错", "错误率 0.040% (持续偏高")])
 async def test_a_small_rate_is_never_shown_as_zero(flat: Workspace, question: str, said: str) -> None:
     """0.04% read "error rate 0.0% (steady high: peak 0.0% …)"."""
-    answer = await _ask(flat, question, "820.1")
+    answer = await ask(flat, question, "820.1")
     assert said in answer and "0.0%" not in answer, answer
 
 
@@ -98,7 +93,7 @@ async def test_a_follow_up_s_verdict_follows_the_figures_it_shows(
     clock = Clock()
     ws = await open_at(redis_url, prefix, slack, clock, language="auto")
     try:
-        await _ask(ws, question, "830.1")
+        await ask(ws, question, "830.1")
         await ws.sender.event(message(CHANNEL, "UREQ", restart, "830.2", thread_ts="830.1"))
         await ws.settle()
         card = next(m for m in ws.slack.thread(CHANNEL, "830.1") if any(

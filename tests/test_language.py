@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -208,15 +209,21 @@ async def test_help_is_answered_in_the_language_it_was_asked_in(ws: Workspace, q
     assert said in answer and "search_resource" not in answer, answer
 
 
-async def test_the_investigate_shortcut_speaks_the_message_s_language(ws: Workspace) -> None:
-    """"Investigate with OpsPilot" on a colleague's Chinese error report started an English thread: the run's
-    question is OpsPilot's own template (English), read as if the person had typed it."""
+async def _investigated(ws: Workspace, trigger: str) -> dict[str, Any]:
+    """UWANG's "Investigate with OpsPilot" on ULI's Chinese error report."""
     posted = ws.slack.post_as_user(CHANNEL, "ULI", "订单服务从 10:02 开始一直报 500，怎么回事？")
     await ws.sender.action({"type": "message_action", "callback_id": "opspilot_investigate_message",
-                            "trigger_id": "5.5", "team": {"id": "T0001"}, "user": {"id": "UWANG"},
+                            "trigger_id": trigger, "team": {"id": "T0001"}, "user": {"id": "UWANG"},
                             "channel": {"id": CHANNEL}, "message": {k: posted[k] for k in ("ts", "text", "user")},
                             "response_url": "https://hooks.slack.test/r"})
     await ws.settle()
+    return posted
+
+
+async def test_the_investigate_shortcut_speaks_the_message_s_language(ws: Workspace) -> None:
+    """"Investigate with OpsPilot" on a colleague's Chinese error report started an English thread: the run's
+    question is OpsPilot's own template (English), read as if the person had typed it."""
+    posted = await _investigated(ws, "5.5")
     shown = "\n".join(all_text(m) for m in ws.slack.thread(CHANNEL, posted["ts"]) if m.get("bot"))
     assert ":white_check_mark: 完成" in shown and "Done" not in shown, shown
 
@@ -242,12 +249,7 @@ def test_why_a_run_failed_is_said_in_the_thread_s_language() -> None:
 async def test_the_investigate_shortcut_s_question_is_shown_in_the_thread_s_language(ws: Workspace) -> None:
     """The shortcut's composed question was English whatever the thread spoke: a Chinese thread's handover (and
     App Home) showed "@Rita asked me to investigate the message quoted above…"."""
-    posted = ws.slack.post_as_user(CHANNEL, "ULI", "订单服务从 10:02 开始一直报 500，怎么回事？")
-    await ws.sender.action({"type": "message_action", "callback_id": "opspilot_investigate_message",
-                            "trigger_id": "5.6", "team": {"id": "T0001"}, "user": {"id": "UWANG"},
-                            "channel": {"id": CHANNEL}, "message": {k: posted[k] for k in ("ts", "text", "user")},
-                            "response_url": "https://hooks.slack.test/r"})
-    await ws.settle()
+    await _investigated(ws, "5.6")
     await ws.sender.command({"command": "/opspilot", "text": "handover", "user_id": "UWANG", "channel_id": CHANNEL,
                              "team_id": "T0001", "trigger_id": "9.6", "response_url": "https://hooks.slack.test/r"})
     await ws.settle()

@@ -171,17 +171,23 @@ async def test_a_person_s_schedules_made_at_once_are_capped_too(redis_url: str, 
         await ws.stop()
 
 
-async def test_a_person_s_follow_ups_are_capped_across_threads(redis_url: str, prefix: str,
-                                                               slack: FakeSlack) -> None:
-    def sched(minutes: int) -> Any:
-        return call("schedule_followup", after_minutes=minutes, question="is payments holding?")
+def _sched(minutes: int) -> Any:
+    return call("schedule_followup", after_minutes=minutes, question="is payments holding?")
 
-    model = ScriptedModel([reply("", sched(10), sched(20)), reply("Two re-checks."),
-                           reply("", sched(30)), reply("Noted.")])
-    ws = await open_at(redis_url, prefix, slack, Clock(), model=model, specs=[],
+
+async def _scheduling(redis_url: str, prefix: str, slack: FakeSlack, steps: list[Any]) -> Workspace:
+    """A workspace whose model schedules follow-ups (``steps``), at most 2 pending per person."""
+    ws = await open_at(redis_url, prefix, slack, Clock(), model=ScriptedModel(steps), specs=[],
                        run_limits=limits(followups_per_person=2))
     assert ws.service.core.followups is not None
     ws.service.core.engine.deps.registry.add(followup_tool(ws.service.core.followups))
+    return ws
+
+
+async def test_a_person_s_follow_ups_are_capped_across_threads(redis_url: str, prefix: str,
+                                                               slack: FakeSlack) -> None:
+    ws = await _scheduling(redis_url, prefix, slack, [reply("", _sched(10), _sched(20)), reply("Two re-checks."),
+                                                      reply("", _sched(30)), reply("Noted.")])
     try:
         await ws.sender.event(mention(CHANNEL, "UREQ", "re-check payments twice", "300.1"))
         await ws.settle()
@@ -199,14 +205,8 @@ async def test_a_person_s_follow_ups_asked_at_once_are_capped_too(redis_url: str
                                                                    slack: FakeSlack) -> None:
     """Three follow-ups asked in one batch (read-only calls run at once) each counted none pending before any was
     kept: all three were kept under a cap of two."""
-    def sched(minutes: int) -> Any:
-        return call("schedule_followup", after_minutes=minutes, question="is payments holding?")
-
-    model = ScriptedModel([reply("", sched(10), sched(20), sched(30)), reply("Re-checks.")])
-    ws = await open_at(redis_url, prefix, slack, Clock(), model=model, specs=[],
-                       run_limits=limits(followups_per_person=2))
-    assert ws.service.core.followups is not None
-    ws.service.core.engine.deps.registry.add(followup_tool(ws.service.core.followups))
+    ws = await _scheduling(redis_url, prefix, slack, [reply("", _sched(10), _sched(20), _sched(30)),
+                                                      reply("Re-checks.")])
     try:
         await ws.sender.event(mention(CHANNEL, "UREQ", "re-check payments three times", "301.1"))
         await ws.settle()
