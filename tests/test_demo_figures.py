@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from bot.agent.models.demo import demo_model
-from bot.demo.sender import block_action, message
+from bot.demo.sender import block_action
 from bot.demo.workspace import LocalSlack as FakeSlack
 from bot.demo.workspace import all_text, buttons
 from bot.slack.followups.buttons import RECHECK
@@ -22,7 +22,7 @@ from state import RedisStore
 from tests.conftest import make_harness
 from tests.language_scan import chinese, english_runs
 from tests.slack_harness import CHANNEL, Workspace, open_workspace
-from tests.test_demo_model import ask
+from tests.test_demo_model import ask, confirmed_restart
 from tests.test_timers import Clock, open_at, tick
 from tools import ops
 from tools.ops.toolbox_config import FixtureMetrics, OpsConfig
@@ -93,16 +93,7 @@ async def test_a_follow_up_s_verdict_follows_the_figures_it_shows(
     clock = Clock()
     ws = await open_at(redis_url, prefix, slack, clock, language="auto")
     try:
-        await ask(ws, question, "830.1")
-        await ws.sender.event(message(CHANNEL, "UREQ", restart, "830.2", thread_ts="830.1"))
-        await ws.settle()
-        card = next(m for m in ws.slack.thread(CHANNEL, "830.1") if any(
-            b["action_id"] == "opspilot_confirm" for b in buttons(m)))
-        token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
-        await ws.sender.action(block_action(user="UAPPROVER", channel=CHANNEL, message=copy.deepcopy(card),
-                                            action_id="opspilot_confirm", value=token))
-        await ws.settle()
-        answer = ws.slack.thread(CHANNEL, "830.1")[-1]
+        answer = await confirmed_restart(ws, question, restart, "830")
         assert ("从 0.12% 升到 0.16%" if lang == "zh" else "rose from 0.12% to 0.16%") in all_text(answer)
         run_id = next(b["value"] for b in buttons(answer) if b["action_id"] == RECHECK)
         await ws.sender.action(block_action(user="UREQ", channel=CHANNEL, message=copy.deepcopy(answer),

@@ -37,6 +37,20 @@ async def ask(ws: Workspace, text: str, ts: str) -> str:
     return all_text(ws.slack.thread(CHANNEL, ts)[-1])
 
 
+async def confirmed_restart(ws: Workspace, question: str, restart: str, ts: str) -> dict[str, Any]:
+    """``question`` in thread ``ts``.1, then ``restart`` in it, its card confirmed by UAPPROVER: the answer."""
+    await ask(ws, question, f"{ts}.1")
+    await ws.sender.event(message(CHANNEL, "UREQ", restart, f"{ts}.2", thread_ts=f"{ts}.1"))
+    await ws.settle()
+    card = next(m for m in ws.slack.thread(CHANNEL, f"{ts}.1") if any(
+        b["action_id"] == "opspilot_confirm" for b in buttons(m)))
+    token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
+    await ws.sender.action(block_action(user="UAPPROVER", channel=CHANNEL, message=copy.deepcopy(card),
+                                        action_id="opspilot_confirm", value=token))
+    await ws.settle()
+    return ws.slack.thread(CHANNEL, f"{ts}.1")[-1]
+
+
 @pytest.mark.parametrize(("question", "expected", "absent"), [
     ("", ["I'm OpsPilot", "restart payments in prod"], ["search_resource"]),
     ("你好", ["我是 OpsPilot", "看看支付服务最近报错"], ["search_resource"]),
@@ -87,17 +101,7 @@ async def test_a_follow_up_after_a_restart_compares_now_with_before_it_in_the_th
     clock = Clock()
     ws = await open_at(redis_url, prefix, slack, clock, language="auto")
     try:
-        await ws.sender.event(mention(CHANNEL, "UREQ", question, "750.1"))
-        await ws.settle()
-        await ws.sender.event(message(CHANNEL, "UREQ", restart, "750.2", thread_ts="750.1"))
-        await ws.settle()
-        card = next(m for m in ws.slack.thread(CHANNEL, "750.1") if any(
-            b["action_id"] == "opspilot_confirm" for b in buttons(m)))
-        token = next(b["value"] for b in buttons(card) if b["action_id"] == "opspilot_confirm")
-        await ws.sender.action(block_action(user="UAPPROVER", channel=CHANNEL, message=copy.deepcopy(card),
-                                            action_id="opspilot_confirm", value=token))
-        await ws.settle()
-        answer = ws.slack.thread(CHANNEL, "750.1")[-1]
+        answer = await confirmed_restart(ws, question, restart, "750")
         run_id = next(b["value"] for b in buttons(answer) if b["action_id"] == RECHECK)
         await ws.sender.action(block_action(user="UREQ", channel=CHANNEL, message=copy.deepcopy(answer),
                                             action_id=RECHECK, value=run_id))
