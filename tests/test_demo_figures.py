@@ -4,7 +4,6 @@ could not be read is said, and is no "Status: OK"."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,18 +11,15 @@ import pytest
 import yaml
 
 from bot.agent.models.demo import demo_model
-from bot.demo.sender import block_action
 from bot.demo.workspace import LocalSlack as FakeSlack
-from bot.demo.workspace import all_text, buttons
-from bot.slack.followups.buttons import RECHECK
+from bot.demo.workspace import all_text
 from bot.slack.followups.checks import STATUS_INSTRUCTION, status_of
-from bot.slack.outbound.thread_meta import thread_key
 from state import RedisStore
 from tests.conftest import make_harness
 from tests.language_scan import chinese, english_runs
-from tests.slack_harness import CHANNEL, Workspace, open_workspace
-from tests.test_demo_model import ask, confirmed_restart
-from tests.test_timers import Clock, open_at, tick
+from tests.slack_harness import Workspace, open_workspace
+from tests.test_demo_model import ask, confirmed_restart, rechecked
+from tests.test_timers import Clock, open_at
 from tools import ops
 from tools.ops.toolbox_config import FixtureMetrics, OpsConfig
 
@@ -95,15 +91,7 @@ async def test_a_follow_up_s_verdict_follows_the_figures_it_shows(
     try:
         answer = await confirmed_restart(ws, question, restart, "830")
         assert ("从 0.12% 升到 0.16%" if lang == "zh" else "rose from 0.12% to 0.16%") in all_text(answer)
-        run_id = next(b["value"] for b in buttons(answer) if b["action_id"] == RECHECK)
-        await ws.sender.action(block_action(user="UREQ", channel=CHANNEL, message=copy.deepcopy(answer),
-                                            action_id=RECHECK, value=run_id))
-        await ws.settle()
-        [timer] = await ws.store.timers.pending(thread_key(CHANNEL, "830.1"))
-        clock.now = timer.due
-        assert await tick(ws) == 1
-        await ws.settle()
-        follow_up = ws.slack.thread(CHANNEL, "830.1")[-1]["text"]
+        follow_up = await rechecked(ws, clock, answer, "830.1")
         assert ("0.16%" in follow_up.splitlines()[0]) and follow_up.splitlines()[1:] == \
             [f"  • {line}" for line in expected[:2]] + expected[2:], follow_up
         assert (english_runs(follow_up) if lang == "zh" else chinese(follow_up)) == [], follow_up

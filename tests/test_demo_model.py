@@ -37,6 +37,19 @@ async def ask(ws: Workspace, text: str, ts: str) -> str:
     return all_text(ws.slack.thread(CHANNEL, ts)[-1])
 
 
+async def rechecked(ws: Workspace, clock: Clock, answer: dict[str, Any], thread: str) -> str:
+    """Re-check pressed under ``answer``, its follow-up due and run: what it said."""
+    run_id = next(b["value"] for b in buttons(answer) if b["action_id"] == RECHECK)
+    await ws.sender.action(block_action(user="UREQ", channel=CHANNEL, message=copy.deepcopy(answer),
+                                        action_id=RECHECK, value=run_id))
+    await ws.settle()
+    [timer] = await ws.store.timers.pending(thread_key(CHANNEL, thread))
+    clock.now = timer.due
+    assert await tick(ws) == 1
+    await ws.settle()
+    return str(ws.slack.thread(CHANNEL, thread)[-1]["text"])
+
+
 async def confirmed_restart(ws: Workspace, question: str, restart: str, ts: str) -> dict[str, Any]:
     """``question`` in thread ``ts``.1, then ``restart`` in it, its card confirmed by UAPPROVER: the answer."""
     await ask(ws, question, f"{ts}.1")
@@ -101,16 +114,7 @@ async def test_a_follow_up_after_a_restart_compares_now_with_before_it_in_the_th
     clock = Clock()
     ws = await open_at(redis_url, prefix, slack, clock, language="auto")
     try:
-        answer = await confirmed_restart(ws, question, restart, "750")
-        run_id = next(b["value"] for b in buttons(answer) if b["action_id"] == RECHECK)
-        await ws.sender.action(block_action(user="UREQ", channel=CHANNEL, message=copy.deepcopy(answer),
-                                            action_id=RECHECK, value=run_id))
-        await ws.settle()
-        [timer] = await ws.store.timers.pending(thread_key(CHANNEL, "750.1"))
-        clock.now = timer.due
-        assert await tick(ws) == 1
-        await ws.settle()
-        follow_up = ws.slack.thread(CHANNEL, "750.1")[-1]["text"]
+        follow_up = await rechecked(ws, clock, await confirmed_restart(ws, question, restart, "750"), "750.1")
         head, *lines = follow_up.splitlines()
         assert head.startswith(expected[0]) and lines == expected[1:], follow_up  # the verdict its numbers give
         assert (english_runs(follow_up) if lang == "zh" else chinese(follow_up)) == [], follow_up
