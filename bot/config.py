@@ -327,7 +327,9 @@ def load_settings(path: str | None = None) -> Settings:
         if isinstance(kind, type) and issubclass(kind, BaseModel) and not isinstance(value, dict | None):
             raise ConfigError(f"invalid configuration ({file}): {key}: must be a mapping of settings (key: value), "
                               f"not {type(value).__name__}")
-    if problem := unknown_variables(os.environ, Settings.model_fields):
+    scalars = [n for n, f in Settings.model_fields.items() if f.annotation in (str, int, float, bool, str | None)]
+    sections = [n for n in Settings.model_fields if n not in scalars]  # a name suggested is one that has keys
+    if problem := unknown_variables(os.environ, sections, scalars):
         raise ConfigError(f"invalid configuration (environment): {problem}")
 
     class _FromFile(Settings):

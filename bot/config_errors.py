@@ -113,21 +113,25 @@ _SERVICE_LINK = re.compile(r"_(SERVICE_HOST|SERVICE_PORT(_\w+)?|PORT(_\d+_(TCP|U
 ``OPSPILOT_FRONT_SERVICE_HOST``, ``OPSPILOT_FRONT_PORT_80_TCP``…): never ours to refuse."""
 
 
-def unknown_variables(environ: Mapping[str, str], settings: Iterable[str]) -> str | None:
+def unknown_variables(environ: Mapping[str, str], settings: Iterable[str], scalars: Iterable[str] = ()) -> str | None:
     """An ``OPSPILOT_`` variable shaped like a setting that sets nothing — a section's key after one underscore
     (``OPSPILOT_SLACK_ALLOWED_USERS``), or after a misspelt section (``OPSPILOT_SLAK__ALLOWED_USERS``) — said with
     the name meant: pydantic-settings passes it by, and a typo in ``allowed_users`` let anyone in. Other
     ``OPSPILOT_`` names (a Service's links, a deployment's own) are not ours to judge."""
     sections = {name.upper() for name in settings}
+    singles = {name.upper() for name in scalars}  # one value, no keys: OPSPILOT_REDIS_URL__X sets nothing
     for name in sorted(environ):
         upper = name.upper()  # variables are read whatever their case
         rest = upper.removeprefix("OPSPILOT_")
+        if rest != upper and (single := rest.partition("__")[0]) in singles and "__" in rest:
+            return f"{name} is not a setting: {single} is one value, set as OPSPILOT_{single} (it has no keys)"
         if rest == upper or rest in OWN_VARIABLES or rest.partition("__")[0] in sections or _SERVICE_LINK.search(rest):
             continue
         head = next((s for s in sorted(sections, key=len, reverse=True) if rest.startswith(f"{s}_")), None)
         section, two, key = rest.partition("__")
         near = difflib.get_close_matches(section, sorted(sections), n=1) if two else []
-        meant = f"OPSPILOT_{head}__{rest[len(head) + 1:]}" if head else f"OPSPILOT_{near[0]}__{key}" if near else None
+        meant = f"OPSPILOT_{head}__{rest[len(head) + 1:]}" if head else f"OPSPILOT_{near[0]}__{key}" if near else \
+            f"OPSPILOT_{key}" if two and key in singles else None  # (OPSPILOT_REDIS__KEY_PREFIX: a value of its own)
         if meant is not None:
             return f"{name} is not a setting (did you mean {meant!r}?): a section's key is written " \
                    "OPSPILOT_<SECTION>__<KEY>, two underscores"

@@ -336,6 +336,18 @@ def test_bounds_for_a_catalog_whose_environments_are_capitalised(tmp_path: Path)
     assert found is not None and (found.min, found.max) == (3, 6)
 
 
+def test_a_single_value_is_never_suggested_or_taken_as_a_section(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OPSPILOT_REDIS__KEY_PREFIX was answered "did you mean 'OPSPILOT_REDIS_URL__KEY_PREFIX'?", a variable then
+    accepted and setting nothing (redis_url is one value): the key prefix stayed opspilot."""
+    monkeypatch.setenv("OPSPILOT_REDIS__KEY_PREFIX", "x")
+    with pytest.raises(ConfigError, match="did you mean 'OPSPILOT_KEY_PREFIX'"):
+        load_settings()
+    monkeypatch.delenv("OPSPILOT_REDIS__KEY_PREFIX")
+    monkeypatch.setenv("OPSPILOT_REDIS_URL__KEY_PREFIX", "x")
+    with pytest.raises(ConfigError, match="REDIS_URL is one value"):
+        load_settings()
+
+
 @pytest.mark.parametrize(("name", "meant"), [("OPSPILOT_SLACK_ALLOWED_USERS", "OPSPILOT_SLACK__ALLOWED_USERS"),
                                              ("OPSPILOT_SLAK__ALLOWED_USERS", "OPSPILOT_SLACK__ALLOWED_USERS"),
                                              ("opspilot_slack_allowed_users", "OPSPILOT_SLACK__ALLOWED_USERS")])
