@@ -398,3 +398,20 @@ async def test_a_schedule_the_config_removed_is_not_said_cancelled_by_whoever_as
     assert not any("cancelled already" in t for t in ws.slack.ephemeral_texts("UREQ"))
     assert not any("cancel" in str(m.get("text")).lower() for m in ws.slack.called("chat.postMessage")[posts:])
     assert not (await ws.store.stats(3600)).get("schedule_cancelled")
+
+
+async def test_a_check_s_own_instruction_is_not_read_as_its_question(redis_url: str, prefix: str,
+                                                                      slack: FakeSlack) -> None:
+    """Without a model key, a check of a misspelt service reported "There is no service named `read-only`": the
+    scripted model read the check's instruction ("Look with your read-only tools…") as the question."""
+    clock = Clock(SAT_0700_EST)
+    ws = await open_at(redis_url, prefix, slack, clock)
+    try:
+        await command(ws, 'schedule "*/30 * * * *" UTC paymnts recent errors')
+        clock.now = (await only_schedule(ws)).due
+        assert await tick(ws) == 1
+        await ws.settle()
+        report = all_text(roots(slack)[-1])
+        assert "read-only" not in report and "paymnts" in report, report
+    finally:
+        await ws.stop()

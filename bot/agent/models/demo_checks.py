@@ -168,6 +168,9 @@ def with_followups(reply: Reply) -> Reply:
         question = split(content)[1].strip()
         zh = "请求的跟进" in question
         message = follow_up(messages, last_user, tools, zh) if FOLLOW_UP.match(question) and tools else None
+        if message is None and CHECK_MARK in content:  # the check's own instruction is no part of the question
+            asked = messages[last_user].model_copy(update={"content": content[:content.index(CHECK_MARK)].rstrip()})
+            message = reply([*messages[:last_user], asked, *messages[last_user + 1:]], tools)
         message = message or reply(messages, tools)
         if CHECK_MARK in content and not message.tool_calls:
             message = AssistantMessage(content=f"{message.content}\n{_status(messages, last_user)}")
