@@ -265,7 +265,7 @@ def fires(cron: str, timezone: str, start: datetime, n: int) -> list[str]:
     out, at = [], start.timestamp()
     for _ in range(n):
         at = float(when.next_due(cron, timezone, at) or 0)
-        out.append(time_of(at, "en", timezone, with_day=True))
+        out.append(time_of(at, "en", timezone, with_day=True, now=start.timestamp()))
         at += 1
     return out
 
@@ -282,13 +282,16 @@ def test_a_daily_time_in_the_hour_a_dst_fall_back_repeats_fires_once() -> None:
 
 
 def test_times_name_the_day_in_the_readers_language_and_the_zone_by_its_offset() -> None:
-    saturday_noon = datetime(2025, 3, 8, 12, 0, tzinfo=UTC).timestamp()
-    assert time_of(saturday_noon, "en") == "12:00 UTC"
-    assert time_of(saturday_noon, "zh", with_day=True) == "周六 12:00 UTC"
-    assert time_of(saturday_noon, "zh", "Asia/Shanghai", with_day=True) == "周六 20:00 UTC+8"  # not "CST"
-    assert time_of(saturday_noon, "en", "Asia/Kolkata", with_day=True) == "Sat 17:30 UTC+5:30"
-    assert time_of(saturday_noon, "en", "America/New_York", with_day=True) == "Sat 07:00 UTC-5"
-    assert time_of(saturday_noon + 86400, "en", "America/New_York", with_day=True) == "Sun 08:00 UTC-4"  # DST
+    noon = datetime(2025, 3, 8, 12, 0, tzinfo=UTC).timestamp()  # a Saturday
+    assert time_of(noon, "en") == "12:00 UTC"
+    assert time_of(noon, "zh", with_day=True, now=noon) == "周六 12:00 UTC"
+    assert time_of(noon, "zh", "Asia/Shanghai", with_day=True, now=noon) == "周六 20:00 UTC+8"  # not "CST"
+    assert time_of(noon, "en", "Asia/Kolkata", with_day=True, now=noon) == "Sat 17:30 UTC+5:30"
+    assert time_of(noon, "en", "America/New_York", with_day=True, now=noon) == "Sat 07:00 UTC-5"
+    assert time_of(noon + 86400, "en", "America/New_York", with_day=True, now=noon) == "Sun 08:00 UTC-4"  # DST
+    # more than six days away: the date too, in the reader's order
+    assert time_of(noon + 24 * 86400, "en", with_day=True, now=noon) == "Tue 1 Apr 2025 12:00 UTC"
+    assert time_of(noon + 24 * 86400, "zh", with_day=True, now=noon) == "2025年4月1日 周二 12:00 UTC"
 
 
 async def test_a_schedule_asked_in_chinese_is_answered_with_chinese_days(
@@ -413,5 +416,22 @@ async def test_a_check_s_own_instruction_is_not_read_as_its_question(redis_url: 
         await ws.settle()
         report = all_text(roots(slack)[-1])
         assert "read-only" not in report and "paymnts" in report, report
+    finally:
+        await ws.stop()
+
+
+async def test_a_schedule_s_next_run_weeks_away_is_said_with_its_date(redis_url: str, prefix: str,
+                                                                      slack: FakeSlack) -> None:
+    """Made on a Saturday, a monthly check was announced "next Tue 09:00 UTC": the run was 24 days away, not the
+    coming Tuesday."""
+    clock = Clock(SAT_0700_EST)
+    ws = await open_at(redis_url, prefix, slack, clock)
+    try:
+        await command(ws, 'schedule "0 9 1 * *" UTC monthly capacity review')
+        due = (await only_schedule(ws)).due
+        assert due - clock.now > 6 * 86400
+        said = all_text(roots(slack)[-1])
+        day = datetime.fromtimestamp(due, UTC)
+        assert f"{day:%a} {day.day} {day:%b %Y} 09:00 UTC" in said, said
     finally:
         await ws.stop()

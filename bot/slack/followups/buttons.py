@@ -10,6 +10,7 @@ configuration is removed in the configuration.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
@@ -41,17 +42,24 @@ _DAYS = {"en": ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"),
          "zh": ("周一", "周二", "周三", "周四", "周五", "周六", "周日")}
 
 
-def time_of(ts: float, lang: str, timezone: str = "UTC", with_day: bool = False) -> str:
+def time_of(ts: float, lang: str, timezone: str = "UTC", with_day: bool = False, now: float | None = None) -> str:
     """``15:17 UTC``, ``Fri 09:00 UTC+8`` / ``周五 09:00 UTC+8``: the weekday in the reader's language, and a zone
-    other than UTC by its offset (an abbreviation is ambiguous: CST is China's, the US's and Cuba's)."""
+    other than UTC by its offset (an abbreviation is ambiguous: CST is China's, the US's and Cuba's). A moment
+    more than six days from ``now`` has its date too (``Tue 1 Apr 2025 09:00``): a monthly check's next run is
+    not the coming Tuesday."""
     moment = datetime.fromtimestamp(ts, when.zone(timezone or "UTC"))
+    if with_day and abs(ts - (time.time() if now is None else now)) > 6 * 86400:
+        day = f"{moment.month}月{moment.day}日 " if lang == "zh" else f"{moment.day} {moment:%b %Y} "
+        date = f"{moment.year}年{day}" if lang == "zh" else day
+    else:
+        date = ""
     minutes = round((moment.utcoffset() or timedelta()).total_seconds() / 60)
     zone = "UTC"
     if minutes:
         hours, rest = divmod(abs(minutes), 60)
         zone += ("+" if minutes > 0 else "-") + str(hours) + (f":{rest:02d}" if rest else "")
     day = _DAYS["zh" if lang == "zh" else "en"][moment.weekday()] + " " if with_day else ""
-    return f"{day}{moment:%H:%M} {zone}"
+    return f"{date}{day}{moment:%H:%M} {zone}" if lang == "zh" else f"{day}{date}{moment:%H:%M} {zone}"
 
 
 def recheck_button(run_id: str, lang: str, minutes: int = RECHECK_MINUTES) -> kit.Block:
@@ -326,15 +334,16 @@ class SlackFollowups:
         if not mine:
             return [kit.mrkdwn(f"_{say(lang, 'home_no_timers')}_")]
         blocks: list[kit.Block] = []
+        now = self.clock()
         for timer in mine:
             if timer.kind == "followup":
                 link = await permalink(self.access.client, timer.channel, timer.thread_ts)
                 where = f"<{link}|{say(lang, 'home_thread')}>" if link else say(lang, "home_thread")
-                line = say(lang, "home_followup", due=time_of(timer.due, lang, with_day=True), thread=where,
+                line = say(lang, "home_followup", due=time_of(timer.due, lang, with_day=True, now=now), thread=where,
                            question=kit.quoted(timer.question))
             else:
                 line = say(lang, "home_check", channel=f"<#{timer.channel}>", label=label(timer),
-                           next=time_of(timer.due, lang, timer.timezone, with_day=True))
+                           next=time_of(timer.due, lang, timer.timezone, with_day=True, now=now))
             blocks.append({**kit.mrkdwn(line[:kit.SECTION_TEXT]),
                            # one Home view holds many: action ids must differ within a view
                            "accessory": kit.button(say(lang, "cancel"), f"{CANCEL}:{timer.id}"[:255], timer.id)})

@@ -170,9 +170,9 @@ class Firer:
         if not await self._handed(timer):  # else: handed on by an instance that died before completing it
             if late > self.grace_s:
                 return await self._not_this_time(claimed, following, lambda lang: say(
-                    lang, "sc_skipped", due=time_of(timer.due, lang, timer.timezone, with_day=True),
+                    lang, "sc_skipped", due=time_of(timer.due, lang, timer.timezone, with_day=True, now=now),
                     minutes=int(late // 60), grace=int(self.grace_s // 60), label=label(timer),
-                    next=time_of(following, lang, timer.timezone, with_day=True) if following else "—"))
+                    next=time_of(following, lang, timer.timezone, with_day=True, now=now) if following else "—"))
             may = await self._owner_may(timer)
             if may is None:  # Slack could not say who may: left claimed, tried again once its lease ends
                 return

@@ -111,7 +111,7 @@ class Schedules:
             return say(lang, "sc_none")
         lines = [say(lang, "sc_line", id=t.id, cron=kit.bare(t.cron), tz=kit.escape(t.timezone),
                      quiet=say(lang, "sc_quiet") if t.quiet else "",
-                     next=time_of(t.due, lang, t.timezone, with_day=True),
+                     next=time_of(t.due, lang, t.timezone, with_day=True, now=self.clock()),
                      by="config" if t.owner == "config" else kit.who(t.owner),
                      question=kit.quoted(t.name or t.question)) for t in mine]
         return "\n".join([say(lang, "sc_list"), *(f"• {line}" for line in lines)])
@@ -181,7 +181,7 @@ class Schedules:
         await self.outbox.say(timer.channel, None, say(
             lang, "sc_created", by=kit.who(timer.owner), cron=kit.bare(timer.cron), tz=kit.escape(timer.timezone),
             quiet=say(lang, "sc_quiet") if timer.quiet else "",
-            next=time_of(timer.due, lang, timer.timezone, with_day=True),
+            next=time_of(timer.due, lang, timer.timezone, with_day=True, now=self.clock()),
             question=kit.quoted(timer.question), id=timer.id), key=f"schedule-made:{timer.id}")
 
     async def _cancel(self, channel: str, user: str, timer_id: str, lang: str) -> None:
