@@ -435,3 +435,16 @@ async def test_a_schedule_s_next_run_weeks_away_is_said_with_its_date(redis_url:
         assert f"{day:%a} {day.day} {day:%b %Y} 09:00 UTC" in said, said
     finally:
         await ws.stop()
+
+
+async def test_a_schedule_whose_first_run_is_years_away_is_refused(redis_url: str, prefix: str,
+                                                                   slack: FakeSlack) -> None:
+    """A leap-day check ("0 9 29 2 *") was accepted and announced, its first run 1088 days away: its records lapse
+    after 400 days, and it vanished without a word."""
+    ws = await open_at(redis_url, prefix, slack, Clock(SAT_0700_EST))
+    try:
+        await command(ws, 'schedule "0 9 29 2 *" UTC leap day review')
+        assert not [t for t in await ws.store.timers.every() if t.kind == "schedule"]
+        assert any("more than a year away" in t for t in slack.ephemeral_texts("UREQ")), slack.ephemeral_texts("UREQ")
+    finally:
+        await ws.stop()

@@ -51,6 +51,9 @@ def config_timer(entry: ScheduleConfig, now: float) -> Timer | None:
                  timezone=entry.timezone, quiet=entry.quiet_when_ok, source="config", name=entry.name)
 
 
+FURTHEST_S = 366 * 24 * 3600
+"""A schedule's first run at most this far ahead (a yearly check fits): its records are kept 400 days, renewed as
+timers are added and fired."""
 TURN_WAIT_S = 10.0
 """How long a person's schedule command waits for another of theirs to be counted and added."""
 TURN_HOLD_S = 30
@@ -141,6 +144,10 @@ class Schedules:
             return
         if due is None:
             await self.outbox.tell(channel, user, say(lang, "sc_bad", why=say(lang, "sc_never", cron=kit.bare(cron))))
+            return
+        if due - now > FURTHEST_S:  # its records would lapse before it ever ran, without a word
+            await self.outbox.tell(channel, user, say(lang, "sc_too_far", cron=kit.bare(cron), next=time_of(
+                due, lang, timezone, with_day=True, now=now)))
             return
         every = shortest_interval(cron, timezone, due)
         if every is not None and every < self.limits.schedule_min_interval_s:

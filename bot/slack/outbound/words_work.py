@@ -234,6 +234,9 @@ WORK_WORDS: dict[str, tuple[str, str]] = {
     "n_runs_one": ("{n} run", "{n} 次运行"),
     "dur_s": ("{n} s", "{n} 秒"),
     "dur_min": ("{n} min", "{n} 分钟"),
+    "sc_too_far": ("Not scheduled: `{cron}` would first fire {next}, more than a year away; a schedule's first run "
+                   "may be a year ahead at most.", "未创建：`{cron}` 第一次触发在 {next}，超过一年之后；"
+                   "计划检查的第一次运行最多在一年之内。"),
     "sc_too_often": ("Not scheduled: `{cron}` fires every {every}; a schedule may fire at most once every "
                      "{minimum}.", "未创建：`{cron}` 每 {every} 触发一次；计划检查最多每 {minimum} 触发一次。"),
     "sc_person_full": ("Not scheduled: you already have {n} schedules across channels and DMs, the most allowed. "
