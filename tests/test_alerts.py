@@ -248,6 +248,9 @@ class _Quiet:
     async def under_way(self, thread_id: str) -> bool:
         return False
 
+    async def knows_thread(self, thread_id: str) -> bool:
+        return True  # (the claimer's run: started, as far as the repeat's note is concerned)
+
     async def say(self, channel: str, thread_ts: str | None, text: str, key: str | None = None) -> None:
         self.notes.append((thread_ts, text))
 
@@ -398,3 +401,41 @@ async def test_a_partial_resolution_is_not_said_to_fire_again(ws: Any, slack: Fa
     notes = [all_text(m) for m in slack.thread(ALERTS, ts)[1:]]
     assert any("Partly resolved at" in n and "1 resolved, 1 still firing" in n for n in notes), notes
     assert not any("Fired again" in n for n in notes), notes
+
+
+async def test_a_group_that_resolved_and_fires_again_is_not_partly_resolved(redis_url: str, prefix: str,
+                                                                            slack: FakeSlack) -> None:
+    """[FIRING:2], [RESOLVED], then [FIRING:1]: the thread said "Partly resolved: 1 resolved, 1 still firing",
+    counted against the two firing before the resolution — on-call read it as things getting better."""
+    ws = await open_workspace(redis_url, prefix, slack, alert_sources=[source()])
+    slack.deliver = ws.sender.event
+    try:
+        hook = slack.add_webhook(ALERTS)
+        ts = await fire(slack, hook, notification("firing", firing=2))
+        await ws.settle()
+        for body in (notification("resolved"), notification("firing", firing=1)):
+            await fire(slack, hook, body)
+            await ws.settle()
+        last = all_text(slack.thread(ALERTS, ts)[-1])
+        assert "Fired again" in last and "Partly resolved" not in last, last
+    finally:
+        await ws.stop()
+
+
+async def test_fired_again_in_a_thread_nobody_investigated_does_not_say_it_was_looked_at(
+        redis_url: str, prefix: str, slack: FakeSlack) -> None:
+    """In button mode, with no run: "Fired again … Already looked at in this thread" — on-call may not press
+    Investigate because of it."""
+    ws = await open_workspace(redis_url, prefix, slack, alert_sources=[source(mode="button")])
+    slack.deliver = ws.sender.event
+    try:
+        hook = slack.add_webhook(ALERTS)
+        ts = await fire(slack, hook, notification("firing"))
+        await ws.settle()
+        await fire(slack, hook, notification("firing", firing=2))
+        await ws.settle()
+        assert (await ws.store.stats(3600)).runs == 0
+        last = all_text(slack.thread(ALERTS, ts)[-1])
+        assert "Fired again" in last and "Not looked at yet" in last and "Already looked at" not in last, last
+    finally:
+        await ws.stop()

@@ -75,10 +75,14 @@ class Alerts:
         group = f"{channel}:{alert.key}"
         known = await self.meta.get(ALERT, group)
         lang = known.get("lang") or language_of(message_text(event), self.config.language)
-        when = kit.hhmm(self.clock(), self.clock())
+        # when it was said (its message, or its edit), not when it reached us: a delivery held back by Slack's
+        # retries must not make an alert look longer firing than it was
+        said_ts = str((event.get("edited") or {}).get("ts") or ts) if edit else ts
+        when = kit.hhmm(_posted_at(said_ts, self.clock()), self.clock())
         if alert.status == "resolved":
             if float(ts) > float(known.get("resolved_ts") or 0):  # its latest: a repeat older than it is over too
-                await self.meta.put(ALERT, group, {"resolved_ts": ts, "resolved_at": when})
+                # nothing firing any more: a later firing is a new one, not "partly resolved" against the old count
+                await self.meta.put(ALERT, group, {"resolved_ts": ts, "resolved_at": when, "count": "0"})
             if known.get("thread_ts"):
                 # Every thread the group had (a repeat past the dedupe window opens a new one): none is left
                 # "still firing" in its summary or the handover once the group resolved.
@@ -116,8 +120,9 @@ class Alerts:
             if gone:
                 return await self._note(channel, thread_ts, ts, ":white_check_mark: " + say(
                     lang, "alert_partly_resolved", at=when, n=alert.count, resolved=gone))
-            await self._note(channel, thread_ts, ts, ":repeat: " + say(lang, "alert_fired_again", at=when,
-                                                                       n=alert.count))
+            looked = await self.engine.knows_thread(thread_key(channel, thread_ts))  # "already looked at": if so
+            await self._note(channel, thread_ts, ts, ":repeat: " + say(
+                lang, "alert_fired_again" if looked else "alert_fired_again_unseen", at=when, n=alert.count))
             return
         # Kept unquoted: each run quotes it afresh (a new nonce per request, the Investigate button's included).
         context = redact(material([event], ts, 1, self.config.thread_context_chars, here=channel))

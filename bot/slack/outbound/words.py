@@ -253,6 +253,8 @@ _WORDS: dict[str, tuple[str, str]] = {
     "alert_fired_again": ("Fired again at {at} ({n} firing). Already looked at in this thread; mention me for a "
                           "fresh look.",
                           "{at} 再次触发（{n} 条告警）。这个对话里已经排查过；需要重新排查请 @ 我。"),
+    "alert_fired_again_unseen": ("Fired again at {at} ({n} firing). Not looked at yet: mention me here to "
+                                 "investigate.", "{at} 再次触发（{n} 条告警）。还没有排查过：在这里 @ 我即可排查。"),
     "alert_resolved": ("Resolved at {at}: {title}", "{at} 已恢复：{title}"),
     "alert_partly_resolved": ("Partly resolved at {at}: {resolved} resolved, {n} still firing.",
                               "{at} 部分恢复：{resolved} 条已恢复，{n} 条仍在告警。"),
