@@ -228,3 +228,14 @@ def test_grafana_s_resolved_count_is_read() -> None:
     alert = parse({"text": "[FIRING:1, RESOLVED:1] PaymentsHighErrorRate (payments prod)"})
     assert alert is not None and (alert.status, alert.count, alert.resolved) == ("firing", 1, 1)
     assert alert.group == parse({"text": "[FIRING:2] PaymentsHighErrorRate (payments prod)"}).group  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("text", [
+    "【告警】数据库主从同步未恢复", "Triggered: Replica not recovered after failover on db1",
+    "Triggered: High latency on payments\nsummary: was [RESOLVED] yesterday, back since"])
+def test_a_firing_alert_that_names_a_resolution_is_still_firing(text: str) -> None:
+    """"Not recovered" / "未恢复", or "[RESOLVED]" quoted in its summary, made a firing alert resolved: nobody looked
+    into it, and a group that had a thread was told "Resolved at"."""
+    alert = parse({"text": text, "bot_id": "B0ALERTS"})
+    assert alert is not None and alert.status == "firing", alert
+    assert "未恢复" in alert.group or "not recovered" in alert.group or "latency" in alert.group, alert.group

@@ -21,11 +21,20 @@ from typing import Any, Literal
 
 from bot.slack.inbound.thread_reader import message_text
 
+TITLE_LINES = 2  # Alertmanager's "[FIRING:n] …" heads its message (after a pretext line, at most)
 _TITLE = re.compile(r"\[(FIRING|RESOLVED)(?::(\d+))?(?:,\s*RESOLVED:(\d+))?\]\s*(.+)", re.I)
 _GENERIC_STATUS = re.compile(r"\b(resolved|recovered|firing|triggered|alerting|critical|warning)\b"
                              r"|(已恢复|恢复|已解除|解除|已解决|告警|报警|触发)", re.I)  # a Chinese template's too
 _RESOLUTION = {"resolved", "recovered", "已恢复", "恢复", "已解除", "解除", "已解决"}
 """A status word that says it is over: it wins over a severity word beside it ("【恢复】… 告警级别: critical")."""
+_NEGATED = re.compile(r"(?:\b(?:not|never)\s+(?:yet\s+)?|\bun|未|尚未|没有|沒有|无法|無法|不)\s*$", re.I)
+"""What turns a resolution word into its opposite just before it ("not recovered", "未恢复"): still firing."""
+
+
+def _statuses(line: str) -> list[re.Match[str]]:
+    """The status words of ``line`` that say what they say (a negated resolution word is none)."""
+    return [m for m in _GENERIC_STATUS.finditer(line)
+            if m.group(0).lower() not in _RESOLUTION or not _NEGATED.search(line[:m.start()])]
 # "name: value", "• *name:* `value`", " - name = value": bullets, bold and code marks around either part.
 # The value is the rest of the line, trimmed in code: a lazy value before trailing spaces was cubic in a run of them
 # (2,500 spaces held the event loop 13 s).
@@ -101,7 +110,9 @@ def parse(message: dict[str, Any], *, services: Collection[str] = (),
     if not lines:
         return None
     labels, annotations = _pairs(lines)
-    titled = next((m for m in map(_TITLE.search, lines) if m), None)
+    # a title heads its line ("*[FIRING:2] …*"), near the top: not "[RESOLVED]" quoted in a firing alert's words
+    titled = next((m for m in map(_TITLE.search, lines[:TITLE_LINES])
+                   if m and not re.search(r"\w", m.string[:m.start()])), None)
     status: Literal["firing", "resolved"]
     values: list[str] = []
     if titled is not None:
@@ -119,12 +130,19 @@ def parse(message: dict[str, Any], *, services: Collection[str] = (),
         group = _no_trailing_parens(re.sub(r"[*_`:|]", " ", titled.group(4))).strip() or \
             (common.group(1) if common else "")
     else:
-        said = {m.group(0).lower() for line in lines[:3] for m in _GENERIC_STATUS.finditer(line)}
+        # the head's own status words; the next lines' only where it has none (a summary quoting "resolved" in a
+        # firing alert's words is not its status)
+        said = {m.group(0).lower() for m in _statuses(lines[0])} or \
+            {m.group(0).lower() for line in lines[1:3] for m in _statuses(line)}
         if not said:
             return None
         status = "resolved" if said & _RESOLUTION else "firing"
         title, count, named, resolved = lines[0].strip(), 1, False, 0
-        group = _no_trailing_parens(re.sub(r"[*_`:|【】\[\]]", " ", _GENERIC_STATUS.sub("", lines[0])))
+        kept, at = [], 0  # the group: the first line without its status words (a negated one is the subject's)
+        for m in _statuses(lines[0]):
+            kept.append(lines[0][at:m.start()])
+            at = m.end()
+        group = _no_trailing_parens(re.sub(r"[*_`:|【】\[\]]", " ", "".join([*kept, lines[0][at:]])))
     words = [v.strip(",") for v in values]
     return Alert(
         status, title[:300], " ".join(group.lower().split())[:200] or title, count, labels, annotations,
